@@ -1,0 +1,18 @@
+"""Command line entry point: ``epochguard cluster`` and friends."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in {"-h", "--help"}:
+        print("usage: epochguard {demo,cluster} [options]")
+        return 0
+    print(f"epochguard: unknown command {args[0]!r}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

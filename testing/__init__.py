@@ -1,0 +1,1 @@
+"""epochguard.testing"""

@@ -98,8 +98,11 @@ class EmbeddedServer:
         return fut.result(timeout)
 
     async def _cancel_tasks(self) -> None:
-        for t in list(self._tasks):
+        tasks = list(self._tasks)
+        for t in tasks:
             t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
 
     # -- listeners (loop thread) -----------------------------------------------------------
 

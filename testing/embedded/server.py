@@ -98,8 +98,11 @@ class EmbeddedServer:
         return fut.result(timeout)
 
     async def _cancel_tasks(self) -> None:
-        for t in list(self._tasks):
+        tasks = list(self._tasks)
+        for t in tasks:
             t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
 
     # -- listeners (loop thread) -----------------------------------------------------------
 
@@ -141,6 +144,9 @@ class EmbeddedServer:
 
     async def _serve(self, broker_id: int, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:
+        if self._servers.get(broker_id) is None:
+            writer.close()  # accepted just before the listener stopped
+            return
         conns = self._conns.setdefault(broker_id, set())
         conns.add(writer)
         try:

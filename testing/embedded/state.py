@@ -150,6 +150,12 @@ class ClusterState:
 
     # -- helpers ---------------------------------------------------------------------------
 
+    @property
+    def active_controller(self) -> int:
+        """The lowest live broker id acts as controller (-1 when none is running)."""
+        alive = sorted(b.node_id for b in self.brokers.values() if b.alive)
+        return alive[0] if alive else -1
+
     def alive_brokers(self) -> list[BrokerState]:
         return [b for b in self.brokers.values() if b.alive]
 

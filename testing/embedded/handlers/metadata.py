@@ -69,4 +69,4 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if b.alive
     ]
     return R(version=v, throttle_time_ms=0, brokers=brokers, cluster_id=cluster.cluster_id,
-             controller_id=cluster.controller_id, topics=topics)
+             controller_id=cluster.active_controller, topics=topics)

@@ -1,1 +1,11 @@
-"""epochguard.testing"""
+"""epochguard.testing: clusters for tests and the ``Cluster`` protocol scenarios are written against.
+
+``EmbeddedCluster`` is a pure-Python multi-broker cluster in this process;
+``ApacheKafkaCluster`` runs real Apache Kafka KRaft brokers as local ``java`` processes.
+"""
+
+from epochguard.testing.apache_kafka import ApacheKafkaCluster
+from epochguard.testing.cluster import Cluster
+from epochguard.testing.embedded.cluster import EmbeddedCluster, EmbeddedClusterError, ReplicaLog
+
+__all__ = ["ApacheKafkaCluster", "Cluster", "EmbeddedCluster", "EmbeddedClusterError", "ReplicaLog"]

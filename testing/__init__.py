@@ -1,4 +1,4 @@
-"""epochguard.testing: clusters for tests and the ``Cluster`` protocol scenarios are written against.
+"""epochguard.testing: test clusters and the ``Cluster`` protocol that scenarios use.
 
 ``EmbeddedCluster`` is a pure-Python multi-broker cluster in this process;
 ``ApacheKafkaCluster`` runs real Apache Kafka KRaft brokers as local ``java`` processes.

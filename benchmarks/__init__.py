@@ -1,0 +1,1 @@
+"""Micro-benchmarks (``make bench``); results land in ``benchmarks/results/*.json``."""

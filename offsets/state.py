@@ -159,8 +159,8 @@ def classify_error(code: int) -> ErrorClass:
     return ERROR_CLASSES.get(code, ErrorClass.RETRIABLE)
 
 
-#: Bound on the remembered (epoch, first offset) history; older entries are dropped, which
-#: only makes divergence points of very old epochs less precise, never wrong.
+#: Bound on the remembered (epoch, first offset) history. Dropping old entries can only turn
+#: an exact divergence point far in the past into an unknown one, never into a wrong one.
 MAX_EPOCH_HISTORY: Final = 64
 
 #: How many metadata refreshes to wait for the leader epoch to reach a position's epoch

@@ -113,6 +113,8 @@ class App:
 
     def check_report(self, report: TruncationReport) -> None:
         STATS["reports"] += 1
+        key = f"detected_by_{report.detected_by.value}"
+        STATS[key] = STATS.get(key, 0) + 1
         p = report.consumed_to.offset
         if report.detected_by is DetectedBy.TOPIC_RECREATED:
             assert self.cluster.topic_id != self.topic_of_consumed
@@ -450,3 +452,51 @@ def test_model_scenario_needing_a_second_validation_round() -> None:
     assert report is not None
     assert report.divergence == EpochOffset(3, 0) and report.lost_count == 6
     assert app.tracker.position is not None and app.tracker.position.offset == 7
+
+
+@settings(max_examples=MAX_EXAMPLES // 2, deadline=None)
+@given(
+    first=st.integers(1, 8),
+    lagging=st.integers(0, 8),
+    on_l=st.integers(0, 5),
+    on_b=st.integers(0, 5),
+    read_before=st.integers(0, 12),
+    read_between=st.integers(0, 12),
+    see_l=st.booleans(),
+    diverging=st.booleans(),
+    modern=st.booleans(),
+    on_truncation=st.sampled_from(["auto", "raise", "rewind"]),
+)
+def test_tracker_when_a_whole_epoch_was_missed(
+    first: int,
+    lagging: int,
+    on_l: int,
+    on_b: int,
+    read_before: int,
+    read_between: int,
+    see_l: bool,
+    diverging: bool,
+    modern: bool,
+    on_truncation: str,
+) -> None:
+    """A -> L -> B -> L with random amounts: the shape where the last leader names an
+    epoch the consumer may never have read (the multi-round validation path)."""
+    STATS["cases"] += 1
+    cluster = Cluster(modern_epoch_cache=modern, diverging_epoch=diverging)
+    app = App(cluster, OffsetPolicy("earliest", on_truncation), fetch_max=3)
+    cluster.append(first)
+    cluster.replicate(1, first)  # B has all of A's records
+    cluster.replicate(2, min(lagging, first))  # L lags
+    app.run(read_before)
+    cluster.elect(2)  # L, unclean if it lags
+    cluster.append(on_l)
+    if see_l:
+        app.deliver_metadata()
+        app.run(read_between)
+    cluster.elect(1)  # B never replicated from L: another unclean election
+    cluster.append(on_b)
+    app.deliver_metadata()
+    app.run(read_between)
+    cluster.elect(2)
+    STATS["unclean_elections"] += cluster.unclean_elections
+    settle(app, cluster, same_topic=True)

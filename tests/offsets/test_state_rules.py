@@ -623,3 +623,39 @@ def test_two_rounds_pin_the_divergence_when_leader_names_an_epoch_we_never_read(
     (ev,) = truncations(tr)
     assert ev.report.divergence == EpochOffset(6, 3) and ev.report.lost_count == 4
     assert tr.position == EpochOffset(6, 3) and tr.epoch_history == ((3, 0),)
+
+
+def test_events_log_with_stable_names_and_keys() -> None:
+    from structlog.testing import capture_logs
+
+    from epochguard.offsets import log_events
+
+    tr = fetching(10, 1)
+    tr.on_validation(elect(tr, 2), 0, 1, 7, 0.0)
+    with capture_logs() as logs:
+        log_events(tr.drain_events())
+    names = [(entry["event"], entry["log_level"]) for entry in logs]
+    assert names == [
+        ("offset_validation_started", "debug"),
+        ("truncation_detected", "warning"),
+    ]
+    assert logs[1]["lost_from"] == 7 and logs[1]["decision"] == "rewind"
+    assert logs[1]["new_position"] == {"offset": 7, "leader_epoch": 1}
+
+
+def test_history_is_bounded_and_old_divergence_becomes_unknown() -> None:
+    from epochguard.offsets.state import MAX_EPOCH_HISTORY
+
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 1000)
+    tr.seek(EpochOffset(0))
+    f = fetch(tr)
+    for epoch in range(1, MAX_EPOCH_HISTORY + 10):
+        tr.on_records(f, epoch * 10, epoch * 10 + 9, epoch)
+    assert len(tr.epoch_history) == MAX_EPOCH_HISTORY
+    v = elect(tr, 1001)
+    # The leader only shares epochs up to 2: that history was dropped, so the exact point
+    # is unknown (never a wrong one).
+    tr.on_validation(v, 0, 2, 30, 0.0)
+    (ev,) = truncations(tr)
+    assert ev.report.divergence is None

@@ -12,6 +12,7 @@ table below is the complete picture of what can happen to a partition.
 from __future__ import annotations
 
 import enum
+import uuid
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -168,6 +169,12 @@ MAX_EPOCH_HISTORY: Final = 64
 MAX_EPOCH_WAITS: Final = 5
 
 _FETCHING = S.FETCHING
+
+#: Kafka's "no topic id" (``Uuid.ZERO_UUID``) in the forms drivers may pass it: not an id,
+#: so it must never look like a recreated topic.
+_NO_TOPIC_IDS: Final = frozenset(
+    {uuid.UUID(int=0), str(uuid.UUID(int=0)), "AAAAAAAAAAAAAAAAAAAAAA", "", 0, b"\0" * 16}
+)
 
 #: Reset reasons that mean "our position fell off the start of the log": the reset must move
 #: forward. A reset answer behind the position means the log was replaced instead.
@@ -449,6 +456,8 @@ class PartitionTracker:
         older leader epoch than already seen, same topic)."""
         if leader_epoch is not None and leader_epoch < 0:
             leader_epoch = None
+        if topic_id in _NO_TOPIC_IDS:
+            topic_id = None
         if topic_id is not None and self._topic_id is not None and topic_id != self._topic_id:
             self._topic_recreated(leader_id, leader_epoch, topic_id)
             return True

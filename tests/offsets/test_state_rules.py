@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -659,3 +660,18 @@ def test_history_is_bounded_and_old_divergence_becomes_unknown() -> None:
     tr.on_validation(v, 0, 2, 30, 0.0)
     (ev,) = truncations(tr)
     assert ev.report.divergence is None
+
+
+@pytest.mark.parametrize(
+    "zero",
+    [
+        uuid.UUID(int=0),
+        "00000000-0000-0000-0000-000000000000",
+        "AAAAAAAAAAAAAAAAAAAAAA",
+    ],
+)
+def test_zero_topic_id_is_no_topic_id(zero: object) -> None:
+    tr = fetching(10, 4, leader_epoch=4)
+    assert tr.on_metadata(1, 4, zero)
+    assert tr.topic_id == "topic-a" and truncations(tr) == []
+    assert tr.state is S.FETCHING

@@ -56,6 +56,7 @@ STATS: dict[str, int] = {
     "reports_unknown": 0,
     "validation_rounds_gt1": 0,
     "restarts": 0,
+    "zombie_answers": 0,
 }
 
 
@@ -123,13 +124,15 @@ class App:
             self.topic_of_consumed = self.cluster.topic_id
             self.session_start = None
             return
-        lead = self.cluster.leader_replica()
+        # Judge the report by the replica whose answer produced it (the leader, or an old
+        # leader that has not heard of its successor yet).
+        lead = self.cluster.answered_by
         assert lead is not None, "a truncation is only detected from a leader's answer"
         known = {x: r for x, r in {**self.forgotten, **self.consumed}.items() if x < p}
         mine = {x: r for x, r in self.consumed.items() if x < p}
 
         def lost(x: int) -> bool:
-            return self.cluster.record(x) != known[x]
+            return self.cluster.record(x, lead) != known[x]
 
         if report.divergence is None:
             STATS["reports_unknown"] += 1
@@ -151,15 +154,12 @@ class App:
         for x in [x for x in self.consumed if x >= start]:
             self.forgotten[x] = self.consumed.pop(x)
 
-    def deliver(self, a: FetchAction, first: int, last: int, epoch: int) -> bool:
-        if not self.tracker.on_records(a, first, last, epoch):
+    def deliver(self, a: FetchAction, first: int, last: int, recs: list[Rec]) -> bool:
+        if not self.tracker.on_records(a, first, last, recs[0][0]):
             return False
-        lead = self.cluster.leader_replica()
-        assert lead is not None
         if self.session_start is None:
             self.session_start = first
-        for x in range(first, last + 1):
-            rec = lead.log[x]
+        for x, rec in zip(range(first, last + 1), recs, strict=True):
             old = self.consumed.get(x)
             assert old is None, (
                 f"offset {x} delivered as {rec} but was consumed as {old} with no report "
@@ -206,8 +206,8 @@ class App:
             elif not payload:
                 tr.on_empty_fetch(a)
             else:
-                for first, last, epoch in payload:
-                    if not self.deliver(a, first, last, epoch):
+                for first, last, recs in payload:
+                    if not self.deliver(a, first, last, recs):
                         break
         elif isinstance(a, ValidateAction):
             if a.leader_epoch != (a.position.leader_epoch):
@@ -267,10 +267,13 @@ RARE = st.one_of(
     st.tuples(st.just("metadata")),
     st.tuples(st.just("stale_metadata"), st.integers(0, 50)),
     st.tuples(st.just("restart")),
+    st.tuples(st.just("zombie_append"), st.integers(1, 3)),
 )
 # Weighted by repetition: the interesting histories are appends, partial replication and
 # elections (clean and unclean) with the consumer reading in between.
+ZOMBIE = st.tuples(st.just("zombie_elect"), st.integers(0, 2))
 OPS = st.one_of(
+    ZOMBIE,
     APPEND,
     APPEND,
     REPLICATE,
@@ -323,6 +326,10 @@ def test_tracker_against_replicated_log_model(
             cluster.replicate(op[1], op[2])
         elif name == "elect":
             cluster.elect(op[1])
+        elif name == "zombie_elect":
+            cluster.elect(op[1], zombie=True)
+        elif name == "zombie_append":
+            cluster.zombie_append(op[1])
         elif name == "unclean":
             # Elect the follower missing the most of the leader's log (if any differs).
             lead = cluster.leader_replica()
@@ -352,6 +359,7 @@ def test_tracker_against_replicated_log_model(
             cluster.recreate_topic()
         app.run(steps_per_op)
     STATS["unclean_elections"] += cluster.unclean_elections
+    STATS["zombie_answers"] += cluster.zombie_answers
 
     if cluster.leader is None:
         cluster.elect(0)

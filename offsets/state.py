@@ -323,6 +323,14 @@ class PartitionTracker:
         """``(epoch, first offset read in it)`` pairs this consumer read since its last seek."""
         return tuple(self._hist)
 
+    def __repr__(self) -> str:
+        pos = "none" if self._offset < 0 else str(EpochOffset(self._offset, self._epoch))
+        return (
+            f"<PartitionTracker {self.tp.topic}-{self.tp.partition} {self._state.name} "
+            f"position={pos} leader={self._leader_id}@e{self._leader_epoch}"
+            f"{' paused' if self._paused else ''}>"
+        )
+
     def drain_events(self) -> list[Event]:
         events, self._events = self._events, []
         return events

@@ -675,3 +675,9 @@ def test_zero_topic_id_is_no_topic_id(zero: object) -> None:
     assert tr.on_metadata(1, 4, zero)
     assert tr.topic_id == "topic-a" and truncations(tr) == []
     assert tr.state is S.FETCHING
+
+
+def test_repr_is_readable() -> None:
+    tr = fetching(10, 1)
+    tr.pause()
+    assert repr(tr) == "<PartitionTracker t-0 FETCHING position=10@e1 leader=1@e1 paused>"

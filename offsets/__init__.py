@@ -34,6 +34,7 @@ from epochguard.offsets.events import (
     ValidateAction,
     ValidationStarted,
     WaitAction,
+    log_events,
 )
 from epochguard.offsets.policy import (
     OffsetPolicy,
@@ -51,6 +52,7 @@ from epochguard.offsets.state import (
     PartitionTracker,
     Trigger,
 )
+from epochguard.offsets.stores import JsonFileOffsetStore, OffsetStore, SqliteOffsetStore
 
 __all__ = [
     "TRANSITIONS",
@@ -64,6 +66,7 @@ __all__ = [
     "InvalidPolicyError",
     "InvalidPositionError",
     "InvalidTransitionError",
+    "JsonFileOffsetStore",
     "ListOffsetsPurpose",
     "LogTruncationError",
     "MetadataRefreshNeeded",
@@ -72,6 +75,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OffsetPolicy",
     "OffsetReset",
+    "OffsetStore",
     "OffsetStoreError",
     "PartitionState",
     "PartitionTracker",
@@ -80,6 +84,7 @@ __all__ = [
     "ResetAction",
     "ResetStrategy",
     "RetryBackoff",
+    "SqliteOffsetStore",
     "TopicPartition",
     "Trigger",
     "TruncationDecision",
@@ -89,4 +94,5 @@ __all__ = [
     "ValidateAction",
     "ValidationStarted",
     "WaitAction",
+    "log_events",
 ]

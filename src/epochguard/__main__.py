@@ -10,6 +10,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in {"-h", "--help"}:
         print("usage: epochguard {demo,cluster} [options]")
         return 0
+    if args[0] == "demo":
+        from epochguard.offsets._demo import run_demo
+
+        return run_demo()
     print(f"epochguard: unknown command {args[0]!r}", file=sys.stderr)
     return 2
 

@@ -6,6 +6,7 @@ The first line printed is the bootstrap string, so scripts can read it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import threading
 
@@ -62,10 +63,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"# {args.brokers} brokers, topics: "
               f"{', '.join(n for n, _, _ in args.topic) or 'none'}; Ctrl-C stops",
               file=sys.stderr, flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait(args.exit_after)
-        except KeyboardInterrupt:
-            pass
     return 0
 
 

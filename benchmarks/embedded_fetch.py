@@ -59,9 +59,9 @@ def consume(cluster: EmbeddedCluster, topic: str) -> tuple[int, int, float]:
             if msgs and not started:
                 started = time.perf_counter()
             if msgs:
-                errors = [m.error() for m in msgs if m.error() is not None]
+                errors = [m for m in msgs if m.error()]
                 if errors:
-                    raise RuntimeError(str(errors[0]))
+                    raise RuntimeError(str(errors[0].error()))
                 # Record sizes are checked on a sample to keep the client loop lean.
                 last = msgs[-1]
                 if len(last.value()) != VALUE_SIZE or last.offset() != count + len(msgs) - 1:
@@ -95,6 +95,7 @@ def run() -> dict[str, Any]:
         "cluster_cpu_s": round(cluster_cpu_s, 3),
         "cluster_cpu_share": round(cluster_cpu_s / elapsed, 3),
         "target_records_per_s": 1_000_000,
+        "load_average_1m": round(os.getloadavg()[0], 2),
     }
 
 

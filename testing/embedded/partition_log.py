@@ -108,6 +108,8 @@ class PartitionLog:
         self.log_start_offset = 0
         self.log_end_offset = 0
         self.high_watermark = 0
+        # Idempotent producers: producer id -> recent (epoch, base sequence, base offset).
+        self._producers: dict[int, list[tuple[int, int, int]]] = {}
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -116,12 +118,34 @@ class PartitionLog:
         batches = split_batches(records)
         if not batches:
             raise InvalidRecordBatchError("empty record set")
+        if len(batches) == 1:
+            duplicate = self._duplicate_of(batches[0][1])
+            if duplicate is not None:
+                return duplicate, duplicate + batches[0][1].last_offset_delta
         first = self.log_end_offset
         for raw, info in batches:
             base = self.log_end_offset
+            if info.producer_id >= 0 and info.base_sequence >= 0:
+                recent = self._producers.setdefault(info.producer_id, [])
+                recent.append((info.producer_epoch, info.base_sequence, base))
+                del recent[:-5]
             self._push(stamp(raw, base, leader_epoch), base, base + info.last_offset_delta,
                        info.max_timestamp, leader_epoch)
         return first, self.log_end_offset - 1
+
+    def _duplicate_of(self, info: BatchInfo) -> int | None:
+        """Base offset of an identical idempotent batch among the producer's last five.
+
+        A retried batch (same producer id, epoch and base sequence) is acknowledged with the
+        original offsets instead of being written twice, as Kafka does.
+        """
+        if info.producer_id < 0 or info.base_sequence < 0:
+            return None
+        for epoch, seq, base in self._producers.get(info.producer_id, ()):
+            if epoch == info.producer_epoch and seq == info.base_sequence and (
+                    base < self.log_end_offset):
+                return base
+        return None
 
     def append_replicated(self, batch: bytes) -> None:
         """Append one batch copied from the leader, keeping its offsets and epoch."""

@@ -153,3 +153,17 @@ def test_malformed_batches_are_rejected() -> None:
         split_batches(bytes(bad_magic))
     with pytest.raises(InvalidRecordBatchError):
         PartitionLog().append_as_leader(b"", 0)
+
+
+def test_retried_idempotent_batch_is_not_written_twice() -> None:
+    def idempotent(seq: int) -> bytes:
+        raw = bytearray(batch(2))
+        struct.pack_into(">qhi", raw, 43, 4242, 0, seq)  # producer id, epoch, base sequence
+        return bytes(raw)  # CRC is not checked by the log
+
+    log = PartitionLog()
+    assert log.append_as_leader(idempotent(0), 0) == (0, 1)
+    assert log.append_as_leader(idempotent(2), 0) == (2, 3)
+    assert log.append_as_leader(idempotent(0), 0) == (0, 1)  # a retry: same offsets
+    assert log.log_end_offset == 4
+    assert log.append_as_leader(idempotent(4), 0) == (4, 5)

@@ -311,3 +311,26 @@ def test_produce_acks_zero_gets_no_response_and_min_isr(cluster: EmbeddedCluster
     p = w.call(produce(1), ProduceResponse).responses[0].partition_responses[0]
     assert (p.error_code, p.base_offset) == (0, 2)
     w.close()
+
+
+def test_a_failing_handler_closes_only_its_connection(cluster: EmbeddedCluster,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from epochguard.testing.embedded import handlers
+
+    entry = handlers.REGISTRY[23]
+
+    async def broken(ctx: Any, request: Any) -> Any:
+        raise RuntimeError("boom")
+
+    cluster.create_topic("t")
+    monkeypatch.setitem(handlers.REGISTRY, 23, handlers.ApiEntry(
+        broken, entry.min_version, entry.max_version, entry.request_class,
+        entry.response_class))
+    w = Wire.to(cluster, 1)
+    R = OffsetForLeaderEpochRequest
+    w.send(R(version=4, replica_id=-1, topics=[]))
+    assert w.closed_by_peer()
+    monkeypatch.setitem(handlers.REGISTRY, 23, entry)
+    leader = cluster.leader("t", 0)
+    assert leader is not None
+    assert oflE(cluster, leader, "t", 0, 0, 0).end_offset == 0

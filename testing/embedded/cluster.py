@@ -216,11 +216,12 @@ class EmbeddedCluster:
         self._call(lambda: self._state.elect_leader(topic, partition, broker_id, unclean))
 
     def set_metadata_delay(self, broker_id: int, seconds: float) -> None:
-        """``broker_id`` learns controller changes ``seconds`` late (stale leader staging)."""
-        def set_delay() -> None:
-            self._state.broker(broker_id).metadata_delay = seconds
+        """``broker_id`` learns controller changes ``seconds`` late (stale leader staging).
 
-        self._call(set_delay)
+        Same as ``faults.set_metadata_delay``; checks that the broker exists.
+        """
+        self._state.broker(broker_id)
+        self._state.faults.set_metadata_delay(broker_id, seconds)
 
     def pause_replication(self, broker_id: int) -> None:
         """``broker_id`` stops fetching as a follower: it falls out of every ISR."""

@@ -2,7 +2,7 @@
 
 Everything here is mutated only on the server's event-loop thread. The controller's truth
 (leader, epoch, replicas, ISR) lives in :class:`PartitionState`; each broker serves from its
-own :class:`MetadataImage`, which it learns after ``BrokerState.metadata_delay`` seconds, so a
+own :class:`MetadataImage`, which it learns after ``faults.metadata_delay(broker)`` seconds, so a
 broker can be staged as a stale leader.
 """
 
@@ -87,7 +87,6 @@ class BrokerState:
     port: int = 0
     alive: bool = True
     rack: str | None = None
-    metadata_delay: float = 0.0
     view: MetadataImage = EMPTY_IMAGE
     # Replication to this broker is paused (a lagging follower): it drops out of ISRs.
     replication_paused: bool = False
@@ -270,10 +269,11 @@ class ClusterState:
         for b in self.brokers.values():
             if not b.alive:
                 continue
-            if b.metadata_delay <= 0 or self.loop is None:
+            delay = self.faults.metadata_delay(b.node_id)
+            if delay <= 0 or self.loop is None:
                 self.apply_image(b.node_id, image)
             else:
-                self.loop.call_later(b.metadata_delay, self.apply_image, b.node_id, image)
+                self.loop.call_later(delay, self.apply_image, b.node_id, image)
 
     def apply_image(self, broker_id: int, image: MetadataImage) -> None:
         """A broker learns ``image``: leaders stamp their epoch, followers re-sync."""

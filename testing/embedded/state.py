@@ -147,7 +147,7 @@ class ClusterState:
         # (api_key, version) -> number of requests decoded, for tests to assert on.
         self.request_counts: collections.Counter[tuple[int, int]] = collections.Counter()
         self.default_partitions = 1
-        # Called with (topic, partition) after a replica truncated its log.
+        # Called with (topic, partition, broker, new log end offset) after a replica truncated.
         self.on_truncate: list[Callable[[str, int, int, int], None]] = []
 
     # -- helpers ---------------------------------------------------------------------------

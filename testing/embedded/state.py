@@ -296,8 +296,8 @@ class ClusterState:
                 if pv.leader == broker_id:
                     p.logs[broker_id].assign_epoch(pv.leader_epoch)
                     if changed:
-                        # A new leader replicates to followers that already know it.
-                        self.replicate(p)
+                        # A new leader: followers that already know it check for divergence.
+                        self.replicate(p, resync=True)
                 elif changed and pv.leader >= 0:
                     self.sync_follower(p, broker_id)
         self.notify_data()
@@ -357,13 +357,17 @@ class ClusterState:
         else:
             self._update_hw(p)
 
-    def replicate(self, p: PartitionState) -> None:
-        """Copy the leader's new batches to every follower that follows it now."""
+    def replicate(self, p: PartitionState, resync: bool = False) -> None:
+        """Copy the leader's new batches to every follower that follows it now.
+
+        ``resync`` (after a leader change) makes in-sync followers check for divergence by
+        epoch first, as every follower of a new leader does in Kafka.
+        """
         if p.leader is None:
             return
         for r in p.replicas:
             if r != p.leader and self._follower_ready(p, r):
-                if r in p.isr:
+                if r in p.isr and not resync:
                     self._catch_up(p, r)
                 else:
                     self.sync_follower(p, r)
@@ -458,7 +462,6 @@ class ClusterState:
             p.isr[:] = [broker_id]
         self._set_leader(p, broker_id)
         self.publish()
-        self.replicate(p)
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         p = self.partition(topic, partition)

@@ -120,6 +120,13 @@ class EmbeddedCluster:
     def delete_topic(self, name: str) -> None:
         self._call(lambda: self._state.delete_topic(name))
 
+    def set_topic_config(self, name: str, changes: Mapping[str, str | None]) -> None:
+        """Change topic configs (None resets one); enabling unclean election elects."""
+        self._call(lambda: self._state.set_topic_config(name, changes))
+
+    def create_partitions(self, name: str, count: int) -> None:
+        self._call(lambda: self._state.create_partitions(name, count))
+
     def topic_id(self, name: str) -> str:
         return str(self._call(lambda: self._topic(name).topic_id))
 

@@ -236,6 +236,63 @@ class ClusterState:
         self.publish()
         return topic
 
+    def set_topic_config(self, name: str, changes: Mapping[str, str | None]) -> None:
+        """Set (or, with None, reset to default) topic configs.
+
+        Enabling ``unclean.leader.election.enable`` makes the controller elect a leader for
+        every leaderless partition of the topic from its live replicas, as Kafka does.
+        """
+        t = self.topics.get(name)
+        if t is None:
+            raise EmbeddedClusterError(f"unknown topic {name!r}")
+        for key, value in changes.items():
+            if value is None:
+                if key in DEFAULT_TOPIC_CONFIG:
+                    t.config[key] = DEFAULT_TOPIC_CONFIG[key]
+                else:
+                    t.config.pop(key, None)
+            else:
+                t.config[key] = value
+        log.info("topic_config_changed", topic=name, changes=dict(changes))
+        if t.unclean_election:
+            changed = False
+            for p in t.partitions.values():
+                alive = [r for r in p.replicas if self.brokers[r].alive]
+                if p.leader is None and alive:
+                    in_sync = [r for r in alive if r in p.isr]
+                    leader = (in_sync or alive)[0]
+                    if leader not in p.isr:
+                        p.isr[:] = [leader]
+                    self._set_leader(p, leader)
+                    changed = True
+            if changed:
+                self.publish()
+
+    def create_partitions(self, name: str, count: int,
+                          assignments: list[list[int]] | None = None) -> None:
+        """Grow ``name`` to ``count`` partitions (new ones start at epoch 0)."""
+        t = self.topics.get(name)
+        if t is None:
+            raise EmbeddedClusterError(f"unknown topic {name!r}")
+        current = len(t.partitions)
+        if count <= current:
+            raise EmbeddedClusterError(f"topic {name!r} already has {current} partitions")
+        ids = sorted(self.brokers)
+        rf = len(t.partitions[0].replicas)
+        for i, idx in enumerate(range(current, count)):
+            replicas = (assignments[i] if assignments
+                        else [ids[(idx + r) % len(ids)] for r in range(rf)])
+            if any(r not in self.brokers for r in replicas):
+                raise EmbeddedClusterError(f"unknown broker in {replicas}")
+            alive = [r for r in replicas if self.brokers[r].alive]
+            logs = {r: PartitionLog() for r in replicas}
+            leader = alive[0] if alive else None
+            t.partitions[idx] = PartitionState(name, idx, list(replicas),
+                                               list(alive) or [replicas[0]], leader, 0, logs)
+            if leader is not None:
+                logs[leader].assign_epoch(0)
+        self.publish()
+
     def delete_topic(self, name: str) -> None:
         if name not in self.topics:
             raise EmbeddedClusterError(f"unknown topic {name!r}")

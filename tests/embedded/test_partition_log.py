@@ -201,7 +201,7 @@ def model_end_offset(entries: list[tuple[int, int]], leo: int, requested: int) -
     return floor[-1][0], higher[0][1]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(ops_strategy)
 def test_epoch_cache_matches_a_model(ops: list[Op]) -> None:
     log = PartitionLog()
@@ -216,8 +216,8 @@ def test_epoch_cache_matches_a_model(ops: list[Op]) -> None:
         elif op == "new_epoch":
             epoch += arg
             log.assign_epoch(epoch)
-            entries.append((epoch, leo))
-        elif op == "truncate" and arg < leo:
+            entries = [e for e in entries if e[1] < leo] + [(epoch, leo)]
+        elif op == "truncate" and max(arg, start) < leo:
             # Truncation lands on a batch boundary at or below ``arg``.
             log.truncate_to(max(arg, start))
             leo = log.log_end_offset
@@ -233,9 +233,26 @@ def test_epoch_cache_matches_a_model(ops: list[Op]) -> None:
         if not entries or entries[-1][0] != epoch:
             # A truncated leader keeps leading its epoch: it is re-assigned at the end.
             log.assign_epoch(epoch)
-            entries.append((epoch, leo))
+            entries = [e for e in entries if e[1] < leo] + [(epoch, leo)]
         assert [(e.epoch, e.start_offset) for e in log.epoch_cache] == entries
         assert (log.log_start_offset, log.log_end_offset) == (start, leo)
         for requested in range(-1, epoch + 3):
             assert log.end_offset_for_epoch(requested) == model_end_offset(entries, leo,
                                                                            requested)
+
+
+def test_epoch_without_records_is_superseded_like_kafka() -> None:
+    log = log_with((0, 3))
+    log.assign_epoch(1)  # a leadership that never wrote
+    log.assign_epoch(2)
+    assert log.epoch_cache == [EpochEntry(0, 0), EpochEntry(2, 3)]
+    assert log.end_offset_for_epoch(1) == (0, 3)
+
+
+def test_truncating_to_the_log_start_empties_the_log() -> None:
+    log = PartitionLog()
+    log.append_as_leader(batch(4), 0)
+    log.delete_before(2)  # the batch 0..3 stays, log start 2
+    log.truncate_to(2)
+    assert (log.log_start_offset, log.log_end_offset, len(log)) == (2, 2, 0)
+    assert log.epoch_cache == []

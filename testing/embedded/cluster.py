@@ -232,25 +232,11 @@ class EmbeddedCluster:
 
     def pause_replication(self, broker_id: int) -> None:
         """``broker_id`` stops fetching as a follower: it falls out of every ISR."""
-        def pause() -> None:
-            self._state.broker(broker_id).replication_paused = True
-            for t in self._state.topics.values():
-                for p in t.partitions.values():
-                    if p.leader != broker_id and broker_id in p.isr:
-                        p.isr.remove(broker_id)
-            self._state.publish()
-
-        self._call(pause)
+        self._call(lambda: self._state.pause_replication(broker_id))
 
     def resume_replication(self, broker_id: int) -> None:
-        def resume() -> None:
-            self._state.broker(broker_id).replication_paused = False
-            for t in self._state.topics.values():
-                for p in t.partitions.values():
-                    if broker_id in p.replicas:
-                        self._state.sync_follower(p, broker_id)
-
-        self._call(resume)
+        """The follower fetches again: truncates if needed, catches up, rejoins ISRs."""
+        self._call(lambda: self._state.resume_replication(broker_id))
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> None:
         self._call(lambda: self._state.delete_records(topic, partition, before_offset))

@@ -386,9 +386,9 @@ class ClusterState:
         else:
             _, f_end = flog.end_offset_for_epoch(l_epoch)
             target = min(l_end, flog.log_end_offset if f_end < 0 else f_end)
-        if target < flog.log_end_offset:
-            old_leo = flog.log_end_offset
-            flog.truncate_to(target)
+        old_leo = flog.log_end_offset
+        flog.truncate_to(target)
+        if flog.log_end_offset < old_leo:
             log.info("replica_truncated", topic=p.topic, partition=p.index, broker=follower,
                      from_offset=old_leo, to_offset=flog.log_end_offset)
             for cb in self.on_truncate:
@@ -495,6 +495,30 @@ class ClusterState:
                         p.isr[:] = [broker_id]
         log.info("broker_started", broker=broker_id)
         self.publish()
+
+    def pause_replication(self, broker_id: int) -> None:
+        b = self.broker(broker_id)
+        if b.replication_paused:
+            return
+        b.replication_paused = True
+        changed = False
+        for t in self.topics.values():
+            for p in t.partitions.values():
+                if p.leader != broker_id and broker_id in p.isr and len(p.isr) > 1:
+                    p.isr.remove(broker_id)
+                    changed = True
+        if changed:
+            self.publish()
+
+    def resume_replication(self, broker_id: int) -> None:
+        b = self.broker(broker_id)
+        if not b.replication_paused:
+            return
+        b.replication_paused = False
+        for t in self.topics.values():
+            for p in t.partitions.values():
+                if broker_id in p.replicas:
+                    self.sync_follower(p, broker_id)
 
     def _set_leader(self, p: PartitionState, leader: int | None) -> None:
         p.leader = leader

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import kafka.errors as Errors
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.record.default_records import DefaultRecordBatch
 
@@ -24,11 +25,17 @@ def _by_timestamp(log: PartitionLog, timestamp: int, upper: int) -> tuple[int, i
             break
         if batch.max_timestamp < timestamp:
             continue
-        for rec in batch:
-            if rec.offset >= upper:
-                break
-            if rec.offset >= log.log_start_offset and rec.timestamp >= timestamp:
-                return rec.timestamp, rec.offset, batch.leader_epoch
+        try:
+            for rec in batch:
+                if rec.offset >= upper:
+                    break
+                if rec.offset >= log.log_start_offset and rec.timestamp >= timestamp:
+                    return rec.timestamp, rec.offset, batch.leader_epoch
+        except Errors.UnsupportedCodecError:
+            # No codec library here (snappy): answer at batch granularity; the client
+            # skips the batch's earlier records itself.
+            return (batch.max_timestamp, max(batch.base_offset, log.log_start_offset),
+                    batch.leader_epoch)
     return -1, -1, -1
 
 

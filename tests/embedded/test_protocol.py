@@ -269,8 +269,8 @@ def test_list_offsets_with_epochs(cluster: EmbeddedCluster) -> None:
     def lo(ts: int, current: int = 1) -> tuple[int, int, int]:
         R = ListOffsetsRequest
         T = R.ListOffsetsTopic
-        req = R(version=6, replica_id=-1, isolation_level=0, topics=[T(version=6, name="t",
-                partitions=[T.ListOffsetsPartition(version=6, partition_index=0,
+        req = R(version=7, replica_id=-1, isolation_level=0, topics=[T(version=7, name="t",
+                partitions=[T.ListOffsetsPartition(version=7, partition_index=0,
                                                    current_leader_epoch=current,
                                                    timestamp=ts)])])
         w = Wire.to(cluster, leader)
@@ -283,6 +283,7 @@ def test_list_offsets_with_epochs(cluster: EmbeddedCluster) -> None:
     assert lo(1_500) == (0, 1, 0)
     assert lo(2_500) == (0, 3, 1)
     assert lo(9_000) == (0, -1, -1)
+    assert lo(-3) == (0, 3, 1)  # the record with the largest timestamp
     assert lo(-1, current=0)[0] == FENCED_LEADER_EPOCH
 
 

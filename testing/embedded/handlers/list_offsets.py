@@ -1,4 +1,5 @@
-"""ListOffsets v1-v6: earliest (-2), latest (-1) and by timestamp, with leader epochs."""
+"""ListOffsets v1-v7: earliest (-2), latest (-1), max timestamp (-3, v7) and by timestamp,
+with leader epochs and current-leader-epoch fencing."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from epochguard.testing.embedded.partition_log import PartitionLog
 
 LATEST = -1
 EARLIEST = -2
+MAX_TIMESTAMP = -3  # v7+ (KIP-734)
 DEBUGGING_REPLICA_ID = -2
 
 
@@ -39,7 +41,25 @@ def _by_timestamp(log: PartitionLog, timestamp: int, upper: int) -> tuple[int, i
     return -1, -1, -1
 
 
-@handler(ListOffsetsRequest, ListOffsetsResponse, 1, 6)
+def _max_timestamp(log: PartitionLog, upper: int) -> tuple[int, int, int]:
+    """(timestamp, offset, epoch) of the record with the largest timestamp (first on ties)."""
+    best: tuple[int, int, int] = (-1, -1, -1)
+    for raw in log.batches_from(log.log_start_offset):
+        batch = DefaultRecordBatch(raw)
+        if batch.base_offset >= upper:
+            break
+        if batch.max_timestamp <= best[0]:
+            continue
+        try:
+            for rec in batch:
+                if log.log_start_offset <= rec.offset < upper and rec.timestamp > best[0]:
+                    best = (rec.timestamp, rec.offset, batch.leader_epoch)
+        except Errors.UnsupportedCodecError:
+            best = (batch.max_timestamp, batch.base_offset, batch.leader_epoch)
+    return best
+
+
+@handler(ListOffsetsRequest, ListOffsetsResponse, 1, 7)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     R = ListOffsetsResponse
     T = R.ListOffsetsTopicResponse
@@ -64,6 +84,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             elif rp.timestamp == EARLIEST:
                 off = log.log_start_offset
                 ts, epoch = -1, log.epoch_for_offset(off)
+            elif rp.timestamp == MAX_TIMESTAMP and v >= 7:
+                ts, off, epoch = _max_timestamp(log, upper)
             else:
                 ts, off, epoch = _by_timestamp(log, rp.timestamp, upper)
             parts.append(P(version=v, partition_index=rp.partition_index, error_code=0,

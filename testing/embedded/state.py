@@ -134,7 +134,6 @@ class ClusterState:
         from epochguard.testing.embedded.faults import Faults
 
         self.cluster_id = CLUSTER_ID
-        self.controller_id = broker_ids[0]
         self.brokers: dict[int, BrokerState] = {b: BrokerState(b) for b in broker_ids}
         self.topics: dict[str, TopicState] = {}
         self.faults: Faults = faults if faults is not None else Faults()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Self, TypeVar
@@ -12,7 +13,12 @@ from epochguard.testing.embedded.faults import Faults
 from epochguard.testing.embedded.partition_log import EpochEntry, PartitionLog, batch_epoch
 from epochguard.testing.embedded.records import Record, build_batch
 from epochguard.testing.embedded.server import EmbeddedServer
-from epochguard.testing.embedded.state import ClusterState, EmbeddedClusterError, TopicState
+from epochguard.testing.embedded.state import (
+    ClusterState,
+    EmbeddedClusterError,
+    PartitionView,
+    TopicState,
+)
 
 __all__ = ["EmbeddedCluster", "EmbeddedClusterError", "ReplicaLog"]
 
@@ -229,6 +235,23 @@ class EmbeddedCluster:
         """
         self._state.broker(broker_id)
         self._state.faults.set_metadata_delay(broker_id, seconds)
+
+    def broker_view(self, topic: str, partition: int, broker: int) -> PartitionView | None:
+        """What ``broker`` currently believes about the partition (may lag the controller)."""
+        return self._call(lambda: self._state.broker(broker).view.partition(topic, partition))
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until every running broker has learnt the controller's latest metadata."""
+        deadline = time.monotonic() + timeout
+
+        def settled() -> bool:
+            latest = self._state.metadata_version
+            return all(b.view.version >= latest for b in self._state.alive_brokers())
+
+        while not self._call(settled):
+            if time.monotonic() > deadline:
+                raise EmbeddedClusterError(f"brokers did not settle within {timeout} s")
+            time.sleep(0.01)
 
     def pause_replication(self, broker_id: int) -> None:
         """``broker_id`` stops fetching as a follower: it falls out of every ISR."""

@@ -302,6 +302,11 @@ class ClusterState:
 
     # -- metadata propagation --------------------------------------------------------------
 
+    @property
+    def metadata_version(self) -> int:
+        """Version of the controller's latest published metadata."""
+        return self._image_version
+
     def image(self) -> MetadataImage:
         topics: dict[str, TopicView] = {}
         for t in self.topics.values():

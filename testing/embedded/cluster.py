@@ -46,13 +46,17 @@ class EmbeddedCluster:
     """
 
     def __init__(self, brokers: int = 3, *, first_broker_id: int = 1,
-                 auto_create_topics: bool = False, fetch_sessions: bool = True) -> None:
+                 auto_create_topics: bool = False, fetch_sessions: bool = True,
+                 eligible_leader_replicas: bool = True) -> None:
         if brokers < 1:
             raise ValueError("an EmbeddedCluster needs at least one broker")
         self._state = ClusterState(list(range(first_broker_id, first_broker_id + brokers)))
         self._state.auto_create_topics = auto_create_topics
         # Off: every Fetch is answered in full (session id 0), as a broker without KIP-227.
         self._state.fetch_sessions_enabled = fetch_sessions
+        # Off: the pre-KIP-966 rules (the last ISR member stays in the ISR; the high watermark
+        # advances below min.insync.replicas).
+        self._state.elr_enabled = eligible_leader_replicas
         self._server = EmbeddedServer(self._state)
         self._started = False
         self._closed = False
@@ -157,6 +161,10 @@ class EmbeddedCluster:
 
     def isr(self, topic: str, partition: int) -> list[int]:
         return self._call(lambda: sorted(self._state.partition(topic, partition).isr))
+
+    def elr(self, topic: str, partition: int) -> list[int]:
+        """Eligible leader replicas (KIP-966): ISR members kept electable below min ISR."""
+        return self._call(lambda: list(self._state.partition(topic, partition).elr))
 
     def log_end_offset(self, topic: str, partition: int, broker: int | None = None) -> int:
         return self._call(lambda: self._log(topic, partition, broker).log_end_offset)

@@ -335,3 +335,28 @@ def test_a_failing_handler_closes_only_its_connection(cluster: EmbeddedCluster,
     leader = cluster.leader("t", 0)
     assert leader is not None
     assert oflE(cluster, leader, "t", 0, 0, 0).end_offset == 0
+
+
+def test_describe_topic_partitions_reports_elr(cluster: EmbeddedCluster) -> None:
+    from kafka.protocol.admin import (
+        DescribeTopicPartitionsRequest,
+        DescribeTopicPartitionsResponse,
+    )
+
+    cluster.create_topic("t", replication_factor=2)
+    first, second = cluster.replicas("t", 0)
+    third = next(b for b in cluster.broker_ids if b not in (first, second))
+    cluster.stop_broker(second)
+    cluster.stop_broker(first)
+    req = DescribeTopicPartitionsRequest(
+        version=0, topics=[DescribeTopicPartitionsRequest.TopicRequest(version=0, name="t")],
+        response_partition_limit=100, cursor=None)
+    w = Wire.to(cluster, third)
+    try:
+        (t,) = w.call(req, DescribeTopicPartitionsResponse).topics
+    finally:
+        w.close()
+    (p,) = t.partitions
+    assert (p.leader_id, p.leader_epoch, list(p.isr_nodes)) == (-1, 1, [])
+    assert list(p.eligible_leader_replicas) == [first] == list(p.last_known_elr)
+    assert str(t.topic_id) == cluster.topic_id("t")

@@ -30,8 +30,8 @@ def test_follower_with_an_epoch_the_new_leader_never_had_truncates_kip279() -> N
     state.stop_broker(1)  # clean: 2 leads at epoch 1
     assert (p.leader, p.leader_epoch) == (2, 1)
     append(state, 2, "e1-")  # 7..8 on 2 only
-    state.stop_broker(2)  # leaderless, epoch 2; ISR keeps its last member
-    assert (p.leader, p.leader_epoch, p.isr) == (None, 2, [2])
+    state.stop_broker(2)  # leaderless, epoch 2; the last ISR member moves to the ELR
+    assert (p.leader, p.leader_epoch, p.isr, p.elr) == (None, 2, [], [2])
     state.start_broker(3)
     assert p.leader is None  # out of sync and unclean election disabled
     state.elect_leader("t", 0, 3, unclean=True)  # epoch 3 with only 0..4
@@ -101,8 +101,9 @@ def test_random_faults_converge_and_clean_elections_keep_committed_records(
             elif op == "elect":
                 state.elect_leader("t", 0, arg, unclean=False)
             elif op == "elect_unclean":
-                unclean = unclean or arg not in p.isr
+                clean = arg in p.isr or (not p.isr and arg in p.elr)
                 state.elect_leader("t", 0, arg, unclean=True)
+                unclean = unclean or not clean
             elif op == "pause":
                 state.pause_replication(arg)
             elif op == "resume":
@@ -120,8 +121,9 @@ def test_random_faults_converge_and_clean_elections_keep_committed_records(
         state.resume_replication(b)
         state.start_broker(b)
     if p.leader is None:
-        unclean = unclean or not any(b in p.isr for b in BROKERS)
-        state.elect_leader("t", 0, p.isr[0], unclean=False)
+        unclean = unclean or not state.eligible_leaders(p)
+        assert state.elect_any_leader(p)
+        state.publish()
     leader_log = p.logs[p.leader]  # type: ignore[index]
     # Followers learn epochs from replicated batches: the leader's entry for an epoch that
     # has no record yet is the only difference Kafka allows.
@@ -149,3 +151,35 @@ def _records(log: object, upper: int) -> list[tuple[int, int, bytes]]:
             if r.offset < upper:
                 out.append((r.offset, b.leader_epoch, r.value))
     return out
+
+
+def test_eligible_leader_replicas_kip966() -> None:
+    state = ClusterState([1, 2, 3])
+    state.create_topic("t", 1, 3, {"min.insync.replicas": "2"})
+    p = state.partition("t", 0)
+    append(state, 2, "x")
+    assert p.logs[1].high_watermark == 2
+    state.stop_broker(3)  # ISR [1, 2] still meets min ISR: 3 is simply out
+    assert (p.isr, p.elr) == ([1, 2], [])
+    state.stop_broker(2)  # below min ISR: 2 keeps its claim in the ELR
+    assert (p.isr, p.elr) == ([1], [2])
+    append(state, 2, "y")  # acks=1 writes are not committed below min ISR
+    assert (p.logs[1].log_end_offset, p.logs[1].high_watermark) == (4, 2)
+    state.stop_broker(1)
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (None, [], [2, 1], [2, 1])
+    state.start_broker(3)  # never eligible: stays a follower of nobody
+    assert p.leader is None
+    state.start_broker(2)  # an ELR member comes back as a clean leader
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (2, [2, 3], [], [])
+    # 3 caught up from 2 and the ISR is back at min ISR: the ELR is cleared.
+    assert p.logs[2].high_watermark == 2 and p.logs[3].log_end_offset == 2
+
+
+def test_without_elr_the_last_isr_member_stays() -> None:
+    state = ClusterState([1, 2])
+    state.elr_enabled = False
+    state.create_topic("t", 1, 2)
+    p = state.partition("t", 0)
+    state.stop_broker(2)
+    state.stop_broker(1)
+    assert (p.leader, p.isr, p.elr) == (None, [1], [])

@@ -11,9 +11,13 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: epochguard {demo,cluster} [options]")
         return 0
     if args[0] == "demo":
-        from epochguard.offsets._demo import run_demo
+        from epochguard.consumer.demo import run_demo
 
-        return run_demo()
+        return run_demo(fast="--fast" in args[1:])
+    if args[0] == "cluster":
+        from epochguard.testing.__main__ import main as cluster_main
+
+        return cluster_main(args[1:], prog="epochguard cluster")
     print(f"epochguard: unknown command {args[0]!r}", file=sys.stderr)
     return 2
 

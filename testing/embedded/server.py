@@ -197,6 +197,7 @@ class EmbeddedServer:
             log.warning("malformed_request", broker=broker_id, api_key=api_key,
                         api_version=version, error=repr(e))
             return False
+        self.state.request_counts[api_key, version] += 1
         faults = self.state.faults
         if faults.take_disconnect(broker_id, api_key):
             return False

@@ -105,3 +105,120 @@ def test_confluent_admin_metadata_sees_stopped_broker_and_new_leader(
     assert p.leader == cluster.leader("t", 0) != leader
     assert leader not in p.isrs
     assert leader not in md.brokers
+
+
+def test_librdkafka_uses_topic_id_fetches_and_offset_for_leader_epoch(
+        cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=3)
+    cluster.append("t", 0, [b"a", b"b"])
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
+                         "enable.auto.commit": False, "log_level": 0})
+    # Seeking with a leader epoch makes librdkafka validate it (OffsetForLeaderEpoch v2+).
+    consumer.assign([TopicPartition("t", 0, 1, leader_epoch=0)])
+    try:
+        deadline = time.monotonic() + 15
+        got = None
+        while got is None and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and not m.error():
+                got = (m.offset(), m.value())
+    finally:
+        consumer.close()
+    assert got == (1, b"b")
+    seen = cluster.requests_seen()
+    fetch_versions = {v for (k, v) in seen if k == 1}
+    assert max(fetch_versions) >= 13, fetch_versions
+    assert any(k == 23 for (k, _) in seen)
+
+
+def test_fetch_by_stale_topic_id_after_recreate(cluster: EmbeddedCluster) -> None:
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    from .wire import Wire
+
+    cluster.create_topic("t")
+    import uuid
+
+    old_id = uuid.UUID(cluster.topic_id("t"))
+    cluster.delete_topic("t")
+    cluster.create_topic("t")
+    leader = cluster.leader("t", 0)
+    assert leader is not None
+    FT = FetchRequest.FetchTopic
+
+    def req(tid: uuid.UUID) -> object:
+        return FetchRequest(
+            version=13, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1000,
+            isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[FT(version=13, topic_id=tid, partitions=[FT.FetchPartition(
+                version=13, partition=0, current_leader_epoch=-1, fetch_offset=0,
+                last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1000)])],
+            forgotten_topics_data=[], rack_id="")
+
+    w = Wire.to(cluster, leader)
+    try:
+        stale = w.call(req(old_id), FetchResponse).responses[0]
+        fresh = w.call(req(uuid.UUID(cluster.topic_id("t"))), FetchResponse).responses[0]
+    finally:
+        w.close()
+    assert stale.topic_id == old_id and stale.partitions[0].error_code == 100
+    assert fresh.partitions[0].error_code == 0
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
+def test_compressed_batches_pass_through(cluster: EmbeddedCluster, codec: str) -> None:
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    cluster.create_topic("t")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                         "compression.type": codec, "linger.ms": 20, "log_level": 0})
+    for i in range(200):
+        producer.produce("t", value=b"value-%d" % i, partition=0, timestamp=1_000 + i)
+    assert producer.flush(10) == 0
+    assert cluster.high_watermark("t", 0) == 200
+    assert len(cluster.replica_log("t", 0, cluster.replicas("t", 0)[1]).batches) < 200
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers,
+                             enable_auto_commit=False)
+    tp = KTopicPartition("t", 0)
+    try:
+        consumer.assign([tp])
+        # By timestamp inside compressed batches: the exact record, not its batch.
+        found = consumer.offsets_for_times({tp: 1_150})[tp]
+        assert found is not None and found.offset == 150
+        consumer.seek(tp, 190)
+        got: list[bytes] = []
+        deadline = time.monotonic() + 15
+        while len(got) < 10 and time.monotonic() < deadline:
+            for recs in consumer.poll(timeout_ms=200).values():
+                got += [r.value for r in recs]
+    finally:
+        consumer.close()
+    assert got == [b"value-%d" % i for i in range(190, 200)]
+
+
+def test_snappy_batches_pass_through_without_a_codec_on_the_broker(
+        cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                         "compression.type": "snappy", "linger.ms": 20, "log_level": 0})
+    for i in range(200):
+        producer.produce("t", value=b"value-%d" % i, partition=0, timestamp=1_000 + i)
+    assert producer.flush(10) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
+                         "enable.auto.commit": False, "log_level": 0})
+    try:
+        (found,) = consumer.offsets_for_times([TopicPartition("t", 0, 1_150)], timeout=10)
+        # Batch granularity: at or before the exact record, never after it.
+        batches = cluster.replica_log("t", 0, cluster.replicas("t", 0)[0]).batches
+        assert found.offset == next(base for base, last, _ in batches if base <= 150 <= last)
+        consumer.assign([TopicPartition("t", 0, 150)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 15
+        while len(got) < 50 and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m.value())
+    finally:
+        consumer.close()
+    assert got == [b"value-%d" % i for i in range(150, 200)]

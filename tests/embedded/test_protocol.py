@@ -102,7 +102,7 @@ def test_api_versions_advertises_registry_and_answers_unsupported_with_error_35(
                                      client_software_version="1"), ApiVersionsResponse)
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert resp.error_code == 0
-    assert keys[0] == (3, 9) and keys[1] == (4, 12) and keys[23] == (2, 4)
+    assert keys[0] == (3, 9) and keys[1] == (4, 16) and keys[23] == (2, 4)
     assert keys[3] == (0, 12) and keys[18] == (0, 3)
     # A version above ours: header v0 and a v0 body with error 35 and the ranges (KIP-511).
     w.send_raw(struct.pack(">ihhi", 10, 18, 99, 77) + struct.pack(">h", -1))
@@ -269,8 +269,8 @@ def test_list_offsets_with_epochs(cluster: EmbeddedCluster) -> None:
     def lo(ts: int, current: int = 1) -> tuple[int, int, int]:
         R = ListOffsetsRequest
         T = R.ListOffsetsTopic
-        req = R(version=6, replica_id=-1, isolation_level=0, topics=[T(version=6, name="t",
-                partitions=[T.ListOffsetsPartition(version=6, partition_index=0,
+        req = R(version=7, replica_id=-1, isolation_level=0, topics=[T(version=7, name="t",
+                partitions=[T.ListOffsetsPartition(version=7, partition_index=0,
                                                    current_leader_epoch=current,
                                                    timestamp=ts)])])
         w = Wire.to(cluster, leader)
@@ -283,6 +283,7 @@ def test_list_offsets_with_epochs(cluster: EmbeddedCluster) -> None:
     assert lo(1_500) == (0, 1, 0)
     assert lo(2_500) == (0, 3, 1)
     assert lo(9_000) == (0, -1, -1)
+    assert lo(-3) == (0, 3, 1)  # the record with the largest timestamp
     assert lo(-1, current=0)[0] == FENCED_LEADER_EPOCH
 
 
@@ -311,3 +312,51 @@ def test_produce_acks_zero_gets_no_response_and_min_isr(cluster: EmbeddedCluster
     p = w.call(produce(1), ProduceResponse).responses[0].partition_responses[0]
     assert (p.error_code, p.base_offset) == (0, 2)
     w.close()
+
+
+def test_a_failing_handler_closes_only_its_connection(cluster: EmbeddedCluster,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from epochguard.testing.embedded import handlers
+
+    entry = handlers.REGISTRY[23]
+
+    async def broken(ctx: Any, request: Any) -> Any:
+        raise RuntimeError("boom")
+
+    cluster.create_topic("t")
+    monkeypatch.setitem(handlers.REGISTRY, 23, handlers.ApiEntry(
+        broken, entry.min_version, entry.max_version, entry.request_class,
+        entry.response_class))
+    w = Wire.to(cluster, 1)
+    R = OffsetForLeaderEpochRequest
+    w.send(R(version=4, replica_id=-1, topics=[]))
+    assert w.closed_by_peer()
+    monkeypatch.setitem(handlers.REGISTRY, 23, entry)
+    leader = cluster.leader("t", 0)
+    assert leader is not None
+    assert oflE(cluster, leader, "t", 0, 0, 0).end_offset == 0
+
+
+def test_describe_topic_partitions_reports_elr(cluster: EmbeddedCluster) -> None:
+    from kafka.protocol.admin import (
+        DescribeTopicPartitionsRequest,
+        DescribeTopicPartitionsResponse,
+    )
+
+    cluster.create_topic("t", replication_factor=2)
+    first, second = cluster.replicas("t", 0)
+    third = next(b for b in cluster.broker_ids if b not in (first, second))
+    cluster.stop_broker(second)
+    cluster.stop_broker(first)
+    req = DescribeTopicPartitionsRequest(
+        version=0, topics=[DescribeTopicPartitionsRequest.TopicRequest(version=0, name="t")],
+        response_partition_limit=100, cursor=None)
+    w = Wire.to(cluster, third)
+    try:
+        (t,) = w.call(req, DescribeTopicPartitionsResponse).topics
+    finally:
+        w.close()
+    (p,) = t.partitions
+    assert (p.leader_id, p.leader_epoch, list(p.isr_nodes)) == (-1, 1, [])
+    assert list(p.eligible_leader_replicas) == [first] == list(p.last_known_elr)
+    assert str(t.topic_id) == cluster.topic_id("t")

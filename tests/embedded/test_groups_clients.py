@@ -315,3 +315,31 @@ def test_silent_member_is_expelled_after_session_timeout(topic: EmbeddedCluster)
         assert j.member_id not in members
     finally:
         w.close()
+
+
+def test_kafka_python_static_member_restart_does_not_rebalance(topic: EmbeddedCluster) -> None:
+    cluster = topic
+
+    def generation() -> int:
+        return int(cluster.call(lambda: cluster.state.groups.groups["g"].generation_id))
+
+    a = kp_consumer(cluster, "kp-a", group_instance_id="static-a")
+    b = kp_consumer(cluster, "kp-b")
+    a2: KafkaConsumer | None = None
+    try:
+        wait_until(lambda: owned_once(kp_assigned(a), kp_assigned(b)),
+                   [lambda: a.poll(50), lambda: b.poll(50)])
+        before_a, before_b, gen = kp_assigned(a), kp_assigned(b), generation()
+        a.close()  # a static member sends no LeaveGroup
+        a2 = kp_consumer(cluster, "kp-a", group_instance_id="static-a")
+        wait_until(lambda: bool(kp_assigned(a2)),  # type: ignore[union-attr]
+                   [lambda: a2.poll(50), lambda: b.poll(50)])  # type: ignore[union-attr]
+        for _ in range(10):
+            b.poll(50)
+        assert kp_assigned(a2) == before_a
+        assert kp_assigned(b) == before_b
+        assert generation() == gen, "a static member's restart keeps the generation"
+    finally:
+        b.close()
+        if a2 is not None:
+            a2.close()

@@ -104,6 +104,10 @@ class EmbeddedCluster:
         """Run ``fn`` on the cluster's loop thread and return its result."""
         return self._call(fn)
 
+    def requests_seen(self) -> dict[tuple[int, int], int]:
+        """How many requests of each (api_key, version) the brokers decoded."""
+        return self._call(lambda: dict(self._state.request_counts))
+
     # -- topics ----------------------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int = 1,

@@ -9,6 +9,7 @@ broker can be staged as a stale leader.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import uuid
 from collections.abc import Callable, Mapping
@@ -144,6 +145,8 @@ class ClusterState:
         self._waiters: list[asyncio.Future[None]] = []
         self._next_producer_id = 1000
         self.auto_create_topics = False
+        # (api_key, version) -> number of requests decoded, for tests to assert on.
+        self.request_counts: collections.Counter[tuple[int, int]] = collections.Counter()
         self.default_partitions = 1
         # Called with (topic, partition) after a replica truncated its log.
         self.on_truncate: list[Callable[[str, int, int, int], None]] = []
@@ -369,16 +372,26 @@ class ClusterState:
         self._update_hw(p)
 
     def _update_hw(self, p: PartitionState) -> None:
+        """HW = min LEO over the ISR, counting only followers that follow this leader now.
+
+        An ISR member that has not learnt about the current epoch yet (metadata delay) has
+        not fetched from this leader, so the high watermark waits for it, as in Kafka.
+        """
         if p.leader is None:
             return
         llog = p.logs[p.leader]
-        members = [r for r in p.isr if r in p.logs]
-        hw = min(p.logs[r].log_end_offset for r in members) if members else llog.log_end_offset
-        hw = min(hw, llog.log_end_offset)
+        hw = llog.log_end_offset
+        for r in p.isr:
+            if r == p.leader:
+                continue
+            if self._follower_ready(p, r):
+                hw = min(hw, p.logs[r].log_end_offset)
+            else:
+                hw = min(hw, llog.high_watermark)
         if hw > llog.high_watermark:
             llog.high_watermark = hw
         for r in p.replicas:
-            if r != p.leader and r in p.isr:
+            if r != p.leader and r in p.isr and self._follower_ready(p, r):
                 flog = p.logs[r]
                 flog.high_watermark = min(llog.high_watermark, flog.log_end_offset)
         self.notify_data()

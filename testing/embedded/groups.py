@@ -403,6 +403,7 @@ class GroupCoordinator:
 
     def _update_member_and_rebalance(self, group: Group, member: Member, req: JoinRequest,
                                      now_ms: int, respond: JoinCallback) -> None:
+        same_protocols = member.protocols == req.protocols
         if member.join_callback is not None:
             # A retried JoinGroup supersedes the one still held; that one is told to retry.
             member.join_callback(JoinResult(REBALANCE_IN_PROGRESS, member_id=member.member_id))
@@ -411,6 +412,9 @@ class GroupCoordinator:
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.join_callback = respond
         member.last_heartbeat_ms = now_ms
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            log.info("group_member_rejoined", group=group.group_id, member_id=member.member_id,
+                     state=group.state.value, protocols_changed=not same_protocols)
         self._maybe_prepare_rebalance(group, now_ms, reason="member_rejoined")
         self._try_complete_join(group, now_ms)
 

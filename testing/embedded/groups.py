@@ -37,9 +37,11 @@ UNKNOWN_MEMBER_ID = 25
 INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
 INVALID_REQUEST = 42
+NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
 MEMBER_ID_REQUIRED = 79
 FENCED_INSTANCE_ID = 82
+GROUP_SUBSCRIBED_TO_TOPIC = 86
 
 NO_GENERATION = -1
 NO_MEMBER_ID = ""
@@ -687,6 +689,36 @@ class GroupCoordinator:
             for tp in [tp for tp in group.offsets if tp[0] == topic]:
                 del group.offsets[tp]
 
+    def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition],
+                       ) -> tuple[int, dict[TopicPartition, int]]:
+        """OffsetDelete: drop commits unless an active member subscribes to the topic."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return GROUP_ID_NOT_FOUND, {}
+        subscribed: set[str] = set()
+        if group.state is not GroupState.EMPTY and group.protocol_type == "consumer":
+            for m in group.members.values():
+                subscribed |= consumer_subscription(m.metadata_for(group.protocol_name or ""))
+        out: dict[TopicPartition, int] = {}
+        for tp in partitions:
+            if tp[0] in subscribed:
+                out[tp] = GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                group.offsets.pop(tp, None)
+                out[tp] = NONE
+        return NONE, out
+
+    def delete_group(self, group_id: str) -> int:
+        """DeleteGroups: only a group without members can go (with its offsets)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return GROUP_ID_NOT_FOUND
+        if group.members or group.state is not GroupState.EMPTY:
+            return NON_EMPTY_GROUP
+        del self.groups[group_id]
+        log.info("group_deleted", group=group_id)
+        return NONE
+
     # -- admin -----------------------------------------------------------------------------
 
     def describe(self, group_id: str) -> GroupDescription | None:
@@ -709,3 +741,23 @@ class GroupCoordinator:
             if d is not None:
                 out.append(d)
         return out
+
+
+def consumer_subscription(metadata: bytes) -> set[str]:
+    """Topics of a ``consumer`` protocol subscription (every version starts with
+    ``int16 version, array of string topics``); empty when it cannot be parsed."""
+    try:
+        pos = 2
+        count = int.from_bytes(metadata[pos:pos + 4], "big", signed=True)
+        pos += 4
+        topics = set()
+        for _ in range(max(count, 0)):
+            n = int.from_bytes(metadata[pos:pos + 2], "big", signed=True)
+            pos += 2
+            if n < 0 or pos + n > len(metadata):
+                return set()
+            topics.add(metadata[pos:pos + n].decode())
+            pos += n
+        return topics
+    except (UnicodeDecodeError, ValueError):
+        return set()

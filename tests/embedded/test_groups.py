@@ -470,3 +470,37 @@ def attrs_evolve(req: JoinRequest, **changes: object) -> JoinRequest:
     import attrs
 
     return attrs.evolve(req, **changes)  # type: ignore[arg-type]
+
+
+def subscription(*topics: str) -> bytes:
+    out = (1).to_bytes(2, "big") + len(topics).to_bytes(4, "big")
+    for t in topics:
+        out += len(t).to_bytes(2, "big") + t.encode()
+    return out + b"\xff\xff\xff\xff"  # null user data
+
+
+def test_consumer_subscription_parsing() -> None:
+    assert g.consumer_subscription(subscription("a", "bb")) == {"a", "bb"}
+    assert g.consumer_subscription(b"") == set()
+    assert g.consumer_subscription(b"\x00\x00\x00\x00\x00\x01\x00\x09ab") == set()
+
+
+def test_delete_offsets_refused_for_subscribed_topics(coord: GroupCoordinator) -> None:
+    box = Box()
+    coord.join(JoinRequest("G", "", SESSION, REBALANCE, "consumer",
+                           (("range", subscription("t")),), require_known_member_id=False),
+               0, box)
+    m = box.join.member_id
+    sync(coord, 1, m, 1, {m: b""})
+    co = {("t", 0): CommittedOffset(1), ("u", 0): CommittedOffset(2)}
+    coord.commit_offsets("G", 1, m, None, co, 2)
+    err, res = coord.delete_offsets("G", [("t", 0), ("u", 0)])
+    assert (err, res) == (g.NONE, {("t", 0): g.GROUP_SUBSCRIBED_TO_TOPIC, ("u", 0): g.NONE})
+    assert set(coord.fetch_offsets("G", None)) == {("t", 0)}
+    assert coord.delete_offsets("nope", [("t", 0)]) == (g.GROUP_ID_NOT_FOUND, {})
+    assert coord.delete_group("G") == g.NON_EMPTY_GROUP
+    coord.leave("G", [(m, None)], 3)
+    assert coord.delete_offsets("G", [("t", 0)]) == (g.NONE, {("t", 0): g.NONE})
+    assert coord.delete_group("G") == g.NONE
+    assert coord.delete_group("G") == g.GROUP_ID_NOT_FOUND
+    assert coord.fetch_offsets("G", None) == {}

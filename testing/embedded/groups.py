@@ -450,10 +450,13 @@ class GroupCoordinator:
                          member_id=m.member_id, reason="not_rejoined")
                 self._remove_member(group, m.member_id)
         joined = [m for m in group.members.values() if m.awaiting_join]
-        if group.leader_id not in {m.member_id for m in joined} and joined:
+        if joined and group.leader_id not in {m.member_id for m in joined}:
             group.leader_id = joined[0].member_id
+        elif group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members), None)
         group.generation_id += 1
-        if joined:
+        # Static members that did not rejoin stay members (KIP-345) until their session ends.
+        if group.members:
             group.protocol_name = group.select_protocol()
             group.state = GroupState.COMPLETING_REBALANCE
         else:

@@ -504,3 +504,21 @@ def test_delete_offsets_refused_for_subscribed_topics(coord: GroupCoordinator) -
     assert coord.delete_group("G") == g.NONE
     assert coord.delete_group("G") == g.GROUP_ID_NOT_FOUND
     assert coord.fetch_offsets("G", None) == {}
+
+
+def test_only_silent_static_members_left_keeps_group_non_empty(coord: GroupCoordinator) -> None:
+    s = join(coord, 0, instance="i-1", client="s").join.member_id
+    sync(coord, 1, s, 1, {s: b"S"})
+    d, jd = new_member(coord, 2, client="d")
+    coord.leave("G", [(d, None)], 3)
+    assert jd.join.error_code == g.UNKNOWN_MEMBER_ID
+    # The static member heartbeats but never rejoins; the rebalance times out around it.
+    for t in range(1000, REBALANCE + 2000, 1000):
+        coord.heartbeat("G", 1, s, "i-1", t)
+        coord.tick(t)
+    grp = coord.groups["G"]
+    assert grp.state is GroupState.COMPLETING_REBALANCE
+    assert (grp.generation_id, grp.leader_id) == (2, s)
+    assert coord.heartbeat("G", 2, s, "i-1", REBALANCE + 1500) == g.NONE
+    coord.tick(REBALANCE + 1500 + SESSION)
+    assert coord.groups["G"].members == {}

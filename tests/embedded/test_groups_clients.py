@@ -91,6 +91,13 @@ class KpMember:
     def _run(self) -> None:
         try:
             consumer = KafkaConsumer(TOPIC, **self._config)
+            # Know the topic before the first JoinGroup: otherwise the leader assigns nothing,
+            # rejoins as soon as metadata arrives, and each extra round trip is another
+            # chance for the race above.
+            deadline = time.monotonic() + 20
+            while not consumer.partitions_for_topic(TOPIC):
+                assert time.monotonic() < deadline, "no metadata for the topic"
+                time.sleep(0.05)
         except BaseException as e:
             self._started.set_exception(e)
             return

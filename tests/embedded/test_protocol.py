@@ -269,8 +269,8 @@ def test_list_offsets_with_epochs(cluster: EmbeddedCluster) -> None:
     def lo(ts: int, current: int = 1) -> tuple[int, int, int]:
         R = ListOffsetsRequest
         T = R.ListOffsetsTopic
-        req = R(version=6, replica_id=-1, isolation_level=0, topics=[T(version=6, name="t",
-                partitions=[T.ListOffsetsPartition(version=6, partition_index=0,
+        req = R(version=7, replica_id=-1, isolation_level=0, topics=[T(version=7, name="t",
+                partitions=[T.ListOffsetsPartition(version=7, partition_index=0,
                                                    current_leader_epoch=current,
                                                    timestamp=ts)])])
         w = Wire.to(cluster, leader)
@@ -283,6 +283,7 @@ def test_list_offsets_with_epochs(cluster: EmbeddedCluster) -> None:
     assert lo(1_500) == (0, 1, 0)
     assert lo(2_500) == (0, 3, 1)
     assert lo(9_000) == (0, -1, -1)
+    assert lo(-3) == (0, 3, 1)  # the record with the largest timestamp
     assert lo(-1, current=0)[0] == FENCED_LEADER_EPOCH
 
 
@@ -311,3 +312,26 @@ def test_produce_acks_zero_gets_no_response_and_min_isr(cluster: EmbeddedCluster
     p = w.call(produce(1), ProduceResponse).responses[0].partition_responses[0]
     assert (p.error_code, p.base_offset) == (0, 2)
     w.close()
+
+
+def test_a_failing_handler_closes_only_its_connection(cluster: EmbeddedCluster,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from epochguard.testing.embedded import handlers
+
+    entry = handlers.REGISTRY[23]
+
+    async def broken(ctx: Any, request: Any) -> Any:
+        raise RuntimeError("boom")
+
+    cluster.create_topic("t")
+    monkeypatch.setitem(handlers.REGISTRY, 23, handlers.ApiEntry(
+        broken, entry.min_version, entry.max_version, entry.request_class,
+        entry.response_class))
+    w = Wire.to(cluster, 1)
+    R = OffsetForLeaderEpochRequest
+    w.send(R(version=4, replica_id=-1, topics=[]))
+    assert w.closed_by_peer()
+    monkeypatch.setitem(handlers.REGISTRY, 23, entry)
+    leader = cluster.leader("t", 0)
+    assert leader is not None
+    assert oflE(cluster, leader, "t", 0, 0, 0).end_offset == 0

@@ -90,6 +90,8 @@ def _build(ctx: RequestContext, request: Any,
                 pv = view.partition(name, fp.partition)
                 if pv is not None:
                     leader_id, leader_epoch = pv.leader, pv.leader_epoch
+            if error:
+                hw = lso = start = -1  # as Kafka: offsets are unknown with an error
             errors = errors or bool(error) or diverging is not None
             part = P(version=v, partition_index=fp.partition, error_code=error,
                      high_watermark=hw, last_stable_offset=lso, log_start_offset=start,

@@ -1,0 +1,151 @@
+"""The controller and in-process replication, driven without the network."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from epochguard.testing.embedded.records import build_batch
+from epochguard.testing.embedded.state import ClusterState, EmbeddedClusterError
+
+
+def append(state: ClusterState, n: int, tag: str) -> None:
+    p = state.partition("t", 0)
+    assert p.leader is not None
+    for i in range(n):
+        state.append(p, p.leader, build_batch([f"{tag}{i}".encode()]), p.leader_epoch)
+
+
+def test_follower_with_an_epoch_the_new_leader_never_had_truncates_kip279() -> None:
+    state = ClusterState([1, 2, 3])
+    truncations: list[tuple[str, int, int, int]] = []
+    state.on_truncate.append(lambda *args: truncations.append(args))
+    state.create_topic("t", 1, 3)
+    p = state.partition("t", 0)
+    assert (p.leader, p.replicas) == (1, [1, 2, 3])
+    append(state, 5, "e0-")  # 0..4 everywhere
+    state.stop_broker(3)
+    append(state, 2, "e0-only12-")  # 5..6 on 1 and 2
+    state.stop_broker(1)  # clean: 2 leads at epoch 1
+    assert (p.leader, p.leader_epoch) == (2, 1)
+    append(state, 2, "e1-")  # 7..8 on 2 only
+    state.stop_broker(2)  # leaderless, epoch 2; ISR keeps its last member
+    assert (p.leader, p.leader_epoch, p.isr) == (None, 2, [2])
+    state.start_broker(3)
+    assert p.leader is None  # out of sync and unclean election disabled
+    state.elect_leader("t", 0, 3, unclean=True)  # epoch 3 with only 0..4
+    append(state, 5, "e3-")  # 5..9
+    state.start_broker(1)
+    state.start_broker(2)
+    leader_log = p.logs[3]
+    for b in (1, 2):
+        assert p.logs[b].epoch_cache == leader_log.epoch_cache
+        assert p.logs[b].read(0, 10**6) == leader_log.read(0, 10**6)
+    assert [(e.epoch, e.start_offset) for e in leader_log.epoch_cache] == [(0, 0), (3, 5)]
+    # Broker 1 held epoch 0 up to 7; broker 2 held epoch 1 (which 3 never had) up to 9:
+    # both go back to 5, where epoch 0 ends on the new leader.
+    assert sorted(truncations) == [("t", 0, 1, 5), ("t", 0, 2, 5)]
+    assert sorted(p.isr) == [1, 2, 3]
+    assert leader_log.high_watermark == 10
+
+
+def test_min_isr_and_clean_election_rules() -> None:
+    state = ClusterState([1, 2])
+    state.create_topic("t", 1, 2, {"min.insync.replicas": "2"})
+    with pytest.raises(EmbeddedClusterError, match="already exists"):
+        state.create_topic("t", 1, 2)
+    with pytest.raises(EmbeddedClusterError, match="replication factor"):
+        state.create_topic("u", 1, 3)
+    p = state.partition("t", 0)
+    state.stop_broker(2)
+    assert p.isr == [1]
+    with pytest.raises(EmbeddedClusterError, match="not running"):
+        state.elect_leader("t", 0, 2, unclean=True)
+    state.start_broker(2)
+    assert sorted(p.isr) == [1, 2]  # caught up at once: nothing was written
+    assert state.delete_records("t", 0, -1) == 0
+
+
+# -- random fault sequences: replicas converge, clean elections never lose committed data ----
+
+BROKERS = [1, 2, 3]
+fault_ops = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 3)),
+    st.tuples(st.sampled_from(["stop", "start", "elect", "elect_unclean", "pause", "resume"]),
+              st.sampled_from(BROKERS)),
+), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fault_ops, st.booleans())
+def test_random_faults_converge_and_clean_elections_keep_committed_records(
+        ops: list[tuple[str, int]], min_isr_two: bool) -> None:
+    state = ClusterState(BROKERS)
+    config = {"min.insync.replicas": "2"} if min_isr_two else {}
+    state.create_topic("t", 1, 3, config)
+    p = state.partition("t", 0)
+    committed: dict[int, bytes] = {}
+    unclean = False
+    counter = 0
+    for op, arg in ops:
+        try:
+            if op == "append" and p.leader is not None:
+                for _ in range(arg):
+                    counter += 1
+                    state.append(p, p.leader, build_batch([b"v%d" % counter]), p.leader_epoch)
+            elif op == "stop":
+                state.stop_broker(arg)
+            elif op == "start":
+                state.start_broker(arg)
+            elif op == "elect":
+                state.elect_leader("t", 0, arg, unclean=False)
+            elif op == "elect_unclean":
+                unclean = unclean or arg not in p.isr
+                state.elect_leader("t", 0, arg, unclean=True)
+            elif op == "pause":
+                state.pause_replication(arg)
+            elif op == "resume":
+                state.resume_replication(arg)
+        except EmbeddedClusterError:
+            pass
+        if p.leader is not None:
+            leader_log = p.logs[p.leader]
+            assert leader_log.high_watermark <= leader_log.log_end_offset
+            assert p.leader in p.isr
+            for off, _, value in _records(leader_log, leader_log.high_watermark):
+                committed.setdefault(off, value)
+    # Heal: every broker up and fetching; elect someone if nobody leads.
+    for b in BROKERS:
+        state.resume_replication(b)
+        state.start_broker(b)
+    if p.leader is None:
+        unclean = unclean or not any(b in p.isr for b in BROKERS)
+        state.elect_leader("t", 0, p.isr[0], unclean=False)
+    leader_log = p.logs[p.leader]  # type: ignore[index]
+    # Followers learn epochs from replicated batches: the leader's entry for an epoch that
+    # has no record yet is the only difference Kafka allows.
+    with_records = [e for e in leader_log.epoch_cache
+                    if e.start_offset < leader_log.log_end_offset]
+    for b in BROKERS:
+        assert p.logs[b].read(0, 10**9) == leader_log.read(0, 10**9)
+        if b != p.leader:
+            assert p.logs[b].epoch_cache == with_records
+    assert sorted(p.isr) == BROKERS
+    assert leader_log.high_watermark == leader_log.log_end_offset
+    if not unclean:
+        final = {off: value for off, _, value in _records(leader_log, 10**9)}
+        for off, value in committed.items():
+            assert final.get(off) == value, f"committed offset {off} lost"
+
+
+def _records(log: object, upper: int) -> list[tuple[int, int, bytes]]:
+    from kafka.record.default_records import DefaultRecordBatch
+
+    out = []
+    for raw in log.batches_from(0):  # type: ignore[attr-defined]
+        b = DefaultRecordBatch(raw)
+        for r in b:
+            if r.offset < upper:
+                out.append((r.offset, b.leader_epoch, r.value))
+    return out

@@ -139,6 +139,7 @@ class RdkMember:
 
     def __init__(self, cluster: EmbeddedCluster, client_id: str, strategy: str) -> None:
         self.assigned: set[tuple[str, int]] = set()
+        self.incremental = strategy == "cooperative-sticky"
         self.consumer = Consumer({
             "bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
             "client.id": client_id, "partition.assignment.strategy": strategy,
@@ -147,10 +148,13 @@ class RdkMember:
         self.consumer.subscribe([TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     def _on_assign(self, _c: Any, parts: list[CTopicPartition]) -> None:
-        self.assigned = {(p.topic, p.partition) for p in parts}
+        got = {(p.topic, p.partition) for p in parts}
+        # Cooperative (KIP-429) callbacks carry only the partitions added or removed.
+        self.assigned = self.assigned | got if self.incremental else got
 
-    def _on_revoke(self, _c: Any, _parts: list[CTopicPartition]) -> None:
-        self.assigned = set()
+    def _on_revoke(self, _c: Any, parts: list[CTopicPartition]) -> None:
+        lost = {(p.topic, p.partition) for p in parts}
+        self.assigned = self.assigned - lost if self.incremental else set()
 
     def poll(self) -> None:
         m = self.consumer.poll(0.05)
@@ -251,13 +255,15 @@ def test_confluent_group_commits_epochs(topic: EmbeddedCluster,
     assert max(versions(api_log, "rdk-b", 9)) >= 5
 
 
-@pytest.mark.parametrize("strategy", ["range", "roundrobin"])
+@pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
 def test_mixed_kafka_python_and_librdkafka_group(topic: EmbeddedCluster, strategy: str) -> None:
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
     from kafka.coordinator.assignors.range import RangePartitionAssignor
     from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
     cluster = topic
-    assignor = RangePartitionAssignor if strategy == "range" else RoundRobinPartitionAssignor
+    assignor = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
+                "cooperative-sticky": CooperativeStickyAssignor}[strategy]
     kp = KpMember(cluster, "kp", partition_assignment_strategy=[assignor])
     rdk: RdkMember | None = None
     try:

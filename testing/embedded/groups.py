@@ -206,6 +206,10 @@ class Group:
     static_members: dict[str, str] = attrs.field(factory=dict)
     offsets: dict[TopicPartition, CommittedOffset] = attrs.field(factory=dict)
     rebalance_deadline_ms: int = 0
+    # Members of the current generation that have not sent SyncGroup yet, and until when
+    # they may (Kafka's pending-sync timeout: the rebalance timeout).
+    pending_sync: set[str] = attrs.field(factory=set)
+    sync_deadline_ms: int = 0
 
     def is_static_member_fenced(self, instance_id: str | None, member_id: str) -> bool:
         if instance_id is None:
@@ -326,7 +330,11 @@ class GroupCoordinator:
             member.join_callback = respond
             self._try_complete_join(group, now_ms)
             return
-        if group.state is GroupState.STABLE and group.select_protocol() != group.protocol_name:
+        if group.state is GroupState.COMPLETING_REBALANCE or (
+                group.state is GroupState.STABLE
+                and group.select_protocol() != group.protocol_name):
+            # Mid-rebalance the leader may already be assigning to the old member id, so
+            # (like Kafka) start over rather than leave the new id without an assignment.
             member.join_callback = respond
             self._maybe_prepare_rebalance(group, now_ms, reason="static_member_protocols")
             self._try_complete_join(group, now_ms)
@@ -433,6 +441,7 @@ class GroupCoordinator:
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
         group.rebalance_deadline_ms = now_ms + timeout
         group.state = GroupState.PREPARING_REBALANCE
+        group.pending_sync.clear()
         log.info("group_rebalance_started", group=group.group_id,
                  generation=group.generation_id, reason=reason, members=len(group.members))
 
@@ -459,6 +468,9 @@ class GroupCoordinator:
         if group.members:
             group.protocol_name = group.select_protocol()
             group.state = GroupState.COMPLETING_REBALANCE
+            group.pending_sync = set(group.members)
+            group.sync_deadline_ms = now_ms + max(m.rebalance_timeout_ms
+                                                  for m in group.members.values())
         else:
             group.protocol_type = None
             group.protocol_name = None
@@ -499,6 +511,7 @@ class GroupCoordinator:
             return
         if group.state is GroupState.STABLE:
             member.last_heartbeat_ms = now_ms
+            group.pending_sync.discard(member.member_id)
             respond(SyncResult(NONE, group.protocol_type, group.protocol_name,
                                member.assignment))
             return
@@ -509,6 +522,7 @@ class GroupCoordinator:
             member.sync_callback(SyncResult(REBALANCE_IN_PROGRESS))
         member.sync_callback = respond
         member.last_heartbeat_ms = now_ms
+        group.pending_sync.discard(member.member_id)
         if req.member_id != group.leader_id:
             return
         given = dict(req.assignments)
@@ -591,6 +605,7 @@ class GroupCoordinator:
         member = group.members.pop(member_id, None)
         if member is None:
             return
+        group.pending_sync.discard(member_id)
         if (member.group_instance_id is not None
                 and group.static_members.get(member.group_instance_id) == member_id):
             del group.static_members[member.group_instance_id]
@@ -627,6 +642,14 @@ class GroupCoordinator:
                     and group.rebalance_deadline_ms <= now_ms):
                 group.pending_members.clear()
                 self._complete_join(group, now_ms)
+            if (group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)
+                    and group.pending_sync and group.sync_deadline_ms <= now_ms):
+                late, group.pending_sync = group.pending_sync, set()
+                for mid in sorted(late):
+                    if mid in group.members:
+                        log.info("group_member_removed", group=group.group_id,
+                                 member_id=mid, reason="sync_timeout")
+                        self._remove_member_and_update(group, mid, now_ms)
 
     # -- offsets ---------------------------------------------------------------------------
 
@@ -728,11 +751,13 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return None
+        # Like Kafka, metadata, assignments and the protocol only for a Stable group.
         stable = group.state is GroupState.STABLE
         proto = group.protocol_name or ""
         members = tuple(
             MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                              m.metadata_for(proto), m.assignment if stable else b"")
+                              m.metadata_for(proto) if stable else b"",
+                              m.assignment if stable else b"")
             for m in group.members.values())
         return GroupDescription(group.group_id, group.state, group.protocol_type or "",
                                 proto if stable else "", members)

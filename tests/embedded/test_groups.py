@@ -522,3 +522,50 @@ def test_only_silent_static_members_left_keeps_group_non_empty(coord: GroupCoord
     assert coord.heartbeat("G", 2, s, "i-1", REBALANCE + 1500) == g.NONE
     coord.tick(REBALANCE + 1500 + SESSION)
     assert coord.groups["G"].members == {}
+
+
+def test_leader_that_never_syncs_is_removed_at_the_sync_deadline(
+        coord: GroupCoordinator) -> None:
+    a, _ja = new_member(coord, 0, client="a", rebalance=5000)
+    b, _jb = new_member(coord, 1, client="b", rebalance=5000)
+    join(coord, 2, member_id=a, client="a", rebalance=5000)
+    gen = coord.groups["G"].generation_id
+    leader = coord.groups["G"].leader_id
+    follower = b if leader == a else a
+    waiting = sync(coord, 3, follower, gen)
+    # The leader keeps heartbeating but never sends SyncGroup.
+    for t in range(500, 5000, 500):
+        assert coord.heartbeat("G", gen, leader or "", None, t) == g.NONE
+        coord.tick(t)
+    assert not waiting.done
+    coord.tick(5002)
+    assert waiting.sync.error_code == g.REBALANCE_IN_PROGRESS
+    assert set(coord.groups["G"].members) == {follower}
+    assert coord.groups["G"].state is GroupState.PREPARING_REBALANCE
+
+
+def test_follower_that_never_syncs_is_removed_after_the_group_is_stable(
+        coord: GroupCoordinator) -> None:
+    a, _ = new_member(coord, 0, client="a", rebalance=5000)
+    b, _jb = new_member(coord, 1, client="b", rebalance=5000)
+    ja = join(coord, 2, member_id=a, client="a", rebalance=5000)
+    gen = ja.join.generation_id
+    assert sync(coord, 3, a, gen, {a: b"A", b: b"B"}).sync.assignment == b"A"
+    assert coord.groups["G"].state is GroupState.STABLE
+    coord.tick(4000)
+    assert coord.groups["G"].members.keys() == {a, b}
+    coord.tick(5003)
+    assert set(coord.groups["G"].members) == {a}
+
+
+def test_static_member_restart_mid_rebalance_starts_over(coord: GroupCoordinator) -> None:
+    s = join(coord, 0, instance="i-1", client="s").join.member_id
+    sync(coord, 1, s, 1, {s: b""})
+    d, _jd = new_member(coord, 2, client="d")
+    js = join(coord, 3, member_id=s, instance="i-1", client="s")
+    assert coord.groups["G"].state is GroupState.COMPLETING_REBALANCE
+    again = join(coord, 4, instance="i-1", client="s")
+    assert not again.done
+    assert coord.groups["G"].state is GroupState.PREPARING_REBALANCE
+    jd2 = join(coord, 5, member_id=d, client="d")
+    assert again.join.generation_id == jd2.join.generation_id == js.join.generation_id + 1

@@ -478,3 +478,34 @@ def test_group_survives_its_coordinator_broker_stopping(topic: EmbeddedCluster,
         assert state[1][("t", 0)].offset == 2
     finally:
         close()
+
+
+def test_kafka_python_drops_a_join_result_that_arrives_between_polls(
+        topic: EmbeddedCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured kafka-python 3.0.12 behaviour that group tests must work around (see
+    KpMember): when poll() times out while JoinGroup is in flight and the response arrives
+    before the next poll(), that next poll sends a new JoinGroup instead of using it."""
+    cluster = topic
+    joins: list[str] = []
+    entry = REGISTRY[11]
+
+    async def slow_join(ctx: RequestContext, request: Any) -> Any:
+        if request.member_id:
+            joins.append(request.member_id)
+            await asyncio.sleep(0.3)
+        return await entry.handler(ctx, request)
+
+    monkeypatch.setitem(REGISTRY, 11, ApiEntry(slow_join, entry.min_version, entry.max_version,
+                                               entry.request_class, entry.response_class))
+    c = KafkaConsumer(TOPIC, bootstrap_servers=cluster.bootstrap_servers, group_id="g",
+                      enable_auto_commit=False, **GROUP_TIMEOUTS)
+    try:
+        wait_until(lambda: bool(c.partitions_for_topic(TOPIC)))
+        wait_until(lambda: bool(joins), [lambda: c.poll(timeout_ms=50)], seconds=10)
+        time.sleep(1.0)  # the held JoinGroup completes while nobody polls
+        wait_until(lambda: bool(c.assignment()), [lambda: c.poll(timeout_ms=1000)],
+                   seconds=10)
+    finally:
+        c.close()
+    # The same member joined twice: the first, completed, JoinGroup was thrown away.
+    assert len(joins) == 2 and joins[0] == joins[1], joins

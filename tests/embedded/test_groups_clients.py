@@ -207,7 +207,7 @@ def test_kafka_python_two_members_rebalance_join_and_leave(
         epoch = cluster.leader_epoch(TOPIC, tp.partition)
         b.call(lambda c: c.commit({tp: OffsetAndMetadata(3, "from-b", epoch)}))
         assert a.call(lambda c: c.committed(tp)) == 3
-        got = a.call(lambda c: c._coordinator.fetch_committed_offsets([tp]))[tp]
+        got = a.call(lambda c: c.committed(tp, metadata=True))
         assert (got.offset, got.metadata, got.leader_epoch) == (3, "from-b", epoch)
 
         b.close()
@@ -334,7 +334,7 @@ def test_kafka_python_assign_commit_is_a_simple_commit(topic: EmbeddedCluster) -
         tp = TopicPartition(TOPIC, 1)
         c.assign([tp])
         c.commit({tp: OffsetAndMetadata(4, "", 0)})
-        got = c._coordinator.fetch_committed_offsets([tp])[tp]
+        got = c.committed(tp, metadata=True)
         assert (got.offset, got.leader_epoch) == (4, 0)
     finally:
         c.close()

@@ -46,11 +46,13 @@ class EmbeddedCluster:
     """
 
     def __init__(self, brokers: int = 3, *, first_broker_id: int = 1,
-                 auto_create_topics: bool = False) -> None:
+                 auto_create_topics: bool = False, fetch_sessions: bool = True) -> None:
         if brokers < 1:
             raise ValueError("an EmbeddedCluster needs at least one broker")
         self._state = ClusterState(list(range(first_broker_id, first_broker_id + brokers)))
         self._state.auto_create_topics = auto_create_topics
+        # Off: every Fetch is answered in full (session id 0), as a broker without KIP-227.
+        self._state.fetch_sessions_enabled = fetch_sessions
         self._server = EmbeddedServer(self._state)
         self._started = False
         self._closed = False

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import structlog
 
+from epochguard.testing.embedded.fetch_sessions import FetchSessionCache
 from epochguard.testing.embedded.partition_log import UNDEFINED_EPOCH_OFFSET, PartitionLog
 
 if TYPE_CHECKING:
@@ -90,6 +91,7 @@ class BrokerState:
     view: MetadataImage = EMPTY_IMAGE
     # Replication to this broker is paused (a lagging follower): it drops out of ISRs.
     replication_paused: bool = False
+    fetch_sessions: FetchSessionCache = attrs.field(factory=FetchSessionCache)
 
 
 @attrs.define(eq=False)
@@ -143,6 +145,8 @@ class ClusterState:
         self._waiters: list[asyncio.Future[None]] = []
         self._next_producer_id = 1000
         self.auto_create_topics = False
+        # KIP-227 incremental fetch sessions, on as in Kafka.
+        self.fetch_sessions_enabled = True
         # (api_key, version) -> number of requests decoded, for tests to assert on.
         self.request_counts: collections.Counter[tuple[int, int]] = collections.Counter()
         self.default_partitions = 1
@@ -473,6 +477,7 @@ class ClusterState:
         if not b.alive:
             return
         b.alive = False
+        b.fetch_sessions.clear()
         for t in self.topics.values():
             for p in t.partitions.values():
                 if broker_id not in p.replicas:

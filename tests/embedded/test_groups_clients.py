@@ -509,3 +509,34 @@ def test_kafka_python_drops_a_join_result_that_arrives_between_polls(
         c.close()
     # The same member joined twice: the first, completed, JoinGroup was thrown away.
     assert len(joins) == 2 and joins[0] == joins[1], joins
+
+
+def test_injected_not_coordinator_is_retried_by_clients(topic: EmbeddedCluster) -> None:
+    """Fault rules reach the group APIs: a NOT_COORDINATOR on OffsetCommit sends
+    kafka-python and librdkafka back to FindCoordinator, and the retried commit lands."""
+    cluster = topic
+    tp = TopicPartition(TOPIC, 2)
+    c = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id="k",
+                      enable_auto_commit=False)
+    try:
+        c.assign([tp])
+        cluster.faults.inject_error(8, 16, count=1)
+        c.commit({tp: OffsetAndMetadata(6, "", 0)})
+        assert c.committed(tp) == 6
+    finally:
+        c.close()
+    cluster.faults.inject_error(8, 16, count=1)
+    r = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "r",
+                  "log_level": 0})
+    try:
+        r.commit(offsets=[CTopicPartition(TOPIC, 2, 8, leader_epoch=0)], asynchronous=False)
+        [got] = r.committed([CTopicPartition(TOPIC, 2)], timeout=10)
+        assert (got.offset, got.leader_epoch) == (8, 0)
+    finally:
+        r.close()
+    # Each client sent its commit twice: the first one got the injected error.
+    commits = sum(n for (key, _), n in cluster.requests_seen().items() if key == 8)
+    assert commits == 4
+    stored = cluster.call(lambda: (cluster.state.groups.fetch_offsets("k", [(TOPIC, 2)]),
+                                   cluster.state.groups.fetch_offsets("r", [(TOPIC, 2)])))
+    assert stored[0][(TOPIC, 2)].offset == 6 and stored[1][(TOPIC, 2)].offset == 8

@@ -1,0 +1,275 @@
+"""``EmbeddedCluster``: the control API, called from the test thread."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Self, TypeVar
+
+import attrs
+
+from epochguard.testing.embedded.faults import Faults
+from epochguard.testing.embedded.partition_log import EpochEntry, PartitionLog, batch_epoch
+from epochguard.testing.embedded.records import Record, build_batch
+from epochguard.testing.embedded.server import EmbeddedServer
+from epochguard.testing.embedded.state import ClusterState, EmbeddedClusterError, TopicState
+
+__all__ = ["EmbeddedCluster", "EmbeddedClusterError", "ReplicaLog"]
+
+T = TypeVar("T")
+
+
+@attrs.frozen
+class ReplicaLog:
+    """A snapshot of one replica's log, for assertions."""
+
+    broker: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    epoch_cache: tuple[EpochEntry, ...]
+    batches: tuple[tuple[int, int, int], ...]  # (base offset, last offset, leader epoch)
+
+
+class EmbeddedCluster:
+    """A pure-Python multi-broker Kafka-protocol cluster with per-replica logs.
+
+    Brokers listen on 127.0.0.1 (free ports); all state lives on one event loop in a
+    background thread and every method here marshals onto it. Implements
+    :class:`epochguard.testing.cluster.Cluster`.
+    """
+
+    def __init__(self, brokers: int = 3, *, first_broker_id: int = 1,
+                 auto_create_topics: bool = False) -> None:
+        if brokers < 1:
+            raise ValueError("an EmbeddedCluster needs at least one broker")
+        self._state = ClusterState(list(range(first_broker_id, first_broker_id + brokers)))
+        self._state.auto_create_topics = auto_create_topics
+        self._server = EmbeddedServer(self._state)
+        self._started = False
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        if self._closed:
+            raise EmbeddedClusterError("the cluster was closed")
+        if not self._started:
+            self._server.start()
+            self._started = True
+        return self
+
+    def close(self) -> None:
+        if self._started and not self._closed:
+            self._server.close()
+        self._closed = True
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        if not self._started or self._closed:
+            raise EmbeddedClusterError("the cluster is not running (call start())")
+        return self._server.call(fn)
+
+    # -- addresses -------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{b.host}:{b.port}" for b in self._call(self._state.alive_brokers))
+
+    def broker_address(self, broker_id: int) -> str:
+        b = self._state.broker(broker_id)
+        return f"{b.host}:{b.port}"
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return sorted(self._state.brokers)
+
+    @property
+    def faults(self) -> Faults:
+        """Fault injection rules (see :mod:`epochguard.testing.embedded.faults`)."""
+        return self._state.faults
+
+    @property
+    def state(self) -> ClusterState:
+        """The live state; read it only through :meth:`call` (it belongs to the loop)."""
+        return self._state
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the cluster's loop thread and return its result."""
+        return self._call(fn)
+
+    def requests_seen(self) -> dict[tuple[int, int], int]:
+        """How many requests of each (api_key, version) the brokers decoded."""
+        return self._call(lambda: dict(self._state.request_counts))
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int = 1,
+                     replication_factor: int | None = None,
+                     config: Mapping[str, str] | None = None) -> None:
+        rf = min(3, len(self._state.brokers)) if replication_factor is None else (
+            replication_factor)
+        self._call(lambda: self._state.create_topic(name, partitions, rf, config))
+
+    def delete_topic(self, name: str) -> None:
+        self._call(lambda: self._state.delete_topic(name))
+
+    def topic_id(self, name: str) -> str:
+        return str(self._call(lambda: self._topic(name).topic_id))
+
+    def _topic(self, name: str) -> TopicState:
+        t = self._state.topics.get(name)
+        if t is None:
+            raise EmbeddedClusterError(f"unknown topic {name!r}")
+        return t
+
+    # -- partition state -------------------------------------------------------------------
+
+    def leader(self, topic: str, partition: int) -> int | None:
+        return self._call(lambda: self._state.partition(topic, partition).leader)
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return self._call(lambda: self._state.partition(topic, partition).leader_epoch)
+
+    def replicas(self, topic: str, partition: int) -> list[int]:
+        return self._call(lambda: list(self._state.partition(topic, partition).replicas))
+
+    def isr(self, topic: str, partition: int) -> list[int]:
+        return self._call(lambda: sorted(self._state.partition(topic, partition).isr))
+
+    def log_end_offset(self, topic: str, partition: int, broker: int | None = None) -> int:
+        return self._call(lambda: self._log(topic, partition, broker).log_end_offset)
+
+    def log_start_offset(self, topic: str, partition: int, broker: int | None = None) -> int:
+        return self._call(lambda: self._log(topic, partition, broker).log_start_offset)
+
+    def high_watermark(self, topic: str, partition: int, broker: int | None = None) -> int:
+        return self._call(lambda: self._log(topic, partition, broker).high_watermark)
+
+    def _log(self, topic: str, partition: int, broker: int | None) -> PartitionLog:
+        p = self._state.partition(topic, partition)
+        b = p.leader if broker is None else broker
+        if b is None:
+            raise EmbeddedClusterError(f"{topic}-{partition} has no leader; name a broker")
+        if b not in p.logs:
+            raise EmbeddedClusterError(f"broker {b} has no replica of {topic}-{partition}")
+        return p.logs[b]
+
+    def replica_log(self, topic: str, partition: int, broker: int) -> ReplicaLog:
+        def snap() -> ReplicaLog:
+            log = self._log(topic, partition, broker)
+            batches = []
+            for raw in log.batches_from(log.log_start_offset):
+                base = int.from_bytes(raw[0:8], "big", signed=True)
+                delta = int.from_bytes(raw[23:27], "big", signed=True)
+                batches.append((base, base + delta, batch_epoch(raw)))
+            return ReplicaLog(broker, log.log_start_offset, log.log_end_offset,
+                              log.high_watermark, tuple(log.epoch_cache), tuple(batches))
+
+        return self._call(snap)
+
+    def epoch_cache(self, topic: str, partition: int, broker: int) -> list[tuple[int, int]]:
+        """``[(epoch, start_offset), ...]`` of ``broker``'s replica."""
+        return self._call(lambda: [(e.epoch, e.start_offset) for e in
+                                   self._log(topic, partition, broker).epoch_cache])
+
+    def read_records(self, topic: str, partition: int, broker: int | None = None,
+                     ) -> list[tuple[int, bytes | None, bytes | None]]:
+        """``(offset, key, value)`` of every record in a replica (decoded in the test)."""
+        from kafka.record.default_records import DefaultRecordBatch
+
+        raw = self._call(lambda: list(self._log(topic, partition, broker).batches_from(0)))
+        out: list[tuple[int, bytes | None, bytes | None]] = []
+        for b in raw:
+            for r in DefaultRecordBatch(b):
+                out.append((r.offset, r.key, r.value))
+        return out
+
+    # -- brokers and elections -------------------------------------------------------------
+
+    def stop_broker(self, broker_id: int) -> None:
+        def stop() -> None:
+            self._state.stop_broker(broker_id)
+
+        self._state.broker(broker_id)
+        self._server.call(self._server.stop_listener(broker_id))
+        self._call(stop)
+
+    def start_broker(self, broker_id: int) -> None:
+        b = self._state.broker(broker_id)
+        if self._call(lambda: b.alive):
+            return
+        self._server.call(self._server.start_listener(broker_id))
+        self._call(lambda: self._state.start_broker(broker_id))
+
+    def is_running(self, broker_id: int) -> bool:
+        return self._call(lambda: self._state.broker(broker_id).alive)
+
+    def elect_leader(self, topic: str, partition: int, broker_id: int,
+                     unclean: bool = False) -> None:
+        self._call(lambda: self._state.elect_leader(topic, partition, broker_id, unclean))
+
+    def set_metadata_delay(self, broker_id: int, seconds: float) -> None:
+        """``broker_id`` learns controller changes ``seconds`` late (stale leader staging).
+
+        Same as ``faults.set_metadata_delay``; checks that the broker exists.
+        """
+        self._state.broker(broker_id)
+        self._state.faults.set_metadata_delay(broker_id, seconds)
+
+    def pause_replication(self, broker_id: int) -> None:
+        """``broker_id`` stops fetching as a follower: it falls out of every ISR."""
+        def pause() -> None:
+            self._state.broker(broker_id).replication_paused = True
+            for t in self._state.topics.values():
+                for p in t.partitions.values():
+                    if p.leader != broker_id and broker_id in p.isr:
+                        p.isr.remove(broker_id)
+            self._state.publish()
+
+        self._call(pause)
+
+    def resume_replication(self, broker_id: int) -> None:
+        def resume() -> None:
+            self._state.broker(broker_id).replication_paused = False
+            for t in self._state.topics.values():
+                for p in t.partitions.values():
+                    if broker_id in p.replicas:
+                        self._state.sync_follower(p, broker_id)
+
+        self._call(resume)
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> None:
+        self._call(lambda: self._state.delete_records(topic, partition, before_offset))
+
+    # -- producing directly ----------------------------------------------------------------
+
+    def append(self, topic: str, partition: int, records: Iterable[Record], *,
+               timestamp_ms: int | None = None, batch_size: int | None = None) -> int:
+        """Append records on the current leader as a producer with acks=1 would.
+
+        Returns the offset of the first record. ``batch_size`` splits into batches of that
+        many records (default: one batch).
+        """
+        recs = list(records)
+        size = batch_size or max(1, len(recs))
+        batches = b"".join(build_batch(recs[i : i + size], timestamp_ms=timestamp_ms)
+                           for i in range(0, len(recs), size))
+        return self.append_raw(topic, partition, batches)
+
+    def append_raw(self, topic: str, partition: int, batches: bytes) -> int:
+        """Append already-encoded v2 batches on the leader; returns the first offset."""
+        def do() -> int:
+            p = self._state.partition(topic, partition)
+            if p.leader is None:
+                raise EmbeddedClusterError(f"{topic}-{partition} has no leader")
+            base, _ = self._state.append(p, p.leader, batches, p.leader_epoch)
+            return base
+
+        return self._call(do)

@@ -1,0 +1,122 @@
+"""Fault injection for the embedded cluster, all in one place.
+
+Rules are consulted on the loop thread: by the server (delays, dropped responses,
+disconnects) and by handlers (injected error codes via :meth:`Faults.take_error`). Rule
+methods are called from the test thread through ``EmbeddedCluster.faults``; a lock keeps the
+counters consistent across the two threads.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import attrs
+
+
+@attrs.define
+class _Rule:
+    broker: int | None
+    api_key: int | None
+    remaining: int | None  # None: until cleared
+    value: float | int = 0
+
+    def matches(self, broker: int, api_key: int) -> bool:
+        return (self.broker is None or self.broker == broker) and (
+            self.api_key is None or self.api_key == api_key)
+
+
+class Faults:
+    """Injected misbehaviour. ``broker``/``api_key`` of None match every broker/API."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._errors: list[_Rule] = []
+        self._delays: list[_Rule] = []
+        self._drops: list[_Rule] = []
+        self._disconnects: list[_Rule] = []
+        self._metadata_delays: dict[int, float] = {}
+
+    # -- configuring (test thread) ---------------------------------------------------------
+
+    def inject_error(self, api_key: int, error_code: int, count: int = 1,
+                     broker: int | None = None) -> None:
+        """Answer the next ``count`` requests of ``api_key`` with ``error_code``.
+
+        Partition-level APIs put the code on every partition of the response.
+        """
+        with self._lock:
+            self._errors.append(_Rule(broker, api_key, count, error_code))
+
+    def delay_responses(self, seconds: float, api_key: int | None = None,
+                        broker: int | None = None, count: int | None = None) -> None:
+        """Hold responses for ``seconds`` before sending them."""
+        with self._lock:
+            self._delays.append(_Rule(broker, api_key, count, seconds))
+
+    def drop_responses(self, api_key: int | None = None, broker: int | None = None,
+                       count: int | None = 1) -> None:
+        """Handle requests but never send their responses (the client times out)."""
+        with self._lock:
+            self._drops.append(_Rule(broker, api_key, count))
+
+    def disconnect_on(self, api_key: int | None = None, broker: int | None = None,
+                      count: int | None = 1) -> None:
+        """Close the connection instead of answering."""
+        with self._lock:
+            self._disconnects.append(_Rule(broker, api_key, count))
+
+    def set_metadata_delay(self, broker: int, seconds: float) -> None:
+        """``broker`` learns controller changes ``seconds`` late (0: at once).
+
+        Until it learns, it keeps serving its old view: a stale leader answers as leader of
+        the old epoch, a stale follower does not follow the new leader.
+        """
+        with self._lock:
+            if seconds > 0:
+                self._metadata_delays[broker] = seconds
+            else:
+                self._metadata_delays.pop(broker, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._metadata_delays.clear()
+            self._errors.clear()
+            self._delays.clear()
+            self._drops.clear()
+            self._disconnects.clear()
+
+    # -- consulting (loop thread) ----------------------------------------------------------
+
+    @staticmethod
+    def _take(rules: list[_Rule], broker: int, api_key: int) -> _Rule | None:
+        for rule in rules:
+            if rule.matches(broker, api_key):
+                if rule.remaining is not None:
+                    rule.remaining -= 1
+                    if rule.remaining <= 0:
+                        rules.remove(rule)
+                return rule
+        return None
+
+    def metadata_delay(self, broker: int) -> float:
+        with self._lock:
+            return self._metadata_delays.get(broker, 0.0)
+
+    def take_error(self, broker: int, api_key: int) -> int:
+        """The error code to inject into this request, 0 for none."""
+        with self._lock:
+            rule = self._take(self._errors, broker, api_key)
+        return 0 if rule is None else int(rule.value)
+
+    def take_delay(self, broker: int, api_key: int) -> float:
+        with self._lock:
+            rule = self._take(self._delays, broker, api_key)
+        return 0.0 if rule is None else float(rule.value)
+
+    def take_drop(self, broker: int, api_key: int) -> bool:
+        with self._lock:
+            return self._take(self._drops, broker, api_key) is not None
+
+    def take_disconnect(self, broker: int, api_key: int) -> bool:
+        with self._lock:
+            return self._take(self._disconnects, broker, api_key) is not None

@@ -1,0 +1,71 @@
+"""ElectLeaders v0-v2: preferred (0) and unclean (1) elections, as Kafka's controller runs them.
+
+Preferred elects the first replica if it is alive and in the ISR. Unclean only acts on a
+partition without a leader, electing an ISR member if one is alive, else any live replica.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import ElectLeadersRequest, ElectLeadersResponse
+
+from epochguard.testing.embedded.handlers import RequestContext, handler
+from epochguard.testing.embedded.handlers._common import (
+    ELECTION_NOT_NEEDED,
+    ELIGIBLE_LEADERS_NOT_AVAILABLE,
+    PREFERRED_LEADER_NOT_AVAILABLE,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
+from epochguard.testing.embedded.state import ClusterState
+
+PREFERRED = 0
+UNCLEAN = 1
+
+
+def elect(cluster: ClusterState, topic: str, partition: int, election_type: int) -> int:
+    """Run one election; returns the Kafka error code for the partition."""
+    t = cluster.topics.get(topic)
+    if t is None or partition not in t.partitions:
+        return UNKNOWN_TOPIC_OR_PARTITION
+    p = t.partitions[partition]
+    if election_type == PREFERRED:
+        preferred = p.replicas[0]
+        if p.leader == preferred:
+            return ELECTION_NOT_NEEDED
+        if not cluster.brokers[preferred].alive or preferred not in p.isr:
+            return PREFERRED_LEADER_NOT_AVAILABLE
+        cluster.elect_leader(topic, partition, preferred, unclean=False)
+        return 0
+    if p.leader is not None:
+        return ELECTION_NOT_NEEDED
+    alive = [r for r in p.replicas if cluster.brokers[r].alive]
+    in_sync = [r for r in alive if r in p.isr]
+    if not alive:
+        return ELIGIBLE_LEADERS_NOT_AVAILABLE
+    target = (in_sync or alive)[0]
+    cluster.elect_leader(topic, partition, target, unclean=target not in p.isr)
+    return 0
+
+
+@handler(ElectLeadersRequest, ElectLeadersResponse, 0, 2)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    R = ElectLeadersResponse
+    T = R.ReplicaElectionResult
+    P = T.PartitionResult
+    v = ctx.version
+    cluster = ctx.cluster
+    election_type = int(request.election_type) if v >= 1 else PREFERRED
+    injected = ctx.injected_error()
+    if request.topic_partitions is None:
+        wanted = [(t.name, sorted(t.partitions)) for t in cluster.topics.values()]
+    else:
+        wanted = [(tp.topic, list(tp.partitions)) for tp in request.topic_partitions]
+    results = []
+    for topic, parts in wanted:
+        out = []
+        for idx in parts:
+            error = injected or elect(cluster, topic, idx, election_type)
+            out.append(P(version=v, partition_id=idx, error_code=error, error_message=None))
+        results.append(T(version=v, topic=topic, partition_result=out))
+    return R(version=v, throttle_time_ms=0, error_code=0, replica_election_results=results)

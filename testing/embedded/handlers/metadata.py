@@ -1,0 +1,80 @@
+"""Metadata v0-v12 from this broker's own (possibly stale) view, with epochs and topic ids."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from epochguard.testing.embedded.handlers import RequestContext, handler
+from epochguard.testing.embedded.handlers._common import (
+    LEADER_NOT_AVAILABLE,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
+from epochguard.testing.embedded.state import TopicView
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+@handler(MetadataRequest, MetadataResponse, 0, 12)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    R = MetadataResponse
+    T = R.MetadataResponseTopic
+    P = T.MetadataResponsePartition
+    v = ctx.version
+    cluster = ctx.cluster
+    view = cluster.brokers[ctx.broker_id].view
+    injected = ctx.injected_error()
+
+    wanted: list[tuple[str | None, uuid.UUID | None]]
+    if request.topics is None or (v == 0 and not request.topics):
+        wanted = [(name, None) for name in sorted(view.topics)]
+    else:
+        wanted = []
+        for t in request.topics:
+            tid = getattr(t, "topic_id", None) if v >= 10 else None
+            name = t.name
+            wanted.append((name, tid if tid not in (None, ZERO_UUID) else None))
+
+    allow_create = request.allow_auto_topic_creation if v >= 4 else True
+    if cluster.auto_create_topics and allow_create:
+        for name, tid in wanted:
+            if name is not None and tid is None and name not in cluster.topics:
+                cluster.create_topic(name, cluster.default_partitions,
+                                     min(3, len(cluster.brokers)))
+        view = cluster.brokers[ctx.broker_id].view
+
+    topics = []
+    for name, tid in wanted:
+        tv: TopicView | None
+        if name is None and tid is not None:
+            tv = view.topic_by_id(tid)
+            missing_error = UNKNOWN_TOPIC_ID
+        else:
+            tv = view.topics.get(name) if name is not None else None
+            missing_error = UNKNOWN_TOPIC_OR_PARTITION
+        if tv is None:
+            topics.append(T(version=v, error_code=missing_error, name=name,
+                            topic_id=tid or ZERO_UUID, is_internal=False, partitions=[]))
+            continue
+        parts = []
+        for idx in sorted(tv.partitions):
+            pv = tv.partitions[idx]
+            err = injected or (LEADER_NOT_AVAILABLE if pv.leader < 0 else 0)
+            parts.append(P(version=v, error_code=err, partition_index=idx,
+                           leader_id=pv.leader, leader_epoch=pv.leader_epoch,
+                           replica_nodes=list(pv.replicas), isr_nodes=list(pv.isr),
+                           offline_replicas=list(pv.offline)))
+        topics.append(T(version=v, error_code=0, name=tv.name, topic_id=tv.topic_id,
+                        is_internal=False, partitions=parts))
+
+    brokers = [
+        R.MetadataResponseBroker(version=v, node_id=b.node_id, host=b.host, port=b.port,
+                                 rack=b.rack)
+        for b in sorted(cluster.brokers.values(), key=lambda b: b.node_id)
+        if b.alive
+    ]
+    return R(version=v, throttle_time_ms=0, brokers=brokers, cluster_id=cluster.cluster_id,
+             controller_id=cluster.active_controller, topics=topics)

@@ -1,0 +1,313 @@
+"""One replica's log of one partition: v2 record batches kept as the bytes clients sent.
+
+Offsets and leader epochs are stamped into the stored bytes on append (base offset is bytes
+0..7, partitionLeaderEpoch bytes 12..15 of a v2 batch; the CRC covers neither), so a fetch
+returns a contiguous slice of stored bytes without decoding or re-encoding anything.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+
+import attrs
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+# Offsets of fields inside a v2 record batch header.
+_BASE_OFFSET = struct.Struct(">q")
+_LENGTH_AND_EPOCH = struct.Struct(">ii")
+_MAGIC_AT = 16
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23
+_MAX_TIMESTAMP = struct.Struct(">q")
+_MAX_TIMESTAMP_AT = 35
+_PRODUCER = struct.Struct(">qhi")
+_PRODUCER_AT = 43
+_RECORD_COUNT_AT = 57
+BATCH_HEADER_SIZE = 61
+
+
+class InvalidRecordBatchError(ValueError):
+    """The bytes are not a sequence of well-formed v2 record batches."""
+
+
+@attrs.frozen
+class BatchInfo:
+    """What the log needs to know about one batch without decoding its records."""
+
+    length: int
+    last_offset_delta: int
+    max_timestamp: int
+    record_count: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
+
+@attrs.frozen
+class EpochEntry:
+    epoch: int
+    start_offset: int
+
+
+def split_batches(data: bytes | memoryview) -> list[tuple[bytes, BatchInfo]]:
+    """Split a v2 record set into its batches; raises InvalidRecordBatchError if malformed."""
+    view = memoryview(data)
+    out: list[tuple[bytes, BatchInfo]] = []
+    pos = 0
+    end = len(view)
+    while pos < end:
+        if end - pos < BATCH_HEADER_SIZE:
+            raise InvalidRecordBatchError(f"truncated batch header at byte {pos}")
+        length, _epoch = _LENGTH_AND_EPOCH.unpack_from(view, pos + 8)
+        size = length + 12
+        if length < BATCH_HEADER_SIZE - 12 or pos + size > end:
+            raise InvalidRecordBatchError(f"bad batch length {length} at byte {pos}")
+        if view[pos + _MAGIC_AT] != 2:
+            raise InvalidRecordBatchError(f"record batch magic {view[pos + _MAGIC_AT]} is not 2")
+        (delta,) = _LAST_OFFSET_DELTA.unpack_from(view, pos + _LAST_OFFSET_DELTA_AT)
+        (max_ts,) = _MAX_TIMESTAMP.unpack_from(view, pos + _MAX_TIMESTAMP_AT)
+        pid, pepoch, seq = _PRODUCER.unpack_from(view, pos + _PRODUCER_AT)
+        (count,) = struct.unpack_from(">i", view, pos + _RECORD_COUNT_AT)
+        info = BatchInfo(size, delta, max_ts, count, pid, pepoch, seq)
+        out.append((bytes(view[pos : pos + size]), info))
+        pos += size
+    return out
+
+
+def stamp(batch: bytes, base_offset: int, leader_epoch: int) -> bytes:
+    """Return ``batch`` with its base offset and partitionLeaderEpoch rewritten."""
+    buf = bytearray(batch)
+    _BASE_OFFSET.pack_into(buf, 0, base_offset)
+    struct.pack_into(">i", buf, 12, leader_epoch)
+    return bytes(buf)
+
+
+def batch_epoch(batch: bytes) -> int:
+    epoch: int = struct.unpack_from(">i", batch, 12)[0]
+    return epoch
+
+
+class PartitionLog:
+    """An in-memory replica log with a KIP-101 leader-epoch cache.
+
+    ``_bases[i]`` / ``_lasts[i]`` are the first / last offsets of ``_batches[i]``; lookups by
+    offset bisect ``_lasts``. ``_positions[i]`` is the byte position of batch ``i`` in the
+    logical concatenation, so the size of a range of batches is a subtraction.
+    """
+
+    def __init__(self) -> None:
+        self._batches: list[bytes] = []
+        self._bases: list[int] = []
+        self._lasts: list[int] = []
+        self._max_ts: list[int] = []
+        self._positions: list[int] = [0]
+        self._epochs: list[EpochEntry] = []
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.high_watermark = 0
+        # Idempotent producers: producer id -> recent (epoch, base sequence, base offset).
+        self._producers: dict[int, list[tuple[int, int, int]]] = {}
+
+    # -- appends ---------------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes | memoryview, leader_epoch: int) -> tuple[int, int]:
+        """Assign offsets and stamp ``leader_epoch``; returns (base offset, last offset)."""
+        batches = split_batches(records)
+        if not batches:
+            raise InvalidRecordBatchError("empty record set")
+        if len(batches) == 1:
+            duplicate = self._duplicate_of(batches[0][1])
+            if duplicate is not None:
+                return duplicate, duplicate + batches[0][1].last_offset_delta
+        first = self.log_end_offset
+        for raw, info in batches:
+            base = self.log_end_offset
+            if info.producer_id >= 0 and info.base_sequence >= 0:
+                recent = self._producers.setdefault(info.producer_id, [])
+                recent.append((info.producer_epoch, info.base_sequence, base))
+                del recent[:-5]
+            self._push(stamp(raw, base, leader_epoch), base, base + info.last_offset_delta,
+                       info.max_timestamp, leader_epoch)
+        return first, self.log_end_offset - 1
+
+    def _duplicate_of(self, info: BatchInfo) -> int | None:
+        """Base offset of an identical idempotent batch among the producer's last five.
+
+        A retried batch (same producer id, epoch and base sequence) is acknowledged with the
+        original offsets instead of being written twice, as Kafka does.
+        """
+        if info.producer_id < 0 or info.base_sequence < 0:
+            return None
+        for epoch, seq, base in self._producers.get(info.producer_id, ()):
+            if epoch == info.producer_epoch and seq == info.base_sequence and (
+                    base < self.log_end_offset):
+                return base
+        return None
+
+    def append_replicated(self, batch: bytes) -> None:
+        """Append one batch copied from the leader, keeping its offsets and epoch."""
+        base: int = _BASE_OFFSET.unpack_from(batch, 0)[0]
+        if base != self.log_end_offset:
+            raise ValueError(f"replicated batch at {base} but log end offset is "
+                             f"{self.log_end_offset}")
+        (delta,) = _LAST_OFFSET_DELTA.unpack_from(batch, _LAST_OFFSET_DELTA_AT)
+        (max_ts,) = _MAX_TIMESTAMP.unpack_from(batch, _MAX_TIMESTAMP_AT)
+        self._push(batch, base, base + delta, max_ts, batch_epoch(batch))
+
+    def _push(self, batch: bytes, base: int, last: int, max_ts: int, epoch: int) -> None:
+        if not self._epochs or epoch > self._epochs[-1].epoch:
+            self._epochs.append(EpochEntry(epoch, base))
+        self._batches.append(batch)
+        self._bases.append(base)
+        self._lasts.append(last)
+        self._max_ts.append(max_ts)
+        self._positions.append(self._positions[-1] + len(batch))
+        self.log_end_offset = last + 1
+
+    def assign_epoch(self, epoch: int) -> None:
+        """A new leader records where its epoch starts (KIP-101), before any append."""
+        if self._epochs and epoch <= self._epochs[-1].epoch:
+            return
+        self._epochs.append(EpochEntry(epoch, self.log_end_offset))
+
+    # -- epoch cache -----------------------------------------------------------------------
+
+    @property
+    def epoch_cache(self) -> list[EpochEntry]:
+        return list(self._epochs)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs[-1].epoch if self._epochs else UNDEFINED_EPOCH
+
+    def end_offset_for_epoch(self, requested: int) -> tuple[int, int]:
+        """(epoch, end offset) as a Kafka broker's LeaderEpochFileCache.endOffsetFor answers.
+
+        The largest known epoch <= ``requested`` and the start offset of the next larger
+        epoch (the log end offset when it is the latest). An epoch larger than every known
+        one, or UNDEFINED, gives (-1, -1). An epoch older than every cached entry answers
+        (requested, start offset of the first entry), as Kafka does: that data is gone from
+        the log, and the first retained epoch bounds it.
+        """
+        if requested == UNDEFINED_EPOCH or not self._epochs:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if requested == self._epochs[-1].epoch:
+            return requested, self.log_end_offset
+        if requested > self._epochs[-1].epoch:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        epochs = [e.epoch for e in self._epochs]
+        higher = bisect.bisect_right(epochs, requested)
+        if higher == 0:
+            return requested, self._epochs[0].start_offset
+        return self._epochs[higher - 1].epoch, self._epochs[higher].start_offset
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """Epoch of the cache entry covering ``offset`` (Kafka's ``epochForOffset``)."""
+        best = UNDEFINED_EPOCH
+        for e in self._epochs:
+            if e.start_offset <= offset:
+                best = e.epoch
+            else:
+                break
+        return best
+
+    # -- truncation and retention ----------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at ``offset`` and above (whole batches; epoch cache follows)."""
+        if offset >= self.log_end_offset:
+            return
+        offset = max(offset, self.log_start_offset)
+        i = bisect.bisect_left(self._lasts, offset)
+        if i < len(self._bases) and self._bases[i] < offset:
+            # A batch straddles the cut: batches are atomic, keep it out entirely.
+            offset = self._bases[i]
+        del self._batches[i:]
+        del self._bases[i:]
+        del self._lasts[i:]
+        del self._max_ts[i:]
+        del self._positions[i + 1 :]
+        self.log_end_offset = offset
+        if self.log_start_offset > offset:
+            self.log_start_offset = offset
+        self.high_watermark = min(self.high_watermark, offset)
+        self._epochs = [e for e in self._epochs if e.start_offset < offset]
+
+    def delete_before(self, offset: int) -> None:
+        """Advance the log start offset (DeleteRecords); drops batches wholly below it."""
+        if offset <= self.log_start_offset:
+            return
+        offset = min(offset, self.log_end_offset)
+        i = bisect.bisect_right(self._lasts, offset - 1)
+        del self._batches[:i]
+        del self._bases[:i]
+        del self._lasts[:i]
+        del self._max_ts[:i]
+        base = self._positions[i]
+        self._positions = [p - base for p in self._positions[i:]]
+        self.log_start_offset = offset
+        kept = [e for e in self._epochs if e.start_offset >= offset]
+        older = [e for e in self._epochs if e.start_offset < offset]
+        if older and (not kept or kept[0].start_offset > offset):
+            kept.insert(0, EpochEntry(older[-1].epoch, offset))
+        self._epochs = kept
+
+    def reset(self, start_offset: int) -> None:
+        """Drop everything and restart empty at ``start_offset`` (follower far behind)."""
+        self.__init__()  # type: ignore[misc]
+        self.log_start_offset = start_offset
+        self.log_end_offset = start_offset
+        self.high_watermark = start_offset
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def batches_from(self, offset: int) -> list[bytes]:
+        """Every stored batch whose last offset is >= ``offset``."""
+        i = bisect.bisect_left(self._lasts, offset)
+        return self._batches[i:]
+
+    def read(self, offset: int, max_bytes: int, upper: int | None = None) -> bytes:
+        """Stored bytes of the batches holding ``offset`` onwards, below ``upper``.
+
+        At least one whole batch is returned even if larger than ``max_bytes`` (KIP-74).
+        """
+        limit = self.log_end_offset if upper is None else upper
+        if offset >= limit:
+            return b""
+        i = bisect.bisect_left(self._lasts, offset)
+        j = bisect.bisect_left(self._lasts, limit)  # batches ending below limit
+        if j <= i:
+            return b""
+        start_pos = self._positions[i]
+        k = bisect.bisect_right(self._positions, start_pos + max_bytes, i + 1, j + 1) - 1
+        k = max(k, i + 1)
+        if k == i + 1:
+            return self._batches[i]
+        return b"".join(self._batches[i:k])
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, batch epoch) of the first batch whose max timestamp is >= ``timestamp``.
+
+        Batch granularity: the client skips earlier records of the batch itself.
+        """
+        for i, ts in enumerate(self._max_ts):
+            if ts >= timestamp:
+                return max(self._bases[i], self.log_start_offset), batch_epoch(self._batches[i])
+        return None
+
+    def epoch_of_offset(self, offset: int) -> int:
+        """Leader epoch of the batch holding ``offset``, -1 if none."""
+        i = bisect.bisect_left(self._lasts, offset)
+        if i >= len(self._batches) or self._bases[i] > offset:
+            return UNDEFINED_EPOCH
+        return batch_epoch(self._batches[i])
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._positions[-1]
+
+    def __len__(self) -> int:
+        return len(self._batches)

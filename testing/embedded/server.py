@@ -1,0 +1,226 @@
+"""The network side: one asyncio loop in a background thread, one TCP listener per broker.
+
+Frames are a 4-byte big-endian size and a request (header + body) decoded with kafka-python's
+request classes; responses are encoded with its response classes. Requests on one connection
+are handled one at a time and answered in order, as a Kafka broker does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import struct
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import structlog
+from kafka.protocol.metadata import ApiVersionsResponse
+
+from epochguard.testing.embedded.handlers import REGISTRY, RequestContext, load_all
+from epochguard.testing.embedded.state import ClusterState
+
+log = structlog.get_logger("epochguard.testing.embedded")
+
+T = TypeVar("T")
+
+API_VERSIONS = 18
+UNSUPPORTED_VERSION = 35
+MAX_FRAME_BYTES = 100 * 1024 * 1024
+_HEADER = struct.Struct(">hhi")
+
+
+def api_versions_error_response(correlation_id: int) -> bytes:
+    """KIP-511: a v0 response with UNSUPPORTED_VERSION and the ranges we do support."""
+    resp = ApiVersionsResponse(
+        version=0,
+        error_code=UNSUPPORTED_VERSION,
+        api_keys=[
+            ApiVersionsResponse.ApiVersion(version=0, api_key=k, min_version=e.min_version,
+                                           max_version=e.max_version)
+            for k, e in sorted(REGISTRY.items())
+        ],
+    )
+    resp.with_header(correlation_id=correlation_id)
+    data: bytes = resp.encode(header=True, framed=True)
+    return data
+
+
+class EmbeddedServer:
+    """Owns the event loop thread and the listeners of every broker of ``state``."""
+
+    def __init__(self, state: ClusterState) -> None:
+        load_all()
+        self.state = state
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="epochguard-embedded-cluster",
+                                        daemon=True)
+        self._servers: dict[int, asyncio.Server] = {}
+        self._conns: dict[int, set[asyncio.StreamWriter]] = {}
+        self._tasks: dict[int, set[asyncio.Task[Any]]] = {}
+        self._closed = False
+        state.loop = self.loop
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    # -- lifecycle (test thread) -----------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+        for broker_id in sorted(self.state.brokers):
+            self.call(self.start_listener(broker_id))
+
+    def close(self) -> None:
+        if self._closed or not self._thread.is_alive():
+            self._closed = True
+            return
+        self._closed = True
+        for broker_id in list(self._servers):
+            self.call(self.stop_listener(broker_id))
+        self.call(self._cancel_tasks())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+    def call(self, work: Awaitable[T] | Callable[[], T], timeout: float = 30.0) -> T:
+        """Run ``work`` (a coroutine or a plain callable) on the loop and wait for it."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("EmbeddedServer.call from the loop thread would deadlock")
+
+        async def runner() -> T:
+            if callable(work):
+                return work()
+            return await work
+
+        fut: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(runner(), self.loop)
+        return fut.result(timeout)
+
+    async def _cancel_tasks(self, broker_id: int | None = None) -> None:
+        tasks = [t for b, ts in self._tasks.items() if broker_id in (None, b) for t in ts]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+
+    # -- listeners (loop thread) -----------------------------------------------------------
+
+    async def start_listener(self, broker_id: int) -> None:
+        broker = self.state.brokers[broker_id]
+
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            tasks = self._tasks.setdefault(broker_id, set())
+            if task is not None:
+                tasks.add(task)
+            try:
+                await self._serve(broker_id, reader, writer)
+            except asyncio.CancelledError:
+                # Stopping a broker cancels its connections; ending normally keeps
+                # asyncio's stream callback from logging the cancellation as an error.
+                writer.close()
+            finally:
+                if task is not None:
+                    tasks.discard(task)
+
+        server = await asyncio.start_server(on_connect, broker.host, broker.port,
+                                            reuse_address=True)
+        broker.port = server.sockets[0].getsockname()[1]
+        self._servers[broker_id] = server
+        self._conns.setdefault(broker_id, set())
+        log.info("broker_listening", broker=broker_id, host=broker.host, port=broker.port)
+
+    async def stop_listener(self, broker_id: int) -> None:
+        server = self._servers.pop(broker_id, None)
+        if server is None:
+            return
+        server.close()
+        for writer in list(self._conns.get(broker_id, ())):
+            writer.close()
+        self._conns[broker_id] = set()
+        await self._cancel_tasks(broker_id)
+
+    def drop_connections(self, broker_id: int) -> None:
+        for writer in list(self._conns.get(broker_id, ())):
+            writer.close()
+
+    # -- connections -----------------------------------------------------------------------
+
+    async def _serve(self, broker_id: int, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> None:
+        if self._servers.get(broker_id) is None:
+            writer.close()  # accepted just before the listener stopped
+            return
+        conns = self._conns.setdefault(broker_id, set())
+        conns.add(writer)
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                size = int.from_bytes(head, "big", signed=True)
+                if not _HEADER.size <= size <= MAX_FRAME_BYTES:
+                    log.warning("malformed_frame", broker=broker_id, size=size)
+                    return
+                payload = await reader.readexactly(size)
+                if not await self._dispatch(broker_id, payload, writer):
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("connection_failed", broker=broker_id)
+        finally:
+            conns.discard(writer)
+            writer.close()
+
+    async def _dispatch(self, broker_id: int, payload: bytes,
+                        writer: asyncio.StreamWriter) -> bool:
+        """Handle one request; False closes the connection."""
+        api_key, version, correlation_id = _HEADER.unpack_from(payload)
+        entry = REGISTRY.get(api_key)
+        if entry is None:
+            # A Kafka broker cannot parse an unknown API and closes the connection.
+            log.warning("unknown_api", broker=broker_id, api_key=api_key, api_version=version)
+            return False
+        if not entry.min_version <= version <= entry.max_version:
+            if api_key == API_VERSIONS:
+                writer.write(api_versions_error_response(correlation_id))
+                await writer.drain()
+                return True
+            log.warning("unsupported_version", broker=broker_id, api_key=api_key,
+                        api_version=version)
+            return False
+        try:
+            request = entry.request_class.decode(payload, version=version, header=True)
+        except Exception as e:
+            log.warning("malformed_request", broker=broker_id, api_key=api_key,
+                        api_version=version, error=repr(e))
+            return False
+        self.state.request_counts[api_key, version] += 1
+        faults = self.state.faults
+        if faults.take_disconnect(broker_id, api_key):
+            return False
+        header: Any = request.header
+        ctx = RequestContext(self.state, broker_id, api_key, version, correlation_id,
+                             getattr(header, "client_id", None))
+        try:
+            response = await entry.handler(ctx, request)
+        except Exception:
+            log.exception("handler_failed", broker=broker_id, api_key=api_key,
+                          api_version=version)
+            return False
+        if response is None:
+            return True
+        delay = faults.take_delay(broker_id, api_key)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if faults.take_drop(broker_id, api_key):
+            return True
+        if not self.state.brokers[broker_id].alive:
+            return False
+        response.with_header(correlation_id=correlation_id)
+        data = response.encode(header=True, framed=True)
+        writer.write(data)
+        await writer.drain()
+        return True

@@ -1,0 +1,488 @@
+"""Cluster state: topics, partitions, replica logs, the controller and per-broker views.
+
+Everything here is mutated only on the server's event-loop thread. The controller's truth
+(leader, epoch, replicas, ISR) lives in :class:`PartitionState`; each broker serves from its
+own :class:`MetadataImage`, which it learns after ``faults.metadata_delay(broker)`` seconds, so a
+broker can be staged as a stale leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import structlog
+
+from epochguard.testing.embedded.partition_log import UNDEFINED_EPOCH_OFFSET, PartitionLog
+
+if TYPE_CHECKING:
+    from epochguard.testing.embedded.faults import Faults
+
+log = structlog.get_logger("epochguard.testing.embedded")
+
+CLUSTER_ID = "epochguard-embedded"
+
+DEFAULT_TOPIC_CONFIG: dict[str, str] = {
+    "min.insync.replicas": "1",
+    "unclean.leader.election.enable": "false",
+    "cleanup.policy": "delete",
+    "retention.ms": "604800000",
+    "max.message.bytes": "1048588",
+    "message.timestamp.type": "CreateTime",
+}
+
+
+class EmbeddedClusterError(Exception):
+    """A control-API call cannot be carried out (unknown topic, broker, bad election...)."""
+
+
+@attrs.frozen
+class PartitionView:
+    """What one broker believes about a partition."""
+
+    leader: int  # -1 when leaderless
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline: tuple[int, ...]
+
+
+@attrs.frozen
+class TopicView:
+    name: str
+    topic_id: uuid.UUID
+    partitions: Mapping[int, PartitionView]
+
+
+@attrs.frozen
+class MetadataImage:
+    """An immutable snapshot of the controller's metadata; ``version`` increases."""
+
+    version: int
+    topics: Mapping[str, TopicView]
+
+    def partition(self, topic: str, partition: int) -> PartitionView | None:
+        t = self.topics.get(topic)
+        return None if t is None else t.partitions.get(partition)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicView | None:
+        for t in self.topics.values():
+            if t.topic_id == topic_id:
+                return t
+        return None
+
+
+EMPTY_IMAGE = MetadataImage(0, {})
+
+
+@attrs.define(eq=False)
+class BrokerState:
+    node_id: int
+    host: str = "127.0.0.1"
+    port: int = 0
+    alive: bool = True
+    rack: str | None = None
+    view: MetadataImage = EMPTY_IMAGE
+    # Replication to this broker is paused (a lagging follower): it drops out of ISRs.
+    replication_paused: bool = False
+
+
+@attrs.define(eq=False)
+class PartitionState:
+    topic: str
+    index: int
+    replicas: list[int]
+    isr: list[int]
+    leader: int | None
+    leader_epoch: int
+    logs: dict[int, PartitionLog]
+
+    @property
+    def leader_log(self) -> PartitionLog | None:
+        return None if self.leader is None else self.logs[self.leader]
+
+
+@attrs.define(eq=False)
+class TopicState:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionState]
+    config: dict[str, str]
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return int(self.config.get("min.insync.replicas", "1"))
+
+    @property
+    def unclean_election(self) -> bool:
+        return self.config.get("unclean.leader.election.enable", "false").lower() == "true"
+
+
+class ClusterState:
+    """The whole cluster. Handlers reach it as ``ctx.cluster``.
+
+    ``groups`` is the hook for the group coordinator (``testing/embedded/groups.py``): None
+    until that module installs its coordinator object there.
+    """
+
+    def __init__(self, broker_ids: list[int], faults: Faults | None = None) -> None:
+        from epochguard.testing.embedded.faults import Faults
+
+        self.cluster_id = CLUSTER_ID
+        self.controller_id = broker_ids[0]
+        self.brokers: dict[int, BrokerState] = {b: BrokerState(b) for b in broker_ids}
+        self.topics: dict[str, TopicState] = {}
+        self.faults: Faults = faults if faults is not None else Faults()
+        self.groups: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._image_version = 0
+        self._waiters: list[asyncio.Future[None]] = []
+        self._next_producer_id = 1000
+        self.auto_create_topics = False
+        # (api_key, version) -> number of requests decoded, for tests to assert on.
+        self.request_counts: collections.Counter[tuple[int, int]] = collections.Counter()
+        self.default_partitions = 1
+        # Called with (topic, partition, broker, new log end offset) after a replica truncated.
+        self.on_truncate: list[Callable[[str, int, int, int], None]] = []
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    @property
+    def active_controller(self) -> int:
+        """The lowest live broker id acts as controller (-1 when none is running)."""
+        alive = sorted(b.node_id for b in self.brokers.values() if b.alive)
+        return alive[0] if alive else -1
+
+    def alive_brokers(self) -> list[BrokerState]:
+        return [b for b in self.brokers.values() if b.alive]
+
+    def partition(self, topic: str, partition: int) -> PartitionState:
+        t = self.topics.get(topic)
+        if t is None:
+            raise EmbeddedClusterError(f"unknown topic {topic!r}")
+        p = t.partitions.get(partition)
+        if p is None:
+            raise EmbeddedClusterError(f"topic {topic!r} has no partition {partition}")
+        return p
+
+    def broker(self, broker_id: int) -> BrokerState:
+        b = self.brokers.get(broker_id)
+        if b is None:
+            raise EmbeddedClusterError(f"unknown broker {broker_id}")
+        return b
+
+    def next_producer_id(self) -> int:
+        self._next_producer_id += 1
+        return self._next_producer_id
+
+    # -- data-change notification for long-polling fetches ---------------------------------
+
+    def notify_data(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    async def wait_for_data(self, timeout: float) -> None:
+        """Return when any log changes or after ``timeout`` seconds."""
+        if timeout <= 0:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(fut, timeout)
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        config: Mapping[str, str] | None = None,
+        assignments: Mapping[int, list[int]] | None = None,
+    ) -> TopicState:
+        if name in self.topics:
+            raise EmbeddedClusterError(f"topic {name!r} already exists")
+        ids = sorted(self.brokers)
+        if assignments is None:
+            if not 1 <= replication_factor <= len(ids):
+                raise EmbeddedClusterError(
+                    f"replication factor {replication_factor} with {len(ids)} brokers")
+            if partitions < 1:
+                raise EmbeddedClusterError(f"{partitions} partitions")
+            start = len(self.topics)
+            assignments = {
+                p: [ids[(start + p + r) % len(ids)] for r in range(replication_factor)]
+                for p in range(partitions)
+            }
+        parts: dict[int, PartitionState] = {}
+        for p, replicas in assignments.items():
+            alive = [r for r in replicas if self.brokers[r].alive]
+            leader = alive[0] if alive else None
+            logs = {r: PartitionLog() for r in replicas}
+            parts[p] = PartitionState(name, p, list(replicas), list(alive) or [replicas[0]],
+                                      leader, 0, logs)
+            if leader is not None:
+                logs[leader].assign_epoch(0)
+        topic = TopicState(name, uuid.uuid4(), parts, {**DEFAULT_TOPIC_CONFIG, **(config or {})})
+        self.topics[name] = topic
+        log.info("topic_created", topic=name, partitions=len(parts), topic_id=str(topic.topic_id))
+        self.publish()
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        if name not in self.topics:
+            raise EmbeddedClusterError(f"unknown topic {name!r}")
+        del self.topics[name]
+        log.info("topic_deleted", topic=name)
+        self.publish()
+        self.notify_data()
+
+    # -- metadata propagation --------------------------------------------------------------
+
+    def image(self) -> MetadataImage:
+        topics: dict[str, TopicView] = {}
+        for t in self.topics.values():
+            parts = {
+                p.index: PartitionView(
+                    -1 if p.leader is None else p.leader,
+                    p.leader_epoch,
+                    tuple(p.replicas),
+                    tuple(p.isr),
+                    tuple(r for r in p.replicas if not self.brokers[r].alive),
+                )
+                for p in t.partitions.values()
+            }
+            topics[t.name] = TopicView(t.name, t.topic_id, parts)
+        return MetadataImage(self._image_version, topics)
+
+    def publish(self) -> None:
+        """Send the controller's new metadata to every live broker (after its delay)."""
+        self._image_version += 1
+        image = self.image()
+        for b in self.brokers.values():
+            if not b.alive:
+                continue
+            delay = self.faults.metadata_delay(b.node_id)
+            if delay <= 0 or self.loop is None:
+                self.apply_image(b.node_id, image)
+            else:
+                self.loop.call_later(delay, self.apply_image, b.node_id, image)
+
+    def apply_image(self, broker_id: int, image: MetadataImage) -> None:
+        """A broker learns ``image``: leaders stamp their epoch, followers re-sync."""
+        b = self.brokers[broker_id]
+        if not b.alive or image.version <= b.view.version:
+            return
+        old = b.view
+        b.view = image
+        for t in image.topics.values():
+            state = self.topics.get(t.name)
+            if state is None or state.topic_id != t.topic_id:
+                continue
+            for idx, pv in t.partitions.items():
+                if broker_id not in pv.replicas:
+                    continue
+                p = state.partitions[idx]
+                before = old.partition(t.name, idx)
+                changed = (before is None or before.leader_epoch != pv.leader_epoch
+                           or before.leader != pv.leader)
+                if pv.leader == broker_id:
+                    p.logs[broker_id].assign_epoch(pv.leader_epoch)
+                    if changed:
+                        # A new leader replicates to followers that already know it.
+                        self.replicate(p)
+                elif changed and pv.leader >= 0:
+                    self.sync_follower(p, broker_id)
+        self.notify_data()
+
+    # -- replication -----------------------------------------------------------------------
+
+    def _follower_ready(self, p: PartitionState, follower: int) -> bool:
+        b = self.brokers[follower]
+        if not b.alive or b.replication_paused:
+            return False
+        pv = b.view.partition(p.topic, p.index)
+        return pv is not None and pv.leader == p.leader and pv.leader_epoch == p.leader_epoch
+
+    def sync_follower(self, p: PartitionState, follower: int) -> None:
+        """KIP-101/KIP-279 truncation of ``follower`` against the leader, then catch-up."""
+        if p.leader is None or p.leader == follower or not self._follower_ready(p, follower):
+            return
+        leader_log = p.logs[p.leader]
+        flog = p.logs[follower]
+        leader_view = self.brokers[p.leader].view.partition(p.topic, p.index)
+        if leader_view is None or leader_view.leader_epoch != p.leader_epoch:
+            return  # the leader has not taken over yet; it re-syncs followers when it does
+        f_epoch = flog.latest_epoch
+        l_epoch, l_end = leader_log.end_offset_for_epoch(f_epoch)
+        if l_end == UNDEFINED_EPOCH_OFFSET:
+            target = min(flog.high_watermark, leader_log.log_end_offset)
+        elif l_epoch == f_epoch:
+            target = min(l_end, flog.log_end_offset)
+        else:
+            _, f_end = flog.end_offset_for_epoch(l_epoch)
+            target = min(l_end, flog.log_end_offset if f_end < 0 else f_end)
+        if target < flog.log_end_offset:
+            old_leo = flog.log_end_offset
+            flog.truncate_to(target)
+            log.info("replica_truncated", topic=p.topic, partition=p.index, broker=follower,
+                     from_offset=old_leo, to_offset=flog.log_end_offset)
+            for cb in self.on_truncate:
+                cb(p.topic, p.index, follower, flog.log_end_offset)
+        self._catch_up(p, follower)
+
+    def _catch_up(self, p: PartitionState, follower: int) -> None:
+        assert p.leader is not None
+        leader_log = p.logs[p.leader]
+        flog = p.logs[follower]
+        if flog.log_end_offset < leader_log.log_start_offset:
+            flog.reset(leader_log.log_start_offset)
+        for batch in leader_log.batches_from(flog.log_end_offset):
+            flog.append_replicated(batch)
+        if flog.log_start_offset < leader_log.log_start_offset:
+            flog.delete_before(leader_log.log_start_offset)
+        if follower not in p.isr and flog.log_end_offset == leader_log.log_end_offset:
+            p.isr.append(follower)
+            log.info("isr_expanded", topic=p.topic, partition=p.index, broker=follower,
+                     isr=list(p.isr))
+            self._update_hw(p)
+            self.publish()
+        else:
+            self._update_hw(p)
+
+    def replicate(self, p: PartitionState) -> None:
+        """Copy the leader's new batches to every follower that follows it now."""
+        if p.leader is None:
+            return
+        for r in p.replicas:
+            if r != p.leader and self._follower_ready(p, r):
+                if r in p.isr:
+                    self._catch_up(p, r)
+                else:
+                    self.sync_follower(p, r)
+        self._update_hw(p)
+
+    def _update_hw(self, p: PartitionState) -> None:
+        """HW = min LEO over the ISR, counting only followers that follow this leader now.
+
+        An ISR member that has not learnt about the current epoch yet (metadata delay) has
+        not fetched from this leader, so the high watermark waits for it, as in Kafka.
+        """
+        if p.leader is None:
+            return
+        llog = p.logs[p.leader]
+        hw = llog.log_end_offset
+        for r in p.isr:
+            if r == p.leader:
+                continue
+            if self._follower_ready(p, r):
+                hw = min(hw, p.logs[r].log_end_offset)
+            else:
+                hw = min(hw, llog.high_watermark)
+        if hw > llog.high_watermark:
+            llog.high_watermark = hw
+        for r in p.replicas:
+            if r != p.leader and r in p.isr and self._follower_ready(p, r):
+                flog = p.logs[r]
+                flog.high_watermark = min(llog.high_watermark, flog.log_end_offset)
+        self.notify_data()
+
+    # -- controller: brokers and elections -------------------------------------------------
+
+    def _shrink_isr(self, p: PartitionState, broker_id: int) -> None:
+        # Like Kafka, the ISR never becomes empty: the last member stays in it.
+        if broker_id in p.isr and len(p.isr) > 1:
+            p.isr.remove(broker_id)
+
+    def stop_broker(self, broker_id: int) -> None:
+        b = self.broker(broker_id)
+        if not b.alive:
+            return
+        b.alive = False
+        for t in self.topics.values():
+            for p in t.partitions.values():
+                if broker_id not in p.replicas:
+                    continue
+                self._shrink_isr(p, broker_id)
+                if p.leader == broker_id:
+                    candidates = [r for r in p.isr if r != broker_id and self.brokers[r].alive]
+                    self._set_leader(p, candidates[0] if candidates else None)
+                self._update_hw(p)
+        log.info("broker_stopped", broker=broker_id)
+        self.publish()
+
+    def start_broker(self, broker_id: int) -> None:
+        b = self.broker(broker_id)
+        if b.alive:
+            return
+        b.alive = True
+        b.view = EMPTY_IMAGE
+        for t in self.topics.values():
+            for p in t.partitions.values():
+                if broker_id not in p.replicas or p.leader is not None:
+                    continue
+                if broker_id in p.isr or t.unclean_election:
+                    self._set_leader(p, broker_id)
+                    if broker_id not in p.isr:
+                        p.isr[:] = [broker_id]
+        log.info("broker_started", broker=broker_id)
+        self.publish()
+
+    def _set_leader(self, p: PartitionState, leader: int | None) -> None:
+        p.leader = leader
+        p.leader_epoch += 1
+        log.info("leader_elected", topic=p.topic, partition=p.index, leader=leader,
+                 leader_epoch=p.leader_epoch, isr=list(p.isr))
+
+    def elect_leader(self, topic: str, partition: int, broker_id: int, unclean: bool) -> None:
+        p = self.partition(topic, partition)
+        b = self.broker(broker_id)
+        if broker_id not in p.replicas:
+            raise EmbeddedClusterError(
+                f"broker {broker_id} is not a replica of {topic}-{partition}")
+        if not b.alive:
+            raise EmbeddedClusterError(f"broker {broker_id} is not running")
+        if not unclean and broker_id not in p.isr:
+            raise EmbeddedClusterError(
+                f"broker {broker_id} is not in the ISR {p.isr} of {topic}-{partition}; "
+                "pass unclean=True")
+        if broker_id not in p.isr:
+            # Unclean: the new leader's log is the truth; everyone else must re-sync.
+            p.isr[:] = [broker_id]
+        self._set_leader(p, broker_id)
+        self.publish()
+        self.replicate(p)
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        p = self.partition(topic, partition)
+        if p.leader is None:
+            raise EmbeddedClusterError(f"{topic}-{partition} has no leader")
+        llog = p.logs[p.leader]
+        if before_offset == -1:
+            before_offset = llog.high_watermark
+        if before_offset > llog.high_watermark:
+            raise EmbeddedClusterError(
+                f"offset {before_offset} is above the high watermark {llog.high_watermark}")
+        for r in p.replicas:
+            if self.brokers[r].alive:
+                p.logs[r].delete_before(before_offset)
+        return llog.log_start_offset
+
+    # -- producing -------------------------------------------------------------------------
+
+    def append(self, p: PartitionState, broker_id: int, records: bytes | memoryview,
+               leader_epoch: int) -> tuple[int, int]:
+        """Append on ``broker_id``'s replica as leader at ``leader_epoch``, then replicate."""
+        base, last = p.logs[broker_id].append_as_leader(records, leader_epoch)
+        if broker_id == p.leader and leader_epoch == p.leader_epoch:
+            self.replicate(p)
+        else:
+            self.notify_data()
+        return base, last

@@ -390,7 +390,11 @@ class ApacheKafkaCluster:
 
     @staticmethod
     def _random_cluster_id() -> str:
-        return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # Like Kafka's Uuid.randomUuid: an id starting with "-" would read as an option flag.
+        while True:
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            if not cluster_id.startswith("-"):
+                return cluster_id
 
     def _properties(self, node: _Node) -> str:
         voters = f"{CONTROLLER_ID}@127.0.0.1:{self._nodes[CONTROLLER_ID].port}"
@@ -411,8 +415,11 @@ class ApacheKafkaCluster:
                 **common,
                 "process.roles": "controller",
                 "listeners": f"CONTROLLER://127.0.0.1:{node.port}",
-                # Fence a kill -9'ed broker quickly; heartbeats below are 4x as frequent.
-                "broker.session.timeout.ms": "3000",
+                # Fence a kill -9'ed broker quickly, and let a stopped broker register again
+                # soon: the controller refuses a new registration of the same id
+                # (DUPLICATE_BROKER_REGISTRATION) until the old session has expired, even
+                # after a controlled shutdown. Brokers heartbeat 6x per session.
+                "broker.session.timeout.ms": "1500",
                 # Topics with unclean.leader.election.enable=true get their unclean leader
                 # within a second of a replica coming back, not after the 5 minute default.
                 "unclean.leader.election.interval.ms": "1000",
@@ -427,7 +434,7 @@ class ApacheKafkaCluster:
                 "listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
                 "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
                 "inter.broker.listener.name": "PLAINTEXT",
-                "broker.heartbeat.interval.ms": "500",
+                "broker.heartbeat.interval.ms": "250",
                 "auto.create.topics.enable": "false",
                 "auto.leader.rebalance.enable": "false",
                 "num.partitions": "1",
@@ -817,6 +824,17 @@ class ApacheKafkaCluster:
         )
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> None:
+        """Delete records below ``before_offset`` (-1: the high watermark).
+
+        Kafka refuses an offset above the high watermark (OFFSET_OUT_OF_RANGE), and after an
+        acks=1 write the high watermark trails until the followers fetch, so wait for it first.
+        """
+        if before_offset >= 0:
+            _wait(
+                f"{topic}-{partition} high watermark >= {before_offset}",
+                lambda: True if self.high_watermark(topic, partition) >= before_offset else None,
+                30.0,
+            )
         leader = self._require_leader(topic, partition)
         req = DeleteRecordsRequest(
             topics=[

@@ -1,1 +1,92 @@
-"""epochguard.offsets"""
+"""epochguard.offsets: the sans-IO epoch core.
+
+Positions that carry leader epochs (:class:`EpochOffset`), the per-partition state machine
+(:class:`PartitionTracker`), truncation reports, policies and offset stores. No sockets,
+threads or clocks: drivers feed answers in and carry actions out.
+"""
+
+from __future__ import annotations
+
+from kafka.structs import TopicPartition
+
+from epochguard.offsets.errors import (
+    EpochGuardError,
+    InvalidPolicyError,
+    InvalidPositionError,
+    InvalidTransitionError,
+    LogTruncationError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    OffsetStoreError,
+)
+from epochguard.offsets.events import (
+    Action,
+    Event,
+    FetchAction,
+    ListOffsetsPurpose,
+    MetadataRefreshNeeded,
+    NoValidOffset,
+    OffsetReset,
+    PositionValidated,
+    RequestFailed,
+    ResetAction,
+    TruncationDetected,
+    ValidateAction,
+    ValidationStarted,
+    WaitAction,
+)
+from epochguard.offsets.policy import (
+    OffsetPolicy,
+    ResetStrategy,
+    RetryBackoff,
+    TruncationDecision,
+    TruncationHandler,
+)
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.report import DetectedBy, TruncationReport
+from epochguard.offsets.state import (
+    TRANSITIONS,
+    ErrorCode,
+    PartitionState,
+    PartitionTracker,
+    Trigger,
+)
+
+__all__ = [
+    "TRANSITIONS",
+    "Action",
+    "DetectedBy",
+    "EpochGuardError",
+    "EpochOffset",
+    "ErrorCode",
+    "Event",
+    "FetchAction",
+    "InvalidPolicyError",
+    "InvalidPositionError",
+    "InvalidTransitionError",
+    "ListOffsetsPurpose",
+    "LogTruncationError",
+    "MetadataRefreshNeeded",
+    "NoOffsetForPartitionError",
+    "NoValidOffset",
+    "OffsetOutOfRangeError",
+    "OffsetPolicy",
+    "OffsetReset",
+    "OffsetStoreError",
+    "PartitionState",
+    "PartitionTracker",
+    "PositionValidated",
+    "RequestFailed",
+    "ResetAction",
+    "ResetStrategy",
+    "RetryBackoff",
+    "TopicPartition",
+    "Trigger",
+    "TruncationDecision",
+    "TruncationDetected",
+    "TruncationHandler",
+    "TruncationReport",
+    "ValidateAction",
+    "ValidationStarted",
+    "WaitAction",
+]

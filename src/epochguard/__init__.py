@@ -2,6 +2,45 @@
 
 from __future__ import annotations
 
+from epochguard.offsets import (
+    DetectedBy,
+    EpochGuardError,
+    EpochOffset,
+    InvalidPolicyError,
+    InvalidPositionError,
+    LogTruncationError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    OffsetPolicy,
+    OffsetStoreError,
+    PartitionState,
+    PartitionTracker,
+    ResetStrategy,
+    RetryBackoff,
+    TopicPartition,
+    TruncationDecision,
+    TruncationReport,
+)
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "DetectedBy",
+    "EpochGuardError",
+    "EpochOffset",
+    "InvalidPolicyError",
+    "InvalidPositionError",
+    "LogTruncationError",
+    "NoOffsetForPartitionError",
+    "OffsetOutOfRangeError",
+    "OffsetPolicy",
+    "OffsetStoreError",
+    "PartitionState",
+    "PartitionTracker",
+    "ResetStrategy",
+    "RetryBackoff",
+    "TopicPartition",
+    "TruncationDecision",
+    "TruncationReport",
+    "__version__",
+]

@@ -1,0 +1,214 @@
+"""What a :class:`~epochguard.offsets.state.PartitionTracker` asks for (actions) and tells
+(events). All are small frozen values; drivers turn actions into requests and events into
+logs, metrics, callbacks or exceptions.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, TypeAlias
+
+import attrs
+
+from epochguard.offsets.policy import ResetStrategy
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.report import DetectedBy, TruncationReport
+
+# ----------------------------------------------------------------------------------- actions
+
+
+@attrs.frozen(slots=True)
+class FetchAction:
+    """Fetch from ``offset``. ``last_fetched_epoch`` goes into Fetch v12+ ``LastFetchedEpoch``
+    (``None``: send -1). Pass the action back with the answer (``on_records`` etc.)."""
+
+    tp: Any
+    leader_id: int
+    offset: int
+    current_leader_epoch: int | None
+    last_fetched_epoch: int | None
+    token: int
+
+
+@attrs.frozen(slots=True)
+class ValidateAction:
+    """Send OffsetForLeaderEpoch(``current_leader_epoch``, ``leader_epoch``) to the leader.
+
+    ``leader_epoch`` is the position's epoch in the first round; in later rounds (needed only
+    after several unclean elections) it is an older epoch the consumer read, which pins the
+    divergence point exactly. ``position`` is the position being validated.
+    """
+
+    tp: Any
+    leader_id: int
+    current_leader_epoch: int | None
+    leader_epoch: int
+    position: EpochOffset
+    token: int
+
+
+class ListOffsetsPurpose(enum.StrEnum):
+    RESET = "reset"  # apply auto_offset_reset (or an explicit seek to beginning/end)
+    LOG_START_PROBE = "log_start_probe"  # tell retention apart from truncation
+
+
+@attrs.frozen(slots=True)
+class ResetAction:
+    """Send ListOffsets for ``strategy`` (earliest: -2, latest: -1) to the leader."""
+
+    tp: Any
+    leader_id: int
+    strategy: ResetStrategy
+    current_leader_epoch: int | None
+    token: int
+    purpose: ListOffsetsPurpose = ListOffsetsPurpose.RESET
+
+
+@attrs.frozen(slots=True)
+class WaitAction:
+    """Nothing to send before ``until`` (the caller's clock). ``reason`` is stable snake_case:
+    ``metadata_refresh`` (refresh metadata, then ask again) or ``retry_backoff``."""
+
+    tp: Any
+    until: float
+    reason: str
+
+
+Action: TypeAlias = FetchAction | ValidateAction | ResetAction | WaitAction
+
+# ------------------------------------------------------------------------------------ events
+
+
+@attrs.frozen(slots=True)
+class TruncationDetected:
+    """A truncation was detected and decided. ``decision``: ``rewind`` (``new_position`` is
+    the divergence point), ``reset`` (``auto_offset_reset`` follows), ``seek`` (handler's
+    target), or ``raise`` (partition stopped; ``tracker.error`` holds the exception)."""
+
+    report: TruncationReport
+    decision: str
+    new_position: EpochOffset | None
+
+    name = "truncation_detected"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.report.to_dict(),
+            "decision": self.decision,
+            "new_position": None if self.new_position is None else self.new_position.to_json(),
+        }
+
+
+@attrs.frozen(slots=True)
+class ValidationStarted:
+    tp: Any
+    position: EpochOffset
+    cause: DetectedBy
+
+    name = "offset_validation_started"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**_tp(self.tp), "position": self.position.to_json(), "cause": self.cause.value}
+
+
+@attrs.frozen(slots=True)
+class PositionValidated:
+    tp: Any
+    position: EpochOffset
+    leader_epoch: int | None
+    cause: DetectedBy
+
+    name = "offset_validated"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **_tp(self.tp),
+            "position": self.position.to_json(),
+            "leader_epoch": self.leader_epoch,
+            "cause": self.cause.value,
+        }
+
+
+@attrs.frozen(slots=True)
+class OffsetReset:
+    """The position was moved by the reset policy (``reason`` says why it had to)."""
+
+    tp: Any
+    position: EpochOffset
+    strategy: ResetStrategy
+    reason: str
+
+    name = "offset_reset"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **_tp(self.tp),
+            "position": self.position.to_json(),
+            "strategy": self.strategy.value,
+            "reason": self.reason,
+        }
+
+
+@attrs.frozen(slots=True)
+class NoValidOffset:
+    """No valid offset and ``auto_offset_reset='none'``: the partition stopped."""
+
+    tp: Any
+    position: EpochOffset | None
+    reason: str
+
+    name = "no_valid_offset"
+
+    def to_dict(self) -> dict[str, Any]:
+        pos = None if self.position is None else self.position.to_json()
+        return {**_tp(self.tp), "position": pos, "reason": self.reason}
+
+
+@attrs.frozen(slots=True)
+class MetadataRefreshNeeded:
+    """Refresh metadata for this partition; ``min_leader_epoch`` is what the tracker waits for
+    (``None``: any fresh answer)."""
+
+    tp: Any
+    reason: str
+    min_leader_epoch: int | None
+
+    name = "metadata_refresh_needed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**_tp(self.tp), "reason": self.reason, "min_leader_epoch": self.min_leader_epoch}
+
+
+@attrs.frozen(slots=True)
+class RequestFailed:
+    """A request for this partition failed with ``error_code``; it will be retried."""
+
+    tp: Any
+    request: str
+    error_code: int
+    retry_at: float
+
+    name = "request_failed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **_tp(self.tp),
+            "request": self.request,
+            "error_code": self.error_code,
+            "retry_at": self.retry_at,
+        }
+
+
+Event: TypeAlias = (
+    TruncationDetected
+    | ValidationStarted
+    | PositionValidated
+    | OffsetReset
+    | NoValidOffset
+    | MetadataRefreshNeeded
+    | RequestFailed
+)
+
+
+def _tp(tp: Any) -> dict[str, Any]:
+    return {"topic": tp.topic, "partition": tp.partition}

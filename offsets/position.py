@@ -1,0 +1,77 @@
+"""``EpochOffset``: a consumer position that remembers which leader epoch it belongs to."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from epochguard.offsets.errors import InvalidPositionError
+
+#: Kafka's sentinel for "no epoch" on the wire.
+UNDEFINED_EPOCH = -1
+#: Kafka's sentinel for "no offset" in OffsetForLeaderEpoch answers.
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+def _check_offset(_inst: object, _attr: object, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidPositionError(f"offset must be an int, got {value!r}")
+    if value < 0:
+        raise InvalidPositionError(f"offset must be >= 0, got {value}")
+
+
+def normalise_epoch(value: object) -> int | None:
+    """``None`` and Kafka's ``-1`` both mean "no epoch"; anything below -1 is an error."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidPositionError(f"leader_epoch must be an int or None, got {value!r}")
+    if value < UNDEFINED_EPOCH:
+        raise InvalidPositionError(f"leader_epoch must be >= -1 (or None), got {value}")
+    return None if value == UNDEFINED_EPOCH else value
+
+
+@attrs.frozen(order=False)
+class EpochOffset:
+    """The next offset to read and the leader epoch of the record just before it.
+
+    ``leader_epoch`` is ``None`` when unknown (old message format, a seek by bare offset).
+    Positions are deliberately not ordered: offset 10 in epoch 3 and offset 10 in epoch 5 can
+    be different records, so ``<`` between positions would be a lie.
+    """
+
+    offset: int = attrs.field(validator=_check_offset)
+    leader_epoch: int | None = attrs.field(default=None, converter=normalise_epoch)
+
+    @property
+    def wire_epoch(self) -> int:
+        """The epoch as Kafka encodes it (``-1`` for none)."""
+        return UNDEFINED_EPOCH if self.leader_epoch is None else self.leader_epoch
+
+    def to_json(self) -> dict[str, int | None]:
+        return {"offset": self.offset, "leader_epoch": self.leader_epoch}
+
+    def to_json_str(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | str | bytes) -> EpochOffset:
+        """Parse what :meth:`to_json` or :meth:`to_json_str` produced."""
+        if isinstance(data, str | bytes):
+            try:
+                data = json.loads(data)
+            except ValueError as exc:
+                raise InvalidPositionError(f"not a JSON position: {data!r}") from exc
+        if not isinstance(data, Mapping) or "offset" not in data:
+            raise InvalidPositionError(f"not a position mapping: {data!r}")
+        unknown = set(data) - {"offset", "leader_epoch"}
+        if unknown:
+            raise InvalidPositionError(f"unknown keys in position {data!r}: {sorted(unknown)}")
+        return cls(data["offset"], data.get("leader_epoch"))
+
+    def __str__(self) -> str:
+        epoch = "?" if self.leader_epoch is None else str(self.leader_epoch)
+        return f"{self.offset}@e{epoch}"

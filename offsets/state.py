@@ -1,0 +1,867 @@
+"""The per-partition epoch state machine: every decision about a position lives here.
+
+Sans-IO: no sockets, threads or clocks. A driver (``EpochConsumer``, the Spark source, the
+demo) feeds answers in through ``on_*`` methods, asks :meth:`PartitionTracker.next_action` what
+to send, and drains events with :meth:`PartitionTracker.drain_events`. Time is passed in as a
+float ``now`` in the driver's clock.
+
+State changes only happen along the edges of :data:`TRANSITIONS` (checked at run time), so the
+table below is the complete picture of what can happen to a partition.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any, Final
+
+from epochguard.offsets.errors import (
+    EpochGuardError,
+    InvalidPolicyError,
+    InvalidTransitionError,
+    LogTruncationError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+)
+from epochguard.offsets.events import (
+    Action,
+    Event,
+    FetchAction,
+    ListOffsetsPurpose,
+    MetadataRefreshNeeded,
+    NoValidOffset,
+    OffsetReset,
+    PositionValidated,
+    RequestFailed,
+    ResetAction,
+    TruncationDetected,
+    ValidateAction,
+    ValidationStarted,
+    WaitAction,
+)
+from epochguard.offsets.policy import OffsetPolicy, ResetStrategy, TruncationDecision
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.report import DetectedBy, TruncationReport
+
+# --------------------------------------------------------------------------- states and table
+
+
+class PartitionState(enum.Enum):
+    """Where a partition is. Mirrors Java's ``FetchStates`` plus two stopped states."""
+
+    INITIALIZING = "initializing"  # no position yet: restore(), seek() or request_reset()
+    FETCHING = "fetching"  # valid position: fetch
+    AWAIT_VALIDATION = "await_validation"  # position has an epoch to check with the leader
+    AWAIT_RESET = "await_reset"  # ListOffsets for earliest/latest
+    TRUNCATED = "truncated"  # truncation and policy said raise: stopped until a seek
+    NO_VALID_OFFSET = "no_valid_offset"  # out of range / no offset, reset "none": stopped
+
+
+class Trigger(enum.Enum):
+    """What moves a partition between states (inputs classified by the tracker)."""
+
+    SEEK_UNVALIDATED = "seek_unvalidated"  # seek/restore to a position with an epoch
+    SEEK_VALIDATED = "seek_validated"  # seek/restore without epoch: nothing to validate
+    RESET_REQUESTED = "reset_requested"  # no valid offset and a reset strategy applies
+    STOP_NO_OFFSET = "stop_no_offset"  # no valid offset and auto_offset_reset="none"
+    VALIDATION_NEEDED = "validation_needed"  # new leader/epoch, FENCED, OOR, DivergingEpoch
+    VALIDATED = "validated"  # leader confirms the position
+    TRUNCATION_REWOUND = "truncation_rewound"  # truncation, moved to the divergence point
+    TRUNCATION_RAISED = "truncation_raised"  # truncation, stopped
+    RESET_DONE = "reset_done"  # ListOffsets answered
+
+
+S = PartitionState
+T = Trigger
+
+_REPOSITION: Final[Mapping[Trigger, PartitionState]] = {
+    T.SEEK_UNVALIDATED: S.AWAIT_VALIDATION,
+    T.SEEK_VALIDATED: S.FETCHING,
+    T.RESET_REQUESTED: S.AWAIT_RESET,
+    T.STOP_NO_OFFSET: S.NO_VALID_OFFSET,
+}
+
+#: ``TRANSITIONS[state][trigger] -> next state``. Any other (state, trigger) is a bug.
+#: Inputs that change no state (records, empty fetches, retriable errors, stale answers)
+#: are not listed.
+TRANSITIONS: Final[Mapping[PartitionState, Mapping[Trigger, PartitionState]]] = {
+    S.INITIALIZING: {**_REPOSITION},
+    S.FETCHING: {
+        **_REPOSITION,
+        T.VALIDATION_NEEDED: S.AWAIT_VALIDATION,
+        T.TRUNCATION_REWOUND: S.FETCHING,  # topic recreated
+        T.TRUNCATION_RAISED: S.TRUNCATED,  # topic recreated
+    },
+    S.AWAIT_VALIDATION: {
+        **_REPOSITION,
+        T.VALIDATION_NEEDED: S.AWAIT_VALIDATION,  # new leader while validating: start over
+        T.VALIDATED: S.FETCHING,
+        T.TRUNCATION_REWOUND: S.FETCHING,
+        T.TRUNCATION_RAISED: S.TRUNCATED,
+    },
+    S.AWAIT_RESET: {**_REPOSITION, T.RESET_DONE: S.FETCHING},
+    S.TRUNCATED: {**_REPOSITION},
+    S.NO_VALID_OFFSET: {**_REPOSITION},
+}
+
+STOPPED_STATES: Final = frozenset({S.TRUNCATED, S.NO_VALID_OFFSET})
+
+# -------------------------------------------------------------------------------- error codes
+
+
+class ErrorCode(enum.IntEnum):
+    """The Kafka error codes the tracker treats specially."""
+
+    NONE = 0
+    UNKNOWN_SERVER_ERROR = -1
+    OFFSET_OUT_OF_RANGE = 1
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    REPLICA_NOT_AVAILABLE = 9
+    NETWORK_EXCEPTION = 13
+    KAFKA_STORAGE_ERROR = 56
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    OFFSET_NOT_AVAILABLE = 78
+    UNKNOWN_TOPIC_ID = 100
+
+
+class ErrorClass(enum.Enum):
+    OUT_OF_RANGE = "out_of_range"  # fetch only: validate (epoch) or reset (no epoch)
+    FENCED = "fenced"  # our leader epoch is older than the broker's
+    STALE_METADATA = "stale_metadata"  # wrong broker / broker behind: refresh and retry
+    RETRIABLE = "retriable"  # anything else: retry with backoff
+
+
+ERROR_CLASSES: Final[Mapping[int, ErrorClass]] = {
+    ErrorCode.OFFSET_OUT_OF_RANGE: ErrorClass.OUT_OF_RANGE,
+    ErrorCode.FENCED_LEADER_EPOCH: ErrorClass.FENCED,
+    ErrorCode.UNKNOWN_LEADER_EPOCH: ErrorClass.STALE_METADATA,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorClass.STALE_METADATA,
+    ErrorCode.LEADER_NOT_AVAILABLE: ErrorClass.STALE_METADATA,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorClass.STALE_METADATA,
+    ErrorCode.UNKNOWN_TOPIC_ID: ErrorClass.STALE_METADATA,
+    ErrorCode.REPLICA_NOT_AVAILABLE: ErrorClass.STALE_METADATA,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorClass.STALE_METADATA,
+    ErrorCode.OFFSET_NOT_AVAILABLE: ErrorClass.STALE_METADATA,
+}
+
+
+def classify_error(code: int) -> ErrorClass:
+    return ERROR_CLASSES.get(code, ErrorClass.RETRIABLE)
+
+
+#: Bound on the remembered (epoch, first offset) history; older entries are dropped, which
+#: only makes divergence points of very old epochs less precise, never wrong.
+MAX_EPOCH_HISTORY: Final = 64
+
+_FETCHING = S.FETCHING
+
+
+# ------------------------------------------------------------------------------------ tracker
+
+
+class PartitionTracker:
+    """The epoch state of one partition's consumer position.
+
+    Inputs (each returns ``True`` if it was applied, ``False`` if it was stale and ignored):
+    :meth:`on_metadata`, :meth:`on_records`, :meth:`on_empty_fetch`, :meth:`on_fetch_error`,
+    :meth:`on_diverging_epoch`, :meth:`on_validation`, :meth:`on_list_offsets`,
+    :meth:`on_request_failed`; commands :meth:`restore`, :meth:`seek`,
+    :meth:`request_reset`, :meth:`pause`, :meth:`resume`, :meth:`cancel`.
+
+    Outputs: :meth:`next_action` (each request is handed out once; pass the action back with
+    its answer) and :meth:`drain_events`. When :attr:`error` is set the partition is stopped
+    and the driver should raise it.
+    """
+
+    __slots__ = (
+        "_attempts",
+        "_await_epoch",
+        "_bound",
+        "_cause",
+        "_epoch",
+        "_error",
+        "_events",
+        "_gen",
+        "_hist",
+        "_hist_epoch",
+        "_in_flight",
+        "_leader_epoch",
+        "_leader_id",
+        "_offset",
+        "_paused",
+        "_policy",
+        "_probe",
+        "_query_epoch",
+        "_report",
+        "_reset_reason",
+        "_reset_strategy",
+        "_retry_at",
+        "_source",
+        "_state",
+        "_topic_id",
+        "_wait_reason",
+        "tp",
+    )
+
+    def __init__(self, tp: Any, policy: OffsetPolicy | None = None) -> None:
+        self.tp = tp
+        self._policy = OffsetPolicy() if policy is None else policy
+        self._state = S.INITIALIZING
+        self._gen = 0
+        self._in_flight = False
+        self._paused = False
+        # Position, kept as two plain attributes for the records hot path.
+        self._offset = -1
+        self._epoch: int | None = None
+        self._source: str | None = None
+        # (epoch, first offset consumed in it), ascending; what this consumer actually read.
+        self._hist: list[tuple[int, int]] = []
+        self._hist_epoch: int | None = None
+        # Metadata.
+        self._leader_id: int | None = None
+        self._leader_epoch: int | None = None
+        self._topic_id: Any = None
+        # Retry / waiting.
+        self._retry_at = 0.0
+        self._attempts = 0
+        self._wait_reason = "retry_backoff"
+        self._await_epoch: int | None = None
+        # Validation in progress.
+        self._cause = DetectedBy.RESTORE
+        self._query_epoch: int | None = None
+        self._bound: int | None = None
+        self._probe = False
+        # Reset in progress.
+        self._reset_strategy = ResetStrategy.LATEST
+        self._reset_reason = ""
+        # Outcome.
+        self._report: TruncationReport | None = None
+        self._error: EpochGuardError | None = None
+        self._events: list[Event] = []
+
+    # ------------------------------------------------------------------------ properties
+
+    @property
+    def state(self) -> PartitionState:
+        return self._state
+
+    @property
+    def policy(self) -> OffsetPolicy:
+        return self._policy
+
+    @property
+    def position(self) -> EpochOffset | None:
+        """The next offset to deliver and the epoch of the record before it; ``None`` before
+        the first position is known."""
+        if self._offset < 0:
+            return None
+        return EpochOffset(self._offset, self._epoch)
+
+    @property
+    def has_valid_position(self) -> bool:
+        return self._state is _FETCHING
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def error(self) -> EpochGuardError | None:
+        """The exception to raise while the partition is stopped (TRUNCATED, NO_VALID_OFFSET)."""
+        return self._error
+
+    @property
+    def last_report(self) -> TruncationReport | None:
+        """The most recent truncation report (kept after the partition moved on)."""
+        return self._report
+
+    @property
+    def leader_id(self) -> int | None:
+        return self._leader_id
+
+    @property
+    def leader_epoch(self) -> int | None:
+        return self._leader_epoch
+
+    @property
+    def topic_id(self) -> Any:
+        return self._topic_id
+
+    @property
+    def epoch_history(self) -> tuple[tuple[int, int], ...]:
+        """``(epoch, first offset read in it)`` pairs this consumer read since its last seek."""
+        return tuple(self._hist)
+
+    def drain_events(self) -> list[Event]:
+        events, self._events = self._events, []
+        return events
+
+    # -------------------------------------------------------------------------- outputs
+
+    def next_action(self, now: float) -> Action | None:
+        """What to send now, or ``None`` (idle: stopped, paused, no position, or a request
+        is already in flight). Each request action is returned once."""
+        state = self._state
+        if state is S.INITIALIZING or state in STOPPED_STATES or self._in_flight:
+            return None
+        if state is _FETCHING and self._paused:
+            return None
+        if self._metadata_blocked():
+            if now >= self._retry_at:
+                self._events.append(
+                    MetadataRefreshNeeded(self.tp, self._blocked_reason(), self._await_epoch)
+                )
+                self._schedule_retry(now, "metadata_refresh")
+            return WaitAction(self.tp, self._retry_at, "metadata_refresh")
+        if now < self._retry_at:
+            return WaitAction(self.tp, self._retry_at, self._wait_reason)
+        leader = self._leader_id
+        assert leader is not None
+        self._in_flight = True
+        if state is _FETCHING:
+            return FetchAction(
+                self.tp, leader, self._offset, self._leader_epoch, self._epoch, self._gen
+            )
+        if state is S.AWAIT_VALIDATION:
+            if self._probe:
+                return ResetAction(
+                    self.tp,
+                    leader,
+                    ResetStrategy.EARLIEST,
+                    self._leader_epoch,
+                    self._gen,
+                    ListOffsetsPurpose.LOG_START_PROBE,
+                )
+            assert self._query_epoch is not None
+            return ValidateAction(
+                self.tp,
+                leader,
+                self._leader_epoch,
+                self._query_epoch,
+                EpochOffset(self._offset, self._epoch),
+                self._gen,
+            )
+        assert state is S.AWAIT_RESET
+        return ResetAction(self.tp, leader, self._reset_strategy, self._leader_epoch, self._gen)
+
+    # ----------------------------------------------------------------- commands from the app
+
+    def restore(self, position: EpochOffset | None, source: str = "committed") -> None:
+        """Start from a committed/stored position (``None``: there is none)."""
+        if position is None:
+            self._source = source
+            self._no_valid_offset("no_committed_offset", no_offset=True)
+        else:
+            self.seek(position, source=source)
+
+    def seek(self, position: EpochOffset | int, source: str = "seek") -> None:
+        """Move to ``position``. With an epoch it is validated before the first fetch (after
+        metadata has caught up with that epoch); without one it is fetched from directly."""
+        if not isinstance(position, EpochOffset):
+            position = EpochOffset(position)
+        self._error = None
+        self._source = source
+        self._offset = position.offset
+        self._epoch = position.leader_epoch
+        self._hist.clear()
+        self._hist_epoch = None
+        self._retry_at = 0.0
+        self._attempts = 0
+        self._await_epoch = None
+        if position.leader_epoch is None:
+            self._goto(T.SEEK_VALIDATED)
+            self._bump()
+        else:
+            self._begin_validation(T.SEEK_UNVALIDATED, DetectedBy.RESTORE)
+
+    def request_reset(
+        self, strategy: ResetStrategy | str | None = None, reason: str = "requested"
+    ) -> None:
+        """Look up earliest/latest (``None``: the policy's ``auto_offset_reset``)."""
+        if strategy is None:
+            self._no_valid_offset(reason)
+            return
+        strategy = ResetStrategy(strategy) if isinstance(strategy, str) else strategy
+        if strategy is ResetStrategy.NONE:
+            raise InvalidPolicyError("request_reset needs 'earliest' or 'latest', got 'none'")
+        self._error = None
+        self._begin_reset(strategy, reason)
+
+    def pause(self) -> None:
+        """Stop fetching (validation and resets still proceed). An in-flight fetch's records
+        will be refused by :meth:`on_records`."""
+        if not self._paused:
+            self._paused = True
+            if self._state is _FETCHING:
+                self._bump()
+
+    def resume(self) -> None:
+        self._paused = False
+
+    def cancel(self, action: Action) -> None:
+        """The driver did not send ``action`` after all: hand it out again, no backoff."""
+        if not isinstance(action, WaitAction) and action.token == self._gen:
+            self._in_flight = False
+
+    # ------------------------------------------------------------------- inputs: metadata
+
+    def on_metadata(
+        self, leader_id: int | None, leader_epoch: int | None = None, topic_id: Any = None
+    ) -> bool:
+        """Metadata for this partition. ``leader_epoch`` ``None``/-1: not known (old metadata
+        versions). ``topic_id`` ``None``: not known. Returns ``False`` for stale metadata (an
+        older leader epoch than already seen, same topic)."""
+        if leader_epoch is not None and leader_epoch < 0:
+            leader_epoch = None
+        if topic_id is not None and self._topic_id is not None and topic_id != self._topic_id:
+            self._topic_recreated(leader_id, leader_epoch, topic_id)
+            return True
+        known = self._leader_epoch
+        if leader_epoch is not None and known is not None and leader_epoch < known:
+            return False
+        if topic_id is not None:
+            self._topic_id = topic_id
+        new_epoch = leader_epoch if leader_epoch is not None else known
+        if leader_id == self._leader_id and new_epoch == known:
+            return True
+        self._leader_id = leader_id
+        self._leader_epoch = new_epoch
+        # A new leader answers differently: whatever was waiting may go now.
+        self._retry_at = 0.0
+        if (
+            self._await_epoch is not None
+            and new_epoch is not None
+            and new_epoch >= self._await_epoch
+        ):
+            self._await_epoch = None
+        state = self._state
+        if state is _FETCHING:
+            if self._epoch is not None:
+                self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.METADATA)
+            else:
+                self._bump()
+        elif state is S.AWAIT_VALIDATION:
+            # Answers from the old leader are worthless now; start the rounds over.
+            self._goto(T.VALIDATION_NEEDED)
+            self._restart_validation()
+        elif state is S.AWAIT_RESET:
+            self._bump()
+        return True
+
+    # --------------------------------------------------------------------- inputs: fetch
+
+    def on_records(
+        self,
+        fetch: FetchAction,
+        first_offset: int,
+        last_offset: int,
+        leader_epoch: int | None,
+        next_offset: int | None = None,
+    ) -> bool:
+        """Records ``[first_offset, last_offset]`` of one batch (``leader_epoch`` = its
+        ``partitionLeaderEpoch``) are being delivered. Call once per batch, or per part of a
+        batch. ``False``: the fetch is stale (position moved, new leader, paused, seek):
+        discard the records. Hot path: keep it to attribute checks and assignments."""
+        if fetch.token != self._gen or self._state is not _FETCHING or first_offset < self._offset:
+            return False
+        self._in_flight = False
+        if leader_epoch is not None and leader_epoch < 0:
+            leader_epoch = None
+        if leader_epoch != self._hist_epoch:
+            self._note_epoch(leader_epoch, first_offset)
+        self._offset = last_offset + 1 if next_offset is None else next_offset
+        self._epoch = leader_epoch
+        self._attempts = 0
+        return True
+
+    def on_empty_fetch(self, fetch: FetchAction) -> bool:
+        """A fetch answered without records. The position, epoch included, stays."""
+        if fetch.token != self._gen or self._state is not _FETCHING:
+            return False
+        self._in_flight = False
+        self._attempts = 0
+        return True
+
+    def on_fetch_error(self, fetch: FetchAction, error_code: int, now: float) -> bool:
+        if fetch.token != self._gen or self._state is not _FETCHING:
+            return False
+        self._in_flight = False
+        kind = classify_error(error_code)
+        if kind is ErrorClass.OUT_OF_RANGE:
+            if self._epoch is not None:
+                # A broker answers OOR for a LastFetchedEpoch it does not know: that can be
+                # truncation, so ask before resetting.
+                self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.OFFSET_OUT_OF_RANGE)
+            else:
+                self._no_valid_offset("offset_out_of_range")
+            return True
+        if kind is ErrorClass.FENCED and self._epoch is not None:
+            min_epoch = (
+                None if fetch.current_leader_epoch is None else (fetch.current_leader_epoch + 1)
+            )
+            self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.FENCED, min_epoch)
+            self._retry_after_error("fetch", error_code, now, fetch.current_leader_epoch)
+            return True
+        self._retry_after_error("fetch", error_code, now, fetch.current_leader_epoch)
+        return True
+
+    def on_diverging_epoch(
+        self, fetch: FetchAction, epoch: int, end_offset: int, now: float
+    ) -> bool:
+        """A Fetch v12+ answer carried ``DivergingEpoch(epoch, end_offset)``: the leader's
+        answer to OffsetForLeaderEpoch(last_fetched_epoch), without a round trip."""
+        if fetch.token != self._gen or self._state is not _FETCHING:
+            return False
+        self._in_flight = False
+        if self._epoch is None:
+            # We sent no LastFetchedEpoch, so the broker had nothing to compare: retry.
+            self._retry_after_error("fetch", ErrorCode.UNKNOWN_SERVER_ERROR, now, None)
+            return True
+        self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.DIVERGING_EPOCH)
+        self._await_epoch = None  # the leader has just answered at our epoch
+        self._apply_epoch_answer(epoch, end_offset, fetch.current_leader_epoch)
+        return True
+
+    # ---------------------------------------------------------- inputs: validation, reset
+
+    def on_validation(
+        self,
+        action: ValidateAction,
+        error_code: int,
+        end_epoch: int,
+        end_offset: int,
+        now: float,
+    ) -> bool:
+        """The OffsetForLeaderEpoch answer for ``action``."""
+        if action.token != self._gen or self._state is not S.AWAIT_VALIDATION or self._probe:
+            return False
+        self._in_flight = False
+        if error_code != ErrorCode.NONE:
+            self._retry_after_error(
+                "offset_for_leader_epoch", error_code, now, action.current_leader_epoch
+            )
+            return True
+        self._attempts = 0
+        self._apply_epoch_answer(end_epoch, end_offset, action.current_leader_epoch)
+        return True
+
+    def on_list_offsets(
+        self,
+        action: ResetAction,
+        offset: int,
+        leader_epoch: int | None = None,
+        error_code: int = 0,
+        now: float = 0.0,
+    ) -> bool:
+        """The ListOffsets answer for ``action`` (a reset or a log start probe)."""
+        if action.token != self._gen:
+            return False
+        probe = action.purpose is ListOffsetsPurpose.LOG_START_PROBE
+        expected = S.AWAIT_VALIDATION if probe else S.AWAIT_RESET
+        if self._state is not expected or (probe and not self._probe):
+            return False
+        self._in_flight = False
+        if error_code != ErrorCode.NONE:
+            self._retry_after_error("list_offsets", error_code, now, action.current_leader_epoch)
+            return True
+        self._attempts = 0
+        if leader_epoch is not None and leader_epoch < 0:
+            leader_epoch = None
+        if not probe:
+            self._goto(T.RESET_DONE)
+            self._offset = offset
+            self._epoch = leader_epoch
+            self._hist.clear()
+            self._hist_epoch = None
+            self._source = f"reset_{action.strategy.value}"
+            self._bump()
+            self._events.append(
+                OffsetReset(
+                    self.tp, EpochOffset(offset, leader_epoch), action.strategy, self._reset_reason
+                )
+            )
+            return True
+        # The leader knew no epoch <= ours. Retention (log start past us) or truncation?
+        self._probe = False
+        log_start = offset
+        if self._offset < log_start:
+            self._no_valid_offset("log_start_moved_past_position")
+        elif self._offset == log_start:
+            # Nothing readable was lost: whatever preceded us is gone for everyone.
+            if leader_epoch is not None:
+                self._epoch = leader_epoch
+            self._validated(action.current_leader_epoch)
+        else:
+            self._truncation(None, action.current_leader_epoch)
+        return True
+
+    def on_request_failed(self, action: Action, now: float) -> bool:
+        """Transport failure (timeout, connection lost) for ``action``: retry with backoff."""
+        if isinstance(action, WaitAction) or action.token != self._gen or not self._in_flight:
+            return False
+        self._in_flight = False
+        self._retry_after_error(
+            type(action).__name__, ErrorCode.NETWORK_EXCEPTION, now, None, refresh=True
+        )
+        return True
+
+    # ------------------------------------------------------------------------- internals
+
+    def _goto(self, trigger: Trigger) -> None:
+        try:
+            self._state = TRANSITIONS[self._state][trigger]
+        except KeyError:
+            raise InvalidTransitionError(
+                f"{self.tp}: no transition from {self._state.name} on {trigger.name}"
+            ) from None
+
+    def _bump(self) -> None:
+        """Invalidate every request in flight: their answers will be ignored."""
+        self._gen += 1
+        self._in_flight = False
+
+    def _metadata_blocked(self) -> bool:
+        if self._leader_id is None:
+            return True
+        need = self._await_epoch
+        return need is not None and self._leader_epoch is not None and self._leader_epoch < need
+
+    def _blocked_reason(self) -> str:
+        if self._leader_id is None:
+            return "leader_unknown"
+        return "leader_epoch_behind"
+
+    def _schedule_retry(self, now: float, reason: str) -> None:
+        self._retry_at = now + self._policy.retry_backoff.delay(self._attempts)
+        self._attempts += 1
+        self._wait_reason = reason
+
+    def _retry_after_error(
+        self,
+        request: str,
+        error_code: int,
+        now: float,
+        current_leader_epoch: int | None,
+        refresh: bool = False,
+    ) -> None:
+        kind = classify_error(error_code)
+        min_epoch: int | None = None
+        if kind is ErrorClass.FENCED and current_leader_epoch is not None:
+            # Our epoch is older than the broker's: the same request can only fail again.
+            min_epoch = current_leader_epoch + 1
+            if self._await_epoch is None or self._await_epoch < min_epoch:
+                self._await_epoch = min_epoch
+        stale = kind in (ErrorClass.FENCED, ErrorClass.STALE_METADATA) or refresh
+        self._schedule_retry(now, "metadata_refresh" if stale else "retry_backoff")
+        self._events.append(RequestFailed(self.tp, request, int(error_code), self._retry_at))
+        if stale:
+            reason = _error_name(error_code)
+            self._events.append(MetadataRefreshNeeded(self.tp, reason, self._await_epoch))
+
+    def _note_epoch(self, epoch: int | None, first_offset: int) -> None:
+        if epoch is None:
+            # Records without an epoch (old format) break the chain of what we know.
+            self._hist.clear()
+        else:
+            self._hist.append((epoch, first_offset))
+            if len(self._hist) > MAX_EPOCH_HISTORY:
+                del self._hist[0]
+        self._hist_epoch = epoch
+
+    def _first_offset_after(self, epoch: int) -> int | None:
+        """First offset this consumer read under an epoch newer than ``epoch``."""
+        for e, start in self._hist:
+            if e > epoch:
+                return start
+        return None
+
+    def _epoch_at(self, offset: int) -> int | None:
+        """Epoch of the record this consumer read at ``offset`` (None: not in history)."""
+        found: int | None = None
+        for e, start in self._hist:
+            if start > offset:
+                break
+            found = e
+        return found
+
+    def _begin_validation(
+        self, trigger: Trigger, cause: DetectedBy, min_epoch: int | None = None
+    ) -> None:
+        assert self._epoch is not None
+        self._goto(trigger)
+        self._cause = cause
+        # KIP-232: metadata older than the position's epoch cannot judge it.
+        need = self._epoch if min_epoch is None else max(self._epoch, min_epoch)
+        if self._leader_epoch is None or self._leader_epoch < need:
+            self._await_epoch = need if self._await_epoch is None else max(need, self._await_epoch)
+        self._restart_validation()
+        self._events.append(
+            ValidationStarted(self.tp, EpochOffset(self._offset, self._epoch), cause)
+        )
+
+    def _restart_validation(self) -> None:
+        self._query_epoch = self._epoch
+        self._bound = None
+        self._probe = False
+        self._bump()
+
+    def _apply_epoch_answer(
+        self, end_epoch: int, end_offset: int, current_leader_epoch: int | None
+    ) -> None:
+        """Judge an OffsetForLeaderEpoch answer (or DivergingEpoch) against what we read.
+
+        A single answer is exact as long as the epoch the leader names is the epoch we read
+        the record before the divergence point in; after several unclean elections it may
+        name an epoch we never read, and then we ask again for the epoch we did read there.
+        Every round only lowers an upper bound on the divergence point, so a truncation is
+        reported only when one really happened.
+        """
+        pos = self._offset
+        if end_epoch < 0 or end_offset < 0:
+            if self._bound is None:
+                # The leader knows no epoch <= ours: retention or a wiped log? Ask log start.
+                self._probe = True
+                self._bump()
+            else:
+                self._truncation(None, current_leader_epoch)
+            return
+        bound = pos if self._bound is None else self._bound
+        d = min(end_offset, bound)
+        first_newer = self._first_offset_after(end_epoch)
+        if first_newer is not None and first_newer < d:
+            d = first_newer
+        if self._bound is None and d >= pos:
+            if self._epoch is not None and end_epoch < self._epoch:
+                # Our epoch was only an upper bound (reset/seek); adopt the leader's so that
+                # Fetch LastFetchedEpoch does not keep reporting a divergence.
+                self._epoch = end_epoch
+            if self._cause is DetectedBy.OFFSET_OUT_OF_RANGE:
+                # Not truncated, yet out of range: retention moved the log start past us.
+                self._no_valid_offset("offset_out_of_range")
+            else:
+                self._validated(current_leader_epoch)
+            return
+        read_epoch = self._epoch_at(d - 1)
+        if read_epoch is not None and read_epoch < end_epoch:
+            self._bound = d
+            self._query_epoch = read_epoch
+            self._bump()
+            return
+        self._truncation(EpochOffset(d, end_epoch), current_leader_epoch)
+
+    def _validated(self, current_leader_epoch: int | None) -> None:
+        self._goto(T.VALIDATED)
+        self._bump()
+        self._events.append(
+            PositionValidated(
+                self.tp, EpochOffset(self._offset, self._epoch), current_leader_epoch, self._cause
+            )
+        )
+
+    def _truncation(self, divergence: EpochOffset | None, leader_epoch: int | None) -> None:
+        report = TruncationReport(
+            self.tp,
+            EpochOffset(self._offset, self._epoch),
+            divergence,
+            self._cause,
+            leader_epoch,
+            self._source,
+        )
+        self._decide(report)
+
+    def _decide(self, report: TruncationReport) -> None:
+        self._report = report
+        try:
+            decision = self._policy.decide(report)
+        except BaseException:
+            # A failing handler must not leave the partition fetching past the loss.
+            self._stop_truncated(report)
+            raise
+        if isinstance(decision, EpochOffset):
+            self._events.append(TruncationDetected(report, "seek", decision))
+            self.seek(decision, source="truncation_handler")
+            return
+        if decision is TruncationDecision.REWIND:
+            target = report.divergence
+            if target is not None:
+                self._goto(T.TRUNCATION_REWOUND)
+                self._offset = target.offset
+                self._epoch = target.leader_epoch
+                while self._hist and self._hist[-1][1] >= target.offset:
+                    self._hist.pop()
+                self._hist_epoch = self._hist[-1][0] if self._hist else None
+                self._source = "rewind"
+                self._bump()
+                self._events.append(TruncationDetected(report, "rewind", target))
+                return
+            strategy = self._policy.auto_offset_reset
+            if strategy is not ResetStrategy.NONE:
+                self._events.append(TruncationDetected(report, "reset", None))
+                self._begin_reset(strategy, "truncation_divergence_unknown")
+                return
+        self._stop_truncated(report)
+
+    def _stop_truncated(self, report: TruncationReport) -> None:
+        if self._state is not S.TRUNCATED:
+            self._goto(T.TRUNCATION_RAISED)
+        self._error = LogTruncationError(report)
+        self._bump()
+        self._events.append(TruncationDetected(report, "raise", None))
+
+    def _no_valid_offset(self, reason: str, no_offset: bool = False) -> None:
+        strategy = self._policy.auto_offset_reset
+        if strategy is ResetStrategy.NONE:
+            position = self.position
+            self._goto(T.STOP_NO_OFFSET)
+            self._bump()
+            self._error = (
+                NoOffsetForPartitionError(self.tp)
+                if no_offset
+                else OffsetOutOfRangeError(self.tp, self._offset, reason)
+            )
+            self._events.append(NoValidOffset(self.tp, position, reason))
+            return
+        self._error = None
+        self._begin_reset(strategy, reason)
+
+    def _begin_reset(self, strategy: ResetStrategy, reason: str) -> None:
+        self._goto(T.RESET_REQUESTED)
+        self._reset_strategy = strategy
+        self._reset_reason = reason
+        self._await_epoch = None
+        self._bump()
+
+    def _topic_recreated(
+        self, leader_id: int | None, leader_epoch: int | None, topic_id: Any
+    ) -> None:
+        # A new topic id is a new log: its epochs restart, so the old ones must not block it.
+        self._topic_id = topic_id
+        self._leader_id = leader_id
+        self._leader_epoch = leader_epoch
+        self._await_epoch = None
+        self._retry_at = 0.0
+        state = self._state
+        if state not in (_FETCHING, S.AWAIT_VALIDATION):
+            self._bump()
+            return
+        self._hist.clear()
+        self._hist_epoch = None
+        if self._offset == 0:
+            self._goto(T.SEEK_VALIDATED)
+            self._epoch = None
+            self._bump()
+            return
+        self._cause = DetectedBy.TOPIC_RECREATED
+        # Nothing of the old log exists in the new one: everything read diverges at 0.
+        self._truncation(EpochOffset(0, None), leader_epoch)
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name.lower()
+    except ValueError:
+        return f"error_{code}"

@@ -1,0 +1,581 @@
+"""One test per rule of docs/concepts.md and the KIP-320 notes, driving PartitionTracker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from epochguard.offsets import (
+    DetectedBy,
+    EpochOffset,
+    ErrorCode,
+    FetchAction,
+    InvalidPolicyError,
+    InvalidTransitionError,
+    ListOffsetsPurpose,
+    LogTruncationError,
+    MetadataRefreshNeeded,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    OffsetPolicy,
+    OffsetReset,
+    PartitionState,
+    PartitionTracker,
+    PositionValidated,
+    ResetAction,
+    ResetStrategy,
+    TopicPartition,
+    Trigger,
+    TruncationDecision,
+    TruncationDetected,
+    TruncationReport,
+    ValidateAction,
+    WaitAction,
+)
+
+TP = TopicPartition("t", 0)
+S = PartitionState
+
+
+def fetching(
+    offset: int = 10,
+    epoch: int | None = 1,
+    leader_epoch: int = 1,
+    reset: str = "earliest",
+    on_truncation: Any = "auto",
+) -> PartitionTracker:
+    """A tracker in FETCHING at (offset, epoch) having read [0, offset) in ``epoch``."""
+    tr = PartitionTracker(TP, OffsetPolicy(reset, on_truncation))
+    tr.on_metadata(1, leader_epoch, "topic-a")
+    tr.seek(EpochOffset(0))
+    if offset:
+        f = fetch(tr)
+        assert tr.on_records(f, 0, offset - 1, epoch)
+    tr.drain_events()
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(offset, epoch)
+    return tr
+
+
+def fetch(tr: PartitionTracker, now: float = 0.0) -> FetchAction:
+    a = tr.next_action(now)
+    assert isinstance(a, FetchAction), a
+    return a
+
+
+def validate(tr: PartitionTracker, now: float = 0.0) -> ValidateAction:
+    a = tr.next_action(now)
+    assert isinstance(a, ValidateAction), a
+    return a
+
+
+def list_offsets(tr: PartitionTracker, now: float = 0.0) -> ResetAction:
+    a = tr.next_action(now)
+    assert isinstance(a, ResetAction), a
+    return a
+
+
+def truncations(tr: PartitionTracker) -> list[TruncationDetected]:
+    return [e for e in tr.drain_events() if isinstance(e, TruncationDetected)]
+
+
+def elect(tr: PartitionTracker, epoch: int, leader: int = 2) -> ValidateAction:
+    tr.on_metadata(leader, epoch, "topic-a")
+    assert tr.state is S.AWAIT_VALIDATION
+    return validate(tr)
+
+
+# ----------------------------------------------------------------- the decision table
+
+
+def test_end_offset_above_position_is_valid() -> None:
+    tr = fetching(10, 1)
+    v = elect(tr, 2)
+    assert (v.current_leader_epoch, v.leader_epoch, v.position) == (2, 1, EpochOffset(10, 1))
+    assert tr.on_validation(v, 0, 1, 15, 0.0)
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(10, 1)
+    assert any(isinstance(e, PositionValidated) for e in tr.drain_events())
+
+
+def test_position_exactly_at_the_end_is_valid() -> None:
+    tr = fetching(10, 1)
+    tr.on_validation(elect(tr, 2), 0, 1, 10, 0.0)
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(10, 1)
+    assert truncations(tr) == []
+
+
+def test_end_offset_below_position_is_truncation_and_auto_rewinds() -> None:
+    tr = fetching(10, 1)
+    tr.on_validation(elect(tr, 2), 0, 1, 7, 0.0)
+    (ev,) = truncations(tr)
+    assert ev.decision == "rewind" and ev.new_position == EpochOffset(7, 1)
+    r = ev.report
+    assert (r.divergence, r.consumed_to) == (EpochOffset(7, 1), EpochOffset(10, 1))
+    assert (r.lost_from, r.lost_to, r.lost_count) == (7, 10, 3)
+    assert r.detected_by is DetectedBy.METADATA and r.new_leader_epoch == 2
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(7, 1)
+    f = fetch(tr)
+    assert (f.offset, f.current_leader_epoch, f.last_fetched_epoch) == (7, 2, 1)
+
+
+def test_truncation_with_raise_stops_until_seek() -> None:
+    tr = fetching(10, 1, on_truncation="raise")
+    tr.on_validation(elect(tr, 2), 0, 1, 7, 0.0)
+    (ev,) = truncations(tr)
+    assert ev.decision == "raise"
+    assert tr.state is S.TRUNCATED
+    assert isinstance(tr.error, LogTruncationError) and tr.error.report == ev.report
+    assert tr.next_action(0.0) is None and tr.next_action(100.0) is None
+    assert tr.position == EpochOffset(10, 1)  # untouched: the app decides
+    tr.seek(EpochOffset(7))
+    assert tr.error is None and isinstance(tr.next_action(0.0), FetchAction)
+
+
+def test_auto_with_reset_none_raises() -> None:
+    tr = fetching(10, 1, reset="none")
+    tr.on_validation(elect(tr, 2), 0, 1, 7, 0.0)
+    assert tr.state is S.TRUNCATED
+
+
+def test_rewind_with_reset_none_still_rewinds_to_known_divergence() -> None:
+    tr = fetching(10, 1, reset="none", on_truncation="rewind")
+    tr.on_validation(elect(tr, 2), 0, 1, 7, 0.0)
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(7, 1)
+
+
+@pytest.mark.parametrize(("end_epoch", "end_offset"), [(-1, -1), (-1, 5), (1, -1)])
+def test_undefined_answer_probes_log_start_then_reports_unknown_divergence(
+    end_epoch: int, end_offset: int
+) -> None:
+    tr = fetching(10, 1, reset="latest")
+    tr.on_validation(elect(tr, 2), 0, end_epoch, end_offset, 0.0)
+    assert tr.state is S.AWAIT_VALIDATION
+    probe = list_offsets(tr)
+    assert probe.purpose is ListOffsetsPurpose.LOG_START_PROBE
+    assert probe.strategy is ResetStrategy.EARLIEST
+    tr.on_list_offsets(probe, 0, 2)  # log start 0 < position: the records are gone
+    (ev,) = truncations(tr)
+    assert ev.report.divergence is None and ev.report.lost_count is None
+    assert ev.decision == "reset"
+    reset = list_offsets(tr)
+    assert reset.purpose is ListOffsetsPurpose.RESET and reset.strategy is ResetStrategy.LATEST
+    tr.on_list_offsets(reset, 42, 2)
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(42, 2)
+    assert [type(e) for e in tr.drain_events()] == [OffsetReset]
+
+
+def test_undefined_divergence_with_reset_none_raises_even_under_rewind() -> None:
+    tr = fetching(10, 1, reset="none", on_truncation="rewind")
+    tr.on_validation(elect(tr, 2), 0, -1, -1, 0.0)
+    tr.on_list_offsets(list_offsets(tr), 3, 2)
+    assert tr.state is S.TRUNCATED
+    assert isinstance(tr.error, LogTruncationError) and tr.error.report.divergence is None
+
+
+def test_undefined_answer_because_of_retention_is_not_truncation() -> None:
+    tr = fetching(10, 1, reset="earliest")
+    tr.on_validation(elect(tr, 2), 0, -1, -1, 0.0)
+    tr.on_list_offsets(list_offsets(tr), 50, 2)  # log start moved past us
+    assert truncations(tr) == []
+    reset = list_offsets(tr)
+    assert reset.purpose is ListOffsetsPurpose.RESET and reset.strategy is ResetStrategy.EARLIEST
+
+
+def test_undefined_answer_position_at_log_start_is_valid() -> None:
+    tr = fetching(10, 1)
+    tr.on_validation(elect(tr, 2), 0, -1, -1, 0.0)
+    tr.on_list_offsets(list_offsets(tr), 10, 2)
+    assert truncations(tr) == []
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(10, 2)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+    ],
+)
+def test_stale_metadata_answers_refresh_and_retry_with_backoff(code: int) -> None:
+    tr = fetching(10, 1)
+    v = elect(tr, 2)
+    tr.drain_events()
+    assert tr.on_validation(v, code, -1, -1, now=100.0)
+    assert tr.state is S.AWAIT_VALIDATION
+    assert any(isinstance(e, MetadataRefreshNeeded) for e in tr.drain_events())
+    wait = tr.next_action(100.0)
+    assert isinstance(wait, WaitAction) and wait.until == pytest.approx(100.1)
+    if code == ErrorCode.FENCED_LEADER_EPOCH:
+        # The same epoch can only be fenced again: wait for metadata past it.
+        later = tr.next_action(200.0)
+        assert isinstance(later, WaitAction) and later.reason == "metadata_refresh"
+        tr.on_metadata(2, 3, "topic-a")
+    retry = validate(tr, 200.0)
+    assert retry.position == EpochOffset(10, 1)
+
+
+def test_backoff_grows_and_is_capped() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 1)
+    tr.seek(EpochOffset(0))
+    now, delays = 0.0, []
+    for _ in range(12):
+        f = fetch(tr, now)
+        tr.on_fetch_error(f, ErrorCode.NOT_LEADER_OR_FOLLOWER, now)
+        wait = tr.next_action(now)
+        assert isinstance(wait, WaitAction)
+        delays.append(round(wait.until - now, 6))
+        now = wait.until
+    assert delays[:4] == [0.1, 0.2, 0.4, 0.8]
+    assert max(delays) == 10.0 and delays[-1] == 10.0
+    f = fetch(tr, now)
+    tr.on_empty_fetch(f)
+    f = fetch(tr, now)
+    tr.on_fetch_error(f, ErrorCode.NOT_LEADER_OR_FOLLOWER, now)
+    wait = tr.next_action(now)
+    assert isinstance(wait, WaitAction) and wait.until - now == pytest.approx(0.1)
+
+
+# ----------------------------------------------------------- when to (re)validate
+
+
+def test_newer_leader_epoch_in_metadata_triggers_validation() -> None:
+    tr = fetching(10, 1)
+    tr.on_metadata(1, 2, "topic-a")
+    assert tr.state is S.AWAIT_VALIDATION
+
+
+def test_same_metadata_again_changes_nothing() -> None:
+    tr = fetching(10, 1)
+    f = fetch(tr)
+    assert tr.on_metadata(1, 1, "topic-a")
+    assert tr.state is S.FETCHING
+    assert tr.on_records(f, 10, 11, 1)
+
+
+def test_without_position_epoch_there_is_nothing_to_validate() -> None:
+    tr = fetching(10, None)
+    tr.on_metadata(2, 2, "topic-a")
+    assert tr.state is S.FETCHING
+    assert fetch(tr).current_leader_epoch == 2
+
+
+def test_stale_metadata_never_replaces_newer() -> None:
+    tr = fetching(10, 1, leader_epoch=5)
+    assert not tr.on_metadata(3, 4, "topic-a")
+    assert (tr.leader_id, tr.leader_epoch, tr.state) == (1, 5, S.FETCHING)
+    assert fetch(tr).current_leader_epoch == 5
+
+
+def test_metadata_without_epoch_keeps_known_epoch() -> None:
+    tr = fetching(10, 1, leader_epoch=5)
+    tr.on_metadata(1, None, None)
+    assert tr.leader_epoch == 5 and tr.state is S.FETCHING
+
+
+def test_fenced_fetch_validates_after_metadata_catches_up() -> None:
+    tr = fetching(10, 1)
+    f = fetch(tr)
+    tr.on_fetch_error(f, ErrorCode.FENCED_LEADER_EPOCH, now=0.0)
+    assert tr.state is S.AWAIT_VALIDATION
+    evs = tr.drain_events()
+    refresh = [e for e in evs if isinstance(e, MetadataRefreshNeeded)]
+    assert refresh and refresh[-1].min_leader_epoch == 2
+    assert isinstance(tr.next_action(50.0), WaitAction)  # still epoch 1
+    tr.on_metadata(2, 2, "topic-a")
+    v = validate(tr, 50.0)
+    tr.on_validation(v, 0, 1, 8, 50.0)
+    (ev,) = truncations(tr)
+    assert ev.report.detected_by is DetectedBy.FENCED and ev.report.divergence == EpochOffset(8, 1)
+
+
+def test_fenced_fetch_without_epoch_waits_for_metadata_then_fetches() -> None:
+    tr = fetching(10, None)
+    tr.on_fetch_error(fetch(tr), ErrorCode.FENCED_LEADER_EPOCH, now=0.0)
+    assert tr.state is S.FETCHING
+    assert isinstance(tr.next_action(99.0), WaitAction)
+    tr.on_metadata(1, 2)
+    assert fetch(tr, 99.0).current_leader_epoch == 2
+
+
+def test_diverging_epoch_needs_no_round_trip() -> None:
+    tr = fetching(10, 1, leader_epoch=2)
+    f = fetch(tr)
+    assert tr.on_diverging_epoch(f, 1, 6, 0.0)
+    (ev,) = truncations(tr)
+    assert ev.report.detected_by is DetectedBy.DIVERGING_EPOCH
+    assert ev.report.divergence == EpochOffset(6, 1)
+    assert fetch(tr).offset == 6
+
+
+def test_diverging_epoch_with_older_epoch_but_enough_offsets_adopts_leader_epoch() -> None:
+    # Position (10, e5) came from a seek; the leader has no epoch 5 but epoch 3 reaches 12.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 6)
+    tr.seek(EpochOffset(10, 5))
+    tr.on_validation(validate(tr), 0, 3, 12, 0.0)
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(10, 3)
+    assert fetch(tr).last_fetched_epoch == 3
+
+
+def test_oor_with_epoch_validates_before_reset() -> None:
+    tr = fetching(10, 1, reset="earliest")
+    tr.on_fetch_error(fetch(tr), ErrorCode.OFFSET_OUT_OF_RANGE, 0.0)
+    assert tr.state is S.AWAIT_VALIDATION
+    tr.on_validation(validate(tr), 0, 1, 4, 0.0)
+    (ev,) = truncations(tr)
+    assert ev.report.detected_by is DetectedBy.OFFSET_OUT_OF_RANGE
+    assert ev.new_position == EpochOffset(4, 1)
+
+
+def test_oor_with_epoch_not_truncated_applies_reset_policy() -> None:
+    tr = fetching(10, 1, reset="earliest")
+    tr.on_fetch_error(fetch(tr), ErrorCode.OFFSET_OUT_OF_RANGE, 0.0)
+    tr.on_validation(validate(tr), 0, 1, 30, 0.0)
+    assert truncations(tr) == []
+    r = list_offsets(tr)
+    assert r.purpose is ListOffsetsPurpose.RESET and r.strategy is ResetStrategy.EARLIEST
+
+
+def test_oor_without_epoch_resets_directly() -> None:
+    tr = fetching(10, None, reset="latest")
+    tr.on_fetch_error(fetch(tr), ErrorCode.OFFSET_OUT_OF_RANGE, 0.0)
+    assert list_offsets(tr).strategy is ResetStrategy.LATEST
+
+
+def test_oor_with_reset_none_stops_with_out_of_range_error() -> None:
+    tr = fetching(10, None, reset="none")
+    tr.on_fetch_error(fetch(tr), ErrorCode.OFFSET_OUT_OF_RANGE, 0.0)
+    assert tr.state is S.NO_VALID_OFFSET
+    assert type(tr.error) is OffsetOutOfRangeError and tr.error.offset == 10
+    assert tr.next_action(0.0) is None
+
+
+def test_empty_fetch_never_drops_the_epoch() -> None:
+    tr = fetching(10, 3, leader_epoch=3)
+    for _ in range(3):
+        tr.on_empty_fetch(fetch(tr))
+    assert tr.position == EpochOffset(10, 3)
+    assert fetch(tr).last_fetched_epoch == 3
+    # ... so a caught-up consumer still notices an unclean election.
+    tr.on_validation(elect(tr, 4), 0, 3, 8, 0.0)
+    (ev,) = truncations(tr)
+    assert ev.report.lost_count == 2
+
+
+def test_records_without_epoch_clear_the_epoch() -> None:
+    tr = fetching(10, 3, leader_epoch=3)
+    tr.on_records(fetch(tr), 10, 12, -1)
+    assert tr.position == EpochOffset(13, None)
+
+
+# ------------------------------------------------------------- restored positions
+
+
+def test_restore_with_epoch_waits_for_metadata_epoch_then_validates() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 3)
+    tr.restore(EpochOffset(10, 5), source="sqlite")
+    assert tr.state is S.AWAIT_VALIDATION
+    w = tr.next_action(0.0)
+    assert isinstance(w, WaitAction) and w.reason == "metadata_refresh"
+    (ev,) = [e for e in tr.drain_events() if isinstance(e, MetadataRefreshNeeded)]
+    assert ev.min_leader_epoch == 5
+    tr.on_metadata(1, 5)
+    v = validate(tr, 0.0)
+    assert (v.current_leader_epoch, v.leader_epoch) == (5, 5)
+    tr.on_validation(v, 0, 5, 8, 0.0)
+    (t,) = truncations(tr)
+    assert t.report.detected_by is DetectedBy.RESTORE and t.report.position_source == "sqlite"
+
+
+def test_restore_without_epoch_fetches_directly() -> None:
+    tr = PartitionTracker(TP)
+    tr.on_metadata(1, 3)
+    tr.restore(EpochOffset(10))
+    assert fetch(tr).offset == 10
+
+
+def test_restore_nothing_applies_reset_policy() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 3)
+    tr.restore(None)
+    a = list_offsets(tr)
+    assert a.strategy is ResetStrategy.EARLIEST and a.current_leader_epoch == 3
+    tr.on_list_offsets(a, 5, 3)
+    (ev,) = tr.drain_events()
+    assert isinstance(ev, OffsetReset) and ev.reason == "no_committed_offset"
+    assert tr.position == EpochOffset(5, 3)
+
+
+def test_restore_nothing_with_reset_none_stops() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("none"))
+    tr.on_metadata(1, 3)
+    tr.restore(None)
+    assert tr.state is S.NO_VALID_OFFSET and isinstance(tr.error, NoOffsetForPartitionError)
+
+
+def test_nothing_happens_before_a_position_or_metadata() -> None:
+    tr = PartitionTracker(TP)
+    assert tr.state is S.INITIALIZING and tr.next_action(0.0) is None
+    tr.seek(3)
+    w = tr.next_action(0.0)
+    assert isinstance(w, WaitAction) and w.reason == "metadata_refresh"
+    assert [e.reason for e in tr.drain_events() if isinstance(e, MetadataRefreshNeeded)] == [
+        "leader_unknown"
+    ]
+    tr.on_metadata(1, 0)
+    assert fetch(tr).offset == 3
+
+
+# ----------------------------------------------------------------- stale answers
+
+
+def test_validation_answer_after_seek_is_ignored() -> None:
+    tr = fetching(10, 1)
+    v = elect(tr, 2)
+    tr.seek(EpochOffset(3))
+    assert not tr.on_validation(v, 0, 1, 0, 0.0)
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(3)
+    assert truncations(tr) == []
+
+
+def test_list_offsets_answer_after_seek_is_ignored() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 1)
+    tr.restore(None)
+    a = list_offsets(tr)
+    tr.seek(EpochOffset(7))
+    assert not tr.on_list_offsets(a, 0, 1)
+    assert tr.position == EpochOffset(7)
+
+
+def test_validation_answer_from_before_a_leader_change_is_ignored() -> None:
+    tr = fetching(10, 1)
+    v = elect(tr, 2)
+    tr.on_metadata(3, 3, "topic-a")
+    assert not tr.on_validation(v, 0, 1, 15, 0.0)
+    v3 = validate(tr)
+    assert v3.current_leader_epoch == 3
+
+
+def test_fetch_answer_after_seek_or_pause_is_refused() -> None:
+    tr = fetching(10, 1)
+    f = fetch(tr)
+    tr.seek(EpochOffset(10))
+    assert not tr.on_records(f, 10, 12, 1)
+    f2 = fetch(tr)
+    tr.pause()
+    assert not tr.on_records(f2, 10, 12, 1)
+    assert tr.next_action(0.0) is None
+    tr.resume()
+    assert fetch(tr).offset == 10
+
+
+def test_duplicate_records_are_refused() -> None:
+    tr = fetching(10, 1)
+    f = fetch(tr)
+    assert tr.on_records(f, 10, 14, 1)
+    assert not tr.on_records(f, 10, 14, 1)
+    assert tr.on_records(f, 15, 16, 1)  # the rest of the same batch, delivered later
+    assert tr.position == EpochOffset(17, 1)
+
+
+def test_one_request_at_a_time_and_cancel() -> None:
+    tr = fetching(10, 1)
+    f = fetch(tr)
+    assert tr.next_action(0.0) is None
+    tr.cancel(f)
+    assert fetch(tr) == f
+
+
+def test_transport_failure_retries_with_backoff() -> None:
+    tr = fetching(10, 1)
+    v = elect(tr, 2)
+    assert tr.on_request_failed(v, now=5.0)
+    w = tr.next_action(5.0)
+    assert isinstance(w, WaitAction) and w.until == pytest.approx(5.1)
+    assert validate(tr, 6.0).token == v.token
+
+
+# ---------------------------------------------------------------- topic recreated
+
+
+def test_topic_recreated_is_reported_as_truncation_to_the_new_log() -> None:
+    tr = fetching(10, 4, leader_epoch=4)
+    assert tr.on_metadata(2, 0, "topic-b")  # epoch 0 < 4 but a new topic id
+    (ev,) = truncations(tr)
+    assert ev.report.detected_by is DetectedBy.TOPIC_RECREATED
+    assert ev.report.divergence == EpochOffset(0) and ev.report.lost_count == 10
+    f = fetch(tr)
+    assert (f.offset, f.current_leader_epoch, f.last_fetched_epoch) == (0, 0, None)
+
+
+def test_topic_recreated_with_raise() -> None:
+    tr = fetching(10, 4, leader_epoch=4, on_truncation="raise")
+    tr.on_metadata(2, 0, "topic-b")
+    assert tr.state is S.TRUNCATED and tr.leader_epoch == 0
+
+
+def test_topic_recreated_before_reading_anything_is_silent() -> None:
+    tr = fetching(0, None, leader_epoch=4)
+    tr.on_metadata(2, 0, "topic-b")
+    assert truncations(tr) == [] and fetch(tr).offset == 0
+
+
+# --------------------------------------------------------------------- policies
+
+
+def test_callable_policy_can_seek_elsewhere() -> None:
+    seen: list[TruncationReport] = []
+
+    def handler(report: TruncationReport) -> EpochOffset:
+        seen.append(report)
+        return EpochOffset(2)
+
+    tr = fetching(10, 1, on_truncation=handler)
+    tr.on_validation(elect(tr, 2), 0, 1, 7, 0.0)
+    assert [r.lost_count for r in seen] == [3]
+    (ev,) = truncations(tr)
+    assert ev.decision == "seek" and tr.position == EpochOffset(2)
+
+
+def test_callable_policy_can_raise_via_decision() -> None:
+    tr = fetching(10, 1, on_truncation=lambda r: TruncationDecision.RAISE)
+    tr.on_validation(elect(tr, 2), 0, 1, 7, 0.0)
+    assert tr.state is S.TRUNCATED
+
+
+def test_callable_that_fails_leaves_partition_stopped() -> None:
+    def handler(report: TruncationReport) -> TruncationDecision:
+        raise RuntimeError("boom")
+
+    tr = fetching(10, 1, on_truncation=handler)
+    with pytest.raises(RuntimeError):
+        tr.on_validation(elect(tr, 2), 0, 1, 7, 0.0)
+    assert tr.state is S.TRUNCATED and tr.next_action(0.0) is None
+
+
+def test_callable_with_bad_answer_stops_and_raises_policy_error() -> None:
+    tr = fetching(10, 1, on_truncation=lambda r: "maybe")
+    with pytest.raises(InvalidPolicyError):
+        tr.on_validation(elect(tr, 2), 0, 1, 7, 0.0)
+    assert tr.state is S.TRUNCATED
+
+
+def test_request_reset_needs_a_real_strategy() -> None:
+    tr = fetching(10, 1)
+    with pytest.raises(InvalidPolicyError):
+        tr.request_reset("none")
+    tr.request_reset("latest")
+    assert list_offsets(tr).strategy is ResetStrategy.LATEST
+
+
+def test_invalid_transition_is_a_typed_bug_report() -> None:
+    tr = PartitionTracker(TP)
+    with pytest.raises(InvalidTransitionError, match="INITIALIZING"):
+        tr._goto(Trigger.VALIDATED)

@@ -144,6 +144,9 @@ class EmbeddedServer:
 
     async def _serve(self, broker_id: int, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:
+        if self._servers.get(broker_id) is None:
+            writer.close()  # accepted just before the listener stopped
+            return
         conns = self._conns.setdefault(broker_id, set())
         conns.add(writer)
         try:

@@ -238,6 +238,8 @@ class ClusterState:
         if name not in self.topics:
             raise EmbeddedClusterError(f"unknown topic {name!r}")
         del self.topics[name]
+        if self.groups is not None:
+            self.groups.topic_deleted(name)
         log.info("topic_deleted", topic=name)
         self.publish()
         self.notify_data()

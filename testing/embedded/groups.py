@@ -1,0 +1,668 @@
+"""The group coordinator of the embedded cluster: classic consumer groups and committed offsets.
+
+Sans-IO: every call takes the current time in milliseconds and answers through return values
+or, for the two requests a Kafka coordinator holds open (JoinGroup until the rebalance
+completes, SyncGroup until the leader sends the assignment), through a callback invoked
+exactly once. The handler layer (``handlers/_group_common.py``) turns callbacks into asyncio
+futures and calls :meth:`GroupCoordinator.tick` from a loop timer; tests drive it directly.
+
+The state machine follows Kafka's classic ``GroupCoordinator`` (Empty, PreparingRebalance,
+CompletingRebalance, Stable): KIP-394 member ids for JoinGroup v4+, KIP-345 static members
+(a restarted static member replaces its old member id and fences it), session expiry,
+rebalance timeouts and generation/member checks on commits. It has no
+``group.initial.rebalance.delay.ms``: a rebalance completes as soon as every member rejoined.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import attrs
+import structlog
+
+log = structlog.get_logger("epochguard.testing.embedded.groups")
+
+# Kafka error codes used by the coordinator.
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+OFFSET_METADATA_TOO_LARGE = 12
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+INVALID_REQUEST = 42
+GROUP_ID_NOT_FOUND = 69
+MEMBER_ID_REQUIRED = 79
+FENCED_INSTANCE_ID = 82
+
+NO_GENERATION = -1
+NO_MEMBER_ID = ""
+MAX_OFFSET_METADATA = 4096
+
+TopicPartition = tuple[str, int]
+
+
+class GroupState(enum.Enum):
+    """Kafka's names, as DescribeGroups and ListGroups report them."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@attrs.frozen
+class CommittedOffset:
+    """One committed position. ``topic_id`` ties it to one incarnation of the topic."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+    commit_timestamp_ms: int = -1
+    topic_id: uuid.UUID | None = None
+
+
+@attrs.frozen
+class JoinRequest:
+    group_id: str
+    member_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    group_instance_id: str | None = None
+    client_id: str = ""
+    client_host: str = "/127.0.0.1"
+    # JoinGroup v4+ (KIP-394): a new dynamic member first gets MEMBER_ID_REQUIRED.
+    require_known_member_id: bool = True
+
+
+@attrs.frozen
+class JoinMember:
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@attrs.frozen
+class JoinResult:
+    error_code: int
+    generation_id: int = NO_GENERATION
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = NO_MEMBER_ID
+    members: tuple[JoinMember, ...] = ()
+
+
+@attrs.frozen
+class SyncRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    assignments: tuple[tuple[str, bytes], ...] = ()
+    group_instance_id: str | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+@attrs.frozen
+class SyncResult:
+    error_code: int
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@attrs.frozen
+class LeaveResult:
+    member_id: str
+    group_instance_id: str | None
+    error_code: int
+
+
+@attrs.frozen
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@attrs.frozen
+class GroupDescription:
+    group_id: str
+    state: GroupState
+    protocol_type: str
+    protocol_name: str
+    members: tuple[MemberDescription, ...]
+
+
+JoinCallback = Callable[[JoinResult], None]
+SyncCallback = Callable[[SyncResult], None]
+
+
+@attrs.define(eq=False)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    last_heartbeat_ms: int
+    assignment: bytes = b""
+    join_callback: JoinCallback | None = None
+    sync_callback: SyncCallback | None = None
+
+    @property
+    def awaiting_join(self) -> bool:
+        return self.join_callback is not None
+
+    @property
+    def awaiting_sync(self) -> bool:
+        return self.sync_callback is not None
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+    def metadata_for(self, protocol: str) -> bytes:
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        return b""
+
+    def vote(self, candidates: set[str]) -> str:
+        return next(name for name, _ in self.protocols if name in candidates)
+
+
+@attrs.define(eq=False)
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = attrs.field(factory=dict)
+    # KIP-394: member ids handed out with MEMBER_ID_REQUIRED -> expiry deadline (ms).
+    pending_members: dict[str, int] = attrs.field(factory=dict)
+    static_members: dict[str, str] = attrs.field(factory=dict)
+    offsets: dict[TopicPartition, CommittedOffset] = attrs.field(factory=dict)
+    rebalance_deadline_ms: int = 0
+
+    def is_static_member_fenced(self, instance_id: str | None, member_id: str) -> bool:
+        if instance_id is None:
+            return False
+        current = self.static_members.get(instance_id)
+        return current is not None and current != member_id
+
+    def candidate_protocols(self, excluding: str | None = None) -> set[str] | None:
+        """Protocols every other member supports; None when there is no other member."""
+        out: set[str] | None = None
+        for m in self.members.values():
+            if m.member_id == excluding:
+                continue
+            names = set(m.protocol_names())
+            out = names if out is None else out & names
+        return out
+
+    def supports(self, protocol_type: str, names: Sequence[str],
+                 member_id: str | None = None) -> bool:
+        if not protocol_type or not names:
+            return False
+        others = self.candidate_protocols(excluding=member_id)
+        if others is None:
+            return True
+        return self.protocol_type == protocol_type and bool(others & set(names))
+
+    def select_protocol(self) -> str:
+        candidates = self.candidate_protocols()
+        assert candidates, "members share no protocol"
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            choice = m.vote(candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        best = max(votes.values())
+        # Kafka breaks ties arbitrarily; the leader's preference order is deterministic.
+        leader = self.members.get(self.leader_id or "")
+        order = leader.protocol_names() if leader else sorted(votes)
+        return next(p for p in order + sorted(votes) if votes.get(p) == best)
+
+
+class GroupCoordinator:
+    """Every consumer group of one cluster and its committed offsets.
+
+    The cluster decides which broker answers for a group; this object is the shared state
+    behind all of them (Kafka reloads the same state from ``__consumer_offsets`` when the
+    coordinator moves).
+    """
+
+    def __init__(self, *, min_session_timeout_ms: int = 6000,
+                 max_session_timeout_ms: int = 1_800_000,
+                 member_id_factory: Callable[[str], str] | None = None) -> None:
+        self.min_session_timeout_ms = min_session_timeout_ms
+        self.max_session_timeout_ms = max_session_timeout_ms
+        self.groups: dict[str, Group] = {}
+        self._new_id = member_id_factory or (lambda prefix: f"{prefix}-{uuid.uuid4()}")
+
+    # -- JoinGroup -------------------------------------------------------------------------
+
+    def join(self, req: JoinRequest, now_ms: int, respond: JoinCallback) -> None:
+        """Handle JoinGroup; ``respond`` is called once, maybe only after a later call."""
+        if not req.group_id:
+            respond(JoinResult(INVALID_GROUP_ID, member_id=req.member_id))
+            return
+        if not (self.min_session_timeout_ms <= req.session_timeout_ms
+                <= self.max_session_timeout_ms):
+            respond(JoinResult(INVALID_SESSION_TIMEOUT, member_id=req.member_id))
+            return
+        group = self.groups.get(req.group_id)
+        if group is None:
+            if req.member_id != NO_MEMBER_ID:
+                respond(JoinResult(UNKNOWN_MEMBER_ID, member_id=req.member_id))
+                return
+            group = self.groups[req.group_id] = Group(req.group_id)
+        if req.member_id == NO_MEMBER_ID:
+            self._join_unknown_member(group, req, now_ms, respond)
+        else:
+            self._join_known_member(group, req, now_ms, respond)
+
+    def _join_unknown_member(self, group: Group, req: JoinRequest, now_ms: int,
+                             respond: JoinCallback) -> None:
+        names = [n for n, _ in req.protocols]
+        if not group.supports(req.protocol_type, names):
+            respond(JoinResult(INCONSISTENT_GROUP_PROTOCOL))
+            return
+        prefix = req.group_instance_id if req.group_instance_id else (req.client_id or "member")
+        member_id = self._new_id(prefix)
+        instance = req.group_instance_id
+        if instance is not None and instance in group.static_members:
+            old_id = group.static_members[instance]
+            old = group.members.get(old_id)
+            log.info("group_static_member_replaced", group=group.group_id,
+                     group_instance_id=instance, old_member_id=old_id, member_id=member_id)
+            if old is not None:
+                self._fail_callbacks(old, FENCED_INSTANCE_ID)
+                self._remove_member(group, old_id)
+            self._add_member_and_rebalance(group, member_id, req, now_ms, respond)
+        elif req.require_known_member_id and instance is None:
+            group.pending_members[member_id] = now_ms + req.session_timeout_ms
+            respond(JoinResult(MEMBER_ID_REQUIRED, member_id=member_id))
+        else:
+            self._add_member_and_rebalance(group, member_id, req, now_ms, respond)
+
+    def _join_known_member(self, group: Group, req: JoinRequest, now_ms: int,
+                           respond: JoinCallback) -> None:
+        member_id = req.member_id
+        names = [n for n, _ in req.protocols]
+        if member_id in group.pending_members:
+            if not group.supports(req.protocol_type, names):
+                respond(JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
+                return
+            del group.pending_members[member_id]
+            self._add_member_and_rebalance(group, member_id, req, now_ms, respond)
+            return
+        if group.is_static_member_fenced(req.group_instance_id, member_id):
+            respond(JoinResult(FENCED_INSTANCE_ID, member_id=member_id))
+            return
+        member = group.members.get(member_id)
+        if member is None or group.state in (GroupState.EMPTY, GroupState.DEAD):
+            respond(JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id))
+            return
+        if not group.supports(req.protocol_type, names, member_id=member_id):
+            respond(JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
+            return
+        same = member.protocols == req.protocols
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._update_member_and_rebalance(group, member, req, now_ms, respond)
+        elif group.state is GroupState.COMPLETING_REBALANCE and same:
+            # A member that lost its JoinGroup response gets the same one again.
+            respond(self._join_result(group, member))
+        elif group.state is GroupState.STABLE and same and member_id != group.leader_id:
+            respond(self._join_result(group, member, with_members=False))
+        else:
+            self._update_member_and_rebalance(group, member, req, now_ms, respond)
+
+    def _join_result(self, group: Group, member: Member, with_members: bool = True,
+                     ) -> JoinResult:
+        members: tuple[JoinMember, ...] = ()
+        if with_members and member.member_id == group.leader_id:
+            proto = group.protocol_name or ""
+            members = tuple(JoinMember(m.member_id, m.group_instance_id, m.metadata_for(proto))
+                            for m in group.members.values())
+        return JoinResult(NONE, group.generation_id, group.protocol_type, group.protocol_name,
+                          group.leader_id or "", member.member_id, members)
+
+    def _add_member_and_rebalance(self, group: Group, member_id: str, req: JoinRequest,
+                                  now_ms: int, respond: JoinCallback) -> None:
+        member = Member(member_id, req.group_instance_id, req.client_id, req.client_host,
+                        req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type,
+                        req.protocols, now_ms, join_callback=respond)
+        if not group.members:
+            group.protocol_type = req.protocol_type
+        group.members[member_id] = member
+        if group.leader_id is None:
+            group.leader_id = member_id
+        if req.group_instance_id is not None:
+            group.static_members[req.group_instance_id] = member_id
+        log.info("group_member_added", group=group.group_id, member_id=member_id,
+                 group_instance_id=req.group_instance_id, protocols=member.protocol_names())
+        self._maybe_prepare_rebalance(group, now_ms, reason="member_joined")
+        self._try_complete_join(group, now_ms)
+
+    def _update_member_and_rebalance(self, group: Group, member: Member, req: JoinRequest,
+                                     now_ms: int, respond: JoinCallback) -> None:
+        if member.join_callback is not None:
+            # A retried JoinGroup supersedes the one still held; that one is told to retry.
+            member.join_callback(JoinResult(REBALANCE_IN_PROGRESS, member_id=member.member_id))
+        member.protocols = req.protocols
+        member.session_timeout_ms = req.session_timeout_ms
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.join_callback = respond
+        member.last_heartbeat_ms = now_ms
+        self._maybe_prepare_rebalance(group, now_ms, reason="member_rejoined")
+        self._try_complete_join(group, now_ms)
+
+    def _maybe_prepare_rebalance(self, group: Group, now_ms: int, reason: str) -> None:
+        if group.state not in (GroupState.EMPTY, GroupState.STABLE,
+                               GroupState.COMPLETING_REBALANCE):
+            return
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            for m in group.members.values():
+                m.assignment = b""
+                if m.sync_callback is not None:
+                    cb, m.sync_callback = m.sync_callback, None
+                    cb(SyncResult(REBALANCE_IN_PROGRESS))
+        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+        group.rebalance_deadline_ms = now_ms + timeout
+        group.state = GroupState.PREPARING_REBALANCE
+        log.info("group_rebalance_started", group=group.group_id,
+                 generation=group.generation_id, reason=reason, members=len(group.members))
+
+    def _try_complete_join(self, group: Group, now_ms: int) -> None:
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        if group.pending_members or not all(m.awaiting_join for m in group.members.values()):
+            return
+        self._complete_join(group, now_ms)
+
+    def _complete_join(self, group: Group, now_ms: int) -> None:
+        for m in list(group.members.values()):
+            if not m.awaiting_join and m.group_instance_id is None:
+                log.info("group_member_removed", group=group.group_id,
+                         member_id=m.member_id, reason="not_rejoined")
+                self._remove_member(group, m.member_id)
+        joined = [m for m in group.members.values() if m.awaiting_join]
+        if group.leader_id not in {m.member_id for m in joined} and joined:
+            group.leader_id = joined[0].member_id
+        group.generation_id += 1
+        if joined:
+            group.protocol_name = group.select_protocol()
+            group.state = GroupState.COMPLETING_REBALANCE
+        else:
+            group.protocol_type = None
+            group.protocol_name = None
+            group.leader_id = None
+            group.state = GroupState.EMPTY
+        log.info("group_join_completed", group=group.group_id, generation=group.generation_id,
+                 protocol=group.protocol_name, leader=group.leader_id,
+                 members=sorted(group.members))
+        for m in joined:
+            cb, m.join_callback = m.join_callback, None
+            m.last_heartbeat_ms = now_ms
+            assert cb is not None
+            cb(self._join_result(group, m))
+
+    # -- SyncGroup -------------------------------------------------------------------------
+
+    def sync(self, req: SyncRequest, now_ms: int, respond: SyncCallback) -> None:
+        group = self.groups.get(req.group_id)
+        if group is None:
+            respond(SyncResult(UNKNOWN_MEMBER_ID))
+            return
+        if group.is_static_member_fenced(req.group_instance_id, req.member_id):
+            respond(SyncResult(FENCED_INSTANCE_ID))
+            return
+        member = group.members.get(req.member_id)
+        if member is None:
+            respond(SyncResult(UNKNOWN_MEMBER_ID))
+            return
+        if req.generation_id != group.generation_id:
+            respond(SyncResult(ILLEGAL_GENERATION))
+            return
+        if ((req.protocol_type is not None and req.protocol_type != group.protocol_type)
+                or (req.protocol_name is not None and req.protocol_name != group.protocol_name)):
+            respond(SyncResult(INCONSISTENT_GROUP_PROTOCOL))
+            return
+        if group.state is GroupState.PREPARING_REBALANCE:
+            respond(SyncResult(REBALANCE_IN_PROGRESS))
+            return
+        if group.state is GroupState.STABLE:
+            member.last_heartbeat_ms = now_ms
+            respond(SyncResult(NONE, group.protocol_type, group.protocol_name,
+                               member.assignment))
+            return
+        if group.state is not GroupState.COMPLETING_REBALANCE:
+            respond(SyncResult(UNKNOWN_MEMBER_ID))
+            return
+        if member.sync_callback is not None:
+            member.sync_callback(SyncResult(REBALANCE_IN_PROGRESS))
+        member.sync_callback = respond
+        member.last_heartbeat_ms = now_ms
+        if req.member_id != group.leader_id:
+            return
+        given = dict(req.assignments)
+        for m in group.members.values():
+            m.assignment = given.get(m.member_id, b"")
+        group.state = GroupState.STABLE
+        log.info("group_stable", group=group.group_id, generation=group.generation_id,
+                 protocol=group.protocol_name, members=sorted(group.members))
+        for m in group.members.values():
+            m.last_heartbeat_ms = now_ms
+            if m.sync_callback is not None:
+                cb, m.sync_callback = m.sync_callback, None
+                cb(SyncResult(NONE, group.protocol_type, group.protocol_name, m.assignment))
+
+    # -- Heartbeat -------------------------------------------------------------------------
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str,
+                  group_instance_id: str | None, now_ms: int) -> int:
+        group = self.groups.get(group_id)
+        if group is None:
+            return UNKNOWN_MEMBER_ID
+        if group.is_static_member_fenced(group_instance_id, member_id):
+            return FENCED_INSTANCE_ID
+        member = group.members.get(member_id)
+        if member is None or group.state is GroupState.EMPTY:
+            return UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return ILLEGAL_GENERATION
+        member.last_heartbeat_ms = now_ms
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        return NONE
+
+    # -- LeaveGroup ------------------------------------------------------------------------
+
+    def leave(self, group_id: str, members: Iterable[tuple[str, str | None]], now_ms: int,
+              ) -> list[LeaveResult]:
+        """Remove ``(member_id, group_instance_id)`` pairs; a static member may be named by
+        its instance id alone (member id ``""``), as the admin client does."""
+        group = self.groups.get(group_id)
+        out: list[LeaveResult] = []
+        for member_id, instance in members:
+            if group is None:
+                out.append(LeaveResult(member_id, instance, UNKNOWN_MEMBER_ID))
+                continue
+            if member_id == NO_MEMBER_ID and instance is not None:
+                member_id = group.static_members.get(instance, NO_MEMBER_ID)
+                if member_id == NO_MEMBER_ID:
+                    out.append(LeaveResult(NO_MEMBER_ID, instance, UNKNOWN_MEMBER_ID))
+                    continue
+            elif group.is_static_member_fenced(instance, member_id):
+                out.append(LeaveResult(member_id, instance, FENCED_INSTANCE_ID))
+                continue
+            if member_id in group.pending_members:
+                del group.pending_members[member_id]
+                self._try_complete_join(group, now_ms)
+                out.append(LeaveResult(member_id, instance, NONE))
+                continue
+            if member_id not in group.members:
+                out.append(LeaveResult(member_id, instance, UNKNOWN_MEMBER_ID))
+                continue
+            log.info("group_member_removed", group=group_id, member_id=member_id,
+                     reason="left")
+            self._remove_member_and_update(group, member_id, now_ms)
+            out.append(LeaveResult(member_id, instance, NONE))
+        return out
+
+    # -- membership removal and timers -----------------------------------------------------
+
+    @staticmethod
+    def _fail_callbacks(member: Member, error: int) -> None:
+        if member.join_callback is not None:
+            cb, member.join_callback = member.join_callback, None
+            cb(JoinResult(error, member_id=member.member_id))
+        if member.sync_callback is not None:
+            scb, member.sync_callback = member.sync_callback, None
+            scb(SyncResult(error))
+
+    def _remove_member(self, group: Group, member_id: str) -> None:
+        member = group.members.pop(member_id, None)
+        if member is None:
+            return
+        if (member.group_instance_id is not None
+                and group.static_members.get(member.group_instance_id) == member_id):
+            del group.static_members[member.group_instance_id]
+        if group.leader_id == member_id:
+            group.leader_id = next(iter(group.members), None)
+
+    def _remove_member_and_update(self, group: Group, member_id: str, now_ms: int) -> None:
+        member = group.members.get(member_id)
+        if member is None:
+            return
+        self._fail_callbacks(member, UNKNOWN_MEMBER_ID)
+        self._remove_member(group, member_id)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, now_ms, reason="member_removed")
+        self._try_complete_join(group, now_ms)
+
+    def tick(self, now_ms: int) -> None:
+        """Expire sessions, pending member ids and rebalance timeouts due at ``now_ms``."""
+        for group in list(self.groups.values()):
+            for pid, deadline in list(group.pending_members.items()):
+                if deadline <= now_ms:
+                    del group.pending_members[pid]
+                    log.info("group_pending_member_expired", group=group.group_id,
+                             member_id=pid)
+                    self._try_complete_join(group, now_ms)
+            for m in list(group.members.values()):
+                if m.awaiting_join or m.awaiting_sync:
+                    continue
+                if m.last_heartbeat_ms + m.session_timeout_ms <= now_ms:
+                    log.info("group_member_removed", group=group.group_id,
+                             member_id=m.member_id, reason="session_timeout")
+                    self._remove_member_and_update(group, m.member_id, now_ms)
+            if (group.state is GroupState.PREPARING_REBALANCE
+                    and group.rebalance_deadline_ms <= now_ms):
+                group.pending_members.clear()
+                self._complete_join(group, now_ms)
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
+                       group_instance_id: str | None,
+                       offsets: Mapping[TopicPartition, CommittedOffset], now_ms: int,
+                       ) -> dict[TopicPartition, int]:
+        """Store ``offsets``; returns an error code per partition (Kafka's checks)."""
+        error = self._commit_error(group_id, generation_id, member_id, group_instance_id,
+                                   now_ms)
+        out: dict[TopicPartition, int] = {}
+        group = self.groups.get(group_id)
+        for tp, committed in offsets.items():
+            if error:
+                out[tp] = error
+            elif committed.metadata is not None and len(committed.metadata) > MAX_OFFSET_METADATA:
+                out[tp] = OFFSET_METADATA_TOO_LARGE
+            else:
+                assert group is not None
+                group.offsets[tp] = committed
+                out[tp] = NONE
+        return out
+
+    def _commit_error(self, group_id: str, generation_id: int, member_id: str,
+                      group_instance_id: str | None, now_ms: int) -> int:
+        if not group_id:
+            return INVALID_GROUP_ID
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return ILLEGAL_GENERATION
+            # A "simple" consumer (assign() plus commits) uses Kafka only to store offsets.
+            self.groups[group_id] = Group(group_id)
+            return NONE
+        if group.is_static_member_fenced(group_instance_id, member_id):
+            return FENCED_INSTANCE_ID
+        if generation_id < 0 and group.state is GroupState.EMPTY:
+            return NONE
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        member = group.members.get(member_id)
+        if member is None:
+            return UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return ILLEGAL_GENERATION
+        member.last_heartbeat_ms = now_ms
+        return NONE
+
+    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None,
+                      ) -> dict[TopicPartition, CommittedOffset]:
+        """Committed offsets of ``partitions`` (all of the group's when None); partitions
+        without a commit are absent."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return {}
+        if partitions is None:
+            return dict(group.offsets)
+        return {tp: group.offsets[tp] for tp in partitions if tp in group.offsets}
+
+    def topic_deleted(self, topic: str) -> None:
+        """Drop every group's offsets of ``topic`` (Kafka does when a topic is deleted)."""
+        for group in self.groups.values():
+            for tp in [tp for tp in group.offsets if tp[0] == topic]:
+                del group.offsets[tp]
+
+    # -- admin -----------------------------------------------------------------------------
+
+    def describe(self, group_id: str) -> GroupDescription | None:
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        stable = group.state is GroupState.STABLE
+        proto = group.protocol_name or ""
+        members = tuple(
+            MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                              m.metadata_for(proto), m.assignment if stable else b"")
+            for m in group.members.values())
+        return GroupDescription(group.group_id, group.state, group.protocol_type or "",
+                                proto if stable else "", members)
+
+    def list_groups(self) -> list[GroupDescription]:
+        out = []
+        for gid in sorted(self.groups):
+            d = self.describe(gid)
+            if d is not None:
+                out.append(d)
+        return out

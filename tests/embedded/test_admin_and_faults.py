@@ -1,0 +1,178 @@
+"""Admin APIs through kafka-python's KafkaAdminClient, the control API, fault injection."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.errors import NotLeaderForPartitionError
+
+from epochguard.testing import Cluster, EmbeddedCluster, EmbeddedClusterError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def admin(cluster: EmbeddedCluster) -> Iterator[KafkaAdminClient]:
+    a = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    yield a
+    a.close()
+
+
+def test_embedded_cluster_implements_the_cluster_protocol(cluster: EmbeddedCluster) -> None:
+    assert isinstance(cluster, Cluster)
+    assert cluster.broker_ids == [1, 2, 3]
+    assert len(cluster.bootstrap_servers.split(",")) == 3
+
+
+def test_create_describe_delete_and_recreate_topic(cluster: EmbeddedCluster,
+                                                   admin: KafkaAdminClient) -> None:
+    admin.create_topics({"a": {"num_partitions": 2, "replication_factor": 2,
+                               "configs": {"min.insync.replicas": "2"}}})
+    assert cluster.replicas("a", 1) and len(cluster.replicas("a", 1)) == 2
+    first_id = cluster.topic_id("a")
+    res = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "a")])
+    assert "min.insync.replicas" in str(res)
+    admin.delete_topics(["a"])
+    with pytest.raises(EmbeddedClusterError):
+        cluster.leader("a", 0)
+    cluster.create_topic("a")
+    assert cluster.topic_id("a") != first_id
+    assert cluster.leader_epoch("a", 0) == 0
+
+
+def test_delete_records_moves_log_start(cluster: EmbeddedCluster,
+                                        admin: KafkaAdminClient) -> None:
+    cluster.create_topic("t")
+    cluster.append("t", 0, [b"%d" % i for i in range(10)], batch_size=1)
+    admin.delete_records({TopicPartition("t", 0): 4})
+    for b in cluster.replicas("t", 0):
+        assert cluster.log_start_offset("t", 0, broker=b) == 4
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers,
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    try:
+        consumer.assign([TopicPartition("t", 0)])
+        assert consumer.beginning_offsets([TopicPartition("t", 0)]) == {
+            TopicPartition("t", 0): 4}
+    finally:
+        consumer.close()
+
+
+def test_admin_elect_leaders_unclean_and_preferred(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=2)
+    first, second = cluster.replicas("t", 0)
+    assert cluster.leader("t", 0) == first
+    cluster.stop_broker(second)
+    cluster.stop_broker(first)  # last ISR member: partition becomes leaderless
+    assert cluster.leader("t", 0) is None
+    assert cluster.isr("t", 0) == [first]
+    cluster.start_broker(second)
+    assert cluster.leader("t", 0) is None  # out of sync, unclean election disabled
+    # A fresh admin client: kafka-python keeps using a controller it found stopped.
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    admin.elect_leaders(1, {"t": [0]})
+    assert cluster.leader("t", 0) == second
+    assert cluster.isr("t", 0) == [second]
+    cluster.start_broker(first)
+    assert cluster.isr("t", 0) == sorted([first, second])
+    admin.close()
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    admin.elect_leaders(0, {"t": [0]})  # preferred: back to the first replica
+    admin.close()
+    assert cluster.leader("t", 0) == first
+    assert cluster.leader_epoch("t", 0) == 3
+
+
+def test_control_api_elections(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=3)
+    leader, f1, f2 = cluster.replicas("t", 0)
+    cluster.elect_leader("t", 0, f1)
+    assert (cluster.leader("t", 0), cluster.leader_epoch("t", 0)) == (f1, 1)
+    cluster.pause_replication(f2)
+    assert f2 not in cluster.isr("t", 0)
+    cluster.append("t", 0, [b"x"])
+    assert cluster.log_end_offset("t", 0, f2) == 0
+    with pytest.raises(EmbeddedClusterError, match="not in the ISR"):
+        cluster.elect_leader("t", 0, f2)
+    cluster.resume_replication(f2)
+    assert cluster.log_end_offset("t", 0, f2) == 1 and f2 in cluster.isr("t", 0)
+    cluster.stop_broker(f1)
+    assert cluster.leader("t", 0) in (leader, f2)
+    assert cluster.leader_epoch("t", 0) == 2
+    with pytest.raises(EmbeddedClusterError, match="not running"):
+        cluster.elect_leader("t", 0, f1, unclean=True)
+
+
+def test_unclean_election_enabled_topic_elects_on_restart(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=2,
+                         config={"unclean.leader.election.enable": "true"})
+    first, second = cluster.replicas("t", 0)
+    cluster.stop_broker(second)
+    cluster.stop_broker(first)
+    cluster.start_broker(second)
+    assert cluster.leader("t", 0) == second
+
+
+def test_injected_errors_and_delays(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=3)
+    leader = cluster.leader("t", 0)
+    assert leader is not None
+    cluster.faults.inject_error(api_key=0, error_code=6, count=2, broker=leader)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, retries=0,
+                             enable_idempotence=False)
+    try:
+        with pytest.raises(NotLeaderForPartitionError):
+            producer.send("t", b"a", partition=0).get(timeout=10)
+        cluster.faults.clear()
+        cluster.faults.delay_responses(0.5, api_key=0, broker=leader, count=1)
+        t0 = time.monotonic()
+        producer.send("t", b"b", partition=0).get(timeout=10)
+        assert time.monotonic() - t0 >= 0.45
+    finally:
+        producer.close()
+    assert cluster.read_records("t", 0)[-1][2] == b"b"
+
+
+def test_dropped_and_disconnected_responses(cluster: EmbeddedCluster) -> None:
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    from .wire import Wire
+
+    req = MetadataRequest(version=12, topics=None, allow_auto_topic_creation=False,
+                          include_topic_authorized_operations=False)
+    cluster.faults.disconnect_on(api_key=3, broker=1)
+    w = Wire.to(cluster, 1)
+    w.send(req)
+    assert w.closed_by_peer()
+    cluster.faults.drop_responses(api_key=3, broker=1, count=1)
+    w = Wire.to(cluster, 1)
+    w.sock.settimeout(0.5)
+    w.send(req)
+    with pytest.raises(TimeoutError):
+        w.receive(MetadataResponse, 12)
+    w.sock.settimeout(5)
+    w.send(req)
+    assert w.receive(MetadataResponse, 12).brokers
+    w.close()
+
+
+def test_stop_broker_closes_listener_and_connections(cluster: EmbeddedCluster) -> None:
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    from .wire import Wire
+
+    w = Wire.to(cluster, 2)
+    req = MetadataRequest(version=12, topics=None, allow_auto_topic_creation=False,
+                          include_topic_authorized_operations=False)
+    assert w.call(req, MetadataResponse).brokers  # the broker has accepted this connection
+    cluster.stop_broker(2)
+    assert w.closed_by_peer()
+    assert not cluster.is_running(2)
+    with pytest.raises(OSError):
+        Wire.to(cluster, 2)
+    assert cluster.broker_address(2) not in cluster.bootstrap_servers
+    cluster.start_broker(2)
+    Wire.to(cluster, 2).close()

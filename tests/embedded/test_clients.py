@@ -1,0 +1,107 @@
+"""Conformance with librdkafka (confluent-kafka) and aiokafka over TCP."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import TopicPartition as ATopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from epochguard.testing import EmbeddedCluster
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_confluent_producer_and_assigned_consumer(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", partitions=3)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 5})
+    for i in range(300):
+        producer.produce("t", key=b"k%d" % i, value=b"v%d" % i, partition=i % 3)
+    assert producer.flush(20) == 0
+    for p in range(3):
+        assert cluster.high_watermark("t", p) == 100
+        assert {cluster.log_end_offset("t", p, b) for b in cluster.replicas("t", p)} == {100}
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "log_level": 0})
+    consumer.assign([TopicPartition("t", p, 0) for p in range(3)])
+    got: dict[int, list[tuple[int, bytes]]] = {0: [], 1: [], 2: []}
+    deadline = time.monotonic() + 20
+    try:
+        while sum(map(len, got.values())) < 300 and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is None:
+                continue
+            assert not m.error(), m.error()
+            got[m.partition()].append((m.offset(), m.value()))
+            assert m.leader_epoch() == 0
+    finally:
+        consumer.close()
+    for p in range(3):
+        assert got[p] == [(i, b"v%d" % (3 * i + p)) for i in range(100)]
+
+
+def test_confluent_acks_all_below_min_isr_fails(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=2, config={"min.insync.replicas": "2"})
+    leader = cluster.leader("t", 0)
+    follower = next(b for b in cluster.replicas("t", 0) if b != leader)
+    cluster.stop_broker(follower)
+    errors: list[str] = []
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
+                         "message.timeout.ms": 2000, "retries": 0, "log_level": 0})
+    producer.produce("t", value=b"x", partition=0,
+                     on_delivery=lambda err, msg: errors.append(str(err and err.name())))
+    producer.flush(10)
+    assert errors == ["NOT_ENOUGH_REPLICAS"]
+    assert cluster.log_end_offset("t", 0) == 0
+
+
+def test_aiokafka_producer_and_consumer(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", partitions=2)
+
+    async def run() -> list[tuple[int, int, bytes | None]]:
+        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
+        await producer.start()
+        try:
+            for i in range(20):
+                await producer.send_and_wait("t", value=b"a%d" % i, partition=i % 2)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap_servers,
+                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        got: list[tuple[int, int, bytes | None]] = []
+        try:
+            consumer.assign([ATopicPartition("t", 0), ATopicPartition("t", 1)])
+            async with asyncio.timeout(20):
+                while len(got) < 20:
+                    batch = await consumer.getmany(timeout_ms=200)
+                    for recs in batch.values():
+                        got += [(r.partition, r.offset, r.value) for r in recs]
+        finally:
+            await consumer.stop()
+        return got
+
+    got = sorted(asyncio.run(run()))
+    assert got == sorted((i % 2, i // 2, b"a%d" % i) for i in range(20))
+
+
+def test_confluent_admin_metadata_sees_stopped_broker_and_new_leader(
+        cluster: EmbeddedCluster) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    cluster.create_topic("t", replication_factor=3)
+    leader = cluster.leader("t", 0)
+    assert leader is not None
+    cluster.stop_broker(leader)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 0})
+    md = admin.list_topics("t", timeout=10)
+    p = md.topics["t"].partitions[0]
+    assert p.leader == cluster.leader("t", 0) != leader
+    assert leader not in p.isrs
+    assert leader not in md.brokers

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from epochguard.consumer import EpochConsumer, LogTruncationError, LogTruncationException
 from epochguard.offsets import (
     DetectedBy,
     EpochGuardError,
     EpochOffset,
     InvalidPolicyError,
     InvalidPositionError,
-    LogTruncationError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     OffsetPolicy,
@@ -26,11 +26,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DetectedBy",
+    "EpochConsumer",
     "EpochGuardError",
     "EpochOffset",
     "InvalidPolicyError",
     "InvalidPositionError",
     "LogTruncationError",
+    "LogTruncationException",
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
     "OffsetPolicy",

@@ -112,15 +112,23 @@ class GroupCoordinator:
         self.coordinator_id = None
 
     def _call(self, request: Any, deadline: float, timeout_s: float | None = None) -> Any:
-        node = self.ensure_coordinator(deadline)
+        """Send to the coordinator; on transport errors find the coordinator again and retry
+        until ``deadline``."""
         t = self._timeout_s() if timeout_s is None else timeout_s
-        try:
+        attempt = 0
+        while True:
+            node = self.ensure_coordinator(deadline)
             remaining = max(0.05, deadline - time.monotonic())
-            return self._client.request(node, request, min(t, remaining))
-        except (kerrors.KafkaConnectionError, kerrors.NodeNotReadyError,
-                kerrors.KafkaTimeoutError, kerrors.RequestTimedOutError):
-            self.coordinator_dead()
-            raise
+            try:
+                return self._client.request(node, request, min(t, remaining))
+            except (kerrors.KafkaConnectionError, kerrors.NodeNotReadyError,
+                    kerrors.KafkaTimeoutError, kerrors.RequestTimedOutError) as exc:
+                self.coordinator_dead()
+                if time.monotonic() >= deadline:
+                    raise
+                attempt += 1
+                log.debug("coordinator_request_failed", group=self.group_id, error=repr(exc))
+                time.sleep(min(0.05 * attempt, 0.5, max(0.0, deadline - time.monotonic())))
 
     # ------------------------------------------------------------------ offsets
 

@@ -290,8 +290,14 @@ class EpochConsumer:
         if not self._subscription:
             return
         self._revoke(commit=self.config["enable_auto_commit"])
-        join_deadline = max(deadline, time.monotonic() + self.config["max_poll_interval_ms"] / 1000)
-        parts = group.join(set(self._subscription), self._metadata_for, join_deadline)
+        now = time.monotonic()
+        join_deadline = max(deadline, now + self.config["max_poll_interval_ms"] / 1000 + 5)
+        try:
+            parts = group.join(set(self._subscription), self._metadata_for, join_deadline,
+                               lookup_deadline=max(deadline, now + 0.05))
+        except kerrors.KafkaTimeoutError as exc:
+            log.debug("group_join_deferred", group=group.group_id, error=repr(exc))
+            return
         self._set_assignment(parts)
         self._restore_positions(join_deadline)
         if self._listener is not None:

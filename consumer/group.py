@@ -59,6 +59,9 @@ class _ClusterView:
         parts = self._partitions.get(topic)
         return set(parts) if parts is not None else None
 
+    def topics(self, exclude_internal_topics: bool = True) -> set[str]:
+        return set(self._partitions)
+
 
 class GroupCoordinator:
     """One member of one classic group (plus offset APIs for ``assign()`` users)."""
@@ -111,13 +114,15 @@ class GroupCoordinator:
     def coordinator_dead(self) -> None:
         self.coordinator_id = None
 
-    def _call(self, request: Any, deadline: float, timeout_s: float | None = None) -> Any:
+    def _call(self, request: Any, deadline: float, timeout_s: float | None = None,
+              lookup_deadline: float | None = None) -> Any:
         """Send to the coordinator; on transport errors find the coordinator again and retry
-        until ``deadline``."""
+        until ``deadline`` (looking the coordinator up until ``lookup_deadline``)."""
         t = self._timeout_s() if timeout_s is None else timeout_s
         attempt = 0
         while True:
-            node = self.ensure_coordinator(deadline)
+            node = self.ensure_coordinator(
+                deadline if lookup_deadline is None else min(deadline, lookup_deadline))
             remaining = max(0.05, deadline - time.monotonic())
             try:
                 return self._client.request(node, request, min(t, remaining))
@@ -238,8 +243,12 @@ class GroupCoordinator:
         topics: set[str],
         metadata_for: Callable[[set[str], float], Mapping[str, set[int]]],
         deadline: float,
+        lookup_deadline: float | None = None,
     ) -> list[TopicPartition]:
-        """JoinGroup + SyncGroup until a generation is formed; returns our assignment."""
+        """JoinGroup + SyncGroup until a generation is formed; returns our assignment.
+
+        Raises ``KafkaTimeoutError`` if no coordinator answers by ``lookup_deadline`` (so
+        ``poll`` keeps its timeout while the cluster is down)."""
         self.stop_heartbeats()
         protocols = [
             (name, assignor.metadata(topics).encode())
@@ -261,9 +270,12 @@ class GroupCoordinator:
                 max_version=7,
             )
             try:
-                resp = self._call(request, deadline, rebalance_timeout / 1000 + 5)
+                resp = self._call(request, deadline, rebalance_timeout / 1000 + 5,
+                                  lookup_deadline=lookup_deadline)
             except kerrors.KafkaError as exc:
                 log.debug("join_group_failed", group=self.group_id, error=repr(exc))
+                if lookup_deadline is not None and time.monotonic() >= lookup_deadline:
+                    raise
                 time.sleep(0.1)
                 continue
             err = resp.error_code

@@ -10,6 +10,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in {"-h", "--help"}:
         print("usage: epochguard {demo,cluster} [options]")
         return 0
+    if args[0] == "cluster":
+        from epochguard.testing.__main__ import main as cluster_main
+
+        return cluster_main(args[1:], prog="epochguard cluster")
     print(f"epochguard: unknown command {args[0]!r}", file=sys.stderr)
     return 2
 

@@ -104,6 +104,10 @@ class EmbeddedCluster:
         """Run ``fn`` on the cluster's loop thread and return its result."""
         return self._call(fn)
 
+    def requests_seen(self) -> dict[tuple[int, int], int]:
+        """How many requests of each (api_key, version) the brokers decoded."""
+        return self._call(lambda: dict(self._state.request_counts))
+
     # -- topics ----------------------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int = 1,
@@ -115,6 +119,13 @@ class EmbeddedCluster:
 
     def delete_topic(self, name: str) -> None:
         self._call(lambda: self._state.delete_topic(name))
+
+    def set_topic_config(self, name: str, changes: Mapping[str, str | None]) -> None:
+        """Change topic configs (None resets one); enabling unclean election elects."""
+        self._call(lambda: self._state.set_topic_config(name, changes))
+
+    def create_partitions(self, name: str, count: int) -> None:
+        self._call(lambda: self._state.create_partitions(name, count))
 
     def topic_id(self, name: str) -> str:
         return str(self._call(lambda: self._topic(name).topic_id))
@@ -212,11 +223,12 @@ class EmbeddedCluster:
         self._call(lambda: self._state.elect_leader(topic, partition, broker_id, unclean))
 
     def set_metadata_delay(self, broker_id: int, seconds: float) -> None:
-        """``broker_id`` learns controller changes ``seconds`` late (stale leader staging)."""
-        def set_delay() -> None:
-            self._state.broker(broker_id).metadata_delay = seconds
+        """``broker_id`` learns controller changes ``seconds`` late (stale leader staging).
 
-        self._call(set_delay)
+        Same as ``faults.set_metadata_delay``; checks that the broker exists.
+        """
+        self._state.broker(broker_id)
+        self._state.faults.set_metadata_delay(broker_id, seconds)
 
     def pause_replication(self, broker_id: int) -> None:
         """``broker_id`` stops fetching as a follower: it falls out of every ISR."""

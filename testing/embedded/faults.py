@@ -34,6 +34,7 @@ class Faults:
         self._delays: list[_Rule] = []
         self._drops: list[_Rule] = []
         self._disconnects: list[_Rule] = []
+        self._metadata_delays: dict[int, float] = {}
 
     # -- configuring (test thread) ---------------------------------------------------------
 
@@ -64,8 +65,21 @@ class Faults:
         with self._lock:
             self._disconnects.append(_Rule(broker, api_key, count))
 
+    def set_metadata_delay(self, broker: int, seconds: float) -> None:
+        """``broker`` learns controller changes ``seconds`` late (0: at once).
+
+        Until it learns, it keeps serving its old view: a stale leader answers as leader of
+        the old epoch, a stale follower does not follow the new leader.
+        """
+        with self._lock:
+            if seconds > 0:
+                self._metadata_delays[broker] = seconds
+            else:
+                self._metadata_delays.pop(broker, None)
+
     def clear(self) -> None:
         with self._lock:
+            self._metadata_delays.clear()
             self._errors.clear()
             self._delays.clear()
             self._drops.clear()
@@ -83,6 +97,10 @@ class Faults:
                         rules.remove(rule)
                 return rule
         return None
+
+    def metadata_delay(self, broker: int) -> float:
+        with self._lock:
+            return self._metadata_delays.get(broker, 0.0)
 
     def take_error(self, broker: int, api_key: int) -> int:
         """The error code to inject into this request, 0 for none."""

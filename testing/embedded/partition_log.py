@@ -108,6 +108,8 @@ class PartitionLog:
         self.log_start_offset = 0
         self.log_end_offset = 0
         self.high_watermark = 0
+        # Idempotent producers: producer id -> recent (epoch, base sequence, base offset).
+        self._producers: dict[int, list[tuple[int, int, int]]] = {}
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -116,12 +118,34 @@ class PartitionLog:
         batches = split_batches(records)
         if not batches:
             raise InvalidRecordBatchError("empty record set")
+        if len(batches) == 1:
+            duplicate = self._duplicate_of(batches[0][1])
+            if duplicate is not None:
+                return duplicate, duplicate + batches[0][1].last_offset_delta
         first = self.log_end_offset
         for raw, info in batches:
             base = self.log_end_offset
+            if info.producer_id >= 0 and info.base_sequence >= 0:
+                recent = self._producers.setdefault(info.producer_id, [])
+                recent.append((info.producer_epoch, info.base_sequence, base))
+                del recent[:-5]
             self._push(stamp(raw, base, leader_epoch), base, base + info.last_offset_delta,
                        info.max_timestamp, leader_epoch)
         return first, self.log_end_offset - 1
+
+    def _duplicate_of(self, info: BatchInfo) -> int | None:
+        """Base offset of an identical idempotent batch among the producer's last five.
+
+        A retried batch (same producer id, epoch and base sequence) is acknowledged with the
+        original offsets instead of being written twice, as Kafka does.
+        """
+        if info.producer_id < 0 or info.base_sequence < 0:
+            return None
+        for epoch, seq, base in self._producers.get(info.producer_id, ()):
+            if epoch == info.producer_epoch and seq == info.base_sequence and (
+                    base < self.log_end_offset):
+                return base
+        return None
 
     def append_replicated(self, batch: bytes) -> None:
         """Append one batch copied from the leader, keeping its offsets and epoch."""
@@ -135,7 +159,7 @@ class PartitionLog:
 
     def _push(self, batch: bytes, base: int, last: int, max_ts: int, epoch: int) -> None:
         if not self._epochs or epoch > self._epochs[-1].epoch:
-            self._epochs.append(EpochEntry(epoch, base))
+            self._add_epoch(epoch, base)
         self._batches.append(batch)
         self._bases.append(base)
         self._lasts.append(last)
@@ -147,7 +171,14 @@ class PartitionLog:
         """A new leader records where its epoch starts (KIP-101), before any append."""
         if self._epochs and epoch <= self._epochs[-1].epoch:
             return
-        self._epochs.append(EpochEntry(epoch, self.log_end_offset))
+        self._add_epoch(epoch, self.log_end_offset)
+
+    def _add_epoch(self, epoch: int, start_offset: int) -> None:
+        # As Kafka's LeaderEpochFileCache.assign: an entry replaces every entry starting at
+        # or after it (an epoch that never got a record is superseded).
+        while self._epochs and self._epochs[-1].start_offset >= start_offset:
+            self._epochs.pop()
+        self._epochs.append(EpochEntry(epoch, start_offset))
 
     # -- epoch cache -----------------------------------------------------------------------
 
@@ -196,19 +227,22 @@ class PartitionLog:
         """Remove every record at ``offset`` and above (whole batches; epoch cache follows)."""
         if offset >= self.log_end_offset:
             return
-        offset = max(offset, self.log_start_offset)
+        if offset <= self.log_start_offset:
+            self.reset(offset)  # Kafka's truncateFullyAndStartAt
+            return
         i = bisect.bisect_left(self._lasts, offset)
         if i < len(self._bases) and self._bases[i] < offset:
             # A batch straddles the cut: batches are atomic, keep it out entirely.
             offset = self._bases[i]
+            if offset < self.log_start_offset:
+                self.reset(self.log_start_offset)
+                return
         del self._batches[i:]
         del self._bases[i:]
         del self._lasts[i:]
         del self._max_ts[i:]
         del self._positions[i + 1 :]
         self.log_end_offset = offset
-        if self.log_start_offset > offset:
-            self.log_start_offset = offset
         self.high_watermark = min(self.high_watermark, offset)
         self._epochs = [e for e in self._epochs if e.start_offset < offset]
 

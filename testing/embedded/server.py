@@ -57,7 +57,7 @@ class EmbeddedServer:
                                         daemon=True)
         self._servers: dict[int, asyncio.Server] = {}
         self._conns: dict[int, set[asyncio.StreamWriter]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[int, set[asyncio.Task[Any]]] = {}
         self._closed = False
         state.loop = self.loop
 
@@ -97,8 +97,8 @@ class EmbeddedServer:
         fut: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(runner(), self.loop)
         return fut.result(timeout)
 
-    async def _cancel_tasks(self) -> None:
-        tasks = list(self._tasks)
+    async def _cancel_tasks(self, broker_id: int | None = None) -> None:
+        tasks = [t for b, ts in self._tasks.items() if broker_id in (None, b) for t in ts]
         for t in tasks:
             t.cancel()
         if tasks:
@@ -111,13 +111,18 @@ class EmbeddedServer:
 
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
+            tasks = self._tasks.setdefault(broker_id, set())
             if task is not None:
-                self._tasks.add(task)
+                tasks.add(task)
             try:
                 await self._serve(broker_id, reader, writer)
+            except asyncio.CancelledError:
+                # Stopping a broker cancels its connections; ending normally keeps
+                # asyncio's stream callback from logging the cancellation as an error.
+                writer.close()
             finally:
                 if task is not None:
-                    self._tasks.discard(task)
+                    tasks.discard(task)
 
         server = await asyncio.start_server(on_connect, broker.host, broker.port,
                                             reuse_address=True)
@@ -134,7 +139,7 @@ class EmbeddedServer:
         for writer in list(self._conns.get(broker_id, ())):
             writer.close()
         self._conns[broker_id] = set()
-        await asyncio.sleep(0)
+        await self._cancel_tasks(broker_id)
 
     def drop_connections(self, broker_id: int) -> None:
         for writer in list(self._conns.get(broker_id, ())):
@@ -192,6 +197,7 @@ class EmbeddedServer:
             log.warning("malformed_request", broker=broker_id, api_key=api_key,
                         api_version=version, error=repr(e))
             return False
+        self.state.request_counts[api_key, version] += 1
         faults = self.state.faults
         if faults.take_disconnect(broker_id, api_key):
             return False

@@ -2,13 +2,14 @@
 
 Everything here is mutated only on the server's event-loop thread. The controller's truth
 (leader, epoch, replicas, ISR) lives in :class:`PartitionState`; each broker serves from its
-own :class:`MetadataImage`, which it learns after ``BrokerState.metadata_delay`` seconds, so a
+own :class:`MetadataImage`, which it learns after ``faults.metadata_delay(broker)`` seconds, so a
 broker can be staged as a stale leader.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import uuid
 from collections.abc import Callable, Mapping
@@ -86,7 +87,6 @@ class BrokerState:
     port: int = 0
     alive: bool = True
     rack: str | None = None
-    metadata_delay: float = 0.0
     view: MetadataImage = EMPTY_IMAGE
     # Replication to this broker is paused (a lagging follower): it drops out of ISRs.
     replication_paused: bool = False
@@ -144,8 +144,10 @@ class ClusterState:
         self._waiters: list[asyncio.Future[None]] = []
         self._next_producer_id = 1000
         self.auto_create_topics = False
+        # (api_key, version) -> number of requests decoded, for tests to assert on.
+        self.request_counts: collections.Counter[tuple[int, int]] = collections.Counter()
         self.default_partitions = 1
-        # Called with (topic, partition) after a replica truncated its log.
+        # Called with (topic, partition, broker, new log end offset) after a replica truncated.
         self.on_truncate: list[Callable[[str, int, int, int], None]] = []
 
     # -- helpers ---------------------------------------------------------------------------
@@ -234,6 +236,63 @@ class ClusterState:
         self.publish()
         return topic
 
+    def set_topic_config(self, name: str, changes: Mapping[str, str | None]) -> None:
+        """Set (or, with None, reset to default) topic configs.
+
+        Enabling ``unclean.leader.election.enable`` makes the controller elect a leader for
+        every leaderless partition of the topic from its live replicas, as Kafka does.
+        """
+        t = self.topics.get(name)
+        if t is None:
+            raise EmbeddedClusterError(f"unknown topic {name!r}")
+        for key, value in changes.items():
+            if value is None:
+                if key in DEFAULT_TOPIC_CONFIG:
+                    t.config[key] = DEFAULT_TOPIC_CONFIG[key]
+                else:
+                    t.config.pop(key, None)
+            else:
+                t.config[key] = value
+        log.info("topic_config_changed", topic=name, changes=dict(changes))
+        if t.unclean_election:
+            changed = False
+            for p in t.partitions.values():
+                alive = [r for r in p.replicas if self.brokers[r].alive]
+                if p.leader is None and alive:
+                    in_sync = [r for r in alive if r in p.isr]
+                    leader = (in_sync or alive)[0]
+                    if leader not in p.isr:
+                        p.isr[:] = [leader]
+                    self._set_leader(p, leader)
+                    changed = True
+            if changed:
+                self.publish()
+
+    def create_partitions(self, name: str, count: int,
+                          assignments: list[list[int]] | None = None) -> None:
+        """Grow ``name`` to ``count`` partitions (new ones start at epoch 0)."""
+        t = self.topics.get(name)
+        if t is None:
+            raise EmbeddedClusterError(f"unknown topic {name!r}")
+        current = len(t.partitions)
+        if count <= current:
+            raise EmbeddedClusterError(f"topic {name!r} already has {current} partitions")
+        ids = sorted(self.brokers)
+        rf = len(t.partitions[0].replicas)
+        for i, idx in enumerate(range(current, count)):
+            replicas = (assignments[i] if assignments
+                        else [ids[(idx + r) % len(ids)] for r in range(rf)])
+            if any(r not in self.brokers for r in replicas):
+                raise EmbeddedClusterError(f"unknown broker in {replicas}")
+            alive = [r for r in replicas if self.brokers[r].alive]
+            logs = {r: PartitionLog() for r in replicas}
+            leader = alive[0] if alive else None
+            t.partitions[idx] = PartitionState(name, idx, list(replicas),
+                                               list(alive) or [replicas[0]], leader, 0, logs)
+            if leader is not None:
+                logs[leader].assign_epoch(0)
+        self.publish()
+
     def delete_topic(self, name: str) -> None:
         if name not in self.topics:
             raise EmbeddedClusterError(f"unknown topic {name!r}")
@@ -269,10 +328,11 @@ class ClusterState:
         for b in self.brokers.values():
             if not b.alive:
                 continue
-            if b.metadata_delay <= 0 or self.loop is None:
+            delay = self.faults.metadata_delay(b.node_id)
+            if delay <= 0 or self.loop is None:
                 self.apply_image(b.node_id, image)
             else:
-                self.loop.call_later(b.metadata_delay, self.apply_image, b.node_id, image)
+                self.loop.call_later(delay, self.apply_image, b.node_id, image)
 
     def apply_image(self, broker_id: int, image: MetadataImage) -> None:
         """A broker learns ``image``: leaders stamp their epoch, followers re-sync."""
@@ -295,8 +355,8 @@ class ClusterState:
                 if pv.leader == broker_id:
                     p.logs[broker_id].assign_epoch(pv.leader_epoch)
                     if changed:
-                        # A new leader replicates to followers that already know it.
-                        self.replicate(p)
+                        # A new leader: followers that already know it check for divergence.
+                        self.replicate(p, resync=True)
                 elif changed and pv.leader >= 0:
                     self.sync_follower(p, broker_id)
         self.notify_data()
@@ -356,29 +416,43 @@ class ClusterState:
         else:
             self._update_hw(p)
 
-    def replicate(self, p: PartitionState) -> None:
-        """Copy the leader's new batches to every follower that follows it now."""
+    def replicate(self, p: PartitionState, resync: bool = False) -> None:
+        """Copy the leader's new batches to every follower that follows it now.
+
+        ``resync`` (after a leader change) makes in-sync followers check for divergence by
+        epoch first, as every follower of a new leader does in Kafka.
+        """
         if p.leader is None:
             return
         for r in p.replicas:
             if r != p.leader and self._follower_ready(p, r):
-                if r in p.isr:
+                if r in p.isr and not resync:
                     self._catch_up(p, r)
                 else:
                     self.sync_follower(p, r)
         self._update_hw(p)
 
     def _update_hw(self, p: PartitionState) -> None:
+        """HW = min LEO over the ISR, counting only followers that follow this leader now.
+
+        An ISR member that has not learnt about the current epoch yet (metadata delay) has
+        not fetched from this leader, so the high watermark waits for it, as in Kafka.
+        """
         if p.leader is None:
             return
         llog = p.logs[p.leader]
-        members = [r for r in p.isr if r in p.logs]
-        hw = min(p.logs[r].log_end_offset for r in members) if members else llog.log_end_offset
-        hw = min(hw, llog.log_end_offset)
+        hw = llog.log_end_offset
+        for r in p.isr:
+            if r == p.leader:
+                continue
+            if self._follower_ready(p, r):
+                hw = min(hw, p.logs[r].log_end_offset)
+            else:
+                hw = min(hw, llog.high_watermark)
         if hw > llog.high_watermark:
             llog.high_watermark = hw
         for r in p.replicas:
-            if r != p.leader and r in p.isr:
+            if r != p.leader and r in p.isr and self._follower_ready(p, r):
                 flog = p.logs[r]
                 flog.high_watermark = min(llog.high_watermark, flog.log_end_offset)
         self.notify_data()
@@ -447,7 +521,6 @@ class ClusterState:
             p.isr[:] = [broker_id]
         self._set_leader(p, broker_id)
         self.publish()
-        self.replicate(p)
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         p = self.partition(topic, partition)

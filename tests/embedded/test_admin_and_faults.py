@@ -176,3 +176,33 @@ def test_stop_broker_closes_listener_and_connections(cluster: EmbeddedCluster) -
     assert cluster.broker_address(2) not in cluster.bootstrap_servers
     cluster.start_broker(2)
     Wire.to(cluster, 2).close()
+
+
+def test_enabling_unclean_election_by_config_elects_a_leader(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=2)
+    first, second = cluster.replicas("t", 0)
+    cluster.stop_broker(second)
+    cluster.stop_broker(first)
+    cluster.start_broker(second)
+    assert cluster.leader("t", 0) is None
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "t",
+                                            configs={"unclean.leader.election.enable": "true"})],
+                            raise_on_unknown=False, incremental=True)
+        assert (cluster.leader("t", 0), cluster.leader_epoch("t", 0)) == (second, 2)
+        cluster_info = admin.describe_cluster()
+    finally:
+        admin.close()
+    assert sorted(b["broker_id"] for b in cluster_info["brokers"]) == sorted(
+        b for b in cluster.broker_ids if b != first)
+    assert cluster_info["controller_id"] == min(b for b in cluster.broker_ids if b != first)
+    assert any(k == 44 for k, _ in cluster.requests_seen())  # IncrementalAlterConfigs
+
+
+def test_create_partitions(cluster: EmbeddedCluster, admin: KafkaAdminClient) -> None:
+    cluster.create_topic("t", partitions=1)
+    admin.create_partitions({"t": 3})
+    assert cluster.leader("t", 2) is not None
+    cluster.append("t", 2, [b"x"])
+    assert cluster.high_watermark("t", 2) == 1

@@ -105,3 +105,61 @@ def test_confluent_admin_metadata_sees_stopped_broker_and_new_leader(
     assert p.leader == cluster.leader("t", 0) != leader
     assert leader not in p.isrs
     assert leader not in md.brokers
+
+
+def test_librdkafka_uses_topic_id_fetches_and_offset_for_leader_epoch(
+        cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=3)
+    cluster.append("t", 0, [b"a", b"b"])
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
+                         "enable.auto.commit": False, "log_level": 0})
+    # Seeking with a leader epoch makes librdkafka validate it (OffsetForLeaderEpoch v2+).
+    consumer.assign([TopicPartition("t", 0, 1, leader_epoch=0)])
+    try:
+        deadline = time.monotonic() + 15
+        got = None
+        while got is None and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and not m.error():
+                got = (m.offset(), m.value())
+    finally:
+        consumer.close()
+    assert got == (1, b"b")
+    seen = cluster.requests_seen()
+    fetch_versions = {v for (k, v) in seen if k == 1}
+    assert max(fetch_versions) >= 13, fetch_versions
+    assert any(k == 23 for (k, _) in seen)
+
+
+def test_fetch_by_stale_topic_id_after_recreate(cluster: EmbeddedCluster) -> None:
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    from .wire import Wire
+
+    cluster.create_topic("t")
+    import uuid
+
+    old_id = uuid.UUID(cluster.topic_id("t"))
+    cluster.delete_topic("t")
+    cluster.create_topic("t")
+    leader = cluster.leader("t", 0)
+    assert leader is not None
+    FT = FetchRequest.FetchTopic
+
+    def req(tid: uuid.UUID) -> object:
+        return FetchRequest(
+            version=13, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1000,
+            isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[FT(version=13, topic_id=tid, partitions=[FT.FetchPartition(
+                version=13, partition=0, current_leader_epoch=-1, fetch_offset=0,
+                last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1000)])],
+            forgotten_topics_data=[], rack_id="")
+
+    w = Wire.to(cluster, leader)
+    try:
+        stale = w.call(req(old_id), FetchResponse).responses[0]
+        fresh = w.call(req(uuid.UUID(cluster.topic_id("t"))), FetchResponse).responses[0]
+    finally:
+        w.close()
+    assert stale.topic_id == old_id and stale.partitions[0].error_code == 100
+    assert fresh.partitions[0].error_code == 0

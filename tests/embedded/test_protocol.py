@@ -102,7 +102,7 @@ def test_api_versions_advertises_registry_and_answers_unsupported_with_error_35(
                                      client_software_version="1"), ApiVersionsResponse)
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert resp.error_code == 0
-    assert keys[0] == (3, 9) and keys[1] == (4, 12) and keys[23] == (2, 4)
+    assert keys[0] == (3, 9) and keys[1] == (4, 16) and keys[23] == (2, 4)
     assert keys[3] == (0, 12) and keys[18] == (0, 3)
     # A version above ours: header v0 and a v0 body with error 35 and the ranges (KIP-511).
     w.send_raw(struct.pack(">ihhi", 10, 18, 99, 77) + struct.pack(">h", -1))
@@ -311,3 +311,26 @@ def test_produce_acks_zero_gets_no_response_and_min_isr(cluster: EmbeddedCluster
     p = w.call(produce(1), ProduceResponse).responses[0].partition_responses[0]
     assert (p.error_code, p.base_offset) == (0, 2)
     w.close()
+
+
+def test_a_failing_handler_closes_only_its_connection(cluster: EmbeddedCluster,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from epochguard.testing.embedded import handlers
+
+    entry = handlers.REGISTRY[23]
+
+    async def broken(ctx: Any, request: Any) -> Any:
+        raise RuntimeError("boom")
+
+    cluster.create_topic("t")
+    monkeypatch.setitem(handlers.REGISTRY, 23, handlers.ApiEntry(
+        broken, entry.min_version, entry.max_version, entry.request_class,
+        entry.response_class))
+    w = Wire.to(cluster, 1)
+    R = OffsetForLeaderEpochRequest
+    w.send(R(version=4, replica_id=-1, topics=[]))
+    assert w.closed_by_peer()
+    monkeypatch.setitem(handlers.REGISTRY, 23, entry)
+    leader = cluster.leader("t", 0)
+    assert leader is not None
+    assert oflE(cluster, leader, "t", 0, 0, 0).end_offset == 0

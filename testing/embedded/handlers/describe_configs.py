@@ -22,11 +22,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     T = R.DescribeConfigsResult
     C = T.DescribeConfigsResourceResult
     v = ctx.version
+    injected = ctx.injected_error()
     results = []
     for res in request.resources:
         configs = []
-        error = 0
-        if res.resource_type == TOPIC:
+        error = injected
+        if not error and res.resource_type == TOPIC:
             t = ctx.cluster.topics.get(res.resource_name)
             if t is None:
                 error = UNKNOWN_TOPIC_OR_PARTITION

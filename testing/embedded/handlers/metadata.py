@@ -38,6 +38,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             name = t.name
             wanted.append((name, tid if tid not in (None, ZERO_UUID) else None))
 
+    allow_create = request.allow_auto_topic_creation if v >= 4 else True
+    if cluster.auto_create_topics and allow_create:
+        for name, tid in wanted:
+            if name is not None and tid is None and name not in cluster.topics:
+                cluster.create_topic(name, cluster.default_partitions,
+                                     min(3, len(cluster.brokers)))
+        view = cluster.brokers[ctx.broker_id].view
+
     topics = []
     for name, tid in wanted:
         tv: TopicView | None

@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m benchmarks [name ...]`` runs them and writes results/<name>.json."""

@@ -1,0 +1,56 @@
+"""A broker that learns about a new leader late keeps acting as the old leader."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from epochguard.testing import EmbeddedCluster
+
+from .test_protocol import fetch
+
+pytestmark = pytest.mark.timeout(30)
+
+UNKNOWN_LEADER_EPOCH = 75
+
+
+def wait_until(cond: object, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.02)
+
+
+def test_stale_leader_serves_old_epoch_then_truncates(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=3)
+    old, new, third = cluster.replicas("t", 0)
+    cluster.append("t", 0, [b"%d" % i for i in range(10)])
+    cluster.set_metadata_delay(old, 0.5)
+    cluster.elect_leader("t", 0, new)  # clean, epoch 1; the old leader does not know yet
+
+    # The stale leader still answers as leader of epoch 0 and fences newer clients.
+    (p,) = fetch(cluster, old, "t", [(0, 1, 0, -1)])
+    assert p.error_code == UNKNOWN_LEADER_EPOCH
+    (p,) = fetch(cluster, old, "t", [(0, 0, 0, -1)])
+    assert p.error_code == 0 and p.high_watermark == 10
+    # A producer with stale metadata writes to it; nobody replicates that.
+    cluster.call(lambda: cluster.state.append(cluster.state.partition("t", 0), old,
+                                              _batch(b"stale"), 0))
+    assert cluster.log_end_offset("t", 0, old) == 11
+    cluster.append("t", 0, [b"new-1", b"new-2"])
+    # The high watermark waits for the ISR member that is not following yet.
+    assert cluster.high_watermark("t", 0) == 10
+    assert cluster.log_end_offset("t", 0, third) == 12
+
+    wait_until(lambda: cluster.replica_log("t", 0, old).epoch_cache
+               == cluster.replica_log("t", 0, new).epoch_cache)
+    a, b = cluster.replica_log("t", 0, old), cluster.replica_log("t", 0, new)
+    assert a.batches == b.batches and a.log_end_offset == 12
+    assert [v for _, _, v in cluster.read_records("t", 0, old)][10:] == [b"new-1", b"new-2"]
+    assert cluster.high_watermark("t", 0) == 12
+
+
+def _batch(value: bytes) -> bytes:
+    from epochguard.testing.embedded.records import build_batch
+
+    return build_batch([value])

@@ -82,6 +82,8 @@ class JoinRequest:
     client_host: str = "/127.0.0.1"
     # JoinGroup v4+ (KIP-394): a new dynamic member first gets MEMBER_ID_REQUIRED.
     require_known_member_id: bool = True
+    # JoinGroup v9+ (KIP-814): a returning static leader can be told to skip the assignment.
+    supports_skip_assignment: bool = False
 
 
 @attrs.frozen
@@ -100,6 +102,7 @@ class JoinResult:
     leader: str = ""
     member_id: str = NO_MEMBER_ID
     members: tuple[JoinMember, ...] = ()
+    skip_assignment: bool = False
 
 
 @attrs.frozen
@@ -288,20 +291,56 @@ class GroupCoordinator:
         prefix = req.group_instance_id if req.group_instance_id else (req.client_id or "member")
         member_id = self._new_id(prefix)
         instance = req.group_instance_id
-        if instance is not None and instance in group.static_members:
-            old_id = group.static_members[instance]
-            old = group.members.get(old_id)
-            log.info("group_static_member_replaced", group=group.group_id,
-                     group_instance_id=instance, old_member_id=old_id, member_id=member_id)
-            if old is not None:
-                self._fail_callbacks(old, FENCED_INSTANCE_ID)
-                self._remove_member(group, old_id)
-            self._add_member_and_rebalance(group, member_id, req, now_ms, respond)
+        if instance is not None and group.static_members.get(instance) in group.members:
+            self._replace_static_member(group, instance, member_id, req, now_ms, respond)
         elif req.require_known_member_id and instance is None:
             group.pending_members[member_id] = now_ms + req.session_timeout_ms
             respond(JoinResult(MEMBER_ID_REQUIRED, member_id=member_id))
         else:
             self._add_member_and_rebalance(group, member_id, req, now_ms, respond)
+
+    def _replace_static_member(self, group: Group, instance: str, member_id: str,
+                               req: JoinRequest, now_ms: int, respond: JoinCallback) -> None:
+        """KIP-345: a restarted static member takes over its old identity (and assignment);
+        the old member id is fenced. Like Kafka, a Stable group whose protocol choice does not
+        change is not rebalanced: the member gets the current generation back."""
+        old_id = group.static_members[instance]
+        member = group.members.pop(old_id)
+        log.info("group_static_member_replaced", group=group.group_id,
+                 group_instance_id=instance, old_member_id=old_id, member_id=member_id)
+        self._fail_callbacks(member, FENCED_INSTANCE_ID)
+        old_leader = group.leader_id
+        member.member_id = member_id
+        group.members[member_id] = member
+        group.static_members[instance] = member_id
+        if group.leader_id == old_id:
+            group.leader_id = member_id
+        member.protocols = req.protocols
+        member.session_timeout_ms = req.session_timeout_ms
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.client_id = req.client_id
+        member.last_heartbeat_ms = now_ms
+        if group.state is GroupState.PREPARING_REBALANCE:
+            member.join_callback = respond
+            self._try_complete_join(group, now_ms)
+            return
+        if group.state is GroupState.STABLE and group.select_protocol() != group.protocol_name:
+            member.join_callback = respond
+            self._maybe_prepare_rebalance(group, now_ms, reason="static_member_protocols")
+            self._try_complete_join(group, now_ms)
+            return
+        # KIP-814: from JoinGroup v9 the returning leader is told it leads but must not
+        # reassign; older versions name the old leader id so it behaves as a follower.
+        is_leader = group.leader_id == member_id
+        skip = is_leader and req.supports_skip_assignment
+        members: tuple[JoinMember, ...] = ()
+        if skip:
+            proto = group.protocol_name or ""
+            members = tuple(JoinMember(m.member_id, m.group_instance_id, m.metadata_for(proto))
+                            for m in group.members.values())
+        leader = group.leader_id if skip else (old_leader if is_leader else group.leader_id)
+        respond(JoinResult(NONE, group.generation_id, group.protocol_type, group.protocol_name,
+                           leader or "", member_id, members, skip_assignment=skip))
 
     def _join_known_member(self, group: Group, req: JoinRequest, now_ms: int,
                            respond: JoinCallback) -> None:

@@ -425,3 +425,48 @@ def test_describe_and_list(coord: GroupCoordinator) -> None:
                                                             "range")
     assert {m.member_id: m.assignment for m in d.members} == {a: a.encode(), b: b.encode()}
     assert [x.group_id for x in coord.list_groups()] == ["G"]
+
+
+def test_static_member_restart_keeps_generation_and_assignment(coord: GroupCoordinator) -> None:
+    s = join(coord, 0, instance="i-1", client="s").join.member_id
+    d, _ = new_member(coord, 1, client="d")
+    js = join(coord, 2, member_id=s, instance="i-1", client="s")
+    gen = js.join.generation_id
+    assert js.join.leader == s
+    sync(coord, 3, d, gen)
+    sync(coord, 3, s, gen, {s: b"S", d: b"D"})
+    # The static leader restarts (new process, no LeaveGroup) with the same protocols.
+    again = join(coord, 4, instance="i-1", client="s")
+    r = again.join
+    assert (r.error_code, r.generation_id) == (g.NONE, gen), "no rebalance"
+    assert r.member_id != s
+    assert r.leader == s and r.members == (), "before v9 it is told to act as a follower"
+    assert coord.groups["G"].state is GroupState.STABLE
+    assert sync(coord, 5, r.member_id, gen).sync.assignment == b"S"
+    assert coord.heartbeat("G", gen, d, None, 6) == g.NONE
+    assert coord.groups["G"].leader_id == r.member_id
+
+
+def test_static_leader_restart_v9_skips_assignment(coord: GroupCoordinator) -> None:
+    s = join(coord, 0, instance="i-1", client="s").join.member_id
+    sync(coord, 1, s, 1, {s: b"S"})
+    box = Box()
+    coord.join(attrs_evolve(join_req(instance="i-1", client="s"), supports_skip_assignment=True),
+               2, box)
+    r = box.join
+    assert (r.generation_id, r.skip_assignment) == (1, True)
+    assert r.leader == r.member_id != s
+    assert [m.member_id for m in r.members] == [r.member_id]
+
+
+def test_static_member_restart_with_new_protocol_rebalances(coord: GroupCoordinator) -> None:
+    s = join(coord, 0, instance="i-1", client="s").join.member_id
+    sync(coord, 1, s, 1, {s: b"S"})
+    r = join(coord, 2, instance="i-1", client="s", protocols=("roundrobin", "range")).join
+    assert (r.generation_id, r.protocol_name) == (2, "roundrobin")
+
+
+def attrs_evolve(req: JoinRequest, **changes: object) -> JoinRequest:
+    import attrs
+
+    return attrs.evolve(req, **changes)  # type: ignore[arg-type]

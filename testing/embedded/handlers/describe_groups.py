@@ -10,8 +10,8 @@ from epochguard.testing.embedded.groups import GroupState
 from epochguard.testing.embedded.handlers import RequestContext, handler
 from epochguard.testing.embedded.handlers._group_common import coordinator, coordinator_error
 
-# Kafka's "not requested" marker for authorized operations.
-OPERATIONS_UNKNOWN = -(2**31)
+# kafka-python encodes None as Kafka's "not requested" marker (INT32_MIN).
+OPERATIONS_UNKNOWN = None
 
 
 @handler(DescribeGroupsRequest, DescribeGroupsResponse, 0, 5)

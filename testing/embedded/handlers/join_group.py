@@ -26,7 +26,8 @@ def _response(v: int, r: JoinResult) -> Any:
              generation_id=r.generation_id, protocol_type=r.protocol_type,
              # Before v7 the name is not nullable.
              protocol_name=r.protocol_name if v >= 7 else (r.protocol_name or ""),
-             leader=r.leader, skip_assignment=False, member_id=r.member_id, members=members)
+             leader=r.leader, skip_assignment=r.skip_assignment, member_id=r.member_id,
+             members=members)
 
 
 @handler(JoinGroupRequest, JoinGroupResponse, 0, 9)
@@ -47,6 +48,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         client_id=ctx.client_id or "",
         client_host=CLIENT_HOST,
         require_known_member_id=v >= 4,
+        supports_skip_assignment=v >= 9,
     )
     coord = coordinator(ctx.cluster)
     result: JoinResult = await held(lambda respond: coord.join(req, now_ms(), respond))

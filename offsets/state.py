@@ -99,7 +99,13 @@ TRANSITIONS: Final[Mapping[PartitionState, Mapping[Trigger, PartitionState]]] = 
         T.TRUNCATION_REWOUND: S.FETCHING,
         T.TRUNCATION_RAISED: S.TRUNCATED,
     },
-    S.AWAIT_RESET: {**_REPOSITION, T.RESET_DONE: S.FETCHING},
+    S.AWAIT_RESET: {
+        **_REPOSITION,
+        T.RESET_DONE: S.FETCHING,
+        # Skipping forward past retention found the log start *behind* us: the log was
+        # replaced under our position, so validate it after all.
+        T.VALIDATION_NEEDED: S.AWAIT_VALIDATION,
+    },
     S.TRUNCATED: {**_REPOSITION},
     S.NO_VALID_OFFSET: {**_REPOSITION},
 }
@@ -157,7 +163,15 @@ def classify_error(code: int) -> ErrorClass:
 #: only makes divergence points of very old epochs less precise, never wrong.
 MAX_EPOCH_HISTORY: Final = 64
 
+#: How many metadata refreshes to wait for the leader epoch to reach a position's epoch
+#: (KIP-232) before validating regardless.
+MAX_EPOCH_WAITS: Final = 5
+
 _FETCHING = S.FETCHING
+
+#: Reset reasons that mean "our position fell off the start of the log": the reset must move
+#: forward. A reset answer behind the position means the log was replaced instead.
+_SKIP_FORWARD_REASONS: Final = frozenset({"offset_out_of_range", "log_start_moved_past_position"})
 
 
 # ------------------------------------------------------------------------------------ tracker
@@ -188,6 +202,7 @@ class PartitionTracker:
         "_gen",
         "_hist",
         "_hist_epoch",
+        "_hist_inexact",
         "_in_flight",
         "_leader_epoch",
         "_leader_id",
@@ -197,6 +212,7 @@ class PartitionTracker:
         "_probe",
         "_query_epoch",
         "_report",
+        "_reset_on_valid",
         "_reset_reason",
         "_reset_strategy",
         "_retry_at",
@@ -221,6 +237,9 @@ class PartitionTracker:
         # (epoch, first offset consumed in it), ascending; what this consumer actually read.
         self._hist: list[tuple[int, int]] = []
         self._hist_epoch: int | None = None
+        # True when the first entry's start offset is only an upper bound (it came from a
+        # restored position, or older entries were dropped).
+        self._hist_inexact = False
         # Metadata.
         self._leader_id: int | None = None
         self._leader_epoch: int | None = None
@@ -235,6 +254,7 @@ class PartitionTracker:
         self._query_epoch: int | None = None
         self._bound: int | None = None
         self._probe = False
+        self._reset_on_valid = False
         # Reset in progress.
         self._reset_strategy = ResetStrategy.LATEST
         self._reset_reason = ""
@@ -311,6 +331,12 @@ class PartitionTracker:
         if state is _FETCHING and self._paused:
             return None
         if self._metadata_blocked():
+            if self._leader_id is not None and self._attempts >= MAX_EPOCH_WAITS:
+                # Metadata never reached the epoch we wait for (a position from a deleted
+                # topic, a bogus epoch): ask the leader anyway. If our view is stale it
+                # answers FENCED and we wait again; otherwise its answer settles it.
+                self._await_epoch = None
+                return self.next_action(now)
             if now >= self._retry_at:
                 self._events.append(
                     MetadataRefreshNeeded(self.tp, self._blocked_reason(), self._await_epoch)
@@ -366,13 +392,19 @@ class PartitionTracker:
         self._error = None
         self._source = source
         self._offset = position.offset
-        self._epoch = position.leader_epoch
-        self._hist.clear()
-        self._hist_epoch = None
+        # The epoch is that of the record before the offset; at 0 there is none.
+        self._epoch = position.leader_epoch if position.offset > 0 else None
+        self._clear_history()
+        if self._epoch is not None:
+            # What the position itself says: offset-1 was read in this epoch. Where the
+            # reader entered that epoch is unknown (``_hist_inexact``).
+            self._hist.append((self._epoch, position.offset - 1))
+            self._hist_epoch = self._epoch
+            self._hist_inexact = True
         self._retry_at = 0.0
         self._attempts = 0
         self._await_epoch = None
-        if position.leader_epoch is None:
+        if self._epoch is None:
             self._goto(T.SEEK_VALIDATED)
             self._bump()
         else:
@@ -496,6 +528,7 @@ class PartitionTracker:
                 # A broker answers OOR for a LastFetchedEpoch it does not know: that can be
                 # truncation, so ask before resetting.
                 self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.OFFSET_OUT_OF_RANGE)
+                self._reset_on_valid = True
             else:
                 self._no_valid_offset("offset_out_of_range")
             return True
@@ -572,17 +605,24 @@ class PartitionTracker:
         if leader_epoch is not None and leader_epoch < 0:
             leader_epoch = None
         if not probe:
+            if (
+                self._reset_reason in _SKIP_FORWARD_REASONS
+                and self._epoch is not None
+                and offset < self._offset
+            ):
+                self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.OFFSET_OUT_OF_RANGE)
+                return True
             self._goto(T.RESET_DONE)
             self._offset = offset
-            self._epoch = leader_epoch
-            self._hist.clear()
-            self._hist_epoch = None
+            # ListOffsets gives the epoch of the record *at* the offset (earliest) or the
+            # leader's current epoch (latest), not the epoch of the record before it. Nothing
+            # before the offset was read, so there is nothing to protect: no epoch.
+            self._epoch = None
+            self._clear_history()
             self._source = f"reset_{action.strategy.value}"
             self._bump()
             self._events.append(
-                OffsetReset(
-                    self.tp, EpochOffset(offset, leader_epoch), action.strategy, self._reset_reason
-                )
+                OffsetReset(self.tp, EpochOffset(offset), action.strategy, self._reset_reason)
             )
             return True
         # The leader knew no epoch <= ours. Retention (log start past us) or truncation?
@@ -592,8 +632,8 @@ class PartitionTracker:
             self._no_valid_offset("log_start_moved_past_position")
         elif self._offset == log_start:
             # Nothing readable was lost: whatever preceded us is gone for everyone.
-            if leader_epoch is not None:
-                self._epoch = leader_epoch
+            self._epoch = None
+            self._clear_history()
             self._validated(action.current_leader_epoch)
         else:
             self._truncation(None, action.current_leader_epoch)
@@ -662,14 +702,20 @@ class PartitionTracker:
             reason = _error_name(error_code)
             self._events.append(MetadataRefreshNeeded(self.tp, reason, self._await_epoch))
 
+    def _clear_history(self) -> None:
+        self._hist.clear()
+        self._hist_epoch = None
+        self._hist_inexact = False
+
     def _note_epoch(self, epoch: int | None, first_offset: int) -> None:
         if epoch is None:
             # Records without an epoch (old format) break the chain of what we know.
-            self._hist.clear()
-        else:
-            self._hist.append((epoch, first_offset))
-            if len(self._hist) > MAX_EPOCH_HISTORY:
-                del self._hist[0]
+            self._clear_history()
+            return
+        self._hist.append((epoch, first_offset))
+        if len(self._hist) > MAX_EPOCH_HISTORY:
+            del self._hist[0]
+            self._hist_inexact = True
         self._hist_epoch = epoch
 
     def _first_offset_after(self, epoch: int) -> int | None:
@@ -694,6 +740,7 @@ class PartitionTracker:
         assert self._epoch is not None
         self._goto(trigger)
         self._cause = cause
+        self._reset_on_valid = False
         # KIP-232: metadata older than the position's epoch cannot judge it.
         need = self._epoch if min_epoch is None else max(self._epoch, min_epoch)
         if self._leader_epoch is None or self._leader_epoch < need:
@@ -734,12 +781,13 @@ class PartitionTracker:
         first_newer = self._first_offset_after(end_epoch)
         if first_newer is not None and first_newer < d:
             d = first_newer
+        if self._hist_inexact and self._hist and self._hist[0][0] > end_epoch:
+            # We read records in an epoch this leader does not have, from an offset we do not
+            # know (a restored position): truncated, divergence point unknown.
+            self._truncation(None, current_leader_epoch)
+            return
         if self._bound is None and d >= pos:
-            if self._epoch is not None and end_epoch < self._epoch:
-                # Our epoch was only an upper bound (reset/seek); adopt the leader's so that
-                # Fetch LastFetchedEpoch does not keep reporting a divergence.
-                self._epoch = end_epoch
-            if self._cause is DetectedBy.OFFSET_OUT_OF_RANGE:
+            if self._reset_on_valid:
                 # Not truncated, yet out of range: retention moved the log start past us.
                 self._no_valid_offset("offset_out_of_range")
             else:
@@ -751,7 +799,10 @@ class PartitionTracker:
             self._query_epoch = read_epoch
             self._bump()
             return
-        self._truncation(EpochOffset(d, end_epoch), current_leader_epoch)
+        # The divergence point carries an epoch only when we read the record before it in
+        # exactly that epoch; otherwise the leader's epoch is merely an upper bound.
+        epoch = end_epoch if read_epoch == end_epoch and d > 0 else None
+        self._truncation(EpochOffset(d, epoch), current_leader_epoch)
 
     def _validated(self, current_leader_epoch: int | None) -> None:
         self._goto(T.VALIDATED)
@@ -793,7 +844,10 @@ class PartitionTracker:
                 self._epoch = target.leader_epoch
                 while self._hist and self._hist[-1][1] >= target.offset:
                     self._hist.pop()
-                self._hist_epoch = self._hist[-1][0] if self._hist else None
+                if self._hist:
+                    self._hist_epoch = self._hist[-1][0]
+                else:
+                    self._clear_history()
                 self._source = "rewind"
                 self._bump()
                 self._events.append(TruncationDetected(report, "rewind", target))
@@ -848,8 +902,7 @@ class PartitionTracker:
         if state not in (_FETCHING, S.AWAIT_VALIDATION):
             self._bump()
             return
-        self._hist.clear()
-        self._hist_epoch = None
+        self._clear_history()
         if self._offset == 0:
             self._goto(T.SEEK_VALIDATED)
             self._epoch = None

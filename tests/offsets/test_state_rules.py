@@ -160,7 +160,8 @@ def test_undefined_answer_probes_log_start_then_reports_unknown_divergence(
     reset = list_offsets(tr)
     assert reset.purpose is ListOffsetsPurpose.RESET and reset.strategy is ResetStrategy.LATEST
     tr.on_list_offsets(reset, 42, 2)
-    assert tr.state is S.FETCHING and tr.position == EpochOffset(42, 2)
+    # ListOffsets' epoch is not the epoch of the record before 42: the position has none.
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(42)
     assert [type(e) for e in tr.drain_events()] == [OffsetReset]
 
 
@@ -186,7 +187,7 @@ def test_undefined_answer_position_at_log_start_is_valid() -> None:
     tr.on_validation(elect(tr, 2), 0, -1, -1, 0.0)
     tr.on_list_offsets(list_offsets(tr), 10, 2)
     assert truncations(tr) == []
-    assert tr.state is S.FETCHING and tr.position == EpochOffset(10, 2)
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(10)
 
 
 @pytest.mark.parametrize(
@@ -312,14 +313,35 @@ def test_diverging_epoch_needs_no_round_trip() -> None:
     assert fetch(tr).offset == 6
 
 
-def test_diverging_epoch_with_older_epoch_but_enough_offsets_adopts_leader_epoch() -> None:
-    # Position (10, e5) came from a seek; the leader has no epoch 5 but epoch 3 reaches 12.
-    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+def test_restored_epoch_unknown_to_leader_is_truncation_with_unknown_divergence() -> None:
+    # Offset 9 was read in epoch 5; the leader never had epoch 5 (its epoch 3 reaches 12).
+    # Java calls this valid; the record at 9 cannot be the one that was read.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "raise"))
     tr.on_metadata(1, 6)
     tr.seek(EpochOffset(10, 5))
     tr.on_validation(validate(tr), 0, 3, 12, 0.0)
-    assert tr.state is S.FETCHING and tr.position == EpochOffset(10, 3)
-    assert fetch(tr).last_fetched_epoch == 3
+    (ev,) = truncations(tr)
+    assert ev.report.divergence is None and ev.report.detected_by is DetectedBy.RESTORE
+    assert tr.state is S.TRUNCATED
+
+
+def test_divergence_not_covered_by_own_reads_carries_no_epoch() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 6)
+    tr.restore(EpochOffset(10, 5))
+    tr.on_validation(validate(tr), 0, 5, 7, 0.0)
+    (ev,) = truncations(tr)
+    # We did not read offset 6 ourselves: epoch 5 is only an upper bound for it.
+    assert ev.report.divergence == EpochOffset(7) and tr.position == EpochOffset(7)
+    tr.on_metadata(2, 7)
+    assert tr.state is S.FETCHING
+
+
+def test_position_zero_has_no_epoch_to_validate() -> None:
+    tr = PartitionTracker(TP)
+    tr.on_metadata(1, 6)
+    tr.seek(EpochOffset(0, 3))
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(0)
 
 
 def test_oor_with_epoch_validates_before_reset() -> None:
@@ -409,7 +431,7 @@ def test_restore_nothing_applies_reset_policy() -> None:
     tr.on_list_offsets(a, 5, 3)
     (ev,) = tr.drain_events()
     assert isinstance(ev, OffsetReset) and ev.reason == "no_committed_offset"
-    assert tr.position == EpochOffset(5, 3)
+    assert tr.position == EpochOffset(5)
 
 
 def test_restore_nothing_with_reset_none_stops() -> None:
@@ -579,3 +601,25 @@ def test_invalid_transition_is_a_typed_bug_report() -> None:
     tr = PartitionTracker(TP)
     with pytest.raises(InvalidTransitionError, match="INITIALIZING"):
         tr._goto(Trigger.VALIDATED)
+
+
+def test_two_rounds_pin_the_divergence_when_leader_names_an_epoch_we_never_read() -> None:
+    # We read epoch 3 at [0, 8) and epoch 5 at [8, 10). The leader has epoch 3 at [0, 6),
+    # epoch 4 at [6, 12) and never had epoch 5. Java would call position 10 valid
+    # (end offset 12 >= 10) and silently keep the wrong records 6..9.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 5)
+    tr.seek(EpochOffset(0))
+    f = fetch(tr)
+    tr.on_records(f, 0, 7, 3)
+    tr.on_records(f, 8, 9, 5)
+    assert tr.epoch_history == ((3, 0), (5, 8))
+    v1 = elect(tr, 6)
+    assert v1.leader_epoch == 5
+    tr.on_validation(v1, 0, 4, 12, 0.0)
+    v2 = validate(tr)
+    assert v2.leader_epoch == 3 and v2.position == EpochOffset(10, 5)
+    tr.on_validation(v2, 0, 3, 6, 0.0)
+    (ev,) = truncations(tr)
+    assert ev.report.divergence == EpochOffset(6, 3) and ev.report.lost_count == 4
+    assert tr.position == EpochOffset(6, 3) and tr.epoch_history == ((3, 0),)

@@ -185,7 +185,7 @@ class EpochConsumer:
         stored: Mapping[TopicPartition, EpochOffset | None]
         source = "committed"
         if self._store is not None:
-            stored = self._store.load(todo)
+            stored = self._store.load()
             source = "offset_store"
         elif self._group is not None:
             stored = self._group.fetch_committed(todo, deadline)
@@ -456,7 +456,7 @@ class EpochConsumer:
         deadline = time.monotonic() + (self._timeout() if timeout_ms is None
                                        else timeout_ms / 1000)
         if self._store is not None:
-            return self._store.load([partition]).get(partition)  # type: ignore[no-any-return]
+            return self._store.load().get(partition)  # type: ignore[no-any-return]
         if self._group is None:
             raise kerrors.IllegalStateError("committed() needs a group_id or an offset_store")
         return self._group.fetch_committed([partition], deadline).get(partition)

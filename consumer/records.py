@@ -161,12 +161,20 @@ def _decode_batch_records(
         if b < 0x80:
             ts_delta = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif buf[pos + 1] < 0x80:
+            n = (b & 0x7F) | (buf[pos + 1] << 7)
+            ts_delta = (n >> 1) ^ -(n & 1)
+            pos += 2
         else:
             ts_delta, pos = read_varint(buf, pos)
         b = buf[pos]
         if b < 0x80:
             off_delta = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif buf[pos + 1] < 0x80:
+            n = (b & 0x7F) | (buf[pos + 1] << 7)
+            off_delta = (n >> 1) ^ -(n & 1)
+            pos += 2
         else:
             off_delta, pos = read_varint(buf, pos)
         b = buf[pos]

@@ -51,6 +51,7 @@ from epochguard.offsets.state import (
     PartitionTracker,
     Trigger,
 )
+from epochguard.offsets.stores import JsonFileOffsetStore, OffsetStore, SqliteOffsetStore
 
 __all__ = [
     "TRANSITIONS",
@@ -64,6 +65,7 @@ __all__ = [
     "InvalidPolicyError",
     "InvalidPositionError",
     "InvalidTransitionError",
+    "JsonFileOffsetStore",
     "ListOffsetsPurpose",
     "LogTruncationError",
     "MetadataRefreshNeeded",
@@ -72,6 +74,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OffsetPolicy",
     "OffsetReset",
+    "OffsetStore",
     "OffsetStoreError",
     "PartitionState",
     "PartitionTracker",
@@ -80,6 +83,7 @@ __all__ = [
     "ResetAction",
     "ResetStrategy",
     "RetryBackoff",
+    "SqliteOffsetStore",
     "TopicPartition",
     "Trigger",
     "TruncationDecision",

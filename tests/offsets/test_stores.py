@@ -1,0 +1,231 @@
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from epochguard.offsets import EpochOffset, OffsetStoreError, TopicPartition
+from epochguard.offsets.stores import JsonFileOffsetStore, OffsetStore, SqliteOffsetStore
+
+A0 = TopicPartition("a", 0)
+A1 = TopicPartition("a", 1)
+B0 = TopicPartition("b", 0)
+
+
+def stores(tmp_path: Path) -> list[OffsetStore]:
+    return [SqliteOffsetStore(tmp_path / "o.db"), JsonFileOffsetStore(tmp_path / "o.json")]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "json"])
+def test_round_trip_and_upsert(tmp_path: Path, kind: str) -> None:
+    store = stores(tmp_path)[0 if kind == "sqlite" else 1]
+    assert isinstance(store, OffsetStore)
+    assert store.load() == {}
+    store.save({A0: EpochOffset(5, 2), A1: EpochOffset(7)})
+    store.save({A1: EpochOffset(9, 3), B0: EpochOffset(0)})
+    loaded = store.load()
+    assert loaded == {A0: EpochOffset(5, 2), A1: EpochOffset(9, 3), B0: EpochOffset(0)}
+    assert all(type(k) is TopicPartition for k in loaded)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "json"])
+def test_rejects_bad_input_without_writing(tmp_path: Path, kind: str) -> None:
+    store = stores(tmp_path)[0 if kind == "sqlite" else 1]
+    store.save({A0: EpochOffset(1, 1)})
+    with pytest.raises(OffsetStoreError):
+        store.save({A1: EpochOffset(2), B0: 3})  # type: ignore[dict-item]
+    with pytest.raises(OffsetStoreError):
+        store.save({("a", "x"): EpochOffset(2)})  # type: ignore[dict-item]
+    assert store.load() == {A0: EpochOffset(1, 1)}
+
+
+def test_sqlite_namespaces_are_separate(tmp_path: Path) -> None:
+    one = SqliteOffsetStore(tmp_path / "o.db", namespace="one")
+    two = SqliteOffsetStore(tmp_path / "o.db", namespace="two")
+    one.save({A0: EpochOffset(1)})
+    assert two.load() == {}
+    assert one.load() == {A0: EpochOffset(1)}
+
+
+def test_sqlite_uses_wal(tmp_path: Path) -> None:
+    store = SqliteOffsetStore(tmp_path / "o.db")
+    mode = store.connection.execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_sqlite_commits_with_the_applications_own_rows(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "app.db")
+    conn.execute("CREATE TABLE results (v TEXT)")
+    conn.commit()
+    store = SqliteOffsetStore(conn)
+    with store.transaction() as tx:
+        tx.execute("INSERT INTO results VALUES ('r1')")
+        store.save({A0: EpochOffset(11, 4)}, connection=tx)
+    with pytest.raises(RuntimeError), store.transaction() as tx:
+        tx.execute("INSERT INTO results VALUES ('r2')")
+        store.save({A0: EpochOffset(12, 4)}, connection=tx)
+        raise RuntimeError("crash before commit")
+    # Another connection sees exactly the committed pair.
+    other = sqlite3.connect(tmp_path / "app.db")
+    assert other.execute("SELECT v FROM results").fetchall() == [("r1",)]
+    assert SqliteOffsetStore(other).load() == {A0: EpochOffset(11, 4)}
+
+
+def test_sqlite_save_inside_callers_plain_transaction(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "app.db")
+    store = SqliteOffsetStore(conn)
+    conn.execute("CREATE TABLE results (v TEXT)")
+    conn.execute("INSERT INTO results VALUES ('x')")  # Python opens the transaction here
+    store.save({A0: EpochOffset(3)}, connection=conn)
+    conn.rollback()
+    assert store.load() == {}
+    with pytest.raises(OffsetStoreError, match="open transaction"):
+        store.save({A0: EpochOffset(3)}, connection=conn)
+
+
+def test_sqlite_failed_save_leaves_old_content(tmp_path: Path) -> None:
+    store = SqliteOffsetStore(tmp_path / "o.db")
+    store.save({A0: EpochOffset(1, 1), A1: EpochOffset(1, 1)})
+    # A row that violates the table's CHECK fails the whole batch.
+    bad = {A0: EpochOffset(2, 2), A1: EpochOffset.__new__(EpochOffset)}
+    object.__setattr__(bad[A1], "offset", -5)
+    object.__setattr__(bad[A1], "leader_epoch", None)
+    with pytest.raises(OffsetStoreError):
+        store.save(bad)
+    assert store.load() == {A0: EpochOffset(1, 1), A1: EpochOffset(1, 1)}
+
+
+def test_sqlite_corrupt_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "o.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(OffsetStoreError, match="not a usable SQLite database"):
+        SqliteOffsetStore(path)
+
+
+def test_sqlite_foreign_table_is_an_error(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "o.db")
+    conn.execute("CREATE TABLE epochguard_offsets (id INTEGER, blob TEXT)")
+    conn.commit()
+    with pytest.raises(OffsetStoreError, match="not an epochguard offset table"):
+        SqliteOffsetStore(conn)
+
+
+def test_sqlite_corrupt_row_is_an_error(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "o.db")
+    SqliteOffsetStore(conn)
+    # Rows written by something that ignored the CHECKs (another tool, manual edit).
+    conn.execute("PRAGMA ignore_check_constraints=ON")
+    conn.execute("INSERT INTO epochguard_offsets VALUES ('default', 'a', 0, 5, -7)")
+    conn.commit()
+    with pytest.raises(OffsetStoreError, match="corrupt row"):
+        SqliteOffsetStore(conn).load()
+
+
+def test_sqlite_rejects_unsafe_table_names(tmp_path: Path) -> None:
+    with pytest.raises(OffsetStoreError):
+        SqliteOffsetStore(tmp_path / "o.db", table='x"; DROP TABLE y; --')
+
+
+def test_json_file_format(tmp_path: Path) -> None:
+    store = JsonFileOffsetStore(tmp_path / "o.json")
+    store.save({A0: EpochOffset(5, 2)})
+    doc = json.loads((tmp_path / "o.json").read_text())
+    assert doc == {
+        "format": "epochguard-offsets",
+        "version": 1,
+        "offsets": [{"topic": "a", "partition": 0, "offset": 5, "leader_epoch": 2}],
+    }
+    assert [p.name for p in tmp_path.iterdir()] == ["o.json"]  # no temp files left
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"format": "epochguard-offsets", "version": 1, "offsets": [{"topic": "a"',
+        b"",
+        b'{"something": "else"}',
+        b'{"format": "epochguard-offsets", "version": 99, "offsets": []}',
+        b'{"format": "epochguard-offsets", "version": 1, "offsets": [{"topic": "a", '
+        b'"partition": 0, "offset": -3}]}',
+        b"\x00\x01\x02",
+    ],
+)
+def test_json_corrupt_or_foreign_file_is_an_error(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "o.json"
+    path.write_bytes(content)
+    store = JsonFileOffsetStore(path)
+    with pytest.raises(OffsetStoreError):
+        store.load()
+    with pytest.raises(OffsetStoreError):
+        store.save({A0: EpochOffset(1)})  # never overwrite what we cannot read
+    assert path.read_bytes() == content
+
+
+def test_json_crash_before_rename_keeps_old_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonFileOffsetStore(tmp_path / "o.json")
+    store.save({A0: EpochOffset(1, 1)})
+
+    def crash(src: str, dst: str) -> None:
+        raise OSError("power cut")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="power cut"):
+        store.save({A0: EpochOffset(2, 2)})
+    monkeypatch.undo()
+    assert store.load() == {A0: EpochOffset(1, 1)}
+    assert [p.name for p in tmp_path.iterdir()] == ["o.json"]
+
+
+def test_json_leftover_partial_temp_file_is_ignored(tmp_path: Path) -> None:
+    store = JsonFileOffsetStore(tmp_path / "o.json")
+    store.save({A0: EpochOffset(1, 1)})
+    (tmp_path / ".o.json.abc.tmp").write_bytes(b'{"format": "epochguard-off')  # torn write
+    assert store.load() == {A0: EpochOffset(1, 1)}
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from epochguard.offsets import EpochOffset, TopicPartition
+    from epochguard.offsets.stores import JsonFileOffsetStore, SqliteOffsetStore
+    kind, path = sys.argv[1], sys.argv[2]
+    store = SqliteOffsetStore(path) if kind == "sqlite" else JsonFileOffsetStore(path)
+    i = 1
+    print("ready", flush=True)
+    while True:
+        # Both partitions always move together: a torn save would show them apart.
+        store.save({TopicPartition("a", 0): EpochOffset(i, 7), TopicPartition("a", 1):
+                    EpochOffset(i, 7)})
+        i += 1
+    """
+)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["sqlite", "json"])
+def test_kill_during_saves_leaves_a_consistent_store(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / ("o.db" if kind == "sqlite" else "o.json")
+    for attempt in range(3):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, kind, str(path)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.2 + 0.1 * attempt)
+        proc.kill()
+        proc.wait(timeout=10)
+        store = SqliteOffsetStore(path) if kind == "sqlite" else JsonFileOffsetStore(path)
+        loaded = store.load()
+        assert set(loaded) == {A0, A1}
+        assert loaded[A0] == loaded[A1] and loaded[A0].offset >= 1

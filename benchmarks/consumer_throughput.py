@@ -225,6 +225,13 @@ def _elect(cluster: EmbeddedCluster, topic: str, old: int, new: int) -> None:
     cluster.start_broker(old)
 
 
+def _idle(poll: Any, seconds: float = 0.6) -> None:
+    """Caught up and idle for a while (empty fetches) before the election."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        poll()
+
+
 def _counts(cluster: EmbeddedCluster) -> dict[int, int]:
     def snap() -> dict[int, int]:
         out: dict[int, int] = {}
@@ -260,6 +267,7 @@ def _detect_epochguard(cluster: EmbeddedCluster) -> dict[str, Any]:
     n = 0
     while n < 15:
         n += sum(len(v) for v in c.poll(timeout_ms=100).values())
+    _idle(lambda: c.poll(timeout_ms=100))
     before = _counts(cluster)
     t0 = time.perf_counter()
     _elect(cluster, topic, old, new)
@@ -272,7 +280,8 @@ def _detect_epochguard(cluster: EmbeddedCluster) -> dict[str, Any]:
     after = _counts(cluster)
     c.close()
     return {"ms": round(ms, 1), "requests": _diff(before, after), "detected": bool(reports),
-            "lost_count": reports[0].lost_count if reports else None}
+            "lost_count": reports[0].lost_count if reports else None,
+            "first_record_after": None if first_new is None else first_new.offset}
 
 
 def _detect_kafka_python(cluster: EmbeddedCluster) -> dict[str, Any]:
@@ -288,6 +297,7 @@ def _detect_kafka_python(cluster: EmbeddedCluster) -> dict[str, Any]:
     n = 0
     while n < 15:
         n += sum(len(v) for v in c.poll(timeout_ms=100).values())
+    _idle(lambda: c.poll(timeout_ms=100))
     before = _counts(cluster)
     t0 = time.perf_counter()
     _elect(cluster, topic, old, new)
@@ -321,6 +331,7 @@ def _detect_confluent(cluster: EmbeddedCluster) -> dict[str, Any]:
         m = c.poll(0.1)
         if m is not None and not m.error():
             n += 1
+    _idle(lambda: c.poll(0.1))
     before = _counts(cluster)
     t0 = time.perf_counter()
     _elect(cluster, topic, old, new)

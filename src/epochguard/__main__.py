@@ -10,6 +10,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in {"-h", "--help"}:
         print("usage: epochguard {demo,cluster} [options]")
         return 0
+    if args[0] == "demo":
+        from epochguard.consumer.demo import run_demo
+
+        return run_demo(fast="--fast" in args[1:])
     if args[0] == "cluster":
         from epochguard.testing.__main__ import main as cluster_main
 

@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
                            fetch_max_wait_ms=100, metadata_max_age_ms=1000) as consumer:
             consumer.assign([tp])
             deadline = time.monotonic() + args.seconds
+            stage = 0
             while time.monotonic() < deadline:
                 try:
                     batch = consumer.poll(timeout_ms=100)
@@ -56,10 +57,12 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 for records in batch.values():
                     consumed += [(r.offset, r.value) for r in records]
-                if staging and len(consumed) == 10 and not compensations:
+                if staging and stage == 0 and len(consumed) == 10:
                     staging.leader_only(10, 5)
-                elif staging and len(consumed) == 15 and not compensations:
+                    stage = 1
+                elif staging and stage == 1 and len(consumed) == 15:
                     staging.unclean_election(8)
+                    stage = 2
                 elif staging and compensations and len(consumed) == 18:
                     break
     print(f"final log as processed: {[v.decode() for _, v in consumed]}")

@@ -36,6 +36,7 @@ CASES = [
 ]
 CLIENTS = ["epochguard", "kafka-python", "aiokafka", "confluent-kafka"]
 BATCH = 500
+REPEAT = int(os.environ.get("CONSUMER_BENCH_REPEAT", "2"))
 POLL_RECORDS = 500
 API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
              9: "OffsetFetch", 10: "FindCoordinator", 18: "ApiVersions",
@@ -187,7 +188,10 @@ def throughput() -> list[dict[str, Any]]:
             row: dict[str, Any] = {"value_bytes": size, "partitions": parts, "records": total}
             for client in CLIENTS:
                 try:
-                    elapsed = _run_client(client, cluster.bootstrap_servers, topic, parts, total)
+                    # Best of REPEAT runs: the cluster shares this machine's cores.
+                    elapsed = min(
+                        _run_client(client, cluster.bootstrap_servers, topic, parts, total)
+                        for _ in range(REPEAT))
                     row[client] = round(total / elapsed)
                 except Exception as exc:
                     row[client] = None

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv install test lint demo bench clean
+.PHONY: all venv install test lint demo bench clean kafka-jars
 
 all: test
 
@@ -20,7 +20,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 venv install: $(STAMP)
 
-test: $(STAMP)
+# Real Apache Kafka jars (Maven Central) for tests/apache_kafka; cached outside the tree.
+kafka-jars: $(STAMP)
+	$(BIN)/python -m epochguard.testing.apache_kafka
+
+test: $(STAMP) kafka-jars
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

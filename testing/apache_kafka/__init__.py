@@ -1,0 +1,38 @@
+"""Real Apache Kafka (KRaft) brokers from Maven Central jars, for tests."""
+
+from __future__ import annotations
+
+from epochguard.testing.apache_kafka.cluster import (
+    ApacheKafkaCluster,
+    ClusterError,
+    ClusterTimeoutError,
+    ElectionError,
+    EpochEndOffset,
+    OffsetAndEpoch,
+    PartitionState,
+)
+from epochguard.testing.apache_kafka.jars import (
+    KafkaJars,
+    KafkaUnavailableError,
+    ensure_kafka_jars,
+    missing_tools,
+    real_kafka_required,
+)
+from epochguard.testing.apache_kafka.probe import JavaTruncationProbe, ProbeError
+
+__all__ = [
+    "ApacheKafkaCluster",
+    "ClusterError",
+    "ClusterTimeoutError",
+    "ElectionError",
+    "EpochEndOffset",
+    "JavaTruncationProbe",
+    "KafkaJars",
+    "KafkaUnavailableError",
+    "OffsetAndEpoch",
+    "PartitionState",
+    "ProbeError",
+    "ensure_kafka_jars",
+    "missing_tools",
+    "real_kafka_required",
+]

@@ -1,0 +1,979 @@
+"""Real Apache Kafka (KRaft) brokers as local ``java`` processes, behind the ``Cluster`` protocol.
+
+Topology: one dedicated controller process (node id 3000, a static single-voter quorum) and
+``num_brokers`` broker-only processes (ids ``0..n-1``). Stopping any broker never touches the
+controller quorum, so unclean elections, restarts and fencing all keep working.
+
+Per-replica log end offsets: a running broker answers ``ListOffsets(LATEST)`` sent with the
+debugging replica id (-2) from its own local log, leader or follower, and returns its log end
+offset rather than the high watermark. A stopped broker is read from disk: the last record
+batch of its newest segment file names the last offset.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import attrs
+import structlog
+from kafka.protocol.admin import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+)
+from kafka.protocol.consumer import (
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+from kafka.protocol.metadata import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+
+from epochguard.testing.apache_kafka import process
+from epochguard.testing.apache_kafka.jars import KafkaJars, ensure_kafka_jars
+from epochguard.testing.apache_kafka.probe import JavaTruncationProbe
+from epochguard.testing.apache_kafka.wire import WireError, call, error_name
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+CONTROLLER_ID = 3000
+DEBUGGING_REPLICA_ID = -2
+CONSUMER_REPLICA_ID = -1
+LATEST = -1
+EARLIEST = -2
+
+# Error codes the control calls treat as "not there yet, poll again".
+_RETRIABLE = {
+    3,  # UNKNOWN_TOPIC_OR_PARTITION
+    5,  # LEADER_NOT_AVAILABLE
+    6,  # NOT_LEADER_OR_FOLLOWER
+    7,  # REQUEST_TIMED_OUT
+    15,  # COORDINATOR_NOT_AVAILABLE
+    41,  # NOT_CONTROLLER
+    74,  # FENCED_LEADER_EPOCH
+    75,  # UNKNOWN_LEADER_EPOCH
+}
+_ELECTION_NOT_NEEDED = 84
+_TOPIC_ALREADY_EXISTS = 36
+_NO_REASSIGNMENT_IN_PROGRESS = 85
+
+JVM_OPTS = (
+    "-Xms64m",
+    "-Xmx256m",
+    "-Xss512k",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:-UsePerfData",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+    "-Dlog4j2.shutdownHookEnabled=false",
+)
+
+LOG4J2_PROPERTIES = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.network.name = kafka.network.RequestChannel$
+logger.network.level = WARN
+logger.utils.name = org.apache.kafka.common.utils.AppInfoParser
+logger.utils.level = WARN
+logger.config.name = org.apache.kafka.common.config.AbstractConfig
+logger.config.level = WARN
+"""
+
+
+class ClusterError(RuntimeError):
+    """A control call failed; the message names the call and the broker's error."""
+
+
+class ClusterTimeoutError(ClusterError):
+    """The cluster did not reach the awaited state in time."""
+
+
+class ElectionError(ClusterError):
+    """The wanted replica cannot be made leader the way that was asked."""
+
+
+@attrs.frozen
+class PartitionState:
+    """A partition as one broker's metadata cache sees it."""
+
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
+    offline_replicas: tuple[int, ...] = ()
+
+
+@attrs.frozen
+class EpochEndOffset:
+    """An OffsetForLeaderEpoch answer, error as the Kafka error name (``"NoError"``...)."""
+
+    error: str
+    leader_epoch: int
+    end_offset: int
+
+
+@attrs.frozen
+class OffsetAndEpoch:
+    """A ListOffsets answer."""
+
+    offset: int
+    leader_epoch: int
+
+
+@attrs.frozen
+class _Node:
+    node_id: int
+    role: str
+    port: int
+    directory: Path
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / "data"
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "server.properties"
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+
+def _free_ports(count: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _wait(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.1) -> T:
+    """Poll ``probe`` until it returns something other than None, at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            result = probe()
+            if result is not None:
+                return result
+        except (WireError, ClusterError) as exc:
+            last_error = exc
+        if time.monotonic() >= deadline:
+            detail = f" (last error: {last_error})" if last_error else ""
+            raise ClusterTimeoutError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+def _last_offset_on_disk(partition_dir: Path) -> int:
+    """Log end offset of a stopped replica: one past the last batch of its newest segment."""
+    segments = sorted(partition_dir.glob("*.log"))
+    for segment in reversed(segments):
+        base = int(segment.stem)
+        data = segment.read_bytes()
+        pos, end = 0, base
+        # v2 batch: baseOffset int64, batchLength int32, then 9 bytes, lastOffsetDelta at 23.
+        while pos + 27 <= len(data):
+            base_offset = int.from_bytes(data[pos : pos + 8], "big", signed=True)
+            length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+            if length <= 0 or pos + 12 + length > len(data):
+                break
+            delta = int.from_bytes(data[pos + 23 : pos + 27], "big", signed=True)
+            end = base_offset + delta + 1
+            pos += 12 + length
+        if end > base or len(segments) == 1:
+            return end
+    return 0
+
+
+class ApacheKafkaCluster:
+    """A KRaft Apache Kafka cluster of one controller and ``num_brokers`` brokers on 127.0.0.1.
+
+    >>> with ApacheKafkaCluster(num_brokers=2) as cluster:
+    ...     cluster.create_topic("t", replication_factor=2)
+    """
+
+    def __init__(
+        self,
+        num_brokers: int = 3,
+        *,
+        jars: KafkaJars | None = None,
+        broker_config: Mapping[str, str] | None = None,
+        work_dir: Path | None = None,
+        startup_timeout: float = 90.0,
+        stop_timeout: float = 30.0,
+    ) -> None:
+        if num_brokers < 1:
+            raise ValueError("num_brokers must be at least 1")
+        self._num_brokers = num_brokers
+        self._jars = jars
+        self._extra_config = dict(broker_config or {})
+        self._own_work_dir = work_dir is None
+        self._work_dir = work_dir
+        self._startup_timeout = startup_timeout
+        self._stop_timeout = stop_timeout
+        self._cluster_id = ""
+        self._nodes: dict[int, _Node] = {}
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.start_seconds: float | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def work_dir(self) -> Path:
+        if self._work_dir is None:
+            raise ClusterError("cluster not started")
+        return self._work_dir
+
+    @property
+    def jars(self) -> KafkaJars:
+        if self._jars is None:
+            self._jars = ensure_kafka_jars()
+        return self._jars
+
+    @property
+    def kafka_version(self) -> str:
+        return self.jars.version
+
+    @property
+    def cluster_id(self) -> str:
+        return self._cluster_id
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return list(range(self._num_brokers))
+
+    @property
+    def running_broker_ids(self) -> list[int]:
+        return [b for b in self.broker_ids if self._running(b)]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{self._nodes[b].port}" for b in self.running_broker_ids)
+
+    @property
+    def all_bootstrap_servers(self) -> str:
+        """Every broker, running or not: for clients that must outlive the brokers now up."""
+        return ",".join(f"127.0.0.1:{self._nodes[b].port}" for b in self.broker_ids)
+
+    def broker_address(self, broker_id: int) -> tuple[str, int]:
+        return self._nodes[broker_id].address
+
+    def _running(self, node_id: int) -> bool:
+        proc = self._procs.get(node_id)
+        return proc is not None and proc.poll() is None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def start(self) -> Self:
+        started = time.monotonic()
+        jars = self.jars
+        if self._work_dir is None:
+            self._work_dir = Path(tempfile.mkdtemp(prefix="epochguard-kafka-"))
+        self._cluster_id = self._random_cluster_id()
+        ports = _free_ports(self._num_brokers + 1)
+        controller = _Node(CONTROLLER_ID, "controller", ports[0], self.work_dir / "controller")
+        self._nodes = {CONTROLLER_ID: controller}
+        for broker_id, port in zip(self.broker_ids, ports[1:], strict=True):
+            directory = self.work_dir / f"broker-{broker_id}"
+            self._nodes[broker_id] = _Node(broker_id, "broker", port, directory)
+        (self.work_dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
+        for node in self._nodes.values():
+            node.directory.mkdir(parents=True, exist_ok=True)
+            node.config_path.write_text(self._properties(node))
+        try:
+            self._format_storage()
+            self._launch(controller)
+            for broker_id in self.broker_ids:
+                self._launch(self._nodes[broker_id])
+            for broker_id in self.broker_ids:
+                self._await_registered(broker_id)
+            # Create __consumer_offsets while every broker is up, so a test that stops a
+            # broker before it first uses a group still finds a coordinator.
+            self._warm_up_group_coordinator()
+        except BaseException:
+            self.close()
+            raise
+        self.start_seconds = time.monotonic() - started
+        log.info(
+            "kafka_cluster_started",
+            version=jars.version,
+            brokers=self._num_brokers,
+            seconds=round(self.start_seconds, 2),
+            work_dir=str(self.work_dir),
+        )
+        return self
+
+    def close(self) -> None:
+        """Stop brokers (in parallel), then the controller; remove the work dir if we made it."""
+        running = [b for b in self.broker_ids if self._running(b)]
+        for broker_id in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._procs[broker_id].pid, 15)
+        for broker_id in running:
+            process.stop(self._procs.pop(broker_id), self._stop_timeout)
+        if CONTROLLER_ID in self._procs:
+            process.stop(self._procs.pop(CONTROLLER_ID), self._stop_timeout)
+        self._procs.clear()
+        if self._own_work_dir and self._work_dir is not None:
+            shutil.rmtree(self._work_dir, ignore_errors=True)
+            self._work_dir = None
+
+    def copy_logs(self, destination: Path) -> None:
+        """Copy every node's config and logs (not its data) to ``destination``."""
+        if self._work_dir is None:
+            return
+        for node in self._nodes.values():
+            target = destination / node.directory.name
+            target.mkdir(parents=True, exist_ok=True)
+            for name in ("server.log", "stdout.log", "server.properties"):
+                source = node.directory / name
+                if source.exists():
+                    shutil.copy2(source, target / name)
+        probes = self._work_dir / "probes"
+        if probes.is_dir():
+            shutil.copytree(probes, destination / "probes", dirs_exist_ok=True)
+
+    @staticmethod
+    def _random_cluster_id() -> str:
+        # Like Kafka's Uuid.randomUuid: an id starting with "-" would read as an option flag.
+        while True:
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            if not cluster_id.startswith("-"):
+                return cluster_id
+
+    def _properties(self, node: _Node) -> str:
+        voters = f"{CONTROLLER_ID}@127.0.0.1:{self._nodes[CONTROLLER_ID].port}"
+        rf = min(3, self._num_brokers)
+        common = {
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(node.data_dir),
+            "num.network.threads": "2",
+            "num.io.threads": "2",
+            "background.threads": "2",
+            "num.recovery.threads.per.data.dir": "1",
+        }
+        if node.role == "controller":
+            props = {
+                **common,
+                "process.roles": "controller",
+                "listeners": f"CONTROLLER://127.0.0.1:{node.port}",
+                # Fence a kill -9'ed broker quickly, and let a stopped broker register again
+                # soon: the controller refuses a new registration of the same id
+                # (DUPLICATE_BROKER_REGISTRATION) until the old session has expired, even
+                # after a controlled shutdown. Brokers heartbeat 6x per session.
+                "broker.session.timeout.ms": "1500",
+                # Topics with unclean.leader.election.enable=true get their unclean leader
+                # within a second of a replica coming back, not after the 5 minute default.
+                "unclean.leader.election.interval.ms": "1000",
+                # A restarted preferred leader must not take leadership back behind a test's
+                # back: every leadership change is explicit.
+                "auto.leader.rebalance.enable": "false",
+            }
+        else:
+            props = {
+                **common,
+                "process.roles": "broker",
+                "listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "broker.heartbeat.interval.ms": "250",
+                "auto.create.topics.enable": "false",
+                "auto.leader.rebalance.enable": "false",
+                "num.partitions": "1",
+                "default.replication.factor": str(rf),
+                "min.insync.replicas": "1",
+                "offsets.topic.replication.factor": str(rf),
+                "offsets.topic.num.partitions": "3",
+                "transaction.state.log.replication.factor": str(rf),
+                "transaction.state.log.min.isr": "1",
+                "transaction.state.log.num.partitions": "3",
+                "group.initial.rebalance.delay.ms": "0",
+                "share.coordinator.state.topic.replication.factor": str(rf),
+                "share.coordinator.state.topic.min.isr": "1",
+                # A follower that stops fetching (SIGSTOP, a hung JVM) leaves the ISR in ~2 s;
+                # a stopped broker leaves it at once through fencing / controlled shutdown.
+                "replica.lag.time.max.ms": "2000",
+                "replica.fetch.wait.max.ms": "200",
+                "replica.fetch.backoff.ms": "100",
+                "replica.socket.timeout.ms": "5000",
+                "num.replica.fetchers": "1",
+                "log.cleaner.enable": "false",
+                "log.flush.offset.checkpoint.interval.ms": "1000",
+                "group.coordinator.rebalance.protocols": "classic,consumer",
+                "controlled.shutdown.enable": "true",
+            }
+        props.update(self._extra_config if node.role == "broker" else {})
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _java(self, node: _Node, main_class: str, *args: str) -> list[str]:
+        return [
+            "java",
+            *JVM_OPTS,
+            f"-Dkafka.logs.dir={node.directory}",
+            f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
+            "-cp",
+            self.jars.classpath,
+            main_class,
+            *args,
+        ]
+
+    def _format_storage(self) -> None:
+        procs = []
+        for node in self._nodes.values():
+            args = self._java(
+                node,
+                "kafka.tools.StorageTool",
+                "format",
+                "--cluster-id",
+                self._cluster_id,
+                "--config",
+                str(node.config_path),
+                "--ignore-formatted",
+            )
+            procs.append(
+                (node, subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+            )
+        for node, proc in procs:
+            out, _ = proc.communicate(timeout=120)
+            if proc.returncode != 0:
+                raise ClusterError(f"kafka-storage format failed for node {node.node_id}: {out!r}")
+
+    def _launch(self, node: _Node) -> None:
+        args = self._java(node, "kafka.Kafka", str(node.config_path))
+        self._procs[node.node_id] = process.spawn(
+            args, node.directory / "stdout.log", node.directory
+        )
+
+    def _await_registered(self, broker_id: int) -> None:
+        """Wait until the broker serves metadata that lists itself (registered and unfenced)."""
+
+        def probe() -> bool | None:
+            proc = self._procs[broker_id]
+            if proc.poll() is not None:
+                raise ClusterError(
+                    f"broker {broker_id} exited with {proc.returncode}; see "
+                    f"{self._nodes[broker_id].directory / 'server.log'}"
+                )
+            meta = self._metadata_from(broker_id, None)
+            return True if any(b.node_id == broker_id for b in meta.brokers) else None
+
+        _wait(f"broker {broker_id} to register", probe, self._startup_timeout, 0.2)
+
+    def _warm_up_group_coordinator(self) -> None:
+        def probe() -> bool | None:
+            req = FindCoordinatorRequest(key_type=0, coordinator_keys=["epochguard-warm-up"])
+            resp = call(self._any_broker(), req, FindCoordinatorResponse, 4)
+            return True if all(c.error_code == 0 for c in resp.coordinators) else None
+
+        _wait("the group coordinator", probe, self._startup_timeout, 0.2)
+
+    # -- broker control ----------------------------------------------------------------------
+
+    def stop_broker(self, broker_id: int, kill: bool = False) -> None:
+        """SIGTERM (controlled shutdown) or, with ``kill``, SIGKILL; wait until it is fenced."""
+        proc = self._procs.get(broker_id)
+        if proc is None or proc.poll() is not None:
+            raise ClusterError(f"broker {broker_id} is not running")
+        started = time.monotonic()
+        process.stop(proc, self._stop_timeout, kill=kill)
+        del self._procs[broker_id]
+        if self.running_broker_ids:
+
+            def fenced() -> bool | None:
+                for b in self.running_broker_ids:
+                    if any(n.node_id == broker_id for n in self._metadata_from(b, None).brokers):
+                        return None
+                return True
+
+            _wait(f"broker {broker_id} to be fenced", fenced, self._startup_timeout)
+        log.info(
+            "kafka_broker_stopped",
+            broker=broker_id,
+            kill=kill,
+            seconds=round(time.monotonic() - started, 2),
+        )
+
+    def start_broker(self, broker_id: int) -> None:
+        if broker_id not in self.broker_ids:
+            raise ClusterError(f"no broker {broker_id} in this cluster")
+        if self._running(broker_id):
+            raise ClusterError(f"broker {broker_id} is already running")
+        started = time.monotonic()
+        self._launch(self._nodes[broker_id])
+        self._await_registered(broker_id)
+        log.info(
+            "kafka_broker_started", broker=broker_id, seconds=round(time.monotonic() - started, 2)
+        )
+
+    # -- metadata ----------------------------------------------------------------------------
+
+    def _any_broker(self) -> tuple[str, int]:
+        running = self.running_broker_ids
+        if not running:
+            raise ClusterError("no broker is running")
+        return self._nodes[running[0]].address
+
+    def _metadata_from(self, broker_id: int, topics: list[str] | None) -> Any:
+        req = MetadataRequest(
+            topics=None
+            if topics is None
+            else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=False,
+        )
+        return call(self._nodes[broker_id].address, req, MetadataResponse, 12)
+
+    def partition_state(
+        self, topic: str, partition: int, broker: int | None = None
+    ) -> PartitionState:
+        """The partition as ``broker`` (default: the first running broker) sees it, with ELR."""
+        address = self._nodes[broker].address if broker is not None else self._any_broker()
+        req = DescribeTopicPartitionsRequest(
+            topics=[DescribeTopicPartitionsRequest.TopicRequest(name=topic)],
+            response_partition_limit=2000,
+            cursor=None,
+        )
+        resp = call(address, req, DescribeTopicPartitionsResponse, 0)
+        for t in resp.topics:
+            if t.name != topic:
+                continue
+            if t.error_code != 0:
+                raise ClusterError(f"describe {topic}: {error_name(t.error_code)}")
+            for p in t.partitions:
+                if p.partition_index == partition:
+                    return PartitionState(
+                        leader=p.leader_id,
+                        leader_epoch=p.leader_epoch,
+                        replicas=tuple(p.replica_nodes),
+                        isr=tuple(p.isr_nodes),
+                        elr=tuple(p.eligible_leader_replicas or ()),
+                        last_known_elr=tuple(p.last_known_elr or ()),
+                        offline_replicas=tuple(p.offline_replicas),
+                    )
+        raise ClusterError(f"no partition {topic}-{partition}")
+
+    def leader(self, topic: str, partition: int) -> int | None:
+        leader = self.partition_state(topic, partition).leader
+        return None if leader < 0 else leader
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return self.partition_state(topic, partition).leader_epoch
+
+    def replicas(self, topic: str, partition: int) -> list[int]:
+        return list(self.partition_state(topic, partition).replicas)
+
+    def isr(self, topic: str, partition: int) -> list[int]:
+        return list(self.partition_state(topic, partition).isr)
+
+    def elr(self, topic: str, partition: int) -> list[int]:
+        """Eligible leader replicas (KIP-966): ISR members kept electable below min ISR."""
+        return list(self.partition_state(topic, partition).elr)
+
+    def wait_for_partition(
+        self,
+        topic: str,
+        partition: int,
+        condition: Callable[[PartitionState], bool],
+        what: str,
+        timeout: float = 30.0,
+    ) -> PartitionState:
+        """Poll until every running broker's metadata for the partition satisfies ``condition``."""
+
+        def probe() -> PartitionState | None:
+            states = [self.partition_state(topic, partition, b) for b in self.running_broker_ids]
+            if states and all(condition(s) for s in states) and len(set(states)) == 1:
+                return states[0]
+            return None
+
+        return _wait(f"{topic}-{partition}: {what}", probe, timeout)
+
+    def wait_for_isr(
+        self, topic: str, partition: int, isr: list[int], timeout: float = 30.0
+    ) -> PartitionState:
+        want = sorted(isr)
+        return self.wait_for_partition(
+            topic, partition, lambda s: sorted(s.isr) == want, f"ISR {want}", timeout
+        )
+
+    # -- topics ------------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int | None = None,
+        config: Mapping[str, str] | None = None,
+        assignments: Mapping[int, list[int]] | None = None,
+    ) -> None:
+        """Create a topic and wait until every running broker knows a leader for each partition.
+
+        ``assignments`` (partition -> replica list, preferred leader first) pins replicas.
+        """
+        topic = CreateTopicsRequest.CreatableTopic(
+            name=name,
+            num_partitions=-1 if assignments else partitions,
+            replication_factor=-1
+            if assignments or replication_factor is None
+            else replication_factor,
+            assignments=[
+                CreateTopicsRequest.CreatableTopic.CreatableReplicaAssignment(
+                    partition_index=p, broker_ids=list(brokers)
+                )
+                for p, brokers in sorted((assignments or {}).items())
+            ],
+            configs=[
+                CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name=k, value=v)
+                for k, v in (config or {}).items()
+            ],
+        )
+        req = CreateTopicsRequest(topics=[topic], timeout_ms=30000, validate_only=False)
+        resp = call(self._any_broker(), req, CreateTopicsResponse, 7, timeout=40)
+        for result in resp.topics:
+            if result.error_code != 0:
+                raise ClusterError(
+                    f"create topic {name}: {error_name(result.error_code)} {result.error_message}"
+                )
+        count = len(assignments) if assignments else partitions
+        for p in range(count):
+            self.wait_for_partition(name, p, lambda s: s.leader >= 0, "a leader")
+        # Followers must have created their local replica before per-replica calls hit them.
+        for p in range(count):
+            state = self.partition_state(name, p)
+            for replica in state.replicas:
+                if self._running(replica):
+                    _wait(
+                        f"replica {name}-{p} on broker {replica}",
+                        functools.partial(self._replica_leo, name, p, replica),
+                        30.0,
+                    )
+        log.info("kafka_topic_created", topic=name, partitions=count)
+
+    def delete_topic(self, name: str) -> None:
+        req = DeleteTopicsRequest(
+            topics=[DeleteTopicsRequest.DeleteTopicState(name=name)], timeout_ms=30000
+        )
+        resp = call(self._any_broker(), req, DeleteTopicsResponse, 6, timeout=40)
+        for result in resp.responses:
+            if result.error_code != 0:
+                raise ClusterError(f"delete topic {name}: {error_name(result.error_code)}")
+
+        def gone() -> bool | None:
+            for b in self.running_broker_ids:
+                meta = self._metadata_from(b, [name])
+                if any(t.name == name and t.error_code == 0 for t in meta.topics):
+                    return None
+            return True
+
+        _wait(f"topic {name} to disappear", gone, 30.0)
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    def list_offsets(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int = LATEST,
+        broker: int | None = None,
+        replica_id: int = CONSUMER_REPLICA_ID,
+    ) -> OffsetAndEpoch:
+        """ListOffsets v7 to ``broker`` (default: the leader), as a consumer by default."""
+        target = broker if broker is not None else self._require_leader(topic, partition)
+        req = ListOffsetsRequest(
+            replica_id=replica_id,
+            isolation_level=0,
+            topics=[
+                ListOffsetsRequest.ListOffsetsTopic(
+                    name=topic,
+                    partitions=[
+                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                            partition_index=partition, current_leader_epoch=-1, timestamp=timestamp
+                        )
+                    ],
+                )
+            ],
+        )
+        resp = call(self._nodes[target].address, req, ListOffsetsResponse, 7)
+        p = resp.topics[0].partitions[0]
+        if p.error_code != 0:
+            raise ClusterError(
+                f"ListOffsets {topic}-{partition} on broker {target}: {error_name(p.error_code)}"
+            )
+        return OffsetAndEpoch(offset=p.offset, leader_epoch=p.leader_epoch)
+
+    def high_watermark(self, topic: str, partition: int) -> int:
+        return self.list_offsets(topic, partition, LATEST).offset
+
+    def _replica_leo(self, topic: str, partition: int, broker: int) -> int | None:
+        try:
+            return self.list_offsets(
+                topic, partition, LATEST, broker=broker, replica_id=DEBUGGING_REPLICA_ID
+            ).offset
+        except ClusterError:
+            return None
+
+    def log_end_offset(self, topic: str, partition: int, broker: int | None = None) -> int:
+        """Log end offset of the leader's replica, or of ``broker``'s replica.
+
+        Running broker: ListOffsets(LATEST) with the debugging replica id, answered from its own
+        log whether it leads or follows. Stopped broker: read from its segment files.
+        """
+        target = broker if broker is not None else self._require_leader(topic, partition)
+        if self._running(target):
+            return self.list_offsets(
+                topic, partition, LATEST, broker=target, replica_id=DEBUGGING_REPLICA_ID
+            ).offset
+        partition_dir = self._nodes[target].data_dir / f"{topic}-{partition}"
+        if not partition_dir.is_dir():
+            raise ClusterError(f"broker {target} has no replica of {topic}-{partition}")
+        return _last_offset_on_disk(partition_dir)
+
+    def replica_epoch_cache(self, topic: str, partition: int, broker: int) -> list[tuple[int, int]]:
+        """``(epoch, start_offset)`` entries of ``broker``'s leader-epoch-checkpoint file."""
+        path = self._nodes[broker].data_dir / f"{topic}-{partition}" / "leader-epoch-checkpoint"
+        lines = path.read_text().split("\n")
+        count = int(lines[1])
+        entries = [tuple(int(x) for x in line.split()) for line in lines[2 : 2 + count]]
+        return [(e[0], e[1]) for e in entries]
+
+    def offset_for_leader_epoch(
+        self,
+        topic: str,
+        partition: int,
+        leader_epoch: int,
+        current_leader_epoch: int = -1,
+        broker: int | None = None,
+    ) -> EpochEndOffset:
+        """OffsetForLeaderEpoch v4 as a consumer (replica id -1) to the leader or ``broker``."""
+        target = broker if broker is not None else self._require_leader(topic, partition)
+        req = OffsetForLeaderEpochRequest(
+            replica_id=CONSUMER_REPLICA_ID,
+            topics=[
+                OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
+                    topic=topic,
+                    partitions=[
+                        OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition(
+                            partition=partition,
+                            current_leader_epoch=current_leader_epoch,
+                            leader_epoch=leader_epoch,
+                        )
+                    ],
+                )
+            ],
+        )
+        resp = call(self._nodes[target].address, req, OffsetForLeaderEpochResponse, 4)
+        p = resp.topics[0].partitions[0]
+        return EpochEndOffset(
+            error=error_name(p.error_code), leader_epoch=p.leader_epoch, end_offset=p.end_offset
+        )
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> None:
+        leader = self._require_leader(topic, partition)
+        req = DeleteRecordsRequest(
+            topics=[
+                DeleteRecordsRequest.DeleteRecordsTopic(
+                    name=topic,
+                    partitions=[
+                        DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition(
+                            partition_index=partition, offset=before_offset
+                        )
+                    ],
+                )
+            ],
+            timeout_ms=30000,
+        )
+        resp = call(self._nodes[leader].address, req, DeleteRecordsResponse, 2, timeout=40)
+        p = resp.topics[0].partitions[0]
+        if p.error_code != 0:
+            raise ClusterError(f"delete records {topic}-{partition}: {error_name(p.error_code)}")
+
+    # -- elections ---------------------------------------------------------------------------
+
+    def _require_leader(self, topic: str, partition: int) -> int:
+        leader = self.leader(topic, partition)
+        if leader is None:
+            raise ClusterError(f"{topic}-{partition} has no leader")
+        return leader
+
+    def _elect(self, topic: str, partition: int, election_type: int) -> int:
+        req = ElectLeadersRequest(
+            election_type=election_type,
+            topic_partitions=[
+                ElectLeadersRequest.TopicPartitions(topic=topic, partitions=[partition])
+            ],
+            timeout_ms=30000,
+        )
+        resp = call(self._any_broker(), req, ElectLeadersResponse, 2, timeout=40)
+        if resp.error_code != 0:
+            raise ElectionError(f"ElectLeaders {topic}-{partition}: {error_name(resp.error_code)}")
+        result = resp.replica_election_results[0].partition_result[0]
+        return int(result.error_code)
+
+    def _put_first(self, topic: str, partition: int, broker_id: int) -> None:
+        """Reorder the replica list so ``broker_id`` is preferred: same set, no data moves."""
+        state = self.partition_state(topic, partition)
+        if state.replicas[0] == broker_id:
+            return
+        order = [broker_id, *(r for r in state.replicas if r != broker_id)]
+        req = AlterPartitionReassignmentsRequest(
+            timeout_ms=30000,
+            topics=[
+                AlterPartitionReassignmentsRequest.ReassignableTopic(
+                    name=topic,
+                    partitions=[
+                        AlterPartitionReassignmentsRequest.ReassignableTopic.ReassignablePartition(
+                            partition_index=partition, replicas=order
+                        )
+                    ],
+                )
+            ],
+        )
+        resp = call(self._any_broker(), req, AlterPartitionReassignmentsResponse, 0, timeout=40)
+        if resp.error_code != 0:
+            raise ElectionError(f"reorder replicas of {topic}-{partition}: {resp.error_message}")
+        code = resp.responses[0].partitions[0].error_code
+        if code not in (0, _NO_REASSIGNMENT_IN_PROGRESS):
+            raise ElectionError(f"reorder replicas of {topic}-{partition}: {error_name(code)}")
+        self.wait_for_partition(
+            topic, partition, lambda s: s.replicas[:1] == (broker_id,), f"{broker_id} preferred"
+        )
+
+    def elect_leader(
+        self, topic: str, partition: int, broker_id: int, unclean: bool = False
+    ) -> None:
+        """Make ``broker_id`` the leader through the ElectLeaders API, then wait to see it.
+
+        Clean: ``broker_id`` must be in the ISR; it is made the preferred replica (replica order
+        only) and a PREFERRED election runs. Unclean: only a partition without a live leader
+        can be elected uncleanly (Kafka answers ELECTION_NOT_NEEDED otherwise); ``broker_id`` is
+        put first in the replica order, because the controller picks the first live replica,
+        and an UNCLEAN election runs. It needs no ``unclean.leader.election.enable`` on the
+        topic. If the controller already made ``broker_id`` leader, that is success.
+        """
+        if not self._running(broker_id):
+            raise ElectionError(f"broker {broker_id} is not running")
+        state = self.partition_state(topic, partition)
+        if state.leader == broker_id:
+            return
+        if broker_id not in state.replicas:
+            raise ElectionError(f"broker {broker_id} has no replica of {topic}-{partition}")
+        live_leader = state.leader >= 0 and self._running(state.leader)
+        in_isr = broker_id in state.isr or (not state.isr and broker_id in state.elr)
+        if unclean and live_leader and not in_isr:
+            raise ElectionError(
+                f"{topic}-{partition} has live leader {state.leader}; Kafka elects uncleanly "
+                f"only a partition without a leader (stop broker {state.leader} first)"
+            )
+        if not unclean and not in_isr:
+            raise ElectionError(
+                f"broker {broker_id} is not in the ISR {list(state.isr)} of {topic}-{partition}"
+            )
+        self._put_first(topic, partition, broker_id)
+        election_type = 1 if unclean and not live_leader else 0  # 0 PREFERRED, 1 UNCLEAN
+        deadline = time.monotonic() + 30.0
+        while True:
+            code = self._elect(topic, partition, election_type)
+            if code in (0, _ELECTION_NOT_NEEDED):
+                break
+            if code not in _RETRIABLE or time.monotonic() > deadline:
+                raise ElectionError(
+                    f"{'unclean' if unclean else 'clean'} election of {broker_id} for "
+                    f"{topic}-{partition}: {error_name(code)}"
+                )
+            time.sleep(0.2)
+        new = self.wait_for_partition(
+            topic, partition, lambda s: s.leader == broker_id, f"leader {broker_id}"
+        )
+        log.info(
+            "kafka_leader_elected",
+            topic=topic,
+            partition=partition,
+            leader=broker_id,
+            leader_epoch=new.leader_epoch,
+            unclean=unclean,
+        )
+
+    # -- convenience -------------------------------------------------------------------------
+
+    def java_probe(
+        self,
+        topic: str,
+        partition: int,
+        auto_offset_reset: str,
+        props: Mapping[str, str] | None = None,
+    ) -> JavaTruncationProbe:
+        """Start the reference Java consumer on one partition; it knows every broker's address."""
+        return JavaTruncationProbe(
+            self.all_bootstrap_servers,
+            topic,
+            partition,
+            auto_offset_reset,
+            props=props,
+            jars=self.jars,
+            log_dir=self.work_dir / "probes",
+        )
+
+    def node_log(self, node_id: int) -> Path:
+        return self._nodes[node_id].directory / "server.log"
+
+    def __repr__(self) -> str:
+        return (
+            f"ApacheKafkaCluster(brokers={self._num_brokers}, running={self.running_broker_ids}, "
+            f"work_dir={self._work_dir})"
+        )

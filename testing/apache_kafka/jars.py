@@ -1,0 +1,192 @@
+"""Apache Kafka jars from Maven Central, resolved once into a cache outside the source tree.
+
+``python -m epochguard.testing.apache_kafka.jars`` (what ``make kafka-jars`` runs) resolves them
+ahead of the tests. The cache folder is ``$EPOCHGUARD_KAFKA_CACHE`` or
+``~/.cache/epochguard``; each Kafka version gets ``kafka-<version>/lib`` plus a ``.resolved``
+marker written only after Maven finished, so an interrupted resolution is redone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import attrs
+import structlog
+
+log = structlog.get_logger(__name__)
+
+#: Newest Apache Kafka 4.x whose whole dependency closure is on Maven Central. (4.4.0 is listed
+#: in kafka-clients' and kafka_2.13's maven-metadata.xml, but kafka-tools-api 4.4.0, a runtime
+#: dependency of kafka_2.13, and kafka-tools 4.4.0 are missing, so 4.4.0 cannot run.)
+DEFAULT_KAFKA_VERSION = "4.3.1"
+CACHE_ENV = "EPOCHGUARD_KAFKA_CACHE"
+VERSION_ENV = "EPOCHGUARD_KAFKA_VERSION"
+REQUIRE_ENV = "EPOCHGUARD_REQUIRE_REAL_KAFKA"
+MARKER = ".resolved"
+PROBE_SOURCE = "TruncationProbe.java"
+
+
+class KafkaUnavailableError(RuntimeError):
+    """Java or Maven is missing, or Maven could not resolve the Kafka jars."""
+
+
+@attrs.frozen
+class KafkaJars:
+    """A resolved Kafka runtime: the version and the folder holding every jar it needs."""
+
+    version: str
+    home: Path
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.home / "lib"
+
+    @property
+    def classpath(self) -> str:
+        # A wildcard entry keeps the command line short; the JVM expands it itself.
+        return str(self.lib_dir / "*")
+
+    @property
+    def clients_jar(self) -> Path:
+        return self.lib_dir / f"kafka-clients-{self.version}.jar"
+
+
+def real_kafka_required() -> bool:
+    """In CI the real-Kafka tests must fail, not skip, when Java or Maven is missing."""
+    return os.environ.get(REQUIRE_ENV) == "1" or os.environ.get("CI", "").lower() == "true"
+
+
+def missing_tools() -> list[str]:
+    """Names of the programs real-Kafka tests need and this machine lacks."""
+    return [tool for tool in ("java", "javac", "mvn") if shutil.which(tool) is None]
+
+
+def kafka_version() -> str:
+    return os.environ.get(VERSION_ENV) or DEFAULT_KAFKA_VERSION
+
+
+def cache_root() -> Path:
+    configured = os.environ.get(CACHE_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "epochguard"
+
+
+def _pom_text() -> str:
+    return resources.files(__package__).joinpath("pom.xml").read_text(encoding="utf-8")
+
+
+def ensure_kafka_jars(version: str | None = None, root: Path | None = None) -> KafkaJars:
+    """Return the cached jars of ``version``, running Maven first when they are not cached."""
+    version = version or kafka_version()
+    home = (root or cache_root()) / f"kafka-{version}"
+    jars = KafkaJars(version=version, home=home)
+    pom = _pom_text()
+    digest = hashlib.sha256(pom.encode()).hexdigest()
+    marker = home / MARKER
+    if marker.is_file() and marker.read_text().strip() == digest and jars.clients_jar.is_file():
+        return jars
+    missing = [t for t in missing_tools() if t != "javac"]
+    if missing:
+        raise KafkaUnavailableError(
+            f"cannot resolve Apache Kafka jars: {', '.join(missing)} not found"
+        )
+    home.mkdir(parents=True, exist_ok=True)
+    staging = home / "lib.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    (home / "pom.xml").write_text(pom, encoding="utf-8")
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(home / "pom.xml"),
+            "dependency:copy-dependencies",
+            f"-Dkafka.version={version}",
+            f"-DoutputDirectory={staging}",
+            "-DincludeScope=runtime",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise KafkaUnavailableError(
+            f"mvn could not resolve Apache Kafka {version}:\n"
+            f"{proc.stdout[-4000:]}{proc.stderr[-4000:]}"
+        )
+    shutil.rmtree(jars.lib_dir, ignore_errors=True)
+    staging.rename(jars.lib_dir)
+    marker.write_text(digest + "\n")
+    log.info(
+        "kafka_jars_resolved",
+        version=version,
+        lib_dir=str(jars.lib_dir),
+        seconds=round(time.monotonic() - started, 2),
+    )
+    return jars
+
+
+def ensure_probe_classes(jars: KafkaJars) -> Path:
+    """Compile the reference Java client against the same kafka-clients jar, once per source."""
+    source = resources.files(__package__).joinpath(PROBE_SOURCE).read_text(encoding="utf-8")
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    out = jars.home / "probe" / digest
+    if (out / "TruncationProbe.class").is_file():
+        return out
+    if shutil.which("javac") is None:
+        raise KafkaUnavailableError("cannot compile the Java probe: javac not found")
+    staging = jars.home / "probe" / f"{digest}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    src = staging / PROBE_SOURCE
+    src.write_text(source, encoding="utf-8")
+    proc = subprocess.run(
+        ["javac", "-nowarn", "-cp", str(jars.clients_jar), "-d", str(staging), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise KafkaUnavailableError(f"javac failed on {PROBE_SOURCE}:\n{proc.stderr}")
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Resolve the jars (and compile the probe) ahead of the tests; see ``make kafka-jars``."""
+    del argv
+    missing = missing_tools()
+    if missing:
+        message = f"real Apache Kafka tests need {', '.join(missing)}, which is not installed"
+        if real_kafka_required():
+            print(f"error: {message}", file=sys.stderr)
+            return 1
+        print(f"skipping Kafka jar resolution: {message}", file=sys.stderr)
+        return 0
+    started = time.monotonic()
+    try:
+        jars = ensure_kafka_jars()
+        ensure_probe_classes(jars)
+    except KafkaUnavailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    elapsed = time.monotonic() - started
+    print(f"Apache Kafka {jars.version} jars in {jars.lib_dir} ({elapsed:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,190 @@
+"""Python driver of ``TruncationProbe.java``: the stock Java KafkaConsumer as a reference client.
+
+The probe runs as its own JVM (same kafka-clients jar as the brokers) and answers commands on
+stdin with JSON lines, so a scenario can let it consume, pause it while the test stops brokers
+and elects a leader uncleanly, and let it continue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self
+
+from epochguard.testing.apache_kafka import process
+from epochguard.testing.apache_kafka.jars import KafkaJars, ensure_kafka_jars, ensure_probe_classes
+
+TERMINAL_EVENTS = frozenset({"ready", "polled", "position", "seeked", "closed", "error"})
+
+PROBE_LOG4J2 = """\
+status = warn
+appender.err.type = Console
+appender.err.name = ERR
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = ERR
+logger.consumer.name = org.apache.kafka.clients.consumer
+logger.consumer.level = INFO
+"""
+
+#: Consumer settings that keep the probe's reactions inside a test's time budget.
+DEFAULT_PROPS = {
+    "metadata.max.age.ms": "1000",
+    "reconnect.backoff.max.ms": "500",
+    "retry.backoff.max.ms": "500",
+    "request.timeout.ms": "10000",
+    "default.api.timeout.ms": "10000",
+}
+
+
+class ProbeError(RuntimeError):
+    """The Java probe died, or did not answer a command in time."""
+
+
+Event = dict[str, Any]
+
+
+class JavaTruncationProbe:
+    """One Java ``KafkaConsumer`` assigned to one partition (no group), driven step by step."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        partition: int,
+        auto_offset_reset: str,
+        *,
+        props: Mapping[str, str] | None = None,
+        jars: KafkaJars | None = None,
+        log_dir: Path,
+    ) -> None:
+        self.jars = jars or ensure_kafka_jars()
+        classes = ensure_probe_classes(self.jars)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        config = log_dir / "probe-log4j2.properties"
+        config.write_text(PROBE_LOG4J2)
+        self.log_path = log_dir / f"probe-{topic}-{partition}-{int(time.time() * 1000)}.log"
+        settings = {**DEFAULT_PROPS, **(props or {})}
+        args = [
+            "java",
+            "-Xmx128m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-XX:-UsePerfData",
+            f"-Dlog4j2.configurationFile={config}",
+            "-cp",
+            f"{classes}:{self.jars.classpath}",
+            "TruncationProbe",
+            bootstrap_servers,
+            topic,
+            str(partition),
+            auto_offset_reset,
+            *(f"{k}={v}" for k, v in settings.items()),
+        ]
+        self._stderr = open(self.log_path, "wb")  # noqa: SIM115 - closed in close()
+        self._proc = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            preexec_fn=process._child_setup,
+        )
+        self._events: queue.Queue[Event | None] = queue.Queue()
+        self.history: list[Event] = []
+        self._reader = threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True)
+        self._reader.start()
+        self._until_terminal(60.0)
+
+    def _read(self, stream: IO[bytes] | None) -> None:
+        assert stream is not None
+        for raw in stream:
+            line = raw.decode("utf-8", "replace").strip()
+            if line:
+                try:
+                    self._events.put(json.loads(line))
+                except json.JSONDecodeError:
+                    self._events.put({"event": "garbage", "line": line})
+        self._events.put(None)
+
+    def _until_terminal(self, timeout: float) -> list[Event]:
+        deadline = time.monotonic() + timeout
+        events: list[Event] = []
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ProbeError(f"probe did not answer in {timeout:.0f} s; got {events}")
+            try:
+                event = self._events.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if event is None:
+                raise ProbeError(
+                    f"probe exited ({self._proc.wait()}); log: {self.log_text()[-3000:]}"
+                )
+            events.append(event)
+            self.history.append(event)
+            if event["event"] in TERMINAL_EVENTS:
+                return events
+
+    def _command(self, line: str, timeout: float) -> list[Event]:
+        stdin = self._proc.stdin
+        if stdin is None or self._proc.poll() is not None:
+            raise ProbeError("probe is not running")
+        stdin.write((line + "\n").encode())
+        stdin.flush()
+        return self._until_terminal(timeout)
+
+    def poll(self, max_records: int, timeout_ms: int = 10000) -> list[Event]:
+        """Poll until ``max_records`` records, a truncation/out-of-range error, or the timeout."""
+        return self._command(f"poll {max_records} {timeout_ms}", timeout_ms / 1000 + 30)
+
+    def position(self) -> int:
+        events = self._command("position", 30)
+        last = events[-1]
+        if last["event"] != "position":
+            raise ProbeError(f"position failed: {last}")
+        return int(last["offset"])
+
+    def seek(self, offset: int, leader_epoch: int | None = None) -> list[Event]:
+        suffix = "" if leader_epoch is None else f" {leader_epoch}"
+        return self._command(f"seek {offset}{suffix}", 30)
+
+    def log_text(self) -> str:
+        if not self._stderr.closed:
+            self._stderr.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            with contextlib.suppress(ProbeError):
+                self._command("quit", 20)
+            try:
+                self._proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(5)
+        self._stderr.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def records(events: list[Event]) -> list[Event]:
+    return [e for e in events if e["event"] == "record"]

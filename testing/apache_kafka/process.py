@@ -1,0 +1,120 @@
+"""JVM child processes that cannot outlive the test run.
+
+Three layers, because a test run can end in three ways:
+- normal end or an exception: ``ApacheKafkaCluster.close`` stops every node;
+- interpreter exit without close (a crashed fixture, ``sys.exit``): an ``atexit`` hook kills
+  every JVM still registered;
+- the Python process is killed (``kill -9``, a CI timeout): on Linux each JVM is started with
+  ``PR_SET_PDEATHSIG = SIGKILL``, so the kernel kills it when its parent goes away; elsewhere a
+  ``sh`` watchdog polls the parent pid and kills the JVM's process group.
+Each JVM leads its own process group so a Ctrl-C in the terminal reaches only pytest, whose
+fixtures then stop the brokers in order instead of every JVM dying at once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+_live: dict[int, subprocess.Popen[bytes]] = {}
+_lock = threading.Lock()
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+
+
+def _child_setup() -> None:
+    os.setpgid(0, 0)
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # The parent may have died between fork and prctl; then nobody would signal us.
+        if os.getppid() == 1:
+            os._exit(1)
+
+
+def spawn(args: Sequence[str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
+    """Start ``args`` with stdout and stderr appended to ``log_path``; register it for cleanup."""
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            preexec_fn=_child_setup,
+            close_fds=True,
+        )
+    with _lock:
+        _live[proc.pid] = proc
+    if _LIBC is None:
+        _start_watchdog(proc.pid)
+    return proc
+
+
+def _start_watchdog(pgid: int) -> None:
+    script = f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done; kill -KILL -{pgid}"
+    subprocess.Popen(
+        ["sh", "-c", script],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float, kill: bool = False) -> int:
+    """SIGTERM (or SIGKILL) the process group, wait, escalate to SIGKILL after ``timeout``."""
+    sig = signal.SIGKILL if kill else signal.SIGTERM
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("jvm_stop_timeout", pid=proc.pid, timeout_s=timeout)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    with _lock:
+        _live.pop(proc.pid, None)
+    return proc.returncode
+
+
+def live_pids() -> list[int]:
+    with _lock:
+        return [pid for pid, proc in _live.items() if proc.poll() is None]
+
+
+@atexit.register
+def _kill_all() -> None:
+    with _lock:
+        procs = list(_live.values())
+        _live.clear()
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)

@@ -1,0 +1,228 @@
+"""Unclean leader elections on real Kafka 4.x brokers: the truncation every scenario relies on.
+
+Scenario (topic RF=2 on brokers A=0 and B=1, min.insync.replicas=1, acks=1):
+1. produce a0..a4, replicated to both;
+2. stop follower B (it leaves the ISR); produce d0..d2 to A only (offsets 5..7);
+3. stop A: the partition has no leader; with ELR (KIP-966, on by default for a new 4.x
+   cluster) the ISR becomes empty and A is kept as the eligible leader replica;
+4. start B; it is neither in the ISR nor in the ELR, so nothing elects it by itself;
+5. ElectLeaders(UNCLEAN) makes B leader under a new epoch; produce b0, b1 (offsets 5, 6);
+6. start A: it fetches from B, learns it diverged at offset 5, truncates d0..d2 and copies b0, b1.
+Broker 2 stays up throughout, so metadata requests always have a broker to go to.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+
+import attrs
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from epochguard.testing.apache_kafka import ApacheKafkaCluster, JavaTruncationProbe
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+
+A, B = 0, 1
+_names = itertools.count()
+
+
+def new_topic(prefix: str) -> str:
+    return f"{prefix}-{os.getpid()}-{next(_names)}"
+
+
+def produce(cluster: ApacheKafkaCluster, topic: str, values: list[str]) -> None:
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        acks=1,
+        enable_idempotence=False,
+        linger_ms=0,
+        retries=5,
+    )
+    try:
+        for value in values:
+            producer.send(topic, value.encode(), partition=0).get(timeout=15)
+    finally:
+        producer.close(timeout=5)
+
+
+@attrs.frozen
+class Truncation:
+    topic: str
+    first_epoch: int
+    unclean_epoch: int
+
+
+def drive_unclean_election(
+    cluster: ApacheKafkaCluster,
+    topic: str,
+    before_election: Callable[[], None] = lambda: None,
+    config: dict[str, str] | None = None,
+) -> Truncation:
+    """Steps 1-5 of the module docstring; A stays stopped. Asserts what Kafka reports."""
+    cluster.create_topic(
+        topic, assignments={0: [A, B]}, config={"min.insync.replicas": "1", **(config or {})}
+    )
+    produce(cluster, topic, [f"a{i}" for i in range(5)])
+    cluster.wait_for_partition(
+        topic, 0, lambda s: s.leader == A and sorted(s.isr) == [A, B], "A leads, ISR [A, B]"
+    )
+    first_epoch = cluster.leader_epoch(topic, 0)
+    cluster.stop_broker(B)
+    cluster.wait_for_isr(topic, 0, [A])
+    produce(cluster, topic, ["d0", "d1", "d2"])
+    assert cluster.log_end_offset(topic, 0, A) == 8
+    assert cluster.high_watermark(topic, 0) == 8  # committed: the ISR is just A
+    assert cluster.log_end_offset(topic, 0, B) == 5  # from B's segment files
+    before_election()
+    cluster.stop_broker(A)
+    leaderless = cluster.wait_for_partition(topic, 0, lambda s: s.leader < 0, "no leader")
+    # KIP-966: with eligible.leader.replicas.version=1 the last ISR member moves to the ELR.
+    assert leaderless.isr == () and leaderless.elr == (A,)
+    cluster.start_broker(B)
+    return Truncation(topic, first_epoch, leaderless.leader_epoch + 1)
+
+
+def test_unclean_election_truncates_the_old_leader(cluster: ApacheKafkaCluster) -> None:
+    topic = new_topic("unclean")
+    t = drive_unclean_election(cluster, topic)
+    assert cluster.leader(topic, 0) is None  # B is not eligible: no automatic election
+    cluster.elect_leader(topic, 0, B, unclean=True)
+    state = cluster.partition_state(topic, 0)
+    assert (state.leader, state.isr, state.elr) == (B, (B,), ())
+    assert state.leader_epoch == t.unclean_epoch > t.first_epoch
+    produce(cluster, topic, ["b0", "b1"])
+    assert cluster.log_end_offset(topic, 0, B) == 7
+    assert cluster.log_end_offset(topic, 0, A) == 8  # stopped A still holds d0..d2
+
+    # What a consumer that read d2 under the first epoch is told by the new leader.
+    end = cluster.offset_for_leader_epoch(topic, 0, t.first_epoch, state.leader_epoch)
+    assert (end.error, end.leader_epoch, end.end_offset) == ("NoError", t.first_epoch, 5)
+    # The leaderless epoch between them never had a leader: it maps to the older epoch.
+    between = cluster.offset_for_leader_epoch(topic, 0, t.unclean_epoch - 1)
+    assert (between.leader_epoch, between.end_offset) == (t.first_epoch, 5)
+    current = cluster.offset_for_leader_epoch(topic, 0, t.unclean_epoch)
+    assert (current.leader_epoch, current.end_offset) == (t.unclean_epoch, 7)
+    future = cluster.offset_for_leader_epoch(topic, 0, t.unclean_epoch + 5)
+    assert (future.leader_epoch, future.end_offset) == (-1, -1)
+    stale = cluster.offset_for_leader_epoch(topic, 0, t.first_epoch, current_leader_epoch=0)
+    assert stale.error == "FencedLeaderEpochError"
+    latest = cluster.list_offsets(topic, 0)
+    assert (latest.offset, latest.leader_epoch) == (7, t.unclean_epoch)
+
+    cluster.start_broker(A)
+    cluster.wait_for_isr(topic, 0, [A, B])
+    # A had 8 records; it now has B's 7: it cut its log back to offset 5 and refilled it.
+    assert cluster.log_end_offset(topic, 0, A) == 7
+    expected_cache = [(t.first_epoch, 0), (t.unclean_epoch, 5)]
+    assert cluster.replica_epoch_cache(topic, 0, A) == expected_cache
+    assert cluster.replica_epoch_cache(topic, 0, B) == expected_cache
+    log_text = cluster.node_log(A).read_text()
+    assert f"Truncating partition {topic}-0 with TruncationState(offset=5" in log_text
+    # Committed records were lost: Kafka itself warns that it cut below the high watermark.
+    assert f"Truncating {topic}-0 to offset 5 below high watermark 8" in log_text
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10000,
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        seen = [(m.offset, m.value.decode()) for _, m in zip(range(7), consumer, strict=False)]
+    finally:
+        consumer.close()
+    assert seen == [(i, f"a{i}") for i in range(5)] + [(5, "b0"), (6, "b1")]
+
+
+def test_topic_config_lets_the_controller_elect_uncleanly_by_itself(
+    cluster: ApacheKafkaCluster,
+) -> None:
+    topic = new_topic("auto-unclean")
+    t = drive_unclean_election(cluster, topic, config={"unclean.leader.election.enable": "true"})
+    state = cluster.wait_for_partition(topic, 0, lambda s: s.leader == B, "B elected by itself")
+    assert state.leader_epoch == t.unclean_epoch
+    cluster.elect_leader(topic, 0, B, unclean=True)  # already done: success, no new epoch
+    assert cluster.leader_epoch(topic, 0) == t.unclean_epoch
+    assert cluster.log_end_offset(topic, 0, B) == 5
+
+
+def test_eligible_leader_replica_comes_back_as_a_clean_leader(cluster: ApacheKafkaCluster) -> None:
+    """Without an unclean election the ELR member A is re-elected and nothing is lost."""
+    topic = new_topic("elr")
+    cluster.create_topic(topic, assignments={0: [A, B]}, config={"min.insync.replicas": "1"})
+    produce(cluster, topic, ["a0", "a1"])
+    cluster.wait_for_isr(topic, 0, [A, B])
+    cluster.stop_broker(B)
+    produce(cluster, topic, ["d0"])
+    cluster.stop_broker(A)
+    cluster.wait_for_partition(topic, 0, lambda s: s.elr == (A,), "A in the ELR")
+    cluster.start_broker(A)
+    state = cluster.wait_for_partition(topic, 0, lambda s: s.leader == A, "A leads again")
+    assert state.isr == (A,) and state.elr == ()
+    assert cluster.log_end_offset(topic, 0, A) == 3
+    cluster.start_broker(B)
+    cluster.wait_for_isr(topic, 0, [A, B])
+    assert cluster.log_end_offset(topic, 0, B) == 3
+
+
+def _consume_past_the_divergence(cluster: ApacheKafkaCluster, probe: JavaTruncationProbe) -> None:
+    events = probe.poll(8, 20000)
+    seen = [(e["offset"], e["leader_epoch"], e["value"]) for e in events if e["event"] == "record"]
+    assert seen == [(i, 0, f"a{i}") for i in range(5)] + [(5 + i, 0, f"d{i}") for i in range(3)]
+
+
+def test_java_consumer_raises_log_truncation_exception(cluster: ApacheKafkaCluster) -> None:
+    topic = new_topic("java-none")
+    probes: list[JavaTruncationProbe] = []
+
+    def read_divergent_records() -> None:
+        probe = cluster.java_probe(topic, 0, "none")
+        probes.append(probe)
+        probe.seek(0)
+        _consume_past_the_divergence(cluster, probe)
+
+    t = drive_unclean_election(cluster, topic, before_election=read_divergent_records)
+    (probe,) = probes
+    with probe:
+        cluster.elect_leader(topic, 0, B, unclean=True)
+        produce(cluster, topic, ["b0", "b1"])
+        events = probe.poll(5, 20000)
+        truncation = [e for e in events if e["event"] == "truncation"]
+        assert truncation, events
+        assert truncation[0]["divergent_offsets"] == {
+            f"{topic}-0": {"offset": 5, "leader_epoch": t.first_epoch}
+        }
+        assert truncation[0]["fetch_offsets"] == {f"{topic}-0": 8}
+        assert not [e for e in events if e["event"] == "record"]
+        # The partition stays stopped until the application seeks.
+        again = probe.poll(1, 2000)
+        assert [e["event"] for e in again] == ["polled"] and again[-1]["count"] == 0
+        probe.seek(5, t.unclean_epoch)
+        after = probe.poll(2, 20000)
+        values = [(e["offset"], e["value"]) for e in after if e["event"] == "record"]
+        assert values == [(5, "b0"), (6, "b1")]
+
+
+def test_java_consumer_with_a_reset_policy_rewinds_silently(cluster: ApacheKafkaCluster) -> None:
+    topic = new_topic("java-earliest")
+    probes: list[JavaTruncationProbe] = []
+
+    def read_divergent_records() -> None:
+        probe = cluster.java_probe(topic, 0, "earliest")
+        probes.append(probe)
+        _consume_past_the_divergence(cluster, probe)
+
+    t = drive_unclean_election(cluster, topic, before_election=read_divergent_records)
+    (probe,) = probes
+    with probe:
+        cluster.elect_leader(topic, 0, B, unclean=True)
+        produce(cluster, topic, ["b0", "b1"])
+        events = probe.poll(2, 20000)
+        kinds = [e["event"] for e in events]
+        assert "truncation" not in kinds
+        assert {"event": "position_jump", "from": 8, "to": 5} in events
+        records = [(e["offset"], e["leader_epoch"], e["value"]) for e in events if "value" in e]
+        assert records == [(5, t.unclean_epoch, "b0"), (6, t.unclean_epoch, "b1")]
+        assert "Truncation detected for partition" in probe.log_text()

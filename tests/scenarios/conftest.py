@@ -1,0 +1,66 @@
+"""One scenario, two clusters: real Apache Kafka (the reference) and the EmbeddedCluster.
+
+``cluster`` is parametrised over both; the Apache parameter follows the real-Kafka skip rule
+(skip without Java/Maven, fail in CI). Broker ids are 0..2 on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from epochguard.testing import ApacheKafkaCluster, Cluster, EmbeddedCluster
+from epochguard.testing.apache_kafka.pytest_support import (
+    archive_logs_if_failed,
+    record_report,
+    require_real_kafka,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    record_report(item, report)
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _keep_kafka_logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    archive_logs_if_failed(request.node, ROOT / "build" / "kafka-logs")
+
+
+@pytest.fixture(
+    scope="module",
+    params=["embedded", pytest.param("apache", marks=[pytest.mark.real_kafka, pytest.mark.slow])],
+)
+def module_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    cluster: Cluster
+    if request.param == "apache":
+        cluster = ApacheKafkaCluster(num_brokers=3, jars=require_real_kafka())
+    else:
+        cluster = EmbeddedCluster(brokers=3, first_broker_id=0)
+    with cluster:
+        yield cluster
+
+
+def running(cluster: Cluster, broker_id: int) -> bool:
+    if isinstance(cluster, ApacheKafkaCluster):
+        return broker_id in cluster.running_broker_ids
+    assert isinstance(cluster, EmbeddedCluster)
+    return cluster.is_running(broker_id)
+
+
+@pytest.fixture
+def cluster(module_cluster: Cluster) -> Iterator[Cluster]:
+    """The module's cluster, every broker running again after the test."""
+    yield module_cluster
+    for broker_id in module_cluster.broker_ids:
+        if not running(module_cluster, broker_id):
+            module_cluster.start_broker(broker_id)

@@ -129,3 +129,53 @@ def test_caught_up_consumer_detects_unclean_election(any_cluster: Cluster) -> No
     finally:
         consumer.close()
         cluster.start_broker(a)
+
+
+def test_group_rebalance_and_commit_with_epochs(any_cluster: Cluster) -> None:
+    import threading
+
+    cluster = any_cluster
+    topic = f"eg-grp-{os.getpid()}-{type(cluster).__name__}"
+    cluster.create_topic(topic, partitions=4, replication_factor=2)
+    producer = KafkaProducer(bootstrap_servers=bootstrap(cluster), acks=1,
+                             enable_idempotence=False, linger_ms=0)
+    try:
+        for p in range(4):
+            for i in range(5):
+                producer.send(topic, b"%d-%d" % (p, i), partition=p).get(timeout=15)
+    finally:
+        producer.close(timeout=5)
+    cfg: dict[str, Any] = {
+        "bootstrap_servers": bootstrap(cluster), "group_id": f"g-{topic}",
+        "auto_offset_reset": "earliest", "enable_auto_commit": True,
+        "auto_commit_interval_ms": 200, "session_timeout_ms": 10000,
+        "heartbeat_interval_ms": 300, "max_poll_interval_ms": 20000,
+        "fetch_max_wait_ms": 200, "metadata_max_age_ms": 1000}
+    consumers = [EpochConsumer(**cfg), EpochConsumer(**cfg)]
+    records: list[list[Any]] = [[], []]
+    stop = threading.Event()
+
+    def run(i: int) -> None:
+        consumers[i].subscribe([topic])
+        while not stop.is_set():
+            for recs in consumers[i].poll(timeout_ms=100).values():
+                records[i] += recs
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(2)]
+    try:
+        threads[0].start()
+        eventually("first member reads all", lambda: len(records[0]) == 20, 60)
+        threads[1].start()
+        eventually("partitions split", lambda: all(len(c.assignment()) == 2 for c in consumers),
+                   60)
+        assert consumers[0].assignment().isdisjoint(consumers[1].assignment())
+        seen = [(r.partition, r.offset) for r in records[0] + records[1]]
+        assert len(seen) == len(set(seen)) == 20  # committed on revoke: nothing re-read
+        tp = TopicPartition(topic, 0)
+        assert consumers[0].committed(tp) == EpochOffset(5, cluster.leader_epoch(topic, 0))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(15)
+        for c in consumers:
+            c.close()

@@ -147,3 +147,20 @@ def test_stale_metadata_is_ignored(cluster) -> None:
         # Whichever broker answered, the known epoch never went back.
         assert epochs == {cluster.leader_epoch("t", 0)}
         assert consumer.truncation_reports() == []
+
+
+def test_fenced_fetch_triggers_validation_not_reset(cluster) -> None:
+    """FENCED_LEADER_EPOCH on a fetch: refresh metadata, validate, carry on (no loss, no
+    duplicates, no truncation report)."""
+    setup_topic(cluster)
+    with make_consumer(cluster, on_truncation="raise") as consumer:
+        consumer.assign([TP0])
+        assert [r.offset for r in read(consumer, 10)] == list(range(10))
+        validations = consumer.metrics(raw=True)["offset_for_leader_epoch_requests"]
+        cluster.faults.inject_error(api_key=1, error_code=74, count=1)  # FENCED_LEADER_EPOCH
+        cluster.append("t", 0, [b"x-%d" % i for i in range(3)])
+        assert [r.offset for r in read(consumer, 3)] == [10, 11, 12]
+        m = consumer.metrics(raw=True)
+        assert m["fetch_errors"] >= 1
+        assert m["offset_for_leader_epoch_requests"] > validations
+        assert consumer.truncation_reports() == []

@@ -1,1 +1,22 @@
-"""epochguard.consumer"""
+"""epochguard.consumer: ``EpochConsumer``, a truncation-safe Kafka consumer."""
+
+from epochguard.consumer.consumer import EpochConsumer, ValidationResult
+from epochguard.consumer.errors import (
+    ConsumerClosedError,
+    ConsumerConfigError,
+    CorruptRecordError,
+    LogTruncationError,
+    LogTruncationException,
+)
+from epochguard.consumer.records import ConsumerRecord
+
+__all__ = [
+    "ConsumerClosedError",
+    "ConsumerConfigError",
+    "ConsumerRecord",
+    "CorruptRecordError",
+    "EpochConsumer",
+    "LogTruncationError",
+    "LogTruncationException",
+    "ValidationResult",
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from epochguard.consumer import EpochConsumer, LogTruncationError, LogTruncationException
 from epochguard.offsets import (
     DetectedBy,
     EpochGuardError,
@@ -9,7 +10,6 @@ from epochguard.offsets import (
     InvalidPolicyError,
     InvalidPositionError,
     JsonFileOffsetStore,
-    LogTruncationError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     OffsetPolicy,
@@ -29,12 +29,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DetectedBy",
+    "EpochConsumer",
     "EpochGuardError",
     "EpochOffset",
     "InvalidPolicyError",
     "InvalidPositionError",
     "JsonFileOffsetStore",
     "LogTruncationError",
+    "LogTruncationException",
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
     "OffsetPolicy",

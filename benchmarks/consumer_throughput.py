@@ -1,0 +1,382 @@
+"""Consumer throughput (records/s) and the cost of noticing a leader change.
+
+Throughput: one EmbeddedCluster (in this process) holds a preloaded topic; each client
+(EpochConsumer, kafka-python's KafkaConsumer, aiokafka, confluent-kafka) reads all of it
+from offset 0 in its own subprocess (so the Python clients do not share a GIL with the
+cluster), with CRC checks on and 500 records per poll. Timed from the first record to the
+last. Cases: 100 B and 1 KB values, 1 and 8 partitions.
+
+Detection: RF=2, offsets 0..9 replicated, the follower stops, the leader alone appends
+10..14 which the client reads, then an unclean election makes the follower leader and it
+appends 8 new records at 10..17. Reported per client: milliseconds from the election to
+the client's first reaction (a truncation report/error, or the first record of the new
+leader), the requests it sent in that window (counted by the cluster), and whether the
+loss was detected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from epochguard.testing import EmbeddedCluster
+from epochguard.testing.embedded.records import build_batch
+
+SCALE = float(os.environ.get("CONSUMER_BENCH_SCALE", "1.0"))
+CASES = [
+    # (value size, partitions, records)
+    (100, 1, int(300_000 * SCALE)),
+    (100, 8, int(300_000 * SCALE)),
+    (1024, 1, int(100_000 * SCALE)),
+    (1024, 8, int(100_000 * SCALE)),
+]
+CLIENTS = ["epochguard", "kafka-python", "aiokafka", "confluent-kafka"]
+BATCH = 500
+REPEAT = int(os.environ.get("CONSUMER_BENCH_REPEAT", "2"))
+POLL_RECORDS = 500
+API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
+             9: "OffsetFetch", 10: "FindCoordinator", 18: "ApiVersions",
+             23: "OffsetForLeaderEpoch"}
+
+
+# ---------------------------------------------------------------------- client side
+
+
+def _consume_epochguard(bootstrap: str, topic: str, parts: int, total: int) -> float:
+    from kafka.structs import TopicPartition
+
+    from epochguard.consumer import EpochConsumer
+
+    c = EpochConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                      enable_auto_commit=False, check_crcs=True, max_poll_records=POLL_RECORDS)
+    c.assign([TopicPartition(topic, p) for p in range(parts)])
+    return _loop(lambda: sum(len(v) for v in c.poll(timeout_ms=1000).values()), total, c.close)
+
+
+def _consume_kafka_python(bootstrap: str, topic: str, parts: int, total: int) -> float:
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                      enable_auto_commit=False, check_crcs=True, max_poll_records=POLL_RECORDS)
+    c.assign([TopicPartition(topic, p) for p in range(parts)])
+    return _loop(lambda: sum(len(v) for v in c.poll(timeout_ms=1000).values()), total, c.close)
+
+
+def _consume_confluent(bootstrap: str, topic: str, parts: int, total: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                  "check.crcs": True, "log_level": 0})
+    c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
+
+    def step() -> int:
+        msgs = c.consume(num_messages=POLL_RECORDS, timeout=1.0)
+        for m in msgs:
+            if m.error():
+                raise RuntimeError(str(m.error()))
+        return len(msgs)
+
+    return _loop(step, total, c.close)
+
+
+def _consume_aiokafka(bootstrap: str, topic: str, parts: int, total: int) -> float:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def main() -> float:
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, check_crcs=True)
+        await c.start()
+        try:
+            c.assign([TopicPartition(topic, p) for p in range(parts)])
+            for p in range(parts):
+                c.seek(TopicPartition(topic, p), 0)
+            count = 0
+            started = 0.0
+            deadline = time.monotonic() + 300
+            while count < total and time.monotonic() < deadline:
+                batch = await c.getmany(timeout_ms=1000, max_records=POLL_RECORDS)
+                n = sum(len(v) for v in batch.values())
+                if n and not started:
+                    started = time.perf_counter()
+                count += n
+            if count < total:
+                raise RuntimeError(f"aiokafka read {count} of {total}")
+            return time.perf_counter() - started
+        finally:
+            await c.stop()
+
+    return asyncio.run(main())
+
+
+def _loop(step: Any, total: int, close: Any) -> float:
+    count = 0
+    started = 0.0
+    deadline = time.monotonic() + 300
+    try:
+        while count < total and time.monotonic() < deadline:
+            n = step()
+            if n and not started:
+                started = time.perf_counter()
+            count += n
+        if count < total:
+            raise RuntimeError(f"read {count} of {total}")
+        return time.perf_counter() - started
+    finally:
+        close()
+
+
+CONSUMERS = {
+    "epochguard": _consume_epochguard,
+    "kafka-python": _consume_kafka_python,
+    "aiokafka": _consume_aiokafka,
+    "confluent-kafka": _consume_confluent,
+}
+
+
+def client_main(argv: list[str]) -> None:
+    client, bootstrap, topic, parts, total = argv
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+    elapsed = CONSUMERS[client](bootstrap, topic, int(parts), int(total))
+    print(json.dumps({"elapsed_s": elapsed}))
+
+
+# ---------------------------------------------------------------------- harness
+
+
+def _preload(cluster: EmbeddedCluster, topic: str, parts: int, size: int, total: int) -> None:
+    per_part = total // parts
+    batch = build_batch([b"x" * size] * BATCH)
+    for p in range(parts):
+        left = per_part
+        while left > 0:
+            n = min(left, BATCH * 50)
+            cluster.append_raw(topic, p, batch * (n // BATCH))
+            left -= n
+
+
+def _run_client(client: str, bootstrap: str, topic: str, parts: int, total: int) -> float:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.consumer_throughput", "--client", client, bootstrap,
+         topic, str(parts), str(total)],
+        capture_output=True, text=True, timeout=400,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if proc.returncode != 0:
+        raise RuntimeError(f"{client} failed: {proc.stderr[-2000:]}")
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["elapsed_s"])
+
+
+def throughput() -> list[dict[str, Any]]:
+    rows = []
+    with EmbeddedCluster(brokers=1) as cluster:
+        for size, parts, total in CASES:
+            total -= total % (parts * BATCH)
+            topic = f"bench-{size}-{parts}"
+            cluster.create_topic(topic, partitions=parts, replication_factor=1)
+            _preload(cluster, topic, parts, size, total)
+            row: dict[str, Any] = {"value_bytes": size, "partitions": parts, "records": total}
+            for client in CLIENTS:
+                try:
+                    # Best of REPEAT runs: the cluster shares this machine's cores.
+                    elapsed = min(
+                        _run_client(client, cluster.bootstrap_servers, topic, parts, total)
+                        for _ in range(REPEAT))
+                    row[client] = round(total / elapsed)
+                except Exception as exc:
+                    row[client] = None
+                    row[f"{client}_error"] = repr(exc)[:300]
+            base = row.get("kafka-python")
+            if base and row.get("epochguard"):
+                row["epochguard_vs_kafka_python"] = round(row["epochguard"] / base, 2)
+            if row.get("aiokafka") and row.get("epochguard"):
+                row["epochguard_vs_aiokafka"] = round(row["epochguard"] / row["aiokafka"], 2)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            cluster.delete_topic(topic)
+    return rows
+
+
+# ---------------------------------------------------------------------- detection cost
+
+
+def _stage(cluster: EmbeddedCluster, topic: str) -> tuple[int, int]:
+    cluster.create_topic(topic, replication_factor=2)
+    old = cluster.leader(topic, 0)
+    assert old is not None
+    new = next(b for b in cluster.replicas(topic, 0) if b != old)
+    cluster.append(topic, 0, [b"kept-%d" % i for i in range(10)], batch_size=1)
+    cluster.stop_broker(new)
+    cluster.append(topic, 0, [b"maybe-lost-%d" % i for i in range(5)], batch_size=1)
+    return old, new
+
+
+def _elect(cluster: EmbeddedCluster, topic: str, old: int, new: int) -> None:
+    cluster.stop_broker(old)
+    cluster.start_broker(new)
+    cluster.elect_leader(topic, 0, new, unclean=True)
+    cluster.append(topic, 0, [b"new-%d" % i for i in range(8)], batch_size=1)
+    cluster.start_broker(old)
+
+
+def _idle(poll: Any, seconds: float = 0.6) -> None:
+    """Caught up and idle for a while (empty fetches) before the election."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        poll()
+
+
+def _counts(cluster: EmbeddedCluster) -> dict[int, int]:
+    def snap() -> dict[int, int]:
+        out: dict[int, int] = {}
+        for (key, _v), n in cluster.state.request_counts.items():
+            out[key] = out.get(key, 0) + n
+        return out
+
+    return cluster.call(snap)
+
+
+def _diff(before: dict[int, int], after: dict[int, int]) -> dict[str, int]:
+    out = {}
+    for key, n in after.items():
+        d = n - before.get(key, 0)
+        if d:
+            out[API_NAMES.get(key, str(key))] = d
+    return out
+
+
+def _detect_epochguard(cluster: EmbeddedCluster) -> dict[str, Any]:
+    from kafka.structs import TopicPartition
+
+    from epochguard.consumer import EpochConsumer
+
+    topic = "det-eg"
+    old, new = _stage(cluster, topic)
+    tp = TopicPartition(topic, 0)
+    reports: list[Any] = []
+    c = EpochConsumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest",
+                      enable_auto_commit=False, fetch_max_wait_ms=100,
+                      metadata_max_age_ms=300000, on_truncation_report=reports.append)
+    c.assign([tp])
+    n = 0
+    while n < 15:
+        n += sum(len(v) for v in c.poll(timeout_ms=100).values())
+    _idle(lambda: c.poll(timeout_ms=100))
+    before = _counts(cluster)
+    t0 = time.perf_counter()
+    _elect(cluster, topic, old, new)
+    first_new = None
+    deadline = time.monotonic() + 30
+    while first_new is None and not reports and time.monotonic() < deadline:
+        for recs in c.poll(timeout_ms=20).values():
+            first_new = first_new or recs[0]
+    ms = (time.perf_counter() - t0) * 1000
+    after = _counts(cluster)
+    c.close()
+    return {"ms": round(ms, 1), "requests": _diff(before, after), "detected": bool(reports),
+            "lost_count": reports[0].lost_count if reports else None,
+            "first_record_after": None if first_new is None else first_new.offset}
+
+
+def _detect_kafka_python(cluster: EmbeddedCluster) -> dict[str, Any]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    topic = "det-kp"
+    old, new = _stage(cluster, topic)
+    tp = TopicPartition(topic, 0)
+    c = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="none",
+                      enable_auto_commit=False, fetch_max_wait_ms=100)
+    c.assign([tp])
+    c.seek(tp, 0)
+    n = 0
+    while n < 15:
+        n += sum(len(v) for v in c.poll(timeout_ms=100).values())
+    _idle(lambda: c.poll(timeout_ms=100))
+    before = _counts(cluster)
+    t0 = time.perf_counter()
+    _elect(cluster, topic, old, new)
+    detected = False
+    got = None
+    deadline = time.monotonic() + 30
+    while got is None and not detected and time.monotonic() < deadline:
+        try:
+            for recs in c.poll(timeout_ms=20).values():
+                got = got or recs[0]
+        except Exception:
+            detected = True
+    ms = (time.perf_counter() - t0) * 1000
+    after = _counts(cluster)
+    c.close()
+    return {"ms": round(ms, 1), "requests": _diff(before, after), "detected": detected,
+            "first_record_after": None if got is None else got.offset}
+
+
+def _detect_confluent(cluster: EmbeddedCluster) -> dict[str, Any]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = "det-ck"
+    old, new = _stage(cluster, topic)
+    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "det",
+                  "enable.auto.commit": False, "auto.offset.reset": "error", "log_level": 0,
+                  "fetch.wait.max.ms": 100})
+    c.assign([TopicPartition(topic, 0, 0)])
+    n = 0
+    while n < 15:
+        m = c.poll(0.1)
+        if m is not None and not m.error():
+            n += 1
+    _idle(lambda: c.poll(0.1))
+    before = _counts(cluster)
+    t0 = time.perf_counter()
+    _elect(cluster, topic, old, new)
+    detected = False
+    got = None
+    deadline = time.monotonic() + 30
+    while got is None and not detected and time.monotonic() < deadline:
+        m = c.poll(0.02)
+        if m is None:
+            continue
+        if m.error():
+            detected = True
+        else:
+            got = m.offset()
+    ms = (time.perf_counter() - t0) * 1000
+    after = _counts(cluster)
+    c.close()
+    return {"ms": round(ms, 1), "requests": _diff(before, after), "detected": detected,
+            "first_record_after": got}
+
+
+def detection() -> dict[str, Any]:
+    out = {}
+    for name, fn in (("epochguard", _detect_epochguard), ("kafka-python", _detect_kafka_python),
+                     ("confluent-kafka", _detect_confluent)):
+        with EmbeddedCluster(brokers=3) as cluster:
+            try:
+                out[name] = fn(cluster)
+            except Exception as exc:
+                out[name] = {"error": repr(exc)[:300]}
+        print(name, json.dumps(out[name]), flush=True)
+    return out
+
+
+def run() -> dict[str, Any]:
+    return {"throughput_records_per_s": throughput(), "detection_after_unclean_election":
+            detection()}
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        client_main(sys.argv[2:])
+    else:
+        print(json.dumps(run(), indent=2))

@@ -1,0 +1,148 @@
+"""The I/O layer: kafka-python's connection manager on its own IO thread.
+
+What we reuse from kafka-python: ``NetworkSelector`` (event loop on a daemon IO thread),
+``KafkaConnectionManager`` / ``KafkaConnection`` (bootstrap, ApiVersions negotiation per
+broker, reconnect backoff, request timeouts, SSL and SASL), and the protocol classes.
+What we do not reuse: its ``ClusterMetadata`` partition view (it lets older leader epochs
+replace newer ones) — the consumer keeps its own metadata and only lends kafka-python the
+broker addresses.
+
+Requests are sent from the application thread; their futures complete on the IO thread.
+Every epoch decision happens on the application thread (the consumer's ``poll``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import kafka.errors as kerrors
+import structlog
+from kafka.future import Future
+from kafka.net.manager import KafkaConnectionManager
+from kafka.net.selector import NetworkSelector
+
+__all__ = ["BrokerClient"]
+
+log = structlog.get_logger("epochguard.consumer")
+
+#: Config keys passed through to kafka-python's connection layer unchanged.
+PASSTHROUGH_KEYS = (
+    "bootstrap_servers",
+    "client_id",
+    "request_timeout_ms",
+    "reconnect_backoff_ms",
+    "reconnect_backoff_max_ms",
+    "max_in_flight_requests_per_connection",
+    "receive_message_max_bytes",
+    "connections_max_idle_ms",
+    "socket_connection_setup_timeout_ms",
+    "socket_connection_setup_timeout_max_ms",
+    "security_protocol",
+    "ssl_context",
+    "ssl_check_hostname",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_password",
+    "ssl_crlfile",
+    "sasl_mechanism",
+    "sasl_plain_username",
+    "sasl_plain_password",
+    "sasl_kerberos_name",
+    "sasl_kerberos_service_name",
+    "sasl_kerberos_domain_name",
+    "sasl_oauth_token_provider",
+    "proxy_url",
+    "api_version",
+    "metadata_max_age_ms",
+    "client_dns_lookup",
+)
+
+
+class BrokerClient:
+    """Thread-safe request sending to broker ids; responses arrive as kafka ``Future``s."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        cfg = {k: config[k] for k in PASSTHROUGH_KEYS if k in config and config[k] is not None}
+        if isinstance(cfg.get("api_version"), str):
+            cfg["api_version"] = tuple(int(p) for p in str(cfg["api_version"]).split("."))
+        self._net: Any = NetworkSelector()
+        self._manager: Any = KafkaConnectionManager(self._net, **cfg)
+        self._closed = False
+        self._lock = threading.Lock()
+        self._net.start()
+
+    @property
+    def manager(self) -> Any:
+        return self._manager
+
+    def bootstrap(self, timeout_ms: float) -> None:
+        """Connect to a bootstrap server and learn the brokers (blocking, bounded)."""
+        fut = self._manager.call_soon(self._manager.bootstrap_async, timeout_ms)
+        self.wait(fut, timeout_ms / 1000 + 1.0)
+
+    def send(self, node_id: int | str | None, request: Any, timeout_ms: float | None = None) -> Any:
+        """Send ``request`` to ``node_id`` (``None``: least loaded broker); returns a Future."""
+        if self._closed:
+            return Future().failure(kerrors.KafkaConnectionError("client closed"))
+
+        async def _send() -> Any:
+            node = self._manager.least_loaded_node() if node_id is None else node_id
+            if node is None:
+                raise kerrors.NodeNotReadyError("no broker available")
+            return await self._manager.send(request, node, request_timeout_ms=timeout_ms)
+
+        try:
+            return self._manager.call_soon(_send)
+        except RuntimeError as exc:  # the selector is closed
+            return Future().failure(kerrors.KafkaConnectionError(str(exc)))
+
+    @staticmethod
+    def wait(future: Any, timeout_s: float) -> Any:
+        """Block until ``future`` completes (bounded) and return its value or raise."""
+        event = threading.Event()
+        future.add_both(lambda _v: event.set())
+        if not event.wait(max(0.0, timeout_s)):
+            raise kerrors.KafkaTimeoutError(f"no answer within {timeout_s:.1f}s")
+        if future.exception is not None:
+            raise future.exception
+        return future.value
+
+    def request(self, node_id: int | str | None, request: Any, timeout_s: float) -> Any:
+        return self.wait(self.send(node_id, request, timeout_s * 1000), timeout_s + 0.5)
+
+    def update_brokers(self, metadata_response: Any) -> None:
+        """Lend broker addresses to kafka-python's connection manager."""
+        cluster = self._manager.cluster
+        self._manager.call_soon(lambda: cluster.update_metadata(metadata_response))
+
+    def broker_known(self, node_id: int) -> bool:
+        return self._manager.cluster.broker_metadata(node_id) is not None
+
+    def connection_failed(self, node_id: int) -> bool:
+        """True while kafka-python is backing off reconnecting to ``node_id``."""
+        return bool(self._manager.connection_delay(node_id) > 0)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Close every connection and stop the IO thread; never blocks longer than
+        ``timeout_s``."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        deadline = time.monotonic() + timeout_s
+        try:
+            fut = self._manager.call_soon(self._manager.close)
+            self.wait(fut, max(0.1, min(2.0, deadline - time.monotonic())))
+        except Exception as exc:  # closing must not fail
+            log.debug("client_close_error", error=repr(exc))
+        try:
+            self._net.stop(timeout_ms=max(100, (deadline - time.monotonic()) * 1000))
+        except Exception as exc:
+            log.debug("client_stop_error", error=repr(exc))
+        try:
+            self._net.close()
+        except Exception as exc:
+            log.debug("client_selector_close_error", error=repr(exc))

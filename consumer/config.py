@@ -1,0 +1,208 @@
+"""Consumer configuration: kafka-python's ``KafkaConsumer`` names plus the epoch additions.
+
+Unknown keys and invalid values raise :class:`ConsumerConfigError` naming the key, at
+construction, before any connection is made.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+from epochguard.consumer.errors import ConsumerConfigError
+
+__all__ = ["DEFAULT_CONFIG", "IGNORED_KEYS", "build_config"]
+
+DEFAULT_CONFIG: dict[str, Any] = {
+    # kafka-python KafkaConsumer names and defaults
+    "bootstrap_servers": "localhost",
+    "client_id": "epochguard",
+    "client_rack": "",
+    "group_id": None,
+    "group_instance_id": None,
+    "key_deserializer": None,
+    "value_deserializer": None,
+    "enable_incremental_fetch_sessions": True,
+    "fetch_max_wait_ms": 500,
+    "fetch_min_bytes": 1,
+    "fetch_max_bytes": 52428800,
+    "max_partition_fetch_bytes": 1 * 1024 * 1024,
+    "request_timeout_ms": 30000,
+    "retry_backoff_ms": 100,
+    "reconnect_backoff_ms": 50,
+    "reconnect_backoff_max_ms": 30000,
+    "max_in_flight_requests_per_connection": 5,
+    "auto_offset_reset": "latest",
+    "enable_auto_commit": True,
+    "auto_commit_interval_ms": 5000,
+    "default_offset_commit_callback": None,
+    "check_crcs": True,
+    "isolation_level": "read_uncommitted",
+    "allow_auto_create_topics": True,
+    "metadata_max_age_ms": 5 * 60 * 1000,
+    "client_dns_lookup": "use_all_dns_ips",
+    "partition_assignment_strategy": (RangePartitionAssignor, RoundRobinPartitionAssignor),
+    "max_poll_records": 500,
+    "max_poll_interval_ms": 300000,
+    "session_timeout_ms": 45000,
+    "heartbeat_interval_ms": 3000,
+    "receive_buffer_bytes": None,
+    "send_buffer_bytes": None,
+    "receive_message_max_bytes": 100_000_000,
+    "socket_options": [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+    "consumer_timeout_ms": float("inf"),
+    "security_protocol": "PLAINTEXT",
+    "ssl_context": None,
+    "ssl_check_hostname": True,
+    "ssl_cafile": None,
+    "ssl_certfile": None,
+    "ssl_keyfile": None,
+    "ssl_crlfile": None,
+    "ssl_password": None,
+    "ssl_ciphers": None,
+    "api_version": None,
+    "bootstrap_timeout_ms": 30000,
+    "connections_max_idle_ms": 9 * 60 * 1000,
+    "metric_reporters": [],
+    "metrics_enabled": True,
+    "metrics_num_samples": 2,
+    "metrics_sample_window_ms": 30000,
+    "metric_group_prefix": "consumer",
+    "selector": None,
+    "exclude_internal_topics": True,
+    "sasl_mechanism": None,
+    "sasl_plain_username": None,
+    "sasl_plain_password": None,
+    "sasl_kerberos_name": None,
+    "sasl_kerberos_service_name": "kafka",
+    "sasl_kerberos_domain_name": None,
+    "sasl_oauth_token_provider": None,
+    "proxy_url": None,
+    "socks5_proxy": None,
+    # epochguard additions
+    "on_truncation": "auto",
+    "on_truncation_report": None,
+    "offset_store": None,
+    "close_timeout_ms": 5000,
+    #: Highest Fetch version to use (12 = LastFetchedEpoch/DivergingEpoch). Lower it to
+    #: exercise the OffsetForLeaderEpoch-only path (Java's behaviour).
+    "max_fetch_version": 12,
+    #: Highest Metadata version (epochs need 7+). For tests of old-broker behaviour.
+    "max_metadata_version": 12,
+}
+
+#: Accepted for drop-in compatibility with kafka-python but without effect here.
+IGNORED_KEYS = frozenset({
+    "enable_incremental_fetch_sessions",  # full fetches (no fetch sessions)
+    "receive_buffer_bytes",
+    "send_buffer_bytes",
+    "socket_options",
+    "metric_reporters",
+    "metrics_enabled",
+    "metrics_num_samples",
+    "metrics_sample_window_ms",
+    "metric_group_prefix",
+    "selector",
+    "ssl_ciphers",
+})
+
+_POSITIVE_INT = (
+    "fetch_max_wait_ms", "fetch_max_bytes", "max_partition_fetch_bytes", "request_timeout_ms",
+    "retry_backoff_ms", "reconnect_backoff_ms", "reconnect_backoff_max_ms",
+    "max_in_flight_requests_per_connection", "auto_commit_interval_ms",
+    "metadata_max_age_ms", "max_poll_records", "max_poll_interval_ms", "session_timeout_ms",
+    "heartbeat_interval_ms", "receive_message_max_bytes", "bootstrap_timeout_ms",
+    "connections_max_idle_ms", "close_timeout_ms",
+)
+_NON_NEGATIVE_INT = ("fetch_min_bytes",)
+_BOOL = ("enable_auto_commit", "check_crcs", "allow_auto_create_topics",
+         "exclude_internal_topics", "ssl_check_hostname")
+
+
+def _check_int(key: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConsumerConfigError(key, f"must be an int, got {value!r}")
+    if value < minimum:
+        raise ConsumerConfigError(key, f"must be >= {minimum}, got {value}")
+
+
+def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge ``configs`` over the defaults, validating every key and value."""
+    unknown = sorted(set(configs) - set(DEFAULT_CONFIG))
+    if unknown:
+        raise ConsumerConfigError(
+            unknown[0], f"unknown configuration key(s) {unknown}; see docs/consumer.md")
+    cfg = dict(DEFAULT_CONFIG)
+    cfg.update(configs)
+    for key in _POSITIVE_INT:
+        _check_int(key, cfg[key], 1)
+    for key in _NON_NEGATIVE_INT:
+        _check_int(key, cfg[key], 0)
+    for key in _BOOL:
+        if not isinstance(cfg[key], bool):
+            raise ConsumerConfigError(key, f"must be True or False, got {cfg[key]!r}")
+    reset = cfg["auto_offset_reset"]
+    reset = {"smallest": "earliest", "largest": "latest"}.get(reset, reset)
+    if reset not in ("earliest", "latest", "none"):
+        raise ConsumerConfigError(
+            "auto_offset_reset", f"must be 'earliest', 'latest' or 'none', got {reset!r}")
+    cfg["auto_offset_reset"] = reset
+    if cfg["isolation_level"] not in ("read_uncommitted", "read_committed"):
+        raise ConsumerConfigError(
+            "isolation_level",
+            f"must be 'read_uncommitted' or 'read_committed', got {cfg['isolation_level']!r}")
+    servers = cfg["bootstrap_servers"]
+    if not servers or not isinstance(servers, str | list | tuple):
+        raise ConsumerConfigError("bootstrap_servers", f"must be 'host:port[,...]' or a list, "
+                                  f"got {servers!r}")
+    if cfg["group_instance_id"] is not None and cfg["group_id"] is None:
+        raise ConsumerConfigError("group_instance_id", "requires group_id")
+    if not cfg["fetch_max_wait_ms"] < cfg["request_timeout_ms"]:
+        raise ConsumerConfigError(
+            "request_timeout_ms", "must be larger than fetch_max_wait_ms "
+            f"({cfg['request_timeout_ms']} <= {cfg['fetch_max_wait_ms']})")
+    if cfg["heartbeat_interval_ms"] >= cfg["session_timeout_ms"]:
+        raise ConsumerConfigError(
+            "heartbeat_interval_ms", "must be lower than session_timeout_ms")
+    strategies = cfg["partition_assignment_strategy"]
+    if not isinstance(strategies, list | tuple) or not strategies:
+        raise ConsumerConfigError("partition_assignment_strategy",
+                                  "must be a non-empty list of assignor classes")
+    instances = []
+    for s in strategies:
+        assignor = s() if isinstance(s, type) else s
+        if not hasattr(assignor, "assign") or not hasattr(assignor, "name"):
+            raise ConsumerConfigError("partition_assignment_strategy",
+                                      f"{s!r} is not a kafka-python partition assignor")
+        instances.append(assignor)
+    cfg["partition_assignment_strategy"] = instances
+    for key in ("key_deserializer", "value_deserializer", "on_truncation_report",
+                "default_offset_commit_callback"):
+        value = cfg[key]
+        if value is not None and not callable(value) and not hasattr(value, "deserialize"):
+            raise ConsumerConfigError(key, f"must be callable, got {value!r}")
+    store = cfg["offset_store"]
+    if store is not None and not (hasattr(store, "load") and hasattr(store, "save")):
+        raise ConsumerConfigError(
+            "offset_store", f"must be an OffsetStore (load/save), got {store!r}")
+    for key in ("max_fetch_version",):
+        _check_int(key, cfg[key], 4)
+        if cfg[key] > 12:
+            raise ConsumerConfigError(key, "must be <= 12 (Fetch v13+ needs topic ids)")
+    _check_int("max_metadata_version", cfg["max_metadata_version"], 1)
+    if cfg["max_metadata_version"] > 12:
+        raise ConsumerConfigError("max_metadata_version", "must be <= 12")
+    if cfg["socks5_proxy"] is not None and cfg["proxy_url"] is None:
+        cfg["proxy_url"] = cfg["socks5_proxy"]
+    # The frame of a fetch response may exceed fetch_max_bytes by one partition's worth.
+    need = cfg["fetch_max_bytes"] + cfg["max_partition_fetch_bytes"] + 1024
+    if cfg["receive_message_max_bytes"] < need:
+        cfg["receive_message_max_bytes"] = need
+    return cfg
+
+
+Callback = Callable[..., Any]

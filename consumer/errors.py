@@ -1,0 +1,70 @@
+"""Typed errors of the consumer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import kafka.errors as kerrors
+
+from epochguard.offsets.errors import LogTruncationError as _CoreLogTruncationError
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.report import TruncationReport
+
+__all__ = [
+    "ConsumerClosedError",
+    "ConsumerConfigError",
+    "CorruptRecordError",
+    "LogTruncationError",
+    "LogTruncationException",
+]
+
+
+class ConsumerConfigError(kerrors.KafkaConfigurationError, ValueError):  # type: ignore[misc]
+    """An unknown configuration key or an invalid value; the message names the key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(f"{key}: {message}")
+
+
+class CorruptRecordError(kerrors.CorruptRecordError):  # type: ignore[misc]
+    """A fetched batch failed its CRC check or could not be parsed."""
+
+
+class ConsumerClosedError(kerrors.IllegalStateError):  # type: ignore[misc]
+    """A method was called on a closed ``EpochConsumer``."""
+
+
+class LogTruncationError(kerrors.OffsetOutOfRangeError, _CoreLogTruncationError):  # type: ignore[misc]
+    """Records the application consumed were truncated from the log (policy ``"raise"``).
+
+    Subclass of kafka-python's ``OffsetOutOfRangeError``, as Java's
+    ``LogTruncationException`` extends ``OffsetOutOfRangeException`` (and of the core's
+    per-partition ``epochguard.offsets.LogTruncationError``). ``truncations`` maps each
+    affected partition to its ``TruncationReport``; those partitions stop fetching until the
+    application seeks them. ``report``/``tp``/``offset`` describe the first one.
+    """
+
+    def __init__(self, truncations: Mapping[Any, TruncationReport]) -> None:
+        if not truncations:
+            raise ValueError("LogTruncationError needs at least one truncation report")
+        self.truncations: dict[Any, TruncationReport] = dict(truncations)
+        first = next(iter(self.truncations.values()))
+        self.report = first
+        self.tp = first.tp
+        self.offset = first.consumed_to.offset
+        self.reason = f"log truncated (detected by {first.detected_by.value})"
+        Exception.__init__(self, "; ".join(r.describe() for r in self.truncations.values()))
+
+    def truncation_offsets(self) -> dict[Any, EpochOffset | None]:
+        """Java's ``divergentOffsets()``: the first divergent position per partition
+        (``None`` when the leader could not say)."""
+        return {tp: r.divergence for tp, r in self.truncations.items()}
+
+    def __str__(self) -> str:
+        return "; ".join(r.describe() for r in self.truncations.values())
+
+
+#: Java-style alias.
+LogTruncationException = LogTruncationError

@@ -1,0 +1,92 @@
+"""The kafka-python-compatible surface: lookups, pause/resume, iteration, pattern groups."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from kafka.errors import IllegalStateError
+from kafka.structs import OffsetAndTimestamp, TopicPartition
+
+from epochguard.consumer import ConsumerClosedError
+from epochguard.offsets.position import EpochOffset
+
+from .conftest import make_consumer, read
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _topic(cluster: Any, name: str = "api", parts: int = 2, n: int = 5) -> list[TopicPartition]:
+    cluster.create_topic(name, partitions=parts, replication_factor=2)
+    for p in range(parts):
+        cluster.append(name, p, [b"%d-%d" % (p, i) for i in range(n)], timestamp_ms=1000 + p,
+                       batch_size=1)
+    return [TopicPartition(name, p) for p in range(parts)]
+
+
+def test_offset_lookups_and_metadata(cluster: Any) -> None:
+    tps = _topic(cluster)
+    cluster.append("api", 0, [b"late"], timestamp_ms=5000)
+    with make_consumer(cluster) as c:
+        assert c.partitions_for_topic("api") == {0, 1}
+        assert "api" in c.topics()
+        assert c.beginning_offsets(tps) == {tps[0]: 0, tps[1]: 0}
+        assert c.end_offsets(tps) == {tps[0]: 6, tps[1]: 5}
+        found = c.offsets_for_times({tps[0]: 2000, tps[1]: 99999})
+        assert found[tps[0]] == OffsetAndTimestamp(5, 5000, 0)
+        assert found[tps[1]] is None
+        assert c.assignment() == set()
+
+
+def test_pause_resume_seek_and_positions(cluster: Any) -> None:
+    tps = _topic(cluster)
+    with make_consumer(cluster) as c:
+        c.assign(tps)
+        c.pause(tps[1])
+        assert c.paused() == {tps[1]}
+        got = read(c, 5)
+        assert {r.partition for r in got} == {0}
+        assert c.poll(timeout_ms=200) == {}
+        c.resume(tps[1])
+        assert [r.offset for r in read(c, 5) if r.partition == 1] == list(range(5))
+        c.seek(tps[0], 2)
+        assert c.position(tps[0]) == 2
+        assert [r.offset for r in read(c, 3)] == [2, 3, 4]
+        c.seek_to_beginning(tps[0])
+        assert c.position_with_epoch(tps[0]) == EpochOffset(0, None)  # no record before 0
+        c.seek_to_end()
+        assert c.position(tps[0]) == 5 and c.position(tps[1]) == 5
+        with pytest.raises(IllegalStateError):
+            c.seek(TopicPartition("other", 0), 1)
+        with pytest.raises(ValueError):
+            c.seek(tps[0], -3)
+
+
+def test_iteration_stops_after_consumer_timeout(cluster: Any) -> None:
+    tps = _topic(cluster, parts=1)
+    with make_consumer(cluster, consumer_timeout_ms=500) as c:
+        c.assign(tps)
+        t0 = time.monotonic()
+        values = [r.value for r in c]
+        assert values == [b"0-%d" % i for i in range(5)]
+        assert time.monotonic() - t0 < 5
+
+
+def test_pattern_subscription_commit_async_and_closed_errors(cluster: Any) -> None:
+    _topic(cluster, "pat-a", parts=1)
+    _topic(cluster, "pat-b", parts=1)
+    _topic(cluster, "other", parts=1)
+    done: list[Any] = []
+    c = make_consumer(cluster, group_id="pattern", heartbeat_interval_ms=200,
+                      session_timeout_ms=6000)
+    c.subscribe(pattern="^pat-")
+    got = read(c, 10)
+    assert {r.topic for r in got} == {"pat-a", "pat-b"} and len(got) == 10
+    assert c.subscription() == {"pat-a", "pat-b"}
+    c.commit_async(callback=lambda offsets, exc: done.append((offsets, exc)))
+    assert done and done[0][1] is None
+    assert c.committed(TopicPartition("pat-a", 0)) == EpochOffset(5, 0)
+    c.close()
+    with pytest.raises(ConsumerClosedError):
+        c.poll()

@@ -1,0 +1,115 @@
+"""The I/O driver against fake answers (pytest-mock): no broker needed."""
+
+from __future__ import annotations
+
+import uuid
+from types import SimpleNamespace as NS
+from typing import Any
+
+from kafka.future import Future
+from kafka.structs import TopicPartition
+
+from epochguard.consumer.config import build_config
+from epochguard.consumer.fetcher import Fetcher
+from epochguard.offsets.events import FetchAction, ValidateAction
+from epochguard.offsets.policy import OffsetPolicy
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.state import PartitionState
+
+TP = TopicPartition("t", 0)
+TID = uuid.uuid4()
+
+
+def _metadata(leader: int, epoch: int) -> Any:
+    part = NS(partition_index=0, leader_id=leader, leader_epoch=epoch, error_code=0)
+    topic = NS(name="t", error_code=0, topic_id=TID, is_internal=False, partitions=[part])
+    return NS(topics=[topic], brokers=[])
+
+
+def _fetcher(mocker: Any, events: list[Any] | None = None) -> tuple[Fetcher, Any]:
+    client = mocker.Mock()
+    sink = events if events is not None else []
+    f = Fetcher(client, build_config({}), OffsetPolicy(auto_offset_reset="earliest",
+                on_truncation="raise"), None, None, sink.append)
+    return f, client
+
+
+def _answer(f: Fetcher, handler: Any, context: Any, value: Any) -> None:
+    handler(context, Future().success(value))
+
+
+def test_older_metadata_epoch_is_rejected_and_counted(mocker: Any) -> None:
+    f, _client = _fetcher(mocker)
+    tracker = f.add_partition(TP)
+    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=2, epoch=5))
+    assert tracker.leader_epoch == 5 and tracker.leader_id == 2
+    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=4))
+    assert tracker.leader_epoch == 5 and tracker.leader_id == 2
+    assert f.metrics.stale_metadata_ignored == 1
+
+
+def test_diverging_epoch_is_acted_on_without_offset_for_leader_epoch(mocker: Any) -> None:
+    events: list[Any] = []
+    f, client = _fetcher(mocker, events)
+    tracker = f.add_partition(TP)
+    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=3))
+    tracker.seek(EpochOffset(15, 3))  # validation first
+    f.after_input(TP)
+    client.send.return_value = Future()
+    f.send_requests(0.0)
+    node, req = client.send.call_args.args[:2]
+    assert node == 1 and req.__class__.__name__ == "OffsetForLeaderEpochRequest"
+    validate = ValidateAction(TP, 1, 3, 3, EpochOffset(15, 3), _token(tracker))
+    tracker.on_validation(validate, 0, 3, 20, 0.0)
+    f.after_input(TP)
+    assert tracker.state is PartitionState.FETCHING
+    client.send.reset_mock()
+    f.send_requests(0.0)
+    node, req = client.send.call_args.args[:2]
+    fp = req.topics[0].partitions[0]
+    assert (fp.fetch_offset, fp.last_fetched_epoch, fp.current_leader_epoch) == (15, 3, 3)
+    action = FetchAction(TP, 1, 15, 3, 3, _token(tracker))
+    div = NS(epoch=3, end_offset=12)
+    part = NS(partition_index=0, error_code=0, diverging_epoch=div, records=b"",
+              aborted_transactions=None)
+    resp = NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
+    client.send.reset_mock()
+    f._on_fetch((1, {TP: action}), Future().success(resp))
+    assert tracker.state is PartitionState.TRUNCATED
+    assert f.metrics.diverging_epoch_responses == 1
+    client.send.assert_not_called()  # no OffsetForLeaderEpoch round trip
+    [det] = [e for e in events if e.name == "truncation_detected"]
+    assert det.report.divergence.offset == 12 and det.report.lost_count == 3
+
+
+def _token(tracker: Any) -> int:
+    return int(tracker._gen)
+
+
+def test_buffered_records_are_dropped_when_validation_starts(mocker: Any) -> None:
+    from kafka.record import MemoryRecordsBuilder
+
+    f, client = _fetcher(mocker)
+    tracker = f.add_partition(TP)
+    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=0))
+    tracker.seek(0)
+    f.after_input(TP)
+    client.send.return_value = Future()
+    f.send_requests(0.0)
+    b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=10**6, offset=0)
+    for i in range(10):
+        b.append(timestamp=i, key=None, value=b"v", headers=[])
+    b.close()
+    part = NS(partition_index=0, error_code=0, diverging_epoch=None, records=b.buffer(),
+              aborted_transactions=None)
+    resp = NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
+    action = FetchAction(TP, 1, 0, 0, None, _token(tracker))
+    f._on_fetch((1, {TP: action}), Future().success(resp))
+    got = f.fetched_records(4, lambda tp: True)
+    assert [r.offset for r in got[TP]] == [0, 1, 2, 3]
+    assert f.has_buffered()
+    # A new leader epoch arrives: the rest of the prefetched records must not be returned.
+    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=2, epoch=1))
+    assert tracker.state is PartitionState.AWAIT_VALIDATION
+    assert not f.has_buffered()
+    assert f.fetched_records(10, lambda tp: True) == {}

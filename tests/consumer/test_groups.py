@@ -1,0 +1,184 @@
+"""Group management: rebalances with kafka-python's assignors, listeners, commit on revoke,
+a mixed group with a librdkafka member, and bounded close."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from kafka import ConsumerRebalanceListener
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+from kafka.structs import TopicPartition
+
+from epochguard.consumer import EpochConsumer
+from epochguard.offsets.position import EpochOffset
+
+from .conftest import make_consumer
+
+pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
+
+TOPIC = "gt"
+N_PARTS = 4
+
+
+class Recorder(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.events: list[tuple[str, set[TopicPartition]]] = []
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        self.events.append(("revoked", set(revoked)))
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        self.events.append(("assigned", set(assigned)))
+
+
+class Runner(threading.Thread):
+    """Polls one consumer in its own thread (joins block until every member joins)."""
+
+    def __init__(self, consumer: EpochConsumer) -> None:
+        super().__init__(daemon=True)
+        self.consumer = consumer
+        self.records: list[Any] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                for recs in self.consumer.poll(timeout_ms=50).values():
+                    self.records += recs
+        except BaseException as exc:
+            self.error = exc
+
+
+def produce(cluster: Any, per_partition: int, start: int = 0) -> None:
+    for p in range(N_PARTS):
+        cluster.append(TOPIC, p, [b"%d-%d" % (p, start + i) for i in range(per_partition)])
+
+
+def wait(cond: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("strategy", [None, RoundRobinPartitionAssignor,
+                                      StickyPartitionAssignor])
+def test_rebalance_splits_partitions_and_commits_on_revoke(cluster: Any, strategy: Any) -> None:
+    cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)
+    produce(cluster, 5)
+    kw: dict[str, Any] = {"group_id": "grp", "enable_auto_commit": True,
+                          "session_timeout_ms": 6000, "heartbeat_interval_ms": 200,
+                          "max_poll_interval_ms": 10000, "auto_commit_interval_ms": 200}
+    if strategy is not None:
+        kw["partition_assignment_strategy"] = [strategy]
+    l1, l2 = Recorder(), Recorder()
+    c1 = make_consumer(cluster, **kw)
+    c1.subscribe([TOPIC], listener=l1)
+    r1 = Runner(c1)
+    r1.start()
+    try:
+        wait(lambda: len(r1.records) == 5 * N_PARTS)
+        assert c1.assignment() == {TopicPartition(TOPIC, p) for p in range(N_PARTS)}
+        c2 = make_consumer(cluster, **kw)
+        c2.subscribe([TOPIC], listener=l2)
+        r2 = Runner(c2)
+        r2.start()
+        try:
+            wait(lambda: len(c1.assignment()) == 2 and len(c2.assignment()) == 2)
+            assert c1.assignment().isdisjoint(c2.assignment())
+            produce(cluster, 5, start=5)
+            wait(lambda: len(r1.records) + len(r2.records) == 10 * N_PARTS)
+            time.sleep(0.3)
+            assert r1.error is None and r2.error is None
+            seen = [(r.partition, r.offset) for r in r1.records + r2.records]
+            assert len(seen) == len(set(seen)) == 10 * N_PARTS  # nothing twice
+            assert ("revoked", {TopicPartition(TOPIC, p) for p in range(N_PARTS)}) in l1.events
+            assert l2.events[-1] == ("assigned", c2.assignment())
+            # Commit on revoke carried positions with epochs.
+            tp = TopicPartition(TOPIC, 0)
+            assert c1.committed(tp) is not None
+            assert c1.committed(tp) == EpochOffset(c1.committed(tp).offset, 0)
+        finally:
+            r2.stop.set()
+            r2.join(10)
+            c2.close()
+    finally:
+        r1.stop.set()
+        r1.join(10)
+        c1.close()
+
+
+def test_mixed_group_with_librdkafka_member(cluster: Any) -> None:
+    from confluent_kafka import Consumer
+
+    cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)
+    produce(cluster, 5)
+    c1 = make_consumer(cluster, group_id="mixed", session_timeout_ms=6000,
+                       enable_auto_commit=True,
+                       heartbeat_interval_ms=200, max_poll_interval_ms=10000)
+    c1.subscribe([TOPIC])
+    r1 = Runner(c1)
+    r1.start()
+    rd = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "mixed",
+                   "partition.assignment.strategy": "range", "auto.offset.reset": "earliest",
+                   "session.timeout.ms": 6000, "heartbeat.interval.ms": 200,
+                   "enable.auto.commit": False, "log_level": 0})
+    rd_records: list[Any] = []
+    try:
+        wait(lambda: len(r1.records) == 5 * N_PARTS)
+        rd.subscribe([TOPIC])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = rd.poll(0.1)
+            if m is not None and not m.error():
+                rd_records.append(m)
+            if len(rd.assignment()) == 2 and len(c1.assignment()) == 2:
+                break
+        assert len(rd.assignment()) == 2 and len(c1.assignment()) == 2
+        mine = {tp.partition for tp in c1.assignment()}
+        theirs = {tp.partition for tp in rd.assignment()}
+        assert mine.isdisjoint(theirs) and mine | theirs == set(range(N_PARTS))
+        before = len(r1.records)
+        produce(cluster, 3, start=5)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (
+                len(r1.records) - before < 6 or
+                sum(1 for m in rd_records if m.offset() >= 5) < 6):
+            m = rd.poll(0.1)
+            if m is not None and not m.error():
+                rd_records.append(m)
+        assert len(r1.records) - before == 6
+        assert {m.partition() for m in rd_records if m.offset() >= 5} == theirs
+        assert r1.error is None
+    finally:
+        rd.close()
+        r1.stop.set()
+        r1.join(10)
+        c1.close()
+
+
+def test_close_is_bounded_with_every_broker_down(cluster: Any) -> None:
+    cluster.create_topic(TOPIC, partitions=2, replication_factor=2)
+    produce_two = [b"x"] * 3
+    cluster.append(TOPIC, 0, produce_two)
+    consumer = make_consumer(cluster, group_id="down", close_timeout_ms=2000,
+                             session_timeout_ms=6000, heartbeat_interval_ms=200)
+    consumer.subscribe([TOPIC])
+    got = 0
+    deadline = time.monotonic() + 10
+    while got < 3 and time.monotonic() < deadline:
+        got += sum(len(v) for v in consumer.poll(timeout_ms=50).values())
+    assert got == 3
+    for b in cluster.broker_ids:
+        cluster.stop_broker(b)
+    t0 = time.monotonic()
+    assert consumer.poll(timeout_ms=300) == {}
+    assert time.monotonic() - t0 < 3
+    t0 = time.monotonic()
+    consumer.close()
+    assert time.monotonic() - t0 < 4

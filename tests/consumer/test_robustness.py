@@ -1,0 +1,40 @@
+"""Broker restarts, leader moves, dropped connections: nothing lost, nothing twice."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kafka.structs import TopicPartition
+
+from .conftest import make_consumer, read
+
+pytestmark = pytest.mark.timeout(90)
+
+FETCH = 1
+
+
+def test_leader_restart_and_dropped_connections_lose_nothing(cluster) -> None:
+    cluster.create_topic("r", partitions=2, replication_factor=3)
+    tps = [TopicPartition("r", p) for p in range(2)]
+    for p in range(2):
+        cluster.append("r", p, [b"a-%d" % i for i in range(20)], batch_size=5)
+    with make_consumer(cluster, reconnect_backoff_max_ms=500, on_truncation="raise") as c:
+        c.assign(tps)
+        got = read(c, 40)
+        leader = cluster.leader("r", 0)
+        cluster.stop_broker(leader)          # leader moves (clean: ISR has the others)
+        for p in range(2):
+            cluster.append("r", p, [b"b-%d" % i for i in range(20)], batch_size=5)
+        got += read(c, 40, timeout=20)
+        cluster.start_broker(leader)
+        cluster.faults.disconnect_on(api_key=FETCH, count=2)   # connections dropped mid-fetch
+        for p in range(2):
+            cluster.append("r", p, [b"c-%d" % i for i in range(20)], batch_size=5)
+        got += read(c, 40, timeout=20)
+        time.sleep(0.2)
+        got += [r for v in c.poll(timeout_ms=200).values() for r in v]
+        for tp in tps:
+            offsets = [r.offset for r in got if r.partition == tp.partition]
+            assert offsets == list(range(60)), tp
+        assert c.truncation_reports() == []

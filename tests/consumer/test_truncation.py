@@ -1,0 +1,107 @@
+"""Unclean elections seen through EpochConsumer: exact divergence points and lost counts.
+
+Layout: offsets 0..9 replicated under epoch 0; the follower stops; the leader alone appends
+10..14 (read by the consumer); the leader stops; the follower is elected uncleanly (epoch 2)
+and appends 8 records at 10..17. Divergence point: offset 10, epoch 0; 5 records lost.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from epochguard.consumer import EpochConsumer, LogTruncationError
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.report import TruncationReport
+
+from .conftest import TP0, diverge, make_consumer, poll_until, read, setup_topic, unclean_elect
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _caught_up(cluster, consumer: EpochConsumer) -> tuple[int, int]:
+    old, new = setup_topic(cluster)
+    consumer.assign([TP0])
+    assert [r.offset for r in read(consumer, 10)] == list(range(10))
+    diverge(cluster, old, new)
+    assert [r.offset for r in read(consumer, 5)] == list(range(10, 15))
+    return old, new
+
+
+def test_idle_consumer_detects_unclean_election_and_rewinds(cluster) -> None:
+    reports: list[TruncationReport] = []
+    with make_consumer(cluster, on_truncation="rewind",
+                       on_truncation_report=reports.append) as consumer:
+        old, new = _caught_up(cluster, consumer)
+        # Caught up and idle: empty fetches must not drop the position's epoch.
+        assert consumer.poll(timeout_ms=300) == {}
+        assert consumer.position_with_epoch(TP0) == EpochOffset(15, 0)
+        unclean_elect(cluster, old, new)
+        got = read(consumer, 8)
+        assert [(r.offset, r.value) for r in got] == [(10 + i, b"new-%d" % i) for i in range(8)]
+        assert all(r.leader_epoch == 2 for r in got)
+        assert len(reports) == 1
+        rep = reports[0]
+        assert rep.divergence == EpochOffset(10, 0)
+        assert rep.consumed_to == EpochOffset(15, 0)
+        assert rep.lost_count == 5
+        m = consumer.metrics(raw=True)
+        assert m["truncations_detected"] == 1 and m["records_lost"] == 5
+
+
+def test_raise_policy_stops_partition_until_seek(cluster) -> None:
+    with make_consumer(cluster, on_truncation="raise") as consumer:
+        old, new = _caught_up(cluster, consumer)
+        unclean_elect(cluster, old, new)
+        with pytest.raises(LogTruncationError) as info:
+            poll_until(consumer, lambda: False, timeout=10)
+        err = info.value
+        assert err.truncation_offsets() == {TP0: EpochOffset(10, 0)}
+        assert err.truncations[TP0].lost_count == 5
+        # Stopped: nothing is returned until the application seeks.
+        assert consumer.poll(timeout_ms=300) == {}
+        consumer.seek(TP0, err.truncation_offsets()[TP0])
+        got = read(consumer, 8)
+        assert [r.value for r in got] == [b"new-%d" % i for i in range(8)]
+
+
+def test_auto_policy_with_latest_rewinds_to_divergence(cluster) -> None:
+    with make_consumer(cluster, auto_offset_reset="latest") as consumer:
+        old, new = setup_topic(cluster)
+        consumer.assign([TP0])
+        consumer.seek(TP0, 0)
+        assert len(read(consumer, 10)) == 10
+        diverge(cluster, old, new)
+        assert len(read(consumer, 5)) == 5
+        unclean_elect(cluster, old, new)
+        got = read(consumer, 8)
+        assert [r.offset for r in got] == list(range(10, 18))
+        [rep] = consumer.truncation_reports()
+        assert (rep.lost_from, rep.lost_to, rep.lost_count) == (10, 15, 5)
+
+
+def test_callable_policy_decides(cluster) -> None:
+    seen: list[TruncationReport] = []
+
+    def decide(report: TruncationReport) -> EpochOffset:
+        seen.append(report)
+        return EpochOffset(12, 2)  # skip the first two new records
+
+    with make_consumer(cluster, on_truncation=decide) as consumer:
+        old, new = _caught_up(cluster, consumer)
+        unclean_elect(cluster, old, new)
+        got = read(consumer, 6)
+        assert [r.offset for r in got] == list(range(12, 18))
+        assert len(seen) == 1 and seen[0].divergence == EpochOffset(10, 0)
+
+
+def test_clean_election_is_no_truncation(cluster) -> None:
+    with make_consumer(cluster, on_truncation="raise") as consumer:
+        _old, new = setup_topic(cluster)
+        consumer.assign([TP0])
+        assert len(read(consumer, 10)) == 10
+        cluster.elect_leader("t", 0, new)
+        cluster.append("t", 0, [b"after-%d" % i for i in range(3)])
+        got = read(consumer, 3)
+        assert [r.offset for r in got] == [10, 11, 12]
+        assert consumer.truncation_reports() == []
+        assert consumer.metrics(raw=True)["validations"] >= 1

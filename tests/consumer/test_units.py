@@ -1,0 +1,146 @@
+"""Unit tests without a cluster: config validation, the record decoder, errors."""
+
+from __future__ import annotations
+
+import pytest
+from kafka.errors import KafkaConfigurationError, OffsetOutOfRangeError
+from kafka.record import MemoryRecordsBuilder
+from kafka.structs import TopicPartition
+
+import epochguard
+from epochguard.consumer import (
+    ConsumerConfigError,
+    CorruptRecordError,
+    EpochConsumer,
+    LogTruncationError,
+    LogTruncationException,
+)
+from epochguard.consumer.config import build_config
+from epochguard.consumer.records import as_deserializer, decode_records
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.report import DetectedBy, TruncationReport
+
+
+def _batch(values: list[bytes | None], base: int = 0, epoch: int = 0, codec: int = 0,
+           headers: list[tuple[str, bytes | None]] | None = None, key: bytes | None = None
+           ) -> bytes:
+    b = MemoryRecordsBuilder(magic=2, compression_type=codec, batch_size=10**8, offset=base)
+    for i, v in enumerate(values):
+        b.append(timestamp=1000 + i, key=key, value=v, headers=headers or [])
+    b.close()
+    raw = bytearray(b.buffer())
+    raw[12:16] = epoch.to_bytes(4, "big", signed=True)  # partitionLeaderEpoch, not in CRC
+    return bytes(raw)
+
+
+# ------------------------------------------------------------------ config
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("auto_offset_reset", "smallest-ish"),
+    ("max_poll_records", 0),
+    ("fetch_max_wait_ms", "500"),
+    ("enable_auto_commit", "yes"),
+    ("isolation_level", "serializable"),
+    ("partition_assignment_strategy", [object]),
+    ("max_fetch_version", 13),
+    ("offset_store", object()),
+])
+def test_invalid_config_value_names_the_key(key: str, value: object) -> None:
+    with pytest.raises(ConsumerConfigError) as info:
+        build_config({key: value})
+    assert info.value.key == key and key in str(info.value)
+    assert isinstance(info.value, KafkaConfigurationError)
+
+
+def test_unknown_key_is_rejected_at_construction_before_connecting() -> None:
+    with pytest.raises(ConsumerConfigError, match="fetch_max_wait") as info:
+        EpochConsumer(bootstrap_servers="127.0.0.1:1", fetch_max_wait=5)
+    assert info.value.key == "fetch_max_wait"
+
+
+def test_bad_truncation_policy_is_a_config_error() -> None:
+    with pytest.raises(ConsumerConfigError, match="on_truncation"):
+        EpochConsumer(bootstrap_servers="127.0.0.1:1", on_truncation="ignore")
+
+
+def test_kafka_python_names_are_accepted() -> None:
+    cfg = build_config({"auto_offset_reset": "smallest", "security_protocol": "SSL",
+                        "ssl_cafile": "/x", "sasl_mechanism": "PLAIN", "client_rack": "r1",
+                        "enable_incremental_fetch_sessions": False})
+    assert cfg["auto_offset_reset"] == "earliest"
+    assert cfg["receive_message_max_bytes"] >= cfg["fetch_max_bytes"]
+
+
+# ------------------------------------------------------------------ records
+
+
+def test_decoder_reads_fields_epoch_and_skips_below_fetch_offset() -> None:
+    data = _batch([b"a", None, b"c" * 300], base=5, epoch=3, key=b"k",
+                  headers=[("h", b"v"), ("n", None)])
+    out = decode_records(data, "t", 0, 6)
+    assert [r.offset for r in out.records] == [6, 7]
+    r = out.records[0]
+    assert (r.topic, r.partition, r.leader_epoch, r.value, r.key) == ("t", 0, 3, None, b"k")
+    assert r.serialized_value_size == -1 and r.serialized_key_size == 1
+    assert r.headers == [("h", b"v"), ("n", None)] and r.serialized_header_size == 3
+    assert out.records[1].value == b"c" * 300 and out.records[1].timestamp == 1002
+    assert (out.next_offset, out.last_epoch) == (8, 3)
+
+
+def test_decoder_matches_kafka_python_on_many_batches() -> None:
+    from kafka.record import MemoryRecords
+
+    data = b"".join(_batch([b"v%d" % i * (i % 90) for i in range(200)], base=200 * j, epoch=j)
+                    for j in range(5))
+    mine = decode_records(data, "t", 0, 0).records
+    theirs = []
+    mr = MemoryRecords(data)
+    while (b := mr.next_batch()) is not None:
+        theirs += [(r.offset, r.timestamp, r.key, r.value) for r in b]
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in mine] == theirs
+    assert [r.leader_epoch for r in mine] == [i // 200 for i in range(1000)]
+
+
+def test_decoder_ignores_partial_trailing_batch_and_detects_corruption() -> None:
+    data = _batch([b"x"] * 3) + _batch([b"y"] * 3, base=3)[:-5]
+    out = decode_records(data, "t", 0, 0)
+    assert [r.offset for r in out.records] == [0, 1, 2] and out.next_offset == 3
+    bad = bytearray(_batch([b"x"] * 3))
+    bad[-2] ^= 0x01  # the last record's value byte: parseable, but the CRC no longer matches
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        decode_records(bytes(bad), "t", 0, 0)
+    assert decode_records(bytes(bad), "t", 0, 0, check_crcs=False).records[2].value == b"y"
+
+
+@pytest.mark.parametrize("codec", [1, 3, 4])  # gzip, lz4, zstd (snappy lib not installed)
+def test_decoder_handles_compression(codec: int) -> None:
+    out = decode_records(_batch([b"z%d" % i for i in range(50)], codec=codec), "t", 0, 0)
+    assert [r.value for r in out.records] == [b"z%d" % i for i in range(50)]
+
+
+def test_deserializers_both_styles() -> None:
+    from kafka.serializer import Deserializer
+
+    class Up(Deserializer):  # type: ignore[misc]
+        def deserialize(self, topic, headers, data):  # type: ignore[no-untyped-def]
+            return data.upper()
+
+    data = _batch([b"ab"], key=b"k")
+    out = decode_records(data, "t", 0, 0, key_deserializer=as_deserializer(bytes.decode),
+                         value_deserializer=as_deserializer(Up()))
+    assert (out.records[0].key, out.records[0].value) == ("k", b"AB")
+
+
+# ------------------------------------------------------------------ errors
+
+
+def test_log_truncation_error_types_and_offsets() -> None:
+    tp = TopicPartition("t", 0)
+    rep = TruncationReport(tp, EpochOffset(15, 0), EpochOffset(10, 0), DetectedBy.METADATA, 2)
+    err = LogTruncationError({tp: rep})
+    assert isinstance(err, OffsetOutOfRangeError)
+    assert isinstance(err, epochguard.offsets.errors.LogTruncationError)
+    assert LogTruncationException is LogTruncationError is epochguard.LogTruncationError
+    assert err.truncation_offsets() == {tp: EpochOffset(10, 0)}
+    assert "[10, 15)" in str(err)

@@ -287,6 +287,33 @@ def test_list_offsets_with_epochs(cluster: EmbeddedCluster) -> None:
     assert lo(-1, current=0)[0] == FENCED_LEADER_EPOCH
 
 
+def test_list_offsets_debug_replica_id_reads_any_replica_log_end(
+        cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=2, config={"min.insync.replicas": "2"})
+    leader, follower = cluster.replicas("t", 0)
+    cluster.append("t", 0, [b"a", b"b"])
+    cluster.stop_broker(follower)
+    cluster.append("t", 0, [b"c"])  # below min ISR: not committed (KIP-966)
+    assert cluster.high_watermark("t", 0) == 2
+
+    def latest(broker: int, replica_id: int) -> tuple[int, int]:
+        R = ListOffsetsRequest
+        T = R.ListOffsetsTopic
+        req = R(version=7, replica_id=replica_id, isolation_level=0, topics=[T(
+            version=7, name="t", partitions=[T.ListOffsetsPartition(
+                version=7, partition_index=0, current_leader_epoch=-1, timestamp=-1)])])
+        w = Wire.to(cluster, broker)
+        p = w.call(req, ListOffsetsResponse).topics[0].partitions[0]
+        w.close()
+        return p.error_code, p.offset
+
+    assert latest(leader, -1) == (0, 2)  # a consumer: the high watermark
+    assert latest(leader, -2) == (0, 3)  # debugging: the log end offset
+    cluster.start_broker(follower)
+    assert latest(follower, -2) == (0, 3)  # a follower answers for its own log
+    assert latest(follower, -1)[0] == NOT_LEADER_OR_FOLLOWER
+
+
 def test_produce_acks_zero_gets_no_response_and_min_isr(cluster: EmbeddedCluster) -> None:
     cluster.create_topic("t", replication_factor=3, config={"min.insync.replicas": "3"})
     leader = cluster.leader("t", 0)

@@ -78,7 +78,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                                leader_epoch=-1))
                 continue
             log = local.log
-            upper = log.high_watermark if request.replica_id < 0 else log.log_end_offset
+            # Consumers see up to the high watermark; the debugging id (-2) and replicas see
+            # the whole local log, as Kafka answers without an isolation level for them.
+            upper = log.high_watermark if request.replica_id == -1 else log.log_end_offset
             if rp.timestamp == LATEST:
                 ts, off, epoch = -1, upper, local.view.leader_epoch
             elif rp.timestamp == EARLIEST:

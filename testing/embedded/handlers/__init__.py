@@ -73,19 +73,11 @@ def handler(request_class: Any, response_class: Any, min_version: int,
 
 
 def load_all() -> dict[int, ApiEntry]:
-    """Import every handler module of this package, then the group coordinator if present.
+    """Import every handler module of this package (group APIs included).
 
-    Modules are discovered, not listed, so a new API is one new file. FindCoordinator falls
-    back to ``_no_coordinator`` (COORDINATOR_NOT_AVAILABLE) when no module registers it.
+    Modules are discovered, not listed, so a new API is one new file.
     """
     for info in pkgutil.iter_modules(__path__):
         if not info.name.startswith("_"):
             importlib.import_module(f"{__name__}.{info.name}")
-    try:
-        importlib.import_module("epochguard.testing.embedded.groups")
-    except ModuleNotFoundError as e:
-        if e.name != "epochguard.testing.embedded.groups":
-            raise
-    if FIND_COORDINATOR not in REGISTRY:
-        importlib.import_module(f"{__name__}._no_coordinator")
     return REGISTRY

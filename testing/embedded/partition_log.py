@@ -159,7 +159,7 @@ class PartitionLog:
 
     def _push(self, batch: bytes, base: int, last: int, max_ts: int, epoch: int) -> None:
         if not self._epochs or epoch > self._epochs[-1].epoch:
-            self._epochs.append(EpochEntry(epoch, base))
+            self._add_epoch(epoch, base)
         self._batches.append(batch)
         self._bases.append(base)
         self._lasts.append(last)
@@ -171,7 +171,14 @@ class PartitionLog:
         """A new leader records where its epoch starts (KIP-101), before any append."""
         if self._epochs and epoch <= self._epochs[-1].epoch:
             return
-        self._epochs.append(EpochEntry(epoch, self.log_end_offset))
+        self._add_epoch(epoch, self.log_end_offset)
+
+    def _add_epoch(self, epoch: int, start_offset: int) -> None:
+        # As Kafka's LeaderEpochFileCache.assign: an entry replaces every entry starting at
+        # or after it (an epoch that never got a record is superseded).
+        while self._epochs and self._epochs[-1].start_offset >= start_offset:
+            self._epochs.pop()
+        self._epochs.append(EpochEntry(epoch, start_offset))
 
     # -- epoch cache -----------------------------------------------------------------------
 
@@ -219,20 +226,26 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> None:
         """Remove every record at ``offset`` and above (whole batches; epoch cache follows)."""
         if offset >= self.log_end_offset:
+            # As Kafka: still drop epoch entries without records (a former leader's entry
+            # for an epoch in which it never appended).
+            self._epochs = [e for e in self._epochs if e.start_offset < self.log_end_offset]
             return
-        offset = max(offset, self.log_start_offset)
+        if offset <= self.log_start_offset:
+            self.reset(offset)  # Kafka's truncateFullyAndStartAt
+            return
         i = bisect.bisect_left(self._lasts, offset)
         if i < len(self._bases) and self._bases[i] < offset:
             # A batch straddles the cut: batches are atomic, keep it out entirely.
             offset = self._bases[i]
+            if offset < self.log_start_offset:
+                self.reset(self.log_start_offset)
+                return
         del self._batches[i:]
         del self._bases[i:]
         del self._lasts[i:]
         del self._max_ts[i:]
         del self._positions[i + 1 :]
         self.log_end_offset = offset
-        if self.log_start_offset > offset:
-            self.log_start_offset = offset
         self.high_watermark = min(self.high_watermark, offset)
         self._epochs = [e for e in self._epochs if e.start_offset < offset]
 

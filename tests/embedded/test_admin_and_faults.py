@@ -66,9 +66,9 @@ def test_admin_elect_leaders_unclean_and_preferred(cluster: EmbeddedCluster) -> 
     first, second = cluster.replicas("t", 0)
     assert cluster.leader("t", 0) == first
     cluster.stop_broker(second)
-    cluster.stop_broker(first)  # last ISR member: partition becomes leaderless
+    cluster.stop_broker(first)  # last ISR member: leaderless, and it moves to the ELR
     assert cluster.leader("t", 0) is None
-    assert cluster.isr("t", 0) == [first]
+    assert (cluster.isr("t", 0), cluster.elr("t", 0)) == ([], [first])
     cluster.start_broker(second)
     assert cluster.leader("t", 0) is None  # out of sync, unclean election disabled
     # A fresh admin client: kafka-python keeps using a controller it found stopped.
@@ -176,3 +176,54 @@ def test_stop_broker_closes_listener_and_connections(cluster: EmbeddedCluster) -
     assert cluster.broker_address(2) not in cluster.bootstrap_servers
     cluster.start_broker(2)
     Wire.to(cluster, 2).close()
+
+
+def test_enabling_unclean_election_by_config_elects_a_leader(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=2)
+    first, second = cluster.replicas("t", 0)
+    cluster.stop_broker(second)
+    cluster.stop_broker(first)
+    cluster.start_broker(second)
+    assert cluster.leader("t", 0) is None
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "t",
+                                            configs={"unclean.leader.election.enable": "true"})],
+                            raise_on_unknown=False, incremental=True)
+        assert (cluster.leader("t", 0), cluster.leader_epoch("t", 0)) == (second, 2)
+        cluster_info = admin.describe_cluster()
+    finally:
+        admin.close()
+    assert sorted(b["broker_id"] for b in cluster_info["brokers"]) == sorted(
+        b for b in cluster.broker_ids if b != first)
+    assert cluster_info["controller_id"] == min(b for b in cluster.broker_ids if b != first)
+    assert any(k == 44 for k, _ in cluster.requests_seen())  # IncrementalAlterConfigs
+
+
+def test_create_partitions(cluster: EmbeddedCluster, admin: KafkaAdminClient) -> None:
+    cluster.create_topic("t", partitions=1)
+    admin.create_partitions({"t": 3})
+    assert cluster.leader("t", 2) is not None
+    cluster.append("t", 2, [b"x"])
+    assert cluster.high_watermark("t", 2) == 1
+
+
+def test_injected_fetch_errors_are_retried_by_clients(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=3)
+    cluster.append("t", 0, [b"%d" % i for i in range(5)])
+    cluster.faults.inject_error(api_key=1, error_code=74, count=3)  # FENCED_LEADER_EPOCH
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers,
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    got: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition("t", 0)])
+        deadline = time.monotonic() + 15
+        while len(got) < 5 and time.monotonic() < deadline:
+            for recs in consumer.poll(timeout_ms=200).values():
+                got += [r.value for r in recs]
+    finally:
+        consumer.close()
+    assert got == [b"%d" % i for i in range(5)]
+    # The three fenced answers were served: more Fetches than the one that succeeded.
+    assert sum(n for (k, _), n in cluster.requests_seen().items() if k == 1) >= 4
+    assert cluster.faults.take_error(broker=1, api_key=1) == 0  # no rule left

@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
 from epochguard.testing.embedded.partition_log import (
@@ -167,3 +169,90 @@ def test_retried_idempotent_batch_is_not_written_twice() -> None:
     assert log.append_as_leader(idempotent(0), 0) == (0, 1)  # a retry: same offsets
     assert log.log_end_offset == 4
     assert log.append_as_leader(idempotent(4), 0) == (4, 5)
+
+
+# -- model-based check of the epoch cache against a plain list of (offset, epoch) ----------
+
+Op = tuple[str, int]
+ops_strategy = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 4)),
+        st.tuples(st.just("new_epoch"), st.integers(1, 3)),
+        st.tuples(st.just("truncate"), st.integers(0, 30)),
+        st.tuples(st.just("delete"), st.integers(0, 30)),
+    ),
+    max_size=25,
+)
+
+
+def model_end_offset(entries: list[tuple[int, int]], leo: int, requested: int) -> tuple[int, int]:
+    """Kafka's endOffsetFor written the slow, obvious way over (epoch, start) entries."""
+    if requested < 0 or not entries:
+        return -1, -1
+    latest = entries[-1][0]
+    if requested == latest:
+        return requested, leo
+    if requested > latest:
+        return -1, -1
+    floor = [e for e in entries if e[0] <= requested]
+    higher = [e for e in entries if e[0] > requested]
+    if not floor:
+        return requested, higher[0][1]
+    return floor[-1][0], higher[0][1]
+
+
+@settings(max_examples=400, deadline=None)
+@given(ops_strategy)
+def test_epoch_cache_matches_a_model(ops: list[Op]) -> None:
+    log = PartitionLog()
+    epoch = 0
+    log.assign_epoch(epoch)
+    entries: list[tuple[int, int]] = [(0, 0)]
+    start, leo = 0, 0
+    for op, arg in ops:
+        if op == "append":
+            log.append_as_leader(batch(arg), epoch)
+            leo += arg
+        elif op == "new_epoch":
+            epoch += arg
+            log.assign_epoch(epoch)
+            entries = [e for e in entries if e[1] < leo] + [(epoch, leo)]
+        elif op == "truncate" and max(arg, start) < leo:
+            # Truncation lands on a batch boundary at or below ``arg``.
+            log.truncate_to(max(arg, start))
+            leo = log.log_end_offset
+            entries = [e for e in entries if e[1] < leo]
+        elif op == "delete" and start < arg <= leo:
+            log.delete_before(arg)
+            start = arg
+            kept = [e for e in entries if e[1] >= start]
+            older = [e for e in entries if e[1] < start]
+            if older and (not kept or kept[0][1] > start):
+                kept.insert(0, (older[-1][0], start))
+            entries = kept
+        if not entries or entries[-1][0] != epoch:
+            # A truncated leader keeps leading its epoch: it is re-assigned at the end.
+            log.assign_epoch(epoch)
+            entries = [e for e in entries if e[1] < leo] + [(epoch, leo)]
+        assert [(e.epoch, e.start_offset) for e in log.epoch_cache] == entries
+        assert (log.log_start_offset, log.log_end_offset) == (start, leo)
+        for requested in range(-1, epoch + 3):
+            assert log.end_offset_for_epoch(requested) == model_end_offset(entries, leo,
+                                                                           requested)
+
+
+def test_epoch_without_records_is_superseded_like_kafka() -> None:
+    log = log_with((0, 3))
+    log.assign_epoch(1)  # a leadership that never wrote
+    log.assign_epoch(2)
+    assert log.epoch_cache == [EpochEntry(0, 0), EpochEntry(2, 3)]
+    assert log.end_offset_for_epoch(1) == (0, 3)
+
+
+def test_truncating_to_the_log_start_empties_the_log() -> None:
+    log = PartitionLog()
+    log.append_as_leader(batch(4), 0)
+    log.delete_before(2)  # the batch 0..3 stays, log start 2
+    log.truncate_to(2)
+    assert (log.log_start_offset, log.log_end_offset, len(log)) == (2, 2, 0)
+    assert log.epoch_cache == []

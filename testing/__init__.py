@@ -4,8 +4,15 @@
 ``ApacheKafkaCluster`` runs real Apache Kafka KRaft brokers as local ``java`` processes.
 """
 
+from typing import TYPE_CHECKING
+
 from epochguard.testing.apache_kafka import ApacheKafkaCluster
 from epochguard.testing.cluster import Cluster
 from epochguard.testing.embedded.cluster import EmbeddedCluster, EmbeddedClusterError, ReplicaLog
 
 __all__ = ["ApacheKafkaCluster", "Cluster", "EmbeddedCluster", "EmbeddedClusterError", "ReplicaLog"]
+
+if TYPE_CHECKING:
+    # mypy proves both clusters satisfy the protocol scenarios are written against.
+    def _both_are_clusters(e: EmbeddedCluster, a: ApacheKafkaCluster) -> tuple[Cluster, Cluster]:
+        return e, a

@@ -22,9 +22,23 @@ class Cluster(Protocol):
         ...
 
     @property
+    def all_bootstrap_servers(self) -> str:
+        """Every broker, running or stopped: for clients that must outlive the brokers now up."""
+        ...
+
+    @property
     def broker_ids(self) -> list[int]:
         """Every broker id of the cluster, running or stopped."""
         ...
+
+    @property
+    def running_broker_ids(self) -> list[int]: ...
+
+    def broker_address(self, broker_id: int) -> str:
+        """``host:port`` of one broker's listener."""
+        ...
+
+    def is_running(self, broker_id: int) -> bool: ...
 
     def start(self) -> Self: ...
 
@@ -61,6 +75,10 @@ class Cluster(Protocol):
 
     def log_end_offset(self, topic: str, partition: int, broker: int | None = None) -> int:
         """Log end offset of the leader's log, or of ``broker``'s replica."""
+        ...
+
+    def epoch_cache(self, topic: str, partition: int, broker: int) -> list[tuple[int, int]]:
+        """``[(epoch, start_offset), ...]`` of ``broker``'s replica: its leader-epoch cache."""
         ...
 
     def stop_broker(self, broker_id: int) -> None: ...

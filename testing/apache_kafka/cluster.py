@@ -301,8 +301,12 @@ class ApacheKafkaCluster:
         """Every broker, running or not: for clients that must outlive the brokers now up."""
         return ",".join(f"127.0.0.1:{self._nodes[b].port}" for b in self.broker_ids)
 
-    def broker_address(self, broker_id: int) -> tuple[str, int]:
-        return self._nodes[broker_id].address
+    def broker_address(self, broker_id: int) -> str:
+        host, port = self._nodes[broker_id].address
+        return f"{host}:{port}"
+
+    def is_running(self, broker_id: int) -> bool:
+        return self._running(broker_id)
 
     def _running(self, node_id: int) -> bool:
         proc = self._procs.get(node_id)
@@ -784,7 +788,7 @@ class ApacheKafkaCluster:
             raise ClusterError(f"broker {target} has no replica of {topic}-{partition}")
         return _last_offset_on_disk(partition_dir)
 
-    def replica_epoch_cache(self, topic: str, partition: int, broker: int) -> list[tuple[int, int]]:
+    def epoch_cache(self, topic: str, partition: int, broker: int) -> list[tuple[int, int]]:
         """``(epoch, start_offset)`` entries of ``broker``'s leader-epoch-checkpoint file."""
         path = self._nodes[broker].data_dir / f"{topic}-{partition}" / "leader-epoch-checkpoint"
         lines = path.read_text().split("\n")

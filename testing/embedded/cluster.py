@@ -94,6 +94,15 @@ class EmbeddedCluster:
     def bootstrap_servers(self) -> str:
         return ",".join(f"{b.host}:{b.port}" for b in self._call(self._state.alive_brokers))
 
+    @property
+    def all_bootstrap_servers(self) -> str:
+        """Every broker, running or not: for clients that must outlive the brokers now up."""
+        return ",".join(self.broker_address(b) for b in self.broker_ids)
+
+    @property
+    def running_broker_ids(self) -> list[int]:
+        return [b for b in self.broker_ids if self.is_running(b)]
+
     def broker_address(self, broker_id: int) -> str:
         b = self._state.broker(broker_id)
         return f"{b.host}:{b.port}"

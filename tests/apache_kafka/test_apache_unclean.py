@@ -127,8 +127,8 @@ def test_unclean_election_truncates_the_old_leader(cluster: ApacheKafkaCluster) 
     # A had 8 records; it now has B's 7: it cut its log back to offset 5 and refilled it.
     assert cluster.log_end_offset(topic, 0, A) == 7
     expected_cache = [(t.first_epoch, 0), (t.unclean_epoch, 5)]
-    assert cluster.replica_epoch_cache(topic, 0, A) == expected_cache
-    assert cluster.replica_epoch_cache(topic, 0, B) == expected_cache
+    assert cluster.epoch_cache(topic, 0, A) == expected_cache
+    assert cluster.epoch_cache(topic, 0, B) == expected_cache
     log_text = cluster.node_log(A).read_text()
     assert f"Truncating partition {topic}-0 with TruncationState(offset=5" in log_text
     # Committed records were lost: Kafka itself warns that it cut below the high watermark.

@@ -50,17 +50,10 @@ def module_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         yield cluster
 
 
-def running(cluster: Cluster, broker_id: int) -> bool:
-    if isinstance(cluster, ApacheKafkaCluster):
-        return broker_id in cluster.running_broker_ids
-    assert isinstance(cluster, EmbeddedCluster)
-    return cluster.is_running(broker_id)
-
-
 @pytest.fixture
 def cluster(module_cluster: Cluster) -> Iterator[Cluster]:
     """The module's cluster, every broker running again after the test."""
     yield module_cluster
     for broker_id in module_cluster.broker_ids:
-        if not running(module_cluster, broker_id):
+        if not module_cluster.is_running(broker_id):
             module_cluster.start_broker(broker_id)

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import pytest
 from kafka import KafkaProducer
 
-from epochguard.testing import ApacheKafkaCluster, Cluster, EmbeddedCluster
+from epochguard.testing import ApacheKafkaCluster, Cluster
 from epochguard.testing.apache_kafka.jars import missing_tools, real_kafka_required
 from epochguard.testing.apache_kafka.pytest_support import require_real_kafka
 
@@ -126,26 +126,12 @@ def produce(cluster: Cluster, topic: str, values: list[str]) -> None:
         producer.close(timeout=5)
 
 
-def every_broker(cluster: Cluster) -> str:
-    if isinstance(cluster, ApacheKafkaCluster):
-        return cluster.all_bootstrap_servers
-    assert isinstance(cluster, EmbeddedCluster)
-    return ",".join(cluster.broker_address(b) for b in cluster.broker_ids)
-
-
-def epoch_cache(cluster: Cluster, topic: str, broker: int) -> list[tuple[int, int]]:
-    if isinstance(cluster, ApacheKafkaCluster):
-        return cluster.replica_epoch_cache(topic, 0, broker)
-    assert isinstance(cluster, EmbeddedCluster)
-    return cluster.epoch_cache(topic, 0, broker)
-
-
 def kind(cluster: Cluster) -> str:
     return "apache" if isinstance(cluster, ApacheKafkaCluster) else "embedded"
 
 
 def start_clients(cluster: Cluster, topic: str) -> list[ReferenceClient]:
-    bootstrap = every_broker(cluster)
+    bootstrap = cluster.all_bootstrap_servers
     clients: list[ReferenceClient] = [
         KafkaPythonClient(bootstrap, topic),
         ConfluentClient(bootstrap, topic),
@@ -267,8 +253,8 @@ def test_unclean_election_answers_match_kafka(cluster: Cluster, variant: str) ->
     }
     seen["final_log"] = [list(r) for r in obs.fetch(topic, 0, 0, UNCLEAN).records]
     seen["epoch_caches"] = {
-        "A": epoch_cache(cluster, topic, a),
-        "B": epoch_cache(cluster, topic, b),
+        "A": cluster.epoch_cache(topic, 0, a),
+        "B": cluster.epoch_cache(topic, 0, b),
     }
 
     RESULTS.mkdir(parents=True, exist_ok=True)

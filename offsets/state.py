@@ -376,7 +376,13 @@ class PartitionTracker:
         self._in_flight = True
         if state is _FETCHING:
             return FetchAction(
-                self.tp, leader, self._offset, self._leader_epoch, self._epoch, self._gen
+                self.tp,
+                leader,
+                self._offset,
+                self._leader_epoch,
+                self._epoch,
+                self._gen,
+                self._topic_id,
             )
         if state is S.AWAIT_VALIDATION:
             if self._probe:

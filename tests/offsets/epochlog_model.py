@@ -215,6 +215,8 @@ class Cluster:
 
     def fetch(self, a: FetchAction, max_records: int) -> tuple[str, Any]:
         """("error", code) | ("diverging", (epoch, end)) | ("records", [(first, last, recs)])."""
+        if a.topic_id is not None and a.topic_id != self.topic_id:
+            return ("error", ErrorCode.UNKNOWN_TOPIC_ID)  # Fetch v13+
         err, lead = self._serving(a.leader_id, a.current_leader_epoch)
         if err:
             return ("error", err)

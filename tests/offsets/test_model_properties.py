@@ -77,9 +77,8 @@ class App:
     saved: EpochOffset | None = None
     saved_exact: bool = True
     saved_topic: str = ""
-    # The tracker restarted from a stored position whose epoch is only an upper bound
-    # (stored after a reset, before reading): nothing tells what was read below it.
-    restored_bound: bool = False
+    # Whether the tracker's position epoch was exact just before the current step.
+    exact_before: bool = True
     reports: list[TruncationReport] = field(default_factory=list)
     topic_of_consumed: str = ""
 
@@ -91,7 +90,6 @@ class App:
     def start(self, position: EpochOffset | None, exact: bool = True) -> None:
         self.tracker = PartitionTracker(TP, self.policy)
         self.session_start = None
-        self.restored_bound = position is not None and not exact
         self.deliver_metadata()
         # The application stores position_is_exact next to the position and passes it back.
         self.tracker.restore(position, source="model_store", epoch_exact=exact)
@@ -140,10 +138,10 @@ class App:
         def lost(x: int) -> bool:
             return self.cluster.record(x, lead) != known[x]
 
-        # After a restart from an upper-bound position nothing was read below it in this
-        # session; a truncation below it is real (the leader's answer proves it) but cannot be
-        # matched against consumed records.
-        unjudged = self.restored_bound and self.session_start is None
+        # A position whose epoch is only an upper bound (stored after a reset, or rewound
+        # below what the tracker read) with nothing read below it: the leader's answer proves
+        # a truncation below the position, but there is nothing consumed to match it with.
+        unjudged = not self.exact_before and not any(x < p for x in known)
         if report.divergence is None:
             STATS["reports_unknown"] += 1
             assert unjudged or any(lost(x) for x in known), f"false truncation report {report}"
@@ -192,6 +190,7 @@ class App:
         """One action of the tracker answered by the model. False when idle."""
         STATS["steps"] += 1
         tr = self.tracker
+        self.exact_before = tr.position_is_exact
         a = tr.next_action(self.now)
         self.handle_events()
         if a is None:

@@ -141,7 +141,8 @@ class App:
         # A position whose epoch is only an upper bound (stored after a reset, or rewound
         # below what the tracker read) with nothing read below it: the leader's answer proves
         # a truncation below the position, but there is nothing consumed to match it with.
-        unjudged = not self.exact_before and not any(x < p for x in known)
+        lo = 0 if report.divergence is None else report.divergence.offset
+        unjudged = not self.exact_before and not any(lo <= x < p for x in known)
         if report.divergence is None:
             STATS["reports_unknown"] += 1
             assert unjudged or any(lost(x) for x in known), f"false truncation report {report}"

@@ -3,6 +3,7 @@ hypothesis fuzz of arbitrary, stale and contradictory inputs."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -130,7 +131,7 @@ INPUT = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=int(os.environ.get("EPOCHGUARD_FUZZ_EXAMPLES", "400")), deadline=None)
 @given(
     inputs=st.lists(INPUT, max_size=40),
     reset=st.sampled_from(["earliest", "latest", "none"]),

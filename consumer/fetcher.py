@@ -52,6 +52,9 @@ FETCH_MAX_VERSION = 12
 #: Metadata v7+ carries leader epochs; v10+ topic ids; v12 is the last we need.
 METADATA_MAX_VERSION = 12
 OFFSET_FOR_LEADER_EPOCH_MIN_VERSION = 2
+#: Fetch requests in flight per broker. Measured: a second one does not help once requests
+#: holding only caught-up partitions are deferred (see ``send_requests``).
+MAX_FETCHES_PER_BROKER = 1
 
 
 class _Buffered:
@@ -123,7 +126,8 @@ class Fetcher:
         self.trackers: dict[TopicPartition, PartitionTracker] = {}
         self._buffers: dict[TopicPartition, _Buffered] = {}
         self._buffer_order: collections.deque[TopicPartition] = collections.deque()
-        self._fetching_nodes: set[int] = set()
+        # In-flight fetch requests per broker (at most MAX_FETCHES_PER_BROKER).
+        self._fetching_nodes: dict[int, int] = {}
         self._done: collections.deque[_Done] = collections.deque()
         self._wake = threading.Event()
         self.metrics = FetcherMetrics()
@@ -140,6 +144,8 @@ class Fetcher:
         self._metadata_ok_at = 0.0
         self.metadata_listeners: list[Callable[[], None]] = []
         self._leaders: dict[TopicPartition, tuple[int | None, int | None]] = {}
+        #: partitions whose last fetch reached the high watermark
+        self._caught_up: dict[TopicPartition, bool] = {}
         self._read_committed = config["isolation_level"] == "read_committed"
         self._fetch_max_version = int(config.get("max_fetch_version", FETCH_MAX_VERSION))
         self._metadata_max_version = int(
@@ -164,6 +170,7 @@ class Fetcher:
 
     def drop_buffer(self, tp: TopicPartition) -> None:
         self._buffers.pop(tp, None)
+        self._caught_up.pop(tp, None)
 
     def after_input(self, tp: TopicPartition) -> None:
         """Called after any command to a tracker: buffered records are only valid while the
@@ -349,7 +356,7 @@ class Fetcher:
             if isinstance(action, WaitAction):
                 wake_at = min(wake_at, action.until)
             elif isinstance(action, FetchAction):
-                if action.leader_id in self._fetching_nodes:
+                if self._fetching_nodes.get(action.leader_id, 0) >= MAX_FETCHES_PER_BROKER:
                     tracker.cancel(action)
                 else:
                     fetches.setdefault(action.leader_id, []).append(action)
@@ -358,8 +365,17 @@ class Fetcher:
             elif isinstance(action, ResetAction):
                 resets.setdefault(action.leader_id, []).append(action)
             self._drain_events(tp)
-        for node, actions in fetches.items():
-            self._send_fetch(node, actions)
+        if fetches:
+            busy = {b.action.leader_id for b in self._buffers.values()}
+            for node, actions in fetches.items():
+                if node in busy and all(self._caught_up.get(a.tp, False) for a in actions):
+                    # Only partitions at the end of their log: such a request long-polls for
+                    # fetch_max_wait_ms. Send them along with the partitions the application
+                    # is still draining from this broker instead.
+                    for a in actions:
+                        self.trackers[a.tp].cancel(a)
+                    continue
+                self._send_fetch(node, actions)
         for node, vactions in validations.items():
             self._send_validation(node, vactions)
         for node, ractions in resets.items():
@@ -397,14 +413,18 @@ class Fetcher:
             min_version=4,
             max_version=self._fetch_max_version,
         )
-        self._fetching_nodes.add(node)
+        self._fetching_nodes[node] = self._fetching_nodes.get(node, 0) + 1
         self.metrics.fetch_requests += 1
         fut = self._client.send(node, request, cfg["request_timeout_ms"] + cfg["fetch_max_wait_ms"])
         self._complete(self._on_fetch, (node, {a.tp: a for a in actions}), fut)
 
     def _on_fetch(self, context: Any, future: Any) -> None:
         node, actions = context
-        self._fetching_nodes.discard(node)
+        left = self._fetching_nodes.get(node, 1) - 1
+        if left > 0:
+            self._fetching_nodes[node] = left
+        else:
+            self._fetching_nodes.pop(node, None)
         now = time.monotonic()
         if future.exception is not None:
             self.metrics.request_failures += 1
@@ -433,6 +453,7 @@ class Fetcher:
                 tracker = self.trackers.get(tp)
                 if action is None or tracker is None:
                     continue
+                self._caught_up[tp] = False
                 if p.error_code:
                     self.metrics.fetch_errors += 1
                     tracker.on_fetch_error(action, p.error_code, now)
@@ -460,11 +481,13 @@ class Fetcher:
                         read_committed=self._read_committed,
                     )
                     if decoded.next_offset is not None and decoded.next_offset > action.offset:
+                        self._caught_up[tp] = decoded.next_offset >= p.high_watermark
                         if tp not in self._buffers:
                             self._buffer_order.append(tp)
                         self._buffers[tp] = _Buffered(
                             action, decoded.records, decoded.next_offset, decoded.last_epoch)
                         continue
+                self._caught_up[tp] = action.offset >= p.high_watermark
                 tracker.on_empty_fetch(action)
                 self.after_input(tp)
         # Partitions the broker left out: hand the fetch out again.

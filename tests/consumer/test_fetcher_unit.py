@@ -71,6 +71,7 @@ def test_diverging_epoch_is_acted_on_without_offset_for_leader_epoch(mocker: Any
     action = FetchAction(TP, 1, 15, 3, 3, _token(tracker))
     div = NS(epoch=3, end_offset=12)
     part = NS(partition_index=0, error_code=0, diverging_epoch=div, records=b"",
+              high_watermark=20,
               aborted_transactions=None)
     resp = NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
     client.send.reset_mock()
@@ -101,6 +102,7 @@ def test_buffered_records_are_dropped_when_validation_starts(mocker: Any) -> Non
         b.append(timestamp=i, key=None, value=b"v", headers=[])
     b.close()
     part = NS(partition_index=0, error_code=0, diverging_epoch=None, records=b.buffer(),
+              high_watermark=10,
               aborted_transactions=None)
     resp = NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
     action = FetchAction(TP, 1, 0, 0, None, _token(tracker))

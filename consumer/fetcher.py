@@ -437,7 +437,6 @@ class Fetcher:
             return
         response = future.value
         version = response.API_VERSION
-        check_crcs = self._config["check_crcs"]
         if getattr(response, "error_code", 0):
             for tp, action in actions.items():
                 tracker = self.trackers.get(tp)
@@ -450,51 +449,58 @@ class Fetcher:
             for p in topic.partitions:
                 tp = TopicPartition(name, p.partition_index)
                 action = actions.pop(tp, None)
-                tracker = self.trackers.get(tp)
-                if action is None or tracker is None:
-                    continue
-                self._caught_up[tp] = False
-                if p.error_code:
-                    self.metrics.fetch_errors += 1
-                    tracker.on_fetch_error(action, p.error_code, now)
-                    self.after_input(tp)
-                    continue
-                div = p.diverging_epoch if version >= 12 else None
-                if div is not None and (div.epoch >= 0 or div.end_offset >= 0):
-                    self.metrics.diverging_epoch_responses += 1
-                    tracker.on_diverging_epoch(action, div.epoch, div.end_offset, now)
-                    self.after_input(tp)
-                    continue
-                data = p.records
-                if data:
-                    self.metrics.bytes_fetched += len(data)
-                    aborted = (
-                        [(a.producer_id, a.first_offset) for a in p.aborted_transactions]
-                        if self._read_committed and p.aborted_transactions else None
-                    )
-                    decoded = decode_records(
-                        data, name, p.partition_index, action.offset,
-                        check_crcs=check_crcs,
-                        key_deserializer=self._key_des,
-                        value_deserializer=self._value_des,
-                        aborted_producers=aborted,
-                        read_committed=self._read_committed,
-                    )
-                    if decoded.next_offset is not None and decoded.next_offset > action.offset:
-                        self._caught_up[tp] = decoded.next_offset >= p.high_watermark
-                        if tp not in self._buffers:
-                            self._buffer_order.append(tp)
-                        self._buffers[tp] = _Buffered(
-                            action, decoded.records, decoded.next_offset, decoded.last_epoch)
-                        continue
-                self._caught_up[tp] = action.offset >= p.high_watermark
-                tracker.on_empty_fetch(action)
-                self.after_input(tp)
+                if action is not None:
+                    self._apply_partition(tp, action, p, version, now)
         # Partitions the broker left out: hand the fetch out again.
         for tp, action in actions.items():
             tracker = self.trackers.get(tp)
             if tracker is not None:
                 tracker.cancel(action)
+
+    def _apply_partition(
+        self, tp: TopicPartition, action: FetchAction, p: Any, version: int, now: float
+    ) -> None:
+        """One partition of a Fetch answer, for the action it answers."""
+        tracker = self.trackers.get(tp)
+        if tracker is None:
+            return
+        self._caught_up[tp] = False
+        if p.error_code:
+            self.metrics.fetch_errors += 1
+            tracker.on_fetch_error(action, p.error_code, now)
+            self.after_input(tp)
+            return
+        div = p.diverging_epoch if version >= 12 else None
+        if div is not None and (div.epoch >= 0 or div.end_offset >= 0):
+            self.metrics.diverging_epoch_responses += 1
+            tracker.on_diverging_epoch(action, div.epoch, div.end_offset, now)
+            self.after_input(tp)
+            return
+        data = p.records
+        if data:
+            self.metrics.bytes_fetched += len(data)
+            aborted = (
+                [(a.producer_id, a.first_offset) for a in p.aborted_transactions]
+                if self._read_committed and p.aborted_transactions else None
+            )
+            decoded = decode_records(
+                data, tp.topic, tp.partition, action.offset,
+                check_crcs=self._config["check_crcs"],
+                key_deserializer=self._key_des,
+                value_deserializer=self._value_des,
+                aborted_producers=aborted,
+                read_committed=self._read_committed,
+            )
+            if decoded.next_offset is not None and decoded.next_offset > action.offset:
+                self._caught_up[tp] = decoded.next_offset >= p.high_watermark
+                if tp not in self._buffers:
+                    self._buffer_order.append(tp)
+                self._buffers[tp] = _Buffered(
+                    action, decoded.records, decoded.next_offset, decoded.last_epoch)
+                return
+        self._caught_up[tp] = action.offset >= p.high_watermark
+        tracker.on_empty_fetch(action)
+        self.after_input(tp)
 
     def _send_validation(self, node: int, actions: list[ValidateAction]) -> None:
         OT = OffsetForLeaderEpochRequest.OffsetForLeaderTopic

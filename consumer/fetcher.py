@@ -76,6 +76,33 @@ class _Buffered:
         self.last_epoch = last_epoch
 
 
+class _Prefetch:
+    """A fetch sent before the tracker asked for it: the request the tracker will make once
+    the application has drained the partition's buffer. It is only used as the answer to a
+    tracker ``FetchAction`` asking for exactly the same thing (same leader, offset, current
+    leader epoch and last fetched epoch); otherwise it is thrown away. The tracker still
+    sees one answer per request it made, so it keeps every decision."""
+
+    __slots__ = ("answer", "current_leader_epoch", "done", "last_fetched_epoch", "node",
+                 "offset", "version", "waiting")
+
+    def __init__(self, node: int, offset: int, current_leader_epoch: int | None,
+                 last_fetched_epoch: int | None) -> None:
+        self.node = node
+        self.offset = offset
+        self.current_leader_epoch = current_leader_epoch
+        self.last_fetched_epoch = last_fetched_epoch
+        self.done = False
+        self.answer: Any = None
+        self.version = 0
+        self.waiting: FetchAction | None = None
+
+    def matches(self, action: FetchAction) -> bool:
+        return (action.leader_id == self.node and action.offset == self.offset
+                and action.current_leader_epoch == self.current_leader_epoch
+                and action.last_fetched_epoch == self.last_fetched_epoch)
+
+
 class FetcherMetrics:
     """Plain counters, exposed through ``EpochConsumer.metrics()``."""
 
@@ -88,6 +115,8 @@ class FetcherMetrics:
         self.offset_for_leader_epoch_requests = 0
         self.list_offsets_requests = 0
         self.diverging_epoch_responses = 0
+        self.prefetches_used = 0
+        self.prefetches_discarded = 0
         self.truncations_detected = 0
         self.records_lost = 0
         self.validations = 0
@@ -146,6 +175,8 @@ class Fetcher:
         self._leaders: dict[TopicPartition, tuple[int | None, int | None]] = {}
         #: partitions whose last fetch reached the high watermark
         self._caught_up: dict[TopicPartition, bool] = {}
+        self._prefetch: dict[TopicPartition, _Prefetch] = {}
+        self._prefetch_enabled = True
         self._read_committed = config["isolation_level"] == "read_committed"
         self._fetch_max_version = int(config.get("max_fetch_version", FETCH_MAX_VERSION))
         self._metadata_max_version = int(
@@ -171,6 +202,11 @@ class Fetcher:
     def drop_buffer(self, tp: TopicPartition) -> None:
         self._buffers.pop(tp, None)
         self._caught_up.pop(tp, None)
+        self._drop_prefetch(tp)
+
+    def _drop_prefetch(self, tp: TopicPartition) -> None:
+        if self._prefetch.pop(tp, None) is not None:
+            self.metrics.prefetches_discarded += 1
 
     def after_input(self, tp: TopicPartition) -> None:
         """Called after any command to a tracker: buffered records are only valid while the
@@ -178,6 +214,7 @@ class Fetcher:
         tracker = self.trackers.get(tp)
         if tracker is None or tracker.state is not _FETCHING or tracker.paused:
             self._buffers.pop(tp, None)
+            self._drop_prefetch(tp)
         self._drain_events(tp)
 
     def has_buffered(self) -> bool:
@@ -346,6 +383,7 @@ class Fetcher:
         fetches: dict[int, list[FetchAction]] = {}
         validations: dict[int, list[ValidateAction]] = {}
         resets: dict[int, list[ResetAction]] = {}
+        ready: list[tuple[TopicPartition, FetchAction, _Prefetch]] = []
         for tp, tracker in self.trackers.items():
             if tp in self._buffers:
                 continue
@@ -356,6 +394,17 @@ class Fetcher:
             if isinstance(action, WaitAction):
                 wake_at = min(wake_at, action.until)
             elif isinstance(action, FetchAction):
+                pf = self._prefetch.get(tp)
+                if pf is not None:
+                    if pf.matches(action):
+                        if pf.done:
+                            del self._prefetch[tp]
+                            ready.append((tp, action, pf))
+                        else:
+                            pf.waiting = action  # answered when the prefetch completes
+                        self._drain_events(tp)
+                        continue
+                    self._drop_prefetch(tp)
                 if self._fetching_nodes.get(action.leader_id, 0) >= MAX_FETCHES_PER_BROKER:
                     tracker.cancel(action)
                 else:
@@ -376,30 +425,36 @@ class Fetcher:
                         self.trackers[a.tp].cancel(a)
                     continue
                 self._send_fetch(node, actions)
+        for tp, action, pf in ready:
+            self.metrics.prefetches_used += 1
+            self._apply_partition(tp, action, pf.answer, pf.version, now)
+        if self._prefetch_enabled and self._buffers:
+            self._send_prefetches()
         for node, vactions in validations.items():
             self._send_validation(node, vactions)
         for node, ractions in resets.items():
             self._send_list_offsets(node, ractions)
         return wake_at
 
-    def _send_fetch(self, node: int, actions: list[FetchAction]) -> None:
+    def _fetch_request(
+        self, entries: list[tuple[TopicPartition, int, int | None, int | None]]
+    ) -> Any:
+        """A Fetch for ``(tp, offset, current_leader_epoch, last_fetched_epoch)`` entries."""
         cfg = self._config
         by_topic: dict[str, list[Any]] = {}
         FP = FetchRequest.FetchTopic.FetchPartition
-        for a in actions:
-            by_topic.setdefault(a.tp.topic, []).append(
+        for tp, offset, cle, lfe in entries:
+            by_topic.setdefault(tp.topic, []).append(
                 FP(
-                    partition=a.tp.partition,
-                    current_leader_epoch=-1 if a.current_leader_epoch is None
-                    else a.current_leader_epoch,
-                    fetch_offset=a.offset,
-                    last_fetched_epoch=-1 if a.last_fetched_epoch is None
-                    else a.last_fetched_epoch,
+                    partition=tp.partition,
+                    current_leader_epoch=-1 if cle is None else cle,
+                    fetch_offset=offset,
+                    last_fetched_epoch=-1 if lfe is None else lfe,
                     log_start_offset=-1,
                     partition_max_bytes=cfg["max_partition_fetch_bytes"],
                 )
             )
-        request = FetchRequest(
+        return FetchRequest(
             replica_id=-1,
             max_wait_ms=cfg["fetch_max_wait_ms"],
             min_bytes=cfg["fetch_min_bytes"],
@@ -413,18 +468,88 @@ class Fetcher:
             min_version=4,
             max_version=self._fetch_max_version,
         )
+
+    def _send_fetch(self, node: int, actions: list[FetchAction]) -> None:
+        cfg = self._config
+        request = self._fetch_request(
+            [(a.tp, a.offset, a.current_leader_epoch, a.last_fetched_epoch) for a in actions])
         self._fetching_nodes[node] = self._fetching_nodes.get(node, 0) + 1
         self.metrics.fetch_requests += 1
         fut = self._client.send(node, request, cfg["request_timeout_ms"] + cfg["fetch_max_wait_ms"])
         self._complete(self._on_fetch, (node, {a.tp: a for a in actions}), fut)
 
-    def _on_fetch(self, context: Any, future: Any) -> None:
-        node, actions = context
+    def _send_prefetches(self) -> None:
+        """For brokers with no fetch in flight: fetch what buffered partitions will ask for
+        next, so the answer is (often) there when the application drains them."""
+        by_node: dict[int, list[tuple[TopicPartition, _Prefetch]]] = {}
+        for tp, buf in self._buffers.items():
+            if tp in self._prefetch or self._caught_up.get(tp, False):
+                continue
+            tracker = self.trackers.get(tp)
+            if tracker is None or tracker.state is not _FETCHING or tracker.paused:
+                continue
+            node = buf.action.leader_id
+            if node != tracker.leader_id or self._fetching_nodes.get(node, 0) > 0:
+                continue
+            last = buf.records[-1].leader_epoch if buf.records else buf.last_epoch
+            pf = _Prefetch(node, buf.next_offset, tracker.leader_epoch,
+                           None if last is None or last < 0 else last)
+            by_node.setdefault(node, []).append((tp, pf))
+        cfg = self._config
+        for node, items in by_node.items():
+            for tp, pf in items:
+                self._prefetch[tp] = pf
+            request = self._fetch_request(
+                [(tp, pf.offset, pf.current_leader_epoch, pf.last_fetched_epoch)
+                 for tp, pf in items])
+            self._fetching_nodes[node] = self._fetching_nodes.get(node, 0) + 1
+            self.metrics.fetch_requests += 1
+            fut = self._client.send(
+                node, request, cfg["request_timeout_ms"] + cfg["fetch_max_wait_ms"])
+            self._complete(self._on_prefetch, (node, dict(items)), fut)
+
+    def _on_prefetch(self, context: Any, future: Any) -> None:
+        node: int = context[0]
+        sent: dict[TopicPartition, _Prefetch] = context[1]
+        self._node_done(node)
+        now = time.monotonic()
+        ok = future.exception is None and not getattr(future.value, "error_code", 0)
+        if ok:
+            response = future.value
+            for topic in response.responses:
+                for p in topic.partitions:
+                    tp = TopicPartition(topic.topic, p.partition_index)
+                    found = sent.pop(tp, None)
+                    if found is None or self._prefetch.get(tp) is not found:
+                        continue  # discarded meanwhile
+                    pf = found
+                    if pf.waiting is not None:
+                        del self._prefetch[tp]
+                        self.metrics.prefetches_used += 1
+                        self._apply_partition(tp, pf.waiting, p, response.API_VERSION, now)
+                    else:
+                        pf.answer, pf.version, pf.done = p, response.API_VERSION, True
+        else:
+            self.metrics.request_failures += 1
+        # Failed, or left out of the answer: the tracker's request (if made) goes out again.
+        for tp, pf in sent.items():
+            if self._prefetch.get(tp) is not pf:
+                continue
+            del self._prefetch[tp]
+            tracker = self.trackers.get(tp)
+            if pf.waiting is not None and tracker is not None:
+                tracker.cancel(pf.waiting)
+
+    def _node_done(self, node: int) -> None:
         left = self._fetching_nodes.get(node, 1) - 1
         if left > 0:
             self._fetching_nodes[node] = left
         else:
             self._fetching_nodes.pop(node, None)
+
+    def _on_fetch(self, context: Any, future: Any) -> None:
+        node, actions = context
+        self._node_done(node)
         now = time.monotonic()
         if future.exception is not None:
             self.metrics.request_failures += 1
@@ -622,6 +747,7 @@ class Fetcher:
             last_chunk = end >= len(records)
             if not self._advance(tracker, buf, chunk, last_chunk):
                 self._buffers.pop(tp, None)
+                self._drop_prefetch(tp)
                 order.popleft()
                 self.after_input(tp)
                 continue

@@ -34,6 +34,7 @@ from epochguard.offsets.events import (
     ValidateAction,
     ValidationStarted,
     WaitAction,
+    log_events,
 )
 from epochguard.offsets.policy import (
     OffsetPolicy,
@@ -93,4 +94,5 @@ __all__ = [
     "ValidateAction",
     "ValidationStarted",
     "WaitAction",
+    "log_events",
 ]

@@ -6,9 +6,11 @@ logs, metrics, callbacks or exceptions.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import Any, TypeAlias
 
 import attrs
+import structlog
 
 from epochguard.offsets.policy import ResetStrategy
 from epochguard.offsets.position import EpochOffset
@@ -28,6 +30,9 @@ class FetchAction:
     current_leader_epoch: int | None
     last_fetched_epoch: int | None
     token: int
+    #: The topic id from metadata (Fetch v13+ sends it; the broker then answers
+    #: UNKNOWN_TOPIC_ID for a recreated topic instead of serving the new log).
+    topic_id: Any = None
 
 
 @attrs.frozen(slots=True)
@@ -212,3 +217,24 @@ Event: TypeAlias = (
 
 def _tp(tp: Any) -> dict[str, Any]:
     return {"topic": tp.topic, "partition": tp.partition}
+
+
+#: Log level per event name for :func:`log_events` (anything else: info).
+EVENT_LEVELS: dict[str, str] = {
+    "truncation_detected": "warning",
+    "no_valid_offset": "error",
+    "request_failed": "debug",
+    "metadata_refresh_needed": "debug",
+    "offset_validation_started": "debug",
+}
+
+
+def log_events(events: Iterable[Event], logger: Any = None) -> None:
+    """Log events as structlog events: the event's ``name`` and its ``to_dict()`` keys.
+
+    The core never logs by itself (its hot path stays free of logging); drivers call this
+    with what they drained, or route events elsewhere.
+    """
+    log = structlog.get_logger("epochguard") if logger is None else logger
+    for ev in events:
+        getattr(log, EVENT_LEVELS.get(ev.name, "info"))(ev.name, **ev.to_dict())

@@ -12,6 +12,7 @@ table below is the complete picture of what can happen to a partition.
 from __future__ import annotations
 
 import enum
+import uuid
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -159,8 +160,8 @@ def classify_error(code: int) -> ErrorClass:
     return ERROR_CLASSES.get(code, ErrorClass.RETRIABLE)
 
 
-#: Bound on the remembered (epoch, first offset) history; older entries are dropped, which
-#: only makes divergence points of very old epochs less precise, never wrong.
+#: Bound on the remembered (epoch, first offset) history. Dropping old entries can only turn
+#: an exact divergence point far in the past into an unknown one, never into a wrong one.
 MAX_EPOCH_HISTORY: Final = 64
 
 #: How many metadata refreshes to wait for the leader epoch to reach a position's epoch
@@ -168,6 +169,12 @@ MAX_EPOCH_HISTORY: Final = 64
 MAX_EPOCH_WAITS: Final = 5
 
 _FETCHING = S.FETCHING
+
+#: Kafka's "no topic id" (``Uuid.ZERO_UUID``) in the forms drivers may pass it: not an id,
+#: so it must never look like a recreated topic.
+_NO_TOPIC_IDS: Final = frozenset(
+    {uuid.UUID(int=0), str(uuid.UUID(int=0)), "AAAAAAAAAAAAAAAAAAAAAA", "", 0, b"\0" * 16}
+)
 
 #: Reset reasons that mean "our position fell off the start of the log": the reset must move
 #: forward. A reset answer behind the position means the log was replaced instead.
@@ -199,6 +206,7 @@ class PartitionTracker:
         "_epoch",
         "_error",
         "_events",
+        "_from_reset",
         "_gen",
         "_hist",
         "_hist_epoch",
@@ -234,6 +242,8 @@ class PartitionTracker:
         self._offset = -1
         self._epoch: int | None = None
         self._source: str | None = None
+        # The position was set by a reset (ListOffsets) and nothing was read since.
+        self._from_reset = False
         # (epoch, first offset consumed in it), ascending; what this consumer actually read.
         self._hist: list[tuple[int, int]] = []
         self._hist_epoch: int | None = None
@@ -312,9 +322,25 @@ class PartitionTracker:
         return self._topic_id
 
     @property
+    def position_is_exact(self) -> bool:
+        """True when the position's epoch is the epoch of the record before it as read by
+        this tracker (or promised by ``epoch_exact``), False when it is an upper bound (after
+        a reset, or a rewind below what this tracker read). Drivers that can store this flag
+        with the position pass it back to :meth:`restore`."""
+        return self._epoch is None or bool(self._hist)
+
+    @property
     def epoch_history(self) -> tuple[tuple[int, int], ...]:
         """``(epoch, first offset read in it)`` pairs this consumer read since its last seek."""
         return tuple(self._hist)
+
+    def __repr__(self) -> str:
+        pos = "none" if self._offset < 0 else str(EpochOffset(self._offset, self._epoch))
+        return (
+            f"<PartitionTracker {self.tp.topic}-{self.tp.partition} {self._state.name} "
+            f"position={pos} leader={self._leader_id}@e{self._leader_epoch}"
+            f"{' paused' if self._paused else ''}>"
+        )
 
     def drain_events(self) -> list[Event]:
         events, self._events = self._events, []
@@ -350,7 +376,13 @@ class PartitionTracker:
         self._in_flight = True
         if state is _FETCHING:
             return FetchAction(
-                self.tp, leader, self._offset, self._leader_epoch, self._epoch, self._gen
+                self.tp,
+                leader,
+                self._offset,
+                self._leader_epoch,
+                self._epoch,
+                self._gen,
+                self._topic_id,
             )
         if state is S.AWAIT_VALIDATION:
             if self._probe:
@@ -376,26 +408,42 @@ class PartitionTracker:
 
     # ----------------------------------------------------------------- commands from the app
 
-    def restore(self, position: EpochOffset | None, source: str = "committed") -> None:
-        """Start from a committed/stored position (``None``: there is none)."""
+    def restore(
+        self, position: EpochOffset | None, source: str = "committed", epoch_exact: bool = False
+    ) -> None:
+        """Start from a committed/stored position (``None``: there is none).
+
+        ``epoch_exact``: see :meth:`seek`.
+        """
         if position is None:
             self._source = source
             self._no_valid_offset("no_committed_offset", no_offset=True)
         else:
-            self.seek(position, source=source)
+            self.seek(position, source=source, epoch_exact=epoch_exact)
 
-    def seek(self, position: EpochOffset | int, source: str = "seek") -> None:
+    def seek(
+        self, position: EpochOffset | int, source: str = "seek", epoch_exact: bool = False
+    ) -> None:
         """Move to ``position``. With an epoch it is validated before the first fetch (after
-        metadata has caught up with that epoch); without one it is fetched from directly."""
+        metadata has caught up with that epoch); without one it is fetched from directly.
+
+        A position's epoch is at most the epoch of the record before it; positions committed
+        right after a reset carry the leader's epoch instead, which may have no records at
+        all. So by default a leader that lacks the epoch but whose older epoch reaches the
+        offset validates the position (Java's rule). ``epoch_exact=True`` promises that the
+        record before the offset was read in exactly this epoch (see
+        :attr:`position_is_exact`); then a leader lacking the epoch means truncation.
+        """
         if not isinstance(position, EpochOffset):
             position = EpochOffset(position)
         self._error = None
         self._source = source
+        self._from_reset = False
         self._offset = position.offset
         # The epoch is that of the record before the offset; at 0 there is none.
         self._epoch = position.leader_epoch if position.offset > 0 else None
         self._clear_history()
-        if self._epoch is not None:
+        if self._epoch is not None and epoch_exact:
             # What the position itself says: offset-1 was read in this epoch. Where the
             # reader entered that epoch is unknown (``_hist_inexact``).
             self._hist.append((self._epoch, position.offset - 1))
@@ -449,6 +497,8 @@ class PartitionTracker:
         older leader epoch than already seen, same topic)."""
         if leader_epoch is not None and leader_epoch < 0:
             leader_epoch = None
+        if topic_id in _NO_TOPIC_IDS:
+            topic_id = None
         if topic_id is not None and self._topic_id is not None and topic_id != self._topic_id:
             self._topic_recreated(leader_id, leader_epoch, topic_id)
             return True
@@ -615,14 +665,20 @@ class PartitionTracker:
             self._goto(T.RESET_DONE)
             self._offset = offset
             # ListOffsets gives the epoch of the record *at* the offset (earliest) or the
-            # leader's current epoch (latest), not the epoch of the record before it. Nothing
-            # before the offset was read, so there is nothing to protect: no epoch.
-            self._epoch = None
+            # leader's current epoch (latest): an upper bound for the record before it. It
+            # still lets a caught-up consumer notice an election that truncates below it.
+            self._epoch = leader_epoch if offset > 0 else None
             self._clear_history()
             self._source = f"reset_{action.strategy.value}"
+            self._from_reset = True
             self._bump()
             self._events.append(
-                OffsetReset(self.tp, EpochOffset(offset), action.strategy, self._reset_reason)
+                OffsetReset(
+                    self.tp,
+                    EpochOffset(offset, self._epoch),
+                    action.strategy,
+                    self._reset_reason,
+                )
             )
             return True
         # The leader knew no epoch <= ours. Retention (log start past us) or truncation?
@@ -632,7 +688,7 @@ class PartitionTracker:
             self._no_valid_offset("log_start_moved_past_position")
         elif self._offset == log_start:
             # Nothing readable was lost: whatever preceded us is gone for everyone.
-            self._epoch = None
+            self._epoch = leader_epoch if offset > 0 else None
             self._clear_history()
             self._validated(action.current_leader_epoch)
         else:
@@ -787,6 +843,10 @@ class PartitionTracker:
             self._truncation(None, current_leader_epoch)
             return
         if self._bound is None and d >= pos:
+            if self._epoch is not None and end_epoch < self._epoch:
+                # Only reachable without own reads: our epoch was an upper bound. Adopt the
+                # leader's, so that Fetch LastFetchedEpoch stops reporting a divergence.
+                self._epoch = end_epoch
             if self._reset_on_valid:
                 # Not truncated, yet out of range: retention moved the log start past us.
                 self._no_valid_offset("offset_out_of_range")
@@ -799,9 +859,9 @@ class PartitionTracker:
             self._query_epoch = read_epoch
             self._bump()
             return
-        # The divergence point carries an epoch only when we read the record before it in
-        # exactly that epoch; otherwise the leader's epoch is merely an upper bound.
-        epoch = end_epoch if read_epoch == end_epoch and d > 0 else None
+        # Exact when we read the record before ``d`` in ``end_epoch`` ourselves; otherwise
+        # the leader's epoch is an upper bound for it, as in Java.
+        epoch = end_epoch if d > 0 else None
         self._truncation(EpochOffset(d, epoch), current_leader_epoch)
 
     def _validated(self, current_leader_epoch: int | None) -> None:
@@ -814,6 +874,11 @@ class PartitionTracker:
         )
 
     def _truncation(self, divergence: EpochOffset | None, leader_epoch: int | None) -> None:
+        if self._from_reset and not self._hist:
+            # Nothing was read since a reset put us here: the application lost nothing, but
+            # the new records below the position must still be read. Move, do not report.
+            self._reset_again(divergence)
+            return
         report = TruncationReport(
             self.tp,
             EpochOffset(self._offset, self._epoch),
@@ -859,6 +924,17 @@ class PartitionTracker:
                 return
         self._stop_truncated(report)
 
+    def _reset_again(self, divergence: EpochOffset | None) -> None:
+        reason = "log_truncated_below_reset_position"
+        if divergence is None:
+            self._begin_reset(self._reset_strategy, reason)
+            return
+        self._goto(T.TRUNCATION_REWOUND)
+        self._offset = divergence.offset
+        self._epoch = divergence.leader_epoch
+        self._bump()
+        self._events.append(OffsetReset(self.tp, divergence, self._reset_strategy, reason))
+
     def _stop_truncated(self, report: TruncationReport) -> None:
         if self._state is not S.TRUNCATED:
             self._goto(T.TRUNCATION_RAISED)
@@ -902,14 +978,15 @@ class PartitionTracker:
         if state not in (_FETCHING, S.AWAIT_VALIDATION):
             self._bump()
             return
-        self._clear_history()
         if self._offset == 0:
+            self._clear_history()
             self._goto(T.SEEK_VALIDATED)
             self._epoch = None
             self._bump()
             return
         self._cause = DetectedBy.TOPIC_RECREATED
-        # Nothing of the old log exists in the new one: everything read diverges at 0.
+        # Nothing of the old log exists in the new one: everything read diverges at 0. (The
+        # history goes with the rewind; it still tells whether anything was read at all.)
         self._truncation(EpochOffset(0, None), leader_epoch)
 
 

@@ -16,7 +16,7 @@ import sqlite3
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 from kafka.structs import TopicPartition
 
@@ -34,16 +34,18 @@ _COLUMNS: Final = ("namespace", "topic", "partition", "offset", "leader_epoch")
 class OffsetStore(Protocol):
     """What a consumer needs to restore and persist positions."""
 
-    def load(self) -> dict[Any, EpochOffset]:
+    def load(self) -> dict[TopicPartition, EpochOffset]:
         """Every stored position, keyed by ``TopicPartition``."""
         ...
 
-    def save(self, mapping: Mapping[Any, EpochOffset]) -> None:
+    def save(self, mapping: Mapping[TopicPartition, EpochOffset]) -> None:
         """Store these positions atomically (other partitions stay as they are)."""
         ...
 
 
-def _check_mapping(mapping: Mapping[Any, EpochOffset]) -> list[tuple[str, int, EpochOffset]]:
+def _check_mapping(
+    mapping: Mapping[TopicPartition, EpochOffset],
+) -> list[tuple[str, int, EpochOffset]]:
     rows = []
     for tp, pos in mapping.items():
         if not isinstance(pos, EpochOffset):
@@ -168,7 +170,7 @@ class SqliteOffsetStore:
     def connection(self) -> sqlite3.Connection:
         return self._conn
 
-    def load(self) -> dict[Any, EpochOffset]:
+    def load(self) -> dict[TopicPartition, EpochOffset]:
         try:
             rows = self._conn.execute(
                 f'SELECT topic, partition, "offset", leader_epoch FROM "{self.table}" '
@@ -177,7 +179,7 @@ class SqliteOffsetStore:
             ).fetchall()
         except sqlite3.DatabaseError as exc:
             raise OffsetStoreError(f"cannot read offsets from {self.table!r}: {exc}") from exc
-        out: dict[Any, EpochOffset] = {}
+        out: dict[TopicPartition, EpochOffset] = {}
         for topic, partition, offset, epoch in rows:
             try:
                 out[TopicPartition(topic, partition)] = EpochOffset(offset, epoch)
@@ -188,7 +190,9 @@ class SqliteOffsetStore:
         return out
 
     def save(
-        self, mapping: Mapping[Any, EpochOffset], connection: sqlite3.Connection | None = None
+        self,
+        mapping: Mapping[TopicPartition, EpochOffset],
+        connection: sqlite3.Connection | None = None,
     ) -> None:
         """Upsert ``mapping`` in one transaction, or inside the open transaction of
         ``connection`` (which then commits or rolls back with the caller's own writes)."""
@@ -238,7 +242,7 @@ class JsonFileOffsetStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
-    def load(self) -> dict[Any, EpochOffset]:
+    def load(self) -> dict[TopicPartition, EpochOffset]:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -260,7 +264,7 @@ class JsonFileOffsetStore:
                 f"{self.path} has offsets format version {doc.get('version')!r}; "
                 f"this epochguard reads version {JSON_VERSION}"
             )
-        out: dict[Any, EpochOffset] = {}
+        out: dict[TopicPartition, EpochOffset] = {}
         for entry in doc["offsets"]:
             try:
                 topic, partition = entry["topic"], entry["partition"]
@@ -274,7 +278,7 @@ class JsonFileOffsetStore:
             out[TopicPartition(topic, partition)] = pos
         return out
 
-    def save(self, mapping: Mapping[Any, EpochOffset]) -> None:
+    def save(self, mapping: Mapping[TopicPartition, EpochOffset]) -> None:
         rows = _check_mapping(mapping)
         merged = self.load()
         for topic, partition, pos in rows:

@@ -8,9 +8,14 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in {"-h", "--help"}:
-        print("usage: epochguard {demo,cluster} [options]")
+        print("usage: epochguard {demo [--fast|--sans-io],cluster} [options]")
         return 0
     if args[0] == "demo":
+        if "--sans-io" in args[1:]:
+            # The tracker alone, driven by a scripted two-broker log (no sockets).
+            from epochguard.offsets._demo import run_demo as run_sans_io_demo
+
+            return run_sans_io_demo()
         from epochguard.consumer.demo import run_demo
 
         return run_demo(fast="--fast" in args[1:])

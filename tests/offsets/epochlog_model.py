@@ -89,6 +89,12 @@ class Cluster:
     history: list[tuple[int | None, int, str]] = field(default_factory=list)
     unclean_elections: int = 0
     truncated_records: int = 0
+    # An old leader that has not heard of its successor: (replica id, its epoch). It keeps
+    # answering clients that still send its epoch, and may take writes.
+    zombie: tuple[int, int] | None = None
+    zombie_answers: int = 0
+    # The replica that answered the last request (the leader, or a zombie).
+    answered_by: Replica | None = None
 
     def __post_init__(self) -> None:
         self.replicas[0].assign(0, 0)
@@ -112,6 +118,8 @@ class Cluster:
         if lead is None or rid == self.leader:
             return
         f = self.replicas[rid]
+        if self.zombie is not None and self.zombie[0] == rid:
+            self.zombie = None  # it fetched from the new leader: it knows now
         common = 0
         for a, b in zip(f.log, lead.log, strict=False):
             if a != b:
@@ -126,17 +134,30 @@ class Cluster:
                 f.cache.append((rec[0], f.leo))
             f.log.append(rec)
 
-    def elect(self, rid: int) -> None:
+    def elect(self, rid: int, zombie: bool = False) -> None:
         lead = self.leader_replica()
         if lead is not None and self.replicas[rid].log != lead.log:
             self.unclean_elections += 1
+        self.zombie = None
+        if zombie and lead is not None and lead.rid != rid:
+            self.zombie = (lead.rid, self.epoch)
         self.epoch += 1
         self.leader = rid
         new = self.replicas[rid]
         new.assign(self.epoch, new.leo)
         self.history.append(self.metadata())
 
+    def zombie_append(self, n: int) -> None:
+        """A producer with stale metadata writes to the zombie (acks=1)."""
+        if self.zombie is None:
+            return
+        rid, epoch = self.zombie
+        for _ in range(n):
+            self.uid += 1
+            self.replicas[rid].log.append((epoch, self.uid))
+
     def go_offline(self) -> None:
+        self.zombie = None
         if self.leader is not None:
             self.leader = None
             self.epoch += 1  # Kafka bumps the epoch when the leader is removed
@@ -150,6 +171,7 @@ class Cluster:
                 r.truncate_from_start(new_start)
 
     def recreate_topic(self) -> None:
+        self.zombie = None
         self.topic_id = f"topic-{int(self.topic_id.split('-')[1]) + 1}"
         self.replicas = [Replica(i) for i in range(3)]
         self.epoch = 0
@@ -161,6 +183,23 @@ class Cluster:
         return (self.leader, self.epoch, self.topic_id)
 
     # --------------------------------------------------------------------- broker side
+
+    def _serving(self, leader_id: int, current_leader_epoch: int | None) -> tuple[int, Replica]:
+        """The replica answering a request sent to ``leader_id``, or an error code."""
+        if self.zombie is not None and leader_id == self.zombie[0]:
+            rid, epoch = self.zombie
+            if current_leader_epoch is not None and current_leader_epoch > epoch:
+                return ErrorCode.UNKNOWN_LEADER_EPOCH, self.replicas[rid]
+            if current_leader_epoch is not None and current_leader_epoch < epoch:
+                return ErrorCode.FENCED_LEADER_EPOCH, self.replicas[rid]
+            self.zombie_answers += 1
+            self.answered_by = self.replicas[rid]
+            return ErrorCode.NONE, self.replicas[rid]
+        err = self._check(leader_id, current_leader_epoch)
+        lead = self.leader_replica()
+        if not err:
+            self.answered_by = lead
+        return err, lead if lead is not None else self.replicas[0]
 
     def _check(self, leader_id: int, current_leader_epoch: int | None) -> int:
         if self.leader is None:
@@ -175,12 +214,12 @@ class Cluster:
         return ErrorCode.NONE
 
     def fetch(self, a: FetchAction, max_records: int) -> tuple[str, Any]:
-        """("error", code) | ("diverging", (epoch, end)) | ("records", [(first, last, epoch)])."""
-        err = self._check(a.leader_id, a.current_leader_epoch)
+        """("error", code) | ("diverging", (epoch, end)) | ("records", [(first, last, recs)])."""
+        if a.topic_id is not None and a.topic_id != self.topic_id:
+            return ("error", ErrorCode.UNKNOWN_TOPIC_ID)  # Fetch v13+
+        err, lead = self._serving(a.leader_id, a.current_leader_epoch)
         if err:
             return ("error", err)
-        lead = self.leader_replica()
-        assert lead is not None
         last_fetched = a.last_fetched_epoch if self.diverging_epoch else None
         if last_fetched is not None:
             e, end = lead.end_offset_for(last_fetched, self.modern_epoch_cache)
@@ -190,37 +229,35 @@ class Cluster:
                 return ("diverging", (e, end))
         if a.offset < lead.log_start or a.offset > lead.leo:
             return ("error", ErrorCode.OFFSET_OUT_OF_RANGE)
-        batches: list[tuple[int, int, int]] = []
+        batches: list[tuple[int, int, list[Rec]]] = []
         for off in range(a.offset, min(lead.leo, a.offset + max_records)):
-            epoch = lead.log[off][0]
-            if batches and batches[-1][2] == epoch:
-                batches[-1] = (batches[-1][0], off, epoch)
+            rec = lead.log[off]
+            if batches and batches[-1][2][-1][0] == rec[0]:
+                batches[-1][2].append(rec)
+                batches[-1] = (batches[-1][0], off, batches[-1][2])
             else:
-                batches.append((off, off, epoch))
+                batches.append((off, off, [rec]))
         return ("records", batches)
 
     def offset_for_leader_epoch(self, a: ValidateAction) -> tuple[int, int, int]:
-        err = self._check(a.leader_id, a.current_leader_epoch)
+        err, lead = self._serving(a.leader_id, a.current_leader_epoch)
         if err:
             return (err, -1, -1)
-        lead = self.leader_replica()
-        assert lead is not None
         e, end = lead.end_offset_for(a.leader_epoch, self.modern_epoch_cache)
         return (ErrorCode.NONE, e, end)
 
     def list_offsets(self, a: ResetAction) -> tuple[int, int, int]:
-        err = self._check(a.leader_id, a.current_leader_epoch)
+        err, lead = self._serving(a.leader_id, a.current_leader_epoch)
         if err:
             return (err, -1, -1)
-        lead = self.leader_replica()
-        assert lead is not None
         if a.strategy is ResetStrategy.EARLIEST:
             return (ErrorCode.NONE, lead.log_start, lead.epoch_for_offset(lead.log_start))
         return (ErrorCode.NONE, lead.leo, lead.cache[-1][0] if lead.cache else -1)
 
-    def record(self, offset: int) -> Rec | None:
-        """What the current leader has (or had, below its log start) at ``offset``."""
-        lead = self.leader_replica()
+    def record(self, offset: int, replica: Replica | None = None) -> Rec | None:
+        """What the current leader (or ``replica``) has, or had below its log start, at
+        ``offset``."""
+        lead = self.leader_replica() if replica is None else replica
         if lead is None or offset >= lead.leo:
             return None
         return lead.log[offset]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -160,8 +161,9 @@ def test_undefined_answer_probes_log_start_then_reports_unknown_divergence(
     reset = list_offsets(tr)
     assert reset.purpose is ListOffsetsPurpose.RESET and reset.strategy is ResetStrategy.LATEST
     tr.on_list_offsets(reset, 42, 2)
-    # ListOffsets' epoch is not the epoch of the record before 42: the position has none.
-    assert tr.state is S.FETCHING and tr.position == EpochOffset(42)
+    # ListOffsets' epoch only bounds the epoch of the record before 42.
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(42, 2)
+    assert not tr.position_is_exact
     assert [type(e) for e in tr.drain_events()] == [OffsetReset]
 
 
@@ -187,7 +189,7 @@ def test_undefined_answer_position_at_log_start_is_valid() -> None:
     tr.on_validation(elect(tr, 2), 0, -1, -1, 0.0)
     tr.on_list_offsets(list_offsets(tr), 10, 2)
     assert truncations(tr) == []
-    assert tr.state is S.FETCHING and tr.position == EpochOffset(10)
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(10, 2)
 
 
 @pytest.mark.parametrize(
@@ -313,28 +315,73 @@ def test_diverging_epoch_needs_no_round_trip() -> None:
     assert fetch(tr).offset == 6
 
 
-def test_restored_epoch_unknown_to_leader_is_truncation_with_unknown_divergence() -> None:
-    # Offset 9 was read in epoch 5; the leader never had epoch 5 (its epoch 3 reaches 12).
-    # Java calls this valid; the record at 9 cannot be the one that was read.
+def test_exact_restored_epoch_unknown_to_leader_is_truncation_with_unknown_divergence() -> None:
+    # Offset 9 was read in epoch 5 (the driver stored position_is_exact with it); the leader
+    # never had epoch 5 (its epoch 3 reaches 12). Java calls this valid, but the record at 9
+    # cannot be the one that was read.
     tr = PartitionTracker(TP, OffsetPolicy("earliest", "raise"))
     tr.on_metadata(1, 6)
-    tr.seek(EpochOffset(10, 5))
+    tr.restore(EpochOffset(10, 5), epoch_exact=True)
     tr.on_validation(validate(tr), 0, 3, 12, 0.0)
     (ev,) = truncations(tr)
     assert ev.report.divergence is None and ev.report.detected_by is DetectedBy.RESTORE
     assert tr.state is S.TRUNCATED
 
 
-def test_divergence_not_covered_by_own_reads_carries_no_epoch() -> None:
+def test_restored_epoch_is_an_upper_bound_by_default() -> None:
+    # The same answer for a position committed right after a reset (its epoch, 5, may
+    # have no records at all, and followers never learn such epochs): valid, as in Java,
+    # and the leader's epoch is adopted so that LastFetchedEpoch does not diverge forever.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "raise"))
+    tr.on_metadata(1, 6)
+    tr.restore(EpochOffset(10, 5))
+    tr.on_validation(validate(tr), 0, 3, 12, 0.0)
+    assert truncations(tr) == []
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(10, 3)
+    assert fetch(tr).last_fetched_epoch == 3
+
+
+def test_divergence_below_own_reads_is_an_upper_bound_position() -> None:
     tr = PartitionTracker(TP, OffsetPolicy("earliest"))
     tr.on_metadata(1, 6)
     tr.restore(EpochOffset(10, 5))
     tr.on_validation(validate(tr), 0, 5, 7, 0.0)
     (ev,) = truncations(tr)
-    # We did not read offset 6 ourselves: epoch 5 is only an upper bound for it.
-    assert ev.report.divergence == EpochOffset(7) and tr.position == EpochOffset(7)
+    assert ev.report.divergence == EpochOffset(7, 5) and tr.position == EpochOffset(7, 5)
+    assert not tr.position_is_exact  # we did not read offset 6 ourselves
     tr.on_metadata(2, 7)
-    assert tr.state is S.FETCHING
+    tr.on_validation(validate(tr), 0, 3, 9, 0.0)
+    assert truncations(tr) == [] and tr.position == EpochOffset(7, 3)
+
+
+def test_position_is_exact_after_own_reads() -> None:
+    tr = fetching(10, 1)
+    assert tr.position_is_exact
+    tr.on_validation(elect(tr, 2), 0, 1, 7, 0.0)
+    assert tr.position == EpochOffset(7, 1) and tr.position_is_exact
+
+
+def test_caught_up_consumer_after_latest_reset_reads_records_below_it() -> None:
+    # A consumer that started at "latest" (10) and read nothing: an unclean election
+    # truncates to 6 and new records fill 6..12. It must go back to 6 (those are new
+    # records), but it lost nothing it read: no TruncationReport.
+    tr = PartitionTracker(TP, OffsetPolicy("latest", "raise"))
+    tr.on_metadata(1, 4)
+    tr.restore(None)
+    tr.on_list_offsets(list_offsets(tr), 10, 4)
+    assert tr.position == EpochOffset(10, 4)
+    tr.drain_events()
+    tr.on_empty_fetch(fetch(tr))
+    tr.on_validation(elect(tr, 5), 0, 4, 6, 0.0)
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(6, 4)
+    events = tr.drain_events()
+    assert not [e for e in events if isinstance(e, TruncationDetected)]
+    (reset,) = [e for e in events if isinstance(e, OffsetReset)]
+    assert reset.reason == "log_truncated_below_reset_position"
+    # Once it has read something, a truncation is a report again.
+    assert tr.on_records(fetch(tr), 6, 8, 5)
+    tr.on_validation(elect(tr, 6), 0, 5, 7, 0.0)
+    assert tr.state is S.TRUNCATED and tr.error is not None
 
 
 def test_position_zero_has_no_epoch_to_validate() -> None:
@@ -431,7 +478,7 @@ def test_restore_nothing_applies_reset_policy() -> None:
     tr.on_list_offsets(a, 5, 3)
     (ev,) = tr.drain_events()
     assert isinstance(ev, OffsetReset) and ev.reason == "no_committed_offset"
-    assert tr.position == EpochOffset(5)
+    assert tr.position == EpochOffset(5, 3)
 
 
 def test_restore_nothing_with_reset_none_stops() -> None:
@@ -623,3 +670,72 @@ def test_two_rounds_pin_the_divergence_when_leader_names_an_epoch_we_never_read(
     (ev,) = truncations(tr)
     assert ev.report.divergence == EpochOffset(6, 3) and ev.report.lost_count == 4
     assert tr.position == EpochOffset(6, 3) and tr.epoch_history == ((3, 0),)
+
+
+def test_events_log_with_stable_names_and_keys() -> None:
+    from structlog.testing import capture_logs
+
+    from epochguard.offsets import log_events
+
+    tr = fetching(10, 1)
+    tr.on_validation(elect(tr, 2), 0, 1, 7, 0.0)
+    with capture_logs() as logs:
+        log_events(tr.drain_events())
+    names = [(entry["event"], entry["log_level"]) for entry in logs]
+    assert names == [
+        ("offset_validation_started", "debug"),
+        ("truncation_detected", "warning"),
+    ]
+    assert logs[1]["lost_from"] == 7 and logs[1]["decision"] == "rewind"
+    assert logs[1]["new_position"] == {"offset": 7, "leader_epoch": 1}
+
+
+def test_history_is_bounded_and_old_divergence_becomes_unknown() -> None:
+    from epochguard.offsets.state import MAX_EPOCH_HISTORY
+
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 1000)
+    tr.seek(EpochOffset(0))
+    f = fetch(tr)
+    for epoch in range(1, MAX_EPOCH_HISTORY + 10):
+        tr.on_records(f, epoch * 10, epoch * 10 + 9, epoch)
+    assert len(tr.epoch_history) == MAX_EPOCH_HISTORY
+    v = elect(tr, 1001)
+    # The leader only shares epochs up to 2: that history was dropped, so the exact point
+    # is unknown (never a wrong one).
+    tr.on_validation(v, 0, 2, 30, 0.0)
+    (ev,) = truncations(tr)
+    assert ev.report.divergence is None
+
+
+@pytest.mark.parametrize(
+    "zero",
+    [
+        uuid.UUID(int=0),
+        "00000000-0000-0000-0000-000000000000",
+        "AAAAAAAAAAAAAAAAAAAAAA",
+    ],
+)
+def test_zero_topic_id_is_no_topic_id(zero: object) -> None:
+    tr = fetching(10, 4, leader_epoch=4)
+    assert tr.on_metadata(1, 4, zero)
+    assert tr.topic_id == "topic-a" and truncations(tr) == []
+    assert tr.state is S.FETCHING
+
+
+def test_repr_is_readable() -> None:
+    tr = fetching(10, 1)
+    tr.pause()
+    assert repr(tr) == "<PartitionTracker t-0 FETCHING position=10@e1 leader=1@e1 paused>"
+
+
+def test_topic_recreated_after_reading_from_a_reset_position_is_reported() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 3, "topic-a")
+    tr.restore(None)
+    tr.on_list_offsets(list_offsets(tr), 0, 3)
+    assert tr.on_records(fetch(tr), 0, 4, 3)
+    tr.drain_events()
+    tr.on_metadata(1, 0, "topic-b")
+    (ev,) = truncations(tr)
+    assert ev.report.detected_by is DetectedBy.TOPIC_RECREATED and ev.report.lost_count == 5

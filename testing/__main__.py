@@ -6,7 +6,6 @@ The first line printed is the bootstrap string, so scripts can read it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import threading
 
@@ -47,6 +46,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m epochguard.testin
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     try:
         return _run(args)
+    except KeyboardInterrupt:
+        return 0  # Ctrl-C is the normal way to stop; the cluster closed on the way out
     finally:
         structlog.configure(**saved)
 
@@ -63,8 +64,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"# {args.brokers} brokers, topics: "
               f"{', '.join(n for n, _, _ in args.topic) or 'none'}; Ctrl-C stops",
               file=sys.stderr, flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            threading.Event().wait(args.exit_after)
+        threading.Event().wait(args.exit_after)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Self, TypeVar
@@ -12,7 +13,12 @@ from epochguard.testing.embedded.faults import Faults
 from epochguard.testing.embedded.partition_log import EpochEntry, PartitionLog, batch_epoch
 from epochguard.testing.embedded.records import Record, build_batch
 from epochguard.testing.embedded.server import EmbeddedServer
-from epochguard.testing.embedded.state import ClusterState, EmbeddedClusterError, TopicState
+from epochguard.testing.embedded.state import (
+    ClusterState,
+    EmbeddedClusterError,
+    PartitionView,
+    TopicState,
+)
 
 __all__ = ["EmbeddedCluster", "EmbeddedClusterError", "ReplicaLog"]
 
@@ -40,11 +46,17 @@ class EmbeddedCluster:
     """
 
     def __init__(self, brokers: int = 3, *, first_broker_id: int = 1,
-                 auto_create_topics: bool = False) -> None:
+                 auto_create_topics: bool = False, fetch_sessions: bool = True,
+                 eligible_leader_replicas: bool = True) -> None:
         if brokers < 1:
             raise ValueError("an EmbeddedCluster needs at least one broker")
         self._state = ClusterState(list(range(first_broker_id, first_broker_id + brokers)))
         self._state.auto_create_topics = auto_create_topics
+        # Off: every Fetch is answered in full (session id 0), as a broker without KIP-227.
+        self._state.fetch_sessions_enabled = fetch_sessions
+        # Off: the pre-KIP-966 rules (the last ISR member stays in the ISR; the high watermark
+        # advances below min.insync.replicas).
+        self._state.elr_enabled = eligible_leader_replicas
         self._server = EmbeddedServer(self._state)
         self._started = False
         self._closed = False
@@ -150,6 +162,10 @@ class EmbeddedCluster:
     def isr(self, topic: str, partition: int) -> list[int]:
         return self._call(lambda: sorted(self._state.partition(topic, partition).isr))
 
+    def elr(self, topic: str, partition: int) -> list[int]:
+        """Eligible leader replicas (KIP-966): ISR members kept electable below min ISR."""
+        return self._call(lambda: list(self._state.partition(topic, partition).elr))
+
     def log_end_offset(self, topic: str, partition: int, broker: int | None = None) -> int:
         return self._call(lambda: self._log(topic, partition, broker).log_end_offset)
 
@@ -230,27 +246,30 @@ class EmbeddedCluster:
         self._state.broker(broker_id)
         self._state.faults.set_metadata_delay(broker_id, seconds)
 
+    def broker_view(self, topic: str, partition: int, broker: int) -> PartitionView | None:
+        """What ``broker`` currently believes about the partition (may lag the controller)."""
+        return self._call(lambda: self._state.broker(broker).view.partition(topic, partition))
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until every running broker has learnt the controller's latest metadata."""
+        deadline = time.monotonic() + timeout
+
+        def settled() -> bool:
+            latest = self._state.metadata_version
+            return all(b.view.version >= latest for b in self._state.alive_brokers())
+
+        while not self._call(settled):
+            if time.monotonic() > deadline:
+                raise EmbeddedClusterError(f"brokers did not settle within {timeout} s")
+            time.sleep(0.01)
+
     def pause_replication(self, broker_id: int) -> None:
         """``broker_id`` stops fetching as a follower: it falls out of every ISR."""
-        def pause() -> None:
-            self._state.broker(broker_id).replication_paused = True
-            for t in self._state.topics.values():
-                for p in t.partitions.values():
-                    if p.leader != broker_id and broker_id in p.isr:
-                        p.isr.remove(broker_id)
-            self._state.publish()
-
-        self._call(pause)
+        self._call(lambda: self._state.pause_replication(broker_id))
 
     def resume_replication(self, broker_id: int) -> None:
-        def resume() -> None:
-            self._state.broker(broker_id).replication_paused = False
-            for t in self._state.topics.values():
-                for p in t.partitions.values():
-                    if broker_id in p.replicas:
-                        self._state.sync_follower(p, broker_id)
-
-        self._call(resume)
+        """The follower fetches again: truncates if needed, catches up, rejoins ISRs."""
+        self._call(lambda: self._state.resume_replication(broker_id))
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> None:
         self._call(lambda: self._state.delete_records(topic, partition, before_offset))

@@ -226,6 +226,9 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> None:
         """Remove every record at ``offset`` and above (whole batches; epoch cache follows)."""
         if offset >= self.log_end_offset:
+            # As Kafka: still drop epoch entries without records (a former leader's entry
+            # for an epoch in which it never appended).
+            self._epochs = [e for e in self._epochs if e.start_offset < self.log_end_offset]
             return
         if offset <= self.log_start_offset:
             self.reset(offset)  # Kafka's truncateFullyAndStartAt

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import structlog
 
+from epochguard.testing.embedded.fetch_sessions import FetchSessionCache
 from epochguard.testing.embedded.partition_log import UNDEFINED_EPOCH_OFFSET, PartitionLog
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ class PartitionView:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     offline: tuple[int, ...]
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
 
 @attrs.frozen
@@ -90,6 +93,7 @@ class BrokerState:
     view: MetadataImage = EMPTY_IMAGE
     # Replication to this broker is paused (a lagging follower): it drops out of ISRs.
     replication_paused: bool = False
+    fetch_sessions: FetchSessionCache = attrs.field(factory=FetchSessionCache)
 
 
 @attrs.define(eq=False)
@@ -101,6 +105,10 @@ class PartitionState:
     leader: int | None
     leader_epoch: int
     logs: dict[int, PartitionLog]
+    # KIP-966 eligible leader replicas: ISR members that left while the ISR was below
+    # min.insync.replicas; they still have every committed record.
+    elr: list[int] = attrs.field(factory=list)
+    last_known_elr: list[int] = attrs.field(factory=list)
 
     @property
     def leader_log(self) -> PartitionLog | None:
@@ -134,7 +142,6 @@ class ClusterState:
         from epochguard.testing.embedded.faults import Faults
 
         self.cluster_id = CLUSTER_ID
-        self.controller_id = broker_ids[0]
         self.brokers: dict[int, BrokerState] = {b: BrokerState(b) for b in broker_ids}
         self.topics: dict[str, TopicState] = {}
         self.faults: Faults = faults if faults is not None else Faults()
@@ -144,6 +151,10 @@ class ClusterState:
         self._waiters: list[asyncio.Future[None]] = []
         self._next_producer_id = 1000
         self.auto_create_topics = False
+        # KIP-227 incremental fetch sessions, on as in Kafka.
+        self.fetch_sessions_enabled = True
+        # KIP-966 eligible leader replicas, on by default in Kafka 4.x clusters.
+        self.elr_enabled = True
         # (api_key, version) -> number of requests decoded, for tests to assert on.
         self.request_counts: collections.Counter[tuple[int, int]] = collections.Counter()
         self.default_partitions = 1
@@ -257,14 +268,7 @@ class ClusterState:
         if t.unclean_election:
             changed = False
             for p in t.partitions.values():
-                alive = [r for r in p.replicas if self.brokers[r].alive]
-                if p.leader is None and alive:
-                    in_sync = [r for r in alive if r in p.isr]
-                    leader = (in_sync or alive)[0]
-                    if leader not in p.isr:
-                        p.isr[:] = [leader]
-                    self._set_leader(p, leader)
-                    changed = True
+                changed = self.elect_any_leader(p) or changed
             if changed:
                 self.publish()
 
@@ -305,6 +309,11 @@ class ClusterState:
 
     # -- metadata propagation --------------------------------------------------------------
 
+    @property
+    def metadata_version(self) -> int:
+        """Version of the controller's latest published metadata."""
+        return self._image_version
+
     def image(self) -> MetadataImage:
         topics: dict[str, TopicView] = {}
         for t in self.topics.values():
@@ -315,6 +324,8 @@ class ClusterState:
                     tuple(p.replicas),
                     tuple(p.isr),
                     tuple(r for r in p.replicas if not self.brokers[r].alive),
+                    tuple(p.elr),
+                    tuple(p.last_known_elr),
                 )
                 for p in t.partitions.values()
             }
@@ -388,9 +399,9 @@ class ClusterState:
         else:
             _, f_end = flog.end_offset_for_epoch(l_epoch)
             target = min(l_end, flog.log_end_offset if f_end < 0 else f_end)
-        if target < flog.log_end_offset:
-            old_leo = flog.log_end_offset
-            flog.truncate_to(target)
+        old_leo = flog.log_end_offset
+        flog.truncate_to(target)
+        if flog.log_end_offset < old_leo:
             log.info("replica_truncated", topic=p.topic, partition=p.index, broker=follower,
                      from_offset=old_leo, to_offset=flog.log_end_offset)
             for cb in self.on_truncate:
@@ -409,6 +420,11 @@ class ClusterState:
             flog.delete_before(leader_log.log_start_offset)
         if follower not in p.isr and flog.log_end_offset == leader_log.log_end_offset:
             p.isr.append(follower)
+            if follower in p.elr:
+                p.elr.remove(follower)
+            if len(p.isr) >= self._min_isr(p):
+                p.elr.clear()
+                p.last_known_elr.clear()
             log.info("isr_expanded", topic=p.topic, partition=p.index, broker=follower,
                      isr=list(p.isr))
             self._update_hw(p)
@@ -449,6 +465,9 @@ class ClusterState:
                 hw = min(hw, p.logs[r].log_end_offset)
             else:
                 hw = min(hw, llog.high_watermark)
+        if self.elr_enabled and len(p.isr) < self._min_isr(p):
+            # KIP-966: nothing is committed while the ISR is below min.insync.replicas.
+            hw = llog.high_watermark
         if hw > llog.high_watermark:
             llog.high_watermark = hw
         for r in p.replicas:
@@ -459,24 +478,74 @@ class ClusterState:
 
     # -- controller: brokers and elections -------------------------------------------------
 
+    def _min_isr(self, p: PartitionState) -> int:
+        t = self.topics.get(p.topic)
+        return t.min_insync_replicas if t is not None else 1
+
     def _shrink_isr(self, p: PartitionState, broker_id: int) -> None:
-        # Like Kafka, the ISR never becomes empty: the last member stays in it.
-        if broker_id in p.isr and len(p.isr) > 1:
-            p.isr.remove(broker_id)
+        """A broker shut down: it leaves the ISR (into the ELR below min ISR, KIP-966)."""
+        if broker_id not in p.isr:
+            return
+        if not self.elr_enabled:
+            # Without ELR, KRaft keeps the last member in the ISR.
+            if len(p.isr) > 1:
+                p.isr.remove(broker_id)
+            return
+        p.isr.remove(broker_id)
+        if len(p.isr) < self._min_isr(p) and broker_id not in p.elr:
+            p.elr.append(broker_id)
+
+    def eligible_leaders(self, p: PartitionState) -> list[int]:
+        """Clean-election candidates: live ISR members, else live ELR members."""
+        in_sync = [r for r in p.isr if self.brokers[r].alive]
+        if in_sync or not self.elr_enabled:
+            return in_sync
+        return [r for r in p.elr if self.brokers[r].alive]
+
+    def _make_leader(self, p: PartitionState, leader: int, unclean: bool) -> None:
+        if unclean:
+            # The new leader's log is the truth; everyone else must re-sync.
+            p.isr[:] = [leader]
+            p.elr.clear()
+        elif leader not in p.isr:
+            p.isr[:] = [leader]  # from the ELR, which only stands in for an empty ISR
+            if leader in p.elr:
+                p.elr.remove(leader)
+        p.last_known_elr.clear()
+        self._set_leader(p, leader)
+
+    def elect_any_leader(self, p: PartitionState) -> bool:
+        """The controller's unclean path for a leaderless partition: ISR/ELR, else any."""
+        if p.leader is not None:
+            return False
+        eligible = self.eligible_leaders(p)
+        if eligible:
+            self._make_leader(p, eligible[0], unclean=False)
+            return True
+        alive = [r for r in p.replicas if self.brokers[r].alive]
+        if not alive:
+            return False
+        self._make_leader(p, alive[0], unclean=True)
+        return True
 
     def stop_broker(self, broker_id: int) -> None:
         b = self.broker(broker_id)
         if not b.alive:
             return
         b.alive = False
+        b.fetch_sessions.clear()
         for t in self.topics.values():
             for p in t.partitions.values():
                 if broker_id not in p.replicas:
                     continue
                 self._shrink_isr(p, broker_id)
                 if p.leader == broker_id:
-                    candidates = [r for r in p.isr if r != broker_id and self.brokers[r].alive]
-                    self._set_leader(p, candidates[0] if candidates else None)
+                    candidates = self.eligible_leaders(p)
+                    if candidates:
+                        self._make_leader(p, candidates[0], unclean=False)
+                    else:
+                        self._set_leader(p, None)
+                        p.last_known_elr[:] = p.elr
                 self._update_hw(p)
         log.info("broker_stopped", broker=broker_id)
         self.publish()
@@ -491,12 +560,36 @@ class ClusterState:
             for p in t.partitions.values():
                 if broker_id not in p.replicas or p.leader is not None:
                     continue
-                if broker_id in p.isr or t.unclean_election:
-                    self._set_leader(p, broker_id)
-                    if broker_id not in p.isr:
-                        p.isr[:] = [broker_id]
+                if broker_id in self.eligible_leaders(p):
+                    self._make_leader(p, broker_id, unclean=False)
+                elif t.unclean_election:
+                    self._make_leader(p, broker_id, unclean=True)
         log.info("broker_started", broker=broker_id)
         self.publish()
+
+    def pause_replication(self, broker_id: int) -> None:
+        b = self.broker(broker_id)
+        if b.replication_paused:
+            return
+        b.replication_paused = True
+        changed = False
+        for t in self.topics.values():
+            for p in t.partitions.values():
+                if p.leader != broker_id and broker_id in p.isr and len(p.isr) > 1:
+                    p.isr.remove(broker_id)
+                    changed = True
+        if changed:
+            self.publish()
+
+    def resume_replication(self, broker_id: int) -> None:
+        b = self.broker(broker_id)
+        if not b.replication_paused:
+            return
+        b.replication_paused = False
+        for t in self.topics.values():
+            for p in t.partitions.values():
+                if broker_id in p.replicas:
+                    self.sync_follower(p, broker_id)
 
     def _set_leader(self, p: PartitionState, leader: int | None) -> None:
         p.leader = leader
@@ -512,14 +605,12 @@ class ClusterState:
                 f"broker {broker_id} is not a replica of {topic}-{partition}")
         if not b.alive:
             raise EmbeddedClusterError(f"broker {broker_id} is not running")
-        if not unclean and broker_id not in p.isr:
+        clean = broker_id in p.isr or (not p.isr and broker_id in p.elr)
+        if not unclean and not clean:
             raise EmbeddedClusterError(
-                f"broker {broker_id} is not in the ISR {p.isr} of {topic}-{partition}; "
-                "pass unclean=True")
-        if broker_id not in p.isr:
-            # Unclean: the new leader's log is the truth; everyone else must re-sync.
-            p.isr[:] = [broker_id]
-        self._set_leader(p, broker_id)
+                f"broker {broker_id} is not in the ISR {p.isr} (or ELR {p.elr}) of "
+                f"{topic}-{partition}; pass unclean=True")
+        self._make_leader(p, broker_id, unclean=not clean)
         self.publish()
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:

@@ -66,9 +66,9 @@ def test_admin_elect_leaders_unclean_and_preferred(cluster: EmbeddedCluster) -> 
     first, second = cluster.replicas("t", 0)
     assert cluster.leader("t", 0) == first
     cluster.stop_broker(second)
-    cluster.stop_broker(first)  # last ISR member: partition becomes leaderless
+    cluster.stop_broker(first)  # last ISR member: leaderless, and it moves to the ELR
     assert cluster.leader("t", 0) is None
-    assert cluster.isr("t", 0) == [first]
+    assert (cluster.isr("t", 0), cluster.elr("t", 0)) == ([], [first])
     cluster.start_broker(second)
     assert cluster.leader("t", 0) is None  # out of sync, unclean election disabled
     # A fresh admin client: kafka-python keeps using a controller it found stopped.
@@ -206,3 +206,24 @@ def test_create_partitions(cluster: EmbeddedCluster, admin: KafkaAdminClient) ->
     assert cluster.leader("t", 2) is not None
     cluster.append("t", 2, [b"x"])
     assert cluster.high_watermark("t", 2) == 1
+
+
+def test_injected_fetch_errors_are_retried_by_clients(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=3)
+    cluster.append("t", 0, [b"%d" % i for i in range(5)])
+    cluster.faults.inject_error(api_key=1, error_code=74, count=3)  # FENCED_LEADER_EPOCH
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers,
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    got: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition("t", 0)])
+        deadline = time.monotonic() + 15
+        while len(got) < 5 and time.monotonic() < deadline:
+            for recs in consumer.poll(timeout_ms=200).values():
+                got += [r.value for r in recs]
+    finally:
+        consumer.close()
+    assert got == [b"%d" % i for i in range(5)]
+    # The three fenced answers were served: more Fetches than the one that succeeded.
+    assert sum(n for (k, _), n in cluster.requests_seen().items() if k == 1) >= 4
+    assert cluster.faults.take_error(broker=1, api_key=1) == 0  # no rule left

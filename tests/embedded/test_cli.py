@@ -38,6 +38,21 @@ def test_module_runner_prints_bootstrap_and_serves_topics() -> None:
         proc.wait(timeout=10)
 
 
+def test_ctrl_c_stops_the_runner_cleanly() -> None:
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "epochguard.testing", "--brokers", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("127.0.0.1:")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_epochguard_cluster_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
     assert epochguard_main(["cluster", "--brokers", "1", "--topic", "x:2:1",
                             "--exit-after", "0.1"]) == 0

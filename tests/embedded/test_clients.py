@@ -163,3 +163,62 @@ def test_fetch_by_stale_topic_id_after_recreate(cluster: EmbeddedCluster) -> Non
         w.close()
     assert stale.topic_id == old_id and stale.partitions[0].error_code == 100
     assert fresh.partitions[0].error_code == 0
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
+def test_compressed_batches_pass_through(cluster: EmbeddedCluster, codec: str) -> None:
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    cluster.create_topic("t")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                         "compression.type": codec, "linger.ms": 20, "log_level": 0})
+    for i in range(200):
+        producer.produce("t", value=b"value-%d" % i, partition=0, timestamp=1_000 + i)
+    assert producer.flush(10) == 0
+    assert cluster.high_watermark("t", 0) == 200
+    assert len(cluster.replica_log("t", 0, cluster.replicas("t", 0)[1]).batches) < 200
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers,
+                             enable_auto_commit=False)
+    tp = KTopicPartition("t", 0)
+    try:
+        consumer.assign([tp])
+        # By timestamp inside compressed batches: the exact record, not its batch.
+        found = consumer.offsets_for_times({tp: 1_150})[tp]
+        assert found is not None and found.offset == 150
+        consumer.seek(tp, 190)
+        got: list[bytes] = []
+        deadline = time.monotonic() + 15
+        while len(got) < 10 and time.monotonic() < deadline:
+            for recs in consumer.poll(timeout_ms=200).values():
+                got += [r.value for r in recs]
+    finally:
+        consumer.close()
+    assert got == [b"value-%d" % i for i in range(190, 200)]
+
+
+def test_snappy_batches_pass_through_without_a_codec_on_the_broker(
+        cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                         "compression.type": "snappy", "linger.ms": 20, "log_level": 0})
+    for i in range(200):
+        producer.produce("t", value=b"value-%d" % i, partition=0, timestamp=1_000 + i)
+    assert producer.flush(10) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
+                         "enable.auto.commit": False, "log_level": 0})
+    try:
+        (found,) = consumer.offsets_for_times([TopicPartition("t", 0, 1_150)], timeout=10)
+        # Batch granularity: at or before the exact record, never after it.
+        batches = cluster.replica_log("t", 0, cluster.replicas("t", 0)[0]).batches
+        assert found.offset == next(base for base, last, _ in batches if base <= 150 <= last)
+        consumer.assign([TopicPartition("t", 0, 150)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 15
+        while len(got) < 50 and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m.value())
+    finally:
+        consumer.close()
+    assert got == [b"value-%d" % i for i in range(150, 200)]

@@ -269,8 +269,8 @@ def test_list_offsets_with_epochs(cluster: EmbeddedCluster) -> None:
     def lo(ts: int, current: int = 1) -> tuple[int, int, int]:
         R = ListOffsetsRequest
         T = R.ListOffsetsTopic
-        req = R(version=6, replica_id=-1, isolation_level=0, topics=[T(version=6, name="t",
-                partitions=[T.ListOffsetsPartition(version=6, partition_index=0,
+        req = R(version=7, replica_id=-1, isolation_level=0, topics=[T(version=7, name="t",
+                partitions=[T.ListOffsetsPartition(version=7, partition_index=0,
                                                    current_leader_epoch=current,
                                                    timestamp=ts)])])
         w = Wire.to(cluster, leader)
@@ -283,7 +283,35 @@ def test_list_offsets_with_epochs(cluster: EmbeddedCluster) -> None:
     assert lo(1_500) == (0, 1, 0)
     assert lo(2_500) == (0, 3, 1)
     assert lo(9_000) == (0, -1, -1)
+    assert lo(-3) == (0, 3, 1)  # the record with the largest timestamp
     assert lo(-1, current=0)[0] == FENCED_LEADER_EPOCH
+
+
+def test_list_offsets_debug_replica_id_reads_any_replica_log_end(
+        cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=2, config={"min.insync.replicas": "2"})
+    leader, follower = cluster.replicas("t", 0)
+    cluster.append("t", 0, [b"a", b"b"])
+    cluster.stop_broker(follower)
+    cluster.append("t", 0, [b"c"])  # below min ISR: not committed (KIP-966)
+    assert cluster.high_watermark("t", 0) == 2
+
+    def latest(broker: int, replica_id: int) -> tuple[int, int]:
+        R = ListOffsetsRequest
+        T = R.ListOffsetsTopic
+        req = R(version=7, replica_id=replica_id, isolation_level=0, topics=[T(
+            version=7, name="t", partitions=[T.ListOffsetsPartition(
+                version=7, partition_index=0, current_leader_epoch=-1, timestamp=-1)])])
+        w = Wire.to(cluster, broker)
+        p = w.call(req, ListOffsetsResponse).topics[0].partitions[0]
+        w.close()
+        return p.error_code, p.offset
+
+    assert latest(leader, -1) == (0, 2)  # a consumer: the high watermark
+    assert latest(leader, -2) == (0, 3)  # debugging: the log end offset
+    cluster.start_broker(follower)
+    assert latest(follower, -2) == (0, 3)  # a follower answers for its own log
+    assert latest(follower, -1)[0] == NOT_LEADER_OR_FOLLOWER
 
 
 def test_produce_acks_zero_gets_no_response_and_min_isr(cluster: EmbeddedCluster) -> None:
@@ -334,3 +362,28 @@ def test_a_failing_handler_closes_only_its_connection(cluster: EmbeddedCluster,
     leader = cluster.leader("t", 0)
     assert leader is not None
     assert oflE(cluster, leader, "t", 0, 0, 0).end_offset == 0
+
+
+def test_describe_topic_partitions_reports_elr(cluster: EmbeddedCluster) -> None:
+    from kafka.protocol.admin import (
+        DescribeTopicPartitionsRequest,
+        DescribeTopicPartitionsResponse,
+    )
+
+    cluster.create_topic("t", replication_factor=2)
+    first, second = cluster.replicas("t", 0)
+    third = next(b for b in cluster.broker_ids if b not in (first, second))
+    cluster.stop_broker(second)
+    cluster.stop_broker(first)
+    req = DescribeTopicPartitionsRequest(
+        version=0, topics=[DescribeTopicPartitionsRequest.TopicRequest(version=0, name="t")],
+        response_partition_limit=100, cursor=None)
+    w = Wire.to(cluster, third)
+    try:
+        (t,) = w.call(req, DescribeTopicPartitionsResponse).topics
+    finally:
+        w.close()
+    (p,) = t.partitions
+    assert (p.leader_id, p.leader_epoch, list(p.isr_nodes)) == (-1, 1, [])
+    assert list(p.eligible_leader_replicas) == [first] == list(p.last_known_elr)
+    assert str(t.topic_id) == cluster.topic_id("t")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from epochguard.testing import EmbeddedCluster
@@ -13,12 +11,6 @@ from .test_protocol import fetch
 pytestmark = pytest.mark.timeout(30)
 
 UNKNOWN_LEADER_EPOCH = 75
-
-
-def wait_until(cond: object, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not cond() and time.monotonic() < deadline:  # type: ignore[operator]
-        time.sleep(0.02)
 
 
 def test_stale_leader_serves_old_epoch_then_truncates(cluster: EmbeddedCluster) -> None:
@@ -42,8 +34,11 @@ def test_stale_leader_serves_old_epoch_then_truncates(cluster: EmbeddedCluster) 
     assert cluster.high_watermark("t", 0) == 10
     assert cluster.log_end_offset("t", 0, third) == 12
 
-    wait_until(lambda: cluster.replica_log("t", 0, old).epoch_cache
-               == cluster.replica_log("t", 0, new).epoch_cache)
+    view = cluster.broker_view("t", 0, old)
+    assert view is not None and (view.leader, view.leader_epoch) == (old, 0)
+    cluster.settle()
+    view = cluster.broker_view("t", 0, old)
+    assert view is not None and (view.leader, view.leader_epoch) == (new, 1)
     a, b = cluster.replica_log("t", 0, old), cluster.replica_log("t", 0, new)
     assert a.batches == b.batches and a.log_end_offset == 12
     assert [v for _, _, v in cluster.read_records("t", 0, old)][10:] == [b"new-1", b"new-2"]

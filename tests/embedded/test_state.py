@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from epochguard.testing.embedded.records import build_batch
 from epochguard.testing.embedded.state import ClusterState, EmbeddedClusterError
@@ -28,8 +30,8 @@ def test_follower_with_an_epoch_the_new_leader_never_had_truncates_kip279() -> N
     state.stop_broker(1)  # clean: 2 leads at epoch 1
     assert (p.leader, p.leader_epoch) == (2, 1)
     append(state, 2, "e1-")  # 7..8 on 2 only
-    state.stop_broker(2)  # leaderless, epoch 2; ISR keeps its last member
-    assert (p.leader, p.leader_epoch, p.isr) == (None, 2, [2])
+    state.stop_broker(2)  # leaderless, epoch 2; the last ISR member moves to the ELR
+    assert (p.leader, p.leader_epoch, p.isr, p.elr) == (None, 2, [], [2])
     state.start_broker(3)
     assert p.leader is None  # out of sync and unclean election disabled
     state.elect_leader("t", 0, 3, unclean=True)  # epoch 3 with only 0..4
@@ -63,3 +65,121 @@ def test_min_isr_and_clean_election_rules() -> None:
     state.start_broker(2)
     assert sorted(p.isr) == [1, 2]  # caught up at once: nothing was written
     assert state.delete_records("t", 0, -1) == 0
+
+
+# -- random fault sequences: replicas converge, clean elections never lose committed data ----
+
+BROKERS = [1, 2, 3]
+fault_ops = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 3)),
+    st.tuples(st.sampled_from(["stop", "start", "elect", "elect_unclean", "pause", "resume"]),
+              st.sampled_from(BROKERS)),
+), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fault_ops, st.booleans())
+def test_random_faults_converge_and_clean_elections_keep_committed_records(
+        ops: list[tuple[str, int]], min_isr_two: bool) -> None:
+    state = ClusterState(BROKERS)
+    config = {"min.insync.replicas": "2"} if min_isr_two else {}
+    state.create_topic("t", 1, 3, config)
+    p = state.partition("t", 0)
+    committed: dict[int, bytes] = {}
+    unclean = False
+    counter = 0
+    for op, arg in ops:
+        try:
+            if op == "append" and p.leader is not None:
+                for _ in range(arg):
+                    counter += 1
+                    state.append(p, p.leader, build_batch([b"v%d" % counter]), p.leader_epoch)
+            elif op == "stop":
+                state.stop_broker(arg)
+            elif op == "start":
+                state.start_broker(arg)
+            elif op == "elect":
+                state.elect_leader("t", 0, arg, unclean=False)
+            elif op == "elect_unclean":
+                clean = arg in p.isr or (not p.isr and arg in p.elr)
+                state.elect_leader("t", 0, arg, unclean=True)
+                unclean = unclean or not clean
+            elif op == "pause":
+                state.pause_replication(arg)
+            elif op == "resume":
+                state.resume_replication(arg)
+        except EmbeddedClusterError:
+            pass
+        if p.leader is not None:
+            leader_log = p.logs[p.leader]
+            assert leader_log.high_watermark <= leader_log.log_end_offset
+            assert p.leader in p.isr
+            for off, _, value in _records(leader_log, leader_log.high_watermark):
+                committed.setdefault(off, value)
+    # Heal: every broker up and fetching; elect someone if nobody leads.
+    for b in BROKERS:
+        state.resume_replication(b)
+        state.start_broker(b)
+    if p.leader is None:
+        unclean = unclean or not state.eligible_leaders(p)
+        assert state.elect_any_leader(p)
+        state.publish()
+    leader_log = p.logs[p.leader]  # type: ignore[index]
+    # Followers learn epochs from replicated batches: the leader's entry for an epoch that
+    # has no record yet is the only difference Kafka allows.
+    with_records = [e for e in leader_log.epoch_cache
+                    if e.start_offset < leader_log.log_end_offset]
+    for b in BROKERS:
+        assert p.logs[b].read(0, 10**9) == leader_log.read(0, 10**9)
+        if b != p.leader:
+            assert p.logs[b].epoch_cache == with_records
+    assert sorted(p.isr) == BROKERS
+    assert leader_log.high_watermark == leader_log.log_end_offset
+    if not unclean:
+        final = {off: value for off, _, value in _records(leader_log, 10**9)}
+        for off, value in committed.items():
+            assert final.get(off) == value, f"committed offset {off} lost"
+
+
+def _records(log: object, upper: int) -> list[tuple[int, int, bytes]]:
+    from kafka.record.default_records import DefaultRecordBatch
+
+    out = []
+    for raw in log.batches_from(0):  # type: ignore[attr-defined]
+        b = DefaultRecordBatch(raw)
+        for r in b:
+            if r.offset < upper:
+                out.append((r.offset, b.leader_epoch, r.value))
+    return out
+
+
+def test_eligible_leader_replicas_kip966() -> None:
+    state = ClusterState([1, 2, 3])
+    state.create_topic("t", 1, 3, {"min.insync.replicas": "2"})
+    p = state.partition("t", 0)
+    append(state, 2, "x")
+    assert p.logs[1].high_watermark == 2
+    state.stop_broker(3)  # ISR [1, 2] still meets min ISR: 3 is simply out
+    assert (p.isr, p.elr) == ([1, 2], [])
+    state.stop_broker(2)  # below min ISR: 2 keeps its claim in the ELR
+    assert (p.isr, p.elr) == ([1], [2])
+    append(state, 2, "y")  # acks=1 writes are not committed below min ISR
+    assert (p.logs[1].log_end_offset, p.logs[1].high_watermark) == (4, 2)
+    state.stop_broker(1)
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (None, [], [2, 1], [2, 1])
+    state.start_broker(3)  # never eligible: stays a follower of nobody
+    assert p.leader is None
+    state.start_broker(2)  # an ELR member comes back as a clean leader
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (2, [2, 3], [], [])
+    # 3 caught up from 2 and the ISR is back at min ISR: the ELR is cleared.
+    assert p.logs[2].high_watermark == 2 and p.logs[3].log_end_offset == 2
+
+
+def test_without_elr_the_last_isr_member_stays() -> None:
+    state = ClusterState([1, 2])
+    state.elr_enabled = False
+    state.create_topic("t", 1, 2)
+    p = state.partition("t", 0)
+    state.stop_broker(2)
+    state.stop_broker(1)
+    assert (p.leader, p.isr, p.elr) == (None, [1], [])

@@ -1,7 +1,8 @@
 """ElectLeaders v0-v2: preferred (0) and unclean (1) elections, as Kafka's controller runs them.
 
 Preferred elects the first replica if it is alive and in the ISR. Unclean only acts on a
-partition without a leader, electing an ISR member if one is alive, else any live replica.
+partition without a leader, electing a live ISR (or ELR) member if any, else the first live
+replica.
 """
 
 from __future__ import annotations
@@ -39,12 +40,9 @@ def elect(cluster: ClusterState, topic: str, partition: int, election_type: int)
         return 0
     if p.leader is not None:
         return ELECTION_NOT_NEEDED
-    alive = [r for r in p.replicas if cluster.brokers[r].alive]
-    in_sync = [r for r in alive if r in p.isr]
-    if not alive:
+    if not cluster.elect_any_leader(p):
         return ELIGIBLE_LEADERS_NOT_AVAILABLE
-    target = (in_sync or alive)[0]
-    cluster.elect_leader(topic, partition, target, unclean=target not in p.isr)
+    cluster.publish()
     return 0
 
 

@@ -1,10 +1,9 @@
 """Fetch v4-v16 for consumers: long poll, leader-epoch fencing, KIP-595 DivergingEpoch.
 
-v13+ addresses topics by id (UNKNOWN_TOPIC_ID for an id this broker does not know); v16
-adds the KIP-951 leader hints (``current_leader`` and ``node_endpoints``).
-
-Fetch sessions (KIP-227) are not kept: every response has session id 0, which tells the
-client to send full fetch requests. Records are the stored batch bytes, never re-encoded.
+v7+ keeps KIP-227 incremental fetch sessions (``fetch_sessions.py``); v13+ addresses topics by
+id (UNKNOWN_TOPIC_ID for an id this broker does not know); v16 adds the KIP-951 leader hints
+(``current_leader`` and ``node_endpoints``). Records are the stored batch bytes, never
+re-encoded.
 """
 
 from __future__ import annotations
@@ -12,125 +11,179 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import attrs
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from epochguard.testing.embedded.fetch_sessions import FetchTarget, SessionError, TopicKey
 from epochguard.testing.embedded.handlers import RequestContext, handler
 from epochguard.testing.embedded.handlers._common import (
-    NOT_LEADER_OR_FOLLOWER,
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_TOPIC_ID,
     Local,
     local_partition,
 )
+from epochguard.testing.embedded.state import MetadataImage
 
-FETCH_SESSION_ID_NOT_FOUND = 70
 _EMPTY = b""
 
 
-def _build(ctx: RequestContext, request: Any,
-           injected: int) -> tuple[list[Any], int, bool, set[int]]:
-    """One pass over the requested partitions.
+@attrs.frozen
+class _Answer:
+    target: FetchTarget
+    data: Any  # FetchResponse PartitionData
+    size: int
+    urgent: bool  # an error or a diverging epoch: answer without waiting
 
-    Returns (topic responses, record bytes, whether anything needs an immediate answer,
-    leader ids named in ``current_leader``).
-    """
+
+def _topic_name(view: MetadataImage, key: TopicKey) -> str | None:
+    if isinstance(key, str):
+        return key
+    # Topic ids (v13+): a recreated topic's old id is unknown, not the new topic.
+    tv = view.topic_by_id(key)
+    return tv.name if tv is not None else None
+
+
+def _answer(ctx: RequestContext, view: MetadataImage, target: FetchTarget, injected: int,
+            budget: int) -> _Answer:
+    P = FetchResponse.FetchableTopicResponse.PartitionData
+    v = ctx.version
+    hw = lso = start = -1
+    records = _EMPTY
+    diverging = None
+    name = _topic_name(view, target.topic)
+    local: Local | int
+    if name is None:
+        local = UNKNOWN_TOPIC_ID
+    else:
+        local = local_partition(ctx, name, target.partition, target.current_leader_epoch)
+    error = injected or (local if isinstance(local, int) else 0)
+    if not error and not isinstance(local, int):
+        log = local.log
+        hw = lso = log.high_watermark
+        start = log.log_start_offset
+        offset = target.fetch_offset
+        last_epoch = target.last_fetched_epoch if v >= 12 else -1
+        if last_epoch >= 0:
+            # KIP-595: the broker compares the client's last fetched epoch itself.
+            epoch, end = log.end_offset_for_epoch(last_epoch)
+            if epoch < 0 or end < 0:
+                error = OFFSET_OUT_OF_RANGE
+            elif epoch < last_epoch or end < offset:
+                diverging = P.EpochEndOffset(version=v, epoch=epoch, end_offset=end)
+        if error or diverging is not None:
+            pass
+        elif offset < log.log_start_offset or offset > log.log_end_offset:
+            error = OFFSET_OUT_OF_RANGE
+        elif offset < hw and (budget > 0 or budget == -1):
+            # KIP-74: the first partition with data gets at least one whole batch.
+            limit = target.partition_max_bytes if budget == -1 else min(
+                target.partition_max_bytes, budget)
+            records = log.read(offset, max(limit, 1), upper=hw)
+    if error:
+        hw = lso = start = -1  # as Kafka: offsets are unknown with an error
+    data = P(version=v, partition_index=target.partition, error_code=error,
+             high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
+             aborted_transactions=None, preferred_read_replica=-1, records=records)
+    if v >= 12:
+        if diverging is not None:
+            data.diverging_epoch = diverging
+        if name is not None and error:
+            pv = view.partition(name, target.partition)
+            if pv is not None and pv.leader >= 0:
+                data.current_leader = P.LeaderIdAndEpoch(version=v, leader_id=pv.leader,
+                                                         leader_epoch=pv.leader_epoch)
+    return _Answer(target, data, len(records), bool(error) or diverging is not None)
+
+
+def _must_send(answer: _Answer) -> bool:
+    """Kafka's rule for including a partition in an incremental response."""
+    t = answer.target
+    d = answer.data
+    return (answer.size > 0 or answer.urgent or d.high_watermark != t.sent_high_watermark
+            or d.log_start_offset != t.sent_log_start_offset)
+
+
+def _build(ctx: RequestContext, targets: list[FetchTarget], incremental: bool,
+           injected: int, max_bytes: int) -> tuple[list[_Answer], int, bool]:
+    """One pass: (answers to send, record bytes, whether to answer at once)."""
+    view = ctx.cluster.brokers[ctx.broker_id].view
+    total = 0
+    urgent = False
+    answers = []
+    for target in targets:
+        budget = -1 if total == 0 else max_bytes - total
+        answer = _answer(ctx, view, target, injected, budget)
+        if incremental and not _must_send(answer):
+            continue
+        answers.append(answer)
+        total += answer.size
+        urgent = urgent or answer.urgent
+    return answers, total, urgent
+
+
+def _targets(request: Any, v: int) -> tuple[list[FetchTarget], list[tuple[TopicKey, int]]]:
+    targets = []
+    for ft in request.topics:
+        key: TopicKey = ft.topic_id if v >= 13 else ft.topic
+        for fp in ft.partitions:
+            targets.append(FetchTarget(
+                key, fp.partition, fp.current_leader_epoch if v >= 9 else -1, fp.fetch_offset,
+                fp.last_fetched_epoch if v >= 12 else -1, fp.partition_max_bytes))
+    forgotten: list[tuple[TopicKey, int]] = []
+    if v >= 7:
+        for ff in request.forgotten_topics_data:
+            key = ff.topic_id if v >= 13 else ff.topic
+            forgotten += [(key, p) for p in ff.partitions]
+    return targets, forgotten
+
+
+def _response(ctx: RequestContext, answers: list[_Answer], session_id: int) -> Any:
     R = FetchResponse
     T = R.FetchableTopicResponse
-    P = T.PartitionData
     v = ctx.version
-    total = 0
-    budget = request.max_bytes
-    errors = False
-    topics = []
-    leaders: set[int] = set()
-    view = ctx.cluster.brokers[ctx.broker_id].view
-    for ft in request.topics:
-        parts = []
-        if v >= 13:
-            # Topic ids only: a recreated topic's old id is unknown, not the new topic.
-            tv = view.topic_by_id(ft.topic_id)
-            name = tv.name if tv is not None else None
-        else:
-            name = ft.topic
-        for fp in ft.partitions:
-            hw = lso = start = -1
-            records = _EMPTY
-            diverging = None
-            leader_id, leader_epoch = -1, -1
-            local: Local | int
-            if name is None:
-                local = UNKNOWN_TOPIC_ID
-            else:
-                local = local_partition(ctx, name, fp.partition, fp.current_leader_epoch)
-            error = injected or (local if isinstance(local, int) else 0)
-            if not error and not isinstance(local, int):
-                log = local.log
-                hw = lso = log.high_watermark
-                start = log.log_start_offset
-                offset = fp.fetch_offset
-                last_epoch = fp.last_fetched_epoch if v >= 12 else -1
-                if last_epoch >= 0:
-                    # KIP-595: the broker compares the client's last fetched epoch itself.
-                    epoch, end = log.end_offset_for_epoch(last_epoch)
-                    if epoch < 0 or end < 0:
-                        error = OFFSET_OUT_OF_RANGE
-                    elif epoch < last_epoch or end < offset:
-                        diverging = P.EpochEndOffset(version=v, epoch=epoch, end_offset=end)
-                if error or diverging is not None:
-                    pass
-                elif offset < log.log_start_offset or offset > log.log_end_offset:
-                    error = OFFSET_OUT_OF_RANGE
-                elif offset < hw:
-                    limit = min(fp.partition_max_bytes, budget - total)
-                    if limit > 0 or total == 0:
-                        records = log.read(offset, max(limit, 1), upper=hw)
-                        total += len(records)
-            if name is not None and (error == NOT_LEADER_OR_FOLLOWER
-                                     or (error and not isinstance(local, int))):
-                pv = view.partition(name, fp.partition)
-                if pv is not None:
-                    leader_id, leader_epoch = pv.leader, pv.leader_epoch
-            errors = errors or bool(error) or diverging is not None
-            part = P(version=v, partition_index=fp.partition, error_code=error,
-                     high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
-                     aborted_transactions=None, preferred_read_replica=-1, records=records)
-            if v >= 12:
-                if diverging is not None:
-                    part.diverging_epoch = diverging
-                if leader_id >= 0:
-                    part.current_leader = P.LeaderIdAndEpoch(version=v, leader_id=leader_id,
-                                                             leader_epoch=leader_epoch)
-                    leaders.add(leader_id)
-            parts.append(part)
-        if v >= 13:
-            topics.append(T(version=v, topic_id=ft.topic_id, partitions=parts))
-        else:
-            topics.append(T(version=v, topic=ft.topic, partitions=parts))
-    return topics, total, errors, leaders
+    grouped: dict[TopicKey, list[Any]] = {}
+    for a in answers:
+        grouped.setdefault(a.target.topic, []).append(a.data)
+    topics = [T(version=v, topic_id=key, partitions=parts) if v >= 13
+              else T(version=v, topic=key, partitions=parts) for key, parts in grouped.items()]
+    response = R(version=v, throttle_time_ms=0, error_code=0, session_id=session_id,
+                 responses=topics)
+    leaders = {a.data.current_leader.leader_id for a in answers
+               if v >= 12 and a.data.current_leader is not None
+               and a.data.current_leader.leader_id >= 0}
+    if v >= 16 and leaders:
+        # KIP-951: tell the client where the leaders it was pointed to are.
+        response.node_endpoints = [
+            R.NodeEndpoint(version=v, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+            for b in ctx.cluster.brokers.values() if b.node_id in leaders and b.alive]
+    return response
 
 
 @handler(FetchRequest, FetchResponse, 4, 16)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     v = ctx.version
-    if v >= 7 and request.session_id != 0:
-        return FetchResponse(version=v, throttle_time_ms=0,
-                             error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
+    broker = ctx.cluster.brokers[ctx.broker_id]
+    requested, forgotten = _targets(request, v)
+    session = None
+    targets, incremental = requested, False
+    if v >= 7:
+        try:
+            session, targets, incremental = broker.fetch_sessions.open(
+                request.session_id, request.session_epoch, requested, forgotten,
+                create=ctx.cluster.fetch_sessions_enabled)
+        except SessionError as e:
+            return FetchResponse(version=v, throttle_time_ms=0, error_code=e.error_code,
+                                 session_id=0, responses=[])
     injected = ctx.injected_error()
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000.0
     while True:
-        topics, total, errors, leaders = _build(ctx, request, injected)
+        answers, total, urgent = _build(ctx, targets, incremental, injected, request.max_bytes)
         remaining = deadline - time.monotonic()
-        if errors or total >= max(1, request.min_bytes) or remaining <= 0:
-            break
-        if not ctx.cluster.brokers[ctx.broker_id].alive:
+        if urgent or total >= max(1, request.min_bytes) or remaining <= 0 or not broker.alive:
             break
         await ctx.cluster.wait_for_data(remaining)
-    response = FetchResponse(version=v, throttle_time_ms=0, error_code=0, session_id=0,
-                             responses=topics)
-    if v >= 16 and leaders:
-        # KIP-951: tell the client where the leaders it was pointed to are.
-        response.node_endpoints = [
-            FetchResponse.NodeEndpoint(version=v, node_id=b.node_id, host=b.host, port=b.port,
-                                       rack=b.rack)
-            for b in ctx.cluster.brokers.values() if b.node_id in leaders and b.alive]
-    return response
+    if session is not None:
+        for a in answers:
+            a.target.sent_high_watermark = a.data.high_watermark
+            a.target.sent_log_start_offset = a.data.log_start_offset
+    return _response(ctx, answers, session.session_id if session is not None else 0)

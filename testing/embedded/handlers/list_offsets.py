@@ -1,9 +1,11 @@
-"""ListOffsets v1-v6: earliest (-2), latest (-1) and by timestamp, with leader epochs."""
+"""ListOffsets v1-v7: earliest (-2), latest (-1), max timestamp (-3, v7) and by timestamp,
+with leader epochs and current-leader-epoch fencing."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import kafka.errors as Errors
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.record.default_records import DefaultRecordBatch
 
@@ -13,6 +15,7 @@ from epochguard.testing.embedded.partition_log import PartitionLog
 
 LATEST = -1
 EARLIEST = -2
+MAX_TIMESTAMP = -3  # v7+ (KIP-734)
 DEBUGGING_REPLICA_ID = -2
 
 
@@ -24,15 +27,39 @@ def _by_timestamp(log: PartitionLog, timestamp: int, upper: int) -> tuple[int, i
             break
         if batch.max_timestamp < timestamp:
             continue
-        for rec in batch:
-            if rec.offset >= upper:
-                break
-            if rec.offset >= log.log_start_offset and rec.timestamp >= timestamp:
-                return rec.timestamp, rec.offset, batch.leader_epoch
+        try:
+            for rec in batch:
+                if rec.offset >= upper:
+                    break
+                if rec.offset >= log.log_start_offset and rec.timestamp >= timestamp:
+                    return rec.timestamp, rec.offset, batch.leader_epoch
+        except Errors.UnsupportedCodecError:
+            # No codec library here (snappy): answer at batch granularity; the client
+            # skips the batch's earlier records itself.
+            return (batch.max_timestamp, max(batch.base_offset, log.log_start_offset),
+                    batch.leader_epoch)
     return -1, -1, -1
 
 
-@handler(ListOffsetsRequest, ListOffsetsResponse, 1, 6)
+def _max_timestamp(log: PartitionLog, upper: int) -> tuple[int, int, int]:
+    """(timestamp, offset, epoch) of the record with the largest timestamp (first on ties)."""
+    best: tuple[int, int, int] = (-1, -1, -1)
+    for raw in log.batches_from(log.log_start_offset):
+        batch = DefaultRecordBatch(raw)
+        if batch.base_offset >= upper:
+            break
+        if batch.max_timestamp <= best[0]:
+            continue
+        try:
+            for rec in batch:
+                if log.log_start_offset <= rec.offset < upper and rec.timestamp > best[0]:
+                    best = (rec.timestamp, rec.offset, batch.leader_epoch)
+        except Errors.UnsupportedCodecError:
+            best = (batch.max_timestamp, batch.base_offset, batch.leader_epoch)
+    return best
+
+
+@handler(ListOffsetsRequest, ListOffsetsResponse, 1, 7)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     R = ListOffsetsResponse
     T = R.ListOffsetsTopicResponse
@@ -51,12 +78,16 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                                leader_epoch=-1))
                 continue
             log = local.log
-            upper = log.high_watermark if request.replica_id < 0 else log.log_end_offset
+            # Consumers see up to the high watermark; the debugging id (-2) and replicas see
+            # the whole local log, as Kafka answers without an isolation level for them.
+            upper = log.high_watermark if request.replica_id == -1 else log.log_end_offset
             if rp.timestamp == LATEST:
                 ts, off, epoch = -1, upper, local.view.leader_epoch
             elif rp.timestamp == EARLIEST:
                 off = log.log_start_offset
                 ts, epoch = -1, log.epoch_for_offset(off)
+            elif rp.timestamp == MAX_TIMESTAMP and v >= 7:
+                ts, off, epoch = _max_timestamp(log, upper)
             else:
                 ts, off, epoch = _by_timestamp(log, rp.timestamp, upper)
             parts.append(P(version=v, partition_index=rp.partition_index, error_code=0,

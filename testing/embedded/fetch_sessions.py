@@ -1,0 +1,114 @@
+"""KIP-227 incremental fetch sessions, as one broker keeps them.
+
+A client opens a session with a full fetch (epoch 0); later requests (epochs 1, 2, ...) name
+only partitions whose fetch state changed and topics to forget. Responses of an incremental
+fetch carry only partitions with something to say: records, an error, a diverging epoch, or
+a high watermark / log start offset different from the last one sent. An idle partition is
+therefore absent from the response, as with a real broker, which is what keeps some clients'
+position epochs intact while they wait (kafka-python resets its position epoch when it
+processes an empty partition).
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections import OrderedDict
+
+import attrs
+
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+FETCH_SESSION_ID_NOT_FOUND = 70
+INVALID_FETCH_SESSION_EPOCH = 71
+MAX_SESSIONS_PER_BROKER = 1000
+
+TopicKey = str | uuid.UUID  # topic name before Fetch v13, topic id from v13
+
+
+@attrs.define
+class FetchTarget:
+    """One partition a fetch asks for, and (in a session) what the client was last told."""
+
+    topic: TopicKey
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    partition_max_bytes: int
+    sent_high_watermark: int | None = None
+    sent_log_start_offset: int | None = None
+
+    def update_from(self, other: FetchTarget) -> None:
+        self.current_leader_epoch = other.current_leader_epoch
+        self.fetch_offset = other.fetch_offset
+        self.last_fetched_epoch = other.last_fetched_epoch
+        self.partition_max_bytes = other.partition_max_bytes
+
+
+@attrs.define
+class FetchSession:
+    session_id: int
+    next_epoch: int
+    partitions: OrderedDict[tuple[TopicKey, int], FetchTarget]
+
+
+class SessionError(Exception):
+    def __init__(self, error_code: int) -> None:
+        super().__init__(error_code)
+        self.error_code = error_code
+
+
+def _next_epoch(epoch: int) -> int:
+    return 1 if epoch >= 2**31 - 1 else epoch + 1
+
+
+class FetchSessionCache:
+    """The sessions of one broker; dropped when the broker stops."""
+
+    def __init__(self) -> None:
+        self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
+        self._ids = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def clear(self) -> None:
+        self._sessions.clear()
+
+    def open(
+        self, session_id: int, epoch: int, requested: list[FetchTarget],
+        forgotten: list[tuple[TopicKey, int]], create: bool = True,
+    ) -> tuple[FetchSession | None, list[FetchTarget], bool]:
+        """Resolve a request's session metadata (``create``: may open new sessions).
+
+        Returns (session or None, the partitions to answer, whether the answer is
+        incremental). Raises SessionError for an unknown session or a wrong epoch.
+        """
+        if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+            if session_id:
+                self._sessions.pop(session_id, None)
+            if epoch == FINAL_EPOCH or not create:
+                return None, requested, False
+            session = FetchSession(next(self._ids), 1, OrderedDict(
+                ((t.topic, t.partition), t) for t in requested))
+            self._sessions[session.session_id] = session
+            while len(self._sessions) > MAX_SESSIONS_PER_BROKER:
+                self._sessions.popitem(last=False)
+            return session, list(session.partitions.values()), False
+        existing = self._sessions.get(session_id)
+        if existing is None:
+            raise SessionError(FETCH_SESSION_ID_NOT_FOUND)
+        if existing.next_epoch != epoch:
+            raise SessionError(INVALID_FETCH_SESSION_EPOCH)
+        self._sessions.move_to_end(session_id)
+        for target in requested:
+            known = existing.partitions.get((target.topic, target.partition))
+            if known is None:
+                existing.partitions[(target.topic, target.partition)] = target
+            else:
+                known.update_from(target)
+        for key in forgotten:
+            existing.partitions.pop(key, None)
+        existing.next_epoch = _next_epoch(epoch)
+        return existing, list(existing.partitions.values()), True

@@ -37,9 +37,11 @@ UNKNOWN_MEMBER_ID = 25
 INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
 INVALID_REQUEST = 42
+NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
 MEMBER_ID_REQUIRED = 79
 FENCED_INSTANCE_ID = 82
+GROUP_SUBSCRIBED_TO_TOPIC = 86
 
 NO_GENERATION = -1
 NO_MEMBER_ID = ""
@@ -204,6 +206,10 @@ class Group:
     static_members: dict[str, str] = attrs.field(factory=dict)
     offsets: dict[TopicPartition, CommittedOffset] = attrs.field(factory=dict)
     rebalance_deadline_ms: int = 0
+    # Members of the current generation that have not sent SyncGroup yet, and until when
+    # they may (Kafka's pending-sync timeout: the rebalance timeout).
+    pending_sync: set[str] = attrs.field(factory=set)
+    sync_deadline_ms: int = 0
 
     def is_static_member_fenced(self, instance_id: str | None, member_id: str) -> bool:
         if instance_id is None:
@@ -324,7 +330,11 @@ class GroupCoordinator:
             member.join_callback = respond
             self._try_complete_join(group, now_ms)
             return
-        if group.state is GroupState.STABLE and group.select_protocol() != group.protocol_name:
+        if group.state is GroupState.COMPLETING_REBALANCE or (
+                group.state is GroupState.STABLE
+                and group.select_protocol() != group.protocol_name):
+            # Mid-rebalance the leader may already be assigning to the old member id, so
+            # (like Kafka) start over rather than leave the new id without an assignment.
             member.join_callback = respond
             self._maybe_prepare_rebalance(group, now_ms, reason="static_member_protocols")
             self._try_complete_join(group, now_ms)
@@ -403,6 +413,7 @@ class GroupCoordinator:
 
     def _update_member_and_rebalance(self, group: Group, member: Member, req: JoinRequest,
                                      now_ms: int, respond: JoinCallback) -> None:
+        same_protocols = member.protocols == req.protocols
         if member.join_callback is not None:
             # A retried JoinGroup supersedes the one still held; that one is told to retry.
             member.join_callback(JoinResult(REBALANCE_IN_PROGRESS, member_id=member.member_id))
@@ -411,6 +422,9 @@ class GroupCoordinator:
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.join_callback = respond
         member.last_heartbeat_ms = now_ms
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            log.info("group_member_rejoined", group=group.group_id, member_id=member.member_id,
+                     state=group.state.value, protocols_changed=not same_protocols)
         self._maybe_prepare_rebalance(group, now_ms, reason="member_rejoined")
         self._try_complete_join(group, now_ms)
 
@@ -427,6 +441,7 @@ class GroupCoordinator:
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
         group.rebalance_deadline_ms = now_ms + timeout
         group.state = GroupState.PREPARING_REBALANCE
+        group.pending_sync.clear()
         log.info("group_rebalance_started", group=group.group_id,
                  generation=group.generation_id, reason=reason, members=len(group.members))
 
@@ -444,12 +459,18 @@ class GroupCoordinator:
                          member_id=m.member_id, reason="not_rejoined")
                 self._remove_member(group, m.member_id)
         joined = [m for m in group.members.values() if m.awaiting_join]
-        if group.leader_id not in {m.member_id for m in joined} and joined:
+        if joined and group.leader_id not in {m.member_id for m in joined}:
             group.leader_id = joined[0].member_id
+        elif group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members), None)
         group.generation_id += 1
-        if joined:
+        # Static members that did not rejoin stay members (KIP-345) until their session ends.
+        if group.members:
             group.protocol_name = group.select_protocol()
             group.state = GroupState.COMPLETING_REBALANCE
+            group.pending_sync = set(group.members)
+            group.sync_deadline_ms = now_ms + max(m.rebalance_timeout_ms
+                                                  for m in group.members.values())
         else:
             group.protocol_type = None
             group.protocol_name = None
@@ -490,6 +511,7 @@ class GroupCoordinator:
             return
         if group.state is GroupState.STABLE:
             member.last_heartbeat_ms = now_ms
+            group.pending_sync.discard(member.member_id)
             respond(SyncResult(NONE, group.protocol_type, group.protocol_name,
                                member.assignment))
             return
@@ -500,6 +522,7 @@ class GroupCoordinator:
             member.sync_callback(SyncResult(REBALANCE_IN_PROGRESS))
         member.sync_callback = respond
         member.last_heartbeat_ms = now_ms
+        group.pending_sync.discard(member.member_id)
         if req.member_id != group.leader_id:
             return
         given = dict(req.assignments)
@@ -582,6 +605,7 @@ class GroupCoordinator:
         member = group.members.pop(member_id, None)
         if member is None:
             return
+        group.pending_sync.discard(member_id)
         if (member.group_instance_id is not None
                 and group.static_members.get(member.group_instance_id) == member_id):
             del group.static_members[member.group_instance_id]
@@ -618,6 +642,14 @@ class GroupCoordinator:
                     and group.rebalance_deadline_ms <= now_ms):
                 group.pending_members.clear()
                 self._complete_join(group, now_ms)
+            if (group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)
+                    and group.pending_sync and group.sync_deadline_ms <= now_ms):
+                late, group.pending_sync = group.pending_sync, set()
+                for mid in sorted(late):
+                    if mid in group.members:
+                        log.info("group_member_removed", group=group.group_id,
+                                 member_id=mid, reason="sync_timeout")
+                        self._remove_member_and_update(group, mid, now_ms)
 
     # -- offsets ---------------------------------------------------------------------------
 
@@ -683,17 +715,49 @@ class GroupCoordinator:
             for tp in [tp for tp in group.offsets if tp[0] == topic]:
                 del group.offsets[tp]
 
+    def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition],
+                       ) -> tuple[int, dict[TopicPartition, int]]:
+        """OffsetDelete: drop commits unless an active member subscribes to the topic."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return GROUP_ID_NOT_FOUND, {}
+        subscribed: set[str] = set()
+        if group.state is not GroupState.EMPTY and group.protocol_type == "consumer":
+            for m in group.members.values():
+                subscribed |= consumer_subscription(m.metadata_for(group.protocol_name or ""))
+        out: dict[TopicPartition, int] = {}
+        for tp in partitions:
+            if tp[0] in subscribed:
+                out[tp] = GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                group.offsets.pop(tp, None)
+                out[tp] = NONE
+        return NONE, out
+
+    def delete_group(self, group_id: str) -> int:
+        """DeleteGroups: only a group without members can go (with its offsets)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return GROUP_ID_NOT_FOUND
+        if group.members or group.state is not GroupState.EMPTY:
+            return NON_EMPTY_GROUP
+        del self.groups[group_id]
+        log.info("group_deleted", group=group_id)
+        return NONE
+
     # -- admin -----------------------------------------------------------------------------
 
     def describe(self, group_id: str) -> GroupDescription | None:
         group = self.groups.get(group_id)
         if group is None:
             return None
+        # Like Kafka, metadata, assignments and the protocol only for a Stable group.
         stable = group.state is GroupState.STABLE
         proto = group.protocol_name or ""
         members = tuple(
             MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                              m.metadata_for(proto), m.assignment if stable else b"")
+                              m.metadata_for(proto) if stable else b"",
+                              m.assignment if stable else b"")
             for m in group.members.values())
         return GroupDescription(group.group_id, group.state, group.protocol_type or "",
                                 proto if stable else "", members)
@@ -705,3 +769,23 @@ class GroupCoordinator:
             if d is not None:
                 out.append(d)
         return out
+
+
+def consumer_subscription(metadata: bytes) -> set[str]:
+    """Topics of a ``consumer`` protocol subscription (every version starts with
+    ``int16 version, array of string topics``); empty when it cannot be parsed."""
+    try:
+        pos = 2
+        count = int.from_bytes(metadata[pos:pos + 4], "big", signed=True)
+        pos += 4
+        topics = set()
+        for _ in range(max(count, 0)):
+            n = int.from_bytes(metadata[pos:pos + 2], "big", signed=True)
+            pos += 2
+            if n < 0 or pos + n > len(metadata):
+                return set()
+            topics.add(metadata[pos:pos + n].decode())
+            pos += n
+        return topics
+    except (UnicodeDecodeError, ValueError):
+        return set()

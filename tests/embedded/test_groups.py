@@ -470,3 +470,102 @@ def attrs_evolve(req: JoinRequest, **changes: object) -> JoinRequest:
     import attrs
 
     return attrs.evolve(req, **changes)  # type: ignore[arg-type]
+
+
+def subscription(*topics: str) -> bytes:
+    out = (1).to_bytes(2, "big") + len(topics).to_bytes(4, "big")
+    for t in topics:
+        out += len(t).to_bytes(2, "big") + t.encode()
+    return out + b"\xff\xff\xff\xff"  # null user data
+
+
+def test_consumer_subscription_parsing() -> None:
+    assert g.consumer_subscription(subscription("a", "bb")) == {"a", "bb"}
+    assert g.consumer_subscription(b"") == set()
+    assert g.consumer_subscription(b"\x00\x00\x00\x00\x00\x01\x00\x09ab") == set()
+
+
+def test_delete_offsets_refused_for_subscribed_topics(coord: GroupCoordinator) -> None:
+    box = Box()
+    coord.join(JoinRequest("G", "", SESSION, REBALANCE, "consumer",
+                           (("range", subscription("t")),), require_known_member_id=False),
+               0, box)
+    m = box.join.member_id
+    sync(coord, 1, m, 1, {m: b""})
+    co = {("t", 0): CommittedOffset(1), ("u", 0): CommittedOffset(2)}
+    coord.commit_offsets("G", 1, m, None, co, 2)
+    err, res = coord.delete_offsets("G", [("t", 0), ("u", 0)])
+    assert (err, res) == (g.NONE, {("t", 0): g.GROUP_SUBSCRIBED_TO_TOPIC, ("u", 0): g.NONE})
+    assert set(coord.fetch_offsets("G", None)) == {("t", 0)}
+    assert coord.delete_offsets("nope", [("t", 0)]) == (g.GROUP_ID_NOT_FOUND, {})
+    assert coord.delete_group("G") == g.NON_EMPTY_GROUP
+    coord.leave("G", [(m, None)], 3)
+    assert coord.delete_offsets("G", [("t", 0)]) == (g.NONE, {("t", 0): g.NONE})
+    assert coord.delete_group("G") == g.NONE
+    assert coord.delete_group("G") == g.GROUP_ID_NOT_FOUND
+    assert coord.fetch_offsets("G", None) == {}
+
+
+def test_only_silent_static_members_left_keeps_group_non_empty(coord: GroupCoordinator) -> None:
+    s = join(coord, 0, instance="i-1", client="s").join.member_id
+    sync(coord, 1, s, 1, {s: b"S"})
+    d, jd = new_member(coord, 2, client="d")
+    coord.leave("G", [(d, None)], 3)
+    assert jd.join.error_code == g.UNKNOWN_MEMBER_ID
+    # The static member heartbeats but never rejoins; the rebalance times out around it.
+    for t in range(1000, REBALANCE + 2000, 1000):
+        coord.heartbeat("G", 1, s, "i-1", t)
+        coord.tick(t)
+    grp = coord.groups["G"]
+    assert grp.state is GroupState.COMPLETING_REBALANCE
+    assert (grp.generation_id, grp.leader_id) == (2, s)
+    assert coord.heartbeat("G", 2, s, "i-1", REBALANCE + 1500) == g.NONE
+    coord.tick(REBALANCE + 1500 + SESSION)
+    assert coord.groups["G"].members == {}
+
+
+def test_leader_that_never_syncs_is_removed_at_the_sync_deadline(
+        coord: GroupCoordinator) -> None:
+    a, _ja = new_member(coord, 0, client="a", rebalance=5000)
+    b, _jb = new_member(coord, 1, client="b", rebalance=5000)
+    join(coord, 2, member_id=a, client="a", rebalance=5000)
+    gen = coord.groups["G"].generation_id
+    leader = coord.groups["G"].leader_id
+    follower = b if leader == a else a
+    waiting = sync(coord, 3, follower, gen)
+    # The leader keeps heartbeating but never sends SyncGroup.
+    for t in range(500, 5000, 500):
+        assert coord.heartbeat("G", gen, leader or "", None, t) == g.NONE
+        coord.tick(t)
+    assert not waiting.done
+    coord.tick(5002)
+    assert waiting.sync.error_code == g.REBALANCE_IN_PROGRESS
+    assert set(coord.groups["G"].members) == {follower}
+    assert coord.groups["G"].state is GroupState.PREPARING_REBALANCE
+
+
+def test_follower_that_never_syncs_is_removed_after_the_group_is_stable(
+        coord: GroupCoordinator) -> None:
+    a, _ = new_member(coord, 0, client="a", rebalance=5000)
+    b, _jb = new_member(coord, 1, client="b", rebalance=5000)
+    ja = join(coord, 2, member_id=a, client="a", rebalance=5000)
+    gen = ja.join.generation_id
+    assert sync(coord, 3, a, gen, {a: b"A", b: b"B"}).sync.assignment == b"A"
+    assert coord.groups["G"].state is GroupState.STABLE
+    coord.tick(4000)
+    assert coord.groups["G"].members.keys() == {a, b}
+    coord.tick(5003)
+    assert set(coord.groups["G"].members) == {a}
+
+
+def test_static_member_restart_mid_rebalance_starts_over(coord: GroupCoordinator) -> None:
+    s = join(coord, 0, instance="i-1", client="s").join.member_id
+    sync(coord, 1, s, 1, {s: b""})
+    d, _jd = new_member(coord, 2, client="d")
+    js = join(coord, 3, member_id=s, instance="i-1", client="s")
+    assert coord.groups["G"].state is GroupState.COMPLETING_REBALANCE
+    again = join(coord, 4, instance="i-1", client="s")
+    assert not again.done
+    assert coord.groups["G"].state is GroupState.PREPARING_REBALANCE
+    jd2 = join(coord, 5, member_id=d, client="d")
+    assert again.join.generation_id == jd2.join.generation_id == js.join.generation_id + 1

@@ -320,3 +320,39 @@ def test_describe_and_list_groups(cluster: EmbeddedCluster) -> None:
         assert lg.groups == [], "a broker lists only the groups it coordinates"
     finally:
         w.close()
+
+
+def test_committed_epoch_reveals_truncation_after_unclean_election(
+        cluster: EmbeddedCluster) -> None:
+    """The KIP-320 chain a restarted consumer follows: OffsetFetch gives (offset, epoch), and
+    OffsetForLeaderEpoch(epoch) on the new leader shows the log now ends before it."""
+    from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+
+    from .test_protocol import diverged_cluster
+
+    _, new = diverged_cluster(cluster)  # offsets 10..14 of epoch 0 exist only on `old`
+    # The consumer had read up to offset 15 under epoch 0 (before the election) and committed.
+    w = to_coordinator(cluster, "g")
+    try:
+        assert commit(w, "g", "t", {0: (15, 0)}) == {0: 0}
+        r = fetch_v7(w, 7, "g", "t", [0])
+    finally:
+        w.close()
+    committed = r.topics[0].partitions[0]
+    assert (committed.committed_offset, committed.committed_leader_epoch) == (15, 0)
+
+    R = OffsetForLeaderEpochRequest
+    T = R.OffsetForLeaderTopic
+    current = cluster.leader_epoch("t", 0)
+    w = Wire.to(cluster, new)
+    try:
+        resp = w.call(R(version=4, replica_id=-1, topics=[T(version=4, topic="t", partitions=[
+            T.OffsetForLeaderPartition(version=4, partition=0, current_leader_epoch=current,
+                                       leader_epoch=committed.committed_leader_epoch)])]),
+            OffsetForLeaderEpochResponse)
+    finally:
+        w.close()
+    p = resp.topics[0].partitions[0]
+    assert p.error_code == 0
+    assert (p.leader_epoch, p.end_offset) == (0, 10)
+    assert p.end_offset < committed.committed_offset, "the committed position was truncated"

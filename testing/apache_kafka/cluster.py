@@ -824,6 +824,17 @@ class ApacheKafkaCluster:
         )
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> None:
+        """Delete records below ``before_offset`` (-1: the high watermark).
+
+        Kafka refuses an offset above the high watermark (OFFSET_OUT_OF_RANGE), and after an
+        acks=1 write the high watermark trails until the followers fetch, so wait for it first.
+        """
+        if before_offset >= 0:
+            _wait(
+                f"{topic}-{partition} high watermark >= {before_offset}",
+                lambda: True if self.high_watermark(topic, partition) >= before_offset else None,
+                30.0,
+            )
         leader = self._require_leader(topic, partition)
         req = DeleteRecordsRequest(
             topics=[

@@ -8,12 +8,15 @@ marker written only after Maven finished, so an interrupted resolution is redone
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -83,25 +86,53 @@ def _pom_text() -> str:
     return resources.files(__package__).joinpath("pom.xml").read_text(encoding="utf-8")
 
 
+@contextlib.contextmanager
+def _locked(home: Path) -> Iterator[None]:
+    """Serialise resolution and compilation between test processes sharing the cache."""
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _pom_digest() -> str:
+    return hashlib.sha256(_pom_text().encode()).hexdigest()
+
+
+def _is_resolved(jars: KafkaJars) -> bool:
+    marker = jars.home / MARKER
+    return (
+        marker.is_file()
+        and marker.read_text().strip() == _pom_digest()
+        and jars.clients_jar.is_file()
+    )
+
+
 def ensure_kafka_jars(version: str | None = None, root: Path | None = None) -> KafkaJars:
     """Return the cached jars of ``version``, running Maven first when they are not cached."""
     version = version or kafka_version()
-    home = (root or cache_root()) / f"kafka-{version}"
-    jars = KafkaJars(version=version, home=home)
-    pom = _pom_text()
-    digest = hashlib.sha256(pom.encode()).hexdigest()
-    marker = home / MARKER
-    if marker.is_file() and marker.read_text().strip() == digest and jars.clients_jar.is_file():
+    jars = KafkaJars(version=version, home=(root or cache_root()) / f"kafka-{version}")
+    if _is_resolved(jars):
         return jars
     missing = [t for t in missing_tools() if t != "javac"]
     if missing:
         raise KafkaUnavailableError(
             f"cannot resolve Apache Kafka jars: {', '.join(missing)} not found"
         )
-    home.mkdir(parents=True, exist_ok=True)
+    with _locked(jars.home):
+        if not _is_resolved(jars):
+            _resolve(jars)
+    return jars
+
+
+def _resolve(jars: KafkaJars) -> None:
+    home = jars.home
     staging = home / "lib.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    (home / "pom.xml").write_text(pom, encoding="utf-8")
+    (home / "pom.xml").write_text(_pom_text(), encoding="utf-8")
     started = time.monotonic()
     proc = subprocess.run(
         [
@@ -111,7 +142,7 @@ def ensure_kafka_jars(version: str | None = None, root: Path | None = None) -> K
             "-f",
             str(home / "pom.xml"),
             "dependency:copy-dependencies",
-            f"-Dkafka.version={version}",
+            f"-Dkafka.version={jars.version}",
             f"-DoutputDirectory={staging}",
             "-DincludeScope=runtime",
         ],
@@ -122,31 +153,36 @@ def ensure_kafka_jars(version: str | None = None, root: Path | None = None) -> K
     )
     if proc.returncode != 0:
         raise KafkaUnavailableError(
-            f"mvn could not resolve Apache Kafka {version}:\n"
+            f"mvn could not resolve Apache Kafka {jars.version}:\n"
             f"{proc.stdout[-4000:]}{proc.stderr[-4000:]}"
         )
     shutil.rmtree(jars.lib_dir, ignore_errors=True)
     staging.rename(jars.lib_dir)
-    marker.write_text(digest + "\n")
+    (home / MARKER).write_text(_pom_digest() + "\n")
     log.info(
         "kafka_jars_resolved",
-        version=version,
+        version=jars.version,
         lib_dir=str(jars.lib_dir),
         seconds=round(time.monotonic() - started, 2),
     )
-    return jars
 
 
 def ensure_probe_classes(jars: KafkaJars) -> Path:
     """Compile the reference Java client against the same kafka-clients jar, once per source."""
     source = resources.files(__package__).joinpath(PROBE_SOURCE).read_text(encoding="utf-8")
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    out = jars.home / "probe" / digest
+    out = jars.home / "probe" / hashlib.sha256(source.encode()).hexdigest()[:16]
     if (out / "TruncationProbe.class").is_file():
         return out
     if shutil.which("javac") is None:
         raise KafkaUnavailableError("cannot compile the Java probe: javac not found")
-    staging = jars.home / "probe" / f"{digest}.partial"
+    with _locked(jars.home):
+        if not (out / "TruncationProbe.class").is_file():
+            _compile_probe(jars, source, out)
+    return out
+
+
+def _compile_probe(jars: KafkaJars, source: str, out: Path) -> None:
+    staging = out.with_name(out.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     src = staging / PROBE_SOURCE
@@ -162,7 +198,6 @@ def ensure_probe_classes(jars: KafkaJars) -> Path:
         raise KafkaUnavailableError(f"javac failed on {PROBE_SOURCE}:\n{proc.stderr}")
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Callable
 
 import attrs
@@ -48,6 +49,13 @@ def produce(cluster: ApacheKafkaCluster, topic: str, values: list[str]) -> None:
         producer.close(timeout=5)
 
 
+def wait_for_high_watermark(cluster: ApacheKafkaCluster, topic: str, offset: int) -> None:
+    deadline = time.monotonic() + 20
+    while cluster.high_watermark(topic, 0) < offset:
+        assert time.monotonic() < deadline, f"high watermark of {topic}-0 stuck below {offset}"
+        time.sleep(0.05)
+
+
 @attrs.frozen
 class Truncation:
     topic: str
@@ -69,6 +77,8 @@ def drive_unclean_election(
     cluster.wait_for_partition(
         topic, 0, lambda s: s.leader == A and sorted(s.isr) == [A, B], "A leads, ISR [A, B]"
     )
+    # acks=1: B may not have fetched a4 yet; the scenario needs B to hold exactly a0..a4.
+    wait_for_high_watermark(cluster, topic, 5)
     first_epoch = cluster.leader_epoch(topic, 0)
     cluster.stop_broker(B)
     cluster.wait_for_isr(topic, 0, [A])
@@ -154,6 +164,7 @@ def test_eligible_leader_replica_comes_back_as_a_clean_leader(cluster: ApacheKaf
     cluster.create_topic(topic, assignments={0: [A, B]}, config={"min.insync.replicas": "1"})
     produce(cluster, topic, ["a0", "a1"])
     cluster.wait_for_isr(topic, 0, [A, B])
+    wait_for_high_watermark(cluster, topic, 2)
     cluster.stop_broker(B)
     produce(cluster, topic, ["d0"])
     cluster.stop_broker(A)

@@ -25,6 +25,7 @@ import pytest
 from kafka import KafkaProducer
 
 from epochguard.testing import ApacheKafkaCluster, Cluster, EmbeddedCluster
+from epochguard.testing.apache_kafka.jars import missing_tools, real_kafka_required
 from epochguard.testing.apache_kafka.pytest_support import require_real_kafka
 
 from .clients import ConfluentClient, JavaClient, KafkaPythonClient, ReferenceClient
@@ -150,7 +151,8 @@ def start_clients(cluster: Cluster, topic: str) -> list[ReferenceClient]:
         ConfluentClient(bootstrap, topic),
     ]
     jars = cluster.jars if isinstance(cluster, ApacheKafkaCluster) else None
-    if jars is None and os.environ.get("EPOCHGUARD_SCENARIO_JAVA", "1") == "1":
+    if jars is None and (real_kafka_required() or not missing_tools()):
+        # Without Java the embedded run goes on with the Python clients only.
         jars = require_real_kafka()
     if jars is not None:
         log_dir = RESULTS / f"java-{kind(cluster)}"
@@ -251,7 +253,7 @@ def test_unclean_election_answers_match_kafka(cluster: Cluster, variant: str) ->
             for k, f in fetches.items()
         }
         for client in clients:
-            clients_seen[client.name]["after"] = client.read(refill, 12)
+            clients_seen[client.name]["after"] = client.read(refill, 6)
     finally:
         for client in clients:
             client.close()
@@ -283,25 +285,16 @@ def test_unclean_election_answers_match_kafka(cluster: Cluster, variant: str) ->
         assert [e["offset"] for e in before] == list(range(8)), (name, run["before"])
 
 
-def test_kafka_python_keeps_its_position_epoch_while_idle(
-    cluster: Cluster, request: pytest.FixtureRequest
-) -> None:
+def test_kafka_python_keeps_its_position_epoch_while_idle(cluster: Cluster) -> None:
     """Why the caught-up variant differs between the clusters for kafka-python.
 
     kafka-python 3.0.12 sets its position's epoch to -1 when it processes a fetch response
     that carries the partition without records. Real Kafka keeps a KIP-227 fetch session and
     leaves unchanged partitions out of incremental responses, so an idle consumer never
     processes such a response and keeps epoch 0; a broker without fetch sessions sends the
-    empty partition every time and the epoch is lost.
+    empty partition every time and the epoch is lost (the EmbeddedCluster did, until it
+    implemented KIP-227 sessions).
     """
-    if isinstance(cluster, EmbeddedCluster):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="EmbeddedCluster keeps no fetch sessions (session id 0): every empty "
-                "fetch response lists the partition, and kafka-python drops the epoch",
-            )
-        )
     topic = f"idle-{os.getpid()}-{kind(cluster)}"
     cluster.create_topic(topic, replication_factor=2)
     eventually("a leader", lambda: cluster.leader(topic, 0) is not None)
@@ -315,3 +308,58 @@ def test_kafka_python_keeps_its_position_epoch_while_idle(
     finally:
         client.close()
     assert (position.offset, position.leader_epoch) == (3, 0)
+
+
+def test_last_isr_member_returns_as_a_clean_leader(cluster: Cluster) -> None:
+    """No unclean election: the last ISR member (ELR in Kafka 4.x) leads again, nothing lost."""
+    topic = f"elr-{os.getpid()}-{kind(cluster)}"
+    cluster.create_topic(topic, replication_factor=2, config={"min.insync.replicas": "1"})
+    a = eventually("a leader", lambda: cluster.leader(topic, 0))
+    (b,) = [r for r in cluster.replicas(topic, 0) if r != a]
+    obs = Observer(cluster)
+    produce(cluster, topic, ["a0", "a1"])
+    eventually("B caught up", lambda: cluster.log_end_offset(topic, 0, b) == 2)
+    cluster.stop_broker(b)
+    eventually("ISR [A]", lambda: cluster.isr(topic, 0) == [a])
+    produce(cluster, topic, ["d0"])
+    cluster.stop_broker(a)
+    eventually("no leader", lambda: cluster.leader(topic, 0) is None)
+    leaderless_epoch = cluster.leader_epoch(topic, 0)
+    cluster.start_broker(a)
+    eventually("A leads again", lambda: cluster.leader(topic, 0) == a)
+    eventually("metadata epoch", lambda: obs.metadata_epoch(topic, 0) == LEADERLESS + 1)
+    answers = {
+        "leaderless_epoch": leaderless_epoch,
+        "epoch": cluster.leader_epoch(topic, 0),
+        "isr": cluster.isr(topic, 0) == [a],
+        "leo_a": cluster.log_end_offset(topic, 0, a),
+        "offset_for_leader_epoch_0": list(obs.offset_for_leader_epoch(topic, 0, E0)),
+        "latest": list(obs.list_offsets(topic, 0, -1)),
+    }
+    assert answers == {
+        "leaderless_epoch": LEADERLESS,
+        "epoch": LEADERLESS + 1,
+        "isr": True,
+        "leo_a": 3,
+        "offset_for_leader_epoch_0": ["NoError", E0, 3],
+        "latest": ["NoError", 3, LEADERLESS + 1],
+    }
+    cluster.start_broker(b)
+    eventually("B back in the ISR", lambda: sorted(cluster.isr(topic, 0)) == sorted([a, b]))
+    assert eventually("B caught up", lambda: cluster.log_end_offset(topic, 0, b) == 3)
+
+
+def test_a_leaderless_partition_reports_an_empty_isr(cluster: Cluster) -> None:
+    """KIP-966 on by default in Kafka 4.x: the last ISR member moves to the ELR, the ISR empties.
+
+    Clients see it in Metadata v12 ``isr_nodes``; the member is still electable (previous test).
+    """
+    topic = f"leaderless-{os.getpid()}-{kind(cluster)}"
+    cluster.create_topic(topic, replication_factor=2, config={"min.insync.replicas": "1"})
+    a = eventually("a leader", lambda: cluster.leader(topic, 0))
+    (b,) = [r for r in cluster.replicas(topic, 0) if r != a]
+    cluster.stop_broker(b)
+    eventually("ISR [A]", lambda: cluster.isr(topic, 0) == [a])
+    cluster.stop_broker(a)
+    eventually("no leader", lambda: cluster.leader(topic, 0) is None)
+    assert cluster.isr(topic, 0) == []

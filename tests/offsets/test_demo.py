@@ -11,7 +11,10 @@ from epochguard.__main__ import main
 @pytest.mark.timeout(60)
 def test_demo_runs_and_reports_the_divergence() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "epochguard", "demo", "--sans-io"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "epochguard", "demo", "--sans-io"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert "TRUNCATION DETECTED" in out
     assert "divergence offset 7 (epoch 1)" in out

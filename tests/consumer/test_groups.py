@@ -216,3 +216,19 @@ def test_max_poll_interval_exceeded_leaves_and_rejoins(cluster: Any) -> None:
         assert c.metrics(raw=True)["rebalances"] == 2
     finally:
         c.close()
+
+
+def test_poll_is_bounded_when_committed_offsets_are_unreachable(cluster: Any) -> None:
+    cluster.create_topic(TOPIC, partitions=1, replication_factor=2)
+    c = make_consumer(cluster, group_id="unreachable", close_timeout_ms=1000)
+    try:
+        c.assign([TopicPartition(TOPIC, 0)])
+        for b in cluster.broker_ids:
+            cluster.stop_broker(b)
+        t0 = time.monotonic()
+        assert c.poll(timeout_ms=200) == {}
+        assert time.monotonic() - t0 < 3
+    finally:
+        t0 = time.monotonic()
+        c.close()
+        assert time.monotonic() - t0 < 3

@@ -206,6 +206,7 @@ class PartitionTracker:
         "_epoch",
         "_error",
         "_events",
+        "_fetch_detects",
         "_from_reset",
         "_gen",
         "_hist",
@@ -231,8 +232,16 @@ class PartitionTracker:
         "tp",
     )
 
-    def __init__(self, tp: Any, policy: OffsetPolicy | None = None) -> None:
+    def __init__(
+        self, tp: Any, policy: OffsetPolicy | None = None, fetch_detects_divergence: bool = False
+    ) -> None:
+        """``fetch_detects_divergence``: the driver sends ``LastFetchedEpoch`` (Fetch v12+ was
+        negotiated with the leader) and passes ``DivergingEpoch`` to
+        :meth:`on_diverging_epoch`. A new leader epoch then needs no OffsetForLeaderEpoch
+        round trip: the next fetch carries the comparison. Never set it for older Fetch
+        versions: the leader would not compare and a truncation would go unnoticed."""
         self.tp = tp
+        self._fetch_detects = fetch_detects_divergence
         self._policy = OffsetPolicy() if policy is None else policy
         self._state = S.INITIALIZING
         self._gen = 0
@@ -522,9 +531,11 @@ class PartitionTracker:
             self._await_epoch = None
         state = self._state
         if state is _FETCHING:
-            if self._epoch is not None:
+            if self._epoch is not None and not self._fetch_detects:
                 self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.METADATA)
             else:
+                # No epoch: nothing to validate. Or the next fetch, carrying LastFetchedEpoch
+                # to the new leader, is the validation (DivergingEpoch or OOR if it differs).
                 self._bump()
         elif state is S.AWAIT_VALIDATION:
             # Answers from the old leader are worthless now; start the rounds over.

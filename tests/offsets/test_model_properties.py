@@ -67,6 +67,8 @@ class App:
     cluster: Cluster
     policy: OffsetPolicy
     fetch_max: int
+    # The driver relies on Fetch v12+ DivergingEpoch instead of validating on leader change.
+    fetch_detects: bool = False
     tracker: PartitionTracker = field(init=False)
     now: float = 0.0
     consumed: dict[int, Rec] = field(default_factory=dict)
@@ -88,7 +90,7 @@ class App:
         self.start(None)
 
     def start(self, position: EpochOffset | None, exact: bool = True) -> None:
-        self.tracker = PartitionTracker(TP, self.policy)
+        self.tracker = PartitionTracker(TP, self.policy, self.fetch_detects)
         self.session_start = None
         self.deliver_metadata()
         # The application stores position_is_exact next to the position and passes it back.
@@ -323,6 +325,7 @@ WEIGHTED_OPS = st.lists(OPS, min_size=4, max_size=40).filter(
     modern=st.booleans(),
     diverging=st.booleans(),
     steps_per_op=st.integers(0, 6),
+    fetch_detects=st.booleans(),
 )
 def test_tracker_against_replicated_log_model(
     ops: list[tuple[Any, ...]],
@@ -332,10 +335,11 @@ def test_tracker_against_replicated_log_model(
     modern: bool,
     diverging: bool,
     steps_per_op: int,
+    fetch_detects: bool,
 ) -> None:
     STATS["cases"] += 1
     cluster = Cluster(modern_epoch_cache=modern, diverging_epoch=diverging)
-    app = App(cluster, OffsetPolicy(reset, on_truncation), fetch_max)
+    app = App(cluster, OffsetPolicy(reset, on_truncation), fetch_max, diverging and fetch_detects)
     for op in ops:
         name = op[0]
         if name == "append":
@@ -420,7 +424,7 @@ ROUND = st.tuples(
     on_truncation=st.sampled_from(["auto", "raise", "rewind"]),
     fetch_max=st.integers(1, 4),
     modern=st.booleans(),
-    diverging=st.booleans(),
+    diverging=st.sampled_from(["no", "broker", "driver"]),
 )
 def test_tracker_across_election_rounds(
     rounds: list[tuple[Any, ...]],
@@ -428,13 +432,15 @@ def test_tracker_across_election_rounds(
     on_truncation: str,
     fetch_max: int,
     modern: bool,
-    diverging: bool,
+    diverging: str,
 ) -> None:
     """Deep epoch histories: every round appends, replicates partially, lets the consumer
     read, then elects some replica, so unclean elections pile up on each other."""
     STATS["cases"] += 1
-    cluster = Cluster(modern_epoch_cache=modern, diverging_epoch=diverging)
-    app = App(cluster, OffsetPolicy(reset, on_truncation), fetch_max)
+    # "broker": Fetch v12 answers DivergingEpoch, the tracker still validates on leader
+    # change; "driver": the tracker relies on the fetch (no OffsetForLeaderEpoch round trip).
+    cluster = Cluster(modern_epoch_cache=modern, diverging_epoch=diverging != "no")
+    app = App(cluster, OffsetPolicy(reset, on_truncation), fetch_max, diverging == "driver")
     for before, (r1, r2), after, steps, target, tell in rounds:
         cluster.append(before)
         lead = cluster.leader_replica()
@@ -492,6 +498,7 @@ def test_model_scenario_needing_a_second_validation_round() -> None:
     diverging=st.booleans(),
     modern=st.booleans(),
     on_truncation=st.sampled_from(["auto", "raise", "rewind"]),
+    fetch_detects=st.booleans(),
 )
 def test_tracker_when_a_whole_epoch_was_missed(
     first: int,
@@ -504,12 +511,13 @@ def test_tracker_when_a_whole_epoch_was_missed(
     diverging: bool,
     modern: bool,
     on_truncation: str,
+    fetch_detects: bool,
 ) -> None:
     """A -> L -> B -> L with random amounts: the shape where the last leader names an
     epoch the consumer may never have read (the multi-round validation path)."""
     STATS["cases"] += 1
     cluster = Cluster(modern_epoch_cache=modern, diverging_epoch=diverging)
-    app = App(cluster, OffsetPolicy("earliest", on_truncation), fetch_max=3)
+    app = App(cluster, OffsetPolicy("earliest", on_truncation), 3, diverging and fetch_detects)
     cluster.append(first)
     cluster.replicate(1, first)  # B has all of A's records
     cluster.replicate(2, min(lagging, first))  # L lags

@@ -739,3 +739,25 @@ def test_topic_recreated_after_reading_from_a_reset_position_is_reported() -> No
     tr.on_metadata(1, 0, "topic-b")
     (ev,) = truncations(tr)
     assert ev.report.detected_by is DetectedBy.TOPIC_RECREATED and ev.report.lost_count == 5
+
+
+def test_fetch_detects_divergence_skips_the_round_trip_on_leader_change() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"), fetch_detects_divergence=True)
+    tr.on_metadata(1, 1, "topic-a")
+    tr.seek(EpochOffset(0))
+    assert tr.on_records(fetch(tr), 0, 9, 1)
+    tr.on_metadata(2, 2, "topic-a")
+    assert tr.state is S.FETCHING  # no OffsetForLeaderEpoch: the fetch compares
+    f = fetch(tr)
+    assert (f.leader_id, f.current_leader_epoch, f.last_fetched_epoch) == (2, 2, 1)
+    tr.on_diverging_epoch(f, 1, 7, 0.0)
+    (ev,) = truncations(tr)
+    assert ev.report.detected_by is DetectedBy.DIVERGING_EPOCH
+    assert ev.report.divergence == EpochOffset(7, 1) and tr.position == EpochOffset(7, 1)
+
+
+def test_fetch_detects_divergence_still_validates_restored_positions() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"), fetch_detects_divergence=True)
+    tr.on_metadata(1, 5)
+    tr.restore(EpochOffset(10, 5))
+    assert isinstance(tr.next_action(0.0), ValidateAction)

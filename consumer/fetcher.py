@@ -55,6 +55,7 @@ OFFSET_FOR_LEADER_EPOCH_MIN_VERSION = 2
 #: Fetch requests in flight per broker. Measured: a second one does not help once requests
 #: holding only caught-up partitions are deferred (see ``send_requests``).
 MAX_FETCHES_PER_BROKER = 1
+_UNKNOWN_TOPIC_ERRORS = frozenset({3, 100})  # UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID
 
 
 class _Buffered:
@@ -176,6 +177,11 @@ class Fetcher:
         #: partitions whose last fetch reached the high watermark
         self._caught_up: dict[TopicPartition, bool] = {}
         self._prefetch: dict[TopicPartition, _Prefetch] = {}
+        # Topics a broker called unknown, and when. Fetch v12 names topics, so a fetch sent
+        # after a delete + re-create would be answered from the new topic's log as if it
+        # were the old one; fetches wait until metadata sent after that answer (with the
+        # topic id that lets the tracker see the re-creation) has been applied.
+        self._topic_hold: dict[str, float] = {}
         self._prefetch_enabled = True
         self._read_committed = config["isolation_level"] == "read_committed"
         self._fetch_max_version = int(config.get("max_fetch_version", FETCH_MAX_VERSION))
@@ -339,6 +345,9 @@ class Fetcher:
                 continue
             if topics is None and self.all_topics is not None and not topic.is_internal:
                 self.all_topics.add(name)
+            held = self._topic_hold.get(name)
+            if held is not None and sent_at >= held:
+                del self._topic_hold[name]
             tid = getattr(topic, "topic_id", None)
             topic_id = None if tid is None or tid == _ZERO_UUID else tid
             self.topic_ids[name] = topic_id
@@ -405,7 +414,8 @@ class Fetcher:
                         self._drain_events(tp)
                         continue
                     self._drop_prefetch(tp)
-                if self._fetching_nodes.get(action.leader_id, 0) >= MAX_FETCHES_PER_BROKER:
+                if (tp.topic in self._topic_hold
+                        or self._fetching_nodes.get(action.leader_id, 0) >= MAX_FETCHES_PER_BROKER):
                     tracker.cancel(action)
                 else:
                     fetches.setdefault(action.leader_id, []).append(action)
@@ -592,6 +602,9 @@ class Fetcher:
         self._caught_up[tp] = False
         if p.error_code:
             self.metrics.fetch_errors += 1
+            if p.error_code in _UNKNOWN_TOPIC_ERRORS:
+                self._topic_hold[tp.topic] = now
+                self.request_metadata()
             tracker.on_fetch_error(action, p.error_code, now)
             self.after_input(tp)
             return

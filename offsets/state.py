@@ -780,6 +780,7 @@ class PartitionTracker:
             self._clear_history()
             return
         self._hist.append((epoch, first_offset))
+        self._from_reset = False
         if len(self._hist) > MAX_EPOCH_HISTORY:
             del self._hist[0]
             self._hist_inexact = True

@@ -93,6 +93,10 @@ class Cluster:
     # answering clients that still send its epoch, and may take writes.
     zombie: tuple[int, int] | None = None
     zombie_answers: int = 0
+    # Highest offset retention ever deleted below. The model keeps deleted records, and a
+    # follower that truncates below its log start gets them back readable, which Kafka
+    # never does; offsets below this are therefore not compared.
+    deleted_below: int = 0
     # The replica that answered the last request (the leader, or a zombie).
     answered_by: Replica | None = None
 
@@ -164,6 +168,9 @@ class Cluster:
             self.history.append(self.metadata())
 
     def retention(self, upto: int) -> None:
+        lead = self.leader_replica()
+        if lead is not None:
+            self.deleted_below = max(self.deleted_below, min(upto, lead.leo))
         for r in self.replicas:
             new_start = min(upto, r.leo)
             if new_start > r.log_start:
@@ -172,6 +179,7 @@ class Cluster:
 
     def recreate_topic(self) -> None:
         self.zombie = None
+        self.deleted_below = 0
         self.topic_id = f"topic-{int(self.topic_id.split('-')[1]) + 1}"
         self.replicas = [Replica(i) for i in range(3)]
         self.epoch = 0

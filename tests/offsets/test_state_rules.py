@@ -761,3 +761,18 @@ def test_fetch_detects_divergence_still_validates_restored_positions() -> None:
     tr.on_metadata(1, 5)
     tr.restore(EpochOffset(10, 5))
     assert isinstance(tr.next_action(0.0), ValidateAction)
+
+
+def test_reads_after_a_reset_end_the_nothing_read_exemption() -> None:
+    # Read after a reset, then a probe (UNDEFINED, position at log start) clears the history:
+    # a later truncation is still a report, since records were read.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "raise"))
+    tr.on_metadata(1, 1)
+    tr.restore(None)
+    tr.on_list_offsets(list_offsets(tr), 0, 1)
+    assert tr.on_records(fetch(tr), 0, 4, 1)
+    tr.on_validation(elect(tr, 2), 0, -1, -1, 0.0)
+    tr.on_list_offsets(list_offsets(tr), 5, 2)  # probe: log start == position
+    assert tr.state is S.FETCHING and tr.epoch_history == ()
+    tr.on_validation(elect(tr, 3), 0, 1, 2, 0.0)
+    assert tr.state is S.TRUNCATED

@@ -92,6 +92,13 @@ class BrokerClient:
             node = self._manager.least_loaded_node() if node_id is None else node_id
             if node is None:
                 raise kerrors.NodeNotReadyError("no broker available")
+            if self._manager.cluster.broker_metadata(node) is None:
+                # A broker id we learned from a coordinator or leader before kafka-python's
+                # broker list had it: refresh that list once, then try.
+                try:
+                    await self._manager.cluster.refresh_metadata()
+                except kerrors.KafkaError as exc:
+                    raise kerrors.NodeNotReadyError(f"broker {node} unknown: {exc}") from exc
             return await self._manager.send(request, node, request_timeout_ms=timeout_ms)
 
         try:

@@ -188,7 +188,13 @@ class EpochConsumer:
             stored = self._store.load()
             source = "offset_store"
         elif self._group is not None:
-            stored = self._group.fetch_committed(todo, deadline)
+            try:
+                stored = self._group.fetch_committed(todo, deadline)
+            except kerrors.KafkaError as exc:
+                # No coordinator answer in time: stay without a position, try next poll().
+                log.debug("committed_offsets_unavailable", group=self._group.group_id,
+                          error=repr(exc))
+                return
         else:
             stored = {}
         for tp in todo:
@@ -326,7 +332,9 @@ class EpochConsumer:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             self._ensure_group(deadline)
-            self._restore_positions(max(deadline, time.monotonic() + self._timeout()))
+            # Bounded by the poll timeout (at least one round trip): with the coordinator
+            # down, poll() still returns on time and the next one tries again.
+            self._restore_positions(max(deadline, time.monotonic() + 1.0))
             self._maybe_auto_commit()
             fetcher.process_completions()
             self._raise_pending()

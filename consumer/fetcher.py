@@ -52,6 +52,10 @@ FETCH_MAX_VERSION = 12
 #: Metadata v7+ carries leader epochs; v10+ topic ids; v12 is the last we need.
 METADATA_MAX_VERSION = 12
 OFFSET_FOR_LEADER_EPOCH_MIN_VERSION = 2
+#: Fetch requests in flight per broker. Measured: a second one does not help once requests
+#: holding only caught-up partitions are deferred (see ``send_requests``).
+MAX_FETCHES_PER_BROKER = 1
+_UNKNOWN_TOPIC_ERRORS = frozenset({3, 100})  # UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID
 
 
 class _Buffered:
@@ -73,6 +77,33 @@ class _Buffered:
         self.last_epoch = last_epoch
 
 
+class _Prefetch:
+    """A fetch sent before the tracker asked for it: the request the tracker will make once
+    the application has drained the partition's buffer. It is only used as the answer to a
+    tracker ``FetchAction`` asking for exactly the same thing (same leader, offset, current
+    leader epoch and last fetched epoch); otherwise it is thrown away. The tracker still
+    sees one answer per request it made, so it keeps every decision."""
+
+    __slots__ = ("answer", "current_leader_epoch", "done", "last_fetched_epoch", "node",
+                 "offset", "version", "waiting")
+
+    def __init__(self, node: int, offset: int, current_leader_epoch: int | None,
+                 last_fetched_epoch: int | None) -> None:
+        self.node = node
+        self.offset = offset
+        self.current_leader_epoch = current_leader_epoch
+        self.last_fetched_epoch = last_fetched_epoch
+        self.done = False
+        self.answer: Any = None
+        self.version = 0
+        self.waiting: FetchAction | None = None
+
+    def matches(self, action: FetchAction) -> bool:
+        return (action.leader_id == self.node and action.offset == self.offset
+                and action.current_leader_epoch == self.current_leader_epoch
+                and action.last_fetched_epoch == self.last_fetched_epoch)
+
+
 class FetcherMetrics:
     """Plain counters, exposed through ``EpochConsumer.metrics()``."""
 
@@ -85,6 +116,8 @@ class FetcherMetrics:
         self.offset_for_leader_epoch_requests = 0
         self.list_offsets_requests = 0
         self.diverging_epoch_responses = 0
+        self.prefetches_used = 0
+        self.prefetches_discarded = 0
         self.truncations_detected = 0
         self.records_lost = 0
         self.validations = 0
@@ -123,7 +156,8 @@ class Fetcher:
         self.trackers: dict[TopicPartition, PartitionTracker] = {}
         self._buffers: dict[TopicPartition, _Buffered] = {}
         self._buffer_order: collections.deque[TopicPartition] = collections.deque()
-        self._fetching_nodes: set[int] = set()
+        # In-flight fetch requests per broker (at most MAX_FETCHES_PER_BROKER).
+        self._fetching_nodes: dict[int, int] = {}
         self._done: collections.deque[_Done] = collections.deque()
         self._wake = threading.Event()
         self.metrics = FetcherMetrics()
@@ -140,6 +174,15 @@ class Fetcher:
         self._metadata_ok_at = 0.0
         self.metadata_listeners: list[Callable[[], None]] = []
         self._leaders: dict[TopicPartition, tuple[int | None, int | None]] = {}
+        #: partitions whose last fetch reached the high watermark
+        self._caught_up: dict[TopicPartition, bool] = {}
+        self._prefetch: dict[TopicPartition, _Prefetch] = {}
+        # Topics a broker called unknown, and when. Fetch v12 names topics, so a fetch sent
+        # after a delete + re-create would be answered from the new topic's log as if it
+        # were the old one; fetches wait until metadata sent after that answer (with the
+        # topic id that lets the tracker see the re-creation) has been applied.
+        self._topic_hold: dict[str, float] = {}
+        self._prefetch_enabled = True
         self._read_committed = config["isolation_level"] == "read_committed"
         self._fetch_max_version = int(config.get("max_fetch_version", FETCH_MAX_VERSION))
         self._metadata_max_version = int(
@@ -164,6 +207,12 @@ class Fetcher:
 
     def drop_buffer(self, tp: TopicPartition) -> None:
         self._buffers.pop(tp, None)
+        self._caught_up.pop(tp, None)
+        self._drop_prefetch(tp)
+
+    def _drop_prefetch(self, tp: TopicPartition) -> None:
+        if self._prefetch.pop(tp, None) is not None:
+            self.metrics.prefetches_discarded += 1
 
     def after_input(self, tp: TopicPartition) -> None:
         """Called after any command to a tracker: buffered records are only valid while the
@@ -171,6 +220,7 @@ class Fetcher:
         tracker = self.trackers.get(tp)
         if tracker is None or tracker.state is not _FETCHING or tracker.paused:
             self._buffers.pop(tp, None)
+            self._drop_prefetch(tp)
         self._drain_events(tp)
 
     def has_buffered(self) -> bool:
@@ -295,6 +345,9 @@ class Fetcher:
                 continue
             if topics is None and self.all_topics is not None and not topic.is_internal:
                 self.all_topics.add(name)
+            held = self._topic_hold.get(name)
+            if held is not None and sent_at >= held:
+                del self._topic_hold[name]
             tid = getattr(topic, "topic_id", None)
             topic_id = None if tid is None or tid == _ZERO_UUID else tid
             self.topic_ids[name] = topic_id
@@ -339,6 +392,7 @@ class Fetcher:
         fetches: dict[int, list[FetchAction]] = {}
         validations: dict[int, list[ValidateAction]] = {}
         resets: dict[int, list[ResetAction]] = {}
+        ready: list[tuple[TopicPartition, FetchAction, _Prefetch]] = []
         for tp, tracker in self.trackers.items():
             if tp in self._buffers:
                 continue
@@ -349,7 +403,19 @@ class Fetcher:
             if isinstance(action, WaitAction):
                 wake_at = min(wake_at, action.until)
             elif isinstance(action, FetchAction):
-                if action.leader_id in self._fetching_nodes:
+                pf = self._prefetch.get(tp)
+                if pf is not None:
+                    if pf.matches(action):
+                        if pf.done:
+                            del self._prefetch[tp]
+                            ready.append((tp, action, pf))
+                        else:
+                            pf.waiting = action  # answered when the prefetch completes
+                        self._drain_events(tp)
+                        continue
+                    self._drop_prefetch(tp)
+                if (tp.topic in self._topic_hold
+                        or self._fetching_nodes.get(action.leader_id, 0) >= MAX_FETCHES_PER_BROKER):
                     tracker.cancel(action)
                 else:
                     fetches.setdefault(action.leader_id, []).append(action)
@@ -358,32 +424,47 @@ class Fetcher:
             elif isinstance(action, ResetAction):
                 resets.setdefault(action.leader_id, []).append(action)
             self._drain_events(tp)
-        for node, actions in fetches.items():
-            self._send_fetch(node, actions)
+        if fetches:
+            busy = {b.action.leader_id for b in self._buffers.values()}
+            for node, actions in fetches.items():
+                if node in busy and all(self._caught_up.get(a.tp, False) for a in actions):
+                    # Only partitions at the end of their log: such a request long-polls for
+                    # fetch_max_wait_ms. Send them along with the partitions the application
+                    # is still draining from this broker instead.
+                    for a in actions:
+                        self.trackers[a.tp].cancel(a)
+                    continue
+                self._send_fetch(node, actions)
+        for tp, action, pf in ready:
+            self.metrics.prefetches_used += 1
+            self._apply_partition(tp, action, pf.answer, pf.version, now)
+        if self._prefetch_enabled and self._buffers:
+            self._send_prefetches()
         for node, vactions in validations.items():
             self._send_validation(node, vactions)
         for node, ractions in resets.items():
             self._send_list_offsets(node, ractions)
         return wake_at
 
-    def _send_fetch(self, node: int, actions: list[FetchAction]) -> None:
+    def _fetch_request(
+        self, entries: list[tuple[TopicPartition, int, int | None, int | None]]
+    ) -> Any:
+        """A Fetch for ``(tp, offset, current_leader_epoch, last_fetched_epoch)`` entries."""
         cfg = self._config
         by_topic: dict[str, list[Any]] = {}
         FP = FetchRequest.FetchTopic.FetchPartition
-        for a in actions:
-            by_topic.setdefault(a.tp.topic, []).append(
+        for tp, offset, cle, lfe in entries:
+            by_topic.setdefault(tp.topic, []).append(
                 FP(
-                    partition=a.tp.partition,
-                    current_leader_epoch=-1 if a.current_leader_epoch is None
-                    else a.current_leader_epoch,
-                    fetch_offset=a.offset,
-                    last_fetched_epoch=-1 if a.last_fetched_epoch is None
-                    else a.last_fetched_epoch,
+                    partition=tp.partition,
+                    current_leader_epoch=-1 if cle is None else cle,
+                    fetch_offset=offset,
+                    last_fetched_epoch=-1 if lfe is None else lfe,
                     log_start_offset=-1,
                     partition_max_bytes=cfg["max_partition_fetch_bytes"],
                 )
             )
-        request = FetchRequest(
+        return FetchRequest(
             replica_id=-1,
             max_wait_ms=cfg["fetch_max_wait_ms"],
             min_bytes=cfg["fetch_min_bytes"],
@@ -397,14 +478,88 @@ class Fetcher:
             min_version=4,
             max_version=self._fetch_max_version,
         )
-        self._fetching_nodes.add(node)
+
+    def _send_fetch(self, node: int, actions: list[FetchAction]) -> None:
+        cfg = self._config
+        request = self._fetch_request(
+            [(a.tp, a.offset, a.current_leader_epoch, a.last_fetched_epoch) for a in actions])
+        self._fetching_nodes[node] = self._fetching_nodes.get(node, 0) + 1
         self.metrics.fetch_requests += 1
         fut = self._client.send(node, request, cfg["request_timeout_ms"] + cfg["fetch_max_wait_ms"])
         self._complete(self._on_fetch, (node, {a.tp: a for a in actions}), fut)
 
+    def _send_prefetches(self) -> None:
+        """For brokers with no fetch in flight: fetch what buffered partitions will ask for
+        next, so the answer is (often) there when the application drains them."""
+        by_node: dict[int, list[tuple[TopicPartition, _Prefetch]]] = {}
+        for tp, buf in self._buffers.items():
+            if tp in self._prefetch or self._caught_up.get(tp, False):
+                continue
+            tracker = self.trackers.get(tp)
+            if tracker is None or tracker.state is not _FETCHING or tracker.paused:
+                continue
+            node = buf.action.leader_id
+            if node != tracker.leader_id or self._fetching_nodes.get(node, 0) > 0:
+                continue
+            last = buf.records[-1].leader_epoch if buf.records else buf.last_epoch
+            pf = _Prefetch(node, buf.next_offset, tracker.leader_epoch,
+                           None if last is None or last < 0 else last)
+            by_node.setdefault(node, []).append((tp, pf))
+        cfg = self._config
+        for node, items in by_node.items():
+            for tp, pf in items:
+                self._prefetch[tp] = pf
+            request = self._fetch_request(
+                [(tp, pf.offset, pf.current_leader_epoch, pf.last_fetched_epoch)
+                 for tp, pf in items])
+            self._fetching_nodes[node] = self._fetching_nodes.get(node, 0) + 1
+            self.metrics.fetch_requests += 1
+            fut = self._client.send(
+                node, request, cfg["request_timeout_ms"] + cfg["fetch_max_wait_ms"])
+            self._complete(self._on_prefetch, (node, dict(items)), fut)
+
+    def _on_prefetch(self, context: Any, future: Any) -> None:
+        node: int = context[0]
+        sent: dict[TopicPartition, _Prefetch] = context[1]
+        self._node_done(node)
+        now = time.monotonic()
+        ok = future.exception is None and not getattr(future.value, "error_code", 0)
+        if ok:
+            response = future.value
+            for topic in response.responses:
+                for p in topic.partitions:
+                    tp = TopicPartition(topic.topic, p.partition_index)
+                    found = sent.pop(tp, None)
+                    if found is None or self._prefetch.get(tp) is not found:
+                        continue  # discarded meanwhile
+                    pf = found
+                    if pf.waiting is not None:
+                        del self._prefetch[tp]
+                        self.metrics.prefetches_used += 1
+                        self._apply_partition(tp, pf.waiting, p, response.API_VERSION, now)
+                    else:
+                        pf.answer, pf.version, pf.done = p, response.API_VERSION, True
+        else:
+            self.metrics.request_failures += 1
+        # Failed, or left out of the answer: the tracker's request (if made) goes out again.
+        for tp, pf in sent.items():
+            if self._prefetch.get(tp) is not pf:
+                continue
+            del self._prefetch[tp]
+            tracker = self.trackers.get(tp)
+            if pf.waiting is not None and tracker is not None:
+                tracker.cancel(pf.waiting)
+
+    def _node_done(self, node: int) -> None:
+        left = self._fetching_nodes.get(node, 1) - 1
+        if left > 0:
+            self._fetching_nodes[node] = left
+        else:
+            self._fetching_nodes.pop(node, None)
+
     def _on_fetch(self, context: Any, future: Any) -> None:
         node, actions = context
-        self._fetching_nodes.discard(node)
+        self._node_done(node)
         now = time.monotonic()
         if future.exception is not None:
             self.metrics.request_failures += 1
@@ -417,7 +572,6 @@ class Fetcher:
             return
         response = future.value
         version = response.API_VERSION
-        check_crcs = self._config["check_crcs"]
         if getattr(response, "error_code", 0):
             for tp, action in actions.items():
                 tracker = self.trackers.get(tp)
@@ -430,48 +584,61 @@ class Fetcher:
             for p in topic.partitions:
                 tp = TopicPartition(name, p.partition_index)
                 action = actions.pop(tp, None)
-                tracker = self.trackers.get(tp)
-                if action is None or tracker is None:
-                    continue
-                if p.error_code:
-                    self.metrics.fetch_errors += 1
-                    tracker.on_fetch_error(action, p.error_code, now)
-                    self.after_input(tp)
-                    continue
-                div = p.diverging_epoch if version >= 12 else None
-                if div is not None and (div.epoch >= 0 or div.end_offset >= 0):
-                    self.metrics.diverging_epoch_responses += 1
-                    tracker.on_diverging_epoch(action, div.epoch, div.end_offset, now)
-                    self.after_input(tp)
-                    continue
-                data = p.records
-                if data:
-                    self.metrics.bytes_fetched += len(data)
-                    aborted = (
-                        [(a.producer_id, a.first_offset) for a in p.aborted_transactions]
-                        if self._read_committed and p.aborted_transactions else None
-                    )
-                    decoded = decode_records(
-                        data, name, p.partition_index, action.offset,
-                        check_crcs=check_crcs,
-                        key_deserializer=self._key_des,
-                        value_deserializer=self._value_des,
-                        aborted_producers=aborted,
-                        read_committed=self._read_committed,
-                    )
-                    if decoded.next_offset is not None and decoded.next_offset > action.offset:
-                        if tp not in self._buffers:
-                            self._buffer_order.append(tp)
-                        self._buffers[tp] = _Buffered(
-                            action, decoded.records, decoded.next_offset, decoded.last_epoch)
-                        continue
-                tracker.on_empty_fetch(action)
-                self.after_input(tp)
+                if action is not None:
+                    self._apply_partition(tp, action, p, version, now)
         # Partitions the broker left out: hand the fetch out again.
         for tp, action in actions.items():
             tracker = self.trackers.get(tp)
             if tracker is not None:
                 tracker.cancel(action)
+
+    def _apply_partition(
+        self, tp: TopicPartition, action: FetchAction, p: Any, version: int, now: float
+    ) -> None:
+        """One partition of a Fetch answer, for the action it answers."""
+        tracker = self.trackers.get(tp)
+        if tracker is None:
+            return
+        self._caught_up[tp] = False
+        if p.error_code:
+            self.metrics.fetch_errors += 1
+            if p.error_code in _UNKNOWN_TOPIC_ERRORS:
+                self._topic_hold[tp.topic] = now
+                self.request_metadata()
+            tracker.on_fetch_error(action, p.error_code, now)
+            self.after_input(tp)
+            return
+        div = p.diverging_epoch if version >= 12 else None
+        if div is not None and (div.epoch >= 0 or div.end_offset >= 0):
+            self.metrics.diverging_epoch_responses += 1
+            tracker.on_diverging_epoch(action, div.epoch, div.end_offset, now)
+            self.after_input(tp)
+            return
+        data = p.records
+        if data:
+            self.metrics.bytes_fetched += len(data)
+            aborted = (
+                [(a.producer_id, a.first_offset) for a in p.aborted_transactions]
+                if self._read_committed and p.aborted_transactions else None
+            )
+            decoded = decode_records(
+                data, tp.topic, tp.partition, action.offset,
+                check_crcs=self._config["check_crcs"],
+                key_deserializer=self._key_des,
+                value_deserializer=self._value_des,
+                aborted_producers=aborted,
+                read_committed=self._read_committed,
+            )
+            if decoded.next_offset is not None and decoded.next_offset > action.offset:
+                self._caught_up[tp] = decoded.next_offset >= p.high_watermark
+                if tp not in self._buffers:
+                    self._buffer_order.append(tp)
+                self._buffers[tp] = _Buffered(
+                    action, decoded.records, decoded.next_offset, decoded.last_epoch)
+                return
+        self._caught_up[tp] = action.offset >= p.high_watermark
+        tracker.on_empty_fetch(action)
+        self.after_input(tp)
 
     def _send_validation(self, node: int, actions: list[ValidateAction]) -> None:
         OT = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
@@ -593,6 +760,7 @@ class Fetcher:
             last_chunk = end >= len(records)
             if not self._advance(tracker, buf, chunk, last_chunk):
                 self._buffers.pop(tp, None)
+                self._drop_prefetch(tp)
                 order.popleft()
                 self.after_input(tp)
                 continue

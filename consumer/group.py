@@ -127,7 +127,8 @@ class GroupCoordinator:
             try:
                 return self._client.request(node, request, min(t, remaining))
             except (kerrors.KafkaConnectionError, kerrors.NodeNotReadyError,
-                    kerrors.KafkaTimeoutError, kerrors.RequestTimedOutError) as exc:
+                    kerrors.KafkaTimeoutError, kerrors.RequestTimedOutError,
+                    kerrors.UnknownBrokerIdError) as exc:
                 self.coordinator_dead()
                 if time.monotonic() >= deadline:
                     raise

@@ -9,20 +9,21 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in {"-h", "--help"}:
         print(
-            "usage: epochguard {demo,core-demo,cluster} [options]\n"
-            "  demo       EpochConsumer on an embedded cluster through an unclean election\n"
-            "  core-demo  the sans-IO tracker alone on a simulated partition\n"
-            "  cluster    run an EmbeddedCluster and print its bootstrap servers"
+            "usage: epochguard {demo,cluster} [options]\n"
+            "  demo [--fast]   EpochConsumer on an embedded cluster through an unclean election\n"
+            "  demo --sans-io  the sans-IO tracker alone on a simulated partition\n"
+            "  cluster         run an EmbeddedCluster and print its bootstrap servers"
         )
         return 0
     if args[0] == "demo":
+        if "--sans-io" in args[1:]:
+            # The tracker alone, driven by a scripted two-broker log (no sockets).
+            from epochguard.offsets._demo import run_demo as run_sans_io_demo
+
+            return run_sans_io_demo()
         from epochguard.consumer.demo import run_demo
 
         return run_demo(fast="--fast" in args[1:])
-    if args[0] == "core-demo":
-        from epochguard.offsets._demo import run_demo as run_core_demo
-
-        return run_core_demo()
     if args[0] == "cluster":
         from epochguard.testing.__main__ import main as cluster_main
 

@@ -69,7 +69,8 @@ def setup_topic(cluster: EmbeddedCluster, kept: int = 10) -> tuple[int, int]:
     old = cluster.leader("t", 0)
     assert old is not None
     new = next(b for b in cluster.replicas("t", 0) if b != old)
-    cluster.append("t", 0, [b"kept-%d" % i for i in range(kept)], batch_size=1)
+    if kept:
+        cluster.append("t", 0, [b"kept-%d" % i for i in range(kept)], batch_size=1)
     return old, new
 
 

@@ -71,6 +71,7 @@ def test_diverging_epoch_is_acted_on_without_offset_for_leader_epoch(mocker: Any
     action = FetchAction(TP, 1, 15, 3, 3, _token(tracker))
     div = NS(epoch=3, end_offset=12)
     part = NS(partition_index=0, error_code=0, diverging_epoch=div, records=b"",
+              high_watermark=20,
               aborted_transactions=None)
     resp = NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
     client.send.reset_mock()
@@ -101,6 +102,7 @@ def test_buffered_records_are_dropped_when_validation_starts(mocker: Any) -> Non
         b.append(timestamp=i, key=None, value=b"v", headers=[])
     b.close()
     part = NS(partition_index=0, error_code=0, diverging_epoch=None, records=b.buffer(),
+              high_watermark=10,
               aborted_transactions=None)
     resp = NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
     action = FetchAction(TP, 1, 0, 0, None, _token(tracker))
@@ -113,3 +115,90 @@ def test_buffered_records_are_dropped_when_validation_starts(mocker: Any) -> Non
     assert tracker.state is PartitionState.AWAIT_VALIDATION
     assert not f.has_buffered()
     assert f.fetched_records(10, lambda tp: True) == {}
+
+
+def _records(base: int, n: int, epoch: int = 0) -> bytes:
+    from kafka.record import MemoryRecordsBuilder
+
+    b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=10**6, offset=base)
+    for i in range(n):
+        b.append(timestamp=i, key=None, value=b"v%d" % (base + i), headers=[])
+    b.close()
+    raw = bytearray(b.buffer())
+    raw[12:16] = epoch.to_bytes(4, "big", signed=True)
+    return bytes(raw)
+
+
+def _fetch_answer(base: int, n: int, hw: int) -> Any:
+    part = NS(partition_index=0, error_code=0, diverging_epoch=None,
+              records=_records(base, n), high_watermark=hw, aborted_transactions=None)
+    return NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
+
+
+def _fetching(mocker: Any) -> tuple[Fetcher, Any, Any, list[Any]]:
+    f, client = _fetcher(mocker)
+    tracker = f.add_partition(TP)
+    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=0))
+    tracker.seek(0)
+    f.after_input(TP)
+    futures: list[Any] = []
+
+    def send(*args: Any) -> Future:
+        futures.append((args, Future()))
+        return futures[-1][1]
+
+    client.send.side_effect = send
+    return f, client, tracker, futures
+
+
+def test_prefetch_answers_the_trackers_next_fetch(mocker: Any) -> None:
+    f, _client, tracker, futures = _fetching(mocker)
+    f.send_requests(0.0)
+    (_args, fut) = futures[0]
+    fut.success(_fetch_answer(0, 10, hw=30))
+    f.process_completions()
+    assert f.has_buffered()
+    f.send_requests(0.0)  # buffered, not caught up: prefetch what comes next
+    assert len(futures) == 2
+    part = futures[1][0][1].topics[0].partitions[0]
+    assert (part.fetch_offset, part.last_fetched_epoch, part.current_leader_epoch) == (10, 0, 0)
+    futures[1][1].success(_fetch_answer(10, 10, hw=30))
+    f.process_completions()
+    got = f.fetched_records(100, lambda tp: True)[TP]
+    assert [r.offset for r in got] == list(range(10))
+    f.send_requests(0.0)  # the tracker asks for offset 10: answered by the prefetch
+    assert f.metrics.prefetches_used == 1
+    got = f.fetched_records(100, lambda tp: True)[TP]
+    assert [r.offset for r in got] == list(range(10, 20))
+    assert tracker.position == EpochOffset(20, 0)
+
+
+def test_prefetch_is_discarded_after_a_seek(mocker: Any) -> None:
+    f, _client, tracker, futures = _fetching(mocker)
+    f.send_requests(0.0)
+    futures[0][1].success(_fetch_answer(0, 10, hw=30))
+    f.process_completions()
+    f.send_requests(0.0)
+    assert len(futures) == 2  # prefetch of offset 10 in flight
+    tracker.seek(3)
+    f.drop_buffer(TP)
+    f.after_input(TP)
+    futures[1][1].success(_fetch_answer(10, 10, hw=30))
+    f.process_completions()
+    f.send_requests(0.0)
+    assert len(futures) == 3  # a real fetch from 3, the prefetch was not used
+    assert futures[2][0][1].topics[0].partitions[0].fetch_offset == 3
+    futures[2][1].success(_fetch_answer(0, 10, hw=30))
+    f.process_completions()
+    got = f.fetched_records(100, lambda tp: True)[TP]
+    assert [r.offset for r in got] == list(range(3, 10))
+    assert f.metrics.prefetches_used == 0 and f.metrics.prefetches_discarded == 1
+
+
+def test_caught_up_partitions_are_not_prefetched(mocker: Any) -> None:
+    f, _client, _tracker, futures = _fetching(mocker)
+    f.send_requests(0.0)
+    futures[0][1].success(_fetch_answer(0, 10, hw=10))  # reached the high watermark
+    f.process_completions()
+    f.send_requests(0.0)
+    assert len(futures) == 1

@@ -182,3 +182,53 @@ def test_close_is_bounded_with_every_broker_down(cluster: Any) -> None:
     t0 = time.monotonic()
     consumer.close()
     assert time.monotonic() - t0 < 4
+
+
+def test_heartbeats_keep_membership_between_polls(cluster: Any) -> None:
+    cluster.create_topic(TOPIC, partitions=2, replication_factor=2)
+    c = make_consumer(cluster, group_id="hb", session_timeout_ms=6000,
+                      heartbeat_interval_ms=300, max_poll_interval_ms=20000)
+    try:
+        c.subscribe([TOPIC])
+        wait(lambda: bool(c.poll(timeout_ms=50) or c.assignment()))
+        assert len(c.assignment()) == 2
+        sent = c.metrics(raw=True)["heartbeats_sent"]
+        time.sleep(7.0)  # the application is busy for longer than the session timeout
+        assert c.metrics(raw=True)["heartbeats_sent"] >= sent + 10
+        c.poll(timeout_ms=100)
+        assert len(c.assignment()) == 2
+        assert c.metrics(raw=True)["rebalances"] == 1
+    finally:
+        c.close()
+
+
+def test_max_poll_interval_exceeded_leaves_and_rejoins(cluster: Any) -> None:
+    cluster.create_topic(TOPIC, partitions=2, replication_factor=2)
+    c = make_consumer(cluster, group_id="mpi", session_timeout_ms=6000,
+                      heartbeat_interval_ms=100, max_poll_interval_ms=1000)
+    try:
+        c.subscribe([TOPIC])
+        wait(lambda: bool(c.poll(timeout_ms=50) or c.assignment()))
+        time.sleep(1.8)  # longer than max_poll_interval_ms: the heartbeat thread leaves
+        assert c._group is not None and c._group.member_id == ""
+        wait(lambda: bool(c.poll(timeout_ms=50) or c.assignment()))
+        assert len(c.assignment()) == 2
+        assert c.metrics(raw=True)["rebalances"] == 2
+    finally:
+        c.close()
+
+
+def test_poll_is_bounded_when_committed_offsets_are_unreachable(cluster: Any) -> None:
+    cluster.create_topic(TOPIC, partitions=1, replication_factor=2)
+    c = make_consumer(cluster, group_id="unreachable", close_timeout_ms=1000)
+    try:
+        c.assign([TopicPartition(TOPIC, 0)])
+        for b in cluster.broker_ids:
+            cluster.stop_broker(b)
+        t0 = time.monotonic()
+        assert c.poll(timeout_ms=200) == {}
+        assert time.monotonic() - t0 < 3
+    finally:
+        t0 = time.monotonic()
+        c.close()
+        assert time.monotonic() - t0 < 3

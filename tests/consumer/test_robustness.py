@@ -38,3 +38,25 @@ def test_leader_restart_and_dropped_connections_lose_nothing(cluster) -> None:
             offsets = [r.offset for r in got if r.partition == tp.partition]
             assert offsets == list(range(60)), tp
         assert c.truncation_reports() == []
+
+
+def test_topic_deleted_and_recreated_is_reported(cluster) -> None:
+    from epochguard.offsets.position import EpochOffset
+    from epochguard.offsets.report import DetectedBy
+
+    tp = TopicPartition("re", 0)
+    cluster.create_topic("re", partitions=1, replication_factor=2)
+    cluster.append("re", 0, [b"first-%d" % i for i in range(10)])
+    with make_consumer(cluster, on_truncation="rewind", allow_auto_create_topics=False) as c:
+        c.assign([tp])
+        assert len(read(c, 10)) == 10
+        cluster.delete_topic("re")
+        time.sleep(0.3)
+        c.poll(timeout_ms=300)
+        cluster.create_topic("re", partitions=1, replication_factor=2)
+        cluster.append("re", 0, [b"second-%d" % i for i in range(3)])
+        got = read(c, 3, timeout=15)
+        assert [r.value for r in got] == [b"second-%d" % i for i in range(3)]
+        [rep] = c.truncation_reports()
+        assert rep.detected_by is DetectedBy.TOPIC_RECREATED
+        assert rep.divergence == EpochOffset(0, None) and rep.lost_count == 10

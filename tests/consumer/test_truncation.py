@@ -105,3 +105,64 @@ def test_clean_election_is_no_truncation(cluster) -> None:
         assert [r.offset for r in got] == [10, 11, 12]
         assert consumer.truncation_reports() == []
         assert consumer.metrics(raw=True)["validations"] >= 1
+
+
+def _mid_stream(cluster, consumer: EpochConsumer) -> tuple[int, int]:
+    """1000 records (500..999 only on the leader); the consumer has taken exactly 700 in
+    polls of 50, so more old-leader records are buffered (and prefetched) when the unclean
+    election happens."""
+    old, new = setup_topic(cluster, kept=0)
+    cluster.append("t", 0, [b"kept-%d" % i for i in range(500)], batch_size=50)
+    cluster.stop_broker(new)
+    cluster.append("t", 0, [b"old-%d" % i for i in range(500, 1000)], batch_size=50)
+    consumer.assign([TP0])
+    got = read(consumer, 700, max_records=50)
+    assert [r.offset for r in got] == list(range(700))
+    assert consumer._fetcher.has_buffered()
+    return old, new
+
+
+@pytest.mark.parametrize("policy", ["rewind", "raise"])
+def test_mid_stream_unclean_election_drops_buffered_old_records(cluster, policy: str) -> None:
+    with make_consumer(cluster, on_truncation=policy) as consumer:
+        old, new = _mid_stream(cluster, consumer)
+        unclean_elect(cluster, old, new, fresh=100)
+        # The consumer learns the new leader epoch (a metadata refresh) while 300 records of
+        # the old leader are still buffered or prefetched: none of them may be returned.
+        assert consumer.partitions_for_topic("t") == {0}
+        assert not consumer._fetcher.has_buffered()
+        got: list = []
+        if policy == "raise":
+            with pytest.raises(LogTruncationError) as info:
+                poll_until(consumer, lambda: False, sink=got)
+            rep = info.value.truncations[TP0]
+            consumer.seek(TP0, info.value.truncation_offsets()[TP0])
+        else:
+            poll_until(consumer, lambda: bool(consumer.truncation_reports()), sink=got)
+            [rep] = consumer.truncation_reports()
+        assert all(not r.value.startswith(b"old-") for r in got)
+        assert rep.consumed_to == EpochOffset(700, 0)
+        assert rep.divergence == EpochOffset(500, 0) and rep.lost_count == 200
+        got += read(consumer, 100 - len(got), max_records=50)
+        assert [(r.offset, r.value) for r in got] == [
+            (500 + i, b"new-%d" % i) for i in range(100)]
+
+
+def test_records_delivered_before_detection_are_counted_as_lost(cluster) -> None:
+    """Buffered old-leader records handed out before anything revealed the election were
+    consumed like any other: the report counts them, and nothing old follows it."""
+    with make_consumer(cluster, on_truncation="rewind") as consumer:
+        old, new = _mid_stream(cluster, consumer)
+        unclean_elect(cluster, old, new, fresh=100)
+        got: list = []
+        poll_until(consumer, lambda: bool(consumer.truncation_reports()), sink=got)
+        [rep] = consumer.truncation_reports()
+        delivered_old = [r for r in got if r.value.startswith(b"old-")]
+        assert [r.offset for r in delivered_old] == list(range(700, 700 + len(delivered_old)))
+        assert rep.consumed_to.offset == 700 + len(delivered_old)
+        assert rep.divergence == EpochOffset(500, 0)
+        assert rep.lost_count == 200 + len(delivered_old)
+        after = got[len(delivered_old):]
+        after += read(consumer, 100 - len(after), max_records=50)
+        assert [(r.offset, r.value) for r in after] == [
+            (500 + i, b"new-%d" % i) for i in range(100)]

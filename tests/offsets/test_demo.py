@@ -11,7 +11,7 @@ from epochguard.__main__ import main
 @pytest.mark.timeout(60)
 def test_demo_runs_and_reports_the_divergence() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "epochguard", "core-demo"],
+        [sys.executable, "-m", "epochguard", "demo", "--sans-io"],
         capture_output=True,
         text=True,
         check=True,
@@ -24,5 +24,5 @@ def test_demo_runs_and_reports_the_divergence() -> None:
 
 
 def test_demo_entry_point_returns_success(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["core-demo"]) == 0
+    assert main(["demo", "--sans-io"]) == 0
     assert "decision: rewind -> new position 7@e1" in capsys.readouterr().out

@@ -57,20 +57,13 @@ def eventually(what: str, probe: Callable[[], T | None], timeout: float = 30.0) 
 
 
 def produce(cluster: Cluster, topic: str, values: list[str]) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap(cluster), acks=1,
+    producer = KafkaProducer(bootstrap_servers=cluster.all_bootstrap_servers, acks=1,
                              enable_idempotence=False, linger_ms=0, retries=5)
     try:
         for value in values:
             producer.send(topic, value.encode(), partition=0).get(timeout=15)
     finally:
         producer.close(timeout=5)
-
-
-def bootstrap(cluster: Cluster) -> str:
-    if isinstance(cluster, ApacheKafkaCluster):
-        return cluster.all_bootstrap_servers
-    assert isinstance(cluster, EmbeddedCluster)
-    return ",".join(cluster.broker_address(b) for b in cluster.broker_ids)
 
 
 def read(consumer: EpochConsumer, n: int, timeout: float) -> list[Any]:
@@ -98,7 +91,7 @@ def test_caught_up_consumer_detects_unclean_election(any_cluster: Cluster) -> No
 
     reports: list[TruncationReport] = []
     consumer = EpochConsumer(
-        bootstrap_servers=bootstrap(cluster), group_id=f"g-{topic}",
+        bootstrap_servers=cluster.all_bootstrap_servers, group_id=f"g-{topic}",
         auto_offset_reset="earliest", enable_auto_commit=False, on_truncation="rewind",
         on_truncation_report=reports.append, fetch_max_wait_ms=200,
         metadata_max_age_ms=500, retry_backoff_ms=50, reconnect_backoff_max_ms=1000,
@@ -137,7 +130,7 @@ def test_group_rebalance_and_commit_with_epochs(any_cluster: Cluster) -> None:
     cluster = any_cluster
     topic = f"eg-grp-{os.getpid()}-{type(cluster).__name__}"
     cluster.create_topic(topic, partitions=4, replication_factor=2)
-    producer = KafkaProducer(bootstrap_servers=bootstrap(cluster), acks=1,
+    producer = KafkaProducer(bootstrap_servers=cluster.all_bootstrap_servers, acks=1,
                              enable_idempotence=False, linger_ms=0)
     try:
         for p in range(4):
@@ -146,7 +139,7 @@ def test_group_rebalance_and_commit_with_epochs(any_cluster: Cluster) -> None:
     finally:
         producer.close(timeout=5)
     cfg: dict[str, Any] = {
-        "bootstrap_servers": bootstrap(cluster), "group_id": f"g-{topic}",
+        "bootstrap_servers": cluster.all_bootstrap_servers, "group_id": f"g-{topic}",
         "auto_offset_reset": "earliest", "enable_auto_commit": True,
         "auto_commit_interval_ms": 200, "session_timeout_ms": 10000,
         "heartbeat_interval_ms": 300, "max_poll_interval_ms": 20000,

@@ -3,7 +3,9 @@
 A three-broker EmbeddedCluster; a topic with two replicas. The consumer reads records
 that only the leader has (the follower is down), the leader dies, the follower is elected
 uncleanly and accepts new writes at the same offsets. The consumer detects the truncation,
-prints the report, and continues from the divergence point.
+prints the report, and continues from the divergence point. At each step the demo prints
+every replica's log (offset runs per leader epoch) and leader-epoch cache, so the divergence
+and the old leader's KIP-101 truncation on rejoining are visible.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import structlog
 from kafka.structs import TopicPartition
@@ -19,6 +21,9 @@ from kafka.structs import TopicPartition
 from epochguard.consumer.consumer import EpochConsumer
 from epochguard.consumer.records import ConsumerRecord
 from epochguard.offsets.report import TruncationReport
+
+if TYPE_CHECKING:
+    from epochguard.testing import EmbeddedCluster
 
 __all__ = ["run_demo"]
 
@@ -43,6 +48,10 @@ def run_demo(out: TextIO = sys.stdout, fast: bool = False) -> int:
         print(text, file=out, flush=True)
         time.sleep(pause if text else 0)
 
+    def show_replicas(cluster: EmbeddedCluster) -> None:
+        for line in _replica_lines(cluster, "orders", 0):
+            say(f"     {line}")
+
     tp = TopicPartition("orders", 0)
     reports: list[TruncationReport] = []
     with EmbeddedCluster(brokers=3) as cluster:
@@ -61,6 +70,7 @@ def run_demo(out: TextIO = sys.stdout, fast: bool = False) -> int:
             got = _read(consumer, 10)
             say(f"2. Consumed offsets {got[0].offset}..{got[-1].offset} "
                 f"(replicated on both brokers).")
+            show_replicas(cluster)
             cluster.stop_broker(follower)
             cluster.append("orders", 0, [b"order-%d" % i for i in range(10, 15)],
                            batch_size=1)
@@ -68,17 +78,22 @@ def run_demo(out: TextIO = sys.stdout, fast: bool = False) -> int:
             say(f"3. Follower {follower} is down; the leader alone accepted offsets "
                 f"{got[0].offset}..{got[-1].offset}, and the consumer read them: "
                 f"position {consumer.position_with_epoch(tp)}.")
+            show_replicas(cluster)
             consumer.poll(timeout_ms=300)
             cluster.stop_broker(leader)
             cluster.start_broker(follower)
             cluster.elect_leader("orders", 0, follower, unclean=True)
             cluster.append("orders", 0, [b"refund-%d" % i for i in range(8)], batch_size=1)
-            cluster.start_broker(leader)
             say(f"4. Leader {leader} died. UNCLEAN election: broker {follower} is leader "
                 f"(epoch {cluster.leader_epoch('orders', 0)}) without offsets 10..14, and "
                 f"has since written 8 new records at offsets 10..17.")
+            show_replicas(cluster)
             say("   A consumer that ignores epochs would now read offset 15 onwards and "
                 "silently skip refund-0..refund-4.")
+            cluster.start_broker(leader)
+            say(f"   Broker {leader} rejoins as a follower: it truncates its log to the "
+                f"divergence point (KIP-101) and copies the new leader's records.")
+            show_replicas(cluster)
             got = _read(consumer, 8)
             if not reports:
                 say("!! no truncation was detected")
@@ -98,6 +113,29 @@ def run_demo(out: TextIO = sys.stdout, fast: bool = False) -> int:
                 f"offset_for_leader_epoch_requests={m['offset_for_leader_epoch_requests']}")
             ok = rep.lost_count == 5 and [r.offset for r in got] == list(range(10, 18))
             return 0 if ok else 1
+
+
+def _replica_lines(cluster: EmbeddedCluster, topic: str, partition: int) -> list[str]:
+    """One line per replica: its log as offset runs per leader epoch, and its epoch cache."""
+    leader = cluster.leader(topic, partition)
+    lines = []
+    for broker in cluster.replicas(topic, partition):
+        if not cluster.is_running(broker):
+            lines.append(f"broker {broker} (down)")
+            continue
+        log = cluster.replica_log(topic, partition, broker)
+        runs: list[list[int]] = []  # [first offset, last offset, epoch]
+        for base, last, epoch in log.batches:
+            if runs and runs[-1][2] == epoch and runs[-1][1] + 1 == base:
+                runs[-1][1] = last
+            else:
+                runs.append([base, last, epoch])
+        shown = "  ".join(f"[{a}..{b}]@e{e}" for a, b, e in runs) or "(empty)"
+        cache = ", ".join(f"e{e.epoch}@{e.start_offset}" for e in log.epoch_cache)
+        role = "leader  " if broker == leader else "follower"
+        lines.append(f"broker {broker} {role} log {shown:34} LEO {log.log_end_offset:<3} "
+                     f"epoch cache [{cache}]")
+    return lines
 
 
 def _read(consumer: EpochConsumer, n: int, timeout: float = 15.0) -> list[ConsumerRecord]:

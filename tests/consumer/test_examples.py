@@ -36,4 +36,7 @@ def test_demo_shows_report_and_continues() -> None:
         structlog.reset_defaults()
     text = out.getvalue()
     assert "offsets [10, 15) (5 records)" in text
+    # The replica timeline: the old leader's divergent suffix, then its KIP-101 truncation.
+    assert "log [0..14]@e0" in text
+    assert text.count("log [0..9]@e0  [10..17]@e2") >= 3
     assert "refund-0, refund-1" in text

@@ -28,19 +28,22 @@ the divergence point, then deliver b0..b7 exactly once. No d record after the de
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import kafka.errors as kerrors
 import pytest
+from kafka import KafkaProducer
 from kafka.structs import TopicPartition
 
-from epochguard.consumer import LogTruncationError
+from epochguard.consumer import EpochConsumer, LogTruncationError
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import DetectedBy
 from epochguard.testing import Cluster
 
-from .epoch_subjects import POLICIES, Subject, drive, records, write_results
+from .epoch_subjects import POLICIES, Subject, consumer_config, drive, records, write_results
 from .observe import Observer
 from .test_unclean_truncation import eventually, kind, produce
 
@@ -297,3 +300,359 @@ def test_unclean_election_while_stopped_restart_from_committed(
     # And its own commit carries the new leader's epoch.
     assert unclean.new_committed[policy] == EpochOffset(13, UNCLEAN)
 
+
+
+# ----------------------------------------------------------------------- clean leader change
+
+
+class CleanRun:
+    """A clean (preferred) leader change: every record stays; nothing may be reported.
+
+    x0..x4 replicated on A and B (epoch 0); lagging consumers have read x0..x2, caught-up ones
+    x0..x4 and sat idle, a third group committed (5, epoch 0) and closed; B becomes leader
+    cleanly (epoch bump) and gets y0..y4 (5..9).
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.kind = kind(cluster)
+        self.topic = f"eg-clean-{os.getpid()}-{self.kind}"
+        self.tp = TopicPartition(self.topic, 0)
+        self.subjects: dict[tuple[str, str], Subject] = {}
+        self.new_epoch = -1
+        self.committed: dict[str, EpochOffset | None] = {}
+
+    def run(self) -> None:
+        cluster, topic, tp = self.cluster, self.topic, self.tp
+        cluster.create_topic(topic, replication_factor=2, config={"min.insync.replicas": "1"})
+        a = eventually("a leader", lambda: cluster.leader(topic, 0))
+        (b,) = [r for r in cluster.replicas(topic, 0) if r != a]
+        produce(cluster, topic, X_VALUES[:3])
+        for policy in POLICIES:
+            self.subjects[("mid", policy)] = s = Subject(cluster, tp, policy, "clean-mid")
+            s.read(3)
+        time.sleep(SETTLE)
+        produce(cluster, topic, X_VALUES[3:])
+        idle = [Subject(cluster, tp, policy, "clean-caught-up") for policy in POLICIES]
+        for s in idle:
+            self.subjects[("caught-up", s.policy)] = s
+            s.read(5)
+        for policy in POLICIES:
+            first = Subject(cluster, tp, policy, "clean-restart-first",
+                            group_id=f"g-{topic}-{policy}")
+            try:
+                first.read(5)
+                first.consumer.commit()
+            finally:
+                first.close()
+        deadline = time.monotonic() + IDLE
+        while time.monotonic() < deadline:
+            for s in idle:
+                s.poll(timeout_ms=20)
+        eventually("B caught up", lambda: cluster.log_end_offset(topic, 0, b) == 5)
+        eventually("ISR [A, B]", lambda: sorted(cluster.isr(topic, 0)) == sorted([a, b]))
+
+        cluster.elect_leader(topic, 0, b)
+        obs = Observer(cluster)
+        eventually("metadata shows B", lambda: obs.leader_and_epoch(topic, 0)[1] > E0)
+        self.new_epoch = cluster.leader_epoch(topic, 0)
+        for s in self.subjects.values():
+            s.set_phase("after")
+        produce(cluster, topic, Y_VALUES)
+        for policy in POLICIES:
+            s = Subject(cluster, tp, policy, "clean-restart", group_id=f"g-{topic}-{policy}",
+                        start=None)
+            s.set_phase("after")
+            self.subjects[("restart", policy)] = s
+        want = {"mid": 10, "caught-up": 10, "restart": 5}
+        drive(self.subjects.values(), lambda s: len(s.delivered) >= want[s.label[6:]])
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:
+            for s in self.subjects.values():
+                s.poll(timeout_ms=10)
+        for policy in POLICIES:
+            restarted = self.subjects[("restart", policy)].consumer
+            restarted.commit()
+            self.committed[policy] = restarted.committed(tp)
+
+    def close(self) -> None:
+        for s in self.subjects.values():
+            s.close()
+
+
+X_VALUES = [f"x{i}" for i in range(5)]
+Y_VALUES = [f"y{i}" for i in range(5)]
+
+
+@pytest.fixture(scope="module")
+def clean(module_cluster: Cluster) -> Iterator[CleanRun]:
+    run = CleanRun(module_cluster)
+    try:
+        run.run()
+        yield run
+    finally:
+        run.close()
+        write_results("clean-leader-change", run.kind, run.subjects.values(),
+                      {"new_leader_epoch": run.new_epoch})
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("situation", ["mid", "caught-up", "restart"])
+def test_clean_leader_change_loses_and_repeats_nothing(
+    clean: CleanRun, situation: str, policy: str
+) -> None:
+    epoch = clean.new_epoch
+    assert epoch > E0 and epoch == clean.cluster.leader_epoch(clean.topic, 0)
+    s = clean.subjects[(situation, policy)]
+    expected = records(X_VALUES, 0, E0) + records(Y_VALUES, 5, epoch)
+    if situation == "restart":
+        expected = expected[5:]
+        assert clean.committed[policy] == EpochOffset(10, epoch)
+    assert s.delivered == expected
+    assert s.reports == [] and s.errors == [] and s.handler_reports == []
+    m = s.consumer.metrics(raw=True)
+    assert (m["truncations_detected"], m["records_lost"]) == (0, 0)
+    assert s.consumer.position_with_epoch(s.tp) == EpochOffset(10, epoch)
+
+
+# --------------------------------------------------------------------------------- retention
+
+
+R_VALUES = [f"r{i}" for i in range(11)]
+LOG_START = 6
+
+
+class RetentionRun:
+    """Retention (DeleteRecords) moves the log start past lagging consumers' position 3.
+
+    r0..r2 read (epoch 0), then r3..r9 written, log start moved to 6, r10 written. Not a
+    truncation: nothing they read is gone from what the log says happened. Only
+    ``auto_offset_reset`` applies: earliest moves to the new log start silently, "none"
+    stops the partition with an out-of-range error until the application seeks.
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.kind = kind(cluster)
+        self.topic = f"eg-retention-{os.getpid()}-{self.kind}"
+        self.tp = TopicPartition(self.topic, 0)
+        self.subjects: dict[str, Subject] = {}
+
+    def run(self) -> None:
+        cluster, topic, tp = self.cluster, self.topic, self.tp
+        cluster.create_topic(topic, replication_factor=2)
+        eventually("a leader", lambda: cluster.leader(topic, 0))
+        produce(cluster, topic, R_VALUES[:3])
+        for policy in POLICIES:
+            self.subjects[policy] = s = Subject(cluster, tp, policy, "retention")
+            s.read(3)
+        time.sleep(SETTLE)
+        produce(cluster, topic, R_VALUES[3:10])
+        cluster.delete_records(topic, 0, LOG_START)
+        produce(cluster, topic, R_VALUES[10:])
+        for s in self.subjects.values():
+            s.set_phase("after")
+        drive(self.subjects.values(), lambda s: len(s.delivered) >= 3 + 11 - LOG_START)
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:
+            for s in self.subjects.values():
+                s.poll(timeout_ms=10)
+
+    def close(self) -> None:
+        for s in self.subjects.values():
+            s.close()
+
+
+@pytest.fixture(scope="module")
+def retention(module_cluster: Cluster) -> Iterator[RetentionRun]:
+    run = RetentionRun(module_cluster)
+    try:
+        run.run()
+        yield run
+    finally:
+        run.close()
+        write_results("retention-past-position", run.kind, run.subjects.values(),
+                      {"log_start": LOG_START, "position": 3})
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_retention_past_position_is_not_a_truncation(
+    retention: RetentionRun, policy: str
+) -> None:
+    s = retention.subjects[policy]
+    assert s.reports == [] and s.handler_reports == []
+    assert s.delivered == records(R_VALUES[:3], 0, E0) + records(R_VALUES[LOG_START:], 6, E0)
+    assert s.detected_at is (3 if policy == "auto-none" else None)
+    if policy == "auto-none":
+        # No reset policy: the application is told, as kafka-python and Java tell it.
+        [err] = s.errors
+        assert isinstance(err, kerrors.OffsetOutOfRangeError), type(err).__mro__
+        assert not isinstance(err, LogTruncationError)
+        assert err.offset == 3  # type: ignore[attr-defined]
+        assert s.stopped_deliveries == 0
+        assert s.position_error_while_stopped == type(err).__name__
+        assert s.seeks == ["beginning"]
+    else:
+        assert s.errors == [] and s.seeks == []
+    assert s.consumer.metrics(raw=True)["truncations_detected"] == 0
+    assert s.consumer.position_with_epoch(s.tp) == EpochOffset(11, E0)
+
+
+# ---------------------------------------------------------------------------- topic recreate
+
+
+Z_VALUES = [f"z{i}" for i in range(8)]
+
+
+class RecreateRun:
+    """The topic is deleted and re-created under the same name while consumers sit at 5.
+
+    t0..t4 read (epoch 0 of the first topic); the new topic gets z0..z7, so offsets 5..7
+    exist again (the dangerous case: a fetch by name at 5 would return z5 as if it followed
+    t4). One group polls while the topic is gone, the other not at all until z0..z7 exist.
+    Every consumer must report ``topic_recreated`` (divergence 0: nothing of the old log is
+    in the new one) and read the new topic from its start under rewinding policies.
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.kind = kind(cluster)
+        self.topic = f"eg-recreate-{os.getpid()}-{self.kind}"
+        self.tp = TopicPartition(self.topic, 0)
+        self.subjects: dict[tuple[str, str], Subject] = {}
+        self.leaders: list[int] = []
+
+    def run(self) -> None:
+        cluster, topic, tp = self.cluster, self.topic, self.tp
+        cluster.create_topic(topic, replication_factor=2)
+        self.leaders.append(eventually("a leader", lambda: cluster.leader(topic, 0)))
+        produce(cluster, topic, T_VALUES)
+        for situation in ("polling", "idle-through"):
+            for policy in POLICIES:
+                s = Subject(cluster, tp, policy, f"recreate-{situation}",
+                            allow_auto_create_topics=False)
+                self.subjects[(situation, policy)] = s
+                s.read(5)
+        # Idle at the log end first, so that nothing (a metadata refresh still due from the
+        # start) is pending when the idle-through group next polls.
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            for s in self.subjects.values():
+                s.poll(timeout_ms=10)
+        time.sleep(SETTLE)
+        for s in self.subjects.values():
+            s.set_phase("after")
+        cluster.delete_topic(topic)
+        polling = [s for (sit, _p), s in self.subjects.items() if sit == "polling"]
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            for s in polling:
+                s.poll(timeout_ms=10)
+
+        def create() -> bool:
+            cluster.create_topic(topic, replication_factor=2)
+            return True
+
+        eventually("topic re-created", create)
+        self.leaders.append(eventually("a leader", lambda: cluster.leader(topic, 0)))
+        produce(cluster, topic, Z_VALUES)
+        drive(self.subjects.values(), _done_after(len(Z_VALUES)))
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:
+            for s in self.subjects.values():
+                s.poll(timeout_ms=10)
+
+    def close(self) -> None:
+        for s in self.subjects.values():
+            s.close()
+
+
+T_VALUES = [f"t{i}" for i in range(5)]
+
+
+@pytest.fixture(scope="module")
+def recreate(module_cluster: Cluster) -> Iterator[RecreateRun]:
+    run = RecreateRun(module_cluster)
+    try:
+        run.run()
+        yield run
+    finally:
+        run.close()
+        write_results("topic-recreate", run.kind, run.subjects.values(),
+                      {"position": 5, "leaders": run.leaders})
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("situation", ["polling", "idle-through"])
+def test_topic_recreated_is_reported_once(
+    recreate: RecreateRun, situation: str, policy: str
+) -> None:
+    s = recreate.subjects[(situation, policy)]
+    [rep] = s.reports
+    assert rep.detected_by is DetectedBy.TOPIC_RECREATED
+    assert rep.consumed_to == EpochOffset(5, E0)
+    assert rep.divergence == EpochOffset(0, None)
+    assert (rep.lost_from, rep.lost_to, rep.lost_count) == (0, 5, 5)
+    assert s.detected_at == 5
+    assert s.delivered == records(T_VALUES, 0, E0) + records(Z_VALUES, 0, E0)
+    if s.policy == "callable":
+        assert s.handler_reports == [rep]
+    if s.raising:
+        [err] = s.errors
+        assert isinstance(err, LogTruncationError) and err.truncations == {s.tp: rep}
+        assert s.stopped_deliveries == 0
+        assert s.position_error_while_stopped == "LogTruncationError"
+        assert s.seeks == [EpochOffset(0, None)]
+    else:
+        assert s.errors == [] and s.seeks == []
+
+
+# ------------------------------------------------------------------------------------ groups
+
+
+def test_group_rebalance_commits_epochs(module_cluster: Cluster) -> None:
+    """Two group members split 4 partitions; what the first read before the rebalance is
+    committed on revoke (with its leader epoch), so nothing is read twice."""
+    cluster = module_cluster
+    topic = f"eg-group-{os.getpid()}-{kind(cluster)}"
+    cluster.create_topic(topic, partitions=4, replication_factor=2)
+    producer = KafkaProducer(bootstrap_servers=cluster.all_bootstrap_servers, acks=1,
+                             enable_idempotence=False, linger_ms=0)
+    try:
+        for p in range(4):
+            for i in range(5):
+                producer.send(topic, b"%d-%d" % (p, i), partition=p).get(timeout=15)
+    finally:
+        producer.close(timeout=5)
+    cfg = consumer_config(
+        cluster, group_id=f"g-{topic}", auto_offset_reset="earliest", enable_auto_commit=True,
+        auto_commit_interval_ms=200, session_timeout_ms=10000, heartbeat_interval_ms=300,
+        max_poll_interval_ms=20000, fetch_max_wait_ms=200, metadata_max_age_ms=1000)
+    consumers = [EpochConsumer(**cfg), EpochConsumer(**cfg)]
+    got: list[list[Any]] = [[], []]
+    stop = threading.Event()
+
+    def run(i: int) -> None:
+        consumers[i].subscribe([topic])
+        while not stop.is_set():
+            for recs in consumers[i].poll(timeout_ms=100).values():
+                got[i] += recs
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(2)]
+    try:
+        threads[0].start()
+        eventually("first member reads all", lambda: len(got[0]) == 20, 60)
+        threads[1].start()
+        eventually("partitions split",
+                   lambda: all(len(c.assignment()) == 2 for c in consumers), 60)
+        assert consumers[0].assignment().isdisjoint(consumers[1].assignment())
+        seen = [(r.partition, r.offset) for r in got[0] + got[1]]
+        assert len(seen) == len(set(seen)) == 20
+        tp = TopicPartition(topic, 0)
+        assert consumers[0].committed(tp) == EpochOffset(5, cluster.leader_epoch(topic, 0))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(15)
+        for c in consumers:
+            c.close()

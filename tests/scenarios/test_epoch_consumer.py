@@ -1,8 +1,8 @@
 """EpochConsumer in the scenario suite, asserted exactly, on the EmbeddedCluster and real Kafka.
 
 Every policy watches every scenario side by side: one staged unclean election per cluster is
-observed by 25 consumers (5 policies x mid-stream below/past, caught up below/past, restarted
-from a committed offset), because staging it on real Kafka costs seconds.
+observed by 30 consumers (5 policies x mid-stream below/past/buffered, caught up below/past,
+restarted from a committed offset), because staging it on real Kafka costs seconds.
 
 The unclean election (RF=2 on brokers A and B, min.insync.replicas=1, acks=1):
 a0..a4 replicated (offsets 0..4, epoch 0) -> stop B -> d0..d4 on A alone (5..9) -> stop A ->
@@ -12,6 +12,9 @@ start A (it truncates to 5 and copies b0..b7).
 
 Consumers, by position when the election happens (all read epoch 0):
 * mid-below: position 9 with d4 (9) not fetched: lagging; B's log (7) ends below it.
+* mid-buffered: position 7 like mid-past, but d2..d4 (7..9) already fetched and buffered:
+  they may be handed out after the election, before anything reveals it; if so they were
+  consumed like any other record and count as lost (the report's consumed_to moves on).
 * caught-up-below: position 10, idle at the log end; B's log (7) ends below it.
 * mid-past: position 7, lagging; B's log is refilled to 13, past it: offsets 7..12 exist
   again, holding b2..b7 (the dangerous case: a bare offset looks valid).
@@ -64,6 +67,7 @@ UNCLEAN_SITUATIONS = {
     "mid-below": (9, 7),
     "caught-up-below": (10, 7),
     "mid-past": (7, 13),
+    "mid-buffered": (7, 13),
     "caught-up-past": (10, 13),
     "restart": (10, 13),
 }
@@ -137,6 +141,8 @@ class UncleanRun:
             s.read(9)
         time.sleep(SETTLE)
         produce(cluster, topic, D_VALUES[4:])
+        for s in self._add("mid-buffered"):
+            s.read(7)
         idle = self._add("caught-up-below") + self._add("caught-up-past")
         for s in idle:
             s.read(10)
@@ -208,6 +214,7 @@ class UncleanRun:
 SCENARIO_NAMES = {
     "mid-below": "refill-below-position",
     "mid-past": "refill-past-position",
+    "mid-buffered": "refill-past-position-records-buffered",
     "caught-up-below": "caught-up-clients-refill-below-position",
     "caught-up-past": "caught-up-clients-refill-past-position",
     "restart": "unclean-while-stopped-restart-from-committed",
@@ -274,6 +281,18 @@ def test_unclean_election_mid_stream(unclean: UncleanRun, situation: str, policy
     assert unclean.epoch_after == UNCLEAN
     position, _leo = UNCLEAN_SITUATIONS[situation]
     expect_truncation(unclean.subjects[(situation, policy)], position, LIVE_DETECTORS)
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_unclean_election_mid_stream_with_buffered_records(
+    unclean: UncleanRun, policy: str
+) -> None:
+    s = unclean.subjects[("mid-buffered", policy)]
+    # The application was given 7 records before the election; any of d2..d4 handed out
+    # after it came before the detection (they were fetched from the then leader), so the
+    # report covers them, and nothing of them follows it.
+    assert s.detected_at is not None and 7 <= s.detected_at <= 10
+    expect_truncation(s, s.detected_at, LIVE_DETECTORS)
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))

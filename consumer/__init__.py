@@ -7,6 +7,8 @@ from epochguard.consumer.errors import (
     CorruptRecordError,
     LogTruncationError,
     LogTruncationException,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
 )
 from epochguard.consumer.records import ConsumerRecord
 
@@ -18,5 +20,7 @@ __all__ = [
     "EpochConsumer",
     "LogTruncationError",
     "LogTruncationException",
+    "NoOffsetForPartitionError",
+    "OffsetOutOfRangeError",
     "ValidationResult",
 ]

@@ -88,9 +88,9 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "on_truncation_report": None,
     "offset_store": None,
     "close_timeout_ms": 5000,
-    #: Highest Fetch version to use (12 = LastFetchedEpoch/DivergingEpoch). Lower it to
-    #: exercise the OffsetForLeaderEpoch-only path (Java's behaviour).
-    "max_fetch_version": 12,
+    #: Highest Fetch version to use (12 = LastFetchedEpoch/DivergingEpoch, 13 = topic ids).
+    #: Lower it to 11 to exercise the OffsetForLeaderEpoch-only path (Java's behaviour).
+    "max_fetch_version": 13,
     #: Highest Metadata version (epochs need 7+). For tests of old-broker behaviour.
     "max_metadata_version": 12,
 }
@@ -191,8 +191,8 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
             "offset_store", f"must be an OffsetStore (load/save), got {store!r}")
     for key in ("max_fetch_version",):
         _check_int(key, cfg[key], 4)
-        if cfg[key] > 12:
-            raise ConsumerConfigError(key, "must be <= 12 (Fetch v13+ needs topic ids)")
+        if cfg[key] > 13:
+            raise ConsumerConfigError(key, "must be <= 13")
     _check_int("max_metadata_version", cfg["max_metadata_version"], 1)
     if cfg["max_metadata_version"] > 12:
         raise ConsumerConfigError("max_metadata_version", "must be <= 12")

@@ -23,7 +23,12 @@ from kafka.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.config import build_config
-from epochguard.consumer.errors import ConsumerClosedError, ConsumerConfigError, LogTruncationError
+from epochguard.consumer.errors import (
+    ConsumerClosedError,
+    ConsumerConfigError,
+    LogTruncationError,
+    as_consumer_error,
+)
 from epochguard.consumer.fetcher import Fetcher
 from epochguard.consumer.group import GroupCoordinator
 from epochguard.consumer.records import ConsumerRecord, as_deserializer
@@ -357,7 +362,7 @@ class EpochConsumer:
         if self._pending_errors:
             tp, error = next(iter(self._pending_errors.items()))
             del self._pending_errors[tp]
-            raise error
+            raise as_consumer_error(error)
 
     def __iter__(self) -> Self:
         return self
@@ -437,7 +442,7 @@ class EpochConsumer:
             if tracker.state is PartitionState.FETCHING and tracker.position is not None:
                 return tracker.position
             if tracker.state in _STOPPED and tracker.error is not None:
-                raise tracker.error
+                raise as_consumer_error(tracker.error)
             now = time.monotonic()
             if now >= deadline:
                 raise kerrors.KafkaTimeoutError(f"no valid position for {tp} within {timeout}s")

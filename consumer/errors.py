@@ -7,7 +7,10 @@ from typing import Any
 
 import kafka.errors as kerrors
 
+from epochguard.offsets.errors import EpochGuardError
 from epochguard.offsets.errors import LogTruncationError as _CoreLogTruncationError
+from epochguard.offsets.errors import NoOffsetForPartitionError as _CoreNoOffsetError
+from epochguard.offsets.errors import OffsetOutOfRangeError as _CoreOutOfRangeError
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import TruncationReport
 
@@ -17,6 +20,9 @@ __all__ = [
     "CorruptRecordError",
     "LogTruncationError",
     "LogTruncationException",
+    "NoOffsetForPartitionError",
+    "OffsetOutOfRangeError",
+    "as_consumer_error",
 ]
 
 
@@ -68,3 +74,38 @@ class LogTruncationError(kerrors.OffsetOutOfRangeError, _CoreLogTruncationError)
 
 #: Java-style alias.
 LogTruncationException = LogTruncationError
+
+
+class OffsetOutOfRangeError(kerrors.OffsetOutOfRangeError, _CoreOutOfRangeError):  # type: ignore[misc]
+    """The position is not in the log and ``auto_offset_reset`` is ``"none"``.
+
+    What kafka-python raises in this case (``kafka.errors.OffsetOutOfRangeError``), and also
+    the core's ``epochguard.OffsetOutOfRangeError``; ``tp``/``offset``/``reason`` say which.
+    """
+
+    def __init__(self, tp: Any, offset: int | None, reason: str) -> None:
+        _CoreOutOfRangeError.__init__(self, tp, offset, reason)
+
+
+class NoOffsetForPartitionError(
+    kerrors.NoOffsetForPartitionError, _CoreNoOffsetError  # type: ignore[misc]
+):
+    """No committed or stored position and ``auto_offset_reset`` is ``"none"``: kafka's
+    ``NoOffsetForPartitionError`` and the core's ``epochguard.NoOffsetForPartitionError``."""
+
+    def __init__(self, tp: Any) -> None:
+        _CoreNoOffsetError.__init__(self, tp)
+
+
+def as_consumer_error(error: EpochGuardError) -> Exception:
+    """The exception the application sees for a stopped partition's core error: the same
+    facts, also an instance of the kafka-python class its code already catches."""
+    if isinstance(error, _CoreLogTruncationError) and not isinstance(error, LogTruncationError):
+        return LogTruncationError({error.tp: error.report})
+    if isinstance(error, _CoreNoOffsetError) and not isinstance(error, NoOffsetForPartitionError):
+        return NoOffsetForPartitionError(error.tp)
+    if isinstance(error, _CoreOutOfRangeError) and not isinstance(
+        error, (OffsetOutOfRangeError, LogTruncationError, NoOffsetForPartitionError)
+    ):
+        return OffsetOutOfRangeError(error.tp, error.offset, error.reason)
+    return error

@@ -46,9 +46,11 @@ log = structlog.get_logger("epochguard.consumer")
 
 _FETCHING = PartitionState.FETCHING
 _ZERO_UUID = uuid.UUID(int=0)
-#: Fetch v12 is the first with LastFetchedEpoch/DivergingEpoch and the last that names topics
-#: (v13+ needs topic ids), so it is the version we speak.
-FETCH_MAX_VERSION = 12
+#: Fetch v12 is the first with LastFetchedEpoch/DivergingEpoch; v13 names topics by id, so a
+#: topic deleted and re-created under the same name is answered UNKNOWN_TOPIC_ID instead of
+#: from the new log. v13 is used when every topic of a request has a known id, else v12.
+FETCH_MAX_VERSION = 13
+FETCH_MAX_VERSION_BY_NAME = 12
 #: Metadata v7+ carries leader epochs; v10+ topic ids; v12 is the last we need.
 METADATA_MAX_VERSION = 12
 OFFSET_FOR_LEADER_EPOCH_MIN_VERSION = 2
@@ -85,11 +87,12 @@ class _Prefetch:
     sees one answer per request it made, so it keeps every decision."""
 
     __slots__ = ("answer", "current_leader_epoch", "done", "last_fetched_epoch", "node",
-                 "offset", "version", "waiting")
+                 "offset", "topic_id", "version", "waiting")
 
     def __init__(self, node: int, offset: int, current_leader_epoch: int | None,
-                 last_fetched_epoch: int | None) -> None:
+                 last_fetched_epoch: int | None, topic_id: Any = None) -> None:
         self.node = node
+        self.topic_id = topic_id
         self.offset = offset
         self.current_leader_epoch = current_leader_epoch
         self.last_fetched_epoch = last_fetched_epoch
@@ -101,7 +104,8 @@ class _Prefetch:
     def matches(self, action: FetchAction) -> bool:
         return (action.leader_id == self.node and action.offset == self.offset
                 and action.current_leader_epoch == self.current_leader_epoch
-                and action.last_fetched_epoch == self.last_fetched_epoch)
+                and action.last_fetched_epoch == self.last_fetched_epoch
+                and action.topic_id == self.topic_id)
 
 
 class FetcherMetrics:
@@ -182,6 +186,8 @@ class Fetcher:
         # were the old one; fetches wait until metadata sent after that answer (with the
         # topic id that lets the tracker see the re-creation) has been applied.
         self._topic_hold: dict[str, float] = {}
+        # Metadata answers in a row that still held a topic back (for the refresh backoff).
+        self._hold_misses = 0
         self._prefetch_enabled = True
         self._read_committed = config["isolation_level"] == "read_committed"
         self._fetch_max_version = int(config.get("max_fetch_version", FETCH_MAX_VERSION))
@@ -357,6 +363,18 @@ class Fetcher:
                 leader = p.leader_id if p.leader_id >= 0 else None
                 leaders[TopicPartition(name, p.partition_index)] = (leader, epoch)
         self._leaders.update(leaders)
+        if self._topic_hold:
+            # Only metadata can release a held topic (it is back, with its new id): ask again
+            # instead of waiting metadata_max_age_ms, backing off while it stays missing.
+            self._hold_misses += 1
+            backoff = min(
+                self._config["retry_backoff_ms"] * 2 ** min(self._hold_misses, 8),
+                max(self._config["reconnect_backoff_max_ms"], self._config["retry_backoff_ms"]),
+            ) / 1000
+            self._metadata_next = now + backoff
+            self._metadata_needed = True
+        else:
+            self._hold_misses = 0
         for tp, (leader, epoch) in leaders.items():
             tracker = self.trackers.get(tp)
             if tracker is None:
@@ -447,13 +465,16 @@ class Fetcher:
         return wake_at
 
     def _fetch_request(
-        self, entries: list[tuple[TopicPartition, int, int | None, int | None]]
-    ) -> Any:
-        """A Fetch for ``(tp, offset, current_leader_epoch, last_fetched_epoch)`` entries."""
+        self, entries: list[tuple[TopicPartition, int, int | None, int | None, Any]]
+    ) -> tuple[Any, dict[Any, str]]:
+        """A Fetch for ``(tp, offset, current_leader_epoch, last_fetched_epoch, topic_id)``
+        entries, and the topic names by id (v13+ answers name topics by id only)."""
         cfg = self._config
         by_topic: dict[str, list[Any]] = {}
+        ids: dict[str, Any] = {}
         FP = FetchRequest.FetchTopic.FetchPartition
-        for tp, offset, cle, lfe in entries:
+        for tp, offset, cle, lfe, topic_id in entries:
+            ids[tp.topic] = topic_id
             by_topic.setdefault(tp.topic, []).append(
                 FP(
                     partition=tp.partition,
@@ -464,7 +485,11 @@ class Fetcher:
                     partition_max_bytes=cfg["max_partition_fetch_bytes"],
                 )
             )
-        return FetchRequest(
+        max_version = self._fetch_max_version
+        if any(tid is None for tid in ids.values()):
+            # No id known (metadata without ids): only a by-name fetch can ask for it.
+            max_version = min(max_version, FETCH_MAX_VERSION_BY_NAME)
+        request = FetchRequest(
             replica_id=-1,
             max_wait_ms=cfg["fetch_max_wait_ms"],
             min_bytes=cfg["fetch_min_bytes"],
@@ -472,21 +497,27 @@ class Fetcher:
             isolation_level=1 if self._read_committed else 0,
             session_id=0,
             session_epoch=-1,
-            topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            topics=[
+                FetchRequest.FetchTopic(
+                    topic=t, topic_id=_ZERO_UUID if ids[t] is None else ids[t], partitions=ps)
+                for t, ps in by_topic.items()
+            ],
             forgotten_topics_data=[],
             rack_id=cfg.get("client_rack") or "",
             min_version=4,
-            max_version=self._fetch_max_version,
+            max_version=max_version,
         )
+        return request, {tid: t for t, tid in ids.items() if tid is not None}
 
     def _send_fetch(self, node: int, actions: list[FetchAction]) -> None:
         cfg = self._config
-        request = self._fetch_request(
-            [(a.tp, a.offset, a.current_leader_epoch, a.last_fetched_epoch) for a in actions])
+        request, names = self._fetch_request(
+            [(a.tp, a.offset, a.current_leader_epoch, a.last_fetched_epoch, a.topic_id)
+             for a in actions])
         self._fetching_nodes[node] = self._fetching_nodes.get(node, 0) + 1
         self.metrics.fetch_requests += 1
         fut = self._client.send(node, request, cfg["request_timeout_ms"] + cfg["fetch_max_wait_ms"])
-        self._complete(self._on_fetch, (node, {a.tp: a for a in actions}), fut)
+        self._complete(self._on_fetch, (node, {a.tp: a for a in actions}, names), fut)
 
     def _send_prefetches(self) -> None:
         """For brokers with no fetch in flight: fetch what buffered partitions will ask for
@@ -503,32 +534,34 @@ class Fetcher:
                 continue
             last = buf.records[-1].leader_epoch if buf.records else buf.last_epoch
             pf = _Prefetch(node, buf.next_offset, tracker.leader_epoch,
-                           None if last is None or last < 0 else last)
+                           None if last is None or last < 0 else last, tracker.topic_id)
             by_node.setdefault(node, []).append((tp, pf))
         cfg = self._config
         for node, items in by_node.items():
             for tp, pf in items:
                 self._prefetch[tp] = pf
-            request = self._fetch_request(
-                [(tp, pf.offset, pf.current_leader_epoch, pf.last_fetched_epoch)
+            request, names = self._fetch_request(
+                [(tp, pf.offset, pf.current_leader_epoch, pf.last_fetched_epoch, pf.topic_id)
                  for tp, pf in items])
             self._fetching_nodes[node] = self._fetching_nodes.get(node, 0) + 1
             self.metrics.fetch_requests += 1
             fut = self._client.send(
                 node, request, cfg["request_timeout_ms"] + cfg["fetch_max_wait_ms"])
-            self._complete(self._on_prefetch, (node, dict(items)), fut)
+            self._complete(self._on_prefetch, (node, dict(items), names), fut)
 
     def _on_prefetch(self, context: Any, future: Any) -> None:
         node: int = context[0]
         sent: dict[TopicPartition, _Prefetch] = context[1]
+        names: dict[Any, str] = context[2] if len(context) > 2 else {}
         self._node_done(node)
         now = time.monotonic()
         ok = future.exception is None and not getattr(future.value, "error_code", 0)
         if ok:
             response = future.value
             for topic in response.responses:
+                name = _topic_name(topic, response.API_VERSION, names)
                 for p in topic.partitions:
-                    tp = TopicPartition(topic.topic, p.partition_index)
+                    tp = TopicPartition(name, p.partition_index)
                     found = sent.pop(tp, None)
                     if found is None or self._prefetch.get(tp) is not found:
                         continue  # discarded meanwhile
@@ -558,7 +591,8 @@ class Fetcher:
             self._fetching_nodes.pop(node, None)
 
     def _on_fetch(self, context: Any, future: Any) -> None:
-        node, actions = context
+        node, actions = context[0], context[1]
+        names: dict[Any, str] = context[2] if len(context) > 2 else {}
         self._node_done(node)
         now = time.monotonic()
         if future.exception is not None:
@@ -580,7 +614,7 @@ class Fetcher:
                     self.after_input(tp)
             return
         for topic in response.responses:
-            name = topic.topic
+            name = _topic_name(topic, version, names)
             for p in topic.partitions:
                 tp = TopicPartition(name, p.partition_index)
                 action = actions.pop(tp, None)
@@ -891,3 +925,10 @@ class Fetcher:
     def position_of(self, tp: TopicPartition) -> EpochOffset | None:
         tracker = self.trackers.get(tp)
         return None if tracker is None else tracker.position
+
+
+def _topic_name(topic: Any, version: int, names: dict[Any, str]) -> str:
+    """A Fetch answer's topic: by name up to v12, by the id the request carried from v13."""
+    if version < 13:
+        return str(topic.topic)
+    return names.get(topic.topic_id, "")

@@ -160,6 +160,9 @@ def test_fenced_fetch_triggers_validation_not_reset(cluster) -> None:
         consumer.assign([TP0])
         assert [r.offset for r in read(consumer, 10)] == list(range(10))
         validations = consumer.metrics(raw=True)["offset_for_leader_epoch_requests"]
+        # Let the long-poll fetch still in flight come back empty first: otherwise it could
+        # carry the appended records and the injected error would never be used.
+        time.sleep(0.3)
         cluster.faults.inject_error(api_key=1, error_code=74, count=1)  # FENCED_LEADER_EPOCH
         cluster.append("t", 0, [b"x-%d" % i for i in range(3)])
         assert [r.offset for r in read(consumer, 3)] == [10, 11, 12]

@@ -43,7 +43,7 @@ def _batch(values: list[bytes | None], base: int = 0, epoch: int = 0, codec: int
     ("enable_auto_commit", "yes"),
     ("isolation_level", "serializable"),
     ("partition_assignment_strategy", [object]),
-    ("max_fetch_version", 13),
+    ("max_fetch_version", 14),
     ("offset_store", object()),
 ])
 def test_invalid_config_value_names_the_key(key: str, value: object) -> None:

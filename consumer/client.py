@@ -75,6 +75,10 @@ class BrokerClient:
         self._net.start()
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def manager(self) -> Any:
         return self._manager
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import re
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from types import TracebackType
 from typing import Any, Self
 
@@ -112,6 +115,10 @@ class EpochConsumer:
         self._report_callback: Callable[[TruncationReport], Any] | None = cfg[
             "on_truncation_report"]
         self._truncation_reports: list[TruncationReport] = []
+        # commit_async: one worker keeps commits in the order they were made; callbacks run
+        # on the application's thread (in poll, commit or close), in that order too.
+        self._commit_worker: ThreadPoolExecutor | None = None
+        self._async_commits: deque[_AsyncCommit] = deque()
         try:
             self._client.bootstrap(cfg["bootstrap_timeout_ms"])
         except Exception:
@@ -341,6 +348,7 @@ class EpochConsumer:
             # down, poll() still returns on time and the next one tries again.
             self._restore_positions(max(deadline, time.monotonic() + 1.0))
             self._maybe_auto_commit()
+            self._run_commit_callbacks()
             fetcher.process_completions()
             self._raise_pending()
             records = fetcher.fetched_records(max_records, self._eligible)
@@ -504,9 +512,13 @@ class EpochConsumer:
         return out
 
     def commit(self, offsets: Mapping[TopicPartition, Any] | None = None) -> None:
-        """Commit positions (default: the current ones) with their leader epochs."""
+        """Commit positions (default: the current ones) with their leader epochs.
+
+        Commits made earlier with :meth:`commit_async` complete first (their callbacks run
+        before this returns), so a synchronous commit is never overtaken by an older one."""
         self._ensure_open()
         norm = self._normalise_offsets(offsets)
+        self._finish_async_commits(time.monotonic() + self._timeout())
         if not norm:
             return
         if self._store is not None:
@@ -517,24 +529,71 @@ class EpochConsumer:
         self._group.commit(norm, time.monotonic() + self._timeout())
         cb = self.config["default_offset_commit_callback"]
         if cb is not None:
-            cb({tp: OffsetAndMetadata(p.offset, m, p.wire_epoch) for tp, (p, m) in norm.items()},
-               None)
+            cb(_as_offsets_and_metadata(norm), None)
 
     def commit_async(
         self,
         offsets: Mapping[TopicPartition, Any] | None = None,
         callback: Callable[[Any, Any], Any] | None = None,
-    ) -> None:
-        """Commit; the callback gets ``(offsets, exception_or_None)``. Runs the commit now
-        (commits are small) and reports through the callback instead of raising."""
-        norm_in = offsets
-        try:
-            self.commit(norm_in)
-            error: Exception | None = None
-        except kerrors.KafkaError as exc:
-            error = exc
-        if callback is not None:
-            callback(offsets if offsets is not None else self._current_positions(), error)
+    ) -> Future[dict[TopicPartition, OffsetAndMetadata]]:
+        """Commit without waiting for the coordinator's answer.
+
+        The positions (default: the current ones, with their epochs) are taken now. The
+        returned future completes with the committed ``{tp: OffsetAndMetadata}`` or fails
+        with the commit's error; ``callback(offsets, exception_or_None)`` (default:
+        ``default_offset_commit_callback``) runs on the caller's thread during a later
+        :meth:`poll`, :meth:`commit` or :meth:`close`. Commits complete in call order; a
+        failed one is not retried (a later commit supersedes it), as in kafka-python and Java.
+        """
+        self._ensure_open()
+        norm = self._normalise_offsets(offsets)
+        done = self.config["default_offset_commit_callback"] if callback is None else callback
+        committed = _as_offsets_and_metadata(norm)
+        if self._store is not None or not norm:
+            # Offset stores are local (and SQLite connections belong to their thread).
+            future: Future[dict[TopicPartition, OffsetAndMetadata]] = Future()
+            try:
+                if norm and self._store is not None:
+                    self._store.save({tp: pos for tp, (pos, _m) in norm.items()})
+                future.set_result(committed)
+            except Exception as exc:
+                future.set_exception(exc)
+        else:
+            if self._group is None:
+                raise kerrors.IllegalStateError(
+                    "commit_async() needs a group_id or an offset_store")
+            group, deadline = self._group, time.monotonic() + self._timeout()
+
+            def send() -> dict[TopicPartition, OffsetAndMetadata]:
+                group.commit(norm, deadline)
+                return committed
+
+            if self._commit_worker is None:
+                self._commit_worker = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="epochguard-commit")
+            future = self._commit_worker.submit(send)
+        self._async_commits.append(_AsyncCommit(future, committed, done))
+        return future
+
+    def _run_commit_callbacks(self) -> None:
+        """Callbacks of finished async commits, oldest first, stopping at an unfinished one."""
+        while self._async_commits and self._async_commits[0].future.done():
+            pending = self._async_commits.popleft()
+            error = pending.future.exception()
+            if error is not None:
+                log.warning("commit_async_failed", error=repr(error),
+                            offsets={str(tp): o.offset for tp, o in pending.offsets.items()})
+            if pending.callback is not None:
+                pending.callback(pending.offsets, error)
+
+    def _finish_async_commits(self, deadline: float) -> None:
+        """Wait (until ``deadline``) for every async commit made so far; run the callbacks."""
+        for pending in list(self._async_commits):
+            try:
+                pending.future.exception(max(0.0, deadline - time.monotonic()))
+            except FutureTimeoutError:
+                break
+        self._run_commit_callbacks()
 
     def _maybe_auto_commit(self) -> None:
         if not self.config["enable_auto_commit"] or (self._group is None and self._store is None):
@@ -696,6 +755,13 @@ class EpochConsumer:
         timeout = (self.config["close_timeout_ms"] if timeout_ms is None else timeout_ms) / 1000
         deadline = time.monotonic() + timeout
         try:
+            self._finish_async_commits(time.monotonic() + timeout / 2)
+        except Exception as exc:
+            log.warning("close_commit_callback_failed", error=repr(exc))
+        if self._commit_worker is not None:
+            # A commit still waiting for its coordinator fails when the client closes.
+            self._commit_worker.shutdown(wait=False, cancel_futures=True)
+        try:
             if autocommit and self.config["enable_auto_commit"] and (
                     self._group is not None or self._store is not None):
                 positions = self._current_positions()
@@ -727,3 +793,16 @@ class EpochConsumer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+@attrs.frozen
+class _AsyncCommit:
+    future: Future[dict[TopicPartition, OffsetAndMetadata]]
+    offsets: dict[TopicPartition, OffsetAndMetadata]
+    callback: Callable[[Any, Any], Any] | None
+
+
+def _as_offsets_and_metadata(
+    norm: Mapping[TopicPartition, tuple[EpochOffset, str]],
+) -> dict[TopicPartition, OffsetAndMetadata]:
+    return {tp: OffsetAndMetadata(p.offset, m, p.wire_epoch) for tp, (p, m) in norm.items()}

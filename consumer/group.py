@@ -93,6 +93,8 @@ class GroupCoordinator:
     def ensure_coordinator(self, deadline: float) -> int:
         attempt = 0
         while self.coordinator_id is None:
+            if self._client.closed:
+                raise kerrors.KafkaConnectionError("consumer closed")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise kerrors.KafkaTimeoutError(
@@ -130,7 +132,7 @@ class GroupCoordinator:
                     kerrors.KafkaTimeoutError, kerrors.RequestTimedOutError,
                     kerrors.UnknownBrokerIdError) as exc:
                 self.coordinator_dead()
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline or self._client.closed:
                     raise
                 attempt += 1
                 log.debug("coordinator_request_failed", group=self.group_id, error=repr(exc))

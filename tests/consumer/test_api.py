@@ -12,7 +12,7 @@ from kafka.structs import OffsetAndTimestamp, TopicPartition
 from epochguard.consumer import ConsumerClosedError
 from epochguard.offsets.position import EpochOffset
 
-from .conftest import make_consumer, read
+from .conftest import make_consumer, poll_until, read
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -85,7 +85,8 @@ def test_pattern_subscription_commit_async_and_closed_errors(cluster: Any) -> No
     assert {r.topic for r in got} == {"pat-a", "pat-b"} and len(got) == 10
     assert c.subscription() == {"pat-a", "pat-b"}
     c.commit_async(callback=lambda offsets, exc: done.append((offsets, exc)))
-    assert done and done[0][1] is None
+    poll_until(c, lambda: bool(done))
+    assert done[0][1] is None
     assert c.committed(TopicPartition("pat-a", 0)) == EpochOffset(5, 0)
     c.close()
     with pytest.raises(ConsumerClosedError):

@@ -21,6 +21,7 @@ import time
 import pytest
 from kafka.structs import TopicPartition
 
+from epochguard.consumer import LogTruncationError
 from epochguard.offsets.report import TruncationReport
 from epochguard.testing import EmbeddedCluster
 from epochguard.testing.embedded.state import EmbeddedClusterError
@@ -39,7 +40,8 @@ SEEDS = int(os.environ.get("EPOCHGUARD_CHAOS_SEEDS", "3"))
 class Chaos:
     """One seeded run: the cluster, the consumer and what the application holds."""
 
-    def __init__(self, cluster: EmbeddedCluster, seed: int, unclean: bool) -> None:
+    def __init__(self, cluster: EmbeddedCluster, seed: int, unclean: bool,
+                 policy: str = "rewind") -> None:
         self.cluster = cluster
         self.rng = random.Random(seed)
         self.unclean = unclean
@@ -57,7 +59,7 @@ class Chaos:
         self.steps: list[str] = []
         cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
         self.consumer = make_consumer(
-            cluster, on_truncation="rewind", on_truncation_report=self._on_report,
+            cluster, on_truncation=policy, on_truncation_report=self._on_report,
             request_timeout_ms=2000, fetch_max_wait_ms=50, reconnect_backoff_max_ms=200)
         self.consumer.assign(self.tps)
 
@@ -71,7 +73,18 @@ class Chaos:
 
     def poll(self, rounds: int = 3) -> None:
         for _ in range(rounds):
-            for tp, records in self.consumer.poll(timeout_ms=30).items():
+            try:
+                batch = self.consumer.poll(timeout_ms=30)
+            except LogTruncationError as exc:
+                # Policy "raise": the report callback already dropped what is gone; resume
+                # at the divergence point (the log start when it is unknown).
+                for tp, divergence in exc.truncation_offsets().items():
+                    if divergence is None:
+                        self.consumer.seek_to_beginning(tp)
+                    else:
+                        self.consumer.seek(tp, divergence)
+                continue
+            for tp, records in batch.items():
                 held = self.view[tp.partition]
                 for r in records:
                     assert r.offset not in held, (
@@ -216,9 +229,9 @@ class Chaos:
         assert m["truncations_detected"] == len(self.reports)
 
 
-def _run(seed: int, unclean: bool) -> Chaos:
+def _run(seed: int, unclean: bool, policy: str = "rewind") -> Chaos:
     with EmbeddedCluster(brokers=3) as cluster:
-        chaos = Chaos(cluster, seed, unclean)
+        chaos = Chaos(cluster, seed, unclean, policy)
         try:
             chaos.run()
             chaos.check()
@@ -227,9 +240,12 @@ def _run(seed: int, unclean: bool) -> Chaos:
     return chaos
 
 
+@pytest.mark.parametrize("policy", ["rewind", "raise"])
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_chaos_with_unclean_elections_loses_and_repeats_nothing_unreported(seed: int) -> None:
-    chaos = _run(1000 + seed, unclean=True)
+def test_chaos_with_unclean_elections_loses_and_repeats_nothing_unreported(
+    seed: int, policy: str
+) -> None:
+    chaos = _run(1000 + seed, unclean=True, policy=policy)
     assert chaos.delivered > 0
 
 

@@ -27,6 +27,15 @@ __all__ = ["BrokerClient"]
 
 log = structlog.get_logger("epochguard.consumer")
 
+#: Connection errors that retrying cannot fix: bootstrap stops at the first one and raises it
+#: (as Java's client does), instead of retrying until the bootstrap timeout.
+FATAL_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    kerrors.SaslAuthenticationFailedError,
+    kerrors.UnsupportedSaslMechanismError,
+    kerrors.IllegalSaslStateError,
+    kerrors.AuthorizationError,
+)
+
 #: Config keys passed through to kafka-python's connection layer unchanged.
 PASSTHROUGH_KEYS = (
     "bootstrap_servers",
@@ -72,6 +81,16 @@ class BrokerClient:
         self._manager: Any = KafkaConnectionManager(self._net, **cfg)
         self._closed = False
         self._lock = threading.Lock()
+        #: The last error a connection attempt failed with (kafka-python retries silently).
+        self.last_connection_error: BaseException | None = None
+        get_connection = self._manager.get_connection
+
+        def watched_get_connection(node_id: Any, *args: Any, **kwargs: Any) -> Any:
+            conn = get_connection(node_id, *args, **kwargs)
+            conn.init_future.add_errback(self._connection_failed)
+            return conn
+
+        self._manager.get_connection = watched_get_connection
         self._net.start()
 
     @property
@@ -82,10 +101,43 @@ class BrokerClient:
     def manager(self) -> Any:
         return self._manager
 
+    def _connection_failed(self, exc: BaseException) -> None:
+        self.last_connection_error = exc
+
     def bootstrap(self, timeout_ms: float) -> None:
-        """Connect to a bootstrap server and learn the brokers (blocking, bounded)."""
+        """Connect to a bootstrap server and learn the brokers (blocking, bounded).
+
+        Raises the connection error itself when retrying cannot help (authentication,
+        authorization, an unsupported SASL mechanism), and otherwise a timeout that names
+        the last error seen."""
         fut = self._manager.call_soon(self._manager.bootstrap_async, timeout_ms)
-        self.wait(fut, timeout_ms / 1000 + 1.0)
+        done = threading.Event()
+        fut.add_both(lambda _v: done.set())
+        deadline = time.monotonic() + timeout_ms / 1000 + 1.0
+        while not done.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
+            error = self.last_connection_error
+            if isinstance(error, FATAL_CONNECTION_ERRORS):
+                raise self._bootstrap_error(error)
+            if time.monotonic() >= deadline:
+                break
+        if fut.is_done and fut.exception is None:
+            return
+        error = self.last_connection_error
+        if isinstance(error, FATAL_CONNECTION_ERRORS):
+            raise self._bootstrap_error(error)
+        servers = self._manager.config["bootstrap_servers"]
+        raise kerrors.KafkaTimeoutError(
+            f"could not bootstrap from {servers} within {timeout_ms:.0f} ms"
+            + (f"; last connection error: {error!r}" if error is not None else ""))
+
+    def _bootstrap_error(self, error: BaseException) -> BaseException:
+        servers = self._manager.config["bootstrap_servers"]
+        log.error("bootstrap_failed", bootstrap_servers=servers, error=repr(error))
+        message = f"cannot connect to {servers}: {error}"
+        try:
+            return type(error)(message)
+        except Exception:  # an error class with another signature: keep the original
+            return error
 
     def send(self, node_id: int | str | None, request: Any, timeout_ms: float | None = None) -> Any:
         """Send ``request`` to ``node_id`` (``None``: least loaded broker); returns a Future."""

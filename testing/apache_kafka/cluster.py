@@ -166,6 +166,8 @@ class _Node:
     role: str
     port: int
     directory: Path
+    #: A second listener, SASL_PLAINTEXT with PLAIN, when the cluster has SASL users.
+    sasl_port: int | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -247,9 +249,18 @@ class ApacheKafkaCluster:
         work_dir: Path | None = None,
         startup_timeout: float = 90.0,
         stop_timeout: float = 30.0,
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
+        """``sasl_users`` (name -> password): brokers also listen with SASL_PLAINTEXT and the
+        PLAIN mechanism (``sasl_bootstrap_servers``); brokers talk to each other in
+        PLAINTEXT."""
         if num_brokers < 1:
             raise ValueError("num_brokers must be at least 1")
+        for user, password in (sasl_users or {}).items():
+            if not user or not user.isidentifier() or '"' in password or not password:
+                raise ValueError(f"SASL user {user!r}: names must be identifiers and "
+                                 "passwords non-empty without double quotes")
+        self._sasl_users = dict(sasl_users or {})
         self._num_brokers = num_brokers
         self._jars = jars
         self._extra_config = dict(broker_config or {})
@@ -301,6 +312,13 @@ class ApacheKafkaCluster:
         """Every broker, running or not: for clients that must outlive the brokers now up."""
         return ",".join(f"127.0.0.1:{self._nodes[b].port}" for b in self.broker_ids)
 
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """Every broker's SASL_PLAINTEXT (PLAIN) listener; needs ``sasl_users``."""
+        if not self._sasl_users:
+            raise ClusterError("this cluster has no SASL listener (pass sasl_users=...)")
+        return ",".join(f"127.0.0.1:{self._nodes[b].sasl_port}" for b in self.broker_ids)
+
     def broker_address(self, broker_id: int) -> str:
         host, port = self._nodes[broker_id].address
         return f"{host}:{port}"
@@ -329,12 +347,15 @@ class ApacheKafkaCluster:
         if self._work_dir is None:
             self._work_dir = Path(tempfile.mkdtemp(prefix="epochguard-kafka-"))
         self._cluster_id = self._random_cluster_id()
-        ports = _free_ports(self._num_brokers + 1)
+        sasl = bool(self._sasl_users)
+        ports = _free_ports(self._num_brokers * (2 if sasl else 1) + 1)
         controller = _Node(CONTROLLER_ID, "controller", ports[0], self.work_dir / "controller")
         self._nodes = {CONTROLLER_ID: controller}
-        for broker_id, port in zip(self.broker_ids, ports[1:], strict=True):
+        for i, broker_id in enumerate(self.broker_ids):
             directory = self.work_dir / f"broker-{broker_id}"
-            self._nodes[broker_id] = _Node(broker_id, "broker", port, directory)
+            sasl_port = ports[1 + self._num_brokers + i] if sasl else None
+            self._nodes[broker_id] = _Node(broker_id, "broker", ports[1 + i], directory,
+                                           sasl_port)
         (self.work_dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
         for node in self._nodes.values():
             node.directory.mkdir(parents=True, exist_ok=True)
@@ -464,6 +485,20 @@ class ApacheKafkaCluster:
                 "group.coordinator.rebalance.protocols": "classic,consumer",
                 "controlled.shutdown.enable": "true",
             }
+            if node.sasl_port is not None:
+                users = " ".join(f'user_{u}="{pw}"' for u, pw in self._sasl_users.items())
+                props.update({
+                    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+                                                      "SASL_PLAINTEXT:SASL_PLAINTEXT",
+                    "listeners": f"PLAINTEXT://127.0.0.1:{node.port},"
+                                 f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}",
+                    "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port},"
+                                            f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}",
+                    "sasl.enabled.mechanisms": "PLAIN",
+                    "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                        f"org.apache.kafka.common.security.plain.PlainLoginModule required "
+                        f"{users};",
+                })
         props.update(self._extra_config if node.role == "broker" else {})
         return "".join(f"{k}={v}\n" for k, v in props.items())
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
-from kafka.errors import KafkaConfigurationError, OffsetOutOfRangeError
+from kafka.errors import KafkaConfigurationError, KafkaTimeoutError, OffsetOutOfRangeError
 from kafka.record import MemoryRecordsBuilder
 from kafka.structs import TopicPartition
 
@@ -144,3 +146,14 @@ def test_log_truncation_error_types_and_offsets() -> None:
     assert LogTruncationException is LogTruncationError is epochguard.LogTruncationError
     assert err.truncation_offsets() == {tp: EpochOffset(10, 0)}
     assert "[10, 15)" in str(err)
+
+
+def test_bootstrap_failure_names_the_servers_and_the_last_error() -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there: every connection is refused
+    with pytest.raises(KafkaTimeoutError) as info:
+        EpochConsumer(bootstrap_servers=f"127.0.0.1:{port}", bootstrap_timeout_ms=600)
+    text = str(info.value)
+    assert f"127.0.0.1:{port}" in text and "last connection error" in text, text

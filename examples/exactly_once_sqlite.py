@@ -24,15 +24,15 @@ from epochguard import EpochConsumer, EpochOffset, SqliteOffsetStore, Truncation
 from epochguard.offsets import TruncationDecision
 
 
-def process(store: SqliteOffsetStore, tp: TopicPartition, records: list[object]) -> None:
-    """Output and position commit or roll back together."""
+def process(store: SqliteOffsetStore, tp: TopicPartition, records: list[object],
+            position: EpochOffset) -> None:
+    """Output and position commit or roll back together. ``position`` (the consumer's,
+    after these records) carries the leader epoch and the topic id."""
     with store.transaction() as conn:
         for r in records:
             conn.execute("INSERT INTO output(topic, partition, offset, value) VALUES (?,?,?,?)",
                          (r.topic, r.partition, r.offset, r.value))  # type: ignore[attr-defined]
-        last = records[-1]
-        store.save({tp: EpochOffset(last.offset + 1, last.leader_epoch)},  # type: ignore[attr-defined]
-                   connection=conn)
+        store.save({tp: position}, connection=conn)
 
 
 def run_once(bootstrap: str, topic: str, db: Path, seconds: float, until: int) -> list[str]:
@@ -56,7 +56,7 @@ def run_once(bootstrap: str, topic: str, db: Path, seconds: float, until: int) -
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for part, records in consumer.poll(timeout_ms=100).items():
-                process(store, part, records)
+                process(store, part, records, consumer.position_with_epoch(part))
             (count,) = conn.execute("SELECT count(*) FROM output").fetchone()
             if count >= until:
                 break

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,25 +35,52 @@ def normalise_epoch(value: object) -> int | None:
     return None if value == UNDEFINED_EPOCH else value
 
 
+def normalise_topic_id(value: object) -> str | None:
+    """A topic id as text (``uuid.UUID`` or its string); the all-zero id means none."""
+    if value is None:
+        return None
+    if isinstance(value, uuid.UUID):
+        return None if value.int == 0 else str(value)
+    if isinstance(value, str) and value:
+        try:
+            if uuid.UUID(value).int == 0:
+                return None
+        except ValueError:
+            pass  # not a UUID: an opaque id (the sans-IO core never looks inside)
+        return value
+    raise InvalidPositionError(f"topic_id must be a UUID, a non-empty str or None, got {value!r}")
+
+
 @attrs.frozen(order=False)
 class EpochOffset:
     """The next offset to read and the leader epoch of the record just before it.
 
     ``leader_epoch`` is ``None`` when unknown (old message format, a seek by bare offset).
+    ``topic_id`` (optional) names the incarnation of the topic the position belongs to: a
+    topic deleted and re-created under the same name gets a new id and restarts its offsets
+    and epochs, so only the id tells a position in the old log from one in the new log. A
+    seek to a position whose ``topic_id`` is not the topic's id now reports the re-creation.
+    It is provenance, not part of the position: it takes no part in ``==`` or ``hash``.
     Positions are deliberately not ordered: offset 10 in epoch 3 and offset 10 in epoch 5 can
     be different records, so ``<`` between positions would be a lie.
     """
 
     offset: int = attrs.field(validator=_check_offset)
     leader_epoch: int | None = attrs.field(default=None, converter=normalise_epoch)
+    topic_id: str | None = attrs.field(
+        default=None, kw_only=True, converter=normalise_topic_id, eq=False)
 
     @property
     def wire_epoch(self) -> int:
         """The epoch as Kafka encodes it (``-1`` for none)."""
         return UNDEFINED_EPOCH if self.leader_epoch is None else self.leader_epoch
 
-    def to_json(self) -> dict[str, int | None]:
-        return {"offset": self.offset, "leader_epoch": self.leader_epoch}
+    def to_json(self) -> dict[str, int | str | None]:
+        out: dict[str, int | str | None] = {
+            "offset": self.offset, "leader_epoch": self.leader_epoch}
+        if self.topic_id is not None:
+            out["topic_id"] = self.topic_id
+        return out
 
     def to_json_str(self) -> str:
         return json.dumps(self.to_json(), sort_keys=True)
@@ -67,10 +95,10 @@ class EpochOffset:
                 raise InvalidPositionError(f"not a JSON position: {data!r}") from exc
         if not isinstance(data, Mapping) or "offset" not in data:
             raise InvalidPositionError(f"not a position mapping: {data!r}")
-        unknown = set(data) - {"offset", "leader_epoch"}
+        unknown = set(data) - {"offset", "leader_epoch", "topic_id"}
         if unknown:
             raise InvalidPositionError(f"unknown keys in position {data!r}: {sorted(unknown)}")
-        return cls(data["offset"], data.get("leader_epoch"))
+        return cls(data["offset"], data.get("leader_epoch"), topic_id=data.get("topic_id"))
 
     def __str__(self) -> str:
         epoch = "?" if self.leader_epoch is None else str(self.leader_epoch)

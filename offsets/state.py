@@ -41,7 +41,7 @@ from epochguard.offsets.events import (
     WaitAction,
 )
 from epochguard.offsets.policy import OffsetPolicy, ResetStrategy, TruncationDecision
-from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.position import EpochOffset, normalise_topic_id
 from epochguard.offsets.report import DetectedBy, TruncationReport
 
 # --------------------------------------------------------------------------- states and table
@@ -298,7 +298,7 @@ class PartitionTracker:
         the first position is known."""
         if self._offset < 0:
             return None
-        return EpochOffset(self._offset, self._epoch)
+        return EpochOffset(self._offset, self._epoch, topic_id=_id_text(self._topic_id))
 
     @property
     def has_valid_position(self) -> bool:
@@ -452,6 +452,14 @@ class PartitionTracker:
         # The epoch is that of the record before the offset; at 0 there is none.
         self._epoch = position.leader_epoch if position.offset > 0 else None
         self._clear_history()
+        wanted = position.topic_id
+        other_topic = False
+        if wanted is not None:
+            current = _id_text(self._topic_id)
+            if current is None:
+                self._topic_id = wanted  # metadata will be compared with it
+            else:
+                other_topic = current != wanted
         if self._epoch is not None and epoch_exact:
             # What the position itself says: offset-1 was read in this epoch. Where the
             # reader entered that epoch is unknown (``_hist_inexact``).
@@ -466,6 +474,9 @@ class PartitionTracker:
             self._bump()
         else:
             self._begin_validation(T.SEEK_UNVALIDATED, DetectedBy.RESTORE)
+        if other_topic:
+            # A position in a log that no longer exists: the topic was re-created since.
+            self._topic_recreated(self._leader_id, self._leader_epoch, self._topic_id)
 
     def request_reset(
         self, strategy: ResetStrategy | str | None = None, reason: str = "requested"
@@ -508,7 +519,8 @@ class PartitionTracker:
             leader_epoch = None
         if topic_id in _NO_TOPIC_IDS:
             topic_id = None
-        if topic_id is not None and self._topic_id is not None and topic_id != self._topic_id:
+        if (topic_id is not None and self._topic_id is not None
+                and _id_text(topic_id) != _id_text(self._topic_id)):
             self._topic_recreated(leader_id, leader_epoch, topic_id)
             return True
         known = self._leader_epoch
@@ -1000,6 +1012,13 @@ class PartitionTracker:
         # Nothing of the old log exists in the new one: everything read diverges at 0. (The
         # history goes with the rewind; it still tells whether anything was read at all.)
         self._truncation(EpochOffset(0, None), leader_epoch)
+
+
+def _id_text(topic_id: Any) -> str | None:
+    """Topic ids compared as text: metadata gives ``uuid.UUID``, stored positions ``str``."""
+    if topic_id is None or topic_id in _NO_TOPIC_IDS:
+        return None
+    return normalise_topic_id(topic_id if isinstance(topic_id, str | uuid.UUID) else str(topic_id))
 
 
 def _error_name(code: int) -> str:

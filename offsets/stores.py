@@ -24,10 +24,14 @@ from epochguard.offsets.errors import InvalidPositionError, OffsetStoreError
 from epochguard.offsets.position import EpochOffset
 
 JSON_FORMAT: Final = "epochguard-offsets"
-JSON_VERSION: Final = 1
-SQLITE_SCHEMA_VERSION: Final = 1
+#: Version 2 added ``topic_id``; version 1 files are still read.
+JSON_VERSION: Final = 2
+_JSON_READABLE: Final = (1, 2)
+#: Version 2 added the ``topic_id`` column; version 1 tables get it on open.
+SQLITE_SCHEMA_VERSION: Final = 2
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_COLUMNS: Final = ("namespace", "topic", "partition", "offset", "leader_epoch")
+_COLUMNS_V1: Final = ("namespace", "topic", "partition", "offset", "leader_epoch")
+_COLUMNS: Final = (*_COLUMNS_V1, "topic_id")
 
 
 @runtime_checkable
@@ -127,11 +131,18 @@ class SqliteOffsetStore:
                     "partition INTEGER NOT NULL, "
                     '"offset" INTEGER NOT NULL CHECK ("offset" >= 0), '
                     "leader_epoch INTEGER CHECK (leader_epoch IS NULL OR leader_epoch >= 0), "
+                    "topic_id TEXT, "
                     "PRIMARY KEY (namespace, topic, partition))"
                 )
                 conn.execute(f"PRAGMA user_version={SQLITE_SCHEMA_VERSION}")
             return
         cols = tuple(row[1] for row in conn.execute(f'PRAGMA table_info("{self.table}")'))
+        if cols == _COLUMNS_V1:
+            # Written by an older epochguard: positions without topic ids stay valid.
+            with self._maybe_transaction(conn):
+                conn.execute(f'ALTER TABLE "{self.table}" ADD COLUMN topic_id TEXT')
+                conn.execute(f"PRAGMA user_version={SQLITE_SCHEMA_VERSION}")
+            return
         if cols != _COLUMNS:
             raise OffsetStoreError(
                 f"table {self.table!r} exists but is not an epochguard offset table "
@@ -173,16 +184,17 @@ class SqliteOffsetStore:
     def load(self) -> dict[TopicPartition, EpochOffset]:
         try:
             rows = self._conn.execute(
-                f'SELECT topic, partition, "offset", leader_epoch FROM "{self.table}" '
+                f'SELECT topic, partition, "offset", leader_epoch, topic_id FROM "{self.table}" '
                 "WHERE namespace=?",
                 (self.namespace,),
             ).fetchall()
         except sqlite3.DatabaseError as exc:
             raise OffsetStoreError(f"cannot read offsets from {self.table!r}: {exc}") from exc
         out: dict[TopicPartition, EpochOffset] = {}
-        for topic, partition, offset, epoch in rows:
+        for topic, partition, offset, epoch, topic_id in rows:
             try:
-                out[TopicPartition(topic, partition)] = EpochOffset(offset, epoch)
+                out[TopicPartition(topic, partition)] = EpochOffset(
+                    offset, epoch, topic_id=topic_id)
             except InvalidPositionError as exc:
                 raise OffsetStoreError(
                     f"corrupt row for {topic}-{partition} in {self.table!r}: {exc}"
@@ -198,11 +210,14 @@ class SqliteOffsetStore:
         ``connection`` (which then commits or rolls back with the caller's own writes)."""
         rows = _check_mapping(mapping)
         conn = self._conn if connection is None else connection
-        params = [(self.namespace, t, p, pos.offset, pos.leader_epoch) for t, p, pos in rows]
+        params = [(self.namespace, t, p, pos.offset, pos.leader_epoch, pos.topic_id)
+                  for t, p, pos in rows]
         sql = (
-            f'INSERT INTO "{self.table}" (namespace, topic, partition, "offset", leader_epoch) '
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (namespace, topic, partition) DO UPDATE SET "
-            '"offset"=excluded."offset", leader_epoch=excluded.leader_epoch'
+            f'INSERT INTO "{self.table}" '
+            '(namespace, topic, partition, "offset", leader_epoch, topic_id) '
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, topic, partition) DO UPDATE SET "
+            '"offset"=excluded."offset", leader_epoch=excluded.leader_epoch, '
+            "topic_id=excluded.topic_id"
         )
         try:
             if connection is not None:
@@ -259,10 +274,10 @@ class JsonFileOffsetStore:
             or not isinstance(doc.get("offsets"), list)
         ):
             raise OffsetStoreError(f"{self.path} is not an epochguard offsets file")
-        if doc.get("version") != JSON_VERSION:
+        if doc.get("version") not in _JSON_READABLE:
             raise OffsetStoreError(
                 f"{self.path} has offsets format version {doc.get('version')!r}; "
-                f"this epochguard reads version {JSON_VERSION}"
+                f"this epochguard reads versions {', '.join(map(str, _JSON_READABLE))}"
             )
         out: dict[TopicPartition, EpochOffset] = {}
         for entry in doc["offsets"]:
@@ -271,7 +286,8 @@ class JsonFileOffsetStore:
                 if not isinstance(topic, str) or not isinstance(partition, int):
                     raise TypeError("topic/partition types")
                 pos = EpochOffset.from_json(
-                    {"offset": entry["offset"], "leader_epoch": entry.get("leader_epoch")}
+                    {"offset": entry["offset"], "leader_epoch": entry.get("leader_epoch"),
+                     "topic_id": entry.get("topic_id")}
                 )
             except (KeyError, TypeError, InvalidPositionError) as exc:
                 raise OffsetStoreError(f"{self.path}: bad entry {entry!r}: {exc}") from exc
@@ -292,6 +308,7 @@ class JsonFileOffsetStore:
                     "partition": tp.partition,
                     "offset": pos.offset,
                     "leader_epoch": pos.leader_epoch,
+                    **({"topic_id": pos.topic_id} if pos.topic_id is not None else {}),
                 }
                 for tp, pos in sorted(merged.items(), key=lambda kv: (kv[0][0], kv[0][1]))
             ],

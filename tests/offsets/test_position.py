@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from hypothesis import given
@@ -69,3 +70,25 @@ def test_from_json_rejects_garbage(bad: object) -> None:
 def test_str_is_readable() -> None:
     assert str(EpochOffset(10, 3)) == "10@e3"
     assert str(EpochOffset(10)) == "10@e?"
+
+
+def test_topic_id_is_provenance_not_identity() -> None:
+    tid = uuid.UUID("5f0c2a8e-8d3b-4c1e-9a7f-0123456789ab")
+    pos = EpochOffset(5, 2, topic_id=tid)
+    assert pos.topic_id == str(tid)
+    assert pos == EpochOffset(5, 2) and hash(pos) == hash(EpochOffset(5, 2))
+    assert EpochOffset(5, 2, topic_id=str(tid)).topic_id == str(tid)
+    assert EpochOffset(5, 2, topic_id=uuid.UUID(int=0)).topic_id is None  # Kafka's "no id"
+    assert EpochOffset(5, 2, topic_id=str(uuid.UUID(int=0))).topic_id is None
+    for bad in ("", 7, b"x"):
+        with pytest.raises(InvalidPositionError, match="topic_id"):
+            EpochOffset(5, 2, topic_id=bad)  # type: ignore[arg-type]
+
+
+def test_topic_id_json_round_trip() -> None:
+    pos = EpochOffset(5, 2, topic_id="5f0c2a8e-8d3b-4c1e-9a7f-0123456789ab")
+    assert pos.to_json() == {"offset": 5, "leader_epoch": 2,
+                             "topic_id": "5f0c2a8e-8d3b-4c1e-9a7f-0123456789ab"}
+    back = EpochOffset.from_json(pos.to_json_str())
+    assert back == pos and back.topic_id == pos.topic_id
+    assert "topic_id" not in EpochOffset(5, 2).to_json()

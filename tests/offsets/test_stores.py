@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,10 @@ def test_sqlite_save_inside_callers_plain_transaction(tmp_path: Path) -> None:
         store.save({A0: EpochOffset(3)}, connection=conn)
 
 
+TOPIC_ID = uuid.UUID("5f0c2a8e-8d3b-4c1e-9a7f-0123456789ab")
+OTHER_TOPIC_ID = uuid.UUID("0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d")
+
+
 def test_sqlite_failed_save_leaves_old_content(tmp_path: Path) -> None:
     store = SqliteOffsetStore(tmp_path / "o.db")
     store.save({A0: EpochOffset(1, 1), A1: EpochOffset(1, 1)})
@@ -97,6 +102,7 @@ def test_sqlite_failed_save_leaves_old_content(tmp_path: Path) -> None:
     bad = {A0: EpochOffset(2, 2), A1: EpochOffset.__new__(EpochOffset)}
     object.__setattr__(bad[A1], "offset", -5)
     object.__setattr__(bad[A1], "leader_epoch", None)
+    object.__setattr__(bad[A1], "topic_id", None)
     with pytest.raises(OffsetStoreError):
         store.save(bad)
     assert store.load() == {A0: EpochOffset(1, 1), A1: EpochOffset(1, 1)}
@@ -122,7 +128,7 @@ def test_sqlite_corrupt_row_is_an_error(tmp_path: Path) -> None:
     SqliteOffsetStore(conn)
     # Rows written by something that ignored the CHECKs (another tool, manual edit).
     conn.execute("PRAGMA ignore_check_constraints=ON")
-    conn.execute("INSERT INTO epochguard_offsets VALUES ('default', 'a', 0, 5, -7)")
+    conn.execute("INSERT INTO epochguard_offsets VALUES ('default', 'a', 0, 5, -7, NULL)")
     conn.commit()
     with pytest.raises(OffsetStoreError, match="corrupt row"):
         SqliteOffsetStore(conn).load()
@@ -135,14 +141,51 @@ def test_sqlite_rejects_unsafe_table_names(tmp_path: Path) -> None:
 
 def test_json_file_format(tmp_path: Path) -> None:
     store = JsonFileOffsetStore(tmp_path / "o.json")
-    store.save({A0: EpochOffset(5, 2)})
+    store.save({A0: EpochOffset(5, 2), A1: EpochOffset(3, 1, topic_id=TOPIC_ID)})
     doc = json.loads((tmp_path / "o.json").read_text())
     assert doc == {
         "format": "epochguard-offsets",
-        "version": 1,
-        "offsets": [{"topic": "a", "partition": 0, "offset": 5, "leader_epoch": 2}],
+        "version": 2,
+        "offsets": [{"topic": "a", "partition": 0, "offset": 5, "leader_epoch": 2},
+                    {"topic": "a", "partition": 1, "offset": 3, "leader_epoch": 1,
+                     "topic_id": str(TOPIC_ID)}],
     }
     assert [p.name for p in tmp_path.iterdir()] == ["o.json"]  # no temp files left
+    assert store.load()[A1].topic_id == str(TOPIC_ID)
+
+
+def test_json_version_1_files_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "o.json"
+    path.write_text('{"format": "epochguard-offsets", "version": 1, "offsets": '
+                    '[{"topic": "a", "partition": 0, "offset": 5, "leader_epoch": 2}]}')
+    loaded = JsonFileOffsetStore(path).load()
+    assert loaded == {A0: EpochOffset(5, 2)} and loaded[A0].topic_id is None
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "json"])
+def test_topic_ids_round_trip(tmp_path: Path, kind: str) -> None:
+    store: SqliteOffsetStore | JsonFileOffsetStore = (
+        SqliteOffsetStore(tmp_path / "o.db") if kind == "sqlite"
+        else JsonFileOffsetStore(tmp_path / "o.json"))
+    store.save({A0: EpochOffset(5, 2, topic_id=TOPIC_ID), A1: EpochOffset(1, 0)})
+    store.save({A0: EpochOffset(6, 2, topic_id=OTHER_TOPIC_ID)})
+    loaded = store.load()
+    assert loaded[A0].topic_id == str(OTHER_TOPIC_ID) and loaded[A1].topic_id is None
+
+
+def test_sqlite_version_1_table_gains_the_topic_id_column(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "o.db", isolation_level=None)
+    conn.execute(
+        'CREATE TABLE epochguard_offsets (namespace TEXT NOT NULL, topic TEXT NOT NULL, '
+        'partition INTEGER NOT NULL, "offset" INTEGER NOT NULL CHECK ("offset" >= 0), '
+        "leader_epoch INTEGER CHECK (leader_epoch IS NULL OR leader_epoch >= 0), "
+        "PRIMARY KEY (namespace, topic, partition))")
+    conn.execute("INSERT INTO epochguard_offsets VALUES ('default', 'a', 0, 5, 2)")
+    store = SqliteOffsetStore(conn)
+    assert store.load() == {A0: EpochOffset(5, 2)}
+    store.save({A1: EpochOffset(2, 1, topic_id=TOPIC_ID)})
+    assert SqliteOffsetStore(conn).load()[A1].topic_id == str(TOPIC_ID)
+    assert conn.execute("PRAGMA user_version").fetchone() == (2,)
 
 
 @pytest.mark.parametrize(

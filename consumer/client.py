@@ -13,6 +13,7 @@ Every epoch decision happens on the application thread (the consumer's ``poll``)
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from typing import Any
@@ -147,6 +148,8 @@ class BrokerClient:
         async def _send() -> Any:
             node = self._manager.least_loaded_node() if node_id is None else node_id
             if node is None:
+                node = self._rebootstrap_node()
+            if node is None:
                 raise kerrors.NodeNotReadyError("no broker available")
             if self._manager.cluster.broker_metadata(node) is None:
                 # A broker id we learned from a coordinator or leader before kafka-python's
@@ -175,6 +178,18 @@ class BrokerClient:
 
     def request(self, node_id: int | str | None, request: Any, timeout_s: float) -> Any:
         return self.wait(self.send(node_id, request, timeout_s * 1000), timeout_s + 0.5)
+
+    def _rebootstrap_node(self) -> str | None:
+        """Every broker the last metadata named is down or backing off: ask a bootstrap
+        server instead (Java's ``metadata.recovery.strategy=rebootstrap``). Without this, a
+        consumer that started while only one broker was up could never find the others."""
+        ready = [b.node_id for b in self._manager.cluster.bootstrap_brokers()
+                 if self._manager.connection_delay(b.node_id) <= 0]
+        if not ready:
+            return None
+        node: str = random.choice(ready)
+        log.debug("rebootstrap", node=node)
+        return node
 
     def update_brokers(self, metadata_response: Any) -> None:
         """Lend broker addresses to kafka-python's connection manager."""

@@ -60,3 +60,30 @@ def test_topic_deleted_and_recreated_is_reported(cluster) -> None:
         [rep] = c.truncation_reports()
         assert rep.detected_by is DetectedBy.TOPIC_RECREATED
         assert rep.divergence == EpochOffset(0, None) and rep.lost_count == 10
+
+
+def test_rebootstraps_when_every_broker_it_knows_is_gone(cluster) -> None:
+    """Started while only broker A was up, the consumer knows no other broker. When A goes,
+    it asks the bootstrap servers again (Java's metadata.recovery.strategy=rebootstrap)
+    instead of retrying A forever."""
+    a, b = 1, 2
+    cluster.create_topic("rb", replication_factor=2)
+    cluster.elect_leader("rb", 0, a)
+    cluster.append("rb", 0, [b"x%d" % i for i in range(3)])
+    cluster.stop_broker(b)
+    cluster.stop_broker(3)
+    tp = TopicPartition("rb", 0)
+    with make_consumer(cluster, bootstrap_servers=cluster.all_bootstrap_servers,
+                       metadata_max_age_ms=300_000, reconnect_backoff_max_ms=200) as c:
+        c.assign([tp])
+        assert len(read(c, 3)) == 3  # its metadata names broker A alone
+        cluster.start_broker(b)
+        cluster.settle()
+        while cluster.isr("rb", 0) != [a, b]:
+            time.sleep(0.01)
+        cluster.stop_broker(a)  # B leads now, cleanly
+        assert cluster.leader("rb", 0) == b
+        cluster.append("rb", 0, [b"y%d" % i for i in range(3)])
+        got = read(c, 3, timeout=15)
+        assert [(r.offset, r.value) for r in got] == [(3 + i, b"y%d" % i) for i in range(3)]
+        assert c.truncation_reports() == []

@@ -1,0 +1,177 @@
+"""Two unclean elections in a row, on both clusters: each one is reported, exactly.
+
+RF=3 on brokers A (leader), B and C; min.insync.replicas=1, acks=1. Found by the seeded
+chaos test (tests/consumer/test_chaos.py): a second unclean election can go back to an
+even older replica, below the first divergence point.
+
+a0..a2 on A, B, C (offsets 0..2, epoch 0) -> stop C -> b0..b2 on A, B (3..5) -> stop B ->
+c0, c1 on A alone (6, 7) -> the consumers read 0..7 -> stop A, start B, unclean election
+of B -> d0, d1 (6, 7 in B's epoch) -> the consumers detect the first truncation (c0, c1
+lost: divergence 6) and read d0, d1 -> stop B, start C, unclean election of C (C has only
+0..2) -> e0, e1 (3, 4) -> the consumers detect the second truncation (b0..b2, d0, d1 lost:
+divergence 3 in epoch 0, which they read a2 in) and read e0, e1 -> A and B come back and
+truncate to C's log.
+
+Every policy must report both, at those divergence points, and deliver everything else
+exactly once: what the application holds, once each report's range is dropped, is the
+final log.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka.structs import TopicPartition
+
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.report import DetectedBy
+from epochguard.testing import Cluster
+
+from .epoch_subjects import POLICIES, Subject, drive, records, write_results
+from .observe import Observer
+from .test_unclean_truncation import eventually, kind, produce
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+E0 = 0
+A_VALUES, B_VALUES, C_VALUES = ["a0", "a1", "a2"], ["b0", "b1", "b2"], ["c0", "c1"]
+D_VALUES, E_VALUES = ["d0", "d1"], ["e0", "e1"]
+
+
+class SuccessiveRun:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.kind = kind(cluster)
+        self.topic = f"eg-twice-{os.getpid()}-{self.kind}"
+        self.tp = TopicPartition(self.topic, 0)
+        self.subjects: dict[str, Subject] = {}
+        self.epochs: dict[str, int] = {}
+        self.final_log: list[tuple[int, int, str]] = []
+
+    def _unclean(self, old: int, new: int) -> int:
+        cluster, topic = self.cluster, self.topic
+        cluster.stop_broker(old)
+        if cluster.running_broker_ids:  # real Kafka answers through a running broker only
+            eventually("no leader", lambda: cluster.leader(topic, 0) is None)
+        cluster.start_broker(new)
+        # The stale replica is back, and must not have found a leader to follow.
+        assert eventually("metadata", lambda: (cluster.leader(topic, 0),)) == (None,)
+        cluster.elect_leader(topic, 0, new, unclean=True)
+        eventually("the new leader", lambda: cluster.leader(topic, 0) == new)
+        obs = Observer(cluster)
+        epoch = cluster.leader_epoch(topic, 0)
+        eventually("metadata shows it", lambda: obs.leader_and_epoch(topic, 0)[1] == epoch)
+        return epoch
+
+    def run(self) -> None:
+        cluster, topic = self.cluster, self.topic
+        cluster.create_topic(topic, replication_factor=3, config={"min.insync.replicas": "1"})
+        a = eventually("a leader", lambda: cluster.leader(topic, 0))
+        b, c = [r for r in cluster.replicas(topic, 0) if r != a]
+        produce(cluster, topic, A_VALUES)
+        eventually("all replicas at 3",
+                   lambda: all(cluster.log_end_offset(topic, 0, r) == 3 for r in (b, c)))
+        eventually("ISR of three", lambda: len(cluster.isr(topic, 0)) == 3)
+        cluster.stop_broker(c)
+        eventually("ISR [A, B]", lambda: sorted(cluster.isr(topic, 0)) == sorted([a, b]))
+        produce(cluster, topic, B_VALUES)
+        eventually("B at 6", lambda: cluster.log_end_offset(topic, 0, b) == 6)
+        cluster.stop_broker(b)
+        eventually("ISR [A]", lambda: cluster.isr(topic, 0) == [a])
+        produce(cluster, topic, C_VALUES)
+        for policy in POLICIES:
+            self.subjects[policy] = s = Subject(cluster, self.tp, policy, "twice")
+            s.read(8)
+
+        self.epochs["b"] = self._unclean(a, b)
+        for s in self.subjects.values():
+            s.set_phase("after-first")
+        produce(cluster, topic, D_VALUES)
+        drive(self.subjects.values(), lambda s: len(s.reports) >= 1 and len(s.delivered) >= 10)
+
+        self.epochs["c"] = self._unclean(b, c)
+        for s in self.subjects.values():
+            s.set_phase("after-second")
+        produce(cluster, topic, E_VALUES)
+        drive(self.subjects.values(), lambda s: len(s.reports) >= 2 and len(s.delivered) >= 12)
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:  # nothing more may arrive
+            for s in self.subjects.values():
+                s.poll(timeout_ms=10)
+
+        cluster.start_broker(a)
+        cluster.start_broker(b)
+        eventually("A and B truncated to C's log",
+                   lambda: all(cluster.log_end_offset(topic, 0, r) == 5 for r in (a, b)))
+        self.final_log = list(Observer(cluster).fetch(topic, 0, 0).records)
+
+    def close(self) -> None:
+        for s in self.subjects.values():
+            s.close()
+        for broker in self.cluster.broker_ids:
+            if not self.cluster.is_running(broker):
+                self.cluster.start_broker(broker)
+
+
+@pytest.fixture(scope="module")
+def twice(module_cluster: Cluster) -> Iterator[SuccessiveRun]:
+    run = SuccessiveRun(module_cluster)
+    try:
+        run.run()
+        yield run
+    finally:
+        run.close()
+        write_results("successive-unclean-elections", run.kind, run.subjects.values(),
+                      {"epochs": run.epochs})
+
+
+def _view_after_reports(s: Subject) -> dict[int, str]:
+    """What the application holds once every report's lost range has been dropped."""
+    held: dict[int, str] = {}
+    reports = iter(s.reports)
+    # Replay: records and reports in the order the application saw them.
+    events = [e for phase in s.events.values() for e in phase
+              if e["event"] in ("record", "truncation_report")]
+    for e in events:
+        if e["event"] == "record":
+            assert e["offset"] not in held, f"{s.name}: offset {e['offset']} twice unreported"
+            held[e["offset"]] = e["value"]
+        else:
+            report = next(reports)
+            start = 0 if report.divergence is None else report.divergence.offset
+            for offset in [o for o in held if o >= start]:
+                del held[offset]
+    return held
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_two_unclean_elections_are_each_reported_exactly(
+    twice: SuccessiveRun, policy: str
+) -> None:
+    s = twice.subjects[policy]
+    eb, ec = twice.epochs["b"], twice.epochs["c"]
+    assert E0 < eb < ec
+    first, second = s.reports
+    assert (first.consumed_to, first.divergence, first.lost_count, first.new_leader_epoch) == (
+        EpochOffset(8, E0), EpochOffset(6, E0), 2, eb)
+    assert (second.consumed_to, second.divergence, second.lost_count,
+            second.new_leader_epoch) == (EpochOffset(8, eb), EpochOffset(3, E0), 5, ec)
+    assert {first.detected_by, second.detected_by} <= {
+        DetectedBy.METADATA, DetectedBy.FENCED, DetectedBy.DIVERGING_EPOCH}
+    assert s.delivered == (
+        records(A_VALUES + B_VALUES + C_VALUES, 0, E0) + records(D_VALUES, 6, eb)
+        + records(E_VALUES, 3, ec))
+    if s.raising:
+        assert s.seeks == [EpochOffset(6, E0), EpochOffset(3, E0)]
+        assert len(s.errors) == 2
+    else:
+        assert s.errors == [] and s.seeks == []
+    m: dict[str, Any] = s.consumer.metrics(raw=True)
+    assert (m["truncations_detected"], m["records_lost"]) == (2, 7)
+    final = {offset: value for offset, _epoch, value in twice.final_log}
+    assert final == {0: "a0", 1: "a1", 2: "a2", 3: "e0", 4: "e1"}
+    assert _view_after_reports(s) == final

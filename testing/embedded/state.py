@@ -414,7 +414,15 @@ class ClusterState:
         flog = p.logs[follower]
         if flog.log_end_offset < leader_log.log_start_offset:
             flog.reset(leader_log.log_start_offset)
-        for batch in leader_log.batches_from(flog.log_end_offset):
+        batches = leader_log.batches_from(flog.log_end_offset)
+        if batches and flog.log_end_offset == flog.log_start_offset:
+            # An empty log starting inside the leader's first batch (a log start moved by
+            # DeleteRecords is not a batch boundary): batches are atomic, so start the log
+            # at the batch, as Kafka's fetcher does on UnexpectedAppendOffsetException.
+            base = int.from_bytes(batches[0][0:8], "big", signed=True)
+            if base < flog.log_end_offset:
+                flog.reset(base)
+        for batch in batches:
             flog.append_replicated(batch)
         if flog.log_start_offset < leader_log.log_start_offset:
             flog.delete_before(leader_log.log_start_offset)

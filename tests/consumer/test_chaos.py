@@ -1,9 +1,11 @@
-"""Seeded chaos: leader moves, lagging followers, broker restarts, dropped connections and
-forced unclean elections while EpochConsumer (policy "rewind") consumes.
+"""Seeded chaos: leader moves, lagging followers, broker restarts, dropped connections,
+brokers learning metadata late, retention (DeleteRecords) and forced unclean elections while
+EpochConsumer (policies "rewind" and "raise") consumes.
 
 The promise checked is the product's: what the application holds, once every truncation
 report has been applied to it (records from the divergence point on dropped), is exactly the
-final log, record for record: nothing missing, nothing twice, nothing stale. And every report
+final log, record for record (above the highest log start retention reached): nothing
+missing, nothing twice, nothing stale. And every report
 is real: the first record it says is gone was, at some moment between its delivery and the
 report, not in the partition leader's log at its offset (values are unique; a later unclean
 election of a stale replica may bring it back, which the consumer must then read again).
@@ -53,8 +55,9 @@ class Chaos:
         #: step of the report)
         self.reports: list[tuple[TruncationReport, int, bytes | None, int, int]] = []
         self.delivered_at: dict[int, dict[int, int]] = {p: {} for p in range(PARTITIONS)}
-        #: per step: per partition, the leader's log (offset -> value), None without a leader
-        self.snapshots: list[dict[int, dict[int, bytes | None] | None]] = []
+        #: per step: per partition, the leader's log start and log (offset -> value), None
+        #: without a leader
+        self.snapshots: list[dict[int, tuple[int, dict[int, bytes | None]] | None]] = []
         self.delivered = 0
         self.steps: list[str] = []
         cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
@@ -99,11 +102,12 @@ class Chaos:
         return len(self.snapshots) - 1
 
     def snapshot(self) -> None:
-        logs: dict[int, dict[int, bytes | None] | None] = {}
+        logs: dict[int, tuple[int, dict[int, bytes | None]] | None] = {}
         for p in range(PARTITIONS):
             leader = self.cluster.leader(TOPIC, p)
-            logs[p] = None if leader is None else {
-                o: v for o, _k, v in self.cluster.read_records(TOPIC, p, leader)}
+            logs[p] = None if leader is None else (
+                self.cluster.log_start_offset(TOPIC, p, leader),
+                {o: v for o, _k, v in self.cluster.read_records(TOPIC, p, leader)})
         self.snapshots.append(logs)
 
     # -- faults ------------------------------------------------------------------------------
@@ -169,13 +173,33 @@ class Chaos:
         self.cluster.elect_leader(TOPIC, p, b, unclean=True)
         return f"UNCLEAN election p{p} -> {b}"
 
+    def _retention(self) -> str:
+        p = self.rng.randrange(PARTITIONS)
+        leader = self.cluster.leader(TOPIC, p)
+        if leader is None:
+            return f"retention p{p}: no leader"
+        start = self.cluster.log_start_offset(TOPIC, p, leader)
+        hw = self.cluster.high_watermark(TOPIC, p, leader)
+        if hw <= start:
+            return f"retention p{p}: nothing to delete"
+        before = self.rng.randint(start + 1, hw)
+        self.cluster.delete_records(TOPIC, p, before)
+        return f"retention p{p} below {before}"
+
+    def _stale_metadata(self) -> str:
+        b = self.rng.choice(self.cluster.broker_ids)
+        delay = self.rng.choice([0.0, 0.2, 0.5])
+        self.cluster.set_metadata_delay(b, delay)
+        return f"broker {b} learns metadata {delay}s late"
+
     def _drop_connection(self) -> str:
         self.cluster.faults.disconnect_on(api_key=FETCH, count=1)
         return "drop a fetch connection"
 
     def run(self) -> None:
         actions = [(self._append, 8), (self._lag, 2), (self._resume, 2), (self._stop, 1),
-                   (self._start, 2), (self._clean_election, 2), (self._drop_connection, 1)]
+                   (self._start, 2), (self._clean_election, 2), (self._drop_connection, 1),
+                   (self._retention, 1), (self._stale_metadata, 1)]
         if self.unclean:
             actions.append((self._unclean_election, 2))
         fns, weights = zip(*actions, strict=True)
@@ -192,6 +216,7 @@ class Chaos:
     def heal(self) -> None:
         cluster = self.cluster
         for b in cluster.broker_ids:
+            cluster.set_metadata_delay(b, 0.0)
             cluster.start_broker(b)
             cluster.resume_replication(b)
         cluster.settle()
@@ -214,15 +239,24 @@ class Chaos:
         for p in range(PARTITIONS):
             leader = cluster.leader(TOPIC, p)
             final = {o: v for o, _k, v in cluster.read_records(TOPIC, p, leader)}
-            assert self.view[p] == final, (
+            # Below the highest log start seen, retention removed records: what was read
+            # there stays read, and what was not may be skipped, even if a replica that
+            # missed the deletion brings it back when elected.
+            floor = max([cluster.log_start_offset(TOPIC, p, leader)] + [
+                snap[p][0] for snap in self.snapshots if snap[p] is not None])
+            held = {o: v for o, v in self.view[p].items() if o >= floor}
+            final = {o: v for o, v in final.items() if o >= floor}
+            assert held == final, (
                 f"p{p}: the application's records differ from the final log; "
                 f"steps: {self.steps}; reports: {[r[0] for r in self.reports]}")
         for report, offset, value, delivered, reported in self.reports:
             if value is None:
                 continue  # nothing held at the divergence point: nothing claimed lost there
             p = report.partition
+            # Gone from the leader's log at its offset; not merely below its log start.
             gone = [s for s in range(delivered, reported + 1)
-                    if (log := self.snapshots[s][p]) is not None and log.get(offset) != value]
+                    if (snap := self.snapshots[s][p]) is not None and offset >= snap[0]
+                    and snap[1].get(offset) != value]
             assert gone, (f"false report: {report} dropped {value!r} at {offset}, which the "
                           f"leader held from step {delivered} to {reported}; steps: {self.steps}")
         m = self.consumer.metrics(raw=True)

@@ -183,3 +183,22 @@ def test_without_elr_the_last_isr_member_stays() -> None:
     state.stop_broker(2)
     state.stop_broker(1)
     assert (p.leader, p.isr, p.elr) == (None, [1], [])
+
+
+def test_empty_follower_starts_at_the_batch_holding_the_leaders_log_start() -> None:
+    """DeleteRecords moves the log start inside a batch; a follower that must start over
+    gets that whole batch (batches are atomic), as Kafka's fetcher does on
+    UnexpectedAppendOffsetException, then takes the leader's log start."""
+    state = ClusterState([1, 2])
+    state.create_topic("t", 1, 2)
+    p = state.partition("t", 0)
+    leader = p.leader
+    assert leader == 1
+    state.pause_replication(2)
+    state.append(p, 1, build_batch([b"r%d" % i for i in range(10)]), p.leader_epoch)
+    state.delete_records("t", 0, 5)
+    state.resume_replication(2)
+    follower, leader_log = p.logs[2], p.logs[1]
+    assert (follower.log_start_offset, follower.log_end_offset) == (5, 10)
+    assert follower.read(5, 10**6) == leader_log.read(5, 10**6)
+    assert sorted(p.isr) == [1, 2]

@@ -60,7 +60,12 @@ class EpochOffset:
     topic deleted and re-created under the same name gets a new id and restarts its offsets
     and epochs, so only the id tells a position in the old log from one in the new log. A
     seek to a position whose ``topic_id`` is not the topic's id now reports the re-creation.
-    It is provenance, not part of the position: it takes no part in ``==`` or ``hash``.
+    ``epoch_exact`` says the record before ``offset`` was read in exactly ``leader_epoch``
+    (a consumer's position after reading it), not that the epoch is an upper bound (a
+    position from ``auto_offset_reset``, or a bare commit). Seeking to an exact position
+    is validated more strictly: a leader that lacks that epoch has lost the record even if
+    an older epoch of its log reaches the offset. Both are provenance, not part of the
+    position: they take no part in ``==`` or ``hash``.
     Positions are deliberately not ordered: offset 10 in epoch 3 and offset 10 in epoch 5 can
     be different records, so ``<`` between positions would be a lie.
     """
@@ -69,17 +74,21 @@ class EpochOffset:
     leader_epoch: int | None = attrs.field(default=None, converter=normalise_epoch)
     topic_id: str | None = attrs.field(
         default=None, kw_only=True, converter=normalise_topic_id, eq=False)
+    epoch_exact: bool = attrs.field(default=False, kw_only=True, eq=False,
+                                    validator=attrs.validators.instance_of(bool))
 
     @property
     def wire_epoch(self) -> int:
         """The epoch as Kafka encodes it (``-1`` for none)."""
         return UNDEFINED_EPOCH if self.leader_epoch is None else self.leader_epoch
 
-    def to_json(self) -> dict[str, int | str | None]:
-        out: dict[str, int | str | None] = {
+    def to_json(self) -> dict[str, int | str | bool | None]:
+        out: dict[str, int | str | bool | None] = {
             "offset": self.offset, "leader_epoch": self.leader_epoch}
         if self.topic_id is not None:
             out["topic_id"] = self.topic_id
+        if self.epoch_exact:
+            out["epoch_exact"] = True
         return out
 
     def to_json_str(self) -> str:
@@ -95,10 +104,14 @@ class EpochOffset:
                 raise InvalidPositionError(f"not a JSON position: {data!r}") from exc
         if not isinstance(data, Mapping) or "offset" not in data:
             raise InvalidPositionError(f"not a position mapping: {data!r}")
-        unknown = set(data) - {"offset", "leader_epoch", "topic_id"}
+        unknown = set(data) - {"offset", "leader_epoch", "topic_id", "epoch_exact"}
         if unknown:
             raise InvalidPositionError(f"unknown keys in position {data!r}: {sorted(unknown)}")
-        return cls(data["offset"], data.get("leader_epoch"), topic_id=data.get("topic_id"))
+        exact = data.get("epoch_exact", False)
+        if not isinstance(exact, bool):
+            raise InvalidPositionError(f"epoch_exact must be true or false, got {exact!r}")
+        return cls(data["offset"], data.get("leader_epoch"), topic_id=data.get("topic_id"),
+                   epoch_exact=exact)
 
     def __str__(self) -> str:
         epoch = "?" if self.leader_epoch is None else str(self.leader_epoch)

@@ -298,7 +298,8 @@ class PartitionTracker:
         the first position is known."""
         if self._offset < 0:
             return None
-        return EpochOffset(self._offset, self._epoch, topic_id=_id_text(self._topic_id))
+        return EpochOffset(self._offset, self._epoch, topic_id=_id_text(self._topic_id),
+                           epoch_exact=self._epoch is not None and bool(self._hist))
 
     @property
     def has_valid_position(self) -> bool:
@@ -445,6 +446,7 @@ class PartitionTracker:
         """
         if not isinstance(position, EpochOffset):
             position = EpochOffset(position)
+        epoch_exact = epoch_exact or position.epoch_exact
         self._error = None
         self._source = source
         self._from_reset = False

@@ -24,14 +24,15 @@ from epochguard.offsets.errors import InvalidPositionError, OffsetStoreError
 from epochguard.offsets.position import EpochOffset
 
 JSON_FORMAT: Final = "epochguard-offsets"
-#: Version 2 added ``topic_id``; version 1 files are still read.
+#: Version 2 added ``topic_id`` and ``epoch_exact``; version 1 files are still read.
 JSON_VERSION: Final = 2
 _JSON_READABLE: Final = (1, 2)
-#: Version 2 added the ``topic_id`` column; version 1 tables get it on open.
+#: Version 2 added the ``topic_id`` and ``epoch_exact`` columns; version 1 tables get them
+#: on open.
 SQLITE_SCHEMA_VERSION: Final = 2
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _COLUMNS_V1: Final = ("namespace", "topic", "partition", "offset", "leader_epoch")
-_COLUMNS: Final = (*_COLUMNS_V1, "topic_id")
+_COLUMNS: Final = (*_COLUMNS_V1, "topic_id", "epoch_exact")
 
 
 @runtime_checkable
@@ -132,6 +133,7 @@ class SqliteOffsetStore:
                     '"offset" INTEGER NOT NULL CHECK ("offset" >= 0), '
                     "leader_epoch INTEGER CHECK (leader_epoch IS NULL OR leader_epoch >= 0), "
                     "topic_id TEXT, "
+                    "epoch_exact INTEGER NOT NULL DEFAULT 0 CHECK (epoch_exact IN (0, 1)), "
                     "PRIMARY KEY (namespace, topic, partition))"
                 )
                 conn.execute(f"PRAGMA user_version={SQLITE_SCHEMA_VERSION}")
@@ -141,6 +143,9 @@ class SqliteOffsetStore:
             # Written by an older epochguard: positions without topic ids stay valid.
             with self._maybe_transaction(conn):
                 conn.execute(f'ALTER TABLE "{self.table}" ADD COLUMN topic_id TEXT')
+                conn.execute(
+                    f'ALTER TABLE "{self.table}" ADD COLUMN epoch_exact INTEGER NOT NULL '
+                    "DEFAULT 0 CHECK (epoch_exact IN (0, 1))")
                 conn.execute(f"PRAGMA user_version={SQLITE_SCHEMA_VERSION}")
             return
         if cols != _COLUMNS:
@@ -184,17 +189,17 @@ class SqliteOffsetStore:
     def load(self) -> dict[TopicPartition, EpochOffset]:
         try:
             rows = self._conn.execute(
-                f'SELECT topic, partition, "offset", leader_epoch, topic_id FROM "{self.table}" '
-                "WHERE namespace=?",
+                f'SELECT topic, partition, "offset", leader_epoch, topic_id, epoch_exact '
+                f'FROM "{self.table}" WHERE namespace=?',
                 (self.namespace,),
             ).fetchall()
         except sqlite3.DatabaseError as exc:
             raise OffsetStoreError(f"cannot read offsets from {self.table!r}: {exc}") from exc
         out: dict[TopicPartition, EpochOffset] = {}
-        for topic, partition, offset, epoch, topic_id in rows:
+        for topic, partition, offset, epoch, topic_id, exact in rows:
             try:
                 out[TopicPartition(topic, partition)] = EpochOffset(
-                    offset, epoch, topic_id=topic_id)
+                    offset, epoch, topic_id=topic_id, epoch_exact=bool(exact))
             except InvalidPositionError as exc:
                 raise OffsetStoreError(
                     f"corrupt row for {topic}-{partition} in {self.table!r}: {exc}"
@@ -210,14 +215,14 @@ class SqliteOffsetStore:
         ``connection`` (which then commits or rolls back with the caller's own writes)."""
         rows = _check_mapping(mapping)
         conn = self._conn if connection is None else connection
-        params = [(self.namespace, t, p, pos.offset, pos.leader_epoch, pos.topic_id)
-                  for t, p, pos in rows]
+        params = [(self.namespace, t, p, pos.offset, pos.leader_epoch, pos.topic_id,
+                   int(pos.epoch_exact)) for t, p, pos in rows]
         sql = (
             f'INSERT INTO "{self.table}" '
-            '(namespace, topic, partition, "offset", leader_epoch, topic_id) '
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, topic, partition) DO UPDATE SET "
-            '"offset"=excluded."offset", leader_epoch=excluded.leader_epoch, '
-            "topic_id=excluded.topic_id"
+            '(namespace, topic, partition, "offset", leader_epoch, topic_id, epoch_exact) '
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, topic, partition) "
+            'DO UPDATE SET "offset"=excluded."offset", leader_epoch=excluded.leader_epoch, '
+            "topic_id=excluded.topic_id, epoch_exact=excluded.epoch_exact"
         )
         try:
             if connection is not None:
@@ -287,7 +292,8 @@ class JsonFileOffsetStore:
                     raise TypeError("topic/partition types")
                 pos = EpochOffset.from_json(
                     {"offset": entry["offset"], "leader_epoch": entry.get("leader_epoch"),
-                     "topic_id": entry.get("topic_id")}
+                     "topic_id": entry.get("topic_id"),
+                     "epoch_exact": entry.get("epoch_exact", False)}
                 )
             except (KeyError, TypeError, InvalidPositionError) as exc:
                 raise OffsetStoreError(f"{self.path}: bad entry {entry!r}: {exc}") from exc
@@ -309,6 +315,7 @@ class JsonFileOffsetStore:
                     "offset": pos.offset,
                     "leader_epoch": pos.leader_epoch,
                     **({"topic_id": pos.topic_id} if pos.topic_id is not None else {}),
+                    **({"epoch_exact": True} if pos.epoch_exact else {}),
                 }
                 for tp, pos in sorted(merged.items(), key=lambda kv: (kv[0][0], kv[0][1]))
             ],

@@ -92,3 +92,13 @@ def test_topic_id_json_round_trip() -> None:
     back = EpochOffset.from_json(pos.to_json_str())
     assert back == pos and back.topic_id == pos.topic_id
     assert "topic_id" not in EpochOffset(5, 2).to_json()
+
+
+def test_epoch_exact_is_provenance_and_round_trips() -> None:
+    pos = EpochOffset(5, 2, epoch_exact=True)
+    assert pos == EpochOffset(5, 2) and pos.epoch_exact
+    assert pos.to_json() == {"offset": 5, "leader_epoch": 2, "epoch_exact": True}
+    assert EpochOffset.from_json(pos.to_json_str()).epoch_exact
+    assert "epoch_exact" not in EpochOffset(5, 2).to_json()
+    with pytest.raises(InvalidPositionError, match="epoch_exact"):
+        EpochOffset.from_json({"offset": 5, "leader_epoch": 2, "epoch_exact": "yes"})

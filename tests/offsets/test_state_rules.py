@@ -328,6 +328,25 @@ def test_exact_restored_epoch_unknown_to_leader_is_truncation_with_unknown_diver
     assert tr.state is S.TRUNCATED
 
 
+def test_a_position_that_says_its_epoch_is_exact_is_validated_as_exact() -> None:
+    # The same case with the flag carried by the position itself (an offset store keeps it).
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "raise"))
+    tr.on_metadata(1, 6)
+    tr.restore(EpochOffset(10, 5, epoch_exact=True))
+    tr.on_validation(validate(tr), 0, 3, 12, 0.0)
+    (ev,) = truncations(tr)
+    assert ev.report.divergence is None and tr.state is S.TRUNCATED
+
+
+def test_position_carries_whether_its_epoch_is_exact() -> None:
+    assert fetching(10, 1).position.epoch_exact  # type: ignore[union-attr]
+    tr = PartitionTracker(TP, OffsetPolicy("latest"))
+    tr.on_metadata(1, 4)
+    tr.restore(None)
+    tr.on_list_offsets(list_offsets(tr), 10, 4)
+    assert tr.position == EpochOffset(10, 4) and not tr.position.epoch_exact
+
+
 def test_restored_epoch_is_an_upper_bound_by_default() -> None:
     # The same answer for a position committed right after a reset (its epoch, 5, may
     # have no records at all, and followers never learn such epochs): valid, as in Java,

@@ -103,6 +103,7 @@ def test_sqlite_failed_save_leaves_old_content(tmp_path: Path) -> None:
     object.__setattr__(bad[A1], "offset", -5)
     object.__setattr__(bad[A1], "leader_epoch", None)
     object.__setattr__(bad[A1], "topic_id", None)
+    object.__setattr__(bad[A1], "epoch_exact", False)
     with pytest.raises(OffsetStoreError):
         store.save(bad)
     assert store.load() == {A0: EpochOffset(1, 1), A1: EpochOffset(1, 1)}
@@ -128,7 +129,7 @@ def test_sqlite_corrupt_row_is_an_error(tmp_path: Path) -> None:
     SqliteOffsetStore(conn)
     # Rows written by something that ignored the CHECKs (another tool, manual edit).
     conn.execute("PRAGMA ignore_check_constraints=ON")
-    conn.execute("INSERT INTO epochguard_offsets VALUES ('default', 'a', 0, 5, -7, NULL)")
+    conn.execute("INSERT INTO epochguard_offsets VALUES ('default', 'a', 0, 5, -7, NULL, 0)")
     conn.commit()
     with pytest.raises(OffsetStoreError, match="corrupt row"):
         SqliteOffsetStore(conn).load()
@@ -168,9 +169,10 @@ def test_topic_ids_round_trip(tmp_path: Path, kind: str) -> None:
         SqliteOffsetStore(tmp_path / "o.db") if kind == "sqlite"
         else JsonFileOffsetStore(tmp_path / "o.json"))
     store.save({A0: EpochOffset(5, 2, topic_id=TOPIC_ID), A1: EpochOffset(1, 0)})
-    store.save({A0: EpochOffset(6, 2, topic_id=OTHER_TOPIC_ID)})
+    store.save({A0: EpochOffset(6, 2, topic_id=OTHER_TOPIC_ID, epoch_exact=True)})
     loaded = store.load()
     assert loaded[A0].topic_id == str(OTHER_TOPIC_ID) and loaded[A1].topic_id is None
+    assert loaded[A0].epoch_exact and not loaded[A1].epoch_exact
 
 
 def test_sqlite_version_1_table_gains_the_topic_id_column(tmp_path: Path) -> None:
@@ -183,8 +185,10 @@ def test_sqlite_version_1_table_gains_the_topic_id_column(tmp_path: Path) -> Non
     conn.execute("INSERT INTO epochguard_offsets VALUES ('default', 'a', 0, 5, 2)")
     store = SqliteOffsetStore(conn)
     assert store.load() == {A0: EpochOffset(5, 2)}
-    store.save({A1: EpochOffset(2, 1, topic_id=TOPIC_ID)})
-    assert SqliteOffsetStore(conn).load()[A1].topic_id == str(TOPIC_ID)
+    store.save({A1: EpochOffset(2, 1, topic_id=TOPIC_ID, epoch_exact=True)})
+    reloaded = SqliteOffsetStore(conn).load()
+    assert reloaded[A1].topic_id == str(TOPIC_ID) and reloaded[A1].epoch_exact
+    assert not reloaded[A0].epoch_exact
     assert conn.execute("PRAGMA user_version").fetchone() == (2,)
 
 

@@ -9,8 +9,18 @@ from typing import TYPE_CHECKING
 from epochguard.testing.apache_kafka import ApacheKafkaCluster
 from epochguard.testing.cluster import Cluster
 from epochguard.testing.embedded.cluster import EmbeddedCluster, EmbeddedClusterError, ReplicaLog
+from epochguard.testing.helpers import WaitTimeout, produce, wait_until
 
-__all__ = ["ApacheKafkaCluster", "Cluster", "EmbeddedCluster", "EmbeddedClusterError", "ReplicaLog"]
+__all__ = [
+    "ApacheKafkaCluster",
+    "Cluster",
+    "EmbeddedCluster",
+    "EmbeddedClusterError",
+    "ReplicaLog",
+    "WaitTimeout",
+    "produce",
+    "wait_until",
+]
 
 if TYPE_CHECKING:
     # mypy proves both clusters satisfy the protocol scenarios are written against.

@@ -11,9 +11,9 @@ import textwrap
 import time
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 
-from epochguard.testing import ApacheKafkaCluster, Cluster
+from epochguard.testing import ApacheKafkaCluster, Cluster, produce
 from epochguard.testing.apache_kafka import ClusterError, ElectionError, KafkaJars
 
 pytestmark = pytest.mark.timeout(180)
@@ -23,21 +23,6 @@ _names = itertools.count()
 
 def new_topic(prefix: str) -> str:
     return f"{prefix}-{os.getpid()}-{next(_names)}"
-
-
-def produce(cluster: ApacheKafkaCluster, topic: str, values: list[str], partition: int = 0) -> None:
-    producer = KafkaProducer(
-        bootstrap_servers=cluster.bootstrap_servers,
-        acks=1,
-        enable_idempotence=False,
-        linger_ms=0,
-        retries=5,
-    )
-    try:
-        for value in values:
-            producer.send(topic, value.encode(), partition=partition).get(timeout=15)
-    finally:
-        producer.close(timeout=5)
 
 
 def consume_all(cluster: ApacheKafkaCluster, topic: str, expected: int) -> list[tuple[int, str]]:

@@ -20,8 +20,9 @@ from collections.abc import Callable
 
 import attrs
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 
+from epochguard.testing import produce
 from epochguard.testing.apache_kafka import ApacheKafkaCluster, JavaTruncationProbe
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -32,21 +33,6 @@ _names = itertools.count()
 
 def new_topic(prefix: str) -> str:
     return f"{prefix}-{os.getpid()}-{next(_names)}"
-
-
-def produce(cluster: ApacheKafkaCluster, topic: str, values: list[str]) -> None:
-    producer = KafkaProducer(
-        bootstrap_servers=cluster.bootstrap_servers,
-        acks=1,
-        enable_idempotence=False,
-        linger_ms=0,
-        retries=5,
-    )
-    try:
-        for value in values:
-            producer.send(topic, value.encode(), partition=0).get(timeout=15)
-    finally:
-        producer.close(timeout=5)
 
 
 def wait_for_high_watermark(cluster: ApacheKafkaCluster, topic: str, offset: int) -> None:

@@ -14,9 +14,10 @@ from kafka.structs import TopicPartition
 
 from epochguard import EpochConsumer, EpochOffset, JsonFileOffsetStore
 from epochguard.offsets.report import DetectedBy
-from epochguard.testing import Cluster
+from epochguard.testing import Cluster, produce
+from epochguard.testing import wait_until as eventually
 
-from .test_unclean_truncation import eventually, kind, produce
+from .test_unclean_truncation import kind
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

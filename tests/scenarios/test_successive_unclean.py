@@ -29,11 +29,12 @@ from kafka.structs import TopicPartition
 
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import DetectedBy
-from epochguard.testing import Cluster
+from epochguard.testing import Cluster, produce
+from epochguard.testing import wait_until as eventually
 
 from .epoch_subjects import POLICIES, Subject, drive, records, write_results
 from .observe import Observer
-from .test_unclean_truncation import eventually, kind, produce
+from .test_unclean_truncation import kind
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -17,14 +17,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from kafka import KafkaProducer
 
-from epochguard.testing import ApacheKafkaCluster, Cluster
+from epochguard.testing import ApacheKafkaCluster, Cluster, produce, wait_until
 from epochguard.testing.apache_kafka.jars import missing_tools, real_kafka_required
 from epochguard.testing.apache_kafka.pytest_support import require_real_kafka
 
@@ -97,33 +95,8 @@ def kafka_answers(refill: int) -> dict[str, Any]:
     }
 
 
-def eventually(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> T:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = probe()
-            if value is not None and value is not False:
-                return value
-        except Exception as exc:  # both clusters raise their own errors while catching up
-            last = exc
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what} (last error: {last})")
-
-
-def produce(cluster: Cluster, topic: str, values: list[str]) -> None:
-    producer = KafkaProducer(
-        bootstrap_servers=cluster.bootstrap_servers,
-        acks=1,
-        enable_idempotence=False,
-        linger_ms=0,
-        retries=5,
-    )
-    try:
-        for value in values:
-            producer.send(topic, value.encode(), partition=0).get(timeout=15)
-    finally:
-        producer.close(timeout=5)
+#: Shared with the other scenario modules (they import these names from here).
+eventually = wait_until
 
 
 def kind(cluster: Cluster) -> str:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import kafka.errors as kerrors
 from kafka.structs import TopicPartition
@@ -265,6 +265,46 @@ def drive(
         for s in pending:
             s.poll(timeout_ms=10)
         pending = [s for s in pending if not done(s)]
+
+
+def settle_quietly(subjects: Iterable[Subject], seconds: float = 0.3) -> None:
+    """Poll a little longer after the expected end: nothing more may arrive (no duplicates,
+    nothing old)."""
+    subjects = list(subjects)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for s in subjects:
+            s.poll(timeout_ms=10)
+
+
+class StagedRun:
+    """One staged event on one cluster and the subjects that watched it. Subclasses set
+    ``subjects`` and implement ``run``; ``results`` is written even when ``run`` fails."""
+
+    subjects: dict[Any, Subject]
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        for s in self.subjects.values():
+            s.close()
+
+    def results(self) -> None:
+        """Write build/scenarios/epochguard/ files (see ``write_results``)."""
+
+
+R = TypeVar("R", bound=StagedRun)
+
+
+def staged(run: R) -> Iterator[R]:
+    """Body of a module-scoped fixture: stage once, hand out, then close and record."""
+    try:
+        run.run()
+        yield run
+    finally:
+        run.close()
+        run.results()
 
 
 def write_results(

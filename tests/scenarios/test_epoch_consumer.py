@@ -46,7 +46,17 @@ from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import DetectedBy
 from epochguard.testing import Cluster
 
-from .epoch_subjects import POLICIES, Subject, consumer_config, drive, records, write_results
+from .epoch_subjects import (
+    POLICIES,
+    StagedRun,
+    Subject,
+    consumer_config,
+    drive,
+    records,
+    settle_quietly,
+    staged,
+    write_results,
+)
 from .observe import Observer
 from .test_unclean_truncation import eventually, kind, produce
 
@@ -94,7 +104,7 @@ def _done_after(expected_after: int) -> Any:
     return done
 
 
-class UncleanRun:
+class UncleanRun(StagedRun):
     """The staged unclean election and every subject that watched it."""
 
     def __init__(self, cluster: Cluster) -> None:
@@ -189,11 +199,7 @@ class UncleanRun:
             )
             self.subjects[("restart", policy)].set_phase("after")
         drive(self.subjects.values(), _done_after(len(B_VALUES)))
-        # A little longer: nothing more may arrive (no duplicates, nothing old).
-        deadline = time.monotonic() + 0.3
-        while time.monotonic() < deadline:
-            for s in self.subjects.values():
-                s.poll(timeout_ms=10)
+        settle_quietly(self.subjects.values())
         for policy in POLICIES:
             restarted = self.subjects[("restart", policy)]
             restarted.consumer.commit()
@@ -206,9 +212,17 @@ class UncleanRun:
         self.timings["old_leader_returns"] = time.monotonic() - t3
 
     def close(self) -> None:
-        for s in self.subjects.values():
-            s.close()
+        super().close()
         _rebuild(self.cluster)
+
+    def results(self) -> None:
+        for situation, (position, leo) in UNCLEAN_SITUATIONS.items():
+            subjects = [s for (sit, _p), s in self.subjects.items() if sit == situation]
+            write_results(SCENARIO_NAMES[situation], self.kind, subjects, {
+                "position_at_election": position,
+                "new_leader_log_end_at_first_poll": leo,
+                "timings": self.timings,
+            })
 
 
 SCENARIO_NAMES = {
@@ -223,19 +237,7 @@ SCENARIO_NAMES = {
 
 @pytest.fixture(scope="module")
 def unclean(module_cluster: Cluster) -> Iterator[UncleanRun]:
-    run = UncleanRun(module_cluster)
-    try:
-        run.run()
-        yield run
-    finally:
-        run.close()
-        for situation, (position, leo) in UNCLEAN_SITUATIONS.items():
-            subjects = [s for (sit, _p), s in run.subjects.items() if sit == situation]
-            write_results(SCENARIO_NAMES[situation], run.kind, subjects, {
-                "position_at_election": position,
-                "new_leader_log_end_at_first_poll": leo,
-                "timings": run.timings,
-            })
+    yield from staged(UncleanRun(module_cluster))
 
 
 def expect_truncation(
@@ -324,7 +326,7 @@ def test_unclean_election_while_stopped_restart_from_committed(
 # ----------------------------------------------------------------------- clean leader change
 
 
-class CleanRun:
+class CleanRun(StagedRun):
     """A clean (preferred) leader change: every record stays; nothing may be reported.
 
     x0..x4 replicated on A and B (epoch 0); lagging consumers have read x0..x2, caught-up ones
@@ -385,18 +387,16 @@ class CleanRun:
             self.subjects[("restart", policy)] = s
         want = {"mid": 10, "caught-up": 10, "restart": 5}
         drive(self.subjects.values(), lambda s: len(s.delivered) >= want[s.label[6:]])
-        deadline = time.monotonic() + 0.3
-        while time.monotonic() < deadline:
-            for s in self.subjects.values():
-                s.poll(timeout_ms=10)
+        settle_quietly(self.subjects.values())
         for policy in POLICIES:
             restarted = self.subjects[("restart", policy)].consumer
             restarted.commit()
             self.committed[policy] = restarted.committed(tp)
 
-    def close(self) -> None:
-        for s in self.subjects.values():
-            s.close()
+    def results(self) -> None:
+        write_results("clean-leader-change", self.kind, self.subjects.values(),
+                      {"new_leader_epoch": self.new_epoch})
+
 
 
 X_VALUES = [f"x{i}" for i in range(5)]
@@ -405,14 +405,7 @@ Y_VALUES = [f"y{i}" for i in range(5)]
 
 @pytest.fixture(scope="module")
 def clean(module_cluster: Cluster) -> Iterator[CleanRun]:
-    run = CleanRun(module_cluster)
-    try:
-        run.run()
-        yield run
-    finally:
-        run.close()
-        write_results("clean-leader-change", run.kind, run.subjects.values(),
-                      {"new_leader_epoch": run.new_epoch})
+    yield from staged(CleanRun(module_cluster))
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
@@ -441,7 +434,7 @@ R_VALUES = [f"r{i}" for i in range(11)]
 LOG_START = 6
 
 
-class RetentionRun:
+class RetentionRun(StagedRun):
     """Retention (DeleteRecords) moves the log start past lagging consumers' position 3.
 
     r0..r2 read (epoch 0), then r3..r9 written, log start moved to 6, r10 written. Not a
@@ -472,26 +465,17 @@ class RetentionRun:
         for s in self.subjects.values():
             s.set_phase("after")
         drive(self.subjects.values(), lambda s: len(s.delivered) >= 3 + 11 - LOG_START)
-        deadline = time.monotonic() + 0.3
-        while time.monotonic() < deadline:
-            for s in self.subjects.values():
-                s.poll(timeout_ms=10)
+        settle_quietly(self.subjects.values())
 
-    def close(self) -> None:
-        for s in self.subjects.values():
-            s.close()
+    def results(self) -> None:
+        write_results("retention-past-position", self.kind, self.subjects.values(),
+                      {"log_start": LOG_START, "position": 3})
+
 
 
 @pytest.fixture(scope="module")
 def retention(module_cluster: Cluster) -> Iterator[RetentionRun]:
-    run = RetentionRun(module_cluster)
-    try:
-        run.run()
-        yield run
-    finally:
-        run.close()
-        write_results("retention-past-position", run.kind, run.subjects.values(),
-                      {"log_start": LOG_START, "position": 3})
+    yield from staged(RetentionRun(module_cluster))
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
@@ -523,7 +507,7 @@ def test_retention_past_position_is_not_a_truncation(
 Z_VALUES = [f"z{i}" for i in range(8)]
 
 
-class RecreateRun:
+class RecreateRun(StagedRun):
     """The topic is deleted and re-created under the same name while consumers sit at 5.
 
     t0..t4 read (epoch 0 of the first topic); the new topic gets z0..z7, so offsets 5..7
@@ -576,14 +560,12 @@ class RecreateRun:
         self.leaders.append(eventually("a leader", lambda: cluster.leader(topic, 0)))
         produce(cluster, topic, Z_VALUES)
         drive(self.subjects.values(), _done_after(len(Z_VALUES)))
-        deadline = time.monotonic() + 0.3
-        while time.monotonic() < deadline:
-            for s in self.subjects.values():
-                s.poll(timeout_ms=10)
+        settle_quietly(self.subjects.values())
 
-    def close(self) -> None:
-        for s in self.subjects.values():
-            s.close()
+    def results(self) -> None:
+        write_results("topic-recreate", self.kind, self.subjects.values(),
+                      {"position": 5, "leaders": self.leaders})
+
 
 
 T_VALUES = [f"t{i}" for i in range(5)]
@@ -591,14 +573,7 @@ T_VALUES = [f"t{i}" for i in range(5)]
 
 @pytest.fixture(scope="module")
 def recreate(module_cluster: Cluster) -> Iterator[RecreateRun]:
-    run = RecreateRun(module_cluster)
-    try:
-        run.run()
-        yield run
-    finally:
-        run.close()
-        write_results("topic-recreate", run.kind, run.subjects.values(),
-                      {"position": 5, "leaders": run.leaders})
+    yield from staged(RecreateRun(module_cluster))
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))

@@ -20,7 +20,6 @@ final log.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,7 +31,16 @@ from epochguard.offsets.report import DetectedBy
 from epochguard.testing import Cluster, produce
 from epochguard.testing import wait_until as eventually
 
-from .epoch_subjects import POLICIES, Subject, drive, records, write_results
+from .epoch_subjects import (
+    POLICIES,
+    StagedRun,
+    Subject,
+    drive,
+    records,
+    settle_quietly,
+    staged,
+    write_results,
+)
 from .observe import Observer
 from .test_unclean_truncation import kind
 
@@ -43,7 +51,7 @@ A_VALUES, B_VALUES, C_VALUES = ["a0", "a1", "a2"], ["b0", "b1", "b2"], ["c0", "c
 D_VALUES, E_VALUES = ["d0", "d1"], ["e0", "e1"]
 
 
-class SuccessiveRun:
+class SuccessiveRun(StagedRun):
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.kind = kind(cluster)
@@ -99,10 +107,7 @@ class SuccessiveRun:
             s.set_phase("after-second")
         produce(cluster, topic, E_VALUES)
         drive(self.subjects.values(), lambda s: len(s.reports) >= 2 and len(s.delivered) >= 12)
-        deadline = time.monotonic() + 0.3
-        while time.monotonic() < deadline:  # nothing more may arrive
-            for s in self.subjects.values():
-                s.poll(timeout_ms=10)
+        settle_quietly(self.subjects.values())
 
         cluster.start_broker(a)
         cluster.start_broker(b)
@@ -111,23 +116,19 @@ class SuccessiveRun:
         self.final_log = list(Observer(cluster).fetch(topic, 0, 0).records)
 
     def close(self) -> None:
-        for s in self.subjects.values():
-            s.close()
+        super().close()
         for broker in self.cluster.broker_ids:
             if not self.cluster.is_running(broker):
                 self.cluster.start_broker(broker)
 
+    def results(self) -> None:
+        write_results("successive-unclean-elections", self.kind, self.subjects.values(),
+                      {"epochs": self.epochs})
+
 
 @pytest.fixture(scope="module")
 def twice(module_cluster: Cluster) -> Iterator[SuccessiveRun]:
-    run = SuccessiveRun(module_cluster)
-    try:
-        run.run()
-        yield run
-    finally:
-        run.close()
-        write_results("successive-unclean-elections", run.kind, run.subjects.values(),
-                      {"epochs": run.epochs})
+    yield from staged(SuccessiveRun(module_cluster))
 
 
 def _view_after_reports(s: Subject) -> dict[int, str]:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import OFFSET_STORED, Consumer, KafkaException
 from confluent_kafka import TopicPartition as CTopicPartition
 from kafka import KafkaConsumer, TopicPartition
 
@@ -31,10 +31,14 @@ class ReferenceClient(Protocol):
 class KafkaPythonClient:
     name = "kafka-python"
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, group_id: str | None = None,
+                 from_committed: bool = False) -> None:
+        """Reads from offset 0, or (``from_committed``) from the group's committed offset,
+        as a restarted application does."""
         self.tp = TopicPartition(topic, 0)
         self.consumer = KafkaConsumer(
             bootstrap_servers=bootstrap,
+            group_id=group_id,
             auto_offset_reset="none",
             enable_auto_commit=False,
             metadata_max_age_ms=500,
@@ -42,7 +46,14 @@ class KafkaPythonClient:
             reconnect_backoff_max_ms=500,
         )
         self.consumer.assign([self.tp])
-        self.consumer.seek(self.tp, 0)
+        if not from_committed:
+            self.consumer.seek(self.tp, 0)
+
+    def commit(self) -> Any:
+        """Commit the position; returns what the group then holds (offset, epoch)."""
+        self.consumer.commit()
+        c = self.consumer.committed(self.tp, metadata=True)
+        return None if c is None else [c.offset, c.leader_epoch]
 
     def read(self, count: int, timeout: float) -> list[Event]:
         events: list[Event] = []
@@ -83,18 +94,26 @@ class KafkaPythonClient:
 class ConfluentClient:
     name = "confluent-kafka"
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, group_id: str | None = None,
+                 from_committed: bool = False) -> None:
+        self.topic = topic
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
-                "group.id": f"scenario-{topic}",
+                "group.id": group_id or f"scenario-{topic}",
                 "enable.auto.commit": False,
                 "auto.offset.reset": "error",
                 "topic.metadata.refresh.interval.ms": 500,
                 "log_level": 0,
             }
         )
-        self.consumer.assign([CTopicPartition(topic, 0, 0)])
+        start = OFFSET_STORED if from_committed else 0
+        self.consumer.assign([CTopicPartition(topic, 0, start)])
+
+    def commit(self) -> Any:
+        self.consumer.commit(asynchronous=False)
+        [c] = self.consumer.committed([CTopicPartition(self.topic, 0)], timeout=10)
+        return [c.offset, c.leader_epoch]
 
     def read(self, count: int, timeout: float) -> list[Event]:
         events: list[Event] = []
@@ -131,9 +150,15 @@ class ConfluentClient:
 class JavaClient:
     name = "java"
 
-    def __init__(self, bootstrap: str, topic: str, jars: KafkaJars, log_dir: Path) -> None:
+    def __init__(self, bootstrap: str, topic: str, jars: KafkaJars, log_dir: Path,
+                 start: tuple[int, int | None] = (0, None)) -> None:
+        """``start``: (offset, leader epoch) to seek to; a restarted Java consumer seeks to
+        its committed offset and epoch the same way (and validates it before fetching)."""
         self.probe = JavaTruncationProbe(bootstrap, topic, 0, "none", jars=jars, log_dir=log_dir)
-        self.probe.seek(0)
+        self.probe.seek(*start)
+
+    def position(self) -> int:
+        return self.probe.position()
 
     def read(self, count: int, timeout: float) -> list[Event]:
         return self.probe.poll(count, int(timeout * 1000))

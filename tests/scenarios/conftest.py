@@ -18,6 +18,8 @@ from epochguard.testing.apache_kafka.pytest_support import (
     require_real_kafka,
 )
 
+from .summary import write_summary
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -28,6 +30,11 @@ def pytest_runtest_makereport(
     report = yield
     record_report(item, report)
     return report
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Every run that recorded scenario results refreshes build/scenarios/summary.md."""
+    write_summary(ROOT / "build" / "scenarios")
 
 
 @pytest.fixture(autouse=True)

@@ -198,7 +198,7 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
                             java_start=java_committed)
     try:
         for c in restarted:
-            clients_seen[c.name]["after_restart"] = c.read(5, 8)
+            clients_seen[c.name]["after_restart"] = c.read(5, 5)
     finally:
         close_all(restarted)
     seen["epoch_after"] = epoch
@@ -238,7 +238,7 @@ def test_retention_moves_log_start_past_the_position(cluster: Cluster) -> None:
         produce(cluster, topic, [f"r{i}" for i in range(3, 10)])
         cluster.delete_records(topic, 0, 6)
         produce(cluster, topic, ["r10"])
-        for name, events in read_all(clients, 5, 8).items():
+        for name, events in read_all(clients, 5, 5).items():
             clients_seen[name]["after"] = events
     finally:
         close_all(clients)
@@ -283,7 +283,7 @@ def test_topic_deleted_and_recreated(cluster: Cluster) -> None:
         eventually("topic re-created", recreate)
         eventually("a leader", lambda: cluster.leader(topic, 0) is not None)
         produce(cluster, topic, [f"z{i}" for i in range(8)])
-        for name, events in read_all(clients, 8, 10).items():
+        for name, events in read_all(clients, 8, 6).items():
             clients_seen[name]["after"] = events
     finally:
         close_all(clients)

@@ -51,7 +51,7 @@ def normalise_topic_id(value: object) -> str | None:
     raise InvalidPositionError(f"topic_id must be a UUID, a non-empty str or None, got {value!r}")
 
 
-@attrs.frozen(order=False)
+@attrs.frozen(order=False, repr=False)
 class EpochOffset:
     """The next offset to read and the leader epoch of the record just before it.
 
@@ -112,6 +112,12 @@ class EpochOffset:
             raise InvalidPositionError(f"epoch_exact must be true or false, got {exact!r}")
         return cls(data["offset"], data.get("leader_epoch"), topic_id=data.get("topic_id"),
                    epoch_exact=exact)
+
+    def __repr__(self) -> str:
+        # The provenance fields only when set: reports and logs stay readable.
+        extra = "" if self.topic_id is None else f", topic_id={self.topic_id!r}"
+        extra += ", epoch_exact=True" if self.epoch_exact else ""
+        return f"EpochOffset(offset={self.offset}, leader_epoch={self.leader_epoch}{extra})"
 
     def __str__(self) -> str:
         epoch = "?" if self.leader_epoch is None else str(self.leader_epoch)

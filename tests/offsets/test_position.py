@@ -102,3 +102,9 @@ def test_epoch_exact_is_provenance_and_round_trips() -> None:
     assert "epoch_exact" not in EpochOffset(5, 2).to_json()
     with pytest.raises(InvalidPositionError, match="epoch_exact"):
         EpochOffset.from_json({"offset": 5, "leader_epoch": 2, "epoch_exact": "yes"})
+
+
+def test_repr_shows_provenance_only_when_set() -> None:
+    assert repr(EpochOffset(5, 0)) == "EpochOffset(offset=5, leader_epoch=0)"
+    assert repr(EpochOffset(5, 0, topic_id="t-1", epoch_exact=True)) == (
+        "EpochOffset(offset=5, leader_epoch=0, topic_id='t-1', epoch_exact=True)")

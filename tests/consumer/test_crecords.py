@@ -322,3 +322,49 @@ def test_env_var_forces_the_python_decoder() -> None:
                              capture_output=True, text=True).stdout.strip()
     assert (forced, default) == ("python", "c")
     assert records.DECODER == "c"
+
+
+def test_atomic_records_are_left_out_of_the_cyclic_gc() -> None:
+    import gc
+
+    data = _uncompressed()
+    plain = decode_records(data, "t", 0, 0).records
+    assert not any(gc.is_tracked(r) or gc.is_tracked(r.headers) for r in plain)
+    assert [r.headers for r in plain][1] == [("h", b"x"), ("n", None)]
+    # A deserializer returning containers keeps the record visible to the GC.
+    rich = decode_records(data, "t", 0, 0, value_deserializer=lambda _t, _h, v: {"v": v}).records
+    assert all(gc.is_tracked(r) for r in rich)
+
+
+def test_no_references_leak_on_success_or_error_paths() -> None:
+    import tracemalloc
+
+    batch = _uncompressed()
+    good = batch
+    bad = [_with_body(batch, batch[61:][:cut]) for cut in range(0, len(batch) - 61, 7)]
+
+    def boom(_t: str, _h: Any, d: Any) -> Any:
+        raise ValueError("x")
+
+    def once() -> None:
+        decode_records(good, "t", 0, 0)
+        decode_records(good, "t", 0, 102, key_deserializer=lambda _t, _h, k: k)
+        for data in bad:
+            with pytest.raises(CorruptRecordError):
+                decode_records(data, "t", 0, 0, check_crcs=False)
+        with pytest.raises(ValueError):
+            decode_records(good, "t", 0, 0, value_deserializer=boom)
+
+    for _ in range(50):  # warm caches, interned strings, pytest internals
+        once()
+    tracemalloc.start()
+    try:
+        once()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(300):
+            once()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # A leaked record per decode would be 300 * (5 records * ~200 B) = 300 kB.
+    assert grown < 64 * 1024, grown

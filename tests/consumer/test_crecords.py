@@ -368,3 +368,4 @@ def test_no_references_leak_on_success_or_error_paths() -> None:
         tracemalloc.stop()
     # A leaked record per decode would be 300 * (5 records * ~200 B) = 300 kB.
     assert grown < 64 * 1024, grown
+

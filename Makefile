@@ -1,4 +1,5 @@
-# One-command set-up: every target creates .venv and installs what it needs.
+# One-command set-up: every target creates .venv and installs what it needs (and rebuilds
+# the C record decoder when its source changes).
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3.12 || command -v python3)
 VENV := .venv
@@ -14,7 +15,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml setup.py consumer/_crecords.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 

@@ -35,7 +35,8 @@ CASES = [
     (1024, 1, int(100_000 * SCALE)),
     (1024, 8, int(100_000 * SCALE)),
 ]
-CLIENTS = ["epochguard", "kafka-python", "aiokafka", "confluent-kafka"]
+CLIENTS = ["epochguard", "epochguard-pure-python", "kafka-python", "aiokafka",
+           "confluent-kafka"]
 BATCH = 500
 REPEAT = int(os.environ.get("CONSUMER_BENCH_REPEAT", "3"))
 POLL_RECORDS = 500
@@ -135,6 +136,8 @@ def _loop(step: Any, total: int, close: Any) -> float:
 
 CONSUMERS = {
     "epochguard": _consume_epochguard,
+    # Same consumer, EPOCHGUARD_PURE_PYTHON=1 in its environment (see _run_client).
+    "epochguard-pure-python": _consume_epochguard,
     "kafka-python": _consume_kafka_python,
     "aiokafka": _consume_aiokafka,
     "confluent-kafka": _consume_confluent,
@@ -150,7 +153,9 @@ def client_main(argv: list[str]) -> None:
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
     elapsed = CONSUMERS[client](bootstrap, topic, int(parts), int(total))
-    print(json.dumps({"elapsed_s": elapsed}))
+    from epochguard.consumer.records import DECODER
+
+    print(json.dumps({"elapsed_s": elapsed, "decoder": DECODER}))
 
 
 # ---------------------------------------------------------------------- harness
@@ -167,15 +172,24 @@ def _preload(cluster: EmbeddedCluster, topic: str, parts: int, size: int, total:
             left -= n
 
 
-def _run_client(client: str, bootstrap: str, topic: str, parts: int, total: int) -> float:
+def _run_client(client: str, bootstrap: str, topic: str, parts: int, total: int
+                ) -> tuple[float, str]:
+    env = {k: v for k, v in os.environ.items() if k != "EPOCHGUARD_PURE_PYTHON"}
+    if client == "epochguard-pure-python":
+        env["EPOCHGUARD_PURE_PYTHON"] = "1"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.consumer_throughput", "--client", client, bootstrap,
          topic, str(parts), str(total)],
-        capture_output=True, text=True, timeout=400,
+        capture_output=True, text=True, timeout=400, env=env,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if proc.returncode != 0:
         raise RuntimeError(f"{client} failed: {proc.stderr[-2000:]}")
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["elapsed_s"])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return float(out["elapsed_s"]), str(out["decoder"])
+
+
+def _ratio(row: dict[str, Any], a: str, b: str) -> float | None:
+    return round(row[a] / row[b], 2) if row.get(a) and row.get(b) else None
 
 
 def throughput() -> list[dict[str, Any]]:
@@ -186,7 +200,8 @@ def throughput() -> list[dict[str, Any]]:
             topic = f"bench-{size}-{parts}"
             cluster.create_topic(topic, partitions=parts, replication_factor=1)
             _preload(cluster, topic, parts, size, total)
-            row: dict[str, Any] = {"value_bytes": size, "partitions": parts, "records": total}
+            row: dict[str, Any] = {"value_bytes": size, "partitions": parts, "records": total,
+                                   "load_avg_1m_before": round(os.getloadavg()[0], 2)}
             best: dict[str, float] = {}
             # Clients interleaved, best of REPEAT: the machine is shared, and a load spike
             # should not decide the comparison.
@@ -195,18 +210,19 @@ def throughput() -> list[dict[str, Any]]:
                     if f"{client}_error" in row:
                         continue
                     try:
-                        elapsed = _run_client(client, cluster.bootstrap_servers, topic, parts,
-                                              total)
+                        elapsed, decoder = _run_client(client, cluster.bootstrap_servers, topic,
+                                                       parts, total)
                         best[client] = min(best.get(client, elapsed), elapsed)
+                        if client.startswith("epochguard"):
+                            row[f"{client}_decoder"] = decoder
                     except Exception as exc:
                         row[f"{client}_error"] = repr(exc)[:300]
+            row["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
             for client in CLIENTS:
                 row[client] = round(total / best[client]) if client in best else None
-            base = row.get("kafka-python")
-            if base and row.get("epochguard"):
-                row["epochguard_vs_kafka_python"] = round(row["epochguard"] / base, 2)
-            if row.get("aiokafka") and row.get("epochguard"):
-                row["epochguard_vs_aiokafka"] = round(row["epochguard"] / row["aiokafka"], 2)
+            for name in ("epochguard", "epochguard-pure-python"):
+                row[f"{name}_vs_kafka_python"] = _ratio(row, name, "kafka-python")
+                row[f"{name}_vs_aiokafka"] = _ratio(row, name, "aiokafka")
             rows.append(row)
             print(json.dumps(row), flush=True)
             cluster.delete_topic(topic)
@@ -376,9 +392,48 @@ def detection() -> dict[str, Any]:
     return out
 
 
+def decoder_only() -> list[dict[str, Any]]:
+    """``decode_records`` alone on a 1 MB-ish fetch (the default partition fetch size),
+    C against pure Python in this process; best of 5 over 100k records."""
+    from epochguard.consumer import records
+
+    rows = []
+    saved = records._native
+    try:
+        for size in (100, 1024):
+            batch = build_batch([b"x" * size] * BATCH)
+            per_fetch = max(1, (1 << 20) // len(batch))
+            data = batch * per_fetch
+            row: dict[str, Any] = {"value_bytes": size}
+            for name, native in (("c", saved), ("python", None)):
+                if name == "c" and native is None:
+                    continue
+                records._native = native
+                n = 0
+                best = float("inf")
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    count = 0
+                    while count < 100_000:
+                        count += len(records.decode_records(data, "t", 0, 0).records)
+                    best = min(best, time.perf_counter() - t0)
+                    n = count
+                row[name] = round(n / best)
+            row["c_vs_python"] = round(row["c"] / row["python"], 2) if "c" in row else None
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        records._native = saved
+    return rows
+
+
 def run() -> dict[str, Any]:
-    return {"throughput_records_per_s": throughput(), "detection_after_unclean_election":
-            detection()}
+    from epochguard.consumer.records import DECODER
+
+    return {"decoder": DECODER, "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+            "repeat": REPEAT, "decoder_only_records_per_s": decoder_only(),
+            "throughput_records_per_s": throughput(),
+            "detection_after_unclean_election": detection()}
 
 
 if __name__ == "__main__":

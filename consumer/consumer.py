@@ -34,7 +34,7 @@ from epochguard.consumer.errors import (
 )
 from epochguard.consumer.fetcher import Fetcher
 from epochguard.consumer.group import GroupCoordinator
-from epochguard.consumer.records import ConsumerRecord, as_deserializer
+from epochguard.consumer.records import ConsumerRecord, as_deserializer, log_decoder_once
 from epochguard.offsets.errors import EpochGuardError, InvalidPolicyError
 from epochguard.offsets.events import Event, NoValidOffset, TruncationDetected
 from epochguard.offsets.policy import OffsetPolicy, RetryBackoff
@@ -91,6 +91,7 @@ class EpochConsumer:
             raise ConsumerConfigError("on_truncation", str(exc)) from exc
         self.config = cfg
         self._closed = False
+        log_decoder_once()
         self._client = BrokerClient(cfg)
         self._fetcher = Fetcher(
             self._client, cfg, self._policy,

@@ -11,15 +11,18 @@ and rare enough not to matter for speed.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import crc32c
+import structlog
 
 from epochguard.consumer.errors import CorruptRecordError
 
 __all__ = [
+    "DECODER",
     "BatchInfo",
     "ConsumerRecord",
     "DecodedFetch",
@@ -81,6 +84,38 @@ class DecodedFetch(NamedTuple):
     size: int
 
 
+log = structlog.get_logger("epochguard.consumer")
+
+#: Set (to anything but ``0``) to use the pure-Python decoder even when the C one is built.
+PURE_PYTHON_ENV = "EPOCHGUARD_PURE_PYTHON"
+
+
+def _load_native() -> tuple[Callable[..., None] | None, str]:
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None, f"{PURE_PYTHON_ENV} is set"
+    try:
+        from epochguard.consumer import _crecords
+    except ImportError as exc:  # not built (no compiler at install time): pure Python
+        return None, f"C extension not importable: {exc}"
+    return _crecords.decode_batch_records, "C extension loaded"
+
+
+#: The per-record decoder: ``epochguard.consumer._crecords.decode_batch_records`` (C) or
+#: ``None`` for the pure-Python fallback :func:`_decode_batch_records`.
+_native, _native_reason = _load_native()
+#: Which decoder :func:`decode_records` uses in this process: ``"c"`` or ``"python"``.
+DECODER = "c" if _native is not None else "python"
+_logged = False
+
+
+def log_decoder_once() -> None:
+    """Log (debug) which record decoder is active, the first time a consumer starts."""
+    global _logged
+    if not _logged:
+        _logged = True
+        log.debug("record_decoder_selected", decoder=DECODER, reason=_native_reason)
+
+
 #: ``(topic, headers, data) -> value``; see :func:`as_deserializer`.
 #: Zigzag-decoded values of every 1-byte (index < 128) and 2-byte varint, indexed by the
 #: raw 14-bit payload: one list lookup instead of shifts and masks on the hot path.
@@ -122,6 +157,9 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     while True:
         b = buf[pos]
         pos += 1
+        # The tenth byte may only carry bit 63: a longer value is no 64-bit varint.
+        if shift == 63 and b > 1:
+            raise CorruptRecordError("varint too long")
         result |= (b & 0x7F) << shift
         if b < 0x80:
             return (result >> 1) ^ -(result & 1), pos
@@ -216,10 +254,25 @@ def _decode_batch_records(
             hsize = 0
             for _h in range(nh):
                 hklen, pos = read_varint(buf, pos)
-                hkey = buf[pos : pos + hklen].decode("utf-8")
+                if hklen < 0:
+                    raise CorruptRecordError(
+                        f"{topic}-{partition}: negative header key length in batch at offset "
+                        f"{base_offset}"
+                    )
+                if pos + hklen > end:
+                    raise IndexError("header key past the end of the batch")
+                try:
+                    hkey = buf[pos : pos + hklen].decode("utf-8")
+                except UnicodeDecodeError:
+                    raise CorruptRecordError(
+                        f"{topic}-{partition}: header key is not UTF-8 in batch at offset "
+                        f"{base_offset}"
+                    ) from None
                 pos += hklen
                 hvlen, pos = read_varint(buf, pos)
                 if hvlen >= 0:
+                    if pos + hvlen > end:
+                        raise IndexError("header value past the end of the batch")
                     hval: bytes | None = buf[pos : pos + hvlen]
                     pos += hvlen
                     hsize += hklen + hvlen
@@ -255,7 +308,8 @@ def _decode_batch_records(
             )
         )
     if pos > end:
-        raise CorruptRecordError(f"{topic}-{partition}: records overrun their batch")
+        # A key or value ran past the end: the same error as any other truncated record.
+        raise IndexError("record past the end of the batch")
 
 
 def decode_records(
@@ -286,6 +340,7 @@ def decode_records(
     next_offset: int | None = None
     last_epoch: int | None = None
     unpack = _HEADER.unpack_from
+    view = memoryview(buf)
     # Aborted-transaction bookkeeping (KIP-98): (producer_id, first_offset) sorted by offset.
     aborted = sorted(aborted_producers or (), key=lambda a: a[1]) if read_committed else []
     aborted_idx = 0
@@ -320,7 +375,8 @@ def decode_records(
             _seq,
             count,
         ) = unpack(buf, pos)
-        if check_crcs and crc32c.crc32c(buf[pos + _CRC_START : batch_end]) != crc:
+        # A memoryview: slicing the bytes would copy every batch once more just for the CRC.
+        if check_crcs and crc32c.crc32c(view[pos + _CRC_START : batch_end]) != crc:
             raise CorruptRecordError(
                 f"{topic}-{partition}: record batch at offset {base_offset} failed its CRC check"
             )
@@ -343,17 +399,29 @@ def decode_records(
                 continue
         ts_type = 1 if attrs_ & _TIMESTAMP_TYPE_MASK else 0
         codec = attrs_ & _COMPRESSION_MASK
+        native = _native
         if codec:
             body = _decompress(codec, buf[body_start:batch_end])
+            bstart, bend = 0, len(body)
+        elif native is None:
+            # The Python decoder finds the end of the batch by IndexError, so its buffer
+            # must end there; the C decoder checks against bend and reads in place.
+            body = buf[body_start:batch_end]
             bstart, bend = 0, len(body)
         else:
             body = buf
             bstart, bend = body_start, batch_end
         try:
-            _decode_batch_records(
-                body, bstart, bend, count, topic, partition, epoch, base_offset, base_ts,
-                ts_type, max_ts if ts_type == 1 else None, fetch_offset, out,
-                key_deserializer, value_deserializer)
+            if native is not None:
+                native(
+                    body, bstart, bend, count, topic, partition, epoch, base_offset, base_ts,
+                    ts_type, max_ts if ts_type == 1 else None, fetch_offset, out,
+                    key_deserializer, value_deserializer, ConsumerRecord)
+            else:
+                _decode_batch_records(
+                    body, bstart, bend, count, topic, partition, epoch, base_offset, base_ts,
+                    ts_type, max_ts if ts_type == 1 else None, fetch_offset, out,
+                    key_deserializer, value_deserializer)
         except IndexError as exc:
             raise CorruptRecordError(
                 f"{topic}-{partition}: truncated record in batch at offset {base_offset}"

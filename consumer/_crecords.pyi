@@ -1,0 +1,21 @@
+from typing import Any
+
+def decode_batch_records(
+    buf: bytes,
+    pos: int,
+    end: int,
+    count: int,
+    topic: str,
+    partition: int,
+    epoch: int,
+    base_offset: int,
+    base_ts: int,
+    ts_type: int,
+    log_append_ts: int | None,
+    min_offset: int,
+    out: list[Any],
+    key_des: Any,
+    value_des: Any,
+    record_cls: type[tuple[Any, ...]],
+    /,
+) -> None: ...

@@ -1,0 +1,27 @@
+"""The plaintext transport reads large fetch responses in big chunks, correctly."""
+
+from __future__ import annotations
+
+import pytest
+from kafka.structs import TopicPartition
+
+from epochguard.consumer import client
+from epochguard.testing import EmbeddedCluster
+
+from .conftest import make_consumer, read
+
+
+@pytest.mark.timeout(60)
+def test_consumer_reads_large_fetches_through_the_large_read_transport() -> None:
+    with EmbeddedCluster(brokers=1) as cluster:
+        cluster.create_topic("big", replication_factor=1)
+        values = [b"%06d" % i + b"v" * 2000 for i in range(1500)]  # ~3 MB, > RECV_CHUNK
+        cluster.append("big", 0, values, batch_size=100)
+        with make_consumer(cluster, max_partition_fetch_bytes=1 << 20) as c:
+            c.assign([TopicPartition("big", 0)])
+            got = read(c, len(values))
+            conns = c._client.manager._conns.values()
+            assert conns and all(
+                type(conn.transport) is client._LargeReadTransport for conn in conns)
+    assert [r.value for r in got] == values
+    assert [r.offset for r in got] == list(range(len(values)))

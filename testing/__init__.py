@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from epochguard.testing.apache_kafka import ApacheKafkaCluster
 from epochguard.testing.cluster import Cluster
 from epochguard.testing.embedded.cluster import EmbeddedCluster, EmbeddedClusterError, ReplicaLog
-from epochguard.testing.helpers import WaitTimeout, produce, wait_until
+from epochguard.testing.helpers import WaitTimeout, produce, recreate_topic, wait_until
 
 __all__ = [
     "ApacheKafkaCluster",
@@ -19,6 +19,7 @@ __all__ = [
     "ReplicaLog",
     "WaitTimeout",
     "produce",
+    "recreate_topic",
     "wait_until",
 ]
 

@@ -10,7 +10,7 @@ from kafka import KafkaProducer
 
 from epochguard.testing.cluster import Cluster
 
-__all__ = ["WaitTimeout", "produce", "wait_until"]
+__all__ = ["WaitTimeout", "produce", "recreate_topic", "wait_until"]
 
 T = TypeVar("T")
 
@@ -57,3 +57,21 @@ def produce(cluster: Cluster, topic: str, values: Sequence[str | bytes], partiti
             producer.send(topic, data, partition=partition).get(timeout=timeout)
     finally:
         producer.close(timeout=5)
+
+
+def recreate_topic(cluster: Cluster, name: str, partitions: int = 1,
+                   replication_factor: int | None = None, timeout: float = 30.0,
+                   delete: bool = True) -> int:
+    """Delete ``name`` (unless ``delete=False``: the caller already did) and create it
+    again (a new topic id; offsets and epochs start over), retrying the creation while the
+    deletion is still in progress (real Kafka deletes asynchronously). Returns the new
+    leader of partition 0."""
+    if delete:
+        cluster.delete_topic(name)
+
+    def create() -> bool:
+        cluster.create_topic(name, partitions=partitions, replication_factor=replication_factor)
+        return True
+
+    wait_until(f"{name} re-created", create, timeout)
+    return wait_until(f"a leader for {name}-0", lambda: cluster.leader(name, 0), timeout)

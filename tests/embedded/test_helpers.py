@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from epochguard.testing import EmbeddedCluster, WaitTimeout, produce, wait_until
+from epochguard.testing import EmbeddedCluster, WaitTimeout, produce, recreate_topic, wait_until
 
 
 def test_produce_writes_one_batch_per_value_in_order(cluster: EmbeddedCluster) -> None:
@@ -27,3 +27,12 @@ def test_wait_until_returns_the_value_and_names_what_it_waited_for() -> None:
 
     with pytest.raises(WaitTimeout, match=r"waiting for the thing \(last error: RuntimeError"):
         wait_until("the thing", failing, timeout=0.05, interval=0.01)
+
+
+def test_recreate_topic_gives_a_new_topic_id_and_an_empty_log(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("r", replication_factor=2)
+    produce(cluster, "r", ["old"])
+    old_id = cluster.topic_id("r")
+    leader = recreate_topic(cluster, "r", replication_factor=2)
+    assert leader == cluster.leader("r", 0)
+    assert cluster.topic_id("r") != old_id and cluster.read_records("r", 0) == []

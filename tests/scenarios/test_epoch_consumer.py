@@ -44,7 +44,7 @@ from kafka.structs import TopicPartition
 from epochguard.consumer import EpochConsumer, LogTruncationError
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import DetectedBy
-from epochguard.testing import Cluster
+from epochguard.testing import Cluster, recreate_topic
 
 from .epoch_subjects import (
     POLICIES,
@@ -552,12 +552,7 @@ class RecreateRun(StagedRun):
             for s in polling:
                 s.poll(timeout_ms=10)
 
-        def create() -> bool:
-            cluster.create_topic(topic, replication_factor=2)
-            return True
-
-        eventually("topic re-created", create)
-        self.leaders.append(eventually("a leader", lambda: cluster.leader(topic, 0)))
+        self.leaders.append(recreate_topic(cluster, topic, replication_factor=2, delete=False))
         produce(cluster, topic, Z_VALUES)
         drive(self.subjects.values(), _done_after(len(Z_VALUES)))
         settle_quietly(self.subjects.values())

@@ -14,7 +14,7 @@ from kafka.structs import TopicPartition
 
 from epochguard import EpochConsumer, EpochOffset, JsonFileOffsetStore
 from epochguard.offsets.report import DetectedBy
-from epochguard.testing import Cluster, produce
+from epochguard.testing import Cluster, produce, recreate_topic
 from epochguard.testing import wait_until as eventually
 
 from .test_unclean_truncation import kind
@@ -54,14 +54,7 @@ def test_restart_from_a_stored_position_after_the_topic_was_recreated(
     stored = store.load()[tp]
     assert stored == EpochOffset(5, 0) and stored.topic_id is not None
 
-    cluster.delete_topic(topic)
-
-    def recreate() -> bool:
-        cluster.create_topic(topic, replication_factor=2)
-        return True
-
-    eventually("topic re-created", recreate)
-    eventually("a leader", lambda: cluster.leader(topic, 0) is not None)
+    recreate_topic(cluster, topic, replication_factor=2)
     produce(cluster, topic, [f"new-{i}" for i in range(8)])  # offsets 0..7 again, epoch 0
 
     with _consumer(cluster, store, on_truncation="rewind") as consumer:

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from epochguard.testing import ApacheKafkaCluster, Cluster, produce
+from epochguard.testing import ApacheKafkaCluster, Cluster, produce, recreate_topic
 from epochguard.testing import wait_until as eventually
 from epochguard.testing.apache_kafka.jars import missing_tools, real_kafka_required
 from epochguard.testing.apache_kafka.pytest_support import require_real_kafka
@@ -48,6 +48,18 @@ def _java_jars(cluster: Cluster) -> Any:
     if jars is None and (real_kafka_required() or not missing_tools()):
         jars = require_real_kafka()
     return jars
+
+
+def replicated_on_two(cluster: Cluster, topic: str, values: list[str]) -> tuple[int, int]:
+    """A topic on leader A and follower B (min.insync.replicas=1) holding ``values``, with
+    both in the ISR; returns (A, B)."""
+    cluster.create_topic(topic, replication_factor=2, config={"min.insync.replicas": "1"})
+    a = eventually("a leader", lambda: cluster.leader(topic, 0))
+    (b,) = [r for r in cluster.replicas(topic, 0) if r != a]
+    produce(cluster, topic, values)
+    eventually("B caught up", lambda: cluster.log_end_offset(topic, 0, b) == len(values))
+    eventually("ISR [A, B]", lambda: sorted(cluster.isr(topic, 0)) == sorted([a, b]))
+    return a, b
 
 
 def clients_for(cluster: Cluster, topic: str, group: str | None = None,
@@ -102,12 +114,7 @@ def fetch_summary(obs: Observer, topic: str, offset: int, current: int = -1,
 def test_clean_leader_change(cluster: Cluster) -> None:
     topic = f"ref-clean-{os.getpid()}-{kind(cluster)}"
     obs = Observer(cluster)
-    cluster.create_topic(topic, replication_factor=2, config={"min.insync.replicas": "1"})
-    a = eventually("a leader", lambda: cluster.leader(topic, 0))
-    (b,) = [r for r in cluster.replicas(topic, 0) if r != a]
-    produce(cluster, topic, [f"x{i}" for i in range(5)])
-    eventually("B caught up", lambda: cluster.log_end_offset(topic, 0, b) == 5)
-    eventually("ISR [A, B]", lambda: sorted(cluster.isr(topic, 0)) == sorted([a, b]))
+    _a, b = replicated_on_two(cluster, topic, [f"x{i}" for i in range(5)])
     clients = clients_for(cluster, topic)
     clients_seen: dict[str, dict[str, Any]] = {}
     try:
@@ -155,12 +162,7 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
     topic = f"ref-restart-{os.getpid()}-{kind(cluster)}"
     group = f"g-{topic}"
     obs = Observer(cluster)
-    cluster.create_topic(topic, replication_factor=2, config={"min.insync.replicas": "1"})
-    a = eventually("a leader", lambda: cluster.leader(topic, 0))
-    (b,) = [r for r in cluster.replicas(topic, 0) if r != a]
-    produce(cluster, topic, [f"a{i}" for i in range(5)])
-    eventually("B caught up", lambda: cluster.log_end_offset(topic, 0, b) == 5)
-    eventually("ISR [A, B]", lambda: sorted(cluster.isr(topic, 0)) == sorted([a, b]))
+    a, b = replicated_on_two(cluster, topic, [f"a{i}" for i in range(5)])
     cluster.stop_broker(b)
     eventually("ISR [A]", lambda: cluster.isr(topic, 0) == [a])
     produce(cluster, topic, ["d0", "d1", "d2"])
@@ -274,14 +276,7 @@ def test_topic_deleted_and_recreated(cluster: Cluster) -> None:
     try:
         for name, events in read_all(clients, 5, 20).items():
             clients_seen[name] = {"before": events}
-        cluster.delete_topic(topic)
-
-        def recreate() -> bool:
-            cluster.create_topic(topic, replication_factor=2)
-            return True
-
-        eventually("topic re-created", recreate)
-        eventually("a leader", lambda: cluster.leader(topic, 0) is not None)
+        recreate_topic(cluster, topic, replication_factor=2)
         produce(cluster, topic, [f"z{i}" for i in range(8)])
         for name, events in read_all(clients, 8, 6).items():
             clients_seen[name]["after"] = events

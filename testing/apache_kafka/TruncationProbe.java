@@ -149,6 +149,16 @@ public final class TruncationProbe {
                             expected = null;
                             emit("{\"event\":\"seeked\",\"to\":\"end\"}");
                             break;
+                        case "commit":
+                            // Needs group.id among the k=v properties: commits the position
+                            // (with the epoch of the last record consumed), then reads it back.
+                            consumer.commitSync(Duration.ofSeconds(10));
+                            OffsetAndMetadata c = consumer.committed(
+                                Collections.singleton(tp), Duration.ofSeconds(10)).get(tp);
+                            emit(c == null ? "{\"event\":\"committed\",\"offset\":null}"
+                                : "{\"event\":\"committed\",\"offset\":" + c.offset()
+                                    + ",\"leader_epoch\":" + epoch(c.leaderEpoch()) + "}");
+                            break;
                         case "quit":
                             emit("{\"event\":\"closed\"}");
                             return;

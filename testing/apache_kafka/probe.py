@@ -21,7 +21,9 @@ from typing import IO, Any, Self
 from epochguard.testing.apache_kafka import process
 from epochguard.testing.apache_kafka.jars import KafkaJars, ensure_kafka_jars, ensure_probe_classes
 
-TERMINAL_EVENTS = frozenset({"ready", "polled", "position", "seeked", "closed", "error"})
+TERMINAL_EVENTS = frozenset(
+    {"ready", "polled", "position", "seeked", "committed", "closed", "error"}
+)
 
 PROBE_LOG4J2 = """\
 status = warn
@@ -54,7 +56,8 @@ Event = dict[str, Any]
 
 
 class JavaTruncationProbe:
-    """One Java ``KafkaConsumer`` assigned to one partition (no group), driven step by step."""
+    """One Java ``KafkaConsumer`` assigned to one partition, driven step by step (a ``group.id``
+    in ``props`` lets it commit and restore from the commit)."""
 
     def __init__(
         self,
@@ -153,6 +156,14 @@ class JavaTruncationProbe:
         if last["event"] != "position":
             raise ProbeError(f"position failed: {last}")
         return int(last["offset"])
+
+    def commit(self) -> tuple[int, int | None]:
+        """Commit the position (needs ``group.id`` in ``props``); the committed offset and
+        leader epoch as the group coordinator returns them."""
+        last = self._command("commit", 30)[-1]
+        if last["event"] != "committed" or last["offset"] is None:
+            raise ProbeError(f"commit failed: {last}")
+        return int(last["offset"]), last.get("leader_epoch")
 
     def seek(self, offset: int, leader_epoch: int | None = None) -> list[Event]:
         suffix = "" if leader_epoch is None else f" {leader_epoch}"

@@ -151,11 +151,18 @@ class JavaClient:
     name = "java"
 
     def __init__(self, bootstrap: str, topic: str, jars: KafkaJars, log_dir: Path,
-                 start: tuple[int, int | None] = (0, None)) -> None:
-        """``start``: (offset, leader epoch) to seek to; a restarted Java consumer seeks to
-        its committed offset and epoch the same way (and validates it before fetching)."""
-        self.probe = JavaTruncationProbe(bootstrap, topic, 0, "none", jars=jars, log_dir=log_dir)
-        self.probe.seek(*start)
+                 start: tuple[int, int | None] | None = (0, None),
+                 group: str | None = None) -> None:
+        """``start``: (offset, leader epoch) to seek to; None restores the position from
+        ``group``'s commit (Java validates a committed epoch before fetching)."""
+        props = {"group.id": group} if group else None
+        self.probe = JavaTruncationProbe(bootstrap, topic, 0, "none", props=props, jars=jars,
+                                         log_dir=log_dir)
+        if start is not None:
+            self.probe.seek(*start)
+
+    def commit(self) -> list[int | None]:
+        return list(self.probe.commit())
 
     def position(self) -> int:
         return self.probe.position()

@@ -63,19 +63,18 @@ def replicated_on_two(cluster: Cluster, topic: str, values: list[str]) -> tuple[
 
 
 def clients_for(cluster: Cluster, topic: str, group: str | None = None,
-                from_committed: bool = False,
-                java_start: tuple[int, int | None] | None = (0, None)) -> list[ReferenceClient]:
-    """The reference clients, reading from 0, or restarting from ``group``'s commit (Java
-    has no group here: it seeks to the committed offset and epoch, as its restore does)."""
+                from_committed: bool = False) -> list[ReferenceClient]:
+    """The reference clients, reading from 0, or restarting from ``group``'s commit."""
     bootstrap = cluster.all_bootstrap_servers
     clients: list[ReferenceClient] = [
         KafkaPythonClient(bootstrap, topic, f"{group}-kp" if group else None, from_committed),
         ConfluentClient(bootstrap, topic, f"{group}-ck" if group else None, from_committed),
     ]
     jars = _java_jars(cluster)
-    if jars is not None and java_start is not None:
+    if jars is not None:
         clients.append(JavaClient(bootstrap, topic, jars, RESULTS / f"java-{kind(cluster)}",
-                                  java_start))
+                                  None if from_committed else (0, None),
+                                  f"{group}-java" if group else None))
     return clients
 
 
@@ -170,18 +169,12 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
     seen: dict[str, Any] = {}
     clients_seen: dict[str, dict[str, Any]] = {}
     first = clients_for(cluster, topic, group)
-    java_committed: tuple[int, int | None] | None = None
     try:
         for c in first:
             clients_seen[c.name] = {"before": c.read(8, 20)}
         committed = {}
         for c in first:
-            if isinstance(c, JavaClient):
-                # The probe has no group: what a commit of its position would hold.
-                java_committed = (c.position(), E0)
-                committed[c.name] = list(java_committed)
-            else:
-                committed[c.name] = c.commit()  # type: ignore[attr-defined]
+            committed[c.name] = c.commit()  # type: ignore[attr-defined]
         seen["committed_before"] = committed
     finally:
         close_all(first)
@@ -196,8 +189,7 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
     eventually("metadata", lambda: obs.leader_and_epoch(topic, 0)[1] == epoch)
     produce(cluster, topic, [f"b{i}" for i in range(5)])
 
-    restarted = clients_for(cluster, topic, group, from_committed=True,
-                            java_start=java_committed)
+    restarted = clients_for(cluster, topic, group, from_committed=True)
     try:
         for c in restarted:
             clients_seen[c.name]["after_restart"] = c.read(5, 5)
@@ -211,7 +203,7 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
     eventually("A truncated and refilled", lambda: cluster.log_end_offset(topic, 0, a) == 10)
 
     expected_committed = {"kafka-python": [8, E0], "confluent-kafka": [8, E0]}
-    if java_committed is not None:
+    if _java_jars(cluster) is not None:
         expected_committed["java"] = [8, E0]
     assert seen == {
         "committed_before": expected_committed,

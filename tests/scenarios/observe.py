@@ -14,10 +14,17 @@ from kafka.protocol.consumer import (
     FetchResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from kafka.record.memory_records import MemoryRecords
 
 from epochguard.testing import Cluster
@@ -76,6 +83,33 @@ class Observer:
         )
         p = call(leader, req, OffsetForLeaderEpochResponse, 4).topics[0].partitions[0]
         return error_name(p.error_code), p.leader_epoch, p.end_offset
+
+    def offset_fetch(self, group: str, topic: str, partition: int) -> tuple[str, int, int]:
+        """(error, committed offset, committed leader epoch) from the group's coordinator
+        (FindCoordinator v3, OffsetFetch v7: the last single-group versions)."""
+        servers = self.cluster.bootstrap_servers.split(",")
+        found = call(
+            _address(servers[0]),
+            FindCoordinatorRequest(key=group, key_type=0),
+            FindCoordinatorResponse,
+            3,
+        )
+        if found.error_code:
+            return error_name(found.error_code), -1, -1
+        req = OffsetFetchRequest(
+            group_id=group,
+            topics=[
+                OffsetFetchRequest.OffsetFetchRequestTopic(
+                    name=topic, partition_indexes=[partition]
+                )
+            ],
+            require_stable=False,
+        )
+        resp = call((found.host, found.port), req, OffsetFetchResponse, 7)
+        if resp.error_code:
+            return error_name(resp.error_code), -1, -1
+        p = resp.topics[0].partitions[0]
+        return error_name(p.error_code), p.committed_offset, p.committed_leader_epoch
 
     def list_offsets(self, topic: str, partition: int, timestamp: int) -> tuple[str, int, int]:
         leader, _ = self.leader_and_epoch(topic, partition)

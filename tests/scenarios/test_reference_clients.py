@@ -196,6 +196,11 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
     finally:
         close_all(restarted)
     seen["epoch_after"] = epoch
+    # What a restarting client is told on the wire, whatever each library makes of it.
+    seen["offset_fetch"] = {
+        f"{group}-{suffix}": list(obs.offset_fetch(f"{group}-{suffix}", topic, 0))
+        for suffix in ("kp", "ck", "java") if suffix != "java" or "java" in clients_seen
+    }
     seen["offset_for_leader_epoch_0"] = list(obs.offset_for_leader_epoch(topic, 0, E0))
     seen["fetch at the committed position"] = fetch_summary(obs, topic, 8, epoch, E0)
     record("unclean-while-stopped-restart-from-committed", cluster, seen, clients_seen)
@@ -208,6 +213,8 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
     assert seen == {
         "committed_before": expected_committed,
         "epoch_after": 2,
+        "offset_fetch": {f"{group}-{s}": ["NoError", 8, E0]
+                         for s in ("kp", "ck", "java") if s != "java" or "java" in clients_seen},
         "offset_for_leader_epoch_0": ["NoError", E0, 5],
         "fetch at the committed position": {
             "error": "NoError", "diverging_epoch": [E0, 5], "records": []},

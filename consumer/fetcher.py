@@ -90,7 +90,7 @@ class _Prefetch:
                  "offset", "topic_id", "version", "waiting")
 
     def __init__(self, node: int, offset: int, current_leader_epoch: int | None,
-                 last_fetched_epoch: int | None, topic_id: Any = None) -> None:
+                 last_fetched_epoch: int | None, topic_id: str | None = None) -> None:
         self.node = node
         self.topic_id = topic_id
         self.offset = offset
@@ -465,16 +465,16 @@ class Fetcher:
         return wake_at
 
     def _fetch_request(
-        self, entries: list[tuple[TopicPartition, int, int | None, int | None, Any]]
-    ) -> tuple[Any, dict[Any, str]]:
+        self, entries: list[tuple[TopicPartition, int, int | None, int | None, str | None]]
+    ) -> tuple[Any, dict[uuid.UUID, str]]:
         """A Fetch for ``(tp, offset, current_leader_epoch, last_fetched_epoch, topic_id)``
         entries, and the topic names by id (v13+ answers name topics by id only)."""
         cfg = self._config
         by_topic: dict[str, list[Any]] = {}
-        ids: dict[str, Any] = {}
+        ids: dict[str, uuid.UUID | None] = {}
         FP = FetchRequest.FetchTopic.FetchPartition
         for tp, offset, cle, lfe, topic_id in entries:
-            ids[tp.topic] = topic_id
+            ids[tp.topic] = _wire_topic_id(topic_id)
             by_topic.setdefault(tp.topic, []).append(
                 FP(
                     partition=tp.partition,
@@ -552,7 +552,7 @@ class Fetcher:
     def _on_prefetch(self, context: Any, future: Any) -> None:
         node: int = context[0]
         sent: dict[TopicPartition, _Prefetch] = context[1]
-        names: dict[Any, str] = context[2] if len(context) > 2 else {}
+        names: dict[uuid.UUID, str] = context[2]
         self._node_done(node)
         now = time.monotonic()
         ok = future.exception is None and not getattr(future.value, "error_code", 0)
@@ -591,8 +591,7 @@ class Fetcher:
             self._fetching_nodes.pop(node, None)
 
     def _on_fetch(self, context: Any, future: Any) -> None:
-        node, actions = context[0], context[1]
-        names: dict[Any, str] = context[2] if len(context) > 2 else {}
+        node, actions, names = context
         self._node_done(node)
         now = time.monotonic()
         if future.exception is not None:
@@ -927,7 +926,17 @@ class Fetcher:
         return None if tracker is None else tracker.position
 
 
-def _topic_name(topic: Any, version: int, names: dict[Any, str]) -> str:
+def _wire_topic_id(topic_id: str | None) -> uuid.UUID | None:
+    """The tracker's text id as Fetch v13 sends it; ``None`` (fetch by name) if not a UUID."""
+    if topic_id is None:
+        return None
+    try:
+        return uuid.UUID(topic_id)
+    except ValueError:
+        return None
+
+
+def _topic_name(topic: Any, version: int, names: dict[uuid.UUID, str]) -> str:
     """A Fetch answer's topic: by name up to v12, by the id the request carried from v13."""
     if version < 13:
         return str(topic.topic)

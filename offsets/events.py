@@ -30,9 +30,9 @@ class FetchAction:
     current_leader_epoch: int | None
     last_fetched_epoch: int | None
     token: int
-    #: The topic id from metadata (Fetch v13+ sends it; the broker then answers
+    #: The topic id from metadata, as text (Fetch v13+ sends it; the broker then answers
     #: UNKNOWN_TOPIC_ID for a recreated topic instead of serving the new log).
-    topic_id: Any = None
+    topic_id: str | None = None
 
 
 @attrs.frozen(slots=True)

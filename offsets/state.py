@@ -262,7 +262,8 @@ class PartitionTracker:
         # Metadata.
         self._leader_id: int | None = None
         self._leader_epoch: int | None = None
-        self._topic_id: Any = None
+        # As text (``normalise_topic_id``): metadata gives ``uuid.UUID``, stored positions str.
+        self._topic_id: str | None = None
         # Retry / waiting.
         self._retry_at = 0.0
         self._attempts = 0
@@ -298,7 +299,7 @@ class PartitionTracker:
         the first position is known."""
         if self._offset < 0:
             return None
-        return EpochOffset(self._offset, self._epoch, topic_id=_id_text(self._topic_id),
+        return EpochOffset(self._offset, self._epoch, topic_id=self._topic_id,
                            epoch_exact=self._epoch is not None and bool(self._hist))
 
     @property
@@ -328,7 +329,8 @@ class PartitionTracker:
         return self._leader_epoch
 
     @property
-    def topic_id(self) -> Any:
+    def topic_id(self) -> str | None:
+        """The topic's id as text (the driver turns it back into its wire form)."""
         return self._topic_id
 
     @property
@@ -457,11 +459,10 @@ class PartitionTracker:
         wanted = position.topic_id
         other_topic = False
         if wanted is not None:
-            current = _id_text(self._topic_id)
-            if current is None:
+            if self._topic_id is None:
                 self._topic_id = wanted  # metadata will be compared with it
             else:
-                other_topic = current != wanted
+                other_topic = self._topic_id != wanted
         if self._epoch is not None and epoch_exact:
             # What the position itself says: offset-1 was read in this epoch. Where the
             # reader entered that epoch is unknown (``_hist_inexact``).
@@ -519,10 +520,8 @@ class PartitionTracker:
         older leader epoch than already seen, same topic)."""
         if leader_epoch is not None and leader_epoch < 0:
             leader_epoch = None
-        if topic_id in _NO_TOPIC_IDS:
-            topic_id = None
-        if (topic_id is not None and self._topic_id is not None
-                and _id_text(topic_id) != _id_text(self._topic_id)):
+        topic_id = _id_text(topic_id)
+        if topic_id is not None and self._topic_id is not None and topic_id != self._topic_id:
             self._topic_recreated(leader_id, leader_epoch, topic_id)
             return True
         known = self._leader_epoch
@@ -992,7 +991,7 @@ class PartitionTracker:
         self._bump()
 
     def _topic_recreated(
-        self, leader_id: int | None, leader_epoch: int | None, topic_id: Any
+        self, leader_id: int | None, leader_epoch: int | None, topic_id: str | None
     ) -> None:
         # A new topic id is a new log: its epochs restart, so the old ones must not block it.
         self._topic_id = topic_id
@@ -1017,7 +1016,7 @@ class PartitionTracker:
 
 
 def _id_text(topic_id: Any) -> str | None:
-    """Topic ids compared as text: metadata gives ``uuid.UUID``, stored positions ``str``."""
+    """A topic id as the tracker keeps it: text, ``None`` for any form of "no id"."""
     if topic_id is None or topic_id in _NO_TOPIC_IDS:
         return None
     return normalise_topic_id(topic_id if isinstance(topic_id, str | uuid.UUID) else str(topic_id))

@@ -75,7 +75,7 @@ def test_diverging_epoch_is_acted_on_without_offset_for_leader_epoch(mocker: Any
               aborted_transactions=None)
     resp = NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
     client.send.reset_mock()
-    f._on_fetch((1, {TP: action}), Future().success(resp))
+    f._on_fetch((1, {TP: action}, {}), Future().success(resp))
     assert tracker.state is PartitionState.TRUNCATED
     assert f.metrics.diverging_epoch_responses == 1
     client.send.assert_not_called()  # no OffsetForLeaderEpoch round trip
@@ -106,7 +106,7 @@ def test_buffered_records_are_dropped_when_validation_starts(mocker: Any) -> Non
               aborted_transactions=None)
     resp = NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
     action = FetchAction(TP, 1, 0, 0, None, _token(tracker))
-    f._on_fetch((1, {TP: action}), Future().success(resp))
+    f._on_fetch((1, {TP: action}, {}), Future().success(resp))
     got = f.fetched_records(4, lambda tp: True)
     assert [r.offset for r in got[TP]] == [0, 1, 2, 3]
     assert f.has_buffered()

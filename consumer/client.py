@@ -100,6 +100,19 @@ class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
 
 
 class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
+    """kafka-python's manager with larger plaintext reads, remembering the last error a
+    connection attempt failed with (kafka-python only logs it and retries)."""
+
+    last_connection_error: BaseException | None = None
+
+    def get_connection(self, node_id: Any, *args: Any, **kwargs: Any) -> Any:
+        conn = super().get_connection(node_id, *args, **kwargs)
+        conn.init_future.add_errback(self._connection_failed)
+        return conn
+
+    def _connection_failed(self, exc: BaseException) -> None:
+        self.last_connection_error = exc
+
     async def _build_transport(self, node: Any, timeout_at: float | None = None) -> Any:
         transport = await super()._build_transport(node, timeout_at=timeout_at)
         # Only the exact plaintext class: SSL transports read through their own wrapper.
@@ -119,16 +132,6 @@ class BrokerClient:
         self._manager: Any = _ConnectionManager(self._net, **cfg)
         self._closed = False
         self._lock = threading.Lock()
-        #: The last error a connection attempt failed with (kafka-python retries silently).
-        self.last_connection_error: BaseException | None = None
-        get_connection = self._manager.get_connection
-
-        def watched_get_connection(node_id: Any, *args: Any, **kwargs: Any) -> Any:
-            conn = get_connection(node_id, *args, **kwargs)
-            conn.init_future.add_errback(self._connection_failed)
-            return conn
-
-        self._manager.get_connection = watched_get_connection
         self._net.start()
 
     @property
@@ -138,9 +141,6 @@ class BrokerClient:
     @property
     def manager(self) -> Any:
         return self._manager
-
-    def _connection_failed(self, exc: BaseException) -> None:
-        self.last_connection_error = exc
 
     def bootstrap(self, timeout_ms: float) -> None:
         """Connect to a bootstrap server and learn the brokers (blocking, bounded).
@@ -152,15 +152,14 @@ class BrokerClient:
         done = threading.Event()
         fut.add_both(lambda _v: done.set())
         deadline = time.monotonic() + timeout_ms / 1000 + 1.0
+        manager = self._manager
         while not done.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
-            error = self.last_connection_error
-            if isinstance(error, FATAL_CONNECTION_ERRORS):
-                raise self._bootstrap_error(error)
-            if time.monotonic() >= deadline:
+            if (isinstance(manager.last_connection_error, FATAL_CONNECTION_ERRORS)
+                    or time.monotonic() >= deadline):
                 break
         if fut.is_done and fut.exception is None:
             return
-        error = self.last_connection_error
+        error = manager.last_connection_error
         if isinstance(error, FATAL_CONNECTION_ERRORS):
             raise self._bootstrap_error(error)
         servers = self._manager.config["bootstrap_servers"]

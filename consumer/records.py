@@ -403,11 +403,6 @@ def decode_records(
         if codec:
             body = _decompress(codec, buf[body_start:batch_end])
             bstart, bend = 0, len(body)
-        elif native is None:
-            # The Python decoder finds the end of the batch by IndexError, so its buffer
-            # must end there; the C decoder checks against bend and reads in place.
-            body = buf[body_start:batch_end]
-            bstart, bend = 0, len(body)
         else:
             body = buf
             bstart, bend = body_start, batch_end

@@ -50,31 +50,31 @@ def _reset_peak() -> None:
 # ---------------------------------------------------------------------- client side
 
 
-def _epochguard(bootstrap: str, topic: str) -> tuple[Any, Any, Any]:
+def _kafka_python_api(consumer_class: Any, bootstrap: str, topic: str) -> tuple[Any, Any]:
+    """EpochConsumer and kafka-python's KafkaConsumer: the same API and config names."""
     from kafka.structs import TopicPartition
 
+    c = consumer_class(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                       enable_auto_commit=False, fetch_max_bytes=FETCH_MAX_BYTES,
+                       max_partition_fetch_bytes=PARTITION_FETCH_BYTES)
+    c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    return (lambda: sum(len(v) for v in c.poll(timeout_ms=1000,
+                                               max_records=POLL_RECORDS).values())), c.close
+
+
+def _epochguard(bootstrap: str, topic: str) -> tuple[Any, Any]:
     from epochguard.consumer import EpochConsumer
 
-    c = EpochConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                      enable_auto_commit=False, fetch_max_bytes=FETCH_MAX_BYTES,
-                      max_partition_fetch_bytes=PARTITION_FETCH_BYTES)
-    c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
-    return (lambda: sum(len(v) for v in c.poll(timeout_ms=1000,
-                                               max_records=POLL_RECORDS).values())), c.close, c
+    return _kafka_python_api(EpochConsumer, bootstrap, topic)
 
 
-def _kafka_python(bootstrap: str, topic: str) -> tuple[Any, Any, Any]:
-    from kafka import KafkaConsumer, TopicPartition
+def _kafka_python(bootstrap: str, topic: str) -> tuple[Any, Any]:
+    from kafka import KafkaConsumer
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                      enable_auto_commit=False, fetch_max_bytes=FETCH_MAX_BYTES,
-                      max_partition_fetch_bytes=PARTITION_FETCH_BYTES)
-    c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
-    return (lambda: sum(len(v) for v in c.poll(timeout_ms=1000,
-                                               max_records=POLL_RECORDS).values())), c.close, c
+    return _kafka_python_api(KafkaConsumer, bootstrap, topic)
 
 
-def _confluent(bootstrap: str, topic: str) -> tuple[Any, Any, Any]:
+def _confluent(bootstrap: str, topic: str) -> tuple[Any, Any]:
     from confluent_kafka import Consumer, TopicPartition
 
     # librdkafka's own prefetch queue (queued.max.messages.kbytes, 64 MiB by default) is
@@ -92,7 +92,7 @@ def _confluent(bootstrap: str, topic: str) -> tuple[Any, Any, Any]:
                 raise RuntimeError(str(m.error()))
         return len(msgs)
 
-    return step, c.close, c
+    return step, c.close
 
 
 CONSUMERS = {"epochguard": _epochguard, "kafka-python": _kafka_python,
@@ -107,7 +107,7 @@ def client_main(argv: list[str]) -> None:
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
-    step, close, _keep = CONSUMERS[client](bootstrap, topic)
+    step, close = CONSUMERS[client](bootstrap, topic)
     try:
         baseline = _status_kib("VmRSS")
         _reset_peak()

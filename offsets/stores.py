@@ -32,7 +32,12 @@ _JSON_READABLE: Final = (1, 2)
 SQLITE_SCHEMA_VERSION: Final = 2
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _COLUMNS_V1: Final = ("namespace", "topic", "partition", "offset", "leader_epoch")
-_COLUMNS: Final = (*_COLUMNS_V1, "topic_id", "epoch_exact")
+#: The columns version 2 added, as created and as added to a version 1 table.
+_V2_COLUMNS: Final = (
+    "topic_id TEXT",
+    "epoch_exact INTEGER NOT NULL DEFAULT 0 CHECK (epoch_exact IN (0, 1))",
+)
+_COLUMNS: Final = (*_COLUMNS_V1, *(c.split()[0] for c in _V2_COLUMNS))
 
 
 @runtime_checkable
@@ -132,9 +137,8 @@ class SqliteOffsetStore:
                     "partition INTEGER NOT NULL, "
                     '"offset" INTEGER NOT NULL CHECK ("offset" >= 0), '
                     "leader_epoch INTEGER CHECK (leader_epoch IS NULL OR leader_epoch >= 0), "
-                    "topic_id TEXT, "
-                    "epoch_exact INTEGER NOT NULL DEFAULT 0 CHECK (epoch_exact IN (0, 1)), "
-                    "PRIMARY KEY (namespace, topic, partition))"
+                    + "".join(f"{c}, " for c in _V2_COLUMNS)
+                    + "PRIMARY KEY (namespace, topic, partition))"
                 )
                 conn.execute(f"PRAGMA user_version={SQLITE_SCHEMA_VERSION}")
             return
@@ -142,10 +146,8 @@ class SqliteOffsetStore:
         if cols == _COLUMNS_V1:
             # Written by an older epochguard: positions without topic ids stay valid.
             with self._maybe_transaction(conn):
-                conn.execute(f'ALTER TABLE "{self.table}" ADD COLUMN topic_id TEXT')
-                conn.execute(
-                    f'ALTER TABLE "{self.table}" ADD COLUMN epoch_exact INTEGER NOT NULL '
-                    "DEFAULT 0 CHECK (epoch_exact IN (0, 1))")
+                for column in _V2_COLUMNS:
+                    conn.execute(f'ALTER TABLE "{self.table}" ADD COLUMN {column}')
                 conn.execute(f"PRAGMA user_version={SQLITE_SCHEMA_VERSION}")
             return
         if cols != _COLUMNS:

@@ -30,6 +30,7 @@ test: $(STAMP) kafka-jars
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy -p epochguard
 
 demo: $(STAMP)

@@ -22,16 +22,17 @@ RESULTS = HERE / "results"
 
 
 def discover() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules([str(HERE)])
-                  if not m.name.startswith("_"))
+    return sorted(m.name for m in pkgutil.iter_modules([str(HERE)]) if not m.name.startswith("_"))
 
 
 def main(argv: list[str]) -> int:
     names = argv or discover()
     unknown = sorted(set(names) - set(discover()))
     if unknown:
-        print(f"unknown benchmarks: {', '.join(unknown)}; have: {', '.join(discover())}",
-              file=sys.stderr)
+        print(
+            f"unknown benchmarks: {', '.join(unknown)}; have: {', '.join(discover())}",
+            file=sys.stderr,
+        )
         return 2
     RESULTS.mkdir(exist_ok=True)
     failed = 0
@@ -52,8 +53,11 @@ def main(argv: list[str]) -> int:
             "benchmark": name,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "duration_s": round(time.time() - started, 3),
-            "host": {"python": platform.python_version(), "machine": platform.machine(),
-                     "cpus": os.cpu_count()},
+            "host": {
+                "python": platform.python_version(),
+                "machine": platform.machine(),
+                "cpus": os.cpu_count(),
+            },
             "result": result,
         }
         tmp = RESULTS / f"{name}.json.tmp"

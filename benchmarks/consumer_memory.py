@@ -54,12 +54,17 @@ def _kafka_python_api(consumer_class: Any, bootstrap: str, topic: str) -> tuple[
     """EpochConsumer and kafka-python's KafkaConsumer: the same API and config names."""
     from kafka.structs import TopicPartition
 
-    c = consumer_class(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                       enable_auto_commit=False, fetch_max_bytes=FETCH_MAX_BYTES,
-                       max_partition_fetch_bytes=PARTITION_FETCH_BYTES)
+    c = consumer_class(
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        fetch_max_bytes=FETCH_MAX_BYTES,
+        max_partition_fetch_bytes=PARTITION_FETCH_BYTES,
+    )
     c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
-    return (lambda: sum(len(v) for v in c.poll(timeout_ms=1000,
-                                               max_records=POLL_RECORDS).values())), c.close
+    return (
+        lambda: sum(len(v) for v in c.poll(timeout_ms=1000, max_records=POLL_RECORDS).values())
+    ), c.close
 
 
 def _epochguard(bootstrap: str, topic: str) -> tuple[Any, Any]:
@@ -79,10 +84,17 @@ def _confluent(bootstrap: str, topic: str) -> tuple[Any, Any]:
 
     # librdkafka's own prefetch queue (queued.max.messages.kbytes, 64 MiB by default) is
     # its documented memory bound; the fetch sizes are set like the others'.
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-mem",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                  "fetch.max.bytes": FETCH_MAX_BYTES,
-                  "max.partition.fetch.bytes": PARTITION_FETCH_BYTES, "log_level": 0})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-mem",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.max.bytes": FETCH_MAX_BYTES,
+            "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
+            "log_level": 0,
+        }
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
 
     def step() -> int:
@@ -95,8 +107,11 @@ def _confluent(bootstrap: str, topic: str) -> tuple[Any, Any]:
     return step, c.close
 
 
-CONSUMERS = {"epochguard": _epochguard, "kafka-python": _kafka_python,
-             "confluent-kafka": _confluent}
+CONSUMERS = {
+    "epochguard": _epochguard,
+    "kafka-python": _kafka_python,
+    "confluent-kafka": _confluent,
+}
 
 
 def client_main(argv: list[str]) -> None:
@@ -129,10 +144,21 @@ def client_main(argv: list[str]) -> None:
 
 def _run_client(client: str, bootstrap: str, topic: str, total: int) -> dict[str, int]:
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.consumer_memory", "--client", client, bootstrap,
-         topic, str(total)],
-        capture_output=True, text=True, timeout=400,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.consumer_memory",
+            "--client",
+            client,
+            bootstrap,
+            topic,
+            str(total),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{client} failed: {proc.stderr[-2000:]}")
     out: dict[str, int] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -156,12 +182,17 @@ def run() -> dict[str, Any]:
                 except Exception as exc:
                     rows.append({"client": client, "topic_mb": size_mb, "error": repr(exc)})
                     continue
-                rows.append({
-                    "client": client, "topic_mb": size_mb, "records": total,
-                    "peak_above_baseline_mib": round(
-                        (got["peak_kib"] - got["baseline_kib"]) / 1024, 1),
-                    "baseline_mib": round(got["baseline_kib"] / 1024, 1),
-                })
+                rows.append(
+                    {
+                        "client": client,
+                        "topic_mb": size_mb,
+                        "records": total,
+                        "peak_above_baseline_mib": round(
+                            (got["peak_kib"] - got["baseline_kib"]) / 1024, 1
+                        ),
+                        "baseline_mib": round(got["baseline_kib"] / 1024, 1),
+                    }
+                )
     by_client: dict[str, dict[int, float]] = {}
     for r in rows:
         if "error" not in r:

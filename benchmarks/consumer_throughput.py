@@ -35,14 +35,21 @@ CASES = [
     (1024, 1, int(100_000 * SCALE)),
     (1024, 8, int(100_000 * SCALE)),
 ]
-CLIENTS = ["epochguard", "epochguard-pure-python", "kafka-python", "aiokafka",
-           "confluent-kafka"]
+CLIENTS = ["epochguard", "epochguard-pure-python", "kafka-python", "aiokafka", "confluent-kafka"]
 BATCH = 500
 REPEAT = int(os.environ.get("CONSUMER_BENCH_REPEAT", "3"))
 POLL_RECORDS = 500
-API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
-             9: "OffsetFetch", 10: "FindCoordinator", 18: "ApiVersions",
-             23: "OffsetForLeaderEpoch"}
+API_NAMES = {
+    0: "Produce",
+    1: "Fetch",
+    2: "ListOffsets",
+    3: "Metadata",
+    8: "OffsetCommit",
+    9: "OffsetFetch",
+    10: "FindCoordinator",
+    18: "ApiVersions",
+    23: "OffsetForLeaderEpoch",
+}
 
 
 # ---------------------------------------------------------------------- client side
@@ -53,8 +60,13 @@ def _consume_epochguard(bootstrap: str, topic: str, parts: int, total: int) -> f
 
     from epochguard.consumer import EpochConsumer
 
-    c = EpochConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                      enable_auto_commit=False, check_crcs=True, max_poll_records=POLL_RECORDS)
+    c = EpochConsumer(
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        check_crcs=True,
+        max_poll_records=POLL_RECORDS,
+    )
     c.assign([TopicPartition(topic, p) for p in range(parts)])
     return _loop(lambda: sum(len(v) for v in c.poll(timeout_ms=1000).values()), total, c.close)
 
@@ -62,8 +74,13 @@ def _consume_epochguard(bootstrap: str, topic: str, parts: int, total: int) -> f
 def _consume_kafka_python(bootstrap: str, topic: str, parts: int, total: int) -> float:
     from kafka import KafkaConsumer, TopicPartition
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                      enable_auto_commit=False, check_crcs=True, max_poll_records=POLL_RECORDS)
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        check_crcs=True,
+        max_poll_records=POLL_RECORDS,
+    )
     c.assign([TopicPartition(topic, p) for p in range(parts)])
     return _loop(lambda: sum(len(v) for v in c.poll(timeout_ms=1000).values()), total, c.close)
 
@@ -71,9 +88,16 @@ def _consume_kafka_python(bootstrap: str, topic: str, parts: int, total: int) ->
 def _consume_confluent(bootstrap: str, topic: str, parts: int, total: int) -> float:
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                  "check.crcs": True, "log_level": 0})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "check.crcs": True,
+            "log_level": 0,
+        }
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
 
     def step() -> int:
@@ -92,8 +116,12 @@ def _consume_aiokafka(bootstrap: str, topic: str, parts: int, total: int) -> flo
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def main() -> float:
-        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             enable_auto_commit=False, check_crcs=True)
+        c = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            check_crcs=True,
+        )
         await c.start()
         try:
             c.assign([TopicPartition(topic, p) for p in range(parts)])
@@ -172,16 +200,30 @@ def _preload(cluster: EmbeddedCluster, topic: str, parts: int, size: int, total:
             left -= n
 
 
-def _run_client(client: str, bootstrap: str, topic: str, parts: int, total: int
-                ) -> tuple[float, str]:
+def _run_client(
+    client: str, bootstrap: str, topic: str, parts: int, total: int
+) -> tuple[float, str]:
     env = {k: v for k, v in os.environ.items() if k != "EPOCHGUARD_PURE_PYTHON"}
     if client == "epochguard-pure-python":
         env["EPOCHGUARD_PURE_PYTHON"] = "1"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.consumer_throughput", "--client", client, bootstrap,
-         topic, str(parts), str(total)],
-        capture_output=True, text=True, timeout=400, env=env,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.consumer_throughput",
+            "--client",
+            client,
+            bootstrap,
+            topic,
+            str(parts),
+            str(total),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{client} failed: {proc.stderr[-2000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -200,8 +242,12 @@ def throughput() -> list[dict[str, Any]]:
             topic = f"bench-{size}-{parts}"
             cluster.create_topic(topic, partitions=parts, replication_factor=1)
             _preload(cluster, topic, parts, size, total)
-            row: dict[str, Any] = {"value_bytes": size, "partitions": parts, "records": total,
-                                   "load_avg_1m_before": round(os.getloadavg()[0], 2)}
+            row: dict[str, Any] = {
+                "value_bytes": size,
+                "partitions": parts,
+                "records": total,
+                "load_avg_1m_before": round(os.getloadavg()[0], 2),
+            }
             best: dict[str, float] = {}
             # Clients interleaved, best of REPEAT: the machine is shared, and a load spike
             # should not decide the comparison.
@@ -210,8 +256,9 @@ def throughput() -> list[dict[str, Any]]:
                     if f"{client}_error" in row:
                         continue
                     try:
-                        elapsed, decoder = _run_client(client, cluster.bootstrap_servers, topic,
-                                                       parts, total)
+                        elapsed, decoder = _run_client(
+                            client, cluster.bootstrap_servers, topic, parts, total
+                        )
                         best[client] = min(best.get(client, elapsed), elapsed)
                         if client.startswith("epochguard"):
                             row[f"{client}_decoder"] = decoder
@@ -286,9 +333,14 @@ def _detect_epochguard(cluster: EmbeddedCluster) -> dict[str, Any]:
     old, new = _stage(cluster, topic)
     tp = TopicPartition(topic, 0)
     reports: list[Any] = []
-    c = EpochConsumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest",
-                      enable_auto_commit=False, fetch_max_wait_ms=100,
-                      metadata_max_age_ms=300000, on_truncation_report=reports.append)
+    c = EpochConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=100,
+        metadata_max_age_ms=300000,
+        on_truncation_report=reports.append,
+    )
     c.assign([tp])
     n = 0
     while n < 15:
@@ -305,9 +357,13 @@ def _detect_epochguard(cluster: EmbeddedCluster) -> dict[str, Any]:
     ms = (time.perf_counter() - t0) * 1000
     after = _counts(cluster)
     c.close()
-    return {"ms": round(ms, 1), "requests": _diff(before, after), "detected": bool(reports),
-            "lost_count": reports[0].lost_count if reports else None,
-            "first_record_after": None if first_new is None else first_new.offset}
+    return {
+        "ms": round(ms, 1),
+        "requests": _diff(before, after),
+        "detected": bool(reports),
+        "lost_count": reports[0].lost_count if reports else None,
+        "first_record_after": None if first_new is None else first_new.offset,
+    }
 
 
 def _detect_kafka_python(cluster: EmbeddedCluster) -> dict[str, Any]:
@@ -316,8 +372,12 @@ def _detect_kafka_python(cluster: EmbeddedCluster) -> dict[str, Any]:
     topic = "det-kp"
     old, new = _stage(cluster, topic)
     tp = TopicPartition(topic, 0)
-    c = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="none",
-                      enable_auto_commit=False, fetch_max_wait_ms=100)
+    c = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        auto_offset_reset="none",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=100,
+    )
     c.assign([tp])
     c.seek(tp, 0)
     n = 0
@@ -339,8 +399,12 @@ def _detect_kafka_python(cluster: EmbeddedCluster) -> dict[str, Any]:
     ms = (time.perf_counter() - t0) * 1000
     after = _counts(cluster)
     c.close()
-    return {"ms": round(ms, 1), "requests": _diff(before, after), "detected": detected,
-            "first_record_after": None if got is None else got.offset}
+    return {
+        "ms": round(ms, 1),
+        "requests": _diff(before, after),
+        "detected": detected,
+        "first_record_after": None if got is None else got.offset,
+    }
 
 
 def _detect_confluent(cluster: EmbeddedCluster) -> dict[str, Any]:
@@ -348,9 +412,16 @@ def _detect_confluent(cluster: EmbeddedCluster) -> dict[str, Any]:
 
     topic = "det-ck"
     old, new = _stage(cluster, topic)
-    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "det",
-                  "enable.auto.commit": False, "auto.offset.reset": "error", "log_level": 0,
-                  "fetch.wait.max.ms": 100})
+    c = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "det",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+            "log_level": 0,
+            "fetch.wait.max.ms": 100,
+        }
+    )
     c.assign([TopicPartition(topic, 0, 0)])
     n = 0
     while n < 15:
@@ -375,14 +446,21 @@ def _detect_confluent(cluster: EmbeddedCluster) -> dict[str, Any]:
     ms = (time.perf_counter() - t0) * 1000
     after = _counts(cluster)
     c.close()
-    return {"ms": round(ms, 1), "requests": _diff(before, after), "detected": detected,
-            "first_record_after": got}
+    return {
+        "ms": round(ms, 1),
+        "requests": _diff(before, after),
+        "detected": detected,
+        "first_record_after": got,
+    }
 
 
 def detection() -> dict[str, Any]:
     out = {}
-    for name, fn in (("epochguard", _detect_epochguard), ("kafka-python", _detect_kafka_python),
-                     ("confluent-kafka", _detect_confluent)):
+    for name, fn in (
+        ("epochguard", _detect_epochguard),
+        ("kafka-python", _detect_kafka_python),
+        ("confluent-kafka", _detect_confluent),
+    ):
         with EmbeddedCluster(brokers=3) as cluster:
             try:
                 out[name] = fn(cluster)
@@ -430,10 +508,14 @@ def decoder_only() -> list[dict[str, Any]]:
 def run() -> dict[str, Any]:
     from epochguard.consumer.records import DECODER
 
-    return {"decoder": DECODER, "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
-            "repeat": REPEAT, "decoder_only_records_per_s": decoder_only(),
-            "throughput_records_per_s": throughput(),
-            "detection_after_unclean_election": detection()}
+    return {
+        "decoder": DECODER,
+        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "repeat": REPEAT,
+        "decoder_only_records_per_s": decoder_only(),
+        "throughput_records_per_s": throughput(),
+        "detection_after_unclean_election": detection(),
+    }
 
 
 if __name__ == "__main__":

@@ -39,18 +39,20 @@ def preload(cluster: EmbeddedCluster, topic: str) -> float:
 
 
 def consume(cluster: EmbeddedCluster, topic: str) -> tuple[int, int, float]:
-    consumer = Consumer({
-        "bootstrap.servers": cluster.bootstrap_servers,
-        "group.id": "bench",
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "fetch.max.bytes": 52428800,
-        "max.partition.fetch.bytes": 4194304,
-        "queued.max.messages.kbytes": 262144,
-        "queued.min.messages": 1000000,
-        "fetch.queue.backoff.ms": 10,
-        "log_level": 0,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.max.bytes": 52428800,
+            "max.partition.fetch.bytes": 4194304,
+            "queued.max.messages.kbytes": 262144,
+            "queued.min.messages": 1000000,
+            "fetch.queue.backoff.ms": 10,
+            "log_level": 0,
+        }
+    )
     consumer.assign([TopicPartition(topic, 0, 0)])
     count = 0
     total_bytes = 0
@@ -90,13 +92,15 @@ def run() -> dict[str, Any]:
             count, total_bytes, elapsed = consume(cluster, "bench")
             if count < RECORDS:
                 raise RuntimeError(f"consumed only {count} of {RECORDS} records")
-            runs.append({
-                "consume_s": round(elapsed, 3),
-                "records_per_s": round(count / elapsed),
-                "mb_per_s": round(total_bytes / elapsed / 1e6, 1),
-                "cluster_cpu_s": round(cluster.call(time.thread_time) - cpu_before, 3),
-                "process_cpu_s": round(time.process_time() - process_before, 3),
-            })
+            runs.append(
+                {
+                    "consume_s": round(elapsed, 3),
+                    "records_per_s": round(count / elapsed),
+                    "mb_per_s": round(total_bytes / elapsed / 1e6, 1),
+                    "cluster_cpu_s": round(cluster.call(time.thread_time) - cpu_before, 3),
+                    "process_cpu_s": round(time.process_time() - process_before, 3),
+                }
+            )
     best = max(runs, key=lambda r: r["records_per_s"])
     return {
         "records": RECORDS,
@@ -107,7 +111,8 @@ def run() -> dict[str, Any]:
         "cluster_cpu_share": round(best["cluster_cpu_s"] / best["consume_s"], 3),
         # Load-independent: records per CPU-second spent by the client (process minus cluster).
         "records_per_client_cpu_s": round(
-            RECORDS / max(1e-9, best["process_cpu_s"] - best["cluster_cpu_s"])),
+            RECORDS / max(1e-9, best["process_cpu_s"] - best["cluster_cpu_s"])
+        ),
         "records_per_cluster_cpu_s": round(RECORDS / max(1e-9, best["cluster_cpu_s"])),
         "runs": runs,
         "target_records_per_s": 1_000_000,

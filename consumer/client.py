@@ -154,8 +154,10 @@ class BrokerClient:
         deadline = time.monotonic() + timeout_ms / 1000 + 1.0
         manager = self._manager
         while not done.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
-            if (isinstance(manager.last_connection_error, FATAL_CONNECTION_ERRORS)
-                    or time.monotonic() >= deadline):
+            if (
+                isinstance(manager.last_connection_error, FATAL_CONNECTION_ERRORS)
+                or time.monotonic() >= deadline
+            ):
                 break
         if fut.is_done and fut.exception is None:
             return
@@ -165,7 +167,8 @@ class BrokerClient:
         servers = self._manager.config["bootstrap_servers"]
         raise kerrors.KafkaTimeoutError(
             f"could not bootstrap from {servers} within {timeout_ms:.0f} ms"
-            + (f"; last connection error: {error!r}" if error is not None else ""))
+            + (f"; last connection error: {error!r}" if error is not None else "")
+        )
 
     def _bootstrap_error(self, error: BaseException) -> BaseException:
         servers = self._manager.config["bootstrap_servers"]
@@ -219,8 +222,11 @@ class BrokerClient:
         """Every broker the last metadata named is down or backing off: ask a bootstrap
         server instead (Java's ``metadata.recovery.strategy=rebootstrap``). Without this, a
         consumer that started while only one broker was up could never find the others."""
-        ready = [b.node_id for b in self._manager.cluster.bootstrap_brokers()
-                 if self._manager.connection_delay(b.node_id) <= 0]
+        ready = [
+            b.node_id
+            for b in self._manager.cluster.bootstrap_brokers()
+            if self._manager.connection_delay(b.node_id) <= 0
+        ]
         if not ready:
             return None
         node: str = random.choice(ready)

@@ -96,31 +96,50 @@ DEFAULT_CONFIG: dict[str, Any] = {
 }
 
 #: Accepted for drop-in compatibility with kafka-python but without effect here.
-IGNORED_KEYS = frozenset({
-    "enable_incremental_fetch_sessions",  # full fetches (no fetch sessions)
-    "receive_buffer_bytes",
-    "send_buffer_bytes",
-    "socket_options",
-    "metric_reporters",
-    "metrics_enabled",
-    "metrics_num_samples",
-    "metrics_sample_window_ms",
-    "metric_group_prefix",
-    "selector",
-    "ssl_ciphers",
-})
+IGNORED_KEYS = frozenset(
+    {
+        "enable_incremental_fetch_sessions",  # full fetches (no fetch sessions)
+        "receive_buffer_bytes",
+        "send_buffer_bytes",
+        "socket_options",
+        "metric_reporters",
+        "metrics_enabled",
+        "metrics_num_samples",
+        "metrics_sample_window_ms",
+        "metric_group_prefix",
+        "selector",
+        "ssl_ciphers",
+    }
+)
 
 _POSITIVE_INT = (
-    "fetch_max_wait_ms", "fetch_max_bytes", "max_partition_fetch_bytes", "request_timeout_ms",
-    "retry_backoff_ms", "reconnect_backoff_ms", "reconnect_backoff_max_ms",
-    "max_in_flight_requests_per_connection", "auto_commit_interval_ms",
-    "metadata_max_age_ms", "max_poll_records", "max_poll_interval_ms", "session_timeout_ms",
-    "heartbeat_interval_ms", "receive_message_max_bytes", "bootstrap_timeout_ms",
-    "connections_max_idle_ms", "close_timeout_ms",
+    "fetch_max_wait_ms",
+    "fetch_max_bytes",
+    "max_partition_fetch_bytes",
+    "request_timeout_ms",
+    "retry_backoff_ms",
+    "reconnect_backoff_ms",
+    "reconnect_backoff_max_ms",
+    "max_in_flight_requests_per_connection",
+    "auto_commit_interval_ms",
+    "metadata_max_age_ms",
+    "max_poll_records",
+    "max_poll_interval_ms",
+    "session_timeout_ms",
+    "heartbeat_interval_ms",
+    "receive_message_max_bytes",
+    "bootstrap_timeout_ms",
+    "connections_max_idle_ms",
+    "close_timeout_ms",
 )
 _NON_NEGATIVE_INT = ("fetch_min_bytes",)
-_BOOL = ("enable_auto_commit", "check_crcs", "allow_auto_create_topics",
-         "exclude_internal_topics", "ssl_check_hostname")
+_BOOL = (
+    "enable_auto_commit",
+    "check_crcs",
+    "allow_auto_create_topics",
+    "exclude_internal_topics",
+    "ssl_check_hostname",
+)
 
 
 def _check_int(key: str, value: Any, minimum: int) -> None:
@@ -135,7 +154,8 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(configs) - set(DEFAULT_CONFIG))
     if unknown:
         raise ConsumerConfigError(
-            unknown[0], f"unknown configuration key(s) {unknown}; see docs/consumer.md")
+            unknown[0], f"unknown configuration key(s) {unknown}; see docs/consumer.md"
+        )
     cfg = dict(DEFAULT_CONFIG)
     cfg.update(configs)
     for key in _POSITIVE_INT:
@@ -149,46 +169,57 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
     reset = {"smallest": "earliest", "largest": "latest"}.get(reset, reset)
     if reset not in ("earliest", "latest", "none"):
         raise ConsumerConfigError(
-            "auto_offset_reset", f"must be 'earliest', 'latest' or 'none', got {reset!r}")
+            "auto_offset_reset", f"must be 'earliest', 'latest' or 'none', got {reset!r}"
+        )
     cfg["auto_offset_reset"] = reset
     if cfg["isolation_level"] not in ("read_uncommitted", "read_committed"):
         raise ConsumerConfigError(
             "isolation_level",
-            f"must be 'read_uncommitted' or 'read_committed', got {cfg['isolation_level']!r}")
+            f"must be 'read_uncommitted' or 'read_committed', got {cfg['isolation_level']!r}",
+        )
     servers = cfg["bootstrap_servers"]
     if not servers or not isinstance(servers, str | list | tuple):
-        raise ConsumerConfigError("bootstrap_servers", f"must be 'host:port[,...]' or a list, "
-                                  f"got {servers!r}")
+        raise ConsumerConfigError(
+            "bootstrap_servers", f"must be 'host:port[,...]' or a list, got {servers!r}"
+        )
     if cfg["group_instance_id"] is not None and cfg["group_id"] is None:
         raise ConsumerConfigError("group_instance_id", "requires group_id")
     if not cfg["fetch_max_wait_ms"] < cfg["request_timeout_ms"]:
         raise ConsumerConfigError(
-            "request_timeout_ms", "must be larger than fetch_max_wait_ms "
-            f"({cfg['request_timeout_ms']} <= {cfg['fetch_max_wait_ms']})")
+            "request_timeout_ms",
+            "must be larger than fetch_max_wait_ms "
+            f"({cfg['request_timeout_ms']} <= {cfg['fetch_max_wait_ms']})",
+        )
     if cfg["heartbeat_interval_ms"] >= cfg["session_timeout_ms"]:
-        raise ConsumerConfigError(
-            "heartbeat_interval_ms", "must be lower than session_timeout_ms")
+        raise ConsumerConfigError("heartbeat_interval_ms", "must be lower than session_timeout_ms")
     strategies = cfg["partition_assignment_strategy"]
     if not isinstance(strategies, list | tuple) or not strategies:
-        raise ConsumerConfigError("partition_assignment_strategy",
-                                  "must be a non-empty list of assignor classes")
+        raise ConsumerConfigError(
+            "partition_assignment_strategy", "must be a non-empty list of assignor classes"
+        )
     instances = []
     for s in strategies:
         assignor = s() if isinstance(s, type) else s
         if not hasattr(assignor, "assign") or not hasattr(assignor, "name"):
-            raise ConsumerConfigError("partition_assignment_strategy",
-                                      f"{s!r} is not a kafka-python partition assignor")
+            raise ConsumerConfigError(
+                "partition_assignment_strategy", f"{s!r} is not a kafka-python partition assignor"
+            )
         instances.append(assignor)
     cfg["partition_assignment_strategy"] = instances
-    for key in ("key_deserializer", "value_deserializer", "on_truncation_report",
-                "default_offset_commit_callback"):
+    for key in (
+        "key_deserializer",
+        "value_deserializer",
+        "on_truncation_report",
+        "default_offset_commit_callback",
+    ):
         value = cfg[key]
         if value is not None and not callable(value) and not hasattr(value, "deserialize"):
             raise ConsumerConfigError(key, f"must be callable, got {value!r}")
     store = cfg["offset_store"]
     if store is not None and not (hasattr(store, "load") and hasattr(store, "save")):
         raise ConsumerConfigError(
-            "offset_store", f"must be an OffsetStore (load/save), got {store!r}")
+            "offset_store", f"must be an OffsetStore (load/save), got {store!r}"
+        )
     for key in ("max_fetch_version",):
         _check_int(key, cfg[key], 4)
         if cfg[key] > 13:

@@ -85,7 +85,8 @@ class EpochConsumer:
                 on_truncation=cfg["on_truncation"],
                 retry_backoff=RetryBackoff(
                     initial=cfg["retry_backoff_ms"] / 1000,
-                    maximum=max(cfg["retry_backoff_ms"], 1000) / 1000),
+                    maximum=max(cfg["retry_backoff_ms"], 1000) / 1000,
+                ),
             )
         except InvalidPolicyError as exc:
             raise ConsumerConfigError("on_truncation", str(exc)) from exc
@@ -94,14 +95,17 @@ class EpochConsumer:
         log_decoder_once()
         self._client = BrokerClient(cfg)
         self._fetcher = Fetcher(
-            self._client, cfg, self._policy,
+            self._client,
+            cfg,
+            self._policy,
             as_deserializer(cfg["key_deserializer"]),
             as_deserializer(cfg["value_deserializer"]),
             self._on_event,
         )
         self._store = cfg["offset_store"]
         self._group: GroupCoordinator | None = (
-            GroupCoordinator(self._client, cfg) if cfg["group_id"] is not None else None)
+            GroupCoordinator(self._client, cfg) if cfg["group_id"] is not None else None
+        )
         self._assigned: list[TopicPartition] = []
         self._manual = False
         self._subscription: set[str] | None = None
@@ -114,7 +118,8 @@ class EpochConsumer:
         self._next_auto_commit = time.monotonic() + cfg["auto_commit_interval_ms"] / 1000
         self._iterator: Iterator[ConsumerRecord] | None = None
         self._report_callback: Callable[[TruncationReport], Any] | None = cfg[
-            "on_truncation_report"]
+            "on_truncation_report"
+        ]
         self._truncation_reports: list[TruncationReport] = []
         # commit_async: one worker keeps commits in the order they were made; callbacks run
         # on the application's thread (in poll, commit or close), in that order too.
@@ -205,8 +210,9 @@ class EpochConsumer:
                 stored = self._group.fetch_committed(todo, deadline)
             except kerrors.KafkaError as exc:
                 # No coordinator answer in time: stay without a position, try next poll().
-                log.debug("committed_offsets_unavailable", group=self._group.group_id,
-                          error=repr(exc))
+                log.debug(
+                    "committed_offsets_unavailable", group=self._group.group_id, error=repr(exc)
+                )
                 return
         else:
             stored = {}
@@ -291,12 +297,16 @@ class EpochConsumer:
             self._fetcher.wait(0.02)
             self._fetcher.process_completions()
             if self._fetcher.metadata_fresh_since(start) and all(
-                    t in self._fetcher.topic_partitions for t in topics):
+                t in self._fetcher.topic_partitions for t in topics
+            ):
                 break
             if self._fetcher.metadata_fresh_since(start) and time.monotonic() - start > 1.0:
                 break
-        return {t: self._fetcher.topic_partitions[t] for t in topics
-                if t in self._fetcher.topic_partitions}
+        return {
+            t: self._fetcher.topic_partitions[t]
+            for t in topics
+            if t in self._fetcher.topic_partitions
+        }
 
     def _ensure_group(self, deadline: float) -> None:
         group = self._group
@@ -312,8 +322,12 @@ class EpochConsumer:
         now = time.monotonic()
         join_deadline = max(deadline, now + self.config["max_poll_interval_ms"] / 1000 + 5)
         try:
-            parts = group.join(set(self._subscription), self._metadata_for, join_deadline,
-                               lookup_deadline=max(deadline, now + 0.05))
+            parts = group.join(
+                set(self._subscription),
+                self._metadata_for,
+                join_deadline,
+                lookup_deadline=max(deadline, now + 0.05),
+            )
         except kerrors.KafkaTimeoutError as exc:
             log.debug("group_join_deferred", group=group.group_id, error=repr(exc))
             return
@@ -410,10 +424,12 @@ class EpochConsumer:
         position: EpochOffset | int
         if isinstance(offset, OffsetAndMetadata):
             epoch = offset.leader_epoch
-            position = EpochOffset(offset.offset, epoch if epoch is not None and epoch >= 0
-                                   else None)
+            position = EpochOffset(
+                offset.offset, epoch if epoch is not None and epoch >= 0 else None
+            )
         elif isinstance(offset, EpochOffset) or (
-                isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0):
+            isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0
+        ):
             position = offset
         else:
             raise ValueError(f"seek needs an offset >= 0 or an EpochOffset, got {offset!r}")
@@ -475,8 +491,7 @@ class EpochConsumer:
     ) -> EpochOffset | None:
         """The last committed position (offset and committed leader epoch), or ``None``."""
         self._ensure_open()
-        deadline = time.monotonic() + (self._timeout() if timeout_ms is None
-                                       else timeout_ms / 1000)
+        deadline = time.monotonic() + (self._timeout() if timeout_ms is None else timeout_ms / 1000)
         if self._store is not None:
             return self._store.load().get(partition)  # type: ignore[no-any-return]
         if self._group is None:
@@ -504,8 +519,10 @@ class EpochConsumer:
                 out[tp] = (value, "")
             elif isinstance(value, OffsetAndMetadata):
                 epoch = value.leader_epoch if value.leader_epoch is not None else -1
-                out[tp] = (EpochOffset(value.offset, epoch if epoch >= 0 else None),
-                           value.metadata or "")
+                out[tp] = (
+                    EpochOffset(value.offset, epoch if epoch >= 0 else None),
+                    value.metadata or "",
+                )
             elif isinstance(value, int) and not isinstance(value, bool):
                 out[tp] = (EpochOffset(value), "")
             else:
@@ -562,7 +579,8 @@ class EpochConsumer:
         else:
             if self._group is None:
                 raise kerrors.IllegalStateError(
-                    "commit_async() needs a group_id or an offset_store")
+                    "commit_async() needs a group_id or an offset_store"
+                )
             group, deadline = self._group, time.monotonic() + self._timeout()
 
             def send() -> dict[TopicPartition, OffsetAndMetadata]:
@@ -571,7 +589,8 @@ class EpochConsumer:
 
             if self._commit_worker is None:
                 self._commit_worker = ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="epochguard-commit")
+                    max_workers=1, thread_name_prefix="epochguard-commit"
+                )
             future = self._commit_worker.submit(send)
         self._async_commits.append(_AsyncCommit(future, committed, done))
         return future
@@ -582,8 +601,11 @@ class EpochConsumer:
             pending = self._async_commits.popleft()
             error = pending.future.exception()
             if error is not None:
-                log.warning("commit_async_failed", error=repr(error),
-                            offsets={str(tp): o.offset for tp, o in pending.offsets.items()})
+                log.warning(
+                    "commit_async_failed",
+                    error=repr(error),
+                    offsets={str(tp): o.offset for tp, o in pending.offsets.items()},
+                )
             if pending.callback is not None:
                 pending.callback(pending.offsets, error)
 
@@ -653,8 +675,11 @@ class EpochConsumer:
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for tp in timestamps:
             offset, epoch, ts = res[tp]
-            out[tp] = None if offset < 0 else OffsetAndTimestamp(
-                offset, ts, -1 if epoch is None else epoch)
+            out[tp] = (
+                None
+                if offset < 0
+                else OffsetAndTimestamp(offset, ts, -1 if epoch is None else epoch)
+            )
         return out
 
     def _list(
@@ -674,8 +699,11 @@ class EpochConsumer:
         self._ensure_open()
         timeout = self._timeout() if timeout_ms is None else timeout_ms / 1000
         deadline = time.monotonic() + timeout
-        policy = OffsetPolicy(auto_offset_reset="none", on_truncation="raise",
-                              retry_backoff=self._policy.retry_backoff)
+        policy = OffsetPolicy(
+            auto_offset_reset="none",
+            on_truncation="raise",
+            retry_backoff=self._policy.retry_backoff,
+        )
         probe = Fetcher(self._client, self.config, policy, None, None, lambda _e: None)
         results: dict[TopicPartition, ValidationResult] = {}
         for tp, pos in offsets.items():
@@ -693,18 +721,22 @@ class EpochConsumer:
                 elif tracker.state is PartitionState.TRUNCATED:
                     report = tracker.last_report
                     results[tp] = ValidationResult(
-                        tp, pos, False, report=report,
-                        safe_position=None if report is None else report.divergence)
+                        tp,
+                        pos,
+                        False,
+                        report=report,
+                        safe_position=None if report is None else report.divergence,
+                    )
                     probe.remove_partition(tp)
                 elif tracker.state is PartitionState.NO_VALID_OFFSET:
-                    results[tp] = ValidationResult(
-                        tp, pos, False, error=str(tracker.error))
+                    results[tp] = ValidationResult(tp, pos, False, error=str(tracker.error))
                     probe.remove_partition(tp)
             if not probe.trackers:
                 break
             if now >= deadline:
                 raise kerrors.KafkaTimeoutError(
-                    f"validate_offsets: no answer for {sorted(probe.trackers)} in {timeout}s")
+                    f"validate_offsets: no answer for {sorted(probe.trackers)} in {timeout}s"
+                )
             wake = probe.send_requests(now)
             probe.wait(max(0.0, min(deadline, wake, now + 0.1) - now))
             probe.process_completions()
@@ -763,15 +795,21 @@ class EpochConsumer:
             # A commit still waiting for its coordinator fails when the client closes.
             self._commit_worker.shutdown(wait=False, cancel_futures=True)
         try:
-            if autocommit and self.config["enable_auto_commit"] and (
-                    self._group is not None or self._store is not None):
+            if (
+                autocommit
+                and self.config["enable_auto_commit"]
+                and (self._group is not None or self._store is not None)
+            ):
                 positions = self._current_positions()
                 if positions and self._store is not None:
                     self._store.save(positions)
-                elif positions and self._group is not None and \
-                        self._group.coordinator_id is not None:
-                    self._group.commit({tp: (p, "") for tp, p in positions.items()},
-                                       time.monotonic() + max(0.1, timeout / 2))
+                elif (
+                    positions and self._group is not None and self._group.coordinator_id is not None
+                ):
+                    self._group.commit(
+                        {tp: (p, "") for tp, p in positions.items()},
+                        time.monotonic() + max(0.1, timeout / 2),
+                    )
         except Exception as exc:
             log.warning("close_commit_failed", error=repr(exc))
         if self._group is not None:

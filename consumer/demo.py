@@ -32,8 +32,10 @@ def _quiet() -> None:
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-        processors=[structlog.processors.add_log_level,
-                    structlog.dev.ConsoleRenderer(colors=False)],
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
     )
 
 
@@ -59,40 +61,56 @@ def run_demo(out: TextIO = sys.stdout, fast: bool = False) -> int:
         leader = cluster.leader("orders", 0)
         assert leader is not None
         follower = next(b for b in cluster.replicas("orders", 0) if b != leader)
-        say(f"1. Topic 'orders': leader broker {leader}, follower broker {follower}, "
-            f"leader epoch {cluster.leader_epoch('orders', 0)}.")
+        say(
+            f"1. Topic 'orders': leader broker {leader}, follower broker {follower}, "
+            f"leader epoch {cluster.leader_epoch('orders', 0)}."
+        )
         cluster.append("orders", 0, [b"order-%d" % i for i in range(10)], batch_size=1)
-        with EpochConsumer(bootstrap_servers=cluster.bootstrap_servers,
-                           auto_offset_reset="earliest", enable_auto_commit=False,
-                           on_truncation="rewind", on_truncation_report=reports.append,
-                           fetch_max_wait_ms=100, metadata_max_age_ms=500) as consumer:
+        with EpochConsumer(
+            bootstrap_servers=cluster.bootstrap_servers,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            on_truncation="rewind",
+            on_truncation_report=reports.append,
+            fetch_max_wait_ms=100,
+            metadata_max_age_ms=500,
+        ) as consumer:
             consumer.assign([tp])
             got = _read(consumer, 10)
-            say(f"2. Consumed offsets {got[0].offset}..{got[-1].offset} "
-                f"(replicated on both brokers).")
+            say(
+                f"2. Consumed offsets {got[0].offset}..{got[-1].offset} "
+                f"(replicated on both brokers)."
+            )
             show_replicas(cluster)
             cluster.stop_broker(follower)
-            cluster.append("orders", 0, [b"order-%d" % i for i in range(10, 15)],
-                           batch_size=1)
+            cluster.append("orders", 0, [b"order-%d" % i for i in range(10, 15)], batch_size=1)
             got = _read(consumer, 5)
-            say(f"3. Follower {follower} is down; the leader alone accepted offsets "
+            say(
+                f"3. Follower {follower} is down; the leader alone accepted offsets "
                 f"{got[0].offset}..{got[-1].offset}, and the consumer read them: "
-                f"position {consumer.position_with_epoch(tp)}.")
+                f"position {consumer.position_with_epoch(tp)}."
+            )
             show_replicas(cluster)
             consumer.poll(timeout_ms=300)
             cluster.stop_broker(leader)
             cluster.start_broker(follower)
             cluster.elect_leader("orders", 0, follower, unclean=True)
             cluster.append("orders", 0, [b"refund-%d" % i for i in range(8)], batch_size=1)
-            say(f"4. Leader {leader} died. UNCLEAN election: broker {follower} is leader "
+            say(
+                f"4. Leader {leader} died. UNCLEAN election: broker {follower} is leader "
                 f"(epoch {cluster.leader_epoch('orders', 0)}) without offsets 10..14, and "
-                f"has since written 8 new records at offsets 10..17.")
+                f"has since written 8 new records at offsets 10..17."
+            )
             show_replicas(cluster)
-            say("   A consumer that ignores epochs would now read offset 15 onwards and "
-                "silently skip refund-0..refund-4.")
+            say(
+                "   A consumer that ignores epochs would now read offset 15 onwards and "
+                "silently skip refund-0..refund-4."
+            )
             cluster.start_broker(leader)
-            say(f"   Broker {leader} rejoins as a follower: it truncates its log to the "
-                f"divergence point (KIP-101) and copies the new leader's records.")
+            say(
+                f"   Broker {leader} rejoins as a follower: it truncates its log to the "
+                f"divergence point (KIP-101) and copies the new leader's records."
+            )
             show_replicas(cluster)
             got = _read(consumer, 8)
             if not reports:
@@ -103,14 +121,18 @@ def run_demo(out: TextIO = sys.stdout, fast: bool = False) -> int:
             say(f"   {rep.describe()}")
             for key, value in rep.to_dict().items():
                 say(f"     {key:17} {value}")
-            say(f"6. Policy 'rewind': consumption continued from the divergence point: "
+            say(
+                f"6. Policy 'rewind': consumption continued from the divergence point: "
                 f"{', '.join(r.value.decode() for r in got)} "
                 f"(offsets {got[0].offset}..{got[-1].offset}, leader epoch "
-                f"{got[0].leader_epoch}).")
+                f"{got[0].leader_epoch})."
+            )
             m = consumer.metrics(raw=True)
-            say(f"   metrics: truncations_detected={m['truncations_detected']} "
+            say(
+                f"   metrics: truncations_detected={m['truncations_detected']} "
                 f"records_lost={m['records_lost']} "
-                f"offset_for_leader_epoch_requests={m['offset_for_leader_epoch_requests']}")
+                f"offset_for_leader_epoch_requests={m['offset_for_leader_epoch_requests']}"
+            )
             ok = rep.lost_count == 5 and [r.offset for r in got] == list(range(10, 18))
             return 0 if ok else 1
 
@@ -133,8 +155,10 @@ def _replica_lines(cluster: EmbeddedCluster, topic: str, partition: int) -> list
         shown = "  ".join(f"[{a}..{b}]@e{e}" for a, b, e in runs) or "(empty)"
         cache = ", ".join(f"e{e.epoch}@{e.start_offset}" for e in log.epoch_cache)
         role = "leader  " if broker == leader else "follower"
-        lines.append(f"broker {broker} {role} log {shown:34} LEO {log.log_end_offset:<3} "
-                     f"epoch cache [{cache}]")
+        lines.append(
+            f"broker {broker} {role} log {shown:34} LEO {log.log_end_offset:<3} "
+            f"epoch cache [{cache}]"
+        )
     return lines
 
 

@@ -87,9 +87,7 @@ class OffsetOutOfRangeError(kerrors.OffsetOutOfRangeError, _CoreOutOfRangeError)
         _CoreOutOfRangeError.__init__(self, tp, offset, reason)
 
 
-class NoOffsetForPartitionError(
-    kerrors.NoOffsetForPartitionError, _CoreNoOffsetError  # type: ignore[misc]
-):
+class NoOffsetForPartitionError(kerrors.NoOffsetForPartitionError, _CoreNoOffsetError):  # type: ignore[misc]
     """No committed or stored position and ``auto_offset_reset`` is ``"none"``: kafka's
     ``NoOffsetForPartitionError`` and the core's ``epochguard.NoOffsetForPartitionError``."""
 

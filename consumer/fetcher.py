@@ -86,11 +86,26 @@ class _Prefetch:
     leader epoch and last fetched epoch); otherwise it is thrown away. The tracker still
     sees one answer per request it made, so it keeps every decision."""
 
-    __slots__ = ("answer", "current_leader_epoch", "done", "last_fetched_epoch", "node",
-                 "offset", "topic_id", "version", "waiting")
+    __slots__ = (
+        "answer",
+        "current_leader_epoch",
+        "done",
+        "last_fetched_epoch",
+        "node",
+        "offset",
+        "topic_id",
+        "version",
+        "waiting",
+    )
 
-    def __init__(self, node: int, offset: int, current_leader_epoch: int | None,
-                 last_fetched_epoch: int | None, topic_id: str | None = None) -> None:
+    def __init__(
+        self,
+        node: int,
+        offset: int,
+        current_leader_epoch: int | None,
+        last_fetched_epoch: int | None,
+        topic_id: str | None = None,
+    ) -> None:
         self.node = node
         self.topic_id = topic_id
         self.offset = offset
@@ -102,10 +117,13 @@ class _Prefetch:
         self.waiting: FetchAction | None = None
 
     def matches(self, action: FetchAction) -> bool:
-        return (action.leader_id == self.node and action.offset == self.offset
-                and action.current_leader_epoch == self.current_leader_epoch
-                and action.last_fetched_epoch == self.last_fetched_epoch
-                and action.topic_id == self.topic_id)
+        return (
+            action.leader_id == self.node
+            and action.offset == self.offset
+            and action.current_leader_epoch == self.current_leader_epoch
+            and action.last_fetched_epoch == self.last_fetched_epoch
+            and action.topic_id == self.topic_id
+        )
 
 
 class FetcherMetrics:
@@ -191,8 +209,7 @@ class Fetcher:
         self._prefetch_enabled = True
         self._read_committed = config["isolation_level"] == "read_committed"
         self._fetch_max_version = int(config.get("max_fetch_version", FETCH_MAX_VERSION))
-        self._metadata_max_version = int(
-            config.get("max_metadata_version", METADATA_MAX_VERSION))
+        self._metadata_max_version = int(config.get("max_metadata_version", METADATA_MAX_VERSION))
 
     # ------------------------------------------------------------------ partitions
 
@@ -305,7 +322,8 @@ class Fetcher:
             self._metadata_needed = False
             return
         req_topics = (
-            None if topics is None
+            None
+            if topics is None
             else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
         )
         request = MetadataRequest(
@@ -326,10 +344,13 @@ class Fetcher:
         now = time.monotonic()
         if future.exception is not None:
             self._metadata_failures += 1
-            backoff = min(
-                self._config["retry_backoff_ms"] * 2 ** min(self._metadata_failures, 8),
-                self._config["reconnect_backoff_max_ms"],
-            ) / 1000
+            backoff = (
+                min(
+                    self._config["retry_backoff_ms"] * 2 ** min(self._metadata_failures, 8),
+                    self._config["reconnect_backoff_max_ms"],
+                )
+                / 1000
+            )
             self._metadata_next = now + backoff
             self._metadata_needed = True
             log.debug("metadata_request_failed", error=repr(future.exception), backoff_s=backoff)
@@ -367,10 +388,13 @@ class Fetcher:
             # Only metadata can release a held topic (it is back, with its new id): ask again
             # instead of waiting metadata_max_age_ms, backing off while it stays missing.
             self._hold_misses += 1
-            backoff = min(
-                self._config["retry_backoff_ms"] * 2 ** min(self._hold_misses, 8),
-                max(self._config["reconnect_backoff_max_ms"], self._config["retry_backoff_ms"]),
-            ) / 1000
+            backoff = (
+                min(
+                    self._config["retry_backoff_ms"] * 2 ** min(self._hold_misses, 8),
+                    max(self._config["reconnect_backoff_max_ms"], self._config["retry_backoff_ms"]),
+                )
+                / 1000
+            )
             self._metadata_next = now + backoff
             self._metadata_needed = True
         else:
@@ -380,12 +404,19 @@ class Fetcher:
             if tracker is None:
                 continue
             applied = tracker.on_metadata(
-                leader, epoch if epoch is not None and epoch >= 0 else None,
-                self.topic_ids.get(tp.topic))
+                leader,
+                epoch if epoch is not None and epoch >= 0 else None,
+                self.topic_ids.get(tp.topic),
+            )
             if not applied:
                 self.metrics.stale_metadata_ignored += 1
-                log.info("stale_metadata_ignored", topic=tp.topic, partition=tp.partition,
-                         leader_epoch=epoch, known_leader_epoch=tracker.leader_epoch)
+                log.info(
+                    "stale_metadata_ignored",
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    leader_epoch=epoch,
+                    known_leader_epoch=tracker.leader_epoch,
+                )
             self.after_input(tp)
         for listener in list(self.metadata_listeners):
             listener()
@@ -395,8 +426,10 @@ class Fetcher:
         if known is not None:
             leader, epoch = known
             self.trackers[tp].on_metadata(
-                leader, epoch if epoch is not None and epoch >= 0 else None,
-                self.topic_ids.get(tp.topic))
+                leader,
+                epoch if epoch is not None and epoch >= 0 else None,
+                self.topic_ids.get(tp.topic),
+            )
             self.after_input(tp)
 
     # ------------------------------------------------------------------ sending
@@ -432,8 +465,10 @@ class Fetcher:
                         self._drain_events(tp)
                         continue
                     self._drop_prefetch(tp)
-                if (tp.topic in self._topic_hold
-                        or self._fetching_nodes.get(action.leader_id, 0) >= MAX_FETCHES_PER_BROKER):
+                if (
+                    tp.topic in self._topic_hold
+                    or self._fetching_nodes.get(action.leader_id, 0) >= MAX_FETCHES_PER_BROKER
+                ):
                     tracker.cancel(action)
                 else:
                     fetches.setdefault(action.leader_id, []).append(action)
@@ -499,7 +534,8 @@ class Fetcher:
             session_epoch=-1,
             topics=[
                 FetchRequest.FetchTopic(
-                    topic=t, topic_id=_ZERO_UUID if ids[t] is None else ids[t], partitions=ps)
+                    topic=t, topic_id=_ZERO_UUID if ids[t] is None else ids[t], partitions=ps
+                )
                 for t, ps in by_topic.items()
             ],
             forgotten_topics_data=[],
@@ -512,8 +548,11 @@ class Fetcher:
     def _send_fetch(self, node: int, actions: list[FetchAction]) -> None:
         cfg = self._config
         request, names = self._fetch_request(
-            [(a.tp, a.offset, a.current_leader_epoch, a.last_fetched_epoch, a.topic_id)
-             for a in actions])
+            [
+                (a.tp, a.offset, a.current_leader_epoch, a.last_fetched_epoch, a.topic_id)
+                for a in actions
+            ]
+        )
         self._fetching_nodes[node] = self._fetching_nodes.get(node, 0) + 1
         self.metrics.fetch_requests += 1
         fut = self._client.send(node, request, cfg["request_timeout_ms"] + cfg["fetch_max_wait_ms"])
@@ -533,20 +572,29 @@ class Fetcher:
             if node != tracker.leader_id or self._fetching_nodes.get(node, 0) > 0:
                 continue
             last = buf.records[-1].leader_epoch if buf.records else buf.last_epoch
-            pf = _Prefetch(node, buf.next_offset, tracker.leader_epoch,
-                           None if last is None or last < 0 else last, tracker.topic_id)
+            pf = _Prefetch(
+                node,
+                buf.next_offset,
+                tracker.leader_epoch,
+                None if last is None or last < 0 else last,
+                tracker.topic_id,
+            )
             by_node.setdefault(node, []).append((tp, pf))
         cfg = self._config
         for node, items in by_node.items():
             for tp, pf in items:
                 self._prefetch[tp] = pf
             request, names = self._fetch_request(
-                [(tp, pf.offset, pf.current_leader_epoch, pf.last_fetched_epoch, pf.topic_id)
-                 for tp, pf in items])
+                [
+                    (tp, pf.offset, pf.current_leader_epoch, pf.last_fetched_epoch, pf.topic_id)
+                    for tp, pf in items
+                ]
+            )
             self._fetching_nodes[node] = self._fetching_nodes.get(node, 0) + 1
             self.metrics.fetch_requests += 1
             fut = self._client.send(
-                node, request, cfg["request_timeout_ms"] + cfg["fetch_max_wait_ms"])
+                node, request, cfg["request_timeout_ms"] + cfg["fetch_max_wait_ms"]
+            )
             self._complete(self._on_prefetch, (node, dict(items), names), fut)
 
     def _on_prefetch(self, context: Any, future: Any) -> None:
@@ -652,10 +700,14 @@ class Fetcher:
             self.metrics.bytes_fetched += len(data)
             aborted = (
                 [(a.producer_id, a.first_offset) for a in p.aborted_transactions]
-                if self._read_committed and p.aborted_transactions else None
+                if self._read_committed and p.aborted_transactions
+                else None
             )
             decoded = decode_records(
-                data, tp.topic, tp.partition, action.offset,
+                data,
+                tp.topic,
+                tp.partition,
+                action.offset,
                 check_crcs=self._config["check_crcs"],
                 key_deserializer=self._key_des,
                 value_deserializer=self._value_des,
@@ -667,7 +719,8 @@ class Fetcher:
                 if tp not in self._buffers:
                     self._buffer_order.append(tp)
                 self._buffers[tp] = _Buffered(
-                    action, decoded.records, decoded.next_offset, decoded.last_epoch)
+                    action, decoded.records, decoded.next_offset, decoded.last_epoch
+                )
                 return
         self._caught_up[tp] = action.offset >= p.high_watermark
         tracker.on_empty_fetch(action)
@@ -680,7 +733,8 @@ class Fetcher:
             by_topic.setdefault(a.tp.topic, []).append(
                 OT.OffsetForLeaderPartition(
                     partition=a.tp.partition,
-                    current_leader_epoch=-1 if a.current_leader_epoch is None
+                    current_leader_epoch=-1
+                    if a.current_leader_epoch is None
                     else a.current_leader_epoch,
                     leader_epoch=a.leader_epoch,
                 )
@@ -691,8 +745,11 @@ class Fetcher:
             min_version=OFFSET_FOR_LEADER_EPOCH_MIN_VERSION,
         )
         self.metrics.offset_for_leader_epoch_requests += 1
-        log.debug("offset_for_leader_epoch_sent", node=node,
-                  partitions=[(str(a.tp), a.leader_epoch) for a in actions])
+        log.debug(
+            "offset_for_leader_epoch_sent",
+            node=node,
+            partitions=[(str(a.tp), a.leader_epoch) for a in actions],
+        )
         fut = self._client.send(node, request)
         self._complete(self._on_validation, {a.tp: a for a in actions}, fut)
 
@@ -724,7 +781,8 @@ class Fetcher:
             by_topic.setdefault(a.tp.topic, []).append(
                 LT.ListOffsetsPartition(
                     partition_index=a.tp.partition,
-                    current_leader_epoch=-1 if a.current_leader_epoch is None
+                    current_leader_epoch=-1
+                    if a.current_leader_epoch is None
                     else a.current_leader_epoch,
                     timestamp=-2 if a.strategy is ResetStrategy.EARLIEST else -1,
                 )
@@ -751,7 +809,8 @@ class Fetcher:
                     if action is None or tracker is None:
                         continue
                     tracker.on_list_offsets(
-                        action, max(p.offset, 0), p.leader_epoch, p.error_code, now)
+                        action, max(p.offset, 0), p.leader_epoch, p.error_code, now
+                    )
                     self.after_input(tp)
         else:
             self.metrics.request_failures += 1
@@ -821,12 +880,14 @@ class Fetcher:
             # Only control/aborted/skipped batches: move past them.
             start = tracker.position.offset if tracker.position is not None else action.offset
             return tracker.on_records(
-                action, start, buf.next_offset - 1, buf.last_epoch, buf.next_offset)
+                action, start, buf.next_offset - 1, buf.last_epoch, buf.next_offset
+            )
         first = chunk[0]
         last_rec = chunk[-1]
         if first.leader_epoch == last_rec.leader_epoch:
             runs: Iterable[tuple[int, int, int]] = (
-                (first.offset, last_rec.offset, first.leader_epoch),)
+                (first.offset, last_rec.offset, first.leader_epoch),
+            )
         else:
             runs_l: list[tuple[int, int, int]] = []
             run_start = first
@@ -874,14 +935,20 @@ class Fetcher:
             for node, tss in by_node.items():
                 by_topic: dict[str, list[Any]] = {}
                 for tp, ts in tss.items():
-                    by_topic.setdefault(tp.topic, []).append(LT.ListOffsetsPartition(
-                        partition_index=tp.partition,
-                        current_leader_epoch=leaders.get(tp, (None, -1))[1] or -1,
-                        timestamp=ts))
+                    by_topic.setdefault(tp.topic, []).append(
+                        LT.ListOffsetsPartition(
+                            partition_index=tp.partition,
+                            current_leader_epoch=leaders.get(tp, (None, -1))[1] or -1,
+                            timestamp=ts,
+                        )
+                    )
                 request = ListOffsetsRequest(
-                    replica_id=-1, isolation_level=1 if self._read_committed else 0,
+                    replica_id=-1,
+                    isolation_level=1 if self._read_committed else 0,
                     topics=[LT(name=t, partitions=ps) for t, ps in by_topic.items()],
-                    timeout_ms=self._config["request_timeout_ms"], min_version=4)
+                    timeout_ms=self._config["request_timeout_ms"],
+                    min_version=4,
+                )
                 self.metrics.list_offsets_requests += 1
                 futures.append(self._client.send(node, request))
             for fut in futures:
@@ -902,7 +969,8 @@ class Fetcher:
                     from kafka.errors import KafkaTimeoutError
 
                     raise KafkaTimeoutError(
-                        f"ListOffsets got no answer within {timeout_s:.1f}s for {sorted(pending)}")
+                        f"ListOffsets got no answer within {timeout_s:.1f}s for {sorted(pending)}"
+                    )
                 self.request_metadata()
                 attempt += 1
                 time.sleep(min(0.05 * attempt, 0.5))

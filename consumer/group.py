@@ -98,7 +98,8 @@ class GroupCoordinator:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise kerrors.KafkaTimeoutError(
-                    f"group {self.group_id!r}: no coordinator found in time")
+                    f"group {self.group_id!r}: no coordinator found in time"
+                )
             request = FindCoordinatorRequest(key=self.group_id, key_type=0, max_version=3)
             try:
                 resp = self._client.request(None, request, min(self._timeout_s(), remaining))
@@ -116,21 +117,31 @@ class GroupCoordinator:
     def coordinator_dead(self) -> None:
         self.coordinator_id = None
 
-    def _call(self, request: Any, deadline: float, timeout_s: float | None = None,
-              lookup_deadline: float | None = None) -> Any:
+    def _call(
+        self,
+        request: Any,
+        deadline: float,
+        timeout_s: float | None = None,
+        lookup_deadline: float | None = None,
+    ) -> Any:
         """Send to the coordinator; on transport errors find the coordinator again and retry
         until ``deadline`` (looking the coordinator up until ``lookup_deadline``)."""
         t = self._timeout_s() if timeout_s is None else timeout_s
         attempt = 0
         while True:
             node = self.ensure_coordinator(
-                deadline if lookup_deadline is None else min(deadline, lookup_deadline))
+                deadline if lookup_deadline is None else min(deadline, lookup_deadline)
+            )
             remaining = max(0.05, deadline - time.monotonic())
             try:
                 return self._client.request(node, request, min(t, remaining))
-            except (kerrors.KafkaConnectionError, kerrors.NodeNotReadyError,
-                    kerrors.KafkaTimeoutError, kerrors.RequestTimedOutError,
-                    kerrors.UnknownBrokerIdError) as exc:
+            except (
+                kerrors.KafkaConnectionError,
+                kerrors.NodeNotReadyError,
+                kerrors.KafkaTimeoutError,
+                kerrors.RequestTimedOutError,
+                kerrors.UnknownBrokerIdError,
+            ) as exc:
                 self.coordinator_dead()
                 if time.monotonic() >= deadline or self._client.closed:
                     raise
@@ -201,12 +212,14 @@ class GroupCoordinator:
         by_topic: dict[str, list[Any]] = {}
         T = OffsetCommitRequest.OffsetCommitRequestTopic
         for tp, (pos, metadata) in offsets.items():
-            by_topic.setdefault(tp.topic, []).append(T.OffsetCommitRequestPartition(
-                partition_index=tp.partition,
-                committed_offset=pos.offset,
-                committed_leader_epoch=pos.wire_epoch,
-                committed_metadata=metadata,
-            ))
+            by_topic.setdefault(tp.topic, []).append(
+                T.OffsetCommitRequestPartition(
+                    partition_index=tp.partition,
+                    committed_offset=pos.offset,
+                    committed_leader_epoch=pos.wire_epoch,
+                    committed_metadata=metadata,
+                )
+            )
         with self._lock:
             generation, member = self.generation, self.member_id
         subscribed = self.protocol is not None
@@ -224,8 +237,11 @@ class GroupCoordinator:
             resp = self._call(request, deadline)
             errors = {p.error_code for t in resp.topics for p in t.partitions} - {0}
             if not errors:
-                log.debug("offsets_committed", group=self.group_id,
-                          offsets={str(tp): str(p) for tp, (p, _m) in offsets.items()})
+                log.debug(
+                    "offsets_committed",
+                    group=self.group_id,
+                    offsets={str(tp): str(p) for tp, (p, _m) in offsets.items()},
+                )
                 return
             if errors & _COORDINATOR_ERRORS:
                 self.coordinator_dead()
@@ -236,7 +252,8 @@ class GroupCoordinator:
                 self.rejoin_needed = True
                 raise CommitFailedError(
                     f"group {self.group_id!r}: commit rejected ({sorted(errors)}); the group "
-                    "rebalanced, partitions may have moved to another member")
+                    "rebalanced, partitions may have moved to another member"
+                )
             raise kerrors.for_code(min(errors))()
 
     # ------------------------------------------------------------------ membership
@@ -254,8 +271,7 @@ class GroupCoordinator:
         ``poll`` keeps its timeout while the cluster is down)."""
         self.stop_heartbeats()
         protocols = [
-            (name, assignor.metadata(topics).encode())
-            for name, assignor in self._assignors.items()
+            (name, assignor.metadata(topics).encode()) for name, assignor in self._assignors.items()
         ]
         rebalance_timeout = int(self._config["max_poll_interval_ms"])
         while True:
@@ -273,8 +289,9 @@ class GroupCoordinator:
                 max_version=7,
             )
             try:
-                resp = self._call(request, deadline, rebalance_timeout / 1000 + 5,
-                                  lookup_deadline=lookup_deadline)
+                resp = self._call(
+                    request, deadline, rebalance_timeout / 1000 + 5, lookup_deadline=lookup_deadline
+                )
             except kerrors.KafkaError as exc:
                 log.debug("join_group_failed", group=self.group_id, error=repr(exc))
                 if lookup_deadline is not None and time.monotonic() >= lookup_deadline:
@@ -339,9 +356,15 @@ class GroupCoordinator:
             self.rejoin_needed = False
             self.rebalances += 1
             parts = sorted(assignment.partitions())
-            log.info("group_joined", group=self.group_id, generation=resp.generation_id,
-                     member_id=resp.member_id, leader=resp.leader == resp.member_id,
-                     protocol=resp.protocol_name, partitions=[str(tp) for tp in parts])
+            log.info(
+                "group_joined",
+                group=self.group_id,
+                generation=resp.generation_id,
+                member_id=resp.member_id,
+                leader=resp.leader == resp.member_id,
+                protocol=resp.protocol_name,
+                partitions=[str(tp) for tp in parts],
+            )
             self.start_heartbeats()
             return parts
 
@@ -374,8 +397,11 @@ class GroupCoordinator:
         request = LeaveGroupRequest(
             group_id=self.group_id,
             member_id=member,
-            members=[LeaveGroupRequest.MemberIdentity(
-                member_id=member, group_instance_id=None, reason=reason)],
+            members=[
+                LeaveGroupRequest.MemberIdentity(
+                    member_id=member, group_instance_id=None, reason=reason
+                )
+            ],
             max_version=4,
         )
         try:
@@ -391,8 +417,12 @@ class GroupCoordinator:
 
     def start_heartbeats(self) -> None:
         self._hb_stop = threading.Event()
-        t = threading.Thread(target=self._heartbeat_loop, args=(self._hb_stop,),
-                             name=f"epochguard-heartbeat-{self.group_id}", daemon=True)
+        t = threading.Thread(
+            target=self._heartbeat_loop,
+            args=(self._hb_stop,),
+            name=f"epochguard-heartbeat-{self.group_id}",
+            daemon=True,
+        )
         self._hb_thread = t
         t.start()
 
@@ -408,8 +438,11 @@ class GroupCoordinator:
         max_poll = self._config["max_poll_interval_ms"] / 1000
         while not stop.wait(interval):
             if time.monotonic() - self._last_poll > max_poll:
-                log.warning("max_poll_interval_exceeded", group=self.group_id,
-                            max_poll_interval_ms=self._config["max_poll_interval_ms"])
+                log.warning(
+                    "max_poll_interval_exceeded",
+                    group=self.group_id,
+                    max_poll_interval_ms=self._config["max_poll_interval_ms"],
+                )
                 self.leave("max_poll_interval_ms exceeded")
                 return
             with self._lock:
@@ -417,9 +450,13 @@ class GroupCoordinator:
             node = self.coordinator_id
             if node is None or not member:
                 continue
-            request = HeartbeatRequest(group_id=self.group_id, generation_id=generation,
-                                       member_id=member, group_instance_id=self._instance_id,
-                                       max_version=4)
+            request = HeartbeatRequest(
+                group_id=self.group_id,
+                generation_id=generation,
+                member_id=member,
+                group_instance_id=self._instance_id,
+                max_version=4,
+            )
             try:
                 resp = self._client.request(node, request, min(self._timeout_s(), interval * 3))
             except kerrors.KafkaError as exc:

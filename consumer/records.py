@@ -353,8 +353,15 @@ def decode_records(
         magic = buf[pos + _MAGIC_OFFSET] if pos + _MAGIC_OFFSET < total else -1
         if magic != 2:
             nxt, ep = _decode_legacy(
-                buf[pos:batch_end], topic, partition, fetch_offset, check_crcs, out,
-                key_deserializer, value_deserializer)
+                buf[pos:batch_end],
+                topic,
+                partition,
+                fetch_offset,
+                check_crcs,
+                out,
+                key_deserializer,
+                value_deserializer,
+            )
             if nxt is not None:
                 next_offset = nxt
                 last_epoch = ep
@@ -409,14 +416,41 @@ def decode_records(
         try:
             if native is not None:
                 native(
-                    body, bstart, bend, count, topic, partition, epoch, base_offset, base_ts,
-                    ts_type, max_ts if ts_type == 1 else None, fetch_offset, out,
-                    key_deserializer, value_deserializer, ConsumerRecord)
+                    body,
+                    bstart,
+                    bend,
+                    count,
+                    topic,
+                    partition,
+                    epoch,
+                    base_offset,
+                    base_ts,
+                    ts_type,
+                    max_ts if ts_type == 1 else None,
+                    fetch_offset,
+                    out,
+                    key_deserializer,
+                    value_deserializer,
+                    ConsumerRecord,
+                )
             else:
                 _decode_batch_records(
-                    body, bstart, bend, count, topic, partition, epoch, base_offset, base_ts,
-                    ts_type, max_ts if ts_type == 1 else None, fetch_offset, out,
-                    key_deserializer, value_deserializer)
+                    body,
+                    bstart,
+                    bend,
+                    count,
+                    topic,
+                    partition,
+                    epoch,
+                    base_offset,
+                    base_ts,
+                    ts_type,
+                    max_ts if ts_type == 1 else None,
+                    fetch_offset,
+                    out,
+                    key_deserializer,
+                    value_deserializer,
+                )
         except IndexError as exc:
             raise CorruptRecordError(
                 f"{topic}-{partition}: truncated record in batch at offset {base_offset}"
@@ -451,11 +485,19 @@ def _decode_legacy(
             key, value = rec.key, rec.value
             out.append(
                 ConsumerRecord(
-                    topic, partition, -1, rec.offset, rec.timestamp, rec.timestamp_type,
+                    topic,
+                    partition,
+                    -1,
+                    rec.offset,
+                    rec.timestamp,
+                    rec.timestamp_type,
                     key if key_des is None else key_des(topic, [], key),
                     value if value_des is None else value_des(topic, [], value),
-                    [], rec.checksum,
-                    -1 if key is None else len(key), -1 if value is None else len(value), -1,
+                    [],
+                    rec.checksum,
+                    -1 if key is None else len(key),
+                    -1 if value is None else len(value),
+                    -1,
                 )
             )
     return nxt, None

@@ -13,9 +13,12 @@ import structlog
 
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--bootstrap-servers", default=None,
-                   help="a real cluster (default: start an EmbeddedCluster and stage an "
-                        "unclean election on it)")
+    p.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="a real cluster (default: start an EmbeddedCluster and stage an "
+        "unclean election on it)",
+    )
     p.add_argument("--topic", default="orders")
     p.add_argument("--seconds", type=float, default=10.0, help="how long to consume")
     return p
@@ -53,8 +56,9 @@ class Staging:
     def leader_only(self, start: int, n: int) -> None:
         """Records only the leader gets (the follower is down): they will be lost."""
         self.cluster.stop_broker(self.follower)
-        self.cluster.append(self.topic, 0, [b"order-%d" % i for i in range(start, start + n)],
-                            batch_size=1)
+        self.cluster.append(
+            self.topic, 0, [b"order-%d" % i for i in range(start, start + n)], batch_size=1
+        )
 
     def unclean_election(self, new_records: int) -> None:
         c = self.cluster

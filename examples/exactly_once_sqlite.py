@@ -24,34 +24,46 @@ from epochguard import EpochConsumer, EpochOffset, SqliteOffsetStore, Truncation
 from epochguard.offsets import TruncationDecision
 
 
-def process(store: SqliteOffsetStore, tp: TopicPartition, records: list[object],
-            position: EpochOffset) -> None:
+def process(
+    store: SqliteOffsetStore, tp: TopicPartition, records: list[object], position: EpochOffset
+) -> None:
     """Output and position commit or roll back together. ``position`` (the consumer's,
     after these records) carries the leader epoch and the topic id."""
     with store.transaction() as conn:
         for r in records:
-            conn.execute("INSERT INTO output(topic, partition, offset, value) VALUES (?,?,?,?)",
-                         (r.topic, r.partition, r.offset, r.value))  # type: ignore[attr-defined]
+            conn.execute(
+                "INSERT INTO output(topic, partition, offset, value) VALUES (?,?,?,?)",
+                (r.topic, r.partition, r.offset, r.value),
+            )  # type: ignore[attr-defined]
         store.save({tp: position}, connection=conn)
 
 
 def run_once(bootstrap: str, topic: str, db: Path, seconds: float, until: int) -> list[str]:
     store = SqliteOffsetStore(db)
     conn: sqlite3.Connection = store.connection
-    conn.execute("CREATE TABLE IF NOT EXISTS output(topic TEXT, partition INT, offset INT, "
-                 "value BLOB, PRIMARY KEY(topic, partition, offset))")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS output(topic TEXT, partition INT, offset INT, "
+        "value BLOB, PRIMARY KEY(topic, partition, offset))"
+    )
     tp = TopicPartition(topic, 0)
 
     def undo_lost_output(report: TruncationReport) -> TruncationDecision:
         with store.transaction() as c:
-            c.execute("DELETE FROM output WHERE topic=? AND partition=? AND offset>=?",
-                      (report.topic, report.partition, report.lost_from or 0))
+            c.execute(
+                "DELETE FROM output WHERE topic=? AND partition=? AND offset>=?",
+                (report.topic, report.partition, report.lost_from or 0),
+            )
         print(f"truncation: removed output of offsets [{report.lost_from}, {report.lost_to})")
         return TruncationDecision.REWIND
 
-    with EpochConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                       enable_auto_commit=False, offset_store=store,
-                       on_truncation=undo_lost_output, fetch_max_wait_ms=100) as consumer:
+    with EpochConsumer(
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        offset_store=store,
+        on_truncation=undo_lost_output,
+        fetch_max_wait_ms=100,
+    ) as consumer:
         consumer.assign([tp])  # the stored (offset, epoch) is validated before fetching
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:

@@ -27,10 +27,16 @@ def main(argv: list[str] | None = None) -> int:
         if staging:
             staging.replicated(10)
         consumer = EpochConsumer(
-            bootstrap_servers=bootstrap, group_id="example-rewind",
-            auto_offset_reset="earliest", on_truncation="rewind",
-            on_truncation_report=lost.append, session_timeout_ms=10000,
-            heartbeat_interval_ms=500, fetch_max_wait_ms=100, metadata_max_age_ms=1000)
+            bootstrap_servers=bootstrap,
+            group_id="example-rewind",
+            auto_offset_reset="earliest",
+            on_truncation="rewind",
+            on_truncation_report=lost.append,
+            session_timeout_ms=10000,
+            heartbeat_interval_ms=500,
+            fetch_max_wait_ms=100,
+            metadata_max_age_ms=1000,
+        )
         consumer.subscribe([args.topic])
         seen = 0
         staged = 0
@@ -40,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
                 for tp, records in consumer.poll(timeout_ms=100).items():
                     for r in records:
                         seen += 1
-                        print(f"{tp.topic}-{tp.partition}@{r.offset} (epoch {r.leader_epoch}):"
-                              f" {r.value!r}")
+                        print(
+                            f"{tp.topic}-{tp.partition}@{r.offset} (epoch {r.leader_epoch}):"
+                            f" {r.value!r}"
+                        )
                 if staging and staged == 0 and seen >= 10:
                     staging.leader_only(10, 5)
                     staged = 1

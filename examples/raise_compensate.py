@@ -31,9 +31,14 @@ def main(argv: list[str] | None = None) -> int:
         if staging:
             staging.replicated(10)
         tp = TopicPartition(args.topic, 0)
-        with EpochConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                           enable_auto_commit=False, on_truncation="raise",
-                           fetch_max_wait_ms=100, metadata_max_age_ms=1000) as consumer:
+        with EpochConsumer(
+            bootstrap_servers=bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            on_truncation="raise",
+            fetch_max_wait_ms=100,
+            metadata_max_age_ms=1000,
+        ) as consumer:
             consumer.assign([tp])
             deadline = time.monotonic() + args.seconds
             stage = 0
@@ -43,12 +48,18 @@ def main(argv: list[str] | None = None) -> int:
                 except LogTruncationError as err:
                     for part, report in err.truncations.items():
                         # Compensate: these records were processed but no longer exist.
-                        compensations.append((part.topic, part.partition,
-                                              report.lost_from or 0, report.lost_to))
-                        print(f"compensating: re-request {part.topic}-{part.partition} "
-                              f"offsets [{report.lost_from}, {report.lost_to})")
-                        consumed[:] = [(o, v) for o, v in consumed
-                                       if report.lost_from is None or o < report.lost_from]
+                        compensations.append(
+                            (part.topic, part.partition, report.lost_from or 0, report.lost_to)
+                        )
+                        print(
+                            f"compensating: re-request {part.topic}-{part.partition} "
+                            f"offsets [{report.lost_from}, {report.lost_to})"
+                        )
+                        consumed[:] = [
+                            (o, v)
+                            for o, v in consumed
+                            if report.lost_from is None or o < report.lost_from
+                        ]
                     for part, divergence in err.truncation_offsets().items():
                         if divergence is not None:
                             consumer.seek(part, divergence)
@@ -67,8 +78,11 @@ def main(argv: list[str] | None = None) -> int:
                     break
     print(f"final log as processed: {[v.decode() for _, v in consumed]}")
     if staging is not None:
-        ok = compensations == [(args.topic, 0, 10, 15)] and [o for o, _ in consumed] == list(
-            range(18)) and consumed[10][1] == b"refund-0"
+        ok = (
+            compensations == [(args.topic, 0, 10, 15)]
+            and [o for o, _ in consumed] == list(range(18))
+            and consumed[10][1] == b"refund-0"
+        )
         return 0 if ok else 1
     return 0
 

@@ -73,9 +73,11 @@ class EpochOffset:
     offset: int = attrs.field(validator=_check_offset)
     leader_epoch: int | None = attrs.field(default=None, converter=normalise_epoch)
     topic_id: str | None = attrs.field(
-        default=None, kw_only=True, converter=normalise_topic_id, eq=False)
-    epoch_exact: bool = attrs.field(default=False, kw_only=True, eq=False,
-                                    validator=attrs.validators.instance_of(bool))
+        default=None, kw_only=True, converter=normalise_topic_id, eq=False
+    )
+    epoch_exact: bool = attrs.field(
+        default=False, kw_only=True, eq=False, validator=attrs.validators.instance_of(bool)
+    )
 
     @property
     def wire_epoch(self) -> int:
@@ -84,7 +86,9 @@ class EpochOffset:
 
     def to_json(self) -> dict[str, int | str | bool | None]:
         out: dict[str, int | str | bool | None] = {
-            "offset": self.offset, "leader_epoch": self.leader_epoch}
+            "offset": self.offset,
+            "leader_epoch": self.leader_epoch,
+        }
         if self.topic_id is not None:
             out["topic_id"] = self.topic_id
         if self.epoch_exact:
@@ -110,8 +114,12 @@ class EpochOffset:
         exact = data.get("epoch_exact", False)
         if not isinstance(exact, bool):
             raise InvalidPositionError(f"epoch_exact must be true or false, got {exact!r}")
-        return cls(data["offset"], data.get("leader_epoch"), topic_id=data.get("topic_id"),
-                   epoch_exact=exact)
+        return cls(
+            data["offset"],
+            data.get("leader_epoch"),
+            topic_id=data.get("topic_id"),
+            epoch_exact=exact,
+        )
 
     def __repr__(self) -> str:
         # The provenance fields only when set: reports and logs stay readable.

@@ -299,8 +299,12 @@ class PartitionTracker:
         the first position is known."""
         if self._offset < 0:
             return None
-        return EpochOffset(self._offset, self._epoch, topic_id=self._topic_id,
-                           epoch_exact=self._epoch is not None and bool(self._hist))
+        return EpochOffset(
+            self._offset,
+            self._epoch,
+            topic_id=self._topic_id,
+            epoch_exact=self._epoch is not None and bool(self._hist),
+        )
 
     @property
     def has_valid_position(self) -> bool:

@@ -201,7 +201,8 @@ class SqliteOffsetStore:
         for topic, partition, offset, epoch, topic_id, exact in rows:
             try:
                 out[TopicPartition(topic, partition)] = EpochOffset(
-                    offset, epoch, topic_id=topic_id, epoch_exact=bool(exact))
+                    offset, epoch, topic_id=topic_id, epoch_exact=bool(exact)
+                )
             except InvalidPositionError as exc:
                 raise OffsetStoreError(
                     f"corrupt row for {topic}-{partition} in {self.table!r}: {exc}"
@@ -217,8 +218,10 @@ class SqliteOffsetStore:
         ``connection`` (which then commits or rolls back with the caller's own writes)."""
         rows = _check_mapping(mapping)
         conn = self._conn if connection is None else connection
-        params = [(self.namespace, t, p, pos.offset, pos.leader_epoch, pos.topic_id,
-                   int(pos.epoch_exact)) for t, p, pos in rows]
+        params = [
+            (self.namespace, t, p, pos.offset, pos.leader_epoch, pos.topic_id, int(pos.epoch_exact))
+            for t, p, pos in rows
+        ]
         sql = (
             f'INSERT INTO "{self.table}" '
             '(namespace, topic, partition, "offset", leader_epoch, topic_id, epoch_exact) '
@@ -293,9 +296,12 @@ class JsonFileOffsetStore:
                 if not isinstance(topic, str) or not isinstance(partition, int):
                     raise TypeError("topic/partition types")
                 pos = EpochOffset.from_json(
-                    {"offset": entry["offset"], "leader_epoch": entry.get("leader_epoch"),
-                     "topic_id": entry.get("topic_id"),
-                     "epoch_exact": entry.get("epoch_exact", False)}
+                    {
+                        "offset": entry["offset"],
+                        "leader_epoch": entry.get("leader_epoch"),
+                        "topic_id": entry.get("topic_id"),
+                        "epoch_exact": entry.get("epoch_exact", False),
+                    }
                 )
             except (KeyError, TypeError, InvalidPositionError) as exc:
                 raise OffsetStoreError(f"{self.path}: bad entry {entry!r}: {exc}") from exc

@@ -27,15 +27,27 @@ def _topic(spec: str) -> tuple[str, int, int | None]:
 
 
 def parser(prog: str = "python -m epochguard.testing") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Run a pure-Python Kafka-protocol "
-                                "cluster on 127.0.0.1 until interrupted.")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run a pure-Python Kafka-protocol cluster on 127.0.0.1 until interrupted.",
+    )
     p.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
-    p.add_argument("--topic", type=_topic, action="append", default=[],
-                   metavar="NAME[:PARTITIONS[:RF]]", help="create a topic (repeatable)")
-    p.add_argument("--auto-create-topics", action="store_true",
-                   help="create unknown topics on Metadata requests")
-    p.add_argument("--exit-after", type=float, default=None, metavar="SECONDS",
-                   help=argparse.SUPPRESS)
+    p.add_argument(
+        "--topic",
+        type=_topic,
+        action="append",
+        default=[],
+        metavar="NAME[:PARTITIONS[:RF]]",
+        help="create a topic (repeatable)",
+    )
+    p.add_argument(
+        "--auto-create-topics",
+        action="store_true",
+        help="create unknown topics on Metadata requests",
+    )
+    p.add_argument(
+        "--exit-after", type=float, default=None, metavar="SECONDS", help=argparse.SUPPRESS
+    )
     return p
 
 
@@ -56,14 +68,18 @@ def _run(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         print("--brokers must be at least 1", file=sys.stderr)
         return 2
-    with EmbeddedCluster(brokers=args.brokers,
-                         auto_create_topics=args.auto_create_topics) as cluster:
+    with EmbeddedCluster(
+        brokers=args.brokers, auto_create_topics=args.auto_create_topics
+    ) as cluster:
         for name, partitions, rf in args.topic:
             cluster.create_topic(name, partitions, rf)
         print(cluster.bootstrap_servers, flush=True)
-        print(f"# {args.brokers} brokers, topics: "
-              f"{', '.join(n for n, _, _ in args.topic) or 'none'}; Ctrl-C stops",
-              file=sys.stderr, flush=True)
+        print(
+            f"# {args.brokers} brokers, topics: "
+            f"{', '.join(n for n, _, _ in args.topic) or 'none'}; Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
         threading.Event().wait(args.exit_after)
     return 0
 

@@ -19,8 +19,9 @@ class WaitTimeout(AssertionError):
     """``wait_until`` gave up; the message names what it waited for and the last error."""
 
 
-def wait_until(what: str, probe: Callable[[], T | None], timeout: float = 30.0,
-               interval: float = 0.1) -> T:
+def wait_until(
+    what: str, probe: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1
+) -> T:
     """Call ``probe`` until it returns something other than ``None``/``False``; return it.
 
     Exceptions from ``probe`` count as "not yet" (clusters raise while they catch up); the
@@ -36,21 +37,33 @@ def wait_until(what: str, probe: Callable[[], T | None], timeout: float = 30.0,
         except Exception as exc:
             last = exc
         if time.monotonic() >= deadline:
-            raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}"
-                              + (f" (last error: {last!r})" if last is not None else ""))
+            raise WaitTimeout(
+                f"timed out after {timeout:.0f}s waiting for {what}"
+                + (f" (last error: {last!r})" if last is not None else "")
+            )
         time.sleep(interval)
 
 
-def produce(cluster: Cluster, topic: str, values: Sequence[str | bytes], partition: int = 0,
-            timeout: float = 15.0) -> None:
+def produce(
+    cluster: Cluster,
+    topic: str,
+    values: Sequence[str | bytes],
+    partition: int = 0,
+    timeout: float = 15.0,
+) -> None:
     """Write ``values`` in order to one partition through its leader, as a producer with
     ``acks=1`` (one request, so one batch, per record), waiting for each acknowledgement.
 
     ``acks=1`` is what lets a leader accept records its followers never get: the way to
     stage an unclean election with lost records.
     """
-    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks=1,
-                             enable_idempotence=False, linger_ms=0, retries=5)
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        acks=1,
+        enable_idempotence=False,
+        linger_ms=0,
+        retries=5,
+    )
     try:
         for value in values:
             data = value.encode() if isinstance(value, str) else value
@@ -59,9 +72,14 @@ def produce(cluster: Cluster, topic: str, values: Sequence[str | bytes], partiti
         producer.close(timeout=5)
 
 
-def recreate_topic(cluster: Cluster, name: str, partitions: int = 1,
-                   replication_factor: int | None = None, timeout: float = 30.0,
-                   delete: bool = True) -> int:
+def recreate_topic(
+    cluster: Cluster,
+    name: str,
+    partitions: int = 1,
+    replication_factor: int | None = None,
+    timeout: float = 30.0,
+    delete: bool = True,
+) -> int:
     """Delete ``name`` (unless ``delete=False``: the caller already did) and create it
     again (a new topic id; offsets and epochs start over), retrying the creation while the
     deletion is still in progress (real Kafka deletes asynchronously). Returns the new

@@ -258,8 +258,10 @@ class ApacheKafkaCluster:
             raise ValueError("num_brokers must be at least 1")
         for user, password in (sasl_users or {}).items():
             if not user or not user.isidentifier() or '"' in password or not password:
-                raise ValueError(f"SASL user {user!r}: names must be identifiers and "
-                                 "passwords non-empty without double quotes")
+                raise ValueError(
+                    f"SASL user {user!r}: names must be identifiers and "
+                    "passwords non-empty without double quotes"
+                )
         self._sasl_users = dict(sasl_users or {})
         self._num_brokers = num_brokers
         self._jars = jars
@@ -354,8 +356,7 @@ class ApacheKafkaCluster:
         for i, broker_id in enumerate(self.broker_ids):
             directory = self.work_dir / f"broker-{broker_id}"
             sasl_port = ports[1 + self._num_brokers + i] if sasl else None
-            self._nodes[broker_id] = _Node(broker_id, "broker", ports[1 + i], directory,
-                                           sasl_port)
+            self._nodes[broker_id] = _Node(broker_id, "broker", ports[1 + i], directory, sasl_port)
         (self.work_dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
         for node in self._nodes.values():
             node.directory.mkdir(parents=True, exist_ok=True)
@@ -487,18 +488,21 @@ class ApacheKafkaCluster:
             }
             if node.sasl_port is not None:
                 users = " ".join(f'user_{u}="{pw}"' for u, pw in self._sasl_users.items())
-                props.update({
-                    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
-                                                      "SASL_PLAINTEXT:SASL_PLAINTEXT",
-                    "listeners": f"PLAINTEXT://127.0.0.1:{node.port},"
-                                 f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}",
-                    "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port},"
-                                            f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}",
-                    "sasl.enabled.mechanisms": "PLAIN",
-                    "listener.name.sasl_plaintext.plain.sasl.jaas.config":
-                        f"org.apache.kafka.common.security.plain.PlainLoginModule required "
-                        f"{users};",
-                })
+                protocol_map = (
+                    "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+                )
+                jaas = f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+                props.update(
+                    {
+                        "listener.security.protocol.map": protocol_map,
+                        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},"
+                        f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}",
+                        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port},"
+                        f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}",
+                        "sasl.enabled.mechanisms": "PLAIN",
+                        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+                    }
+                )
         props.update(self._extra_config if node.role == "broker" else {})
         return "".join(f"{k}={v}\n" for k, v in props.items())
 

@@ -45,9 +45,15 @@ class EmbeddedCluster:
     :class:`epochguard.testing.cluster.Cluster`.
     """
 
-    def __init__(self, brokers: int = 3, *, first_broker_id: int = 1,
-                 auto_create_topics: bool = False, fetch_sessions: bool = True,
-                 eligible_leader_replicas: bool = True) -> None:
+    def __init__(
+        self,
+        brokers: int = 3,
+        *,
+        first_broker_id: int = 1,
+        auto_create_topics: bool = False,
+        fetch_sessions: bool = True,
+        eligible_leader_replicas: bool = True,
+    ) -> None:
         if brokers < 1:
             raise ValueError("an EmbeddedCluster needs at least one broker")
         self._state = ClusterState(list(range(first_broker_id, first_broker_id + brokers)))
@@ -79,8 +85,12 @@ class EmbeddedCluster:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def _call(self, fn: Callable[[], T]) -> T:
@@ -131,11 +141,16 @@ class EmbeddedCluster:
 
     # -- topics ----------------------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int = 1,
-                     replication_factor: int | None = None,
-                     config: Mapping[str, str] | None = None) -> None:
-        rf = min(3, len(self._state.brokers)) if replication_factor is None else (
-            replication_factor)
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int | None = None,
+        config: Mapping[str, str] | None = None,
+    ) -> None:
+        rf = (
+            min(3, len(self._state.brokers)) if replication_factor is None else (replication_factor)
+        )
         self._call(lambda: self._state.create_topic(name, partitions, rf, config))
 
     def delete_topic(self, name: str) -> None:
@@ -201,18 +216,31 @@ class EmbeddedCluster:
                 base = int.from_bytes(raw[0:8], "big", signed=True)
                 delta = int.from_bytes(raw[23:27], "big", signed=True)
                 batches.append((base, base + delta, batch_epoch(raw)))
-            return ReplicaLog(broker, log.log_start_offset, log.log_end_offset,
-                              log.high_watermark, tuple(log.epoch_cache), tuple(batches))
+            return ReplicaLog(
+                broker,
+                log.log_start_offset,
+                log.log_end_offset,
+                log.high_watermark,
+                tuple(log.epoch_cache),
+                tuple(batches),
+            )
 
         return self._call(snap)
 
     def epoch_cache(self, topic: str, partition: int, broker: int) -> list[tuple[int, int]]:
         """``[(epoch, start_offset), ...]`` of ``broker``'s replica."""
-        return self._call(lambda: [(e.epoch, e.start_offset) for e in
-                                   self._log(topic, partition, broker).epoch_cache])
+        return self._call(
+            lambda: [
+                (e.epoch, e.start_offset) for e in self._log(topic, partition, broker).epoch_cache
+            ]
+        )
 
-    def read_records(self, topic: str, partition: int, broker: int | None = None,
-                     ) -> list[tuple[int, bytes | None, bytes | None]]:
+    def read_records(
+        self,
+        topic: str,
+        partition: int,
+        broker: int | None = None,
+    ) -> list[tuple[int, bytes | None, bytes | None]]:
         """``(offset, key, value)`` of every record in a replica (decoded in the test)."""
         from kafka.record.default_records import DefaultRecordBatch
 
@@ -243,8 +271,9 @@ class EmbeddedCluster:
     def is_running(self, broker_id: int) -> bool:
         return self._call(lambda: self._state.broker(broker_id).alive)
 
-    def elect_leader(self, topic: str, partition: int, broker_id: int,
-                     unclean: bool = False) -> None:
+    def elect_leader(
+        self, topic: str, partition: int, broker_id: int, unclean: bool = False
+    ) -> None:
         self._call(lambda: self._state.elect_leader(topic, partition, broker_id, unclean))
 
     def set_metadata_delay(self, broker_id: int, seconds: float) -> None:
@@ -285,8 +314,15 @@ class EmbeddedCluster:
 
     # -- producing directly ----------------------------------------------------------------
 
-    def append(self, topic: str, partition: int, records: Iterable[Record], *,
-               timestamp_ms: int | None = None, batch_size: int | None = None) -> int:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Iterable[Record],
+        *,
+        timestamp_ms: int | None = None,
+        batch_size: int | None = None,
+    ) -> int:
         """Append records on the current leader as a producer with acks=1 would.
 
         Returns the offset of the first record. ``batch_size`` splits into batches of that
@@ -294,12 +330,15 @@ class EmbeddedCluster:
         """
         recs = list(records)
         size = batch_size or max(1, len(recs))
-        batches = b"".join(build_batch(recs[i : i + size], timestamp_ms=timestamp_ms)
-                           for i in range(0, len(recs), size))
+        batches = b"".join(
+            build_batch(recs[i : i + size], timestamp_ms=timestamp_ms)
+            for i in range(0, len(recs), size)
+        )
         return self.append_raw(topic, partition, batches)
 
     def append_raw(self, topic: str, partition: int, batches: bytes) -> int:
         """Append already-encoded v2 batches on the leader; returns the first offset."""
+
         def do() -> int:
             p = self._state.partition(topic, partition)
             if p.leader is None:

@@ -22,7 +22,8 @@ class _Rule:
 
     def matches(self, broker: int, api_key: int) -> bool:
         return (self.broker is None or self.broker == broker) and (
-            self.api_key is None or self.api_key == api_key)
+            self.api_key is None or self.api_key == api_key
+        )
 
 
 class Faults:
@@ -38,8 +39,9 @@ class Faults:
 
     # -- configuring (test thread) ---------------------------------------------------------
 
-    def inject_error(self, api_key: int, error_code: int, count: int = 1,
-                     broker: int | None = None) -> None:
+    def inject_error(
+        self, api_key: int, error_code: int, count: int = 1, broker: int | None = None
+    ) -> None:
         """Answer the next ``count`` requests of ``api_key`` with ``error_code``.
 
         Partition-level APIs put the code on every partition of the response.
@@ -47,20 +49,27 @@ class Faults:
         with self._lock:
             self._errors.append(_Rule(broker, api_key, count, error_code))
 
-    def delay_responses(self, seconds: float, api_key: int | None = None,
-                        broker: int | None = None, count: int | None = None) -> None:
+    def delay_responses(
+        self,
+        seconds: float,
+        api_key: int | None = None,
+        broker: int | None = None,
+        count: int | None = None,
+    ) -> None:
         """Hold responses for ``seconds`` before sending them."""
         with self._lock:
             self._delays.append(_Rule(broker, api_key, count, seconds))
 
-    def drop_responses(self, api_key: int | None = None, broker: int | None = None,
-                       count: int | None = 1) -> None:
+    def drop_responses(
+        self, api_key: int | None = None, broker: int | None = None, count: int | None = 1
+    ) -> None:
         """Handle requests but never send their responses (the client times out)."""
         with self._lock:
             self._drops.append(_Rule(broker, api_key, count))
 
-    def disconnect_on(self, api_key: int | None = None, broker: int | None = None,
-                      count: int | None = 1) -> None:
+    def disconnect_on(
+        self, api_key: int | None = None, broker: int | None = None, count: int | None = 1
+    ) -> None:
         """Close the connection instead of answering."""
         with self._lock:
             self._disconnects.append(_Rule(broker, api_key, count))

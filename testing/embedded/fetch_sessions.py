@@ -77,8 +77,12 @@ class FetchSessionCache:
         self._sessions.clear()
 
     def open(
-        self, session_id: int, epoch: int, requested: list[FetchTarget],
-        forgotten: list[tuple[TopicKey, int]], create: bool = True,
+        self,
+        session_id: int,
+        epoch: int,
+        requested: list[FetchTarget],
+        forgotten: list[tuple[TopicKey, int]],
+        create: bool = True,
     ) -> tuple[FetchSession | None, list[FetchTarget], bool]:
         """Resolve a request's session metadata (``create``: may open new sessions).
 
@@ -90,8 +94,9 @@ class FetchSessionCache:
                 self._sessions.pop(session_id, None)
             if epoch == FINAL_EPOCH or not create:
                 return None, requested, False
-            session = FetchSession(next(self._ids), 1, OrderedDict(
-                ((t.topic, t.partition), t) for t in requested))
+            session = FetchSession(
+                next(self._ids), 1, OrderedDict(((t.topic, t.partition), t) for t in requested)
+            )
             self._sessions[session.session_id] = session
             while len(self._sessions) > MAX_SESSIONS_PER_BROKER:
                 self._sessions.popitem(last=False)

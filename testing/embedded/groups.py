@@ -227,8 +227,9 @@ class Group:
             out = names if out is None else out & names
         return out
 
-    def supports(self, protocol_type: str, names: Sequence[str],
-                 member_id: str | None = None) -> bool:
+    def supports(
+        self, protocol_type: str, names: Sequence[str], member_id: str | None = None
+    ) -> bool:
         if not protocol_type or not names:
             return False
         others = self.candidate_protocols(excluding=member_id)
@@ -258,9 +259,13 @@ class GroupCoordinator:
     coordinator moves).
     """
 
-    def __init__(self, *, min_session_timeout_ms: int = 6000,
-                 max_session_timeout_ms: int = 1_800_000,
-                 member_id_factory: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        min_session_timeout_ms: int = 6000,
+        max_session_timeout_ms: int = 1_800_000,
+        member_id_factory: Callable[[str], str] | None = None,
+    ) -> None:
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.groups: dict[str, Group] = {}
@@ -273,8 +278,9 @@ class GroupCoordinator:
         if not req.group_id:
             respond(JoinResult(INVALID_GROUP_ID, member_id=req.member_id))
             return
-        if not (self.min_session_timeout_ms <= req.session_timeout_ms
-                <= self.max_session_timeout_ms):
+        if not (
+            self.min_session_timeout_ms <= req.session_timeout_ms <= self.max_session_timeout_ms
+        ):
             respond(JoinResult(INVALID_SESSION_TIMEOUT, member_id=req.member_id))
             return
         group = self.groups.get(req.group_id)
@@ -288,8 +294,9 @@ class GroupCoordinator:
         else:
             self._join_known_member(group, req, now_ms, respond)
 
-    def _join_unknown_member(self, group: Group, req: JoinRequest, now_ms: int,
-                             respond: JoinCallback) -> None:
+    def _join_unknown_member(
+        self, group: Group, req: JoinRequest, now_ms: int, respond: JoinCallback
+    ) -> None:
         names = [n for n, _ in req.protocols]
         if not group.supports(req.protocol_type, names):
             respond(JoinResult(INCONSISTENT_GROUP_PROTOCOL))
@@ -305,15 +312,27 @@ class GroupCoordinator:
         else:
             self._add_member_and_rebalance(group, member_id, req, now_ms, respond)
 
-    def _replace_static_member(self, group: Group, instance: str, member_id: str,
-                               req: JoinRequest, now_ms: int, respond: JoinCallback) -> None:
+    def _replace_static_member(
+        self,
+        group: Group,
+        instance: str,
+        member_id: str,
+        req: JoinRequest,
+        now_ms: int,
+        respond: JoinCallback,
+    ) -> None:
         """KIP-345: a restarted static member takes over its old identity (and assignment);
         the old member id is fenced. Like Kafka, a Stable group whose protocol choice does not
         change is not rebalanced: the member gets the current generation back."""
         old_id = group.static_members[instance]
         member = group.members.pop(old_id)
-        log.info("group_static_member_replaced", group=group.group_id,
-                 group_instance_id=instance, old_member_id=old_id, member_id=member_id)
+        log.info(
+            "group_static_member_replaced",
+            group=group.group_id,
+            group_instance_id=instance,
+            old_member_id=old_id,
+            member_id=member_id,
+        )
         self._fail_callbacks(member, FENCED_INSTANCE_ID)
         old_leader = group.leader_id
         member.member_id = member_id
@@ -331,8 +350,8 @@ class GroupCoordinator:
             self._try_complete_join(group, now_ms)
             return
         if group.state is GroupState.COMPLETING_REBALANCE or (
-                group.state is GroupState.STABLE
-                and group.select_protocol() != group.protocol_name):
+            group.state is GroupState.STABLE and group.select_protocol() != group.protocol_name
+        ):
             # Mid-rebalance the leader may already be assigning to the old member id, so
             # (like Kafka) start over rather than leave the new id without an assignment.
             member.join_callback = respond
@@ -346,14 +365,27 @@ class GroupCoordinator:
         members: tuple[JoinMember, ...] = ()
         if skip:
             proto = group.protocol_name or ""
-            members = tuple(JoinMember(m.member_id, m.group_instance_id, m.metadata_for(proto))
-                            for m in group.members.values())
+            members = tuple(
+                JoinMember(m.member_id, m.group_instance_id, m.metadata_for(proto))
+                for m in group.members.values()
+            )
         leader = group.leader_id if skip else (old_leader if is_leader else group.leader_id)
-        respond(JoinResult(NONE, group.generation_id, group.protocol_type, group.protocol_name,
-                           leader or "", member_id, members, skip_assignment=skip))
+        respond(
+            JoinResult(
+                NONE,
+                group.generation_id,
+                group.protocol_type,
+                group.protocol_name,
+                leader or "",
+                member_id,
+                members,
+                skip_assignment=skip,
+            )
+        )
 
-    def _join_known_member(self, group: Group, req: JoinRequest, now_ms: int,
-                           respond: JoinCallback) -> None:
+    def _join_known_member(
+        self, group: Group, req: JoinRequest, now_ms: int, respond: JoinCallback
+    ) -> None:
         member_id = req.member_id
         names = [n for n, _ in req.protocols]
         if member_id in group.pending_members:
@@ -384,21 +416,44 @@ class GroupCoordinator:
         else:
             self._update_member_and_rebalance(group, member, req, now_ms, respond)
 
-    def _join_result(self, group: Group, member: Member, with_members: bool = True,
-                     ) -> JoinResult:
+    def _join_result(
+        self,
+        group: Group,
+        member: Member,
+        with_members: bool = True,
+    ) -> JoinResult:
         members: tuple[JoinMember, ...] = ()
         if with_members and member.member_id == group.leader_id:
             proto = group.protocol_name or ""
-            members = tuple(JoinMember(m.member_id, m.group_instance_id, m.metadata_for(proto))
-                            for m in group.members.values())
-        return JoinResult(NONE, group.generation_id, group.protocol_type, group.protocol_name,
-                          group.leader_id or "", member.member_id, members)
+            members = tuple(
+                JoinMember(m.member_id, m.group_instance_id, m.metadata_for(proto))
+                for m in group.members.values()
+            )
+        return JoinResult(
+            NONE,
+            group.generation_id,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader_id or "",
+            member.member_id,
+            members,
+        )
 
-    def _add_member_and_rebalance(self, group: Group, member_id: str, req: JoinRequest,
-                                  now_ms: int, respond: JoinCallback) -> None:
-        member = Member(member_id, req.group_instance_id, req.client_id, req.client_host,
-                        req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type,
-                        req.protocols, now_ms, join_callback=respond)
+    def _add_member_and_rebalance(
+        self, group: Group, member_id: str, req: JoinRequest, now_ms: int, respond: JoinCallback
+    ) -> None:
+        member = Member(
+            member_id,
+            req.group_instance_id,
+            req.client_id,
+            req.client_host,
+            req.session_timeout_ms,
+            req.rebalance_timeout_ms,
+            req.protocol_type,
+            req.protocols,
+            now_ms,
+            join_callback=respond,
+        )
         if not group.members:
             group.protocol_type = req.protocol_type
         group.members[member_id] = member
@@ -406,13 +461,19 @@ class GroupCoordinator:
             group.leader_id = member_id
         if req.group_instance_id is not None:
             group.static_members[req.group_instance_id] = member_id
-        log.info("group_member_added", group=group.group_id, member_id=member_id,
-                 group_instance_id=req.group_instance_id, protocols=member.protocol_names())
+        log.info(
+            "group_member_added",
+            group=group.group_id,
+            member_id=member_id,
+            group_instance_id=req.group_instance_id,
+            protocols=member.protocol_names(),
+        )
         self._maybe_prepare_rebalance(group, now_ms, reason="member_joined")
         self._try_complete_join(group, now_ms)
 
-    def _update_member_and_rebalance(self, group: Group, member: Member, req: JoinRequest,
-                                     now_ms: int, respond: JoinCallback) -> None:
+    def _update_member_and_rebalance(
+        self, group: Group, member: Member, req: JoinRequest, now_ms: int, respond: JoinCallback
+    ) -> None:
         same_protocols = member.protocols == req.protocols
         if member.join_callback is not None:
             # A retried JoinGroup supersedes the one still held; that one is told to retry.
@@ -423,14 +484,22 @@ class GroupCoordinator:
         member.join_callback = respond
         member.last_heartbeat_ms = now_ms
         if group.state is not GroupState.PREPARING_REBALANCE:
-            log.info("group_member_rejoined", group=group.group_id, member_id=member.member_id,
-                     state=group.state.value, protocols_changed=not same_protocols)
+            log.info(
+                "group_member_rejoined",
+                group=group.group_id,
+                member_id=member.member_id,
+                state=group.state.value,
+                protocols_changed=not same_protocols,
+            )
         self._maybe_prepare_rebalance(group, now_ms, reason="member_rejoined")
         self._try_complete_join(group, now_ms)
 
     def _maybe_prepare_rebalance(self, group: Group, now_ms: int, reason: str) -> None:
-        if group.state not in (GroupState.EMPTY, GroupState.STABLE,
-                               GroupState.COMPLETING_REBALANCE):
+        if group.state not in (
+            GroupState.EMPTY,
+            GroupState.STABLE,
+            GroupState.COMPLETING_REBALANCE,
+        ):
             return
         if group.state is GroupState.COMPLETING_REBALANCE:
             for m in group.members.values():
@@ -442,8 +511,13 @@ class GroupCoordinator:
         group.rebalance_deadline_ms = now_ms + timeout
         group.state = GroupState.PREPARING_REBALANCE
         group.pending_sync.clear()
-        log.info("group_rebalance_started", group=group.group_id,
-                 generation=group.generation_id, reason=reason, members=len(group.members))
+        log.info(
+            "group_rebalance_started",
+            group=group.group_id,
+            generation=group.generation_id,
+            reason=reason,
+            members=len(group.members),
+        )
 
     def _try_complete_join(self, group: Group, now_ms: int) -> None:
         if group.state is not GroupState.PREPARING_REBALANCE:
@@ -455,8 +529,12 @@ class GroupCoordinator:
     def _complete_join(self, group: Group, now_ms: int) -> None:
         for m in list(group.members.values()):
             if not m.awaiting_join and m.group_instance_id is None:
-                log.info("group_member_removed", group=group.group_id,
-                         member_id=m.member_id, reason="not_rejoined")
+                log.info(
+                    "group_member_removed",
+                    group=group.group_id,
+                    member_id=m.member_id,
+                    reason="not_rejoined",
+                )
                 self._remove_member(group, m.member_id)
         joined = [m for m in group.members.values() if m.awaiting_join]
         if joined and group.leader_id not in {m.member_id for m in joined}:
@@ -469,16 +547,22 @@ class GroupCoordinator:
             group.protocol_name = group.select_protocol()
             group.state = GroupState.COMPLETING_REBALANCE
             group.pending_sync = set(group.members)
-            group.sync_deadline_ms = now_ms + max(m.rebalance_timeout_ms
-                                                  for m in group.members.values())
+            group.sync_deadline_ms = now_ms + max(
+                m.rebalance_timeout_ms for m in group.members.values()
+            )
         else:
             group.protocol_type = None
             group.protocol_name = None
             group.leader_id = None
             group.state = GroupState.EMPTY
-        log.info("group_join_completed", group=group.group_id, generation=group.generation_id,
-                 protocol=group.protocol_name, leader=group.leader_id,
-                 members=sorted(group.members))
+        log.info(
+            "group_join_completed",
+            group=group.group_id,
+            generation=group.generation_id,
+            protocol=group.protocol_name,
+            leader=group.leader_id,
+            members=sorted(group.members),
+        )
         for m in joined:
             cb, m.join_callback = m.join_callback, None
             m.last_heartbeat_ms = now_ms
@@ -502,8 +586,9 @@ class GroupCoordinator:
         if req.generation_id != group.generation_id:
             respond(SyncResult(ILLEGAL_GENERATION))
             return
-        if ((req.protocol_type is not None and req.protocol_type != group.protocol_type)
-                or (req.protocol_name is not None and req.protocol_name != group.protocol_name)):
+        if (req.protocol_type is not None and req.protocol_type != group.protocol_type) or (
+            req.protocol_name is not None and req.protocol_name != group.protocol_name
+        ):
             respond(SyncResult(INCONSISTENT_GROUP_PROTOCOL))
             return
         if group.state is GroupState.PREPARING_REBALANCE:
@@ -512,8 +597,7 @@ class GroupCoordinator:
         if group.state is GroupState.STABLE:
             member.last_heartbeat_ms = now_ms
             group.pending_sync.discard(member.member_id)
-            respond(SyncResult(NONE, group.protocol_type, group.protocol_name,
-                               member.assignment))
+            respond(SyncResult(NONE, group.protocol_type, group.protocol_name, member.assignment))
             return
         if group.state is not GroupState.COMPLETING_REBALANCE:
             respond(SyncResult(UNKNOWN_MEMBER_ID))
@@ -529,8 +613,13 @@ class GroupCoordinator:
         for m in group.members.values():
             m.assignment = given.get(m.member_id, b"")
         group.state = GroupState.STABLE
-        log.info("group_stable", group=group.group_id, generation=group.generation_id,
-                 protocol=group.protocol_name, members=sorted(group.members))
+        log.info(
+            "group_stable",
+            group=group.group_id,
+            generation=group.generation_id,
+            protocol=group.protocol_name,
+            members=sorted(group.members),
+        )
         for m in group.members.values():
             m.last_heartbeat_ms = now_ms
             if m.sync_callback is not None:
@@ -539,8 +628,14 @@ class GroupCoordinator:
 
     # -- Heartbeat -------------------------------------------------------------------------
 
-    def heartbeat(self, group_id: str, generation_id: int, member_id: str,
-                  group_instance_id: str | None, now_ms: int) -> int:
+    def heartbeat(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        now_ms: int,
+    ) -> int:
         group = self.groups.get(group_id)
         if group is None:
             return UNKNOWN_MEMBER_ID
@@ -558,8 +653,12 @@ class GroupCoordinator:
 
     # -- LeaveGroup ------------------------------------------------------------------------
 
-    def leave(self, group_id: str, members: Iterable[tuple[str, str | None]], now_ms: int,
-              ) -> list[LeaveResult]:
+    def leave(
+        self,
+        group_id: str,
+        members: Iterable[tuple[str, str | None]],
+        now_ms: int,
+    ) -> list[LeaveResult]:
         """Remove ``(member_id, group_instance_id)`` pairs; a static member may be named by
         its instance id alone (member id ``""``), as the admin client does."""
         group = self.groups.get(group_id)
@@ -584,8 +683,7 @@ class GroupCoordinator:
             if member_id not in group.members:
                 out.append(LeaveResult(member_id, instance, UNKNOWN_MEMBER_ID))
                 continue
-            log.info("group_member_removed", group=group_id, member_id=member_id,
-                     reason="left")
+            log.info("group_member_removed", group=group_id, member_id=member_id, reason="left")
             self._remove_member_and_update(group, member_id, now_ms)
             out.append(LeaveResult(member_id, instance, NONE))
         return out
@@ -606,8 +704,10 @@ class GroupCoordinator:
         if member is None:
             return
         group.pending_sync.discard(member_id)
-        if (member.group_instance_id is not None
-                and group.static_members.get(member.group_instance_id) == member_id):
+        if (
+            member.group_instance_id is not None
+            and group.static_members.get(member.group_instance_id) == member_id
+        ):
             del group.static_members[member.group_instance_id]
         if group.leader_id == member_id:
             group.leader_id = next(iter(group.members), None)
@@ -628,38 +728,54 @@ class GroupCoordinator:
             for pid, deadline in list(group.pending_members.items()):
                 if deadline <= now_ms:
                     del group.pending_members[pid]
-                    log.info("group_pending_member_expired", group=group.group_id,
-                             member_id=pid)
+                    log.info("group_pending_member_expired", group=group.group_id, member_id=pid)
                     self._try_complete_join(group, now_ms)
             for m in list(group.members.values()):
                 if m.awaiting_join or m.awaiting_sync:
                     continue
                 if m.last_heartbeat_ms + m.session_timeout_ms <= now_ms:
-                    log.info("group_member_removed", group=group.group_id,
-                             member_id=m.member_id, reason="session_timeout")
+                    log.info(
+                        "group_member_removed",
+                        group=group.group_id,
+                        member_id=m.member_id,
+                        reason="session_timeout",
+                    )
                     self._remove_member_and_update(group, m.member_id, now_ms)
-            if (group.state is GroupState.PREPARING_REBALANCE
-                    and group.rebalance_deadline_ms <= now_ms):
+            if (
+                group.state is GroupState.PREPARING_REBALANCE
+                and group.rebalance_deadline_ms <= now_ms
+            ):
                 group.pending_members.clear()
                 self._complete_join(group, now_ms)
-            if (group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)
-                    and group.pending_sync and group.sync_deadline_ms <= now_ms):
+            if (
+                group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)
+                and group.pending_sync
+                and group.sync_deadline_ms <= now_ms
+            ):
                 late, group.pending_sync = group.pending_sync, set()
                 for mid in sorted(late):
                     if mid in group.members:
-                        log.info("group_member_removed", group=group.group_id,
-                                 member_id=mid, reason="sync_timeout")
+                        log.info(
+                            "group_member_removed",
+                            group=group.group_id,
+                            member_id=mid,
+                            reason="sync_timeout",
+                        )
                         self._remove_member_and_update(group, mid, now_ms)
 
     # -- offsets ---------------------------------------------------------------------------
 
-    def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
-                       group_instance_id: str | None,
-                       offsets: Mapping[TopicPartition, CommittedOffset], now_ms: int,
-                       ) -> dict[TopicPartition, int]:
+    def commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, CommittedOffset],
+        now_ms: int,
+    ) -> dict[TopicPartition, int]:
         """Store ``offsets``; returns an error code per partition (Kafka's checks)."""
-        error = self._commit_error(group_id, generation_id, member_id, group_instance_id,
-                                   now_ms)
+        error = self._commit_error(group_id, generation_id, member_id, group_instance_id, now_ms)
         out: dict[TopicPartition, int] = {}
         group = self.groups.get(group_id)
         for tp, committed in offsets.items():
@@ -673,8 +789,14 @@ class GroupCoordinator:
                 out[tp] = NONE
         return out
 
-    def _commit_error(self, group_id: str, generation_id: int, member_id: str,
-                      group_instance_id: str | None, now_ms: int) -> int:
+    def _commit_error(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        now_ms: int,
+    ) -> int:
         if not group_id:
             return INVALID_GROUP_ID
         group = self.groups.get(group_id)
@@ -698,8 +820,11 @@ class GroupCoordinator:
         member.last_heartbeat_ms = now_ms
         return NONE
 
-    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None,
-                      ) -> dict[TopicPartition, CommittedOffset]:
+    def fetch_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None,
+    ) -> dict[TopicPartition, CommittedOffset]:
         """Committed offsets of ``partitions`` (all of the group's when None); partitions
         without a commit are absent."""
         group = self.groups.get(group_id)
@@ -715,8 +840,11 @@ class GroupCoordinator:
             for tp in [tp for tp in group.offsets if tp[0] == topic]:
                 del group.offsets[tp]
 
-    def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition],
-                       ) -> tuple[int, dict[TopicPartition, int]]:
+    def delete_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition],
+    ) -> tuple[int, dict[TopicPartition, int]]:
         """OffsetDelete: drop commits unless an active member subscribes to the topic."""
         group = self.groups.get(group_id)
         if group is None:
@@ -755,12 +883,19 @@ class GroupCoordinator:
         stable = group.state is GroupState.STABLE
         proto = group.protocol_name or ""
         members = tuple(
-            MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                              m.metadata_for(proto) if stable else b"",
-                              m.assignment if stable else b"")
-            for m in group.members.values())
-        return GroupDescription(group.group_id, group.state, group.protocol_type or "",
-                                proto if stable else "", members)
+            MemberDescription(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.metadata_for(proto) if stable else b"",
+                m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        )
+        return GroupDescription(
+            group.group_id, group.state, group.protocol_type or "", proto if stable else "", members
+        )
 
     def list_groups(self) -> list[GroupDescription]:
         out = []
@@ -776,15 +911,15 @@ def consumer_subscription(metadata: bytes) -> set[str]:
     ``int16 version, array of string topics``); empty when it cannot be parsed."""
     try:
         pos = 2
-        count = int.from_bytes(metadata[pos:pos + 4], "big", signed=True)
+        count = int.from_bytes(metadata[pos : pos + 4], "big", signed=True)
         pos += 4
         topics = set()
         for _ in range(max(count, 0)):
-            n = int.from_bytes(metadata[pos:pos + 2], "big", signed=True)
+            n = int.from_bytes(metadata[pos : pos + 2], "big", signed=True)
             pos += 2
             if n < 0 or pos + n > len(metadata):
                 return set()
-            topics.add(metadata[pos:pos + n].decode())
+            topics.add(metadata[pos : pos + n].decode())
             pos += n
         return topics
     except (UnicodeDecodeError, ValueError):

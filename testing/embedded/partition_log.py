@@ -129,8 +129,13 @@ class PartitionLog:
                 recent = self._producers.setdefault(info.producer_id, [])
                 recent.append((info.producer_epoch, info.base_sequence, base))
                 del recent[:-5]
-            self._push(stamp(raw, base, leader_epoch), base, base + info.last_offset_delta,
-                       info.max_timestamp, leader_epoch)
+            self._push(
+                stamp(raw, base, leader_epoch),
+                base,
+                base + info.last_offset_delta,
+                info.max_timestamp,
+                leader_epoch,
+            )
         return first, self.log_end_offset - 1
 
     def _duplicate_of(self, info: BatchInfo) -> int | None:
@@ -142,8 +147,11 @@ class PartitionLog:
         if info.producer_id < 0 or info.base_sequence < 0:
             return None
         for epoch, seq, base in self._producers.get(info.producer_id, ()):
-            if epoch == info.producer_epoch and seq == info.base_sequence and (
-                    base < self.log_end_offset):
+            if (
+                epoch == info.producer_epoch
+                and seq == info.base_sequence
+                and (base < self.log_end_offset)
+            ):
                 return base
         return None
 
@@ -151,8 +159,9 @@ class PartitionLog:
         """Append one batch copied from the leader, keeping its offsets and epoch."""
         base: int = _BASE_OFFSET.unpack_from(batch, 0)[0]
         if base != self.log_end_offset:
-            raise ValueError(f"replicated batch at {base} but log end offset is "
-                             f"{self.log_end_offset}")
+            raise ValueError(
+                f"replicated batch at {base} but log end offset is {self.log_end_offset}"
+            )
         (delta,) = _LAST_OFFSET_DELTA.unpack_from(batch, _LAST_OFFSET_DELTA_AT)
         (max_ts,) = _MAX_TIMESTAMP.unpack_from(batch, _MAX_TIMESTAMP_AT)
         self._push(batch, base, base + delta, max_ts, batch_epoch(batch))

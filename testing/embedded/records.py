@@ -19,12 +19,21 @@ def _varint(value: int, out: bytearray) -> None:
     out.append(v)
 
 
-Record = bytes | None | tuple[bytes | None, bytes | None] | tuple[
-    bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
+Record = (
+    bytes
+    | None
+    | tuple[bytes | None, bytes | None]
+    | tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
+)
 
 
-def build_batch(records: Iterable[Record], *, timestamp_ms: int | None = None,
-                base_offset: int = 0, leader_epoch: int = -1) -> bytes:
+def build_batch(
+    records: Iterable[Record],
+    *,
+    timestamp_ms: int | None = None,
+    base_offset: int = 0,
+    leader_epoch: int = -1,
+) -> bytes:
     """One uncompressed v2 batch. A record is a value, ``(key, value)`` or
     ``(key, value, headers)``; values and keys are bytes or None."""
     ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms

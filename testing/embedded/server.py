@@ -36,8 +36,9 @@ def api_versions_error_response(correlation_id: int) -> bytes:
         version=0,
         error_code=UNSUPPORTED_VERSION,
         api_keys=[
-            ApiVersionsResponse.ApiVersion(version=0, api_key=k, min_version=e.min_version,
-                                           max_version=e.max_version)
+            ApiVersionsResponse.ApiVersion(
+                version=0, api_key=k, min_version=e.min_version, max_version=e.max_version
+            )
             for k, e in sorted(REGISTRY.items())
         ],
     )
@@ -53,8 +54,9 @@ class EmbeddedServer:
         load_all()
         self.state = state
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="epochguard-embedded-cluster",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="epochguard-embedded-cluster", daemon=True
+        )
         self._servers: dict[int, asyncio.Server] = {}
         self._conns: dict[int, set[asyncio.StreamWriter]] = {}
         self._tasks: dict[int, set[asyncio.Task[Any]]] = {}
@@ -124,8 +126,9 @@ class EmbeddedServer:
                 if task is not None:
                     tasks.discard(task)
 
-        server = await asyncio.start_server(on_connect, broker.host, broker.port,
-                                            reuse_address=True)
+        server = await asyncio.start_server(
+            on_connect, broker.host, broker.port, reuse_address=True
+        )
         broker.port = server.sockets[0].getsockname()[1]
         self._servers[broker_id] = server
         self._conns.setdefault(broker_id, set())
@@ -147,8 +150,9 @@ class EmbeddedServer:
 
     # -- connections -----------------------------------------------------------------------
 
-    async def _serve(self, broker_id: int, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self, broker_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         if self._servers.get(broker_id) is None:
             writer.close()  # accepted just before the listener stopped
             return
@@ -174,8 +178,7 @@ class EmbeddedServer:
             conns.discard(writer)
             writer.close()
 
-    async def _dispatch(self, broker_id: int, payload: bytes,
-                        writer: asyncio.StreamWriter) -> bool:
+    async def _dispatch(self, broker_id: int, payload: bytes, writer: asyncio.StreamWriter) -> bool:
         """Handle one request; False closes the connection."""
         api_key, version, correlation_id = _HEADER.unpack_from(payload)
         entry = REGISTRY.get(api_key)
@@ -188,27 +191,38 @@ class EmbeddedServer:
                 writer.write(api_versions_error_response(correlation_id))
                 await writer.drain()
                 return True
-            log.warning("unsupported_version", broker=broker_id, api_key=api_key,
-                        api_version=version)
+            log.warning(
+                "unsupported_version", broker=broker_id, api_key=api_key, api_version=version
+            )
             return False
         try:
             request = entry.request_class.decode(payload, version=version, header=True)
         except Exception as e:
-            log.warning("malformed_request", broker=broker_id, api_key=api_key,
-                        api_version=version, error=repr(e))
+            log.warning(
+                "malformed_request",
+                broker=broker_id,
+                api_key=api_key,
+                api_version=version,
+                error=repr(e),
+            )
             return False
         self.state.request_counts[api_key, version] += 1
         faults = self.state.faults
         if faults.take_disconnect(broker_id, api_key):
             return False
         header: Any = request.header
-        ctx = RequestContext(self.state, broker_id, api_key, version, correlation_id,
-                             getattr(header, "client_id", None))
+        ctx = RequestContext(
+            self.state,
+            broker_id,
+            api_key,
+            version,
+            correlation_id,
+            getattr(header, "client_id", None),
+        )
         try:
             response = await entry.handler(ctx, request)
         except Exception:
-            log.exception("handler_failed", broker=broker_id, api_key=api_key,
-                          api_version=version)
+            log.exception("handler_failed", broker=broker_id, api_key=api_key, api_version=version)
             return False
         if response is None:
             return True

@@ -224,7 +224,8 @@ class ClusterState:
         if assignments is None:
             if not 1 <= replication_factor <= len(ids):
                 raise EmbeddedClusterError(
-                    f"replication factor {replication_factor} with {len(ids)} brokers")
+                    f"replication factor {replication_factor} with {len(ids)} brokers"
+                )
             if partitions < 1:
                 raise EmbeddedClusterError(f"{partitions} partitions")
             start = len(self.topics)
@@ -237,8 +238,9 @@ class ClusterState:
             alive = [r for r in replicas if self.brokers[r].alive]
             leader = alive[0] if alive else None
             logs = {r: PartitionLog() for r in replicas}
-            parts[p] = PartitionState(name, p, list(replicas), list(alive) or [replicas[0]],
-                                      leader, 0, logs)
+            parts[p] = PartitionState(
+                name, p, list(replicas), list(alive) or [replicas[0]], leader, 0, logs
+            )
             if leader is not None:
                 logs[leader].assign_epoch(0)
         topic = TopicState(name, uuid.uuid4(), parts, {**DEFAULT_TOPIC_CONFIG, **(config or {})})
@@ -272,8 +274,9 @@ class ClusterState:
             if changed:
                 self.publish()
 
-    def create_partitions(self, name: str, count: int,
-                          assignments: list[list[int]] | None = None) -> None:
+    def create_partitions(
+        self, name: str, count: int, assignments: list[list[int]] | None = None
+    ) -> None:
         """Grow ``name`` to ``count`` partitions (new ones start at epoch 0)."""
         t = self.topics.get(name)
         if t is None:
@@ -284,15 +287,17 @@ class ClusterState:
         ids = sorted(self.brokers)
         rf = len(t.partitions[0].replicas)
         for i, idx in enumerate(range(current, count)):
-            replicas = (assignments[i] if assignments
-                        else [ids[(idx + r) % len(ids)] for r in range(rf)])
+            replicas = (
+                assignments[i] if assignments else [ids[(idx + r) % len(ids)] for r in range(rf)]
+            )
             if any(r not in self.brokers for r in replicas):
                 raise EmbeddedClusterError(f"unknown broker in {replicas}")
             alive = [r for r in replicas if self.brokers[r].alive]
             logs = {r: PartitionLog() for r in replicas}
             leader = alive[0] if alive else None
-            t.partitions[idx] = PartitionState(name, idx, list(replicas),
-                                               list(alive) or [replicas[0]], leader, 0, logs)
+            t.partitions[idx] = PartitionState(
+                name, idx, list(replicas), list(alive) or [replicas[0]], leader, 0, logs
+            )
             if leader is not None:
                 logs[leader].assign_epoch(0)
         self.publish()
@@ -361,8 +366,11 @@ class ClusterState:
                     continue
                 p = state.partitions[idx]
                 before = old.partition(t.name, idx)
-                changed = (before is None or before.leader_epoch != pv.leader_epoch
-                           or before.leader != pv.leader)
+                changed = (
+                    before is None
+                    or before.leader_epoch != pv.leader_epoch
+                    or before.leader != pv.leader
+                )
                 if pv.leader == broker_id:
                     p.logs[broker_id].assign_epoch(pv.leader_epoch)
                     if changed:
@@ -402,8 +410,14 @@ class ClusterState:
         old_leo = flog.log_end_offset
         flog.truncate_to(target)
         if flog.log_end_offset < old_leo:
-            log.info("replica_truncated", topic=p.topic, partition=p.index, broker=follower,
-                     from_offset=old_leo, to_offset=flog.log_end_offset)
+            log.info(
+                "replica_truncated",
+                topic=p.topic,
+                partition=p.index,
+                broker=follower,
+                from_offset=old_leo,
+                to_offset=flog.log_end_offset,
+            )
             for cb in self.on_truncate:
                 cb(p.topic, p.index, follower, flog.log_end_offset)
         self._catch_up(p, follower)
@@ -433,8 +447,9 @@ class ClusterState:
             if len(p.isr) >= self._min_isr(p):
                 p.elr.clear()
                 p.last_known_elr.clear()
-            log.info("isr_expanded", topic=p.topic, partition=p.index, broker=follower,
-                     isr=list(p.isr))
+            log.info(
+                "isr_expanded", topic=p.topic, partition=p.index, broker=follower, isr=list(p.isr)
+            )
             self._update_hw(p)
             self.publish()
         else:
@@ -602,22 +617,30 @@ class ClusterState:
     def _set_leader(self, p: PartitionState, leader: int | None) -> None:
         p.leader = leader
         p.leader_epoch += 1
-        log.info("leader_elected", topic=p.topic, partition=p.index, leader=leader,
-                 leader_epoch=p.leader_epoch, isr=list(p.isr))
+        log.info(
+            "leader_elected",
+            topic=p.topic,
+            partition=p.index,
+            leader=leader,
+            leader_epoch=p.leader_epoch,
+            isr=list(p.isr),
+        )
 
     def elect_leader(self, topic: str, partition: int, broker_id: int, unclean: bool) -> None:
         p = self.partition(topic, partition)
         b = self.broker(broker_id)
         if broker_id not in p.replicas:
             raise EmbeddedClusterError(
-                f"broker {broker_id} is not a replica of {topic}-{partition}")
+                f"broker {broker_id} is not a replica of {topic}-{partition}"
+            )
         if not b.alive:
             raise EmbeddedClusterError(f"broker {broker_id} is not running")
         clean = broker_id in p.isr or (not p.isr and broker_id in p.elr)
         if not unclean and not clean:
             raise EmbeddedClusterError(
                 f"broker {broker_id} is not in the ISR {p.isr} (or ELR {p.elr}) of "
-                f"{topic}-{partition}; pass unclean=True")
+                f"{topic}-{partition}; pass unclean=True"
+            )
         self._make_leader(p, broker_id, unclean=not clean)
         self.publish()
 
@@ -630,7 +653,8 @@ class ClusterState:
             before_offset = llog.high_watermark
         if before_offset > llog.high_watermark:
             raise EmbeddedClusterError(
-                f"offset {before_offset} is above the high watermark {llog.high_watermark}")
+                f"offset {before_offset} is above the high watermark {llog.high_watermark}"
+            )
         for r in p.replicas:
             if self.brokers[r].alive:
                 p.logs[r].delete_before(before_offset)
@@ -638,8 +662,9 @@ class ClusterState:
 
     # -- producing -------------------------------------------------------------------------
 
-    def append(self, p: PartitionState, broker_id: int, records: bytes | memoryview,
-               leader_epoch: int) -> tuple[int, int]:
+    def append(
+        self, p: PartitionState, broker_id: int, records: bytes | memoryview, leader_epoch: int
+    ) -> tuple[int, int]:
         """Append on ``broker_id``'s replica as leader at ``leader_epoch``, then replicate."""
         base, last = p.logs[broker_id].append_as_leader(records, leader_epoch)
         if broker_id == p.leader and leader_epoch == p.leader_epoch:

@@ -26,9 +26,13 @@ TOPIC = "secured"
 def sasl_cluster(kafka_jars: KafkaJars) -> Iterator[ApacheKafkaCluster]:
     with ApacheKafkaCluster(num_brokers=1, jars=kafka_jars, sasl_users=USERS) as cluster:
         cluster.create_topic(TOPIC, replication_factor=1)
-        producer = KafkaProducer(bootstrap_servers=cluster.sasl_bootstrap_servers,
-                                 security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-                                 sasl_plain_username="alice", sasl_plain_password="alice-secret")
+        producer = KafkaProducer(
+            bootstrap_servers=cluster.sasl_bootstrap_servers,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="PLAIN",
+            sasl_plain_username="alice",
+            sasl_plain_password="alice-secret",
+        )
         try:
             for i in range(5):
                 producer.send(TOPIC, b"s%d" % i, partition=0).get(timeout=15)
@@ -62,7 +66,8 @@ def test_consumes_and_commits_with_epochs_over_sasl_plain(
             for records in consumer.poll(timeout_ms=200).values():
                 got += records
         assert [(r.offset, r.value, r.leader_epoch) for r in got] == [
-            (i, b"s%d" % i, 0) for i in range(5)]
+            (i, b"s%d" % i, 0) for i in range(5)
+        ]
         consumer.commit()
         assert consumer.committed(tp) == EpochOffset(5, 0)
 

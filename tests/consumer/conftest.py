@@ -34,8 +34,9 @@ def make_consumer(cluster: EmbeddedCluster, **kw: Any) -> EpochConsumer:
     return EpochConsumer(**cfg)
 
 
-def read(consumer: EpochConsumer, n: int, timeout: float = 10.0,
-         max_records: int | None = None) -> list[ConsumerRecord]:
+def read(
+    consumer: EpochConsumer, n: int, timeout: float = 10.0, max_records: int | None = None
+) -> list[ConsumerRecord]:
     """Poll until ``n`` records arrived (or the timeout)."""
     got: list[ConsumerRecord] = []
     deadline = time.monotonic() + timeout
@@ -45,8 +46,12 @@ def read(consumer: EpochConsumer, n: int, timeout: float = 10.0,
     return got
 
 
-def poll_until(consumer: EpochConsumer, cond: Callable[[], bool], timeout: float = 10.0,
-               sink: list[ConsumerRecord] | None = None) -> None:
+def poll_until(
+    consumer: EpochConsumer,
+    cond: Callable[[], bool],
+    timeout: float = 10.0,
+    sink: list[ConsumerRecord] | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "condition not reached in time"
@@ -55,8 +60,14 @@ def poll_until(consumer: EpochConsumer, cond: Callable[[], bool], timeout: float
                 sink += recs
 
 
-def diverge(cluster: EmbeddedCluster, old: int, new: int, lost: int = 5, fresh: int = 8,
-            restart_old: bool = True) -> None:
+def diverge(
+    cluster: EmbeddedCluster,
+    old: int,
+    new: int,
+    lost: int = 5,
+    fresh: int = 8,
+    restart_old: bool = True,
+) -> None:
     """From a log of ``kept`` records replicated on ``old`` and ``new``: ``old`` alone
     appends ``lost`` records, then ``new`` is elected uncleanly and appends ``fresh``."""
     cluster.stop_broker(new)
@@ -74,8 +85,9 @@ def setup_topic(cluster: EmbeddedCluster, kept: int = 10) -> tuple[int, int]:
     return old, new
 
 
-def unclean_elect(cluster: EmbeddedCluster, old: int, new: int, fresh: int = 8,
-                  restart_old: bool = True) -> None:
+def unclean_elect(
+    cluster: EmbeddedCluster, old: int, new: int, fresh: int = 8, restart_old: bool = True
+) -> None:
     cluster.stop_broker(old)
     cluster.start_broker(new)
     cluster.elect_leader("t", 0, new, unclean=True)

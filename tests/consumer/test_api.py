@@ -20,8 +20,9 @@ pytestmark = pytest.mark.timeout(60)
 def _topic(cluster: Any, name: str = "api", parts: int = 2, n: int = 5) -> list[TopicPartition]:
     cluster.create_topic(name, partitions=parts, replication_factor=2)
     for p in range(parts):
-        cluster.append(name, p, [b"%d-%d" % (p, i) for i in range(n)], timestamp_ms=1000 + p,
-                       batch_size=1)
+        cluster.append(
+            name, p, [b"%d-%d" % (p, i) for i in range(n)], timestamp_ms=1000 + p, batch_size=1
+        )
     return [TopicPartition(name, p) for p in range(parts)]
 
 
@@ -78,8 +79,9 @@ def test_pattern_subscription_commit_async_and_closed_errors(cluster: Any) -> No
     _topic(cluster, "pat-b", parts=1)
     _topic(cluster, "other", parts=1)
     done: list[Any] = []
-    c = make_consumer(cluster, group_id="pattern", heartbeat_interval_ms=200,
-                      session_timeout_ms=6000)
+    c = make_consumer(
+        cluster, group_id="pattern", heartbeat_interval_ms=200, session_timeout_ms=6000
+    )
     c.subscribe(pattern="^pat-")
     got = read(c, 10)
     assert {r.topic for r in got} == {"pat-a", "pat-b"} and len(got) == 10

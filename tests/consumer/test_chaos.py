@@ -42,8 +42,9 @@ SEEDS = int(os.environ.get("EPOCHGUARD_CHAOS_SEEDS", "3"))
 class Chaos:
     """One seeded run: the cluster, the consumer and what the application holds."""
 
-    def __init__(self, cluster: EmbeddedCluster, seed: int, unclean: bool,
-                 policy: str = "rewind") -> None:
+    def __init__(
+        self, cluster: EmbeddedCluster, seed: int, unclean: bool, policy: str = "rewind"
+    ) -> None:
         self.cluster = cluster
         self.rng = random.Random(seed)
         self.unclean = unclean
@@ -62,15 +63,27 @@ class Chaos:
         self.steps: list[str] = []
         cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
         self.consumer = make_consumer(
-            cluster, on_truncation=policy, on_truncation_report=self._on_report,
-            request_timeout_ms=2000, fetch_max_wait_ms=50, reconnect_backoff_max_ms=200)
+            cluster,
+            on_truncation=policy,
+            on_truncation_report=self._on_report,
+            request_timeout_ms=2000,
+            fetch_max_wait_ms=50,
+            reconnect_backoff_max_ms=200,
+        )
         self.consumer.assign(self.tps)
 
     def _on_report(self, report: TruncationReport) -> None:
         held = self.view[report.partition]
         start = report.divergence.offset if report.divergence is not None else 0
-        self.reports.append((report, start, held.get(start),
-                             self.delivered_at[report.partition].get(start, -1), self.step_no))
+        self.reports.append(
+            (
+                report,
+                start,
+                held.get(start),
+                self.delivered_at[report.partition].get(start, -1),
+                self.step_no,
+            )
+        )
         for offset in [o for o in held if o >= start]:
             del held[offset]
 
@@ -92,7 +105,8 @@ class Chaos:
                 for r in records:
                     assert r.offset not in held, (
                         f"{tp} offset {r.offset} delivered twice without a report "
-                        f"({held[r.offset]!r}, then {r.value!r}); steps: {self.steps}")
+                        f"({held[r.offset]!r}, then {r.value!r}); steps: {self.steps}"
+                    )
                     held[r.offset] = r.value
                     self.delivered_at[tp.partition][r.offset] = self.step_no
                     self.delivered += 1
@@ -105,9 +119,14 @@ class Chaos:
         logs: dict[int, tuple[int, dict[int, bytes | None]] | None] = {}
         for p in range(PARTITIONS):
             leader = self.cluster.leader(TOPIC, p)
-            logs[p] = None if leader is None else (
-                self.cluster.log_start_offset(TOPIC, p, leader),
-                {o: v for o, _k, v in self.cluster.read_records(TOPIC, p, leader)})
+            logs[p] = (
+                None
+                if leader is None
+                else (
+                    self.cluster.log_start_offset(TOPIC, p, leader),
+                    {o: v for o, _k, v in self.cluster.read_records(TOPIC, p, leader)},
+                )
+            )
         self.snapshots.append(logs)
 
     # -- faults ------------------------------------------------------------------------------
@@ -154,8 +173,9 @@ class Chaos:
     def _clean_election(self) -> str:
         p = self.rng.randrange(PARTITIONS)
         leader = self.cluster.leader(TOPIC, p)
-        others = [b for b in self.cluster.isr(TOPIC, p)
-                  if b != leader and self.cluster.is_running(b)]
+        others = [
+            b for b in self.cluster.isr(TOPIC, p) if b != leader and self.cluster.is_running(b)
+        ]
         if not others:
             return f"clean election p{p}: no other ISR member"
         b = self.rng.choice(others)
@@ -165,8 +185,11 @@ class Chaos:
     def _unclean_election(self) -> str:
         p = self.rng.randrange(PARTITIONS)
         isr = self.cluster.isr(TOPIC, p)
-        stale = [b for b in self.cluster.replicas(TOPIC, p)
-                 if b not in isr and self.cluster.is_running(b)]
+        stale = [
+            b
+            for b in self.cluster.replicas(TOPIC, p)
+            if b not in isr and self.cluster.is_running(b)
+        ]
         if not stale:
             return f"unclean election p{p}: no out-of-sync replica running"
         b = self.rng.choice(stale)
@@ -197,9 +220,17 @@ class Chaos:
         return "drop a fetch connection"
 
     def run(self) -> None:
-        actions = [(self._append, 8), (self._lag, 2), (self._resume, 2), (self._stop, 1),
-                   (self._start, 2), (self._clean_election, 2), (self._drop_connection, 1),
-                   (self._retention, 1), (self._stale_metadata, 1)]
+        actions = [
+            (self._append, 8),
+            (self._lag, 2),
+            (self._resume, 2),
+            (self._stop, 1),
+            (self._start, 2),
+            (self._clean_election, 2),
+            (self._drop_connection, 1),
+            (self._retention, 1),
+            (self._stale_metadata, 1),
+        ]
         if self.unclean:
             actions.append((self._unclean_election, 2))
         fns, weights = zip(*actions, strict=True)
@@ -228,8 +259,10 @@ class Chaos:
                 time.sleep(0.02)
             self.cluster.append(TOPIC, p, [b"end-%d" % p])
         deadline = time.monotonic() + 20
-        while any(self.view[p].get(cluster.log_end_offset(TOPIC, p) - 1) != b"end-%d" % p
-                  for p in range(PARTITIONS)):
+        while any(
+            self.view[p].get(cluster.log_end_offset(TOPIC, p) - 1) != b"end-%d" % p
+            for p in range(PARTITIONS)
+        ):
             assert time.monotonic() < deadline, f"did not reach the end; steps: {self.steps}"
             self.poll(1)
         self.poll(3)  # nothing more may come
@@ -242,23 +275,32 @@ class Chaos:
             # Below the highest log start seen, retention removed records: what was read
             # there stays read, and what was not may be skipped, even if a replica that
             # missed the deletion brings it back when elected.
-            floor = max([cluster.log_start_offset(TOPIC, p, leader)] + [
-                snap[p][0] for snap in self.snapshots if snap[p] is not None])
+            floor = max(
+                [cluster.log_start_offset(TOPIC, p, leader)]
+                + [snap[p][0] for snap in self.snapshots if snap[p] is not None]
+            )
             held = {o: v for o, v in self.view[p].items() if o >= floor}
             final = {o: v for o, v in final.items() if o >= floor}
             assert held == final, (
                 f"p{p}: the application's records differ from the final log; "
-                f"steps: {self.steps}; reports: {[r[0] for r in self.reports]}")
+                f"steps: {self.steps}; reports: {[r[0] for r in self.reports]}"
+            )
         for report, offset, value, delivered, reported in self.reports:
             if value is None:
                 continue  # nothing held at the divergence point: nothing claimed lost there
             p = report.partition
             # Gone from the leader's log at its offset; not merely below its log start.
-            gone = [s for s in range(delivered, reported + 1)
-                    if (snap := self.snapshots[s][p]) is not None and offset >= snap[0]
-                    and snap[1].get(offset) != value]
-            assert gone, (f"false report: {report} dropped {value!r} at {offset}, which the "
-                          f"leader held from step {delivered} to {reported}; steps: {self.steps}")
+            gone = [
+                s
+                for s in range(delivered, reported + 1)
+                if (snap := self.snapshots[s][p]) is not None
+                and offset >= snap[0]
+                and snap[1].get(offset) != value
+            ]
+            assert gone, (
+                f"false report: {report} dropped {value!r} at {offset}, which the "
+                f"leader held from step {delivered} to {reported}; steps: {self.steps}"
+            )
         m = self.consumer.metrics(raw=True)
         assert m["truncations_detected"] == len(self.reports)
 

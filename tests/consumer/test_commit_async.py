@@ -39,8 +39,11 @@ def test_commit_async_returns_before_the_answer_and_calls_back_during_poll(
     try:
         c.committed(TP)  # the coordinator is known: the delay below is the commit's own
         cluster.faults.delay_responses(0.8, api_key=OFFSET_COMMIT, count=1)
-        future = c.commit_async(callback=lambda offsets, exc: calls.append(
-            (offsets, exc, threading.current_thread().name)))
+        future = c.commit_async(
+            callback=lambda offsets, exc: calls.append(
+                (offsets, exc, threading.current_thread().name)
+            )
+        )
         assert not future.done() and calls == []
         poll_until(c, lambda: bool(calls))
         [(offsets, exc, thread)] = calls
@@ -102,12 +105,16 @@ def test_close_runs_the_callbacks_of_pending_commits(cluster: EmbeddedCluster) -
 
 
 def test_commit_async_to_an_offset_store_uses_the_default_callback(
-    cluster: EmbeddedCluster, tmp_path: Any,
+    cluster: EmbeddedCluster,
+    tmp_path: Any,
 ) -> None:
     calls: list[Any] = []
     store = SqliteOffsetStore(tmp_path / "offsets.db", "app")
-    c = _consumer(cluster, offset_store=store,
-                  default_offset_commit_callback=lambda o, e: calls.append((o, e)))
+    c = _consumer(
+        cluster,
+        offset_store=store,
+        default_offset_commit_callback=lambda o, e: calls.append((o, e)),
+    )
     try:
         future = c.commit_async()
         assert future.done()

@@ -83,9 +83,14 @@ def _build(
     recs: list[tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
 ) -> bytes:
     b = DefaultRecordBatchBuilder(
-        magic=2, compression_type=codec, is_transactional=transactional,
-        producer_id=7 if transactional else -1, producer_epoch=0 if transactional else -1,
-        base_sequence=0 if transactional else -1, batch_size=10**8)
+        magic=2,
+        compression_type=codec,
+        is_transactional=transactional,
+        producer_id=7 if transactional else -1,
+        producer_epoch=0 if transactional else -1,
+        base_sequence=0 if transactional else -1,
+        batch_size=10**8,
+    )
     for delta, ts, key, value, headers in recs:
         b.append(delta, timestamp=ts, key=key, value=value, headers=headers)
     raw = bytearray(b.build())
@@ -98,9 +103,11 @@ def _build(
 
 _blobs = st.one_of(st.none(), st.binary(max_size=40), st.binary(min_size=100, max_size=300))
 _headers = st.lists(
-    st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=20))), max_size=3)
+    st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=20))), max_size=3
+)
 _record_lists = st.lists(
-    st.tuples(st.integers(-(2**40), 2**40), _blobs, _blobs, _headers), min_size=1, max_size=12)
+    st.tuples(st.integers(-(2**40), 2**40), _blobs, _blobs, _headers), min_size=1, max_size=12
+)
 
 
 @st.composite
@@ -121,8 +128,10 @@ def _fetches(draw: st.DrawFn) -> bytes:
             draw(st.sampled_from(_CODECS)),
             draw(st.booleans()),
             draw(st.sampled_from([0, 0, 0x08, 0x20])),
-            [(delta, base_ts + ts, k, v, h)
-             for delta, (ts, k, v, h) in zip(deltas, recs, strict=True)],
+            [
+                (delta, base_ts + ts, k, v, h)
+                for delta, (ts, k, v, h) in zip(deltas, recs, strict=True)
+            ],
         )
         out += batch
         next_base += deltas[-1] + 1 + draw(st.integers(0, 3))
@@ -162,9 +171,16 @@ def test_decoders_agree_with_deserializers_and_read_committed(data: bytes) -> No
         saved = records._native
         records._native = native
         try:
-            out = decode_records(data, "topic", 3, 0, key_deserializer=des,
-                                 value_deserializer=des, read_committed=True,
-                                 aborted_producers=[(7, 0)])
+            out = decode_records(
+                data,
+                "topic",
+                3,
+                0,
+                key_deserializer=des,
+                value_deserializer=des,
+                read_committed=True,
+                aborted_producers=[(7, 0)],
+            )
         finally:
             records._native = saved
         results.append((_plain(out), calls))
@@ -190,10 +206,23 @@ def test_deserializer_errors_propagate_unchanged_from_both() -> None:
 
 
 def _uncompressed(n: int = 5, headers: bool = True) -> bytes:
-    return _build(100, 2, 0, False, 0, [
-        (i, 1000 + i, b"key-%d" % i, b"value-%d" % i * 3,
-         [("h", b"x" * i), ("n", None)] if headers else [])
-        for i in range(n)])
+    return _build(
+        100,
+        2,
+        0,
+        False,
+        0,
+        [
+            (
+                i,
+                1000 + i,
+                b"key-%d" % i,
+                b"value-%d" % i * 3,
+                [("h", b"x" * i), ("n", None)] if headers else [],
+            )
+            for i in range(n)
+        ],
+    )
 
 
 def _with_body(batch: bytes, body: bytes, count: int | None = None) -> bytes:
@@ -252,7 +281,8 @@ def test_overlong_varint_gives_the_same_error() -> None:
             fields[[0, 2, 3, 5, 7][field]] = bad
             msg = _assert_same_error(_with_body(batch, b"".join(fields), count=1))
             assert msg.endswith(
-                ("varint too long", "topic-3: truncated record in batch at offset 100"))
+                ("varint too long", "topic-3: truncated record in batch at offset 100")
+            )
 
 
 def test_largest_varints_decode_identically() -> None:
@@ -269,8 +299,9 @@ def test_lengths_past_the_end_give_the_same_error() -> None:
         _record(b"\x00\x00\x00", _varint(10**6), b"k"),  # key
         _record(b"\x00\x00\x00", _varint(-1), _varint(2**40), b"v"),  # value
         _record(b"\x00\x00\x00", _varint(-1), _varint(-1), _varint(1), _varint(50), b"h"),
-        _record(b"\x00\x00\x00", _varint(-1), _varint(-1), _varint(1), _varint(1), b"h",
-                _varint(99)),  # header value
+        _record(
+            b"\x00\x00\x00", _varint(-1), _varint(-1), _varint(1), _varint(1), b"h", _varint(99)
+        ),  # header value
         _record(b"\x00\x00\x00", _varint(-1), _varint(-1), _varint(2**30)),  # header count
     ]
     for body in cases:
@@ -284,8 +315,9 @@ def test_bad_header_keys_give_the_same_error() -> None:
     batch = _uncompressed()
     neg = _record(b"\x00\x00\x00", _varint(-1), _varint(-1), _varint(1), _varint(-3), b"abc")
     assert "negative header key length" in _assert_same_error(_with_body(batch, neg, count=1))
-    bad = _record(b"\x00\x00\x00", _varint(-1), _varint(-1), _varint(1), _varint(2), b"\xff\xfe",
-                  _varint(-1))
+    bad = _record(
+        b"\x00\x00\x00", _varint(-1), _varint(-1), _varint(1), _varint(2), b"\xff\xfe", _varint(-1)
+    )
     assert "header key is not UTF-8" in _assert_same_error(_with_body(batch, bad, count=1))
 
 
@@ -300,7 +332,7 @@ def _mutations(batch: bytes, seed: int) -> Iterator[bytes]:
             i = rnd.randrange(len(b))
             b[i] = rnd.choice([0x00, 0x01, 0x7F, 0x80, 0xFF, rnd.randrange(256)])
         if rnd.random() < 0.3:
-            del b[rnd.randrange(len(b)):]
+            del b[rnd.randrange(len(b)) :]
         yield _with_body(batch, bytes(b), count=rnd.choice([5, 5, 6, 1000, 0, -1]))
 
 
@@ -315,11 +347,13 @@ def test_random_corruption_gives_identical_outcomes(seed: int) -> None:
 def test_env_var_forces_the_python_decoder() -> None:
     code = "from epochguard.consumer import records; print(records.DECODER)"
     env = {**os.environ, "EPOCHGUARD_PURE_PYTHON": "1"}
-    forced = subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                            capture_output=True, text=True).stdout.strip()
+    forced = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
     env.pop("EPOCHGUARD_PURE_PYTHON")
-    default = subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                             capture_output=True, text=True).stdout.strip()
+    default = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
     assert (forced, default) == ("python", "c")
     assert records.DECODER == "c"
 
@@ -368,4 +402,3 @@ def test_no_references_leak_on_success_or_error_paths() -> None:
         tracemalloc.stop()
     # A leaked record per decode would be 300 * (5 records * ~200 B) = 300 kB.
     assert grown < 64 * 1024, grown
-

@@ -29,8 +29,14 @@ def _metadata(leader: int, epoch: int) -> Any:
 def _fetcher(mocker: Any, events: list[Any] | None = None) -> tuple[Fetcher, Any]:
     client = mocker.Mock()
     sink = events if events is not None else []
-    f = Fetcher(client, build_config({}), OffsetPolicy(auto_offset_reset="earliest",
-                on_truncation="raise"), None, None, sink.append)
+    f = Fetcher(
+        client,
+        build_config({}),
+        OffsetPolicy(auto_offset_reset="earliest", on_truncation="raise"),
+        None,
+        None,
+        sink.append,
+    )
     return f, client
 
 
@@ -70,9 +76,14 @@ def test_diverging_epoch_is_acted_on_without_offset_for_leader_epoch(mocker: Any
     assert (fp.fetch_offset, fp.last_fetched_epoch, fp.current_leader_epoch) == (15, 3, 3)
     action = FetchAction(TP, 1, 15, 3, 3, _token(tracker))
     div = NS(epoch=3, end_offset=12)
-    part = NS(partition_index=0, error_code=0, diverging_epoch=div, records=b"",
-              high_watermark=20,
-              aborted_transactions=None)
+    part = NS(
+        partition_index=0,
+        error_code=0,
+        diverging_epoch=div,
+        records=b"",
+        high_watermark=20,
+        aborted_transactions=None,
+    )
     resp = NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
     client.send.reset_mock()
     f._on_fetch((1, {TP: action}, {}), Future().success(resp))
@@ -101,9 +112,14 @@ def test_buffered_records_are_dropped_when_validation_starts(mocker: Any) -> Non
     for i in range(10):
         b.append(timestamp=i, key=None, value=b"v", headers=[])
     b.close()
-    part = NS(partition_index=0, error_code=0, diverging_epoch=None, records=b.buffer(),
-              high_watermark=10,
-              aborted_transactions=None)
+    part = NS(
+        partition_index=0,
+        error_code=0,
+        diverging_epoch=None,
+        records=b.buffer(),
+        high_watermark=10,
+        aborted_transactions=None,
+    )
     resp = NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
     action = FetchAction(TP, 1, 0, 0, None, _token(tracker))
     f._on_fetch((1, {TP: action}, {}), Future().success(resp))
@@ -130,8 +146,14 @@ def _records(base: int, n: int, epoch: int = 0) -> bytes:
 
 
 def _fetch_answer(base: int, n: int, hw: int) -> Any:
-    part = NS(partition_index=0, error_code=0, diverging_epoch=None,
-              records=_records(base, n), high_watermark=hw, aborted_transactions=None)
+    part = NS(
+        partition_index=0,
+        error_code=0,
+        diverging_epoch=None,
+        records=_records(base, n),
+        high_watermark=hw,
+        aborted_transactions=None,
+    )
     return NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
 
 

@@ -66,14 +66,18 @@ def wait(cond: Any, timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("strategy", [None, RoundRobinPartitionAssignor,
-                                      StickyPartitionAssignor])
+@pytest.mark.parametrize("strategy", [None, RoundRobinPartitionAssignor, StickyPartitionAssignor])
 def test_rebalance_splits_partitions_and_commits_on_revoke(cluster: Any, strategy: Any) -> None:
     cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)
     produce(cluster, 5)
-    kw: dict[str, Any] = {"group_id": "grp", "enable_auto_commit": True,
-                          "session_timeout_ms": 6000, "heartbeat_interval_ms": 200,
-                          "max_poll_interval_ms": 10000, "auto_commit_interval_ms": 200}
+    kw: dict[str, Any] = {
+        "group_id": "grp",
+        "enable_auto_commit": True,
+        "session_timeout_ms": 6000,
+        "heartbeat_interval_ms": 200,
+        "max_poll_interval_ms": 10000,
+        "auto_commit_interval_ms": 200,
+    }
     if strategy is not None:
         kw["partition_assignment_strategy"] = [strategy]
     l1, l2 = Recorder(), Recorder()
@@ -118,16 +122,29 @@ def test_mixed_group_with_librdkafka_member(cluster: Any) -> None:
 
     cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)
     produce(cluster, 5)
-    c1 = make_consumer(cluster, group_id="mixed", session_timeout_ms=6000,
-                       enable_auto_commit=True,
-                       heartbeat_interval_ms=200, max_poll_interval_ms=10000)
+    c1 = make_consumer(
+        cluster,
+        group_id="mixed",
+        session_timeout_ms=6000,
+        enable_auto_commit=True,
+        heartbeat_interval_ms=200,
+        max_poll_interval_ms=10000,
+    )
     c1.subscribe([TOPIC])
     r1 = Runner(c1)
     r1.start()
-    rd = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "mixed",
-                   "partition.assignment.strategy": "range", "auto.offset.reset": "earliest",
-                   "session.timeout.ms": 6000, "heartbeat.interval.ms": 200,
-                   "enable.auto.commit": False, "log_level": 0})
+    rd = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "mixed",
+            "partition.assignment.strategy": "range",
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 200,
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
     rd_records: list[Any] = []
     try:
         wait(lambda: len(r1.records) == 5 * N_PARTS)
@@ -147,8 +164,8 @@ def test_mixed_group_with_librdkafka_member(cluster: Any) -> None:
         produce(cluster, 3, start=5)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and (
-                len(r1.records) - before < 6 or
-                sum(1 for m in rd_records if m.offset() >= 5) < 6):
+            len(r1.records) - before < 6 or sum(1 for m in rd_records if m.offset() >= 5) < 6
+        ):
             m = rd.poll(0.1)
             if m is not None and not m.error():
                 rd_records.append(m)
@@ -166,8 +183,13 @@ def test_close_is_bounded_with_every_broker_down(cluster: Any) -> None:
     cluster.create_topic(TOPIC, partitions=2, replication_factor=2)
     produce_two = [b"x"] * 3
     cluster.append(TOPIC, 0, produce_two)
-    consumer = make_consumer(cluster, group_id="down", close_timeout_ms=2000,
-                             session_timeout_ms=6000, heartbeat_interval_ms=200)
+    consumer = make_consumer(
+        cluster,
+        group_id="down",
+        close_timeout_ms=2000,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=200,
+    )
     consumer.subscribe([TOPIC])
     got = 0
     deadline = time.monotonic() + 10
@@ -186,8 +208,13 @@ def test_close_is_bounded_with_every_broker_down(cluster: Any) -> None:
 
 def test_heartbeats_keep_membership_between_polls(cluster: Any) -> None:
     cluster.create_topic(TOPIC, partitions=2, replication_factor=2)
-    c = make_consumer(cluster, group_id="hb", session_timeout_ms=6000,
-                      heartbeat_interval_ms=300, max_poll_interval_ms=20000)
+    c = make_consumer(
+        cluster,
+        group_id="hb",
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=300,
+        max_poll_interval_ms=20000,
+    )
     try:
         c.subscribe([TOPIC])
         wait(lambda: bool(c.poll(timeout_ms=50) or c.assignment()))
@@ -204,8 +231,13 @@ def test_heartbeats_keep_membership_between_polls(cluster: Any) -> None:
 
 def test_max_poll_interval_exceeded_leaves_and_rejoins(cluster: Any) -> None:
     cluster.create_topic(TOPIC, partitions=2, replication_factor=2)
-    c = make_consumer(cluster, group_id="mpi", session_timeout_ms=6000,
-                      heartbeat_interval_ms=100, max_poll_interval_ms=1000)
+    c = make_consumer(
+        cluster,
+        group_id="mpi",
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=100,
+        max_poll_interval_ms=1000,
+    )
     try:
         c.subscribe([TOPIC])
         wait(lambda: bool(c.poll(timeout_ms=50) or c.assignment()))

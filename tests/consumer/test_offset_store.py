@@ -52,8 +52,11 @@ def test_topic_recreated_while_stopped_is_reported_on_restart(cluster, tmp_path,
     """The stored position carries the topic id, so a topic deleted and re-created (new
     offsets and epochs from 0) while the application was down is not read on as if the
     new records at the stored offset followed the old ones."""
-    store = (SqliteOffsetStore(tmp_path / "pos.db") if kind == "sqlite"
-             else JsonFileOffsetStore(tmp_path / "pos.json"))
+    store = (
+        SqliteOffsetStore(tmp_path / "pos.db")
+        if kind == "sqlite"
+        else JsonFileOffsetStore(tmp_path / "pos.json")
+    )
     cluster.create_topic("t", replication_factor=2)
     cluster.append("t", 0, [b"old-%d" % i for i in range(5)])
     old_id = cluster.topic_id("t")
@@ -80,7 +83,10 @@ def test_topic_recreated_while_stopped_is_reported_on_restart(cluster, tmp_path,
         [rep] = consumer.truncation_reports()
         assert rep.detected_by is DetectedBy.TOPIC_RECREATED
         assert (rep.consumed_to, rep.divergence, rep.lost_count) == (
-            EpochOffset(5, 0), EpochOffset(0), 5)
+            EpochOffset(5, 0),
+            EpochOffset(0),
+            5,
+        )
         assert rep.position_source == "offset_store"
         position = consumer.position_with_epoch(TP0)
         assert position == EpochOffset(8, 0) and position.topic_id == cluster.topic_id("t")

@@ -23,12 +23,12 @@ def test_leader_restart_and_dropped_connections_lose_nothing(cluster) -> None:
         c.assign(tps)
         got = read(c, 40)
         leader = cluster.leader("r", 0)
-        cluster.stop_broker(leader)          # leader moves (clean: ISR has the others)
+        cluster.stop_broker(leader)  # leader moves (clean: ISR has the others)
         for p in range(2):
             cluster.append("r", p, [b"b-%d" % i for i in range(20)], batch_size=5)
         got += read(c, 40, timeout=20)
         cluster.start_broker(leader)
-        cluster.faults.disconnect_on(api_key=FETCH, count=2)   # connections dropped mid-fetch
+        cluster.faults.disconnect_on(api_key=FETCH, count=2)  # connections dropped mid-fetch
         for p in range(2):
             cluster.append("r", p, [b"c-%d" % i for i in range(20)], batch_size=5)
         got += read(c, 40, timeout=20)
@@ -73,8 +73,12 @@ def test_rebootstraps_when_every_broker_it_knows_is_gone(cluster) -> None:
     cluster.stop_broker(b)
     cluster.stop_broker(3)
     tp = TopicPartition("rb", 0)
-    with make_consumer(cluster, bootstrap_servers=cluster.all_bootstrap_servers,
-                       metadata_max_age_ms=300_000, reconnect_backoff_max_ms=200) as c:
+    with make_consumer(
+        cluster,
+        bootstrap_servers=cluster.all_bootstrap_servers,
+        metadata_max_age_ms=300_000,
+        reconnect_backoff_max_ms=200,
+    ) as c:
         c.assign([tp])
         assert len(read(c, 3)) == 3  # its metadata names broker A alone
         cluster.start_broker(b)

@@ -28,8 +28,9 @@ def test_topic_recreated_while_polling_is_seen_without_waiting_for_metadata_max_
     tp = TopicPartition("re", 0)
     cluster.create_topic("re", replication_factor=2)
     cluster.append("re", 0, [b"old-%d" % i for i in range(5)])
-    with make_consumer(cluster, metadata_max_age_ms=300_000, on_truncation="rewind",
-                       allow_auto_create_topics=False) as c:
+    with make_consumer(
+        cluster, metadata_max_age_ms=300_000, on_truncation="rewind", allow_auto_create_topics=False
+    ) as c:
         c.assign([tp])
         assert len(read(c, 5)) == 5
         cluster.delete_topic("re")
@@ -97,8 +98,12 @@ def test_topic_recreated_while_not_polling_is_not_read_as_the_old_log() -> None:
     with EmbeddedCluster(brokers=1) as cluster:  # one broker: the same leader, surely
         cluster.create_topic("re")
         cluster.append("re", 0, [b"old-%d" % i for i in range(5)])
-        with make_consumer(cluster, metadata_max_age_ms=300_000, on_truncation="rewind",
-                           allow_auto_create_topics=False) as c:
+        with make_consumer(
+            cluster,
+            metadata_max_age_ms=300_000,
+            on_truncation="rewind",
+            allow_auto_create_topics=False,
+        ) as c:
             c.assign([tp])
             assert len(read(c, 5)) == 5
             assert read(c, 1, timeout=0.5) == []  # idle: metadata and fetches settle

@@ -22,6 +22,7 @@ def test_consumer_reads_large_fetches_through_the_large_read_transport() -> None
             got = read(c, len(values))
             conns = c._client.manager._conns.values()
             assert conns and all(
-                type(conn.transport) is client._LargeReadTransport for conn in conns)
+                type(conn.transport) is client._LargeReadTransport for conn in conns
+            )
     assert [r.value for r in got] == values
     assert [r.offset for r in got] == list(range(len(values)))

@@ -29,8 +29,9 @@ def _caught_up(cluster, consumer: EpochConsumer) -> tuple[int, int]:
 
 def test_idle_consumer_detects_unclean_election_and_rewinds(cluster) -> None:
     reports: list[TruncationReport] = []
-    with make_consumer(cluster, on_truncation="rewind",
-                       on_truncation_report=reports.append) as consumer:
+    with make_consumer(
+        cluster, on_truncation="rewind", on_truncation_report=reports.append
+    ) as consumer:
         old, new = _caught_up(cluster, consumer)
         # Caught up and idle: empty fetches must not drop the position's epoch.
         assert consumer.poll(timeout_ms=300) == {}
@@ -144,8 +145,7 @@ def test_mid_stream_unclean_election_drops_buffered_old_records(cluster, policy:
         assert rep.consumed_to == EpochOffset(700, 0)
         assert rep.divergence == EpochOffset(500, 0) and rep.lost_count == 200
         got += read(consumer, 100 - len(got), max_records=50)
-        assert [(r.offset, r.value) for r in got] == [
-            (500 + i, b"new-%d" % i) for i in range(100)]
+        assert [(r.offset, r.value) for r in got] == [(500 + i, b"new-%d" % i) for i in range(100)]
 
 
 def test_records_delivered_before_detection_are_counted_as_lost(cluster) -> None:
@@ -162,7 +162,8 @@ def test_records_delivered_before_detection_are_counted_as_lost(cluster) -> None
         assert rep.consumed_to.offset == 700 + len(delivered_old)
         assert rep.divergence == EpochOffset(500, 0)
         assert rep.lost_count == 200 + len(delivered_old)
-        after = got[len(delivered_old):]
+        after = got[len(delivered_old) :]
         after += read(consumer, 100 - len(after), max_records=50)
         assert [(r.offset, r.value) for r in after] == [
-            (500 + i, b"new-%d" % i) for i in range(100)]
+            (500 + i, b"new-%d" % i) for i in range(100)
+        ]

@@ -23,9 +23,14 @@ from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import DetectedBy, TruncationReport
 
 
-def _batch(values: list[bytes | None], base: int = 0, epoch: int = 0, codec: int = 0,
-           headers: list[tuple[str, bytes | None]] | None = None, key: bytes | None = None
-           ) -> bytes:
+def _batch(
+    values: list[bytes | None],
+    base: int = 0,
+    epoch: int = 0,
+    codec: int = 0,
+    headers: list[tuple[str, bytes | None]] | None = None,
+    key: bytes | None = None,
+) -> bytes:
     b = MemoryRecordsBuilder(magic=2, compression_type=codec, batch_size=10**8, offset=base)
     for i, v in enumerate(values):
         b.append(timestamp=1000 + i, key=key, value=v, headers=headers or [])
@@ -38,16 +43,19 @@ def _batch(values: list[bytes | None], base: int = 0, epoch: int = 0, codec: int
 # ------------------------------------------------------------------ config
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("auto_offset_reset", "smallest-ish"),
-    ("max_poll_records", 0),
-    ("fetch_max_wait_ms", "500"),
-    ("enable_auto_commit", "yes"),
-    ("isolation_level", "serializable"),
-    ("partition_assignment_strategy", [object]),
-    ("max_fetch_version", 14),
-    ("offset_store", object()),
-])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("auto_offset_reset", "smallest-ish"),
+        ("max_poll_records", 0),
+        ("fetch_max_wait_ms", "500"),
+        ("enable_auto_commit", "yes"),
+        ("isolation_level", "serializable"),
+        ("partition_assignment_strategy", [object]),
+        ("max_fetch_version", 14),
+        ("offset_store", object()),
+    ],
+)
 def test_invalid_config_value_names_the_key(key: str, value: object) -> None:
     with pytest.raises(ConsumerConfigError) as info:
         build_config({key: value})
@@ -67,9 +75,16 @@ def test_bad_truncation_policy_is_a_config_error() -> None:
 
 
 def test_kafka_python_names_are_accepted() -> None:
-    cfg = build_config({"auto_offset_reset": "smallest", "security_protocol": "SSL",
-                        "ssl_cafile": "/x", "sasl_mechanism": "PLAIN", "client_rack": "r1",
-                        "enable_incremental_fetch_sessions": False})
+    cfg = build_config(
+        {
+            "auto_offset_reset": "smallest",
+            "security_protocol": "SSL",
+            "ssl_cafile": "/x",
+            "sasl_mechanism": "PLAIN",
+            "client_rack": "r1",
+            "enable_incremental_fetch_sessions": False,
+        }
+    )
     assert cfg["auto_offset_reset"] == "earliest"
     assert cfg["receive_message_max_bytes"] >= cfg["fetch_max_bytes"]
 
@@ -78,8 +93,9 @@ def test_kafka_python_names_are_accepted() -> None:
 
 
 def test_decoder_reads_fields_epoch_and_skips_below_fetch_offset() -> None:
-    data = _batch([b"a", None, b"c" * 300], base=5, epoch=3, key=b"k",
-                  headers=[("h", b"v"), ("n", None)])
+    data = _batch(
+        [b"a", None, b"c" * 300], base=5, epoch=3, key=b"k", headers=[("h", b"v"), ("n", None)]
+    )
     out = decode_records(data, "t", 0, 6)
     assert [r.offset for r in out.records] == [6, 7]
     r = out.records[0]
@@ -93,8 +109,9 @@ def test_decoder_reads_fields_epoch_and_skips_below_fetch_offset() -> None:
 def test_decoder_matches_kafka_python_on_many_batches() -> None:
     from kafka.record import MemoryRecords
 
-    data = b"".join(_batch([b"v%d" % i * (i % 90) for i in range(200)], base=200 * j, epoch=j)
-                    for j in range(5))
+    data = b"".join(
+        _batch([b"v%d" % i * (i % 90) for i in range(200)], base=200 * j, epoch=j) for j in range(5)
+    )
     mine = decode_records(data, "t", 0, 0).records
     theirs = []
     mr = MemoryRecords(data)
@@ -129,8 +146,14 @@ def test_deserializers_both_styles() -> None:
             return data.upper()
 
     data = _batch([b"ab"], key=b"k")
-    out = decode_records(data, "t", 0, 0, key_deserializer=as_deserializer(bytes.decode),
-                         value_deserializer=as_deserializer(Up()))
+    out = decode_records(
+        data,
+        "t",
+        0,
+        0,
+        key_deserializer=as_deserializer(bytes.decode),
+        value_deserializer=as_deserializer(Up()),
+    )
     assert (out.records[0].key, out.records[0].value) == ("k", b"AB")
 
 

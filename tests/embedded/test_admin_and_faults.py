@@ -28,10 +28,18 @@ def test_embedded_cluster_implements_the_cluster_protocol(cluster: EmbeddedClust
     assert len(cluster.bootstrap_servers.split(",")) == 3
 
 
-def test_create_describe_delete_and_recreate_topic(cluster: EmbeddedCluster,
-                                                   admin: KafkaAdminClient) -> None:
-    admin.create_topics({"a": {"num_partitions": 2, "replication_factor": 2,
-                               "configs": {"min.insync.replicas": "2"}}})
+def test_create_describe_delete_and_recreate_topic(
+    cluster: EmbeddedCluster, admin: KafkaAdminClient
+) -> None:
+    admin.create_topics(
+        {
+            "a": {
+                "num_partitions": 2,
+                "replication_factor": 2,
+                "configs": {"min.insync.replicas": "2"},
+            }
+        }
+    )
     assert cluster.replicas("a", 1) and len(cluster.replicas("a", 1)) == 2
     first_id = cluster.topic_id("a")
     res = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "a")])
@@ -44,19 +52,20 @@ def test_create_describe_delete_and_recreate_topic(cluster: EmbeddedCluster,
     assert cluster.leader_epoch("a", 0) == 0
 
 
-def test_delete_records_moves_log_start(cluster: EmbeddedCluster,
-                                        admin: KafkaAdminClient) -> None:
+def test_delete_records_moves_log_start(cluster: EmbeddedCluster, admin: KafkaAdminClient) -> None:
     cluster.create_topic("t")
     cluster.append("t", 0, [b"%d" % i for i in range(10)], batch_size=1)
     admin.delete_records({TopicPartition("t", 0): 4})
     for b in cluster.replicas("t", 0):
         assert cluster.log_start_offset("t", 0, broker=b) == 4
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers,
-                             auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     try:
         consumer.assign([TopicPartition("t", 0)])
-        assert consumer.beginning_offsets([TopicPartition("t", 0)]) == {
-            TopicPartition("t", 0): 4}
+        assert consumer.beginning_offsets([TopicPartition("t", 0)]) == {TopicPartition("t", 0): 4}
     finally:
         consumer.close()
 
@@ -107,8 +116,9 @@ def test_control_api_elections(cluster: EmbeddedCluster) -> None:
 
 
 def test_unclean_election_enabled_topic_elects_on_restart(cluster: EmbeddedCluster) -> None:
-    cluster.create_topic("t", replication_factor=2,
-                         config={"unclean.leader.election.enable": "true"})
+    cluster.create_topic(
+        "t", replication_factor=2, config={"unclean.leader.election.enable": "true"}
+    )
     first, second = cluster.replicas("t", 0)
     cluster.stop_broker(second)
     cluster.stop_broker(first)
@@ -121,8 +131,9 @@ def test_injected_errors_and_delays(cluster: EmbeddedCluster) -> None:
     leader = cluster.leader("t", 0)
     assert leader is not None
     cluster.faults.inject_error(api_key=0, error_code=6, count=2, broker=leader)
-    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, retries=0,
-                             enable_idempotence=False)
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap_servers, retries=0, enable_idempotence=False
+    )
     try:
         with pytest.raises(NotLeaderForPartitionError):
             producer.send("t", b"a", partition=0).get(timeout=10)
@@ -141,8 +152,12 @@ def test_dropped_and_disconnected_responses(cluster: EmbeddedCluster) -> None:
 
     from .wire import Wire
 
-    req = MetadataRequest(version=12, topics=None, allow_auto_topic_creation=False,
-                          include_topic_authorized_operations=False)
+    req = MetadataRequest(
+        version=12,
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
     cluster.faults.disconnect_on(api_key=3, broker=1)
     w = Wire.to(cluster, 1)
     w.send(req)
@@ -165,8 +180,12 @@ def test_stop_broker_closes_listener_and_connections(cluster: EmbeddedCluster) -
     from .wire import Wire
 
     w = Wire.to(cluster, 2)
-    req = MetadataRequest(version=12, topics=None, allow_auto_topic_creation=False,
-                          include_topic_authorized_operations=False)
+    req = MetadataRequest(
+        version=12,
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
     assert w.call(req, MetadataResponse).brokers  # the broker has accepted this connection
     cluster.stop_broker(2)
     assert w.closed_by_peer()
@@ -187,15 +206,24 @@ def test_enabling_unclean_election_by_config_elects_a_leader(cluster: EmbeddedCl
     assert cluster.leader("t", 0) is None
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
     try:
-        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "t",
-                                            configs={"unclean.leader.election.enable": "true"})],
-                            raise_on_unknown=False, incremental=True)
+        admin.alter_configs(
+            [
+                ConfigResource(
+                    ConfigResourceType.TOPIC,
+                    "t",
+                    configs={"unclean.leader.election.enable": "true"},
+                )
+            ],
+            raise_on_unknown=False,
+            incremental=True,
+        )
         assert (cluster.leader("t", 0), cluster.leader_epoch("t", 0)) == (second, 2)
         cluster_info = admin.describe_cluster()
     finally:
         admin.close()
     assert sorted(b["broker_id"] for b in cluster_info["brokers"]) == sorted(
-        b for b in cluster.broker_ids if b != first)
+        b for b in cluster.broker_ids if b != first
+    )
     assert cluster_info["controller_id"] == min(b for b in cluster.broker_ids if b != first)
     assert any(k == 44 for k, _ in cluster.requests_seen())  # IncrementalAlterConfigs
 
@@ -212,8 +240,11 @@ def test_injected_fetch_errors_are_retried_by_clients(cluster: EmbeddedCluster) 
     cluster.create_topic("t", replication_factor=3)
     cluster.append("t", 0, [b"%d" % i for i in range(5)])
     cluster.faults.inject_error(api_key=1, error_code=74, count=3)  # FENCED_LEADER_EPOCH
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers,
-                             auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     got: list[bytes] = []
     try:
         consumer.assign([TopicPartition("t", 0)])

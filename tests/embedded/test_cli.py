@@ -15,9 +15,23 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_module_runner_prints_bootstrap_and_serves_topics() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "epochguard.testing", "--brokers", "2", "--topic", "a:3:2",
-         "--topic", "b", "--exit-after", "20"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        [
+            sys.executable,
+            "-m",
+            "epochguard.testing",
+            "--brokers",
+            "2",
+            "--topic",
+            "a:3:2",
+            "--topic",
+            "b",
+            "--exit-after",
+            "20",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         bootstrap = proc.stdout.readline().strip()
@@ -41,8 +55,12 @@ def test_module_runner_prints_bootstrap_and_serves_topics() -> None:
 def test_ctrl_c_stops_the_runner_cleanly() -> None:
     import signal
 
-    proc = subprocess.Popen([sys.executable, "-m", "epochguard.testing", "--brokers", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "epochguard.testing", "--brokers", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().startswith("127.0.0.1:")
@@ -54,8 +72,10 @@ def test_ctrl_c_stops_the_runner_cleanly() -> None:
 
 
 def test_epochguard_cluster_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
-    assert epochguard_main(["cluster", "--brokers", "1", "--topic", "x:2:1",
-                            "--exit-after", "0.1"]) == 0
+    assert (
+        epochguard_main(["cluster", "--brokers", "1", "--topic", "x:2:1", "--exit-after", "0.1"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.count("127.0.0.1:") >= 1
     with pytest.raises(SystemExit):

@@ -18,8 +18,14 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_confluent_producer_and_assigned_consumer(cluster: EmbeddedCluster) -> None:
     cluster.create_topic("t", partitions=3)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
-                         "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+        }
+    )
     for i in range(300):
         producer.produce("t", key=b"k%d" % i, value=b"v%d" % i, partition=i % 3)
     assert producer.flush(20) == 0
@@ -27,9 +33,15 @@ def test_confluent_producer_and_assigned_consumer(cluster: EmbeddedCluster) -> N
         assert cluster.high_watermark("t", p) == 100
         assert {cluster.log_end_offset("t", p, b) for b in cluster.replicas("t", p)} == {100}
 
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "log_level": 0})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "g",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "log_level": 0,
+        }
+    )
     consumer.assign([TopicPartition("t", p, 0) for p in range(3)])
     got: dict[int, list[tuple[int, bytes]]] = {0: [], 1: [], 2: []}
     deadline = time.monotonic() + 20
@@ -53,10 +65,21 @@ def test_confluent_acks_all_below_min_isr_fails(cluster: EmbeddedCluster) -> Non
     follower = next(b for b in cluster.replicas("t", 0) if b != leader)
     cluster.stop_broker(follower)
     errors: list[str] = []
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
-                         "message.timeout.ms": 2000, "retries": 0, "log_level": 0})
-    producer.produce("t", value=b"x", partition=0,
-                     on_delivery=lambda err, msg: errors.append(str(err and err.name())))
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "acks": "all",
+            "message.timeout.ms": 2000,
+            "retries": 0,
+            "log_level": 0,
+        }
+    )
+    producer.produce(
+        "t",
+        value=b"x",
+        partition=0,
+        on_delivery=lambda err, msg: errors.append(str(err and err.name())),
+    )
     producer.flush(10)
     assert errors == ["NOT_ENOUGH_REPLICAS"]
     assert cluster.log_end_offset("t", 0) == 0
@@ -73,8 +96,11 @@ def test_aiokafka_producer_and_consumer(cluster: EmbeddedCluster) -> None:
                 await producer.send_and_wait("t", value=b"a%d" % i, partition=i % 2)
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap_servers,
-                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=cluster.bootstrap_servers,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
         await consumer.start()
         got: list[tuple[int, int, bytes | None]] = []
         try:
@@ -93,7 +119,8 @@ def test_aiokafka_producer_and_consumer(cluster: EmbeddedCluster) -> None:
 
 
 def test_confluent_admin_metadata_sees_stopped_broker_and_new_leader(
-        cluster: EmbeddedCluster) -> None:
+    cluster: EmbeddedCluster,
+) -> None:
     from confluent_kafka.admin import AdminClient
 
     cluster.create_topic("t", replication_factor=3)
@@ -109,11 +136,18 @@ def test_confluent_admin_metadata_sees_stopped_broker_and_new_leader(
 
 
 def test_librdkafka_uses_topic_id_fetches_and_offset_for_leader_epoch(
-        cluster: EmbeddedCluster) -> None:
+    cluster: EmbeddedCluster,
+) -> None:
     cluster.create_topic("t", replication_factor=3)
     cluster.append("t", 0, [b"a", b"b"])
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
-                         "enable.auto.commit": False, "log_level": 0})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "g",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
     # Seeking with a leader epoch makes librdkafka validate it (OffsetForLeaderEpoch v2+).
     consumer.assign([TopicPartition("t", 0, 1, leader_epoch=0)])
     try:
@@ -149,12 +183,34 @@ def test_fetch_by_stale_topic_id_after_recreate(cluster: EmbeddedCluster) -> Non
 
     def req(tid: uuid.UUID) -> object:
         return FetchRequest(
-            version=13, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1000,
-            isolation_level=0, session_id=0, session_epoch=-1,
-            topics=[FT(version=13, topic_id=tid, partitions=[FT.FetchPartition(
-                version=13, partition=0, current_leader_epoch=-1, fetch_offset=0,
-                last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1000)])],
-            forgotten_topics_data=[], rack_id="")
+            version=13,
+            replica_id=-1,
+            max_wait_ms=0,
+            min_bytes=1,
+            max_bytes=1000,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                FT(
+                    version=13,
+                    topic_id=tid,
+                    partitions=[
+                        FT.FetchPartition(
+                            version=13,
+                            partition=0,
+                            current_leader_epoch=-1,
+                            fetch_offset=0,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=1000,
+                        )
+                    ],
+                )
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
 
     w = Wire.to(cluster, leader)
     try:
@@ -172,15 +228,20 @@ def test_compressed_batches_pass_through(cluster: EmbeddedCluster, codec: str) -
     from kafka import TopicPartition as KTopicPartition
 
     cluster.create_topic("t")
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers,
-                         "compression.type": codec, "linger.ms": 20, "log_level": 0})
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "compression.type": codec,
+            "linger.ms": 20,
+            "log_level": 0,
+        }
+    )
     for i in range(200):
         producer.produce("t", value=b"value-%d" % i, partition=0, timestamp=1_000 + i)
     assert producer.flush(10) == 0
     assert cluster.high_watermark("t", 0) == 200
     assert len(cluster.replica_log("t", 0, cluster.replicas("t", 0)[1]).batches) < 200
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers,
-                             enable_auto_commit=False)
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, enable_auto_commit=False)
     tp = KTopicPartition("t", 0)
     try:
         consumer.assign([tp])
@@ -199,15 +260,28 @@ def test_compressed_batches_pass_through(cluster: EmbeddedCluster, codec: str) -
 
 
 def test_snappy_batches_pass_through_with_or_without_a_codec_on_the_broker(
-        cluster: EmbeddedCluster) -> None:
+    cluster: EmbeddedCluster,
+) -> None:
     cluster.create_topic("t")
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers,
-                         "compression.type": "snappy", "linger.ms": 20, "log_level": 0})
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "compression.type": "snappy",
+            "linger.ms": 20,
+            "log_level": 0,
+        }
+    )
     for i in range(200):
         producer.produce("t", value=b"value-%d" % i, partition=0, timestamp=1_000 + i)
     assert producer.flush(10) == 0
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
-                         "enable.auto.commit": False, "log_level": 0})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "g",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
     try:
         (found,) = consumer.offsets_for_times([TopicPartition("t", 0, 1_150)], timeout=10)
         if has_snappy():

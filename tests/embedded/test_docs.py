@@ -39,4 +39,5 @@ def test_advertised_api_table_matches_the_registry() -> None:
     # Group APIs (FindCoordinator included) belong to the group coordinator's module.
     group_apis = {8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47}
     assert {k: v for k, v in documented.items() if k not in group_apis} == {
-        k: v for k, v in registry.items() if k not in group_apis}
+        k: v for k, v in registry.items() if k not in group_apis
+    }

@@ -50,26 +50,55 @@ def test_session_cache_rules() -> None:
     assert cache.open(0, 0, [target(0)], [], create=False)[0] is None
 
 
-def request(session_id: int, epoch: int, parts: list[tuple[int, int]],
-            forgotten: list[int] | None = None) -> Any:
+def request(
+    session_id: int, epoch: int, parts: list[tuple[int, int]], forgotten: list[int] | None = None
+) -> Any:
     FT = FetchRequest.FetchTopic
     v = 12
     return FetchRequest(
-        version=v, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1_000_000,
-        isolation_level=0, session_id=session_id, session_epoch=epoch,
-        topics=[FT(version=v, topic="t", partitions=[FT.FetchPartition(
-            version=v, partition=p, current_leader_epoch=-1, fetch_offset=off,
-            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=100_000)
-            for p, off in parts])] if parts else [],
-        forgotten_topics_data=[FetchRequest.ForgottenTopic(version=v, topic="t",
-                                                           partitions=forgotten)]
-        if forgotten else [],
-        rack_id="")
+        version=v,
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=1_000_000,
+        isolation_level=0,
+        session_id=session_id,
+        session_epoch=epoch,
+        topics=[
+            FT(
+                version=v,
+                topic="t",
+                partitions=[
+                    FT.FetchPartition(
+                        version=v,
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=off,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=100_000,
+                    )
+                    for p, off in parts
+                ],
+            )
+        ]
+        if parts
+        else [],
+        forgotten_topics_data=[
+            FetchRequest.ForgottenTopic(version=v, topic="t", partitions=forgotten)
+        ]
+        if forgotten
+        else [],
+        rack_id="",
+    )
 
 
 def partitions(resp: Any) -> dict[int, tuple[int, int, int]]:
-    return {p.partition_index: (p.error_code, p.high_watermark, len(p.records))
-            for t in resp.responses for p in t.partitions}
+    return {
+        p.partition_index: (p.error_code, p.high_watermark, len(p.records))
+        for t in resp.responses
+        for p in t.partitions
+    }
 
 
 def test_incremental_responses_carry_only_changed_partitions() -> None:
@@ -101,7 +130,8 @@ def test_incremental_responses_carry_only_changed_partitions() -> None:
 
 
 def test_idle_kafka_python_consumer_keeps_its_epoch_and_sees_truncation(
-        cluster: EmbeddedCluster) -> None:
+    cluster: EmbeddedCluster,
+) -> None:
     """Caught up and idle, kafka-python still has epoch 0, as against real Kafka."""
     cluster.create_topic("t", replication_factor=2)
     old = cluster.leader("t", 0)
@@ -110,9 +140,13 @@ def test_idle_kafka_python_consumer_keeps_its_epoch_and_sees_truncation(
     cluster.append("t", 0, [b"kept-%d" % i for i in range(5)], batch_size=1)
     cluster.stop_broker(new)
     cluster.append("t", 0, [b"lost-%d" % i for i in range(3)], batch_size=1)  # 5..7
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers,
-                             auto_offset_reset="none", enable_auto_commit=False,
-                             metadata_max_age_ms=500, fetch_max_wait_ms=100)
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        auto_offset_reset="none",
+        enable_auto_commit=False,
+        metadata_max_age_ms=500,
+        fetch_max_wait_ms=100,
+    )
     tp = TopicPartition("t", 0)
     try:
         consumer.assign([tp])

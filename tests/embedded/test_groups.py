@@ -56,15 +56,27 @@ def coord() -> GroupCoordinator:
     return GroupCoordinator(member_id_factory=lambda prefix: f"{prefix}-{next(counter)}")
 
 
-def join_req(member_id: str = "", protocols: tuple[str, ...] = ("range",),
-             instance: str | None = None, v4: bool = True, client: str = "c",
-             session: int = SESSION, rebalance: int = REBALANCE,
-             protocol_type: str = "consumer") -> JoinRequest:
-    return JoinRequest(group_id="G", member_id=member_id, session_timeout_ms=session,
-                       rebalance_timeout_ms=rebalance, protocol_type=protocol_type,
-                       protocols=tuple((p, f"{client}:{p}".encode()) for p in protocols),
-                       group_instance_id=instance, client_id=client,
-                       require_known_member_id=v4)
+def join_req(
+    member_id: str = "",
+    protocols: tuple[str, ...] = ("range",),
+    instance: str | None = None,
+    v4: bool = True,
+    client: str = "c",
+    session: int = SESSION,
+    rebalance: int = REBALANCE,
+    protocol_type: str = "consumer",
+) -> JoinRequest:
+    return JoinRequest(
+        group_id="G",
+        member_id=member_id,
+        session_timeout_ms=session,
+        rebalance_timeout_ms=rebalance,
+        protocol_type=protocol_type,
+        protocols=tuple((p, f"{client}:{p}".encode()) for p in protocols),
+        group_instance_id=instance,
+        client_id=client,
+        require_known_member_id=v4,
+    )
 
 
 def join(coord: GroupCoordinator, now: int, **kw: object) -> Box:
@@ -82,11 +94,17 @@ def new_member(coord: GroupCoordinator, now: int, **kw: object) -> tuple[str, Bo
     return member_id, join(coord, now, member_id=member_id, **kw)
 
 
-def sync(coord: GroupCoordinator, now: int, member_id: str, generation: int,
-         assignments: dict[str, bytes] | None = None) -> Box:
+def sync(
+    coord: GroupCoordinator,
+    now: int,
+    member_id: str,
+    generation: int,
+    assignments: dict[str, bytes] | None = None,
+) -> Box:
     box = Box()
-    coord.sync(SyncRequest("G", generation, member_id,
-                           tuple((assignments or {}).items())), now, box)
+    coord.sync(
+        SyncRequest("G", generation, member_id, tuple((assignments or {}).items())), now, box
+    )
     return box
 
 
@@ -101,8 +119,10 @@ def form_group(coord: GroupCoordinator, n: int, now: int = 0) -> tuple[list[str]
             for mid in ids:
                 if coord.groups["G"].state is not GroupState.PREPARING_REBALANCE:
                     break
-                assert coord.heartbeat("G", gen, mid, None, now) in (g.REBALANCE_IN_PROGRESS,
-                                                                      g.NONE)
+                assert coord.heartbeat("G", gen, mid, None, now) in (
+                    g.REBALANCE_IN_PROGRESS,
+                    g.NONE,
+                )
         mid, box = new_member(coord, now, client=f"c{i}")
         ids.append(mid)
         boxes.append(box)
@@ -205,7 +225,10 @@ def test_batch_leave_v3_form_reports_each_member(coord: GroupCoordinator) -> Non
     (a, b), _ = form_group(coord, 2)
     res = coord.leave("G", [(a, None), ("nobody", None), (b, None)], 10)
     assert [(r.member_id, r.error_code) for r in res] == [
-        (a, g.NONE), ("nobody", g.UNKNOWN_MEMBER_ID), (b, g.NONE)]
+        (a, g.NONE),
+        ("nobody", g.UNKNOWN_MEMBER_ID),
+        (b, g.NONE),
+    ]
     grp = coord.groups["G"]
     assert grp.state is GroupState.EMPTY
     assert grp.members == {}
@@ -272,8 +295,7 @@ def test_protocol_selection_prefers_common_choice(coord: GroupCoordinator) -> No
     b, jb = new_member(coord, 2, protocols=("roundrobin", "range"), client="b")
     ja2 = join(coord, 3, member_id=a, protocols=("cooperative-sticky", "range"), client="a")
     assert ja2.join.protocol_name == jb.join.protocol_name == "range"
-    assert {m.member_id: m.metadata for m in ja2.join.members} == {
-        a: b"a:range", b: b"b:range"}
+    assert {m.member_id: m.metadata for m in ja2.join.members} == {a: b"a:range", b: b"b:range"}
 
 
 def test_inconsistent_protocols_rejected(coord: GroupCoordinator) -> None:
@@ -306,7 +328,8 @@ def test_unknown_member_and_illegal_generation(coord: GroupCoordinator) -> None:
     assert coord.commit_offsets("G", gen + 1, a, None, co, 1) == {tp: g.ILLEGAL_GENERATION}
     assert coord.commit_offsets("G", gen, "ghost", None, co, 1) == {tp: g.UNKNOWN_MEMBER_ID}
     assert coord.commit_offsets("G", -1, "", None, co, 1) == {tp: g.UNKNOWN_MEMBER_ID}, (
-        "simple commits are refused while the group has members")
+        "simple commits are refused while the group has members"
+    )
     assert coord.commit_offsets("new", 3, "x", None, co, 1) == {tp: g.ILLEGAL_GENERATION}
     assert coord.fetch_offsets("G", [tp]) == {}
 
@@ -321,11 +344,13 @@ def test_rebalance_in_progress_errors(coord: GroupCoordinator) -> None:
     # Commits between JoinGroup and SyncGroup are refused, as Kafka does.
     co = {("t", 0): CommittedOffset(1)}
     assert coord.commit_offsets("G", ja.join.generation_id, a, None, co, 4) == {
-        ("t", 0): g.REBALANCE_IN_PROGRESS}
+        ("t", 0): g.REBALANCE_IN_PROGRESS
+    }
 
 
 def test_new_member_during_completing_rebalance_fails_pending_syncs(
-        coord: GroupCoordinator) -> None:
+    coord: GroupCoordinator,
+) -> None:
     a, _ja = new_member(coord, 0, client="a")
     b, jb = new_member(coord, 1, client="b")
     assert not jb.done
@@ -341,10 +366,14 @@ def test_new_member_during_completing_rebalance_fails_pending_syncs(
 
 def test_simple_commit_and_fetch_with_epochs(coord: GroupCoordinator) -> None:
     tid = uuid.uuid4()
-    offsets = {("t", 0): CommittedOffset(42, 7, "meta", 1, tid),
-               ("t", 1): CommittedOffset(5, -1, None, 1, tid)}
+    offsets = {
+        ("t", 0): CommittedOffset(42, 7, "meta", 1, tid),
+        ("t", 1): CommittedOffset(5, -1, None, 1, tid),
+    }
     assert coord.commit_offsets("assigner", -1, "", None, offsets, 1) == {
-        ("t", 0): g.NONE, ("t", 1): g.NONE}
+        ("t", 0): g.NONE,
+        ("t", 1): g.NONE,
+    }
     got = coord.fetch_offsets("assigner", [("t", 0), ("t", 1), ("t", 2)])
     assert got == offsets
     assert got[("t", 0)].leader_epoch == 7
@@ -357,27 +386,36 @@ def test_simple_commit_and_fetch_with_epochs(coord: GroupCoordinator) -> None:
 
 def test_group_member_commit_and_metadata_limit(coord: GroupCoordinator) -> None:
     (a,), gen = form_group(coord, 1)
-    ok = coord.commit_offsets("G", gen, a, None, {
-        ("t", 0): CommittedOffset(10, 3, "x" * g.MAX_OFFSET_METADATA),
-        ("t", 1): CommittedOffset(10, 3, "x" * (g.MAX_OFFSET_METADATA + 1))}, 1)
+    ok = coord.commit_offsets(
+        "G",
+        gen,
+        a,
+        None,
+        {
+            ("t", 0): CommittedOffset(10, 3, "x" * g.MAX_OFFSET_METADATA),
+            ("t", 1): CommittedOffset(10, 3, "x" * (g.MAX_OFFSET_METADATA + 1)),
+        },
+        1,
+    )
     assert ok == {("t", 0): g.NONE, ("t", 1): g.OFFSET_METADATA_TOO_LARGE}
     assert set(coord.fetch_offsets("G", None)) == {("t", 0)}
 
 
-def test_offsets_survive_group_emptying_and_allow_simple_commits(
-        coord: GroupCoordinator) -> None:
+def test_offsets_survive_group_emptying_and_allow_simple_commits(coord: GroupCoordinator) -> None:
     (a,), gen = form_group(coord, 1)
     coord.commit_offsets("G", gen, a, None, {("t", 0): CommittedOffset(7, 2)}, 1)
     coord.leave("G", [(a, None)], 2)
     assert coord.groups["G"].state is GroupState.EMPTY
     assert coord.fetch_offsets("G", [("t", 0)])[("t", 0)].offset == 7
     assert coord.commit_offsets("G", -1, "", None, {("t", 0): CommittedOffset(8, 2)}, 3) == {
-        ("t", 0): g.NONE}
+        ("t", 0): g.NONE
+    }
 
 
 def test_topic_deleted_drops_offsets(coord: GroupCoordinator) -> None:
-    coord.commit_offsets("A", -1, "", None, {("t", 0): CommittedOffset(1),
-                                             ("u", 0): CommittedOffset(2)}, 0)
+    coord.commit_offsets(
+        "A", -1, "", None, {("t", 0): CommittedOffset(1), ("u", 0): CommittedOffset(2)}, 0
+    )
     coord.commit_offsets("B", -1, "", None, {("t", 3): CommittedOffset(3)}, 0)
     coord.topic_deleted("t")
     assert coord.fetch_offsets("A", None) == {("u", 0): CommittedOffset(2)}
@@ -393,10 +431,8 @@ def test_static_member_rejoin_fences_old_id(coord: GroupCoordinator) -> None:
     again = join(coord, 2, instance="i-1", client="s")
     new = again.join.member_id
     assert again.join.error_code == g.NONE and new != old
-    assert coord.heartbeat("G", again.join.generation_id, old, "i-1", 3) == (
-        g.FENCED_INSTANCE_ID)
-    assert join(coord, 3, member_id=old, instance="i-1").join.error_code == (
-        g.FENCED_INSTANCE_ID)
+    assert coord.heartbeat("G", again.join.generation_id, old, "i-1", 3) == (g.FENCED_INSTANCE_ID)
+    assert join(coord, 3, member_id=old, instance="i-1").join.error_code == (g.FENCED_INSTANCE_ID)
     res = coord.leave("G", [("", "i-1")], 4)
     assert [(r.member_id, r.error_code) for r in res] == [(new, g.NONE)]
     assert coord.groups["G"].members == {}
@@ -421,8 +457,7 @@ def test_describe_and_list(coord: GroupCoordinator) -> None:
     (a, b), _ = form_group(coord, 2)
     d = coord.describe("G")
     assert d is not None
-    assert (d.state, d.protocol_type, d.protocol_name) == (GroupState.STABLE, "consumer",
-                                                            "range")
+    assert (d.state, d.protocol_type, d.protocol_name) == (GroupState.STABLE, "consumer", "range")
     assert {m.member_id: m.assignment for m in d.members} == {a: a.encode(), b: b.encode()}
     assert [x.group_id for x in coord.list_groups()] == ["G"]
 
@@ -451,8 +486,9 @@ def test_static_leader_restart_v9_skips_assignment(coord: GroupCoordinator) -> N
     s = join(coord, 0, instance="i-1", client="s").join.member_id
     sync(coord, 1, s, 1, {s: b"S"})
     box = Box()
-    coord.join(attrs_evolve(join_req(instance="i-1", client="s"), supports_skip_assignment=True),
-               2, box)
+    coord.join(
+        attrs_evolve(join_req(instance="i-1", client="s"), supports_skip_assignment=True), 2, box
+    )
     r = box.join
     assert (r.generation_id, r.skip_assignment) == (1, True)
     assert r.leader == r.member_id != s
@@ -487,9 +523,19 @@ def test_consumer_subscription_parsing() -> None:
 
 def test_delete_offsets_refused_for_subscribed_topics(coord: GroupCoordinator) -> None:
     box = Box()
-    coord.join(JoinRequest("G", "", SESSION, REBALANCE, "consumer",
-                           (("range", subscription("t")),), require_known_member_id=False),
-               0, box)
+    coord.join(
+        JoinRequest(
+            "G",
+            "",
+            SESSION,
+            REBALANCE,
+            "consumer",
+            (("range", subscription("t")),),
+            require_known_member_id=False,
+        ),
+        0,
+        box,
+    )
     m = box.join.member_id
     sync(coord, 1, m, 1, {m: b""})
     co = {("t", 0): CommittedOffset(1), ("u", 0): CommittedOffset(2)}
@@ -524,8 +570,7 @@ def test_only_silent_static_members_left_keeps_group_non_empty(coord: GroupCoord
     assert coord.groups["G"].members == {}
 
 
-def test_leader_that_never_syncs_is_removed_at_the_sync_deadline(
-        coord: GroupCoordinator) -> None:
+def test_leader_that_never_syncs_is_removed_at_the_sync_deadline(coord: GroupCoordinator) -> None:
     a, _ja = new_member(coord, 0, client="a", rebalance=5000)
     b, _jb = new_member(coord, 1, client="b", rebalance=5000)
     join(coord, 2, member_id=a, client="a", rebalance=5000)
@@ -545,7 +590,8 @@ def test_leader_that_never_syncs_is_removed_at_the_sync_deadline(
 
 
 def test_follower_that_never_syncs_is_removed_after_the_group_is_stable(
-        coord: GroupCoordinator) -> None:
+    coord: GroupCoordinator,
+) -> None:
     a, _ = new_member(coord, 0, client="a", rebalance=5000)
     b, _jb = new_member(coord, 1, client="b", rebalance=5000)
     ja = join(coord, 2, member_id=a, client="a", rebalance=5000)

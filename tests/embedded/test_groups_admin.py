@@ -32,13 +32,15 @@ def admin(cluster: EmbeddedCluster) -> Any:
 
 def test_kafka_python_admin_group_lifecycle(cluster: EmbeddedCluster, admin: Any) -> None:
     tps = [TopicPartition(TOPIC, p) for p in range(2)]
-    errors = admin.alter_group_offsets("offline", {
-        tps[0]: OffsetAndMetadata(5, "a", 2), tps[1]: OffsetAndMetadata(6, "b", 3)})
-    assert {tp: error_name(e) for tp, e in errors.items()} == {tps[0]: "NoError",
-                                                            tps[1]: "NoError"}
+    errors = admin.alter_group_offsets(
+        "offline", {tps[0]: OffsetAndMetadata(5, "a", 2), tps[1]: OffsetAndMetadata(6, "b", 3)}
+    )
+    assert {tp: error_name(e) for tp, e in errors.items()} == {tps[0]: "NoError", tps[1]: "NoError"}
     got = admin.list_group_offsets({"offline": None})["offline"]
     assert {tp: (o.offset, o.metadata, o.leader_epoch) for tp, o in got.items()} == {
-        tps[0]: (5, "a", 2), tps[1]: (6, "b", 3)}
+        tps[0]: (5, "a", 2),
+        tps[1]: (6, "b", 3),
+    }
 
     member = KpMember(cluster, "kp")
     try:
@@ -54,8 +56,11 @@ def test_kafka_python_admin_group_lifecycle(cluster: EmbeddedCluster, admin: Any
         res = admin.delete_group_offsets("g", [tps[0]])
         assert error_name(res[tps[0]]) == "GroupSubscribedToTopicError"
         deleted = admin.delete_groups(["g", "offline", "nobody"])
-        assert deleted == {"g": "NonEmptyGroupError", "offline": "OK",
-                           "nobody": "GroupIdNotFoundError"}
+        assert deleted == {
+            "g": "NonEmptyGroupError",
+            "offline": "OK",
+            "nobody": "GroupIdNotFoundError",
+        }
     finally:
         member.close()
     assert error_name(admin.delete_group_offsets("g", [tps[0]])[tps[0]]) == "NoError"
@@ -63,8 +68,9 @@ def test_kafka_python_admin_group_lifecycle(cluster: EmbeddedCluster, admin: Any
     assert "offline" not in {g["group_id"] for g in admin.list_groups()}
 
 
-def test_confluent_admin_lists_describes_and_reads_offsets(cluster: EmbeddedCluster,
-                                                           admin: Any) -> None:
+def test_confluent_admin_lists_describes_and_reads_offsets(
+    cluster: EmbeddedCluster, admin: Any
+) -> None:
     admin.alter_group_offsets("offline", {TopicPartition(TOPIC, 1): OffsetAndMetadata(7, "", 4)})
     member = KpMember(cluster, "kp")
     a = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 0})
@@ -75,10 +81,13 @@ def test_confluent_admin_lists_describes_and_reads_offsets(cluster: EmbeddedClus
         described = a.describe_consumer_groups(["g"], request_timeout=10)["g"].result()
         assert described.state.name == "STABLE"
         assert [m.client_id for m in described.members] == ["kp"]
-        assert {(tp.topic, tp.partition) for tp in described.members[0].assignment
-                .topic_partitions} == ALL
-        fut = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(
-            "offline", [CTopicPartition(TOPIC, 1)])], request_timeout=10)["offline"]
+        assert {
+            (tp.topic, tp.partition) for tp in described.members[0].assignment.topic_partitions
+        } == ALL
+        fut = a.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions("offline", [CTopicPartition(TOPIC, 1)])],
+            request_timeout=10,
+        )["offline"]
         [tp] = fut.result().topic_partitions
         assert (tp.offset, tp.leader_epoch) == (7, 4)
     finally:

@@ -32,10 +32,16 @@ pytestmark = pytest.mark.timeout(90)
 TOPIC = "t"
 PARTITIONS = 4
 ALL = {(TOPIC, p) for p in range(PARTITIONS)}
-GROUP_TIMEOUTS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500,
-                  "max_poll_interval_ms": 10000}
-RDK_TIMEOUTS = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-                "max.poll.interval.ms": 10000}
+GROUP_TIMEOUTS = {
+    "session_timeout_ms": 6000,
+    "heartbeat_interval_ms": 500,
+    "max_poll_interval_ms": 10000,
+}
+RDK_TIMEOUTS = {
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 500,
+    "max.poll.interval.ms": 10000,
+}
 
 
 @pytest.fixture
@@ -48,8 +54,9 @@ def api_log(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[tuple[str | None, i
             seen.add((ctx.client_id, ctx.api_key, ctx.version))
             return await entry.handler(ctx, request)
 
-        return ApiEntry(spy, entry.min_version, entry.max_version, entry.request_class,
-                        entry.response_class)
+        return ApiEntry(
+            spy, entry.min_version, entry.max_version, entry.request_class, entry.response_class
+        )
 
     for key, entry in list(REGISTRY.items()):
         monkeypatch.setitem(REGISTRY, key, wrap(entry))
@@ -70,11 +77,16 @@ class KpMember:
     """
 
     def __init__(self, cluster: EmbeddedCluster, client_id: str, **extra: Any) -> None:
-        self._config = dict(bootstrap_servers=cluster.bootstrap_servers, group_id="g",
-                            client_id=client_id, enable_auto_commit=False,
-                            auto_offset_reset="earliest", **GROUP_TIMEOUTS, **extra)
-        self._calls: queue.Queue[tuple[Callable[[KafkaConsumer], Any], Future[Any]]] = (
-            queue.Queue())
+        self._config = dict(
+            bootstrap_servers=cluster.bootstrap_servers,
+            group_id="g",
+            client_id=client_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            **GROUP_TIMEOUTS,
+            **extra,
+        )
+        self._calls: queue.Queue[tuple[Callable[[KafkaConsumer], Any], Future[Any]]] = queue.Queue()
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._assigned: set[tuple[str, int]] = set()
@@ -140,11 +152,18 @@ class RdkMember:
     def __init__(self, cluster: EmbeddedCluster, client_id: str, strategy: str) -> None:
         self.assigned: set[tuple[str, int]] = set()
         self.incremental = strategy == "cooperative-sticky"
-        self.consumer = Consumer({
-            "bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
-            "client.id": client_id, "partition.assignment.strategy": strategy,
-            "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 0,
-            **RDK_TIMEOUTS})
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "group.id": "g",
+                "client.id": client_id,
+                "partition.assignment.strategy": strategy,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "log_level": 0,
+                **RDK_TIMEOUTS,
+            }
+        )
         self.consumer.subscribe([TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     def _on_assign(self, _c: Any, parts: list[CTopicPartition]) -> None:
@@ -165,8 +184,9 @@ class RdkMember:
         self.consumer.close()
 
 
-def wait_until(cond: Callable[[], bool], pollers: list[Callable[[], None]] | None = None,
-               seconds: float = 30.0) -> None:
+def wait_until(
+    cond: Callable[[], bool], pollers: list[Callable[[], None]] | None = None, seconds: float = 30.0
+) -> None:
     deadline = time.monotonic() + seconds
     while not cond():
         assert time.monotonic() < deadline, "condition not reached in time"
@@ -192,7 +212,8 @@ def topic(cluster: EmbeddedCluster) -> EmbeddedCluster:
 
 
 def test_kafka_python_two_members_rebalance_join_and_leave(
-        topic: EmbeddedCluster, api_log: set[tuple[str | None, int, int]]) -> None:
+    topic: EmbeddedCluster, api_log: set[tuple[str | None, int, int]]
+) -> None:
     cluster = topic
     a = KpMember(cluster, "kp-a")
     b: KpMember | None = None
@@ -222,26 +243,29 @@ def test_kafka_python_two_members_rebalance_join_and_leave(
     assert versions(api_log, "kp-b", 13) == {5}  # LeaveGroup batch form
 
 
-def test_confluent_group_commits_epochs(topic: EmbeddedCluster,
-                                        api_log: set[tuple[str | None, int, int]]) -> None:
+def test_confluent_group_commits_epochs(
+    topic: EmbeddedCluster, api_log: set[tuple[str | None, int, int]]
+) -> None:
     cluster = topic
     a = RdkMember(cluster, "rdk-a", "roundrobin")
     b: RdkMember | None = None
     try:
         wait_until(lambda: a.assigned == ALL, [a.poll])
         b = RdkMember(cluster, "rdk-b", "roundrobin")
-        wait_until(lambda: owned_once(a.assigned, b.assigned),  # type: ignore[union-attr]
-                   [a.poll, b.poll])
+        wait_until(
+            lambda: owned_once(a.assigned, b.assigned),  # type: ignore[union-attr]
+            [a.poll, b.poll],
+        )
         assert a.assigned == {(TOPIC, 0), (TOPIC, 2)} or b.assigned == {(TOPIC, 0), (TOPIC, 2)}
 
         _, p = sorted(a.assigned)[0]
         epoch = cluster.leader_epoch(TOPIC, p)
-        a.consumer.commit(offsets=[CTopicPartition(TOPIC, p, 11, leader_epoch=epoch)],
-                          asynchronous=False)
+        a.consumer.commit(
+            offsets=[CTopicPartition(TOPIC, p, 11, leader_epoch=epoch)], asynchronous=False
+        )
         got = b.consumer.committed([CTopicPartition(TOPIC, p)], timeout=10)
         assert [(x.offset, x.leader_epoch, x.error) for x in got] == [(11, epoch, None)]
-        missing = b.consumer.committed([CTopicPartition(TOPIC, (p + 1) % PARTITIONS)],
-                                       timeout=10)
+        missing = b.consumer.committed([CTopicPartition(TOPIC, (p + 1) % PARTITIONS)], timeout=10)
         assert missing[0].offset < 0  # OFFSET_INVALID: nothing committed
 
         b.close()
@@ -262,15 +286,20 @@ def test_mixed_kafka_python_and_librdkafka_group(topic: EmbeddedCluster, strateg
     from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
     cluster = topic
-    assignor = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
-                "cooperative-sticky": CooperativeStickyAssignor}[strategy]
+    assignor = {
+        "range": RangePartitionAssignor,
+        "roundrobin": RoundRobinPartitionAssignor,
+        "cooperative-sticky": CooperativeStickyAssignor,
+    }[strategy]
     kp = KpMember(cluster, "kp", partition_assignment_strategy=[assignor])
     rdk: RdkMember | None = None
     try:
         wait_until(lambda: kp.assigned == ALL)
         rdk = RdkMember(cluster, "rdk", strategy)
-        wait_until(lambda: owned_once(kp.assigned, rdk.assigned),  # type: ignore[union-attr]
-                   [rdk.poll])
+        wait_until(
+            lambda: owned_once(kp.assigned, rdk.assigned),  # type: ignore[union-attr]
+            [rdk.poll],
+        )
         described = cluster.call(lambda: cluster.state.groups.describe("g"))
         assert described.protocol_name == strategy
         assert {m.client_id for m in described.members} == {"kp", "rdk"}
@@ -283,17 +312,24 @@ def test_mixed_kafka_python_and_librdkafka_group(topic: EmbeddedCluster, strateg
             rdk.close()
 
 
-def test_aiokafka_group_member_with_kafka_python(topic: EmbeddedCluster,
-                                                 api_log: set[tuple[str | None, int, int]],
-                                                 ) -> None:
+def test_aiokafka_group_member_with_kafka_python(
+    topic: EmbeddedCluster,
+    api_log: set[tuple[str | None, int, int]],
+) -> None:
     cluster = topic
     kp = KpMember(cluster, "kp")
 
     async def run() -> tuple[set[tuple[str, int]], int | None]:
-        aio = AIOKafkaConsumer(TOPIC, bootstrap_servers=cluster.bootstrap_servers,
-                               group_id="g", client_id="aio", enable_auto_commit=False,
-                               auto_offset_reset="earliest", session_timeout_ms=6000,
-                               heartbeat_interval_ms=500)
+        aio = AIOKafkaConsumer(
+            TOPIC,
+            bootstrap_servers=cluster.bootstrap_servers,
+            group_id="g",
+            client_id="aio",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=500,
+        )
         await aio.start()
         try:
             async with asyncio.timeout(30):
@@ -328,8 +364,9 @@ def test_aiokafka_group_member_with_kafka_python(topic: EmbeddedCluster,
 def test_kafka_python_assign_commit_is_a_simple_commit(topic: EmbeddedCluster) -> None:
     """assign() users commit with generation -1 and no member: stored, epoch kept."""
     cluster = topic
-    c = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id="simple",
-                      enable_auto_commit=False)
+    c = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers, group_id="simple", enable_auto_commit=False
+    )
     try:
         tp = TopicPartition(TOPIC, 1)
         c.assign([tp])
@@ -338,8 +375,9 @@ def test_kafka_python_assign_commit_is_a_simple_commit(topic: EmbeddedCluster) -
         assert (got.offset, got.leader_epoch) == (4, 0)
     finally:
         c.close()
-    rdk = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "simple",
-                    "log_level": 0})
+    rdk = Consumer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "simple", "log_level": 0}
+    )
     try:
         got2 = rdk.committed([CTopicPartition(TOPIC, 1)], timeout=10)
         assert [(x.offset, x.leader_epoch) for x in got2] == [(4, 0)]
@@ -367,16 +405,31 @@ def test_silent_member_is_expelled_after_session_timeout(topic: EmbeddedCluster)
     assert coord is not None
     w = Wire.to(cluster, coord.node_id)
     try:
-        proto = JoinGroupRequest.JoinGroupRequestProtocol(version=3, name="range",
-                                                          metadata=b"")
-        j = w.call(JoinGroupRequest(version=3, group_id="g", session_timeout_ms=6000,
-                                    rebalance_timeout_ms=60000, member_id="",
-                                    protocol_type="consumer", protocols=[proto]),
-                   JoinGroupResponse)
+        proto = JoinGroupRequest.JoinGroupRequestProtocol(version=3, name="range", metadata=b"")
+        j = w.call(
+            JoinGroupRequest(
+                version=3,
+                group_id="g",
+                session_timeout_ms=6000,
+                rebalance_timeout_ms=60000,
+                member_id="",
+                protocol_type="consumer",
+                protocols=[proto],
+            ),
+            JoinGroupResponse,
+        )
         assert j.error_code == 0
-        s = w.call(SyncGroupRequest(version=3, group_id="g", generation_id=j.generation_id,
-                                    member_id=j.member_id, group_instance_id=None,
-                                    assignments=[]), SyncGroupResponse)
+        s = w.call(
+            SyncGroupRequest(
+                version=3,
+                group_id="g",
+                generation_id=j.generation_id,
+                member_id=j.member_id,
+                group_instance_id=None,
+                assignments=[],
+            ),
+            SyncGroupResponse,
+        )
         assert s.error_code == 0
         started = time.monotonic()
         kp = KpMember(cluster, "kp")
@@ -420,8 +473,9 @@ def test_kafka_python_static_member_restart_does_not_rebalance(topic: EmbeddedCl
 
 
 @pytest.mark.parametrize("client", ["kafka-python", "librdkafka"])
-def test_group_survives_its_coordinator_broker_stopping(topic: EmbeddedCluster,
-                                                        client: str) -> None:
+def test_group_survives_its_coordinator_broker_stopping(
+    topic: EmbeddedCluster, client: str
+) -> None:
     """Truncation scenarios stop brokers: the group moves to another broker with its members
     and offsets, and the members keep consuming and committing."""
     from epochguard.testing.embedded.handlers._group_common import coordinator_broker
@@ -449,8 +503,9 @@ def test_group_survives_its_coordinator_broker_stopping(topic: EmbeddedCluster,
         pollers = [rdk.poll]
 
         def commit(offset: int) -> None:
-            rdk.consumer.commit(offsets=[CTopicPartition(TOPIC, 0, offset, leader_epoch=0)],
-                                asynchronous=False)
+            rdk.consumer.commit(
+                offsets=[CTopicPartition(TOPIC, 0, offset, leader_epoch=0)], asynchronous=False
+            )
 
         close = rdk.close
     try:
@@ -472,8 +527,12 @@ def test_group_survives_its_coordinator_broker_stopping(topic: EmbeddedCluster,
                     p()
                 time.sleep(0.1)
         wait_until(lambda: assigned() == ALL, pollers)
-        state = cluster.call(lambda: (cluster.state.groups.groups["g"].generation_id,
-                                      cluster.state.groups.fetch_offsets("g", [("t", 0)])))
+        state = cluster.call(
+            lambda: (
+                cluster.state.groups.groups["g"].generation_id,
+                cluster.state.groups.fetch_offsets("g", [("t", 0)]),
+            )
+        )
         assert state[0] == gen
         assert state[1][("t", 0)].offset == 2
     finally:
@@ -481,7 +540,8 @@ def test_group_survives_its_coordinator_broker_stopping(topic: EmbeddedCluster,
 
 
 def test_kafka_python_drops_a_join_result_that_arrives_between_polls(
-        topic: EmbeddedCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    topic: EmbeddedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Measured kafka-python 3.0.12 behaviour that group tests must work around (see
     KpMember): when poll() times out while JoinGroup is in flight and the response arrives
     before the next poll(), that next poll sends a new JoinGroup instead of using it."""
@@ -495,16 +555,29 @@ def test_kafka_python_drops_a_join_result_that_arrives_between_polls(
             await asyncio.sleep(0.3)
         return await entry.handler(ctx, request)
 
-    monkeypatch.setitem(REGISTRY, 11, ApiEntry(slow_join, entry.min_version, entry.max_version,
-                                               entry.request_class, entry.response_class))
-    c = KafkaConsumer(TOPIC, bootstrap_servers=cluster.bootstrap_servers, group_id="g",
-                      enable_auto_commit=False, **GROUP_TIMEOUTS)
+    monkeypatch.setitem(
+        REGISTRY,
+        11,
+        ApiEntry(
+            slow_join,
+            entry.min_version,
+            entry.max_version,
+            entry.request_class,
+            entry.response_class,
+        ),
+    )
+    c = KafkaConsumer(
+        TOPIC,
+        bootstrap_servers=cluster.bootstrap_servers,
+        group_id="g",
+        enable_auto_commit=False,
+        **GROUP_TIMEOUTS,
+    )
     try:
         wait_until(lambda: bool(c.partitions_for_topic(TOPIC)))
         wait_until(lambda: bool(joins), [lambda: c.poll(timeout_ms=50)], seconds=10)
         time.sleep(1.0)  # the held JoinGroup completes while nobody polls
-        wait_until(lambda: bool(c.assignment()), [lambda: c.poll(timeout_ms=1000)],
-                   seconds=10)
+        wait_until(lambda: bool(c.assignment()), [lambda: c.poll(timeout_ms=1000)], seconds=10)
     finally:
         c.close()
     # The same member joined twice: the first, completed, JoinGroup was thrown away.
@@ -516,8 +589,9 @@ def test_injected_not_coordinator_is_retried_by_clients(topic: EmbeddedCluster) 
     kafka-python and librdkafka back to FindCoordinator, and the retried commit lands."""
     cluster = topic
     tp = TopicPartition(TOPIC, 2)
-    c = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id="k",
-                      enable_auto_commit=False)
+    c = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers, group_id="k", enable_auto_commit=False
+    )
     try:
         c.assign([tp])
         cluster.faults.inject_error(8, 16, count=1)
@@ -526,8 +600,7 @@ def test_injected_not_coordinator_is_retried_by_clients(topic: EmbeddedCluster) 
     finally:
         c.close()
     cluster.faults.inject_error(8, 16, count=1)
-    r = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "r",
-                  "log_level": 0})
+    r = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "r", "log_level": 0})
     try:
         r.commit(offsets=[CTopicPartition(TOPIC, 2, 8, leader_epoch=0)], asynchronous=False)
         [got] = r.committed([CTopicPartition(TOPIC, 2)], timeout=10)
@@ -537,6 +610,10 @@ def test_injected_not_coordinator_is_retried_by_clients(topic: EmbeddedCluster) 
     # Each client sent its commit twice: the first one got the injected error.
     commits = sum(n for (key, _), n in cluster.requests_seen().items() if key == 8)
     assert commits == 4
-    stored = cluster.call(lambda: (cluster.state.groups.fetch_offsets("k", [(TOPIC, 2)]),
-                                   cluster.state.groups.fetch_offsets("r", [(TOPIC, 2)])))
+    stored = cluster.call(
+        lambda: (
+            cluster.state.groups.fetch_offsets("k", [(TOPIC, 2)]),
+            cluster.state.groups.fetch_offsets("r", [(TOPIC, 2)]),
+        )
+    )
     assert stored[0][(TOPIC, 2)].offset == 6 and stored[1][(TOPIC, 2)].offset == 8

@@ -14,7 +14,10 @@ def test_produce_writes_one_batch_per_value_in_order(cluster: EmbeddedCluster) -
     leader = cluster.leader("h", 1)
     assert leader is not None
     assert [(first, last) for first, last, _e in cluster.replica_log("h", 1, leader).batches] == [
-        (0, 0), (1, 1), (2, 2)]
+        (0, 0),
+        (1, 1),
+        (2, 2),
+    ]
     assert cluster.read_records("h", 0) == []
 
 

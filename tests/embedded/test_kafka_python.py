@@ -34,8 +34,11 @@ def test_default_idempotent_producer_and_assigned_consumer(cluster: EmbeddedClus
         assert cluster.log_end_offset("t", 0, broker=b) == 10
     assert cluster.high_watermark("t", 0) == 10
 
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers,
-                             auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     try:
         consumer.assign([TopicPartition("t", 0)])
         got = consume(consumer, 10)

@@ -237,8 +237,7 @@ def test_epoch_cache_matches_a_model(ops: list[Op]) -> None:
         assert [(e.epoch, e.start_offset) for e in log.epoch_cache] == entries
         assert (log.log_start_offset, log.log_end_offset) == (start, leo)
         for requested in range(-1, epoch + 3):
-            assert log.end_offset_for_epoch(requested) == model_end_offset(entries, leo,
-                                                                           requested)
+            assert log.end_offset_for_epoch(requested) == model_end_offset(entries, leo, requested)
 
 
 def test_epoch_without_records_is_superseded_like_kafka() -> None:

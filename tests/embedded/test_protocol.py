@@ -37,23 +37,55 @@ OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
-def fetch_request(topic: str, parts: list[tuple[int, int, int, int]], version: int = 12,
-                  max_wait_ms: int = 0, min_bytes: int = 1) -> Any:
+def fetch_request(
+    topic: str,
+    parts: list[tuple[int, int, int, int]],
+    version: int = 12,
+    max_wait_ms: int = 0,
+    min_bytes: int = 1,
+) -> Any:
     """``parts``: (partition, current_leader_epoch, fetch_offset, last_fetched_epoch)."""
     FT = FetchRequest.FetchTopic
     FP = FT.FetchPartition
     return FetchRequest(
-        version=version, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-        max_bytes=50_000_000, isolation_level=0, session_id=0, session_epoch=-1,
-        topics=[FT(version=version, topic=topic, partitions=[
-            FP(version=version, partition=p, current_leader_epoch=cle, fetch_offset=off,
-               last_fetched_epoch=lfe, log_start_offset=-1, partition_max_bytes=1_000_000)
-            for p, cle, off, lfe in parts])],
-        forgotten_topics_data=[], rack_id="")
+        version=version,
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=50_000_000,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FT(
+                version=version,
+                topic=topic,
+                partitions=[
+                    FP(
+                        version=version,
+                        partition=p,
+                        current_leader_epoch=cle,
+                        fetch_offset=off,
+                        last_fetched_epoch=lfe,
+                        log_start_offset=-1,
+                        partition_max_bytes=1_000_000,
+                    )
+                    for p, cle, off, lfe in parts
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
 
 
-def fetch(cluster: EmbeddedCluster, broker: int, topic: str,
-          parts: list[tuple[int, int, int, int]], **kw: Any) -> list[Any]:
+def fetch(
+    cluster: EmbeddedCluster,
+    broker: int,
+    topic: str,
+    parts: list[tuple[int, int, int, int]],
+    **kw: Any,
+) -> list[Any]:
     w = Wire.to(cluster, broker)
     try:
         resp = w.call(fetch_request(topic, parts, **kw), FetchResponse)
@@ -63,13 +95,29 @@ def fetch(cluster: EmbeddedCluster, broker: int, topic: str,
     return list(t.partitions)
 
 
-def oflE(cluster: EmbeddedCluster, broker: int, topic: str, partition: int, current: int,
-         epoch: int) -> Any:
+def oflE(
+    cluster: EmbeddedCluster, broker: int, topic: str, partition: int, current: int, epoch: int
+) -> Any:
     R = OffsetForLeaderEpochRequest
     T = R.OffsetForLeaderTopic
-    req = R(version=4, replica_id=-1, topics=[T(version=4, topic=topic, partitions=[
-        T.OffsetForLeaderPartition(version=4, partition=partition, current_leader_epoch=current,
-                                   leader_epoch=epoch)])])
+    req = R(
+        version=4,
+        replica_id=-1,
+        topics=[
+            T(
+                version=4,
+                topic=topic,
+                partitions=[
+                    T.OffsetForLeaderPartition(
+                        version=4,
+                        partition=partition,
+                        current_leader_epoch=current,
+                        leader_epoch=epoch,
+                    )
+                ],
+            )
+        ],
+    )
     w = Wire.to(cluster, broker)
     try:
         resp = w.call(req, OffsetForLeaderEpochResponse)
@@ -96,10 +144,13 @@ def diverged_cluster(cluster: EmbeddedCluster) -> tuple[int, int]:
 
 
 def test_api_versions_advertises_registry_and_answers_unsupported_with_error_35(
-        cluster: EmbeddedCluster) -> None:
+    cluster: EmbeddedCluster,
+) -> None:
     w = Wire.to(cluster, 1)
-    resp = w.call(ApiVersionsRequest(version=3, client_software_name="t",
-                                     client_software_version="1"), ApiVersionsResponse)
+    resp = w.call(
+        ApiVersionsRequest(version=3, client_software_name="t", client_software_version="1"),
+        ApiVersionsResponse,
+    )
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert resp.error_code == 0
     assert keys[0] == (3, 9) and keys[1] == (4, 16) and keys[23] == (2, 4)
@@ -131,8 +182,15 @@ def test_garbage_and_unknown_apis_close_only_that_connection(cluster: EmbeddedCl
     assert bad.closed_by_peer()
     # The cluster still serves everyone else.
     w = Wire.to(cluster, 1)
-    resp = w.call(MetadataRequest(version=12, topics=None, allow_auto_topic_creation=False,
-                                  include_topic_authorized_operations=False), MetadataResponse)
+    resp = w.call(
+        MetadataRequest(
+            version=12,
+            topics=None,
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        ),
+        MetadataResponse,
+    )
     assert [t.name for t in resp.topics] == ["t"]
     w.close()
 
@@ -148,9 +206,15 @@ def test_metadata_has_epochs_topic_ids_and_per_broker_views(cluster: EmbeddedClu
 
     def view(broker: int) -> Any:
         w = Wire.to(cluster, broker)
-        resp = w.call(MetadataRequest(version=12, topics=None, allow_auto_topic_creation=False,
-                                      include_topic_authorized_operations=False),
-                      MetadataResponse)
+        resp = w.call(
+            MetadataRequest(
+                version=12,
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            ),
+            MetadataResponse,
+        )
         w.close()
         (t,) = resp.topics
         assert str(t.topic_id) == cluster.topic_id("t")
@@ -196,7 +260,9 @@ def test_fetch_answers_every_requested_partition(cluster: EmbeddedCluster) -> No
     assert leader is not None
     parts = fetch(cluster, leader, "t", [(0, -1, 0, -1), (7, -1, 0, -1)])
     assert [(p.partition_index, p.error_code) for p in parts] == [
-        (0, 0), (7, UNKNOWN_TOPIC_OR_PARTITION)]
+        (0, 0),
+        (7, UNKNOWN_TOPIC_OR_PARTITION),
+    ]
 
 
 def test_fetch_long_poll_waits_for_data(cluster: EmbeddedCluster) -> None:
@@ -269,10 +335,22 @@ def test_list_offsets_with_epochs(cluster: EmbeddedCluster) -> None:
     def lo(ts: int, current: int = 1) -> tuple[int, int, int]:
         R = ListOffsetsRequest
         T = R.ListOffsetsTopic
-        req = R(version=7, replica_id=-1, isolation_level=0, topics=[T(version=7, name="t",
-                partitions=[T.ListOffsetsPartition(version=7, partition_index=0,
-                                                   current_leader_epoch=current,
-                                                   timestamp=ts)])])
+        req = R(
+            version=7,
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                T(
+                    version=7,
+                    name="t",
+                    partitions=[
+                        T.ListOffsetsPartition(
+                            version=7, partition_index=0, current_leader_epoch=current, timestamp=ts
+                        )
+                    ],
+                )
+            ],
+        )
         w = Wire.to(cluster, leader)
         p = w.call(req, ListOffsetsResponse).topics[0].partitions[0]
         w.close()
@@ -287,8 +365,7 @@ def test_list_offsets_with_epochs(cluster: EmbeddedCluster) -> None:
     assert lo(-1, current=0)[0] == FENCED_LEADER_EPOCH
 
 
-def test_list_offsets_debug_replica_id_reads_any_replica_log_end(
-        cluster: EmbeddedCluster) -> None:
+def test_list_offsets_debug_replica_id_reads_any_replica_log_end(cluster: EmbeddedCluster) -> None:
     cluster.create_topic("t", replication_factor=2, config={"min.insync.replicas": "2"})
     leader, follower = cluster.replicas("t", 0)
     cluster.append("t", 0, [b"a", b"b"])
@@ -299,9 +376,22 @@ def test_list_offsets_debug_replica_id_reads_any_replica_log_end(
     def latest(broker: int, replica_id: int) -> tuple[int, int]:
         R = ListOffsetsRequest
         T = R.ListOffsetsTopic
-        req = R(version=7, replica_id=replica_id, isolation_level=0, topics=[T(
-            version=7, name="t", partitions=[T.ListOffsetsPartition(
-                version=7, partition_index=0, current_leader_epoch=-1, timestamp=-1)])])
+        req = R(
+            version=7,
+            replica_id=replica_id,
+            isolation_level=0,
+            topics=[
+                T(
+                    version=7,
+                    name="t",
+                    partitions=[
+                        T.ListOffsetsPartition(
+                            version=7, partition_index=0, current_leader_epoch=-1, timestamp=-1
+                        )
+                    ],
+                )
+            ],
+        )
         w = Wire.to(cluster, broker)
         p = w.call(req, ListOffsetsResponse).topics[0].partitions[0]
         w.close()
@@ -321,10 +411,21 @@ def test_produce_acks_zero_gets_no_response_and_min_isr(cluster: EmbeddedCluster
 
     def produce(acks: int) -> Any:
         T = ProduceRequest.TopicProduceData
-        return ProduceRequest(version=9, transactional_id=None, acks=acks, timeout_ms=1000,
-                              topic_data=[T(version=9, name="t", partition_data=[
-                                  T.PartitionProduceData(version=9, index=0,
-                                                         records=build_batch([b"x"]))])])
+        return ProduceRequest(
+            version=9,
+            transactional_id=None,
+            acks=acks,
+            timeout_ms=1000,
+            topic_data=[
+                T(
+                    version=9,
+                    name="t",
+                    partition_data=[
+                        T.PartitionProduceData(version=9, index=0, records=build_batch([b"x"]))
+                    ],
+                )
+            ],
+        )
 
     w = Wire.to(cluster, leader)
     w.send(produce(0))
@@ -341,8 +442,9 @@ def test_produce_acks_zero_gets_no_response_and_min_isr(cluster: EmbeddedCluster
     w.close()
 
 
-def test_a_failing_handler_closes_only_its_connection(cluster: EmbeddedCluster,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_handler_closes_only_its_connection(
+    cluster: EmbeddedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from epochguard.testing.embedded import handlers
 
     entry = handlers.REGISTRY[23]
@@ -351,9 +453,13 @@ def test_a_failing_handler_closes_only_its_connection(cluster: EmbeddedCluster,
         raise RuntimeError("boom")
 
     cluster.create_topic("t")
-    monkeypatch.setitem(handlers.REGISTRY, 23, handlers.ApiEntry(
-        broken, entry.min_version, entry.max_version, entry.request_class,
-        entry.response_class))
+    monkeypatch.setitem(
+        handlers.REGISTRY,
+        23,
+        handlers.ApiEntry(
+            broken, entry.min_version, entry.max_version, entry.request_class, entry.response_class
+        ),
+    )
     w = Wire.to(cluster, 1)
     R = OffsetForLeaderEpochRequest
     w.send(R(version=4, replica_id=-1, topics=[]))
@@ -376,8 +482,11 @@ def test_describe_topic_partitions_reports_elr(cluster: EmbeddedCluster) -> None
     cluster.stop_broker(second)
     cluster.stop_broker(first)
     req = DescribeTopicPartitionsRequest(
-        version=0, topics=[DescribeTopicPartitionsRequest.TopicRequest(version=0, name="t")],
-        response_partition_limit=100, cursor=None)
+        version=0,
+        topics=[DescribeTopicPartitionsRequest.TopicRequest(version=0, name="t")],
+        response_partition_limit=100,
+        cursor=None,
+    )
     w = Wire.to(cluster, third)
     try:
         (t,) = w.call(req, DescribeTopicPartitionsResponse).topics

@@ -26,8 +26,9 @@ def test_stale_leader_serves_old_epoch_then_truncates(cluster: EmbeddedCluster) 
     (p,) = fetch(cluster, old, "t", [(0, 0, 0, -1)])
     assert p.error_code == 0 and p.high_watermark == 10
     # A producer with stale metadata writes to it; nobody replicates that.
-    cluster.call(lambda: cluster.state.append(cluster.state.partition("t", 0), old,
-                                              _batch(b"stale"), 0))
+    cluster.call(
+        lambda: cluster.state.append(cluster.state.partition("t", 0), old, _batch(b"stale"), 0)
+    )
     assert cluster.log_end_offset("t", 0, old) == 11
     cluster.append("t", 0, [b"new-1", b"new-2"])
     # The high watermark waits for the ISR member that is not following yet.

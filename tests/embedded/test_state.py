@@ -70,17 +70,23 @@ def test_min_isr_and_clean_election_rules() -> None:
 # -- random fault sequences: replicas converge, clean elections never lose committed data ----
 
 BROKERS = [1, 2, 3]
-fault_ops = st.lists(st.one_of(
-    st.tuples(st.just("append"), st.integers(1, 3)),
-    st.tuples(st.sampled_from(["stop", "start", "elect", "elect_unclean", "pause", "resume"]),
-              st.sampled_from(BROKERS)),
-), max_size=30)
+fault_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 3)),
+        st.tuples(
+            st.sampled_from(["stop", "start", "elect", "elect_unclean", "pause", "resume"]),
+            st.sampled_from(BROKERS),
+        ),
+    ),
+    max_size=30,
+)
 
 
 @settings(max_examples=300, deadline=None)
 @given(fault_ops, st.booleans())
 def test_random_faults_converge_and_clean_elections_keep_committed_records(
-        ops: list[tuple[str, int]], min_isr_two: bool) -> None:
+    ops: list[tuple[str, int]], min_isr_two: bool
+) -> None:
     state = ClusterState(BROKERS)
     config = {"min.insync.replicas": "2"} if min_isr_two else {}
     state.create_topic("t", 1, 3, config)
@@ -127,8 +133,7 @@ def test_random_faults_converge_and_clean_elections_keep_committed_records(
     leader_log = p.logs[p.leader]  # type: ignore[index]
     # Followers learn epochs from replicated batches: the leader's entry for an epoch that
     # has no record yet is the only difference Kafka allows.
-    with_records = [e for e in leader_log.epoch_cache
-                    if e.start_offset < leader_log.log_end_offset]
+    with_records = [e for e in leader_log.epoch_cache if e.start_offset < leader_log.log_end_offset]
     for b in BROKERS:
         assert p.logs[b].read(0, 10**9) == leader_log.read(0, 10**9)
         if b != p.leader:

@@ -26,16 +26,28 @@ DIVERGENCE = 10
 
 
 def confluent_consumer(cluster: EmbeddedCluster) -> Any:
-    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "trunc",
-                  "enable.auto.commit": False, "auto.offset.reset": "error",
-                  "topic.metadata.refresh.interval.ms": 500, "log_level": 0})
+    c = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "trunc",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+            "topic.metadata.refresh.interval.ms": 500,
+            "log_level": 0,
+        }
+    )
     c.assign([TopicPartition("t", 0, 0)])
     return c
 
 
 def kafka_python_consumer(cluster: EmbeddedCluster) -> KafkaConsumer:
-    c = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="none",
-                      enable_auto_commit=False, max_poll_records=3, metadata_max_age_ms=500)
+    c = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        auto_offset_reset="none",
+        enable_auto_commit=False,
+        max_poll_records=3,
+        metadata_max_age_ms=500,
+    )
     c.assign([KTopicPartition("t", 0)])
     c.seek(KTopicPartition("t", 0), 0)
     return c
@@ -61,8 +73,9 @@ def kafka_python_read(consumer: KafkaConsumer, n: int) -> list[int]:
     return got
 
 
-def stage_divergence(cluster: EmbeddedCluster, unclean: bool,
-                     during: Any = None) -> tuple[int, int]:
+def stage_divergence(
+    cluster: EmbeddedCluster, unclean: bool, during: Any = None
+) -> tuple[int, int]:
     cluster.create_topic("t", replication_factor=2)
     old = cluster.leader("t", 0)
     assert old is not None
@@ -85,8 +98,7 @@ def stage_divergence(cluster: EmbeddedCluster, unclean: bool,
     return old, new
 
 
-def test_unclean_election_truncates_old_leader_and_logs_converge(
-        cluster: EmbeddedCluster) -> None:
+def test_unclean_election_truncates_old_leader_and_logs_converge(cluster: EmbeddedCluster) -> None:
     old, new = stage_divergence(cluster, unclean=True)
     assert cluster.leader("t", 0) == new
     assert cluster.leader_epoch("t", 0) == 2
@@ -101,8 +113,7 @@ def test_unclean_election_truncates_old_leader_and_logs_converge(
     assert cluster.isr("t", 0) == sorted([old, new])
 
 
-def test_librdkafka_reports_truncation_at_the_divergence_point(
-        cluster: EmbeddedCluster) -> None:
+def test_librdkafka_reports_truncation_at_the_divergence_point(cluster: EmbeddedCluster) -> None:
     consumer = None
 
     def read_lost_records() -> None:
@@ -131,7 +142,8 @@ def test_librdkafka_reports_truncation_at_the_divergence_point(
 
 
 def test_kafka_python_raises_log_truncation_at_the_divergence_point(
-        cluster: EmbeddedCluster) -> None:
+    cluster: EmbeddedCluster,
+) -> None:
     consumer = None
 
     def read_lost_records() -> None:

@@ -100,8 +100,10 @@ class App:
         self.session_start = None
         self.restored_topic = None if position is None else position.topic_id
         self.owes_recreation_report = (
-            position is not None and position.offset > 0
-            and self.restored_topic not in (None, self.cluster.topic_id))
+            position is not None
+            and position.offset > 0
+            and self.restored_topic not in (None, self.cluster.topic_id)
+        )
         self.deliver_metadata()
         # The application stores position_is_exact next to the position and passes it back.
         self.tracker.restore(position, source="model_store", epoch_exact=exact)
@@ -137,7 +139,8 @@ class App:
             # What was consumed is in another topic, or the restored position is (a restart
             # from a position saved before a re-creation the application already saw).
             assert self.cluster.topic_id != self.topic_of_consumed or (
-                self.restored_topic not in (None, self.cluster.topic_id)), report
+                self.restored_topic not in (None, self.cluster.topic_id)
+            ), report
             self.owes_recreation_report = False
             self.consumed.clear()
             self.forgotten.clear()
@@ -191,7 +194,8 @@ class App:
             return False
         assert not self.owes_recreation_report, (
             f"restored {self.restored_topic} position, read {first}..{last} of "
-            f"{self.cluster.topic_id} with no topic_recreated report")
+            f"{self.cluster.topic_id} with no topic_recreated report"
+        )
         if self.session_start is None:
             self.session_start = first
         for x, rec in zip(range(first, last + 1), recs, strict=True):

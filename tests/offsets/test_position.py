@@ -87,8 +87,11 @@ def test_topic_id_is_provenance_not_identity() -> None:
 
 def test_topic_id_json_round_trip() -> None:
     pos = EpochOffset(5, 2, topic_id="5f0c2a8e-8d3b-4c1e-9a7f-0123456789ab")
-    assert pos.to_json() == {"offset": 5, "leader_epoch": 2,
-                             "topic_id": "5f0c2a8e-8d3b-4c1e-9a7f-0123456789ab"}
+    assert pos.to_json() == {
+        "offset": 5,
+        "leader_epoch": 2,
+        "topic_id": "5f0c2a8e-8d3b-4c1e-9a7f-0123456789ab",
+    }
     back = EpochOffset.from_json(pos.to_json_str())
     assert back == pos and back.topic_id == pos.topic_id
     assert "topic_id" not in EpochOffset(5, 2).to_json()
@@ -107,4 +110,5 @@ def test_epoch_exact_is_provenance_and_round_trips() -> None:
 def test_repr_shows_provenance_only_when_set() -> None:
     assert repr(EpochOffset(5, 0)) == "EpochOffset(offset=5, leader_epoch=0)"
     assert repr(EpochOffset(5, 0, topic_id="t-1", epoch_exact=True)) == (
-        "EpochOffset(offset=5, leader_epoch=0, topic_id='t-1', epoch_exact=True)")
+        "EpochOffset(offset=5, leader_epoch=0, topic_id='t-1', epoch_exact=True)"
+    )

@@ -147,9 +147,16 @@ def test_json_file_format(tmp_path: Path) -> None:
     assert doc == {
         "format": "epochguard-offsets",
         "version": 2,
-        "offsets": [{"topic": "a", "partition": 0, "offset": 5, "leader_epoch": 2},
-                    {"topic": "a", "partition": 1, "offset": 3, "leader_epoch": 1,
-                     "topic_id": str(TOPIC_ID)}],
+        "offsets": [
+            {"topic": "a", "partition": 0, "offset": 5, "leader_epoch": 2},
+            {
+                "topic": "a",
+                "partition": 1,
+                "offset": 3,
+                "leader_epoch": 1,
+                "topic_id": str(TOPIC_ID),
+            },
+        ],
     }
     assert [p.name for p in tmp_path.iterdir()] == ["o.json"]  # no temp files left
     assert store.load()[A1].topic_id == str(TOPIC_ID)
@@ -157,8 +164,10 @@ def test_json_file_format(tmp_path: Path) -> None:
 
 def test_json_version_1_files_are_read(tmp_path: Path) -> None:
     path = tmp_path / "o.json"
-    path.write_text('{"format": "epochguard-offsets", "version": 1, "offsets": '
-                    '[{"topic": "a", "partition": 0, "offset": 5, "leader_epoch": 2}]}')
+    path.write_text(
+        '{"format": "epochguard-offsets", "version": 1, "offsets": '
+        '[{"topic": "a", "partition": 0, "offset": 5, "leader_epoch": 2}]}'
+    )
     loaded = JsonFileOffsetStore(path).load()
     assert loaded == {A0: EpochOffset(5, 2)} and loaded[A0].topic_id is None
 
@@ -166,8 +175,10 @@ def test_json_version_1_files_are_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["sqlite", "json"])
 def test_topic_ids_round_trip(tmp_path: Path, kind: str) -> None:
     store: SqliteOffsetStore | JsonFileOffsetStore = (
-        SqliteOffsetStore(tmp_path / "o.db") if kind == "sqlite"
-        else JsonFileOffsetStore(tmp_path / "o.json"))
+        SqliteOffsetStore(tmp_path / "o.db")
+        if kind == "sqlite"
+        else JsonFileOffsetStore(tmp_path / "o.json")
+    )
     store.save({A0: EpochOffset(5, 2, topic_id=TOPIC_ID), A1: EpochOffset(1, 0)})
     store.save({A0: EpochOffset(6, 2, topic_id=OTHER_TOPIC_ID, epoch_exact=True)})
     loaded = store.load()
@@ -178,10 +189,11 @@ def test_topic_ids_round_trip(tmp_path: Path, kind: str) -> None:
 def test_sqlite_version_1_table_gains_the_topic_id_column(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "o.db", isolation_level=None)
     conn.execute(
-        'CREATE TABLE epochguard_offsets (namespace TEXT NOT NULL, topic TEXT NOT NULL, '
+        "CREATE TABLE epochguard_offsets (namespace TEXT NOT NULL, topic TEXT NOT NULL, "
         'partition INTEGER NOT NULL, "offset" INTEGER NOT NULL CHECK ("offset" >= 0), '
         "leader_epoch INTEGER CHECK (leader_epoch IS NULL OR leader_epoch >= 0), "
-        "PRIMARY KEY (namespace, topic, partition))")
+        "PRIMARY KEY (namespace, topic, partition))"
+    )
     conn.execute("INSERT INTO epochguard_offsets VALUES ('default', 'a', 0, 5, 2)")
     store = SqliteOffsetStore(conn)
     assert store.load() == {A0: EpochOffset(5, 2)}

@@ -31,8 +31,9 @@ class ReferenceClient(Protocol):
 class KafkaPythonClient:
     name = "kafka-python"
 
-    def __init__(self, bootstrap: str, topic: str, group_id: str | None = None,
-                 from_committed: bool = False) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, group_id: str | None = None, from_committed: bool = False
+    ) -> None:
         """Reads from offset 0, or (``from_committed``) from the group's committed offset,
         as a restarted application does."""
         self.tp = TopicPartition(topic, 0)
@@ -94,8 +95,9 @@ class KafkaPythonClient:
 class ConfluentClient:
     name = "confluent-kafka"
 
-    def __init__(self, bootstrap: str, topic: str, group_id: str | None = None,
-                 from_committed: bool = False) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, group_id: str | None = None, from_committed: bool = False
+    ) -> None:
         self.topic = topic
         self.consumer = Consumer(
             {
@@ -150,14 +152,21 @@ class ConfluentClient:
 class JavaClient:
     name = "java"
 
-    def __init__(self, bootstrap: str, topic: str, jars: KafkaJars, log_dir: Path,
-                 start: tuple[int, int | None] | None = (0, None),
-                 group: str | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        jars: KafkaJars,
+        log_dir: Path,
+        start: tuple[int, int | None] | None = (0, None),
+        group: str | None = None,
+    ) -> None:
         """``start``: (offset, leader epoch) to seek to; None restores the position from
         ``group``'s commit (Java validates a committed epoch before fetching)."""
         props = {"group.id": group} if group else None
-        self.probe = JavaTruncationProbe(bootstrap, topic, 0, "none", props=props, jars=jars,
-                                         log_dir=log_dir)
+        self.probe = JavaTruncationProbe(
+            bootstrap, topic, 0, "none", props=props, jars=jars, log_dir=log_dir
+        )
         if start is not None:
             self.probe.seek(*start)
 

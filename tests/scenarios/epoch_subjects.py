@@ -239,7 +239,8 @@ class Subject:
         return {
             "policy": self.policy,
             "reports": len(self.reports),
-            "divergence": None if rep is None or rep.divergence is None
+            "divergence": None
+            if rep is None or rep.divergence is None
             else rep.divergence.to_json(),
             "lost_count": None if rep is None else rep.lost_count,
             "detected_by": None if rep is None else rep.detected_by.value,
@@ -319,9 +320,7 @@ def write_results(
         "scenario": scenario,
         "cluster": cluster_kind,
         **extra,
-        "clients": {
-            s.name: {**s.events, "outcome": s.outcome()} for s in subjects
-        },
+        "clients": {s.name: {**s.events, "outcome": s.outcome()} for s in subjects},
     }
     out.write_text(json.dumps(data, indent=1, default=str) + "\n")
     return out

@@ -80,10 +80,15 @@ def describe_epochguard(phases: dict[str, Any]) -> str:
         parts = []
         for r in reports:
             d = r.get("divergence")
-            at = "unknown" if d is None else str(d["offset"]) + (
-                "" if d.get("leader_epoch") is None else f"@e{d['leader_epoch']}")
-            parts.append(f"report: divergence {at}, {r.get('lost_count')} lost "
-                         f"({r.get('detected_by')})")
+            at = (
+                "unknown"
+                if d is None
+                else str(d["offset"])
+                + ("" if d.get("leader_epoch") is None else f"@e{d['leader_epoch']}")
+            )
+            parts.append(
+                f"report: divergence {at}, {r.get('lost_count')} lost ({r.get('detected_by')})"
+            )
         said = "; ".join(parts)
     else:
         said = "no report"
@@ -92,8 +97,7 @@ def describe_epochguard(phases: dict[str, Any]) -> str:
         said += f"; raised {', '.join(dict.fromkeys(errors))}"
     seeks = [e for e in events if e["event"] == "seek"]
     if seeks:
-        said += "; app seeks to " + ", ".join(
-            str(s.get("offset", s.get("to"))) for s in seeks)
+        said += "; app seeks to " + ", ".join(str(s.get("offset", s.get("to"))) for s in seeks)
     return f"{said}; {_records(events)}"
 
 
@@ -128,23 +132,33 @@ def summarize(results: Path) -> str:
             policy = phases.get("outcome", {}).get("policy", subject)
             label = subject.rsplit("/", 1)[0]
             by_policy.setdefault(f"EpochConsumer {policy}", []).append(
-                (f"{label}: " if len(data["clients"]) > 5 else "") + describe_epochguard(phases))
+                (f"{label}: " if len(data["clients"]) > 5 else "") + describe_epochguard(phases)
+            )
         for row, texts in by_policy.items():
             cell(data["scenario"], row, data["cluster"], "<br>".join(texts))
 
-    lines = ["# What each client did, per scenario and cluster", "",
-             "Generated from the recorded events (tests/scenarios/summary.py). Reference "
-             "clients run with auto.offset.reset none/error; their behaviour is recorded, not "
-             "judged. EpochConsumer's is asserted by the scenario tests. The reference "
-             "clients and EpochConsumer watch separately staged runs of each scenario (same "
-             "steps; the positions they sat at may differ, see the JSON files); a cell lists "
-             "what the client was told, then the records it read afterwards.", ""]
+    lines = [
+        "# What each client did, per scenario and cluster",
+        "",
+        "Generated from the recorded events (tests/scenarios/summary.py). Reference "
+        "clients run with auto.offset.reset none/error; their behaviour is recorded, not "
+        "judged. EpochConsumer's is asserted by the scenario tests. The reference "
+        "clients and EpochConsumer watch separately staged runs of each scenario (same "
+        "steps; the positions they sat at may differ, see the JSON files); a cell lists "
+        "what the client was told, then the records it read afterwards.",
+        "",
+    ]
     for scenario in sorted(scenarios):
-        lines += [f"## {scenario}", "", "| client | " + " | ".join(CLUSTERS) + " |",
-                  "|---|" + "---|" * len(CLUSTERS)]
+        lines += [
+            f"## {scenario}",
+            "",
+            "| client | " + " | ".join(CLUSTERS) + " |",
+            "|---|" + "---|" * len(CLUSTERS),
+        ]
         rows = scenarios[scenario]
         ordered = [r for r in REFERENCE_ORDER if r in rows] + sorted(
-            r for r in rows if r not in REFERENCE_ORDER)
+            r for r in rows if r not in REFERENCE_ORDER
+        )
         for row in ordered:
             cells = [rows[row].get(c, "not run").replace("|", "/") for c in CLUSTERS]
             lines.append(f"| {row} | " + " | ".join(cells) + " |")
@@ -162,7 +176,10 @@ def write_summary(results: Path) -> Path | None:
 
 
 if __name__ == "__main__":
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else (
-        Path(__file__).resolve().parents[2] / "build" / "scenarios")
+    root = (
+        Path(sys.argv[1])
+        if len(sys.argv) > 1
+        else (Path(__file__).resolve().parents[2] / "build" / "scenarios")
+    )
     written = write_summary(root)
     print(written or f"no results in {root}")

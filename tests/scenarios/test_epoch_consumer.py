@@ -164,8 +164,9 @@ class UncleanRun(StagedRun):
             assert s.consumer.position_with_epoch(self.tp) == EpochOffset(10, E0), s.name
         # The restarted group: read everything, commit (with the epoch), close.
         for policy in POLICIES:
-            first = Subject(cluster, self.tp, policy, "restart-first",
-                            group_id=f"g-{topic}-{policy}")
+            first = Subject(
+                cluster, self.tp, policy, "restart-first", group_id=f"g-{topic}-{policy}"
+            )
             try:
                 first.read(10)
                 first.consumer.commit()
@@ -218,11 +219,16 @@ class UncleanRun(StagedRun):
     def results(self) -> None:
         for situation, (position, leo) in UNCLEAN_SITUATIONS.items():
             subjects = [s for (sit, _p), s in self.subjects.items() if sit == situation]
-            write_results(SCENARIO_NAMES[situation], self.kind, subjects, {
-                "position_at_election": position,
-                "new_leader_log_end_at_first_poll": leo,
-                "timings": self.timings,
-            })
+            write_results(
+                SCENARIO_NAMES[situation],
+                self.kind,
+                subjects,
+                {
+                    "position_at_election": position,
+                    "new_leader_log_end_at_first_poll": leo,
+                    "timings": self.timings,
+                },
+            )
 
 
 SCENARIO_NAMES = {
@@ -299,9 +305,7 @@ def test_unclean_election_mid_stream_with_buffered_records(
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 @pytest.mark.parametrize("situation", ["caught-up-below", "caught-up-past"])
-def test_unclean_election_caught_up_idle(
-    unclean: UncleanRun, situation: str, policy: str
-) -> None:
+def test_unclean_election_caught_up_idle(unclean: UncleanRun, situation: str, policy: str) -> None:
     position, _leo = UNCLEAN_SITUATIONS[situation]
     expect_truncation(unclean.subjects[(situation, policy)], position, LIVE_DETECTORS)
 
@@ -320,7 +324,6 @@ def test_unclean_election_while_stopped_restart_from_committed(
     assert s.reports[0].position_source == "committed"
     # And its own commit carries the new leader's epoch.
     assert unclean.new_committed[policy] == EpochOffset(13, UNCLEAN)
-
 
 
 # ----------------------------------------------------------------------- clean leader change
@@ -359,8 +362,9 @@ class CleanRun(StagedRun):
             self.subjects[("caught-up", s.policy)] = s
             s.read(5)
         for policy in POLICIES:
-            first = Subject(cluster, tp, policy, "clean-restart-first",
-                            group_id=f"g-{topic}-{policy}")
+            first = Subject(
+                cluster, tp, policy, "clean-restart-first", group_id=f"g-{topic}-{policy}"
+            )
             try:
                 first.read(5)
                 first.consumer.commit()
@@ -381,8 +385,9 @@ class CleanRun(StagedRun):
             s.set_phase("after")
         produce(cluster, topic, Y_VALUES)
         for policy in POLICIES:
-            s = Subject(cluster, tp, policy, "clean-restart", group_id=f"g-{topic}-{policy}",
-                        start=None)
+            s = Subject(
+                cluster, tp, policy, "clean-restart", group_id=f"g-{topic}-{policy}", start=None
+            )
             s.set_phase("after")
             self.subjects[("restart", policy)] = s
         want = {"mid": 10, "caught-up": 10, "restart": 5}
@@ -394,9 +399,12 @@ class CleanRun(StagedRun):
             self.committed[policy] = restarted.committed(tp)
 
     def results(self) -> None:
-        write_results("clean-leader-change", self.kind, self.subjects.values(),
-                      {"new_leader_epoch": self.new_epoch})
-
+        write_results(
+            "clean-leader-change",
+            self.kind,
+            self.subjects.values(),
+            {"new_leader_epoch": self.new_epoch},
+        )
 
 
 X_VALUES = [f"x{i}" for i in range(5)]
@@ -468,9 +476,12 @@ class RetentionRun(StagedRun):
         settle_quietly(self.subjects.values())
 
     def results(self) -> None:
-        write_results("retention-past-position", self.kind, self.subjects.values(),
-                      {"log_start": LOG_START, "position": 3})
-
+        write_results(
+            "retention-past-position",
+            self.kind,
+            self.subjects.values(),
+            {"log_start": LOG_START, "position": 3},
+        )
 
 
 @pytest.fixture(scope="module")
@@ -479,9 +490,7 @@ def retention(module_cluster: Cluster) -> Iterator[RetentionRun]:
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
-def test_retention_past_position_is_not_a_truncation(
-    retention: RetentionRun, policy: str
-) -> None:
+def test_retention_past_position_is_not_a_truncation(retention: RetentionRun, policy: str) -> None:
     s = retention.subjects[policy]
     assert s.reports == [] and s.handler_reports == []
     assert s.delivered == records(R_VALUES[:3], 0, E0) + records(R_VALUES[LOG_START:], 6, E0)
@@ -532,8 +541,9 @@ class RecreateRun(StagedRun):
         produce(cluster, topic, T_VALUES)
         for situation in ("polling", "idle-through"):
             for policy in POLICIES:
-                s = Subject(cluster, tp, policy, f"recreate-{situation}",
-                            allow_auto_create_topics=False)
+                s = Subject(
+                    cluster, tp, policy, f"recreate-{situation}", allow_auto_create_topics=False
+                )
                 self.subjects[(situation, policy)] = s
                 s.read(5)
         # Idle at the log end first, so that nothing (a metadata refresh still due from the
@@ -558,9 +568,12 @@ class RecreateRun(StagedRun):
         settle_quietly(self.subjects.values())
 
     def results(self) -> None:
-        write_results("topic-recreate", self.kind, self.subjects.values(),
-                      {"position": 5, "leaders": self.leaders})
-
+        write_results(
+            "topic-recreate",
+            self.kind,
+            self.subjects.values(),
+            {"position": 5, "leaders": self.leaders},
+        )
 
 
 T_VALUES = [f"t{i}" for i in range(5)]
@@ -605,8 +618,12 @@ def test_group_rebalance_commits_epochs(module_cluster: Cluster) -> None:
     cluster = module_cluster
     topic = f"eg-group-{os.getpid()}-{kind(cluster)}"
     cluster.create_topic(topic, partitions=4, replication_factor=2)
-    producer = KafkaProducer(bootstrap_servers=cluster.all_bootstrap_servers, acks=1,
-                             enable_idempotence=False, linger_ms=0)
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.all_bootstrap_servers,
+        acks=1,
+        enable_idempotence=False,
+        linger_ms=0,
+    )
     try:
         for p in range(4):
             for i in range(5):
@@ -614,9 +631,17 @@ def test_group_rebalance_commits_epochs(module_cluster: Cluster) -> None:
     finally:
         producer.close(timeout=5)
     cfg = consumer_config(
-        cluster, group_id=f"g-{topic}", auto_offset_reset="earliest", enable_auto_commit=True,
-        auto_commit_interval_ms=200, session_timeout_ms=10000, heartbeat_interval_ms=300,
-        max_poll_interval_ms=20000, fetch_max_wait_ms=200, metadata_max_age_ms=1000)
+        cluster,
+        group_id=f"g-{topic}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=True,
+        auto_commit_interval_ms=200,
+        session_timeout_ms=10000,
+        heartbeat_interval_ms=300,
+        max_poll_interval_ms=20000,
+        fetch_max_wait_ms=200,
+        metadata_max_age_ms=1000,
+    )
     consumers = [EpochConsumer(**cfg), EpochConsumer(**cfg)]
     got: list[list[Any]] = [[], []]
     stop = threading.Event()
@@ -632,8 +657,7 @@ def test_group_rebalance_commits_epochs(module_cluster: Cluster) -> None:
         threads[0].start()
         eventually("first member reads all", lambda: len(got[0]) == 20, 60)
         threads[1].start()
-        eventually("partitions split",
-                   lambda: all(len(c.assignment()) == 2 for c in consumers), 60)
+        eventually("partitions split", lambda: all(len(c.assignment()) == 2 for c in consumers), 60)
         assert consumers[0].assignment().isdisjoint(consumers[1].assignment())
         seen = [(r.partition, r.offset) for r in got[0] + got[1]]
         assert len(seen) == len(set(seen)) == 20

@@ -24,9 +24,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 def _consumer(cluster: Cluster, store: JsonFileOffsetStore, **kw: Any) -> EpochConsumer:
     return EpochConsumer(
-        bootstrap_servers=cluster.all_bootstrap_servers, offset_store=store,
-        auto_offset_reset="earliest", enable_auto_commit=True, fetch_max_wait_ms=100,
-        metadata_max_age_ms=500, retry_backoff_ms=50, allow_auto_create_topics=False, **kw)
+        bootstrap_servers=cluster.all_bootstrap_servers,
+        offset_store=store,
+        auto_offset_reset="earliest",
+        enable_auto_commit=True,
+        fetch_max_wait_ms=100,
+        metadata_max_age_ms=500,
+        retry_backoff_ms=50,
+        allow_auto_create_topics=False,
+        **kw,
+    )
 
 
 def _read(consumer: EpochConsumer, n: int) -> list[Any]:
@@ -64,7 +71,10 @@ def test_restart_from_a_stored_position_after_the_topic_was_recreated(
         [report] = consumer.truncation_reports()
         assert report.detected_by is DetectedBy.TOPIC_RECREATED
         assert (report.consumed_to, report.divergence, report.lost_count) == (
-            EpochOffset(5, 0), EpochOffset(0), 5)
+            EpochOffset(5, 0),
+            EpochOffset(0),
+            5,
+        )
         new_position = consumer.position_with_epoch(tp)
     assert new_position == EpochOffset(8, 0) and new_position.topic_id != stored.topic_id
     assert store.load()[tp].topic_id == new_position.topic_id

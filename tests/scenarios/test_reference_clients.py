@@ -62,8 +62,9 @@ def replicated_on_two(cluster: Cluster, topic: str, values: list[str]) -> tuple[
     return a, b
 
 
-def clients_for(cluster: Cluster, topic: str, group: str | None = None,
-                from_committed: bool = False) -> list[ReferenceClient]:
+def clients_for(
+    cluster: Cluster, topic: str, group: str | None = None, from_committed: bool = False
+) -> list[ReferenceClient]:
     """The reference clients, reading from 0, or restarting from ``group``'s commit."""
     bootstrap = cluster.all_bootstrap_servers
     clients: list[ReferenceClient] = [
@@ -72,9 +73,16 @@ def clients_for(cluster: Cluster, topic: str, group: str | None = None,
     ]
     jars = _java_jars(cluster)
     if jars is not None:
-        clients.append(JavaClient(bootstrap, topic, jars, RESULTS / f"java-{kind(cluster)}",
-                                  None if from_committed else (0, None),
-                                  f"{group}-java" if group else None))
+        clients.append(
+            JavaClient(
+                bootstrap,
+                topic,
+                jars,
+                RESULTS / f"java-{kind(cluster)}",
+                None if from_committed else (0, None),
+                f"{group}-java" if group else None,
+            )
+        )
     return clients
 
 
@@ -86,12 +94,14 @@ def offsets_read(events: list[dict[str, Any]]) -> list[int]:
     return [e["offset"] for e in events if e["event"] == "record"]
 
 
-def record(scenario: str, cluster: Cluster, seen: dict[str, Any],
-           clients_seen: dict[str, dict[str, Any]]) -> None:
+def record(
+    scenario: str, cluster: Cluster, seen: dict[str, Any], clients_seen: dict[str, dict[str, Any]]
+) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"{scenario}-{kind(cluster)}.json"
-    out.write_text(json.dumps({"answers": seen, "clients": clients_seen}, indent=1,
-                              default=str) + "\n")
+    out.write_text(
+        json.dumps({"answers": seen, "clients": clients_seen}, indent=1, default=str) + "\n"
+    )
 
 
 def close_all(clients: list[ReferenceClient]) -> None:
@@ -99,12 +109,15 @@ def close_all(clients: list[ReferenceClient]) -> None:
         c.close()
 
 
-def fetch_summary(obs: Observer, topic: str, offset: int, current: int = -1,
-                  last_fetched: int = -1) -> dict[str, Any]:
+def fetch_summary(
+    obs: Observer, topic: str, offset: int, current: int = -1, last_fetched: int = -1
+) -> dict[str, Any]:
     f = obs.fetch(topic, 0, offset, current, last_fetched)
-    return {"error": f.error,
-            "diverging_epoch": list(f.diverging_epoch) if f.diverging_epoch else None,
-            "records": [[o, v] for o, _e, v in f.records]}
+    return {
+        "error": f.error,
+        "diverging_epoch": list(f.diverging_epoch) if f.diverging_epoch else None,
+        "records": [[o, v] for o, _e, v in f.records],
+    }
 
 
 # ------------------------------------------------------------------------- clean change
@@ -120,8 +133,9 @@ def test_clean_leader_change(cluster: Cluster) -> None:
         for name, events in read_all(clients, 5, 20).items():
             clients_seen[name] = {"before": events}
         cluster.elect_leader(topic, 0, b)
-        new_epoch = eventually("B leads", lambda: cluster.leader(topic, 0) == b
-                               and cluster.leader_epoch(topic, 0))
+        new_epoch = eventually(
+            "B leads", lambda: cluster.leader(topic, 0) == b and cluster.leader_epoch(topic, 0)
+        )
         eventually("metadata", lambda: obs.leader_and_epoch(topic, 0)[1] == new_epoch)
         produce(cluster, topic, [f"y{i}" for i in range(5)])
         for name, events in read_all(clients, 5, 15).items():
@@ -145,9 +159,15 @@ def test_clean_leader_change(cluster: Cluster) -> None:
         "list_offsets_latest": ["NoError", 10, new_epoch],
         "fetch": {
             "offset 5, current leader epoch 0": {
-                "error": "FencedLeaderEpochError", "diverging_epoch": None, "records": []},
+                "error": "FencedLeaderEpochError",
+                "diverging_epoch": None,
+                "records": [],
+            },
             "offset 5, last fetched epoch 0": {
-                "error": "NoError", "diverging_epoch": None, "records": y},
+                "error": "NoError",
+                "diverging_epoch": None,
+                "records": y,
+            },
         },
     }
     for name, run in clients_seen.items():
@@ -184,8 +204,9 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
         eventually("no leader", lambda: cluster.leader(topic, 0) is None)
     cluster.start_broker(b)
     cluster.elect_leader(topic, 0, b, unclean=True)
-    epoch = eventually("B leads", lambda: cluster.leader(topic, 0) == b
-                       and cluster.leader_epoch(topic, 0))
+    epoch = eventually(
+        "B leads", lambda: cluster.leader(topic, 0) == b and cluster.leader_epoch(topic, 0)
+    )
     eventually("metadata", lambda: obs.leader_and_epoch(topic, 0)[1] == epoch)
     produce(cluster, topic, [f"b{i}" for i in range(5)])
 
@@ -199,7 +220,8 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
     # What a restarting client is told on the wire, whatever each library makes of it.
     seen["offset_fetch"] = {
         f"{group}-{suffix}": list(obs.offset_fetch(f"{group}-{suffix}", topic, 0))
-        for suffix in ("kp", "ck", "java") if suffix != "java" or "java" in clients_seen
+        for suffix in ("kp", "ck", "java")
+        if suffix != "java" or "java" in clients_seen
     }
     seen["offset_for_leader_epoch_0"] = list(obs.offset_for_leader_epoch(topic, 0, E0))
     seen["fetch at the committed position"] = fetch_summary(obs, topic, 8, epoch, E0)
@@ -213,11 +235,17 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
     assert seen == {
         "committed_before": expected_committed,
         "epoch_after": 2,
-        "offset_fetch": {f"{group}-{s}": ["NoError", 8, E0]
-                         for s in ("kp", "ck", "java") if s != "java" or "java" in clients_seen},
+        "offset_fetch": {
+            f"{group}-{s}": ["NoError", 8, E0]
+            for s in ("kp", "ck", "java")
+            if s != "java" or "java" in clients_seen
+        },
         "offset_for_leader_epoch_0": ["NoError", E0, 5],
         "fetch at the committed position": {
-            "error": "NoError", "diverging_epoch": [E0, 5], "records": []},
+            "error": "NoError",
+            "diverging_epoch": [E0, 5],
+            "records": [],
+        },
     }
 
 
@@ -253,10 +281,12 @@ def test_retention_moves_log_start_past_the_position(cluster: Cluster) -> None:
     assert seen == {
         "list_offsets_earliest": ["NoError", 6, E0],
         "list_offsets_latest": ["NoError", 11, E0],
-        "fetch at 3": {"error": "OffsetOutOfRangeError", "diverging_epoch": None,
-                       "records": []},
-        "fetch at 6": {"error": "NoError", "diverging_epoch": None,
-                       "records": [[6 + i, f"r{6 + i}"] for i in range(5)]},
+        "fetch at 3": {"error": "OffsetOutOfRangeError", "diverging_epoch": None, "records": []},
+        "fetch at 6": {
+            "error": "NoError",
+            "diverging_epoch": None,
+            "records": [[6 + i, f"r{6 + i}"] for i in range(5)],
+        },
     }
 
 
@@ -294,6 +324,8 @@ def test_topic_deleted_and_recreated(cluster: Cluster) -> None:
         "leader_epoch": E0,
         "offset_for_leader_epoch_0": ["NoError", E0, 8],
         "fetch by name at 5, last fetched epoch 0": {
-            "error": "NoError", "diverging_epoch": None,
-            "records": [[5 + i, f"z{5 + i}"] for i in range(3)]},
+            "error": "NoError",
+            "diverging_epoch": None,
+            "records": [[5 + i, f"z{5 + i}"] for i in range(3)],
+        },
     }

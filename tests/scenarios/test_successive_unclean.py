@@ -82,8 +82,10 @@ class SuccessiveRun(StagedRun):
         a = eventually("a leader", lambda: cluster.leader(topic, 0))
         b, c = [r for r in cluster.replicas(topic, 0) if r != a]
         produce(cluster, topic, A_VALUES)
-        eventually("all replicas at 3",
-                   lambda: all(cluster.log_end_offset(topic, 0, r) == 3 for r in (b, c)))
+        eventually(
+            "all replicas at 3",
+            lambda: all(cluster.log_end_offset(topic, 0, r) == 3 for r in (b, c)),
+        )
         eventually("ISR of three", lambda: len(cluster.isr(topic, 0)) == 3)
         cluster.stop_broker(c)
         eventually("ISR [A, B]", lambda: sorted(cluster.isr(topic, 0)) == sorted([a, b]))
@@ -111,8 +113,10 @@ class SuccessiveRun(StagedRun):
 
         cluster.start_broker(a)
         cluster.start_broker(b)
-        eventually("A and B truncated to C's log",
-                   lambda: all(cluster.log_end_offset(topic, 0, r) == 5 for r in (a, b)))
+        eventually(
+            "A and B truncated to C's log",
+            lambda: all(cluster.log_end_offset(topic, 0, r) == 5 for r in (a, b)),
+        )
         self.final_log = list(Observer(cluster).fetch(topic, 0, 0).records)
 
     def close(self) -> None:
@@ -122,8 +126,12 @@ class SuccessiveRun(StagedRun):
                 self.cluster.start_broker(broker)
 
     def results(self) -> None:
-        write_results("successive-unclean-elections", self.kind, self.subjects.values(),
-                      {"epochs": self.epochs})
+        write_results(
+            "successive-unclean-elections",
+            self.kind,
+            self.subjects.values(),
+            {"epochs": self.epochs},
+        )
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +144,12 @@ def _view_after_reports(s: Subject) -> dict[int, str]:
     held: dict[int, str] = {}
     reports = iter(s.reports)
     # Replay: records and reports in the order the application saw them.
-    events = [e for phase in s.events.values() for e in phase
-              if e["event"] in ("record", "truncation_report")]
+    events = [
+        e
+        for phase in s.events.values()
+        for e in phase
+        if e["event"] in ("record", "truncation_report")
+    ]
     for e in events:
         if e["event"] == "record":
             assert e["offset"] not in held, f"{s.name}: offset {e['offset']} twice unreported"
@@ -151,22 +163,33 @@ def _view_after_reports(s: Subject) -> dict[int, str]:
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
-def test_two_unclean_elections_are_each_reported_exactly(
-    twice: SuccessiveRun, policy: str
-) -> None:
+def test_two_unclean_elections_are_each_reported_exactly(twice: SuccessiveRun, policy: str) -> None:
     s = twice.subjects[policy]
     eb, ec = twice.epochs["b"], twice.epochs["c"]
     assert E0 < eb < ec
     first, second = s.reports
     assert (first.consumed_to, first.divergence, first.lost_count, first.new_leader_epoch) == (
-        EpochOffset(8, E0), EpochOffset(6, E0), 2, eb)
-    assert (second.consumed_to, second.divergence, second.lost_count,
-            second.new_leader_epoch) == (EpochOffset(8, eb), EpochOffset(3, E0), 5, ec)
+        EpochOffset(8, E0),
+        EpochOffset(6, E0),
+        2,
+        eb,
+    )
+    assert (second.consumed_to, second.divergence, second.lost_count, second.new_leader_epoch) == (
+        EpochOffset(8, eb),
+        EpochOffset(3, E0),
+        5,
+        ec,
+    )
     assert {first.detected_by, second.detected_by} <= {
-        DetectedBy.METADATA, DetectedBy.FENCED, DetectedBy.DIVERGING_EPOCH}
+        DetectedBy.METADATA,
+        DetectedBy.FENCED,
+        DetectedBy.DIVERGING_EPOCH,
+    }
     assert s.delivered == (
-        records(A_VALUES + B_VALUES + C_VALUES, 0, E0) + records(D_VALUES, 6, eb)
-        + records(E_VALUES, 3, ec))
+        records(A_VALUES + B_VALUES + C_VALUES, 0, E0)
+        + records(D_VALUES, 6, eb)
+        + records(E_VALUES, 3, ec)
+    )
     if s.raising:
         assert s.seeks == [EpochOffset(6, E0), EpochOffset(3, E0)]
         assert len(s.errors) == 2

@@ -54,19 +54,26 @@ REGISTRY: dict[int, ApiEntry] = {}
 FIND_COORDINATOR = 10
 
 
-def register(api_key: int, handler: Handler, min_version: int, max_version: int,
-             request_class: Any, response_class: Any) -> None:
-    REGISTRY[api_key] = ApiEntry(handler, min_version, max_version, request_class,
-                                 response_class)
+def register(
+    api_key: int,
+    handler: Handler,
+    min_version: int,
+    max_version: int,
+    request_class: Any,
+    response_class: Any,
+) -> None:
+    REGISTRY[api_key] = ApiEntry(handler, min_version, max_version, request_class, response_class)
 
 
-def handler(request_class: Any, response_class: Any, min_version: int,
-            max_version: int) -> Callable[[Handler], Handler]:
+def handler(
+    request_class: Any, response_class: Any, min_version: int, max_version: int
+) -> Callable[[Handler], Handler]:
     """Decorator registering ``async def handle(ctx, request)`` for the request's API key."""
 
     def wrap(fn: Handler) -> Handler:
-        register(int(request_class.API_KEY), fn, min_version, max_version, request_class,
-                 response_class)
+        register(
+            int(request_class.API_KEY), fn, min_version, max_version, request_class, response_class
+        )
         return fn
 
     return wrap

@@ -46,7 +46,10 @@ class Local:
 
 
 def local_partition(
-    ctx: RequestContext, topic: str, partition: int, current_leader_epoch: int = -1,
+    ctx: RequestContext,
+    topic: str,
+    partition: int,
+    current_leader_epoch: int = -1,
     require_leader: bool = True,
 ) -> Local | int:
     """This broker's replica of ``topic``-``partition`` or the error code Kafka would give.

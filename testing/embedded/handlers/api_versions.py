@@ -16,8 +16,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         version=ctx.version,
         error_code=ctx.injected_error(),
         api_keys=[
-            R.ApiVersion(version=ctx.version, api_key=k, min_version=e.min_version,
-                         max_version=e.max_version)
+            R.ApiVersion(
+                version=ctx.version, api_key=k, min_version=e.min_version, max_version=e.max_version
+            )
             for k, e in sorted(REGISTRY.items())
         ],
         throttle_time_ms=0,

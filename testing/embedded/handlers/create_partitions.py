@@ -25,12 +25,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if not error and t.name not in ctx.cluster.topics:
             error, message = UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {t.name}"
         elif not error and not request.validate_only:
-            assignments = ([list(a.broker_ids) for a in t.assignments]
-                           if t.assignments else None)
+            assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
             try:
                 ctx.cluster.create_partitions(t.name, t.count, assignments)
             except EmbeddedClusterError as e:
                 error, message = INVALID_PARTITIONS, str(e)
-        results.append(R.CreatePartitionsTopicResult(version=v, name=t.name, error_code=error,
-                                                     error_message=message))
+        results.append(
+            R.CreatePartitionsTopicResult(
+                version=v, name=t.name, error_code=error, error_message=message
+            )
+        )
     return R(version=v, throttle_time_ms=0, results=results)

@@ -16,11 +16,19 @@ from epochguard.testing.embedded.handlers._common import (
 )
 from epochguard.testing.embedded.state import EmbeddedClusterError
 
-KNOWN_CONFIGS = frozenset({
-    "min.insync.replicas", "unclean.leader.election.enable", "cleanup.policy", "retention.ms",
-    "retention.bytes", "max.message.bytes", "message.timestamp.type", "segment.bytes",
-    "compression.type",
-})
+KNOWN_CONFIGS = frozenset(
+    {
+        "min.insync.replicas",
+        "unclean.leader.election.enable",
+        "cleanup.policy",
+        "retention.ms",
+        "retention.bytes",
+        "max.message.bytes",
+        "message.timestamp.type",
+        "segment.bytes",
+        "compression.type",
+    }
+)
 
 
 @handler(CreateTopicsRequest, CreateTopicsResponse, 2, 7)
@@ -46,9 +54,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         elif assignments is None and nparts < 1:
             error, message = INVALID_PARTITIONS, "Number of partitions must be larger than 0."
         elif assignments is None and not 1 <= rf <= len(cluster.brokers):
-            error, message = INVALID_REPLICATION_FACTOR, (
-                f"Replication factor: {rf} larger than available brokers: "
-                f"{len(cluster.brokers)}.")
+            error, message = (
+                INVALID_REPLICATION_FACTOR,
+                (
+                    f"Replication factor: {rf} larger than available brokers: "
+                    f"{len(cluster.brokers)}."
+                ),
+            )
         elif set(configs) - KNOWN_CONFIGS:
             unknown = sorted(set(configs) - KNOWN_CONFIGS)
             error, message = INVALID_CONFIG, f"Unknown configs {unknown}"
@@ -62,9 +74,16 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 topic_id = state.topic_id
                 nparts = len(state.partitions)
                 rf = len(next(iter(state.partitions.values())).replicas)
-        result = T(version=v, name=t.name, error_code=error, error_message=message,
-                   topic_config_error_code=0, num_partitions=-1 if error else nparts,
-                   replication_factor=-1 if error else rf, configs=[])
+        result = T(
+            version=v,
+            name=t.name,
+            error_code=error,
+            error_message=message,
+            topic_config_error_code=0,
+            num_partitions=-1 if error else nparts,
+            replication_factor=-1 if error else rf,
+            configs=[],
+        )
         if topic_id is not None:
             result.topic_id = topic_id
         results.append(result)

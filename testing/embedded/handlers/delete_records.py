@@ -32,7 +32,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     error = OFFSET_OUT_OF_RANGE
                 else:
                     low = ctx.cluster.delete_records(t.name, rp.partition_index, offset)
-            parts.append(P(version=v, partition_index=rp.partition_index, low_watermark=low,
-                           error_code=error))
+            parts.append(
+                P(
+                    version=v,
+                    partition_index=rp.partition_index,
+                    low_watermark=low,
+                    error_code=error,
+                )
+            )
         topics.append(T(version=v, name=t.name, partitions=parts))
     return R(version=v, throttle_time_ms=0, topics=topics)

@@ -24,8 +24,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     injected = ctx.injected_error()
     wanted: list[tuple[str | None, uuid.UUID | None]]
     if v >= 6:
-        wanted = [(t.name, t.topic_id if t.topic_id != ZERO_UUID else None)
-                  for t in request.topics]
+        wanted = [(t.name, t.topic_id if t.topic_id != ZERO_UUID else None) for t in request.topics]
     else:
         wanted = [(name, None) for name in request.topic_names]
     results = []
@@ -42,8 +41,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if not error and name is not None:
             tid = cluster.topics[name].topic_id
             cluster.delete_topic(name)
-        result = R.DeletableTopicResult(version=v, name=name, error_code=error,
-                                        error_message=None)
+        result = R.DeletableTopicResult(version=v, name=name, error_code=error, error_message=None)
         if v >= 6:
             result.topic_id = tid or ZERO_UUID
         results.append(result)

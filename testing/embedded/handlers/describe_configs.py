@@ -38,12 +38,27 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                         continue
                     value = t.config[name]
                     is_default = DEFAULT_TOPIC_CONFIG.get(name) == value
-                    configs.append(C(version=v, name=name, value=value, read_only=False,
-                                     config_source=DEFAULT_CONFIG if is_default
-                                     else DYNAMIC_TOPIC_CONFIG,
-                                     is_sensitive=False, synonyms=[], config_type=0,
-                                     documentation=None))
-        results.append(T(version=v, error_code=error, error_message=None,
-                         resource_type=res.resource_type, resource_name=res.resource_name,
-                         configs=configs))
+                    configs.append(
+                        C(
+                            version=v,
+                            name=name,
+                            value=value,
+                            read_only=False,
+                            config_source=DEFAULT_CONFIG if is_default else DYNAMIC_TOPIC_CONFIG,
+                            is_sensitive=False,
+                            synonyms=[],
+                            config_type=0,
+                            documentation=None,
+                        )
+                    )
+        results.append(
+            T(
+                version=v,
+                error_code=error,
+                error_message=None,
+                resource_type=res.resource_type,
+                resource_name=res.resource_name,
+                configs=configs,
+            )
+        )
     return R(version=v, throttle_time_ms=0, results=results)

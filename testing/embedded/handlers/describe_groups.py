@@ -28,15 +28,41 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         d = None if error else coord.describe(gid)
         if d is None:
             # Kafka describes an unknown group as Dead, without an error, before v6.
-            out.append(G(version=v, error_code=error, group_id=gid,
-                         group_state=GroupState.DEAD.value, protocol_type="", protocol_data="",
-                         members=[], authorized_operations=OPERATIONS_UNKNOWN))
+            out.append(
+                G(
+                    version=v,
+                    error_code=error,
+                    group_id=gid,
+                    group_state=GroupState.DEAD.value,
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                    authorized_operations=OPERATIONS_UNKNOWN,
+                )
+            )
             continue
-        members = [M(version=v, member_id=m.member_id, group_instance_id=m.group_instance_id,
-                     client_id=m.client_id, client_host=m.client_host,
-                     member_metadata=m.metadata, member_assignment=m.assignment)
-                   for m in d.members]
-        out.append(G(version=v, error_code=0, group_id=d.group_id, group_state=d.state.value,
-                     protocol_type=d.protocol_type, protocol_data=d.protocol_name,
-                     members=members, authorized_operations=OPERATIONS_UNKNOWN))
+        members = [
+            M(
+                version=v,
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata,
+                member_assignment=m.assignment,
+            )
+            for m in d.members
+        ]
+        out.append(
+            G(
+                version=v,
+                error_code=0,
+                group_id=d.group_id,
+                group_state=d.state.value,
+                protocol_type=d.protocol_type,
+                protocol_data=d.protocol_name,
+                members=members,
+                authorized_operations=OPERATIONS_UNKNOWN,
+            )
+        )
     return R(version=v, throttle_time_ms=0, groups=out)

@@ -32,8 +32,16 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             continue
         tv = view.topics.get(name)
         if tv is None:
-            topics.append(T(version=v, error_code=UNKNOWN_TOPIC_OR_PARTITION, name=name,
-                            topic_id=ZERO_UUID, is_internal=False, partitions=[]))
+            topics.append(
+                T(
+                    version=v,
+                    error_code=UNKNOWN_TOPIC_OR_PARTITION,
+                    name=name,
+                    topic_id=ZERO_UUID,
+                    is_internal=False,
+                    partitions=[],
+                )
+            )
             continue
         parts = []
         for idx in sorted(tv.partitions):
@@ -43,15 +51,31 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 next_cursor = R.Cursor(version=v, topic_name=name, partition_index=idx)
                 break
             pv = tv.partitions[idx]
-            parts.append(P(version=v, error_code=LEADER_NOT_AVAILABLE if pv.leader < 0 else 0,
-                           partition_index=idx, leader_id=pv.leader,
-                           leader_epoch=pv.leader_epoch, replica_nodes=list(pv.replicas),
-                           isr_nodes=list(pv.isr), eligible_leader_replicas=list(pv.elr),
-                           last_known_elr=list(pv.last_known_elr),
-                           offline_replicas=list(pv.offline)))
+            parts.append(
+                P(
+                    version=v,
+                    error_code=LEADER_NOT_AVAILABLE if pv.leader < 0 else 0,
+                    partition_index=idx,
+                    leader_id=pv.leader,
+                    leader_epoch=pv.leader_epoch,
+                    replica_nodes=list(pv.replicas),
+                    isr_nodes=list(pv.isr),
+                    eligible_leader_replicas=list(pv.elr),
+                    last_known_elr=list(pv.last_known_elr),
+                    offline_replicas=list(pv.offline),
+                )
+            )
             remaining -= 1
-        topics.append(T(version=v, error_code=0, name=name, topic_id=tv.topic_id,
-                        is_internal=False, partitions=parts))
+        topics.append(
+            T(
+                version=v,
+                error_code=0,
+                name=name,
+                topic_id=tv.topic_id,
+                is_internal=False,
+                partitions=parts,
+            )
+        )
         if next_cursor is not None:
             break
     return R(version=v, throttle_time_ms=0, topics=topics, next_cursor=next_cursor)

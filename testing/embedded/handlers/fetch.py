@@ -43,8 +43,9 @@ def _topic_name(view: MetadataImage, key: TopicKey) -> str | None:
     return tv.name if tv is not None else None
 
 
-def _answer(ctx: RequestContext, view: MetadataImage, target: FetchTarget, injected: int,
-            budget: int) -> _Answer:
+def _answer(
+    ctx: RequestContext, view: MetadataImage, target: FetchTarget, injected: int, budget: int
+) -> _Answer:
     P = FetchResponse.FetchableTopicResponse.PartitionData
     v = ctx.version
     hw = lso = start = -1
@@ -76,22 +77,34 @@ def _answer(ctx: RequestContext, view: MetadataImage, target: FetchTarget, injec
             error = OFFSET_OUT_OF_RANGE
         elif offset < hw and (budget > 0 or budget == -1):
             # KIP-74: the first partition with data gets at least one whole batch.
-            limit = target.partition_max_bytes if budget == -1 else min(
-                target.partition_max_bytes, budget)
+            limit = (
+                target.partition_max_bytes
+                if budget == -1
+                else min(target.partition_max_bytes, budget)
+            )
             records = log.read(offset, max(limit, 1), upper=hw)
     if error:
         hw = lso = start = -1  # as Kafka: offsets are unknown with an error
-    data = P(version=v, partition_index=target.partition, error_code=error,
-             high_watermark=hw, last_stable_offset=lso, log_start_offset=start,
-             aborted_transactions=None, preferred_read_replica=-1, records=records)
+    data = P(
+        version=v,
+        partition_index=target.partition,
+        error_code=error,
+        high_watermark=hw,
+        last_stable_offset=lso,
+        log_start_offset=start,
+        aborted_transactions=None,
+        preferred_read_replica=-1,
+        records=records,
+    )
     if v >= 12:
         if diverging is not None:
             data.diverging_epoch = diverging
         if name is not None and error:
             pv = view.partition(name, target.partition)
             if pv is not None and pv.leader >= 0:
-                data.current_leader = P.LeaderIdAndEpoch(version=v, leader_id=pv.leader,
-                                                         leader_epoch=pv.leader_epoch)
+                data.current_leader = P.LeaderIdAndEpoch(
+                    version=v, leader_id=pv.leader, leader_epoch=pv.leader_epoch
+                )
     return _Answer(target, data, len(records), bool(error) or diverging is not None)
 
 
@@ -99,12 +112,21 @@ def _must_send(answer: _Answer) -> bool:
     """Kafka's rule for including a partition in an incremental response."""
     t = answer.target
     d = answer.data
-    return (answer.size > 0 or answer.urgent or d.high_watermark != t.sent_high_watermark
-            or d.log_start_offset != t.sent_log_start_offset)
+    return (
+        answer.size > 0
+        or answer.urgent
+        or d.high_watermark != t.sent_high_watermark
+        or d.log_start_offset != t.sent_log_start_offset
+    )
 
 
-def _build(ctx: RequestContext, targets: list[FetchTarget], incremental: bool,
-           injected: int, max_bytes: int) -> tuple[list[_Answer], int, bool]:
+def _build(
+    ctx: RequestContext,
+    targets: list[FetchTarget],
+    incremental: bool,
+    injected: int,
+    max_bytes: int,
+) -> tuple[list[_Answer], int, bool]:
     """One pass: (answers to send, record bytes, whether to answer at once)."""
     view = ctx.cluster.brokers[ctx.broker_id].view
     total = 0
@@ -126,9 +148,16 @@ def _targets(request: Any, v: int) -> tuple[list[FetchTarget], list[tuple[TopicK
     for ft in request.topics:
         key: TopicKey = ft.topic_id if v >= 13 else ft.topic
         for fp in ft.partitions:
-            targets.append(FetchTarget(
-                key, fp.partition, fp.current_leader_epoch if v >= 9 else -1, fp.fetch_offset,
-                fp.last_fetched_epoch if v >= 12 else -1, fp.partition_max_bytes))
+            targets.append(
+                FetchTarget(
+                    key,
+                    fp.partition,
+                    fp.current_leader_epoch if v >= 9 else -1,
+                    fp.fetch_offset,
+                    fp.last_fetched_epoch if v >= 12 else -1,
+                    fp.partition_max_bytes,
+                )
+            )
     forgotten: list[tuple[TopicKey, int]] = []
     if v >= 7:
         for ff in request.forgotten_topics_data:
@@ -144,18 +173,27 @@ def _response(ctx: RequestContext, answers: list[_Answer], session_id: int) -> A
     grouped: dict[TopicKey, list[Any]] = {}
     for a in answers:
         grouped.setdefault(a.target.topic, []).append(a.data)
-    topics = [T(version=v, topic_id=key, partitions=parts) if v >= 13
-              else T(version=v, topic=key, partitions=parts) for key, parts in grouped.items()]
-    response = R(version=v, throttle_time_ms=0, error_code=0, session_id=session_id,
-                 responses=topics)
-    leaders = {a.data.current_leader.leader_id for a in answers
-               if v >= 12 and a.data.current_leader is not None
-               and a.data.current_leader.leader_id >= 0}
+    topics = [
+        T(version=v, topic_id=key, partitions=parts)
+        if v >= 13
+        else T(version=v, topic=key, partitions=parts)
+        for key, parts in grouped.items()
+    ]
+    response = R(
+        version=v, throttle_time_ms=0, error_code=0, session_id=session_id, responses=topics
+    )
+    leaders = {
+        a.data.current_leader.leader_id
+        for a in answers
+        if v >= 12 and a.data.current_leader is not None and a.data.current_leader.leader_id >= 0
+    }
     if v >= 16 and leaders:
         # KIP-951: tell the client where the leaders it was pointed to are.
         response.node_endpoints = [
             R.NodeEndpoint(version=v, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-            for b in ctx.cluster.brokers.values() if b.node_id in leaders and b.alive]
+            for b in ctx.cluster.brokers.values()
+            if b.node_id in leaders and b.alive
+        ]
     return response
 
 
@@ -169,11 +207,16 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if v >= 7:
         try:
             session, targets, incremental = broker.fetch_sessions.open(
-                request.session_id, request.session_epoch, requested, forgotten,
-                create=ctx.cluster.fetch_sessions_enabled)
+                request.session_id,
+                request.session_epoch,
+                requested,
+                forgotten,
+                create=ctx.cluster.fetch_sessions_enabled,
+            )
         except SessionError as e:
-            return FetchResponse(version=v, throttle_time_ms=0, error_code=e.error_code,
-                                 session_id=0, responses=[])
+            return FetchResponse(
+                version=v, throttle_time_ms=0, error_code=e.error_code, session_id=0, responses=[]
+            )
     injected = ctx.injected_error()
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000.0
     while True:

@@ -17,8 +17,12 @@ from epochguard.testing.embedded.handlers._group_common import coordinator_broke
 KEY_TYPES = (0, 1)
 
 
-def _lookup(ctx: RequestContext, key: str, key_type: int, injected: int,
-            ) -> tuple[int, int, str, int, str | None]:
+def _lookup(
+    ctx: RequestContext,
+    key: str,
+    key_type: int,
+    injected: int,
+) -> tuple[int, int, str, int, str | None]:
     """``(error, node_id, host, port, message)`` for one key."""
     if injected:
         return injected, -1, "", -1, None
@@ -38,11 +42,27 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     key_type = request.key_type if v >= 1 else 0
     if v < 4:
         err, node, host, port, msg = _lookup(ctx, request.key, key_type, injected)
-        return R(version=v, throttle_time_ms=0, error_code=err, error_message=msg,
-                 node_id=node, host=host, port=port)
+        return R(
+            version=v,
+            throttle_time_ms=0,
+            error_code=err,
+            error_message=msg,
+            node_id=node,
+            host=host,
+            port=port,
+        )
     coordinators = []
     for key in request.coordinator_keys:
         err, node, host, port, msg = _lookup(ctx, key, key_type, injected)
-        coordinators.append(R.Coordinator(version=v, key=key, node_id=node, host=host,
-                                          port=port, error_code=err, error_message=msg))
+        coordinators.append(
+            R.Coordinator(
+                version=v,
+                key=key,
+                node_id=node,
+                host=host,
+                port=port,
+                error_code=err,
+                error_message=msg,
+            )
+        )
     return R(version=v, throttle_time_ms=0, coordinators=coordinators)

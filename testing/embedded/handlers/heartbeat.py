@@ -20,6 +20,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     error = ctx.injected_error() or coordinator_error(ctx, request.group_id)
     if not error:
         error = coordinator(ctx.cluster).heartbeat(
-            request.group_id, request.generation_id, request.member_id,
-            request.group_instance_id if v >= 3 else None, now_ms())
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            request.group_instance_id if v >= 3 else None,
+            now_ms(),
+        )
     return HeartbeatResponse(version=v, throttle_time_ms=0, error_code=error)

@@ -46,7 +46,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     error, message = INVALID_REQUEST, "APPEND/SUBTRACT are not supported"
         if not error and not request.validate_only:
             ctx.cluster.set_topic_config(res.resource_name, changes)
-        results.append(R.AlterConfigsResourceResponse(
-            version=v, error_code=error, error_message=message,
-            resource_type=res.resource_type, resource_name=res.resource_name))
+        results.append(
+            R.AlterConfigsResourceResponse(
+                version=v,
+                error_code=error,
+                error_message=message,
+                resource_type=res.resource_type,
+                resource_name=res.resource_name,
+            )
+        )
     return R(version=v, throttle_time_ms=0, responses=results)

@@ -18,5 +18,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     error = ctx.injected_error()
     pid = -1 if error else ctx.cluster.next_producer_id()
     epoch = -1 if error else 0
-    return InitProducerIdResponse(version=ctx.version, throttle_time_ms=0, error_code=error,
-                                  producer_id=pid, producer_epoch=epoch)
+    return InitProducerIdResponse(
+        version=ctx.version,
+        throttle_time_ms=0,
+        error_code=error,
+        producer_id=pid,
+        producer_epoch=epoch,
+    )

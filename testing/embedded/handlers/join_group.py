@@ -19,15 +19,28 @@ from epochguard.testing.embedded.handlers._group_common import (
 
 def _response(v: int, r: JoinResult) -> Any:
     R = JoinGroupResponse
-    members = [R.JoinGroupResponseMember(version=v, member_id=m.member_id,
-                                         group_instance_id=m.group_instance_id,
-                                         metadata=m.metadata) for m in r.members]
-    return R(version=v, throttle_time_ms=0, error_code=r.error_code,
-             generation_id=r.generation_id, protocol_type=r.protocol_type,
-             # Before v7 the name is not nullable.
-             protocol_name=r.protocol_name if v >= 7 else (r.protocol_name or ""),
-             leader=r.leader, skip_assignment=r.skip_assignment, member_id=r.member_id,
-             members=members)
+    members = [
+        R.JoinGroupResponseMember(
+            version=v,
+            member_id=m.member_id,
+            group_instance_id=m.group_instance_id,
+            metadata=m.metadata,
+        )
+        for m in r.members
+    ]
+    return R(
+        version=v,
+        throttle_time_ms=0,
+        error_code=r.error_code,
+        generation_id=r.generation_id,
+        protocol_type=r.protocol_type,
+        # Before v7 the name is not nullable.
+        protocol_name=r.protocol_name if v >= 7 else (r.protocol_name or ""),
+        leader=r.leader,
+        skip_assignment=r.skip_assignment,
+        member_id=r.member_id,
+        members=members,
+    )
 
 
 @handler(JoinGroupRequest, JoinGroupResponse, 0, 9)

@@ -28,7 +28,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     results = coordinator(ctx.cluster).leave(request.group_id, wanted, now_ms())
     if v < 3:
         return R(version=v, throttle_time_ms=0, error_code=results[0].error_code)
-    members = [R.MemberResponse(version=v, member_id=r.member_id,
-                                group_instance_id=r.group_instance_id,
-                                error_code=r.error_code) for r in results]
+    members = [
+        R.MemberResponse(
+            version=v,
+            member_id=r.member_id,
+            group_instance_id=r.group_instance_id,
+            error_code=r.error_code,
+        )
+        for r in results
+    ]
     return R(version=v, throttle_time_ms=0, error_code=0, members=members)

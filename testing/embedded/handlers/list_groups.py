@@ -29,7 +29,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             continue
         if types and GROUP_TYPE not in types:
             continue
-        listed.append(R.ListedGroup(version=v, group_id=d.group_id,
-                                    protocol_type=d.protocol_type, group_state=d.state.value,
-                                    group_type=GROUP_TYPE))
+        listed.append(
+            R.ListedGroup(
+                version=v,
+                group_id=d.group_id,
+                protocol_type=d.protocol_type,
+                group_state=d.state.value,
+                group_type=GROUP_TYPE,
+            )
+        )
     return R(version=v, throttle_time_ms=0, error_code=0, groups=listed)

@@ -36,8 +36,11 @@ def _by_timestamp(log: PartitionLog, timestamp: int, upper: int) -> tuple[int, i
         except Errors.UnsupportedCodecError:
             # No codec library here (snappy): answer at batch granularity; the client
             # skips the batch's earlier records itself.
-            return (batch.max_timestamp, max(batch.base_offset, log.log_start_offset),
-                    batch.leader_epoch)
+            return (
+                batch.max_timestamp,
+                max(batch.base_offset, log.log_start_offset),
+                batch.leader_epoch,
+            )
     return -1, -1, -1
 
 
@@ -70,12 +73,24 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     for t in request.topics:
         parts = []
         for rp in t.partitions:
-            local = local_partition(ctx, t.name, rp.partition_index, rp.current_leader_epoch,
-                                    require_leader=request.replica_id != DEBUGGING_REPLICA_ID)
+            local = local_partition(
+                ctx,
+                t.name,
+                rp.partition_index,
+                rp.current_leader_epoch,
+                require_leader=request.replica_id != DEBUGGING_REPLICA_ID,
+            )
             if injected or isinstance(local, int):
-                parts.append(P(version=v, partition_index=rp.partition_index,
-                               error_code=injected or local, timestamp=-1, offset=-1,
-                               leader_epoch=-1))
+                parts.append(
+                    P(
+                        version=v,
+                        partition_index=rp.partition_index,
+                        error_code=injected or local,
+                        timestamp=-1,
+                        offset=-1,
+                        leader_epoch=-1,
+                    )
+                )
                 continue
             log = local.log
             # Consumers see up to the high watermark; the debugging id (-2) and replicas see
@@ -90,7 +105,15 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 ts, off, epoch = _max_timestamp(log, upper)
             else:
                 ts, off, epoch = _by_timestamp(log, rp.timestamp, upper)
-            parts.append(P(version=v, partition_index=rp.partition_index, error_code=0,
-                           timestamp=ts, offset=off, leader_epoch=epoch))
+            parts.append(
+                P(
+                    version=v,
+                    partition_index=rp.partition_index,
+                    error_code=0,
+                    timestamp=ts,
+                    offset=off,
+                    leader_epoch=epoch,
+                )
+            )
         topics.append(T(version=v, name=t.name, partitions=parts))
     return R(version=v, throttle_time_ms=0, topics=topics)

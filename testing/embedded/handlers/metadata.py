@@ -42,8 +42,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if cluster.auto_create_topics and allow_create:
         for name, tid in wanted:
             if name is not None and tid is None and name not in cluster.topics:
-                cluster.create_topic(name, cluster.default_partitions,
-                                     min(3, len(cluster.brokers)))
+                cluster.create_topic(name, cluster.default_partitions, min(3, len(cluster.brokers)))
         view = cluster.brokers[ctx.broker_id].view
 
     topics = []
@@ -56,25 +55,56 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             tv = view.topics.get(name) if name is not None else None
             missing_error = UNKNOWN_TOPIC_OR_PARTITION
         if tv is None:
-            topics.append(T(version=v, error_code=missing_error, name=name,
-                            topic_id=tid or ZERO_UUID, is_internal=False, partitions=[]))
+            topics.append(
+                T(
+                    version=v,
+                    error_code=missing_error,
+                    name=name,
+                    topic_id=tid or ZERO_UUID,
+                    is_internal=False,
+                    partitions=[],
+                )
+            )
             continue
         parts = []
         for idx in sorted(tv.partitions):
             pv = tv.partitions[idx]
             err = injected or (LEADER_NOT_AVAILABLE if pv.leader < 0 else 0)
-            parts.append(P(version=v, error_code=err, partition_index=idx,
-                           leader_id=pv.leader, leader_epoch=pv.leader_epoch,
-                           replica_nodes=list(pv.replicas), isr_nodes=list(pv.isr),
-                           offline_replicas=list(pv.offline)))
-        topics.append(T(version=v, error_code=0, name=tv.name, topic_id=tv.topic_id,
-                        is_internal=False, partitions=parts))
+            parts.append(
+                P(
+                    version=v,
+                    error_code=err,
+                    partition_index=idx,
+                    leader_id=pv.leader,
+                    leader_epoch=pv.leader_epoch,
+                    replica_nodes=list(pv.replicas),
+                    isr_nodes=list(pv.isr),
+                    offline_replicas=list(pv.offline),
+                )
+            )
+        topics.append(
+            T(
+                version=v,
+                error_code=0,
+                name=tv.name,
+                topic_id=tv.topic_id,
+                is_internal=False,
+                partitions=parts,
+            )
+        )
 
     brokers = [
-        R.MetadataResponseBroker(version=v, node_id=b.node_id, host=b.host, port=b.port,
-                                 rack=b.rack)
+        R.MetadataResponseBroker(
+            version=v, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack
+        )
         for b in sorted(cluster.brokers.values(), key=lambda b: b.node_id)
         if b.alive
     ]
-    return R(version=v, throttle_time_ms=0, brokers=brokers, cluster_id=cluster.cluster_id,
-             controller_id=cluster.active_controller, topics=topics)
+    return R(
+        version=v,
+        throttle_time_ms=0,
+        brokers=brokers,
+        cluster_id=cluster.cluster_id,
+        controller_id=cluster.active_controller,
+        topics=topics,
+    )

@@ -42,8 +42,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     keys: dict[TopicPartition, tuple[int, int]] = {}
     for ti, t in enumerate(request.topics):
         tv = view.topic_by_id(t.topic_id) if v >= 10 else view.topics.get(t.name)
-        names[ti] = (t.name if v < 10 else (tv.name if tv else ""),
-                     t.topic_id if v >= 10 else None)
+        names[ti] = (t.name if v < 10 else (tv.name if tv else ""), t.topic_id if v >= 10 else None)
         for p in t.partitions:
             key = (ti, p.partition_index)
             if group_error:
@@ -64,15 +63,26 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 keys[tp] = key
     if valid:
         results = coordinator(ctx.cluster).commit_offsets(
-            request.group_id, request.generation_id_or_member_epoch, request.member_id,
-            request.group_instance_id if v >= 7 else None, valid, now)
+            request.group_id,
+            request.generation_id_or_member_epoch,
+            request.member_id,
+            request.group_instance_id if v >= 7 else None,
+            valid,
+            now,
+        )
         for tp, err in results.items():
             errors[keys[tp]] = err
 
     topics = []
     for ti, t in enumerate(request.topics):
         name, topic_id = names[ti]
-        parts = [P(version=v, partition_index=p.partition_index,
-                   error_code=errors[(ti, p.partition_index)]) for p in t.partitions]
+        parts = [
+            P(
+                version=v,
+                partition_index=p.partition_index,
+                error_code=errors[(ti, p.partition_index)],
+            )
+            for p in t.partitions
+        ]
         topics.append(T(version=v, name=name, topic_id=topic_id, partitions=parts))
     return R(version=v, throttle_time_ms=0, topics=topics)

@@ -21,13 +21,28 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     error = ctx.injected_error() or coordinator_error(ctx, request.group_id)
     if error:
         return R(version=v, error_code=error, throttle_time_ms=0, topics=[])
-    known = [(t.name, p.partition_index) for t in request.topics for p in t.partitions
-             if view.partition(t.name, p.partition_index) is not None]
+    known = [
+        (t.name, p.partition_index)
+        for t in request.topics
+        for p in t.partitions
+        if view.partition(t.name, p.partition_index) is not None
+    ]
     error, results = coordinator(ctx.cluster).delete_offsets(request.group_id, known)
     if error:
         return R(version=v, error_code=error, throttle_time_ms=0, topics=[])
-    topics = [T(version=v, name=t.name, partitions=[
-        P(version=v, partition_index=p.partition_index,
-          error_code=results.get((t.name, p.partition_index), UNKNOWN_TOPIC_OR_PARTITION))
-        for p in t.partitions]) for t in request.topics]
+    topics = [
+        T(
+            version=v,
+            name=t.name,
+            partitions=[
+                P(
+                    version=v,
+                    partition_index=p.partition_index,
+                    error_code=results.get((t.name, p.partition_index), UNKNOWN_TOPIC_OR_PARTITION),
+                )
+                for p in t.partitions
+            ],
+        )
+        for t in request.topics
+    ]
     return R(version=v, error_code=0, throttle_time_ms=0, topics=topics)

@@ -24,9 +24,12 @@ NO_OFFSET = CommittedOffset(offset=-1, leader_epoch=-1, metadata="")
 TopicResult = tuple[str, uuid.UUID | None, list[tuple[int, CommittedOffset, int]]]
 
 
-def _group_offsets(coord: GroupCoordinator, view: MetadataImage, group_id: str,
-                   topics: list[tuple[str | None, uuid.UUID | None, list[int]]] | None,
-                   ) -> list[TopicResult]:
+def _group_offsets(
+    coord: GroupCoordinator,
+    view: MetadataImage,
+    group_id: str,
+    topics: list[tuple[str | None, uuid.UUID | None, list[int]]] | None,
+) -> list[TopicResult]:
     """Offsets of ``topics`` ((name, id, partitions); name None: look up the id), or of
     every partition the group committed when ``topics`` is None."""
     if topics is None:
@@ -39,8 +42,11 @@ def _group_offsets(coord: GroupCoordinator, view: MetadataImage, group_id: str,
         only_committed = False
     out: list[TopicResult] = []
     for name, tid, parts in topics:
-        tv = view.topic_by_id(tid) if name is None and tid is not None else (
-            view.topics.get(name) if name is not None else None)
+        tv = (
+            view.topic_by_id(tid)
+            if name is None and tid is not None
+            else (view.topics.get(name) if name is not None else None)
+        )
         if name is None and tv is None:
             out.append(("", tid, [(p, NO_OFFSET, UNKNOWN_TOPIC_ID) for p in parts]))
             continue
@@ -72,20 +78,38 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         P = T.OffsetFetchResponsePartition
         error = injected or coordinator_error(ctx, request.group_id)
         wanted: list[tuple[str | None, uuid.UUID | None, list[int]]] | None
-        wanted = None if request.topics is None else [
-            (t.name, None, list(t.partition_indexes)) for t in request.topics]
+        wanted = (
+            None
+            if request.topics is None
+            else [(t.name, None, list(t.partition_indexes)) for t in request.topics]
+        )
         if error and (v >= 2 or wanted is None):
             return R(version=v, throttle_time_ms=0, topics=[], error_code=error)
         if error:
             # v1 has no top-level error: every requested partition carries it.
-            res: list[TopicResult] = [(n or "", None, [(p, NO_OFFSET, error) for p in ps])
-                                      for n, _, ps in wanted or []]
+            res: list[TopicResult] = [
+                (n or "", None, [(p, NO_OFFSET, error) for p in ps]) for n, _, ps in wanted or []
+            ]
         else:
             res = _group_offsets(coord, view, request.group_id, wanted)
-        topics = [T(version=v, name=name, partitions=[
-            P(version=v, partition_index=p, committed_offset=c.offset,
-              committed_leader_epoch=c.leader_epoch, metadata=c.metadata, error_code=e)
-            for p, c, e in parts]) for name, _, parts in res]
+        topics = [
+            T(
+                version=v,
+                name=name,
+                partitions=[
+                    P(
+                        version=v,
+                        partition_index=p,
+                        committed_offset=c.offset,
+                        committed_leader_epoch=c.leader_epoch,
+                        metadata=c.metadata,
+                        error_code=e,
+                    )
+                    for p, c, e in parts
+                ],
+            )
+            for name, _, parts in res
+        ]
         return R(version=v, throttle_time_ms=0, topics=topics, error_code=0)
 
     G = R.OffsetFetchResponseGroup
@@ -98,13 +122,37 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             groups.append(G(version=v, group_id=g.group_id, topics=[], error_code=error))
             continue
         wanted8: list[tuple[str | None, uuid.UUID | None, list[int]]] | None
-        wanted8 = None if g.topics is None else [
-            (t.name if v < 10 else None, t.topic_id if v >= 10 else None,
-             list(t.partition_indexes)) for t in g.topics]
+        wanted8 = (
+            None
+            if g.topics is None
+            else [
+                (
+                    t.name if v < 10 else None,
+                    t.topic_id if v >= 10 else None,
+                    list(t.partition_indexes),
+                )
+                for t in g.topics
+            ]
+        )
         res = _group_offsets(coord, view, g.group_id, wanted8)
-        topics = [GT(version=v, name=name, topic_id=tid, partitions=[
-            GP(version=v, partition_index=p, committed_offset=c.offset,
-               committed_leader_epoch=c.leader_epoch, metadata=c.metadata, error_code=e)
-            for p, c, e in parts]) for name, tid, parts in res]
+        topics = [
+            GT(
+                version=v,
+                name=name,
+                topic_id=tid,
+                partitions=[
+                    GP(
+                        version=v,
+                        partition_index=p,
+                        committed_offset=c.offset,
+                        committed_leader_epoch=c.leader_epoch,
+                        metadata=c.metadata,
+                        error_code=e,
+                    )
+                    for p, c, e in parts
+                ],
+            )
+            for name, tid, parts in res
+        ]
         groups.append(G(version=v, group_id=g.group_id, topics=topics, error_code=0))
     return R(version=v, throttle_time_ms=0, groups=groups)

@@ -24,14 +24,33 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     for t in request.topics:
         parts = []
         for rp in t.partitions:
-            local = local_partition(ctx, t.topic, rp.partition, rp.current_leader_epoch,
-                                    require_leader=replica_id != DEBUGGING_REPLICA_ID)
+            local = local_partition(
+                ctx,
+                t.topic,
+                rp.partition,
+                rp.current_leader_epoch,
+                require_leader=replica_id != DEBUGGING_REPLICA_ID,
+            )
             if injected or isinstance(local, int):
-                parts.append(P(version=v, error_code=injected or local, partition=rp.partition,
-                               leader_epoch=-1, end_offset=-1))
+                parts.append(
+                    P(
+                        version=v,
+                        error_code=injected or local,
+                        partition=rp.partition,
+                        leader_epoch=-1,
+                        end_offset=-1,
+                    )
+                )
                 continue
             epoch, end = local.log.end_offset_for_epoch(rp.leader_epoch)
-            parts.append(P(version=v, error_code=0, partition=rp.partition, leader_epoch=epoch,
-                           end_offset=end))
+            parts.append(
+                P(
+                    version=v,
+                    error_code=0,
+                    partition=rp.partition,
+                    leader_epoch=epoch,
+                    end_offset=end,
+                )
+            )
         topics.append(T(version=v, topic=t.topic, partitions=parts))
     return R(version=v, throttle_time_ms=0, topics=topics)

@@ -48,8 +48,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     error = NOT_ENOUGH_REPLICAS
                 else:
                     try:
-                        base, _ = cluster.append(p, ctx.broker_id, pd.records,
-                                                 local.view.leader_epoch)
+                        base, _ = cluster.append(
+                            p, ctx.broker_id, pd.records, local.view.leader_epoch
+                        )
                     except InvalidRecordBatchError:
                         error = CORRUPT_MESSAGE
                     else:
@@ -57,9 +58,18 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                         if acks == -1 and not current:
                             # A stale leader has no followers fetching from it.
                             error = REQUEST_TIMED_OUT
-            parts.append(P(version=v, index=pd.index, error_code=error, base_offset=base,
-                           log_append_time_ms=-1, log_start_offset=start, record_errors=[],
-                           error_message=None))
+            parts.append(
+                P(
+                    version=v,
+                    index=pd.index,
+                    error_code=error,
+                    base_offset=base,
+                    log_append_time_ms=-1,
+                    log_start_offset=start,
+                    record_errors=[],
+                    error_message=None,
+                )
+            )
         topics.append(T(version=v, name=td.name, partition_responses=parts))
     if acks == 0:
         return None

@@ -17,9 +17,14 @@ from epochguard.testing.embedded.handlers._group_common import (
 
 
 def _response(v: int, r: SyncResult) -> Any:
-    return SyncGroupResponse(version=v, throttle_time_ms=0, error_code=r.error_code,
-                             protocol_type=r.protocol_type, protocol_name=r.protocol_name,
-                             assignment=r.assignment)
+    return SyncGroupResponse(
+        version=v,
+        throttle_time_ms=0,
+        error_code=r.error_code,
+        protocol_type=r.protocol_type,
+        protocol_name=r.protocol_name,
+        assignment=r.assignment,
+    )
 
 
 @handler(SyncGroupRequest, SyncGroupResponse, 0, 5)

@@ -224,3 +224,32 @@ def test_caught_up_partitions_are_not_prefetched(mocker: Any) -> None:
     f.process_completions()
     f.send_requests(0.0)
     assert len(futures) == 1
+
+
+def test_list_offsets_lookup_at_leader_epoch_0_is_fenced_at_0(mocker: Any) -> None:
+    """Epoch 0 is a real epoch: a lookup (end_offsets & co.) for a partition whose leader is
+    at epoch 0 must send current_leader_epoch 0, not -1 ("unknown"), or the broker skips
+    the fencing check and a stale leader answers."""
+    from kafka.protocol.consumer import ListOffsetsResponse
+
+    f, client = _fetcher(mocker)
+    f.metadata_topics.add("t")
+    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=0))
+    sent: list[Any] = []
+
+    def send(node: Any, request: Any, *args: Any) -> Future:
+        sent.append((node, request))
+        LT = ListOffsetsResponse.ListOffsetsTopicResponse
+        part = LT.ListOffsetsPartitionResponse(
+            partition_index=0, error_code=0, timestamp=-1, offset=7, leader_epoch=0
+        )
+        return Future().success(
+            ListOffsetsResponse(version=4, topics=[LT(name="t", partitions=[part])])
+        )
+
+    client.send.side_effect = send
+    client.wait.side_effect = lambda fut, timeout: fut.value
+    assert f.list_offsets({TP: -1}, 1.0) == {TP: (7, 0, -1)}
+    (node, request) = sent[0]
+    assert node == 1
+    assert request.topics[0].partitions[0].current_leader_epoch == 0

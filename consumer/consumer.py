@@ -292,16 +292,14 @@ class EpochConsumer:
         self._fetcher.metadata_topics.update(topics)
         self._fetcher.request_metadata()
         start = time.monotonic()
-        while time.monotonic() < deadline:
-            self._fetcher.send_requests(time.monotonic())
-            self._fetcher.wait(0.02)
-            self._fetcher.process_completions()
-            if self._fetcher.metadata_fresh_since(start) and all(
-                t in self._fetcher.topic_partitions for t in topics
-            ):
-                break
-            if self._fetcher.metadata_fresh_since(start) and time.monotonic() - start > 1.0:
-                break
+
+        def answered() -> bool:
+            if not self._fetcher.metadata_fresh_since(start):
+                return False
+            known = all(t in self._fetcher.topic_partitions for t in topics)
+            return known or time.monotonic() - start > 1.0
+
+        self._fetcher.pump_until(answered, deadline)
         return {
             t: self._fetcher.topic_partitions[t]
             for t in topics
@@ -461,18 +459,21 @@ class EpochConsumer:
         tracker = self._tracker(tp)
         timeout = self._timeout() if timeout_ms is None else timeout_ms / 1000
         deadline = time.monotonic() + timeout
-        while True:
+
+        def settled() -> bool:
+            # Restoring (committed offsets) is part of getting a position: keep at it.
             self._restore_positions(deadline)
             self._fetcher.process_completions()
             if tracker.state is PartitionState.FETCHING and tracker.position is not None:
-                return tracker.position
-            if tracker.state in _STOPPED and tracker.error is not None:
-                raise as_consumer_error(tracker.error)
-            now = time.monotonic()
-            if now >= deadline:
-                raise kerrors.KafkaTimeoutError(f"no valid position for {tp} within {timeout}s")
-            wake = self._fetcher.send_requests(now)
-            self._fetcher.wait(min(0.05, max(0.0, min(deadline, wake) - now)))
+                return True
+            return tracker.state in _STOPPED and tracker.error is not None
+
+        if not self._fetcher.pump_until(settled, deadline):
+            raise kerrors.KafkaTimeoutError(f"no valid position for {tp} within {timeout}s")
+        if tracker.state is PartitionState.FETCHING and tracker.position is not None:
+            return tracker.position
+        assert tracker.error is not None
+        raise as_consumer_error(tracker.error)
 
     def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
         """The offset of the next record to be returned (waits for a validated position)."""
@@ -710,8 +711,8 @@ class EpochConsumer:
             if not isinstance(pos, EpochOffset):
                 raise TypeError(f"validate_offsets needs EpochOffset values, got {pos!r}")
             probe.add_partition(tp).restore(pos, source="validate_offsets")
-        while probe.trackers:
-            now = time.monotonic()
+
+        def settled() -> bool:
             for tp, tracker in list(probe.trackers.items()):
                 pos = offsets[tp]
                 if tracker.state is PartitionState.FETCHING:
@@ -731,15 +732,12 @@ class EpochConsumer:
                 elif tracker.state is PartitionState.NO_VALID_OFFSET:
                     results[tp] = ValidationResult(tp, pos, False, error=str(tracker.error))
                     probe.remove_partition(tp)
-            if not probe.trackers:
-                break
-            if now >= deadline:
-                raise kerrors.KafkaTimeoutError(
-                    f"validate_offsets: no answer for {sorted(probe.trackers)} in {timeout}s"
-                )
-            wake = probe.send_requests(now)
-            probe.wait(max(0.0, min(deadline, wake, now + 0.1) - now))
-            probe.process_completions()
+            return not probe.trackers
+
+        if not probe.pump_until(settled, deadline):
+            raise kerrors.KafkaTimeoutError(
+                f"validate_offsets: no answer for {sorted(probe.trackers)} in {timeout}s"
+            )
         return results
 
     # ------------------------------------------------------------------ metadata
@@ -752,15 +750,12 @@ class EpochConsumer:
     def topics(self) -> set[str]:
         self._ensure_open()
         fetcher = self._fetcher
-        prev = fetcher._want_all_topics
+        prev = fetcher.metadata.want_all
         fetcher.want_all_topics(True)
         start = time.monotonic()
         deadline = start + self._timeout()
         fetcher.request_metadata()
-        while time.monotonic() < deadline and not fetcher.metadata_fresh_since(start):
-            fetcher.send_requests(time.monotonic())
-            fetcher.wait(0.02)
-            fetcher.process_completions()
+        fetcher.pump_until(lambda: fetcher.metadata_fresh_since(start), deadline)
         fetcher.want_all_topics(prev)
         return set(fetcher.all_topics or ())
 

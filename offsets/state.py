@@ -621,10 +621,11 @@ class PartitionTracker:
         return True
 
     def on_diverging_epoch(
-        self, fetch: FetchAction, epoch: int, end_offset: int, now: float
+        self, fetch: FetchAction, epoch: int | None, end_offset: int | None, now: float
     ) -> bool:
         """A Fetch v12+ answer carried ``DivergingEpoch(epoch, end_offset)``: the leader's
-        answer to OffsetForLeaderEpoch(last_fetched_epoch), without a round trip."""
+        answer to OffsetForLeaderEpoch(last_fetched_epoch), without a round trip. ``None``
+        (or Kafka's -1): the leader knows no such epoch."""
         if fetch.token != self._gen or self._state is not _FETCHING:
             return False
         self._in_flight = False
@@ -643,11 +644,12 @@ class PartitionTracker:
         self,
         action: ValidateAction,
         error_code: int,
-        end_epoch: int,
-        end_offset: int,
+        end_epoch: int | None,
+        end_offset: int | None,
         now: float,
     ) -> bool:
-        """The OffsetForLeaderEpoch answer for ``action``."""
+        """The OffsetForLeaderEpoch answer for ``action``; ``end_epoch``/``end_offset``
+        ``None`` (or Kafka's -1): the leader knows no epoch at or below the one asked for."""
         if action.token != self._gen or self._state is not S.AWAIT_VALIDATION or self._probe:
             return False
         self._in_flight = False
@@ -842,7 +844,7 @@ class PartitionTracker:
         self._bump()
 
     def _apply_epoch_answer(
-        self, end_epoch: int, end_offset: int, current_leader_epoch: int | None
+        self, end_epoch: int | None, end_offset: int | None, current_leader_epoch: int | None
     ) -> None:
         """Judge an OffsetForLeaderEpoch answer (or DivergingEpoch) against what we read.
 
@@ -853,7 +855,7 @@ class PartitionTracker:
         reported only when one really happened.
         """
         pos = self._offset
-        if end_epoch < 0 or end_offset < 0:
+        if end_epoch is None or end_offset is None or end_epoch < 0 or end_offset < 0:
             if self._bound is None:
                 # The leader knows no epoch <= ours: retention or a wiped log? Ask log start.
                 self._probe = True

@@ -1,0 +1,144 @@
+"""The consumer's own metadata: which topics to ask about, when, and what the last answers
+said (partitions, leaders with their epochs, topic ids).
+
+It is not kafka-python's ``ClusterMetadata``, which lets an older leader epoch replace a newer
+one; epoch decisions stay in the trackers, which get every partition's leader from here.
+Sending and applying answers is the driver's (:class:`~epochguard.consumer.fetcher.Fetcher`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from kafka.structs import TopicPartition
+
+from epochguard.consumer import wire
+from epochguard.offsets.policy import RetryBackoff
+
+__all__ = ["Metadata"]
+
+log = structlog.get_logger("epochguard.consumer")
+
+_QUIET_TOPIC_ERRORS = (wire.ERR.UnknownTopicOrPartitionError, wire.ERR.LeaderNotAvailableError)
+
+
+class Metadata:
+    """Topics of interest, the last answer per partition, and the refresh schedule."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._allow_auto_create = bool(config["allow_auto_create_topics"])
+        self._max_age_s = float(config["metadata_max_age_ms"]) / 1000
+        self._max_version = int(config.get("max_metadata_version", wire.METADATA_MAX_VERSION))
+        retry_s = float(config["retry_backoff_ms"]) / 1000
+        self._retry_s = retry_s
+        reconnect_max_s = float(config["reconnect_backoff_max_ms"]) / 1000
+        #: After a failed request: exponential up to reconnect_backoff_max_ms.
+        self._failure_backoff = RetryBackoff(retry_s, max(retry_s, reconnect_max_s))
+        #: While a topic is held back (see :meth:`hold`): ask again soon, backing off.
+        self._hold_backoff = self._failure_backoff
+        self.topics: set[str] = set()
+        self.topic_partitions: dict[str, set[int]] = {}
+        self.topic_ids: dict[str, str | None] = {}
+        #: Every topic of the cluster, from the last all-topics answer (``None``: not asked).
+        self.all_topics: set[str] | None = None
+        self.want_all = False
+        self.leaders: dict[TopicPartition, tuple[int | None, int | None]] = {}
+        self.in_flight = False
+        self.needed = True
+        self.next_at = 0.0
+        self.ok_at = 0.0
+        self._failures = 0
+        # Topics a broker called unknown, and when. Fetch v12 names topics, so a fetch sent
+        # after a delete + re-create would be answered from the new topic's log as if it
+        # were the old one; fetches wait until metadata sent after that answer (with the
+        # topic id that lets the tracker see the re-creation) has been applied.
+        self._hold: dict[str, float] = {}
+        # Answers in a row that still held a topic back (for the refresh backoff).
+        self._hold_misses = 0
+
+    def request(self) -> None:
+        self.needed = True
+
+    def fresh_since(self, when: float) -> bool:
+        return self.ok_at >= when
+
+    def hold(self, topic: str, now: float) -> None:
+        """A broker called ``topic`` unknown: no fetches for it until newer metadata."""
+        self._hold[topic] = now
+        self.needed = True
+
+    def held(self, topic: str) -> bool:
+        return topic in self._hold
+
+    def wake_at(self, now: float, wake_at: float) -> float:
+        if self.needed:
+            return min(wake_at, max(self.next_at, now + 0.005))
+        return wake_at
+
+    def due(self, now: float) -> tuple[Any, list[str] | None] | None:
+        """The request to send now, with the topics it asks for (``None``: all), or ``None``
+        if nothing is due. Marks it in flight."""
+        if self.in_flight or now < self.next_at:
+            return None
+        if not self.needed and now - self.ok_at < self._max_age_s:
+            return None
+        topics = None if self.want_all else sorted(self.topics)
+        if topics is not None and not topics and self.ok_at > 0:
+            self.needed = False
+            return None
+        self.in_flight = True
+        self.needed = False
+        return wire.metadata_request(topics, self._allow_auto_create, self._max_version), topics
+
+    def on_failure(self, error: BaseException, now: float) -> None:
+        self.in_flight = False
+        self._failures += 1
+        backoff = self._failure_backoff.delay(self._failures)
+        self.next_at = now + backoff
+        self.needed = True
+        log.debug("metadata_request_failed", error=repr(error), backoff_s=backoff)
+
+    def on_answer(
+        self, answer: wire.MetadataAnswer, sent_at: float, topics: list[str] | None, now: float
+    ) -> dict[TopicPartition, tuple[int | None, int | None]]:
+        """Apply an answer; returns the ``(leader, epoch)`` it gave per partition."""
+        self.in_flight = False
+        self._failures = 0
+        self.next_at = now + self._retry_s
+        self.ok_at = sent_at
+        leaders: dict[TopicPartition, tuple[int | None, int | None]] = {}
+        if topics is None:
+            self.all_topics = set()
+        for topic in answer.topics:
+            name = topic.name
+            if topic.error is not None:
+                # Unknown topic: keep waiting; trackers stay blocked on metadata.
+                if not issubclass(topic.error, _QUIET_TOPIC_ERRORS):
+                    log.warning("metadata_topic_error", topic=name, error_code=topic.error.errno)
+                continue
+            if topics is None and self.all_topics is not None and not topic.is_internal:
+                self.all_topics.add(name)
+            held = self._hold.get(name)
+            if held is not None and sent_at >= held:
+                del self._hold[name]
+            self.topic_ids[name] = topic.topic_id
+            self.topic_partitions[name] = {p.tp.partition for p in topic.partitions}
+            for p in topic.partitions:
+                leaders[p.tp] = (p.leader_id, p.leader_epoch)
+        self.leaders.update(leaders)
+        if self._hold:
+            # Only metadata can release a held topic (it is back, with its new id): ask again
+            # instead of waiting metadata_max_age_ms, backing off while it stays missing.
+            self._hold_misses += 1
+            self.next_at = now + self._hold_backoff.delay(self._hold_misses)
+            self.needed = True
+        else:
+            self._hold_misses = 0
+        return leaders
+
+    def leader_of(self, tp: TopicPartition) -> int | None:
+        return self.leaders.get(tp, (None, None))[0]
+
+    def epoch_of(self, tp: TopicPartition) -> int | None:
+        return self.leaders.get(tp, (None, None))[1]

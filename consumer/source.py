@@ -1,0 +1,135 @@
+"""One broker's side of fetching (franz-go's ``source``): the decoded records of the
+partitions fetched from it that the application has not taken yet, which of them reached the
+high watermark, the prefetches sent ahead of the trackers, and the count of fetch requests in
+flight to it.
+
+The partitions' cursors are their trackers (``PartitionTracker``: position, epochs, leader),
+which stay the only place for decisions; a source only holds what was fetched for them and
+never changes a position. The driver (:class:`~epochguard.consumer.fetcher.Fetcher`) owns
+one source per broker it fetches from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.structs import TopicPartition
+
+from epochguard.consumer import wire
+from epochguard.consumer.records import ConsumerRecord
+from epochguard.offsets.events import FetchAction
+
+__all__ = ["MAX_FETCHES_PER_BROKER", "Buffered", "Prefetch", "Source"]
+
+#: Fetch requests in flight per broker. Measured: a second one does not help once requests
+#: holding only caught-up partitions are deferred (see ``Fetcher.send_requests``).
+MAX_FETCHES_PER_BROKER = 1
+
+
+class Buffered:
+    """Decoded records of one partition not yet handed to the application."""
+
+    __slots__ = ("action", "last_epoch", "next_offset", "pos", "records")
+
+    def __init__(
+        self,
+        action: FetchAction,
+        records: list[ConsumerRecord],
+        next_offset: int,
+        last_epoch: int | None,
+    ) -> None:
+        self.action = action
+        self.records = records
+        self.pos = 0
+        self.next_offset = next_offset
+        self.last_epoch = last_epoch
+
+
+class Prefetch:
+    """A fetch sent before the tracker asked for it: the request the tracker will make once
+    the application has drained the partition's buffer. It is only used as the answer to a
+    tracker ``FetchAction`` asking for exactly the same thing (same leader, offset, current
+    leader epoch and last fetched epoch); otherwise it is thrown away. The tracker still
+    sees one answer per request it made, so it keeps every decision."""
+
+    __slots__ = ("answer", "done", "entry", "node", "waiting")
+
+    def __init__(self, node: int, entry: wire.FetchEntry) -> None:
+        self.node = node
+        self.entry = entry
+        self.done = False
+        self.answer: wire.FetchedPartition | None = None
+        self.waiting: FetchAction | None = None
+
+    def matches(self, action: FetchAction) -> bool:
+        e = self.entry
+        return (
+            action.leader_id == self.node
+            and action.offset == e.offset
+            and action.current_leader_epoch == e.current_leader_epoch
+            and action.last_fetched_epoch == e.last_fetched_epoch
+            and action.topic_id == e.topic_id
+        )
+
+
+class Source:
+    """What is fetched from one broker and not yet delivered."""
+
+    __slots__ = ("buffers", "caught_up", "in_flight", "node", "prefetches")
+
+    def __init__(self, node: int) -> None:
+        self.node = node
+        self.in_flight = 0
+        self.buffers: dict[TopicPartition, Buffered] = {}
+        #: partitions whose last fetch from this broker reached the high watermark
+        self.caught_up: dict[TopicPartition, bool] = {}
+        self.prefetches: dict[TopicPartition, Prefetch] = {}
+
+    @property
+    def can_send(self) -> bool:
+        return self.in_flight < MAX_FETCHES_PER_BROKER
+
+    def request_sent(self) -> None:
+        self.in_flight += 1
+
+    def request_done(self) -> None:
+        if self.in_flight > 0:
+            self.in_flight -= 1
+
+    def all_caught_up(self, actions: list[FetchAction]) -> bool:
+        caught_up = self.caught_up
+        return all(caught_up.get(a.tp, False) for a in actions)
+
+    def drop(self, tp: TopicPartition) -> bool:
+        """Forget ``tp``'s buffer, flag and prefetch; True if a prefetch was discarded."""
+        self.buffers.pop(tp, None)
+        self.caught_up.pop(tp, None)
+        return self.prefetches.pop(tp, None) is not None
+
+    def prefetch_entries(
+        self, cursors: dict[TopicPartition, Any], fetching: Any
+    ) -> list[tuple[TopicPartition, Prefetch]]:
+        """Prefetches for buffered partitions still fetching from this broker: what their
+        trackers will ask for once the application has drained them. Only when no fetch is
+        in flight to this broker, and not for partitions at the end of their log."""
+        if self.in_flight > 0:
+            return []
+        out: list[tuple[TopicPartition, Prefetch]] = []
+        for tp, buf in self.buffers.items():
+            if tp in self.prefetches or self.caught_up.get(tp, False):
+                continue
+            tracker = cursors.get(tp)
+            if tracker is None or tracker.state is not fetching or tracker.paused:
+                continue
+            if tracker.leader_id != self.node:
+                continue
+            last = buf.records[-1].leader_epoch if buf.records else buf.last_epoch
+            entry = wire.FetchEntry(
+                tp,
+                buf.next_offset,
+                tracker.leader_epoch,
+                None if last is None or last < 0 else last,
+                tracker.topic_id,
+            )
+            out.append((tp, Prefetch(self.node, entry)))
+        return out

@@ -1,0 +1,618 @@
+"""The wire layer: every request the consumer sends is built here and every answer it reads
+is parsed here, as pure functions over kafka-python's protocol classes (no sockets).
+
+This is the only module that converts wire values into the core's types:
+
+- epochs and offsets: ``-1`` (``UNDEFINED_EPOCH`` / ``UNDEFINED_EPOCH_OFFSET``) <-> ``None``;
+  any other negative value going out is a bug and raises :class:`WireValueError`;
+- topic ids: the zero UUID (Kafka's ``Uuid.ZERO_UUID``, "no id") <-> ``None``, ids are text
+  (``str(uuid)``) in the core;
+- node ids: ``-1`` (no leader) -> ``None``;
+- error codes -> ``kafka.errors`` classes (``None`` for no error); a code this version of
+  kafka-python does not know becomes a class of its own that keeps the code in ``errno``.
+
+Parsed answers are small frozen attrs values; the driver (``fetcher.py``, ``metadata.py``,
+``group.py``) feeds them to the trackers. Error codes the consumer branches on are named
+through :data:`ERR` (``kafka.errors``) so that codes are defined in one place: kafka-python.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+import kafka.errors as ERR
+from kafka.protocol.consumer import (
+    FetchRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListOffsetsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetForLeaderEpochRequest,
+    SyncGroupRequest,
+)
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
+from kafka.structs import TopicPartition
+
+__all__ = [
+    "ERR",
+    "FETCH_MAX_VERSION",
+    "FETCH_MAX_VERSION_BY_NAME",
+    "METADATA_MAX_VERSION",
+    "ZERO_UUID",
+    "CommittedOffset",
+    "EpochEnd",
+    "EpochQuery",
+    "FetchAnswer",
+    "FetchEntry",
+    "FetchParams",
+    "FetchedPartition",
+    "ListedOffset",
+    "MetadataAnswer",
+    "PartitionLeader",
+    "TopicMetadata",
+    "WireValueError",
+    "commit_errors",
+    "epoch_from_wire",
+    "epoch_to_wire",
+    "error_from_wire",
+    "fetch_request",
+    "find_coordinator_request",
+    "heartbeat_request",
+    "join_group_request",
+    "leave_group_request",
+    "list_offsets_request",
+    "metadata_request",
+    "node_from_wire",
+    "offset_commit_request",
+    "offset_fetch_request",
+    "offset_for_leader_epoch_request",
+    "offset_from_wire",
+    "read_fetch",
+    "read_list_offsets",
+    "read_metadata",
+    "read_offset_fetch",
+    "read_offset_for_leader_epoch",
+    "sync_group_request",
+    "topic_id_from_wire",
+    "topic_id_to_wire",
+]
+
+#: Kafka's "no topic id".
+ZERO_UUID: Final = uuid.UUID(int=0)
+#: Fetch v12 is the first with LastFetchedEpoch/DivergingEpoch; v13 names topics by id, so a
+#: topic deleted and re-created under the same name is answered UNKNOWN_TOPIC_ID instead of
+#: from the new log. v13 is used when every topic of a request has a known id, else v12.
+FETCH_MAX_VERSION: Final = 13
+FETCH_MAX_VERSION_BY_NAME: Final = 12
+#: Metadata v7+ carries leader epochs; v10+ topic ids; v12 is the last we need.
+METADATA_MAX_VERSION: Final = 12
+OFFSET_FOR_LEADER_EPOCH_MIN_VERSION: Final = 2
+#: ListOffsets v4 is the first with current_leader_epoch (fencing) and leader_epoch answers.
+LIST_OFFSETS_MIN_VERSION: Final = 4
+#: ListOffsets timestamps that ask for the log start / log end instead of a time.
+EARLIEST_TIMESTAMP: Final = -2
+LATEST_TIMESTAMP: Final = -1
+
+_UNDEFINED: Final = -1
+
+
+class WireValueError(ValueError):
+    """A value the core handed to the wire layer has no wire form (a bug in the caller)."""
+
+
+# ------------------------------------------------------------------------------ conversions
+
+
+def epoch_to_wire(epoch: int | None, what: str = "leader epoch") -> int:
+    """``None`` -> ``-1`` (unknown). Epoch 0 is a real epoch and goes out as 0."""
+    if epoch is None:
+        return _UNDEFINED
+    if epoch < 0:
+        raise WireValueError(f"{what} must be >= 0 or None (unknown), got {epoch}")
+    return epoch
+
+
+def epoch_from_wire(value: int | None) -> int | None:
+    """Any negative epoch (``-1`` is Kafka's UNDEFINED_EPOCH) -> ``None``."""
+    return None if value is None or value < 0 else value
+
+
+def offset_from_wire(value: int | None) -> int | None:
+    """Any negative offset (``-1`` is UNDEFINED_EPOCH_OFFSET / "none") -> ``None``."""
+    return None if value is None or value < 0 else value
+
+
+def node_from_wire(value: int | None) -> int | None:
+    """A leader/coordinator node id; ``-1`` (none) -> ``None``."""
+    return None if value is None or value < 0 else value
+
+
+def topic_id_from_wire(value: uuid.UUID | None) -> str | None:
+    """A topic id as the core keeps it: text; the zero UUID ("no id") -> ``None``."""
+    if value is None or value == ZERO_UUID:
+        return None
+    return str(value)
+
+
+def topic_id_to_wire(topic_id: str | None) -> uuid.UUID | None:
+    """The core's text id as a UUID; ``None`` for "no id" and for text that is not a UUID
+    (ids restored from stores written by other tools), so the request names the topic."""
+    if topic_id is None:
+        return None
+    try:
+        value = uuid.UUID(topic_id)
+    except ValueError:
+        return None
+    return None if value == ZERO_UUID else value
+
+
+def error_from_wire(code: int) -> type[ERR.KafkaError] | None:
+    """An error code as its ``kafka.errors`` class; 0 -> ``None``."""
+    if code == 0:
+        return None
+    cls: type[ERR.KafkaError] = ERR.for_code(code)
+    return cls
+
+
+def _errno(error: type[ERR.KafkaError] | None) -> int:
+    return 0 if error is None else int(error.errno)
+
+
+# ------------------------------------------------------------------------------- metadata
+
+
+@attrs.frozen
+class PartitionLeader:
+    tp: TopicPartition
+    leader_id: int | None
+    leader_epoch: int | None
+
+
+@attrs.frozen
+class TopicMetadata:
+    name: str
+    error: type[ERR.KafkaError] | None
+    topic_id: str | None
+    is_internal: bool
+    partitions: tuple[PartitionLeader, ...]
+
+
+@attrs.frozen
+class MetadataAnswer:
+    topics: tuple[TopicMetadata, ...]
+
+
+def metadata_request(
+    topics: Sequence[str] | None, allow_auto_create: bool, max_version: int = METADATA_MAX_VERSION
+) -> Any:
+    """``topics`` ``None``: every topic of the cluster."""
+    req_topics = (
+        None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
+    )
+    return MetadataRequest(
+        topics=req_topics,
+        allow_auto_topic_creation=allow_auto_create,
+        include_topic_authorized_operations=False,
+        max_version=max_version,
+    )
+
+
+def read_metadata(response: Any) -> MetadataAnswer:
+    out = []
+    for topic in response.topics:
+        name = str(topic.name)
+        parts = tuple(
+            PartitionLeader(
+                TopicPartition(name, p.partition_index),
+                node_from_wire(p.leader_id),
+                # Metadata below v7 has no leader epochs.
+                epoch_from_wire(getattr(p, "leader_epoch", None)),
+            )
+            for p in topic.partitions
+        )
+        out.append(
+            TopicMetadata(
+                name,
+                error_from_wire(topic.error_code),
+                topic_id_from_wire(getattr(topic, "topic_id", None)),
+                bool(getattr(topic, "is_internal", False)),
+                parts,
+            )
+        )
+    return MetadataAnswer(tuple(out))
+
+
+# ---------------------------------------------------------------------------------- fetch
+
+
+@attrs.frozen
+class FetchEntry:
+    """One partition of a Fetch: where to read and the epochs that fence/validate it."""
+
+    tp: TopicPartition
+    offset: int
+    current_leader_epoch: int | None
+    last_fetched_epoch: int | None
+    topic_id: str | None
+
+
+@attrs.frozen
+class FetchParams:
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    partition_max_bytes: int
+    read_committed: bool
+    rack_id: str = ""
+    max_version: int = FETCH_MAX_VERSION
+
+
+@attrs.frozen
+class EpochEnd:
+    """An ``(epoch, end offset)`` answer (OffsetForLeaderEpoch, DivergingEpoch); ``None``
+    fields are Kafka's UNDEFINED (-1): the leader knows no such epoch."""
+
+    epoch: int | None
+    end_offset: int | None
+
+
+@attrs.frozen
+class FetchedPartition:
+    tp: TopicPartition
+    error: type[ERR.KafkaError] | None
+    high_watermark: int
+    diverging: EpochEnd | None
+    records: Any
+    #: ``(producer_id, first_offset)`` of aborted transactions, ``None`` if there are none.
+    aborted: list[tuple[int, int]] | None
+
+    @property
+    def error_code(self) -> int:
+        return _errno(self.error)
+
+
+@attrs.frozen
+class FetchAnswer:
+    #: A whole-request error (fetch sessions): applies to every partition asked for.
+    error: type[ERR.KafkaError] | None
+    partitions: tuple[FetchedPartition, ...]
+    version: int
+
+
+def fetch_request(
+    entries: Iterable[FetchEntry], params: FetchParams
+) -> tuple[Any, dict[uuid.UUID, str]]:
+    """A Fetch for ``entries`` and the topic names by id (v13+ answers name topics by id
+    only). Falls back to v12 (by name) when any topic's id is unknown."""
+    by_topic: dict[str, list[Any]] = {}
+    ids: dict[str, uuid.UUID | None] = {}
+    FP = FetchRequest.FetchTopic.FetchPartition
+    pmax = params.partition_max_bytes
+    for e in entries:
+        tp = e.tp
+        ids[tp.topic] = topic_id_to_wire(e.topic_id)
+        by_topic.setdefault(tp.topic, []).append(
+            FP(
+                partition=tp.partition,
+                current_leader_epoch=epoch_to_wire(e.current_leader_epoch),
+                fetch_offset=e.offset,
+                last_fetched_epoch=epoch_to_wire(e.last_fetched_epoch, "last fetched epoch"),
+                log_start_offset=_UNDEFINED,
+                partition_max_bytes=pmax,
+            )
+        )
+    max_version = params.max_version
+    if any(tid is None for tid in ids.values()):
+        max_version = min(max_version, FETCH_MAX_VERSION_BY_NAME)
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=params.max_wait_ms,
+        min_bytes=params.min_bytes,
+        max_bytes=params.max_bytes,
+        isolation_level=1 if params.read_committed else 0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=t, topic_id=ZERO_UUID if ids[t] is None else ids[t], partitions=ps
+            )
+            for t, ps in by_topic.items()
+        ],
+        forgotten_topics_data=[],
+        rack_id=params.rack_id,
+        min_version=4,
+        max_version=max_version,
+    )
+    return request, {tid: t for t, tid in ids.items() if tid is not None}
+
+
+def read_fetch(response: Any, names: Mapping[uuid.UUID, str]) -> FetchAnswer:
+    """A Fetch answer; topics of v13+ answers are named through ``names`` (from
+    :func:`fetch_request`), an id not asked for gives the topic name ``""``."""
+    version = int(response.API_VERSION)
+    top = error_from_wire(getattr(response, "error_code", 0))
+    out: list[FetchedPartition] = []
+    append = out.append
+    for topic in response.responses:
+        name = str(topic.topic) if version < 13 else names.get(topic.topic_id, "")
+        for p in topic.partitions:
+            div = p.diverging_epoch if version >= 12 else None
+            diverging = None
+            if div is not None and (div.epoch >= 0 or div.end_offset >= 0):
+                diverging = EpochEnd(epoch_from_wire(div.epoch), offset_from_wire(div.end_offset))
+            aborted = p.aborted_transactions
+            append(
+                FetchedPartition(
+                    TopicPartition(name, p.partition_index),
+                    error_from_wire(p.error_code) if p.error_code else None,
+                    p.high_watermark,
+                    diverging,
+                    p.records,
+                    [(a.producer_id, a.first_offset) for a in aborted] if aborted else None,
+                )
+            )
+    return FetchAnswer(top, tuple(out), version)
+
+
+# ------------------------------------------------------------------- OffsetForLeaderEpoch
+
+
+@attrs.frozen
+class EpochQuery:
+    tp: TopicPartition
+    current_leader_epoch: int | None
+    leader_epoch: int
+
+
+def offset_for_leader_epoch_request(queries: Iterable[EpochQuery]) -> Any:
+    OT = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    by_topic: dict[str, list[Any]] = {}
+    for q in queries:
+        by_topic.setdefault(q.tp.topic, []).append(
+            OT.OffsetForLeaderPartition(
+                partition=q.tp.partition,
+                current_leader_epoch=epoch_to_wire(q.current_leader_epoch),
+                leader_epoch=epoch_to_wire(q.leader_epoch, "queried epoch"),
+            )
+        )
+    return OffsetForLeaderEpochRequest(
+        replica_id=-1,
+        topics=[OT(topic=t, partitions=ps) for t, ps in by_topic.items()],
+        min_version=OFFSET_FOR_LEADER_EPOCH_MIN_VERSION,
+    )
+
+
+def read_offset_for_leader_epoch(
+    response: Any,
+) -> list[tuple[TopicPartition, type[ERR.KafkaError] | None, EpochEnd]]:
+    return [
+        (
+            TopicPartition(topic.topic, p.partition),
+            error_from_wire(p.error_code),
+            EpochEnd(epoch_from_wire(p.leader_epoch), offset_from_wire(p.end_offset)),
+        )
+        for topic in response.topics
+        for p in topic.partitions
+    ]
+
+
+# ----------------------------------------------------------------------------- ListOffsets
+
+
+@attrs.frozen
+class ListedOffset:
+    tp: TopicPartition
+    error: type[ERR.KafkaError] | None
+    #: ``None``: no such offset (a timestamp past the last record).
+    offset: int | None
+    leader_epoch: int | None
+    timestamp: int
+
+    @property
+    def error_code(self) -> int:
+        return _errno(self.error)
+
+
+def list_offsets_request(
+    queries: Iterable[tuple[TopicPartition, int, int | None]],
+    read_committed: bool,
+    timeout_ms: int,
+) -> Any:
+    """``(tp, timestamp, current_leader_epoch)`` queries; timestamp -2 earliest, -1 latest.
+    The current leader epoch fences the answer: a broker behind it (or ahead) refuses."""
+    LT = ListOffsetsRequest.ListOffsetsTopic
+    by_topic: dict[str, list[Any]] = {}
+    for tp, timestamp, current_leader_epoch in queries:
+        by_topic.setdefault(tp.topic, []).append(
+            LT.ListOffsetsPartition(
+                partition_index=tp.partition,
+                current_leader_epoch=epoch_to_wire(current_leader_epoch),
+                timestamp=timestamp,
+            )
+        )
+    return ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=1 if read_committed else 0,
+        topics=[LT(name=t, partitions=ps) for t, ps in by_topic.items()],
+        timeout_ms=timeout_ms,
+        min_version=LIST_OFFSETS_MIN_VERSION,
+    )
+
+
+def read_list_offsets(response: Any) -> list[ListedOffset]:
+    return [
+        ListedOffset(
+            TopicPartition(topic.name, p.partition_index),
+            error_from_wire(p.error_code),
+            offset_from_wire(p.offset),
+            epoch_from_wire(p.leader_epoch),
+            p.timestamp,
+        )
+        for topic in response.topics
+        for p in topic.partitions
+    ]
+
+
+# ------------------------------------------------------------------------ group: offsets
+
+
+@attrs.frozen
+class CommittedOffset:
+    tp: TopicPartition
+    error: type[ERR.KafkaError] | None
+    #: ``None``: nothing committed.
+    offset: int | None
+    leader_epoch: int | None
+    metadata: str | None
+
+
+def offset_fetch_request(group_id: str, partitions: Iterable[TopicPartition]) -> Any:
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    T = OffsetFetchRequest.OffsetFetchRequestTopic
+    return OffsetFetchRequest(
+        group_id=group_id,
+        topics=[T(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
+        require_stable=True,
+        max_version=7,
+    )
+
+
+def read_offset_fetch(response: Any) -> tuple[type[ERR.KafkaError] | None, list[CommittedOffset]]:
+    """The request-level error (v2+) and every partition's committed offset."""
+    parts = [
+        CommittedOffset(
+            TopicPartition(topic.name, p.partition_index),
+            error_from_wire(p.error_code),
+            offset_from_wire(p.committed_offset),
+            # OffsetFetch below v5 has no committed epochs.
+            epoch_from_wire(getattr(p, "committed_leader_epoch", None)),
+            p.metadata,
+        )
+        for topic in response.topics
+        for p in topic.partitions
+    ]
+    return error_from_wire(getattr(response, "error_code", 0)), parts
+
+
+def offset_commit_request(
+    group_id: str,
+    offsets: Iterable[tuple[TopicPartition, int, int | None, str]],
+    generation: int | None,
+    member_id: str,
+    group_instance_id: str | None,
+) -> Any:
+    """OffsetCommit v6+ for ``(tp, offset, leader_epoch, metadata)``. ``generation`` ``None``:
+    a commit outside group membership (``assign()`` users)."""
+    T = OffsetCommitRequest.OffsetCommitRequestTopic
+    by_topic: dict[str, list[Any]] = {}
+    for tp, offset, epoch, metadata in offsets:
+        by_topic.setdefault(tp.topic, []).append(
+            T.OffsetCommitRequestPartition(
+                partition_index=tp.partition,
+                committed_offset=offset,
+                committed_leader_epoch=epoch_to_wire(epoch, "committed leader epoch"),
+                committed_metadata=metadata,
+            )
+        )
+    return OffsetCommitRequest(
+        group_id=group_id,
+        generation_id_or_member_epoch=_UNDEFINED if generation is None else generation,
+        member_id=member_id,
+        group_instance_id=group_instance_id,
+        retention_time_ms=-1,
+        topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()],
+        min_version=6,
+        max_version=8,
+    )
+
+
+def commit_errors(response: Any) -> set[type[ERR.KafkaError]]:
+    """The distinct partition errors of an OffsetCommit answer (empty: all committed)."""
+    out: set[type[ERR.KafkaError]] = set()
+    for t in response.topics:
+        for p in t.partitions:
+            err = error_from_wire(p.error_code)
+            if err is not None:
+                out.add(err)
+    return out
+
+
+# --------------------------------------------------------------------- group: membership
+
+
+def find_coordinator_request(group_id: str) -> Any:
+    return FindCoordinatorRequest(key=group_id, key_type=0, max_version=3)
+
+
+def join_group_request(
+    group_id: str,
+    session_timeout_ms: int,
+    rebalance_timeout_ms: int,
+    member_id: str,
+    group_instance_id: str | None,
+    protocols: Sequence[tuple[str, bytes]],
+) -> Any:
+    return JoinGroupRequest(
+        group_id=group_id,
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+        member_id=member_id,
+        group_instance_id=group_instance_id,
+        protocol_type="consumer",
+        protocols=list(protocols),
+        reason=None,
+        max_version=7,
+    )
+
+
+def sync_group_request(
+    group_id: str,
+    generation: int,
+    member_id: str,
+    group_instance_id: str | None,
+    protocol_name: str,
+    assignments: Sequence[tuple[str, bytes]],
+) -> Any:
+    A = SyncGroupRequest.SyncGroupRequestAssignment
+    return SyncGroupRequest(
+        group_id=group_id,
+        generation_id=generation,
+        member_id=member_id,
+        group_instance_id=group_instance_id,
+        protocol_type="consumer",
+        protocol_name=protocol_name,
+        assignments=[A(member_id=m, assignment=a) for m, a in assignments],
+        max_version=5,
+    )
+
+
+def heartbeat_request(
+    group_id: str, generation: int, member_id: str, group_instance_id: str | None
+) -> Any:
+    return HeartbeatRequest(
+        group_id=group_id,
+        generation_id=generation,
+        member_id=member_id,
+        group_instance_id=group_instance_id,
+        max_version=4,
+    )
+
+
+def leave_group_request(group_id: str, member_id: str, reason: str) -> Any:
+    return LeaveGroupRequest(
+        group_id=group_id,
+        member_id=member_id,
+        members=[
+            LeaveGroupRequest.MemberIdentity(
+                member_id=member_id, group_instance_id=None, reason=reason
+            )
+        ],
+        max_version=4,
+    )

@@ -17,32 +17,42 @@ from typing import Any
 
 import kafka.errors as kerrors
 import structlog
-from kafka.protocol.consumer import (
-    HeartbeatRequest,
-    JoinGroupRequest,
-    LeaveGroupRequest,
-    OffsetCommitRequest,
-    OffsetFetchRequest,
-    SyncGroupRequest,
-)
 from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
 )
-from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.structs import TopicPartition
 
+from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
+from epochguard.offsets.policy import RetryBackoff
 from epochguard.offsets.position import EpochOffset
 
 __all__ = ["CommitFailedError", "GroupCoordinator"]
 
 log = structlog.get_logger("epochguard.consumer")
 
-_COORDINATOR_ERRORS = {14, 15, 16}  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
-_REJOIN_ERRORS = {22, 25, 27}  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS
-_MEMBER_ID_REQUIRED = 79
-_FENCED_INSTANCE_ID = 82
+E = wire.ERR
+#: The coordinator moved or is not ready: look it up again.
+_COORDINATOR_ERRORS = (
+    E.CoordinatorLoadInProgressError,
+    E.CoordinatorNotAvailableError,
+    E.NotCoordinatorError,
+)
+#: This member's generation is over: join again.
+_REJOIN_ERRORS = (E.IllegalGenerationError, E.UnknownMemberIdError, E.RebalanceInProgressError)
+#: OffsetFetch partitions that are not readable yet: ask again.
+_OFFSET_FETCH_RETRY = (
+    E.CoordinatorLoadInProgressError,
+    E.NotCoordinatorError,
+    E.UnstableOffsetCommitError,
+)
+#: Between FindCoordinator attempts.
+_LOOKUP_BACKOFF = RetryBackoff(0.1, 1.0)
+#: Between attempts of a coordinator request after a transport error.
+_CALL_BACKOFF = RetryBackoff(0.05, 0.5)
+#: Before retrying a request the coordinator answered with a retriable error.
+_RETRY_S = 0.05
 
 
 class CommitFailedError(kerrors.CommitFailedError):  # type: ignore[misc]
@@ -100,7 +110,7 @@ class GroupCoordinator:
                 raise kerrors.KafkaTimeoutError(
                     f"group {self.group_id!r}: no coordinator found in time"
                 )
-            request = FindCoordinatorRequest(key=self.group_id, key_type=0, max_version=3)
+            request = wire.find_coordinator_request(self.group_id)
             try:
                 resp = self._client.request(None, request, min(self._timeout_s(), remaining))
             except kerrors.KafkaError as exc:
@@ -110,8 +120,9 @@ class GroupCoordinator:
                 self.coordinator_id = resp.node_id
                 log.info("coordinator_found", group=self.group_id, node=resp.node_id)
                 break
+            delay = _LOOKUP_BACKOFF.delay(attempt)
             attempt += 1
-            time.sleep(min(0.05 * 2**attempt, 1.0, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         return self.coordinator_id
 
     def coordinator_dead(self) -> None:
@@ -145,9 +156,10 @@ class GroupCoordinator:
                 self.coordinator_dead()
                 if time.monotonic() >= deadline or self._client.closed:
                     raise
-                attempt += 1
                 log.debug("coordinator_request_failed", group=self.group_id, error=repr(exc))
-                time.sleep(min(0.05 * attempt, 0.5, max(0.0, deadline - time.monotonic())))
+                delay = _CALL_BACKOFF.delay(attempt)
+                attempt += 1
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
 
     # ------------------------------------------------------------------ offsets
 
@@ -155,53 +167,38 @@ class GroupCoordinator:
         self, partitions: Sequence[TopicPartition], deadline: float
     ) -> dict[TopicPartition, EpochOffset | None]:
         """OffsetFetch (v5+ returns the committed leader epoch)."""
-        by_topic: dict[str, list[int]] = {}
-        for tp in partitions:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        T = OffsetFetchRequest.OffsetFetchRequestTopic
-        request = OffsetFetchRequest(
-            group_id=self.group_id,
-            topics=[T(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
-            require_stable=True,
-            max_version=7,
-        )
+        request = wire.offset_fetch_request(self.group_id, partitions)
         while True:
             try:
                 resp = self._call(request, deadline)
             except kerrors.KafkaError:
                 if time.monotonic() >= deadline:
                     raise
-                time.sleep(0.05)
+                time.sleep(_RETRY_S)
                 continue
-            top = getattr(resp, "error_code", 0)
-            if top in _COORDINATOR_ERRORS:
+            top, parts = wire.read_offset_fetch(resp)
+            if top is not None and issubclass(top, _COORDINATOR_ERRORS):
                 self.coordinator_dead()
                 if time.monotonic() >= deadline:
-                    raise kerrors.for_code(top)()
-                time.sleep(0.05)
+                    raise top()
+                time.sleep(_RETRY_S)
                 continue
-            if top:
-                raise kerrors.for_code(top)()
+            if top is not None:
+                raise top()
             out: dict[TopicPartition, EpochOffset | None] = {}
             retry = False
-            for topic in resp.topics:
-                for p in topic.partitions:
-                    tp = TopicPartition(topic.name, p.partition_index)
-                    if p.error_code in (14, 16, 89):  # loading, not coordinator, unstable
-                        retry = True
-                        continue
-                    if p.error_code:
-                        raise kerrors.for_code(p.error_code)()
-                    if p.committed_offset < 0:
-                        out[tp] = None
-                    else:
-                        epoch = getattr(p, "committed_leader_epoch", -1)
-                        out[tp] = EpochOffset(p.committed_offset, epoch if epoch >= 0 else None)
+            for p in parts:
+                if p.error is not None and issubclass(p.error, _OFFSET_FETCH_RETRY):
+                    retry = True
+                    continue
+                if p.error is not None:
+                    raise p.error()
+                out[p.tp] = None if p.offset is None else EpochOffset(p.offset, p.leader_epoch)
             if not retry:
                 return out
             if time.monotonic() >= deadline:
                 raise kerrors.KafkaTimeoutError("OffsetFetch: offsets unstable")
-            time.sleep(0.05)
+            time.sleep(_RETRY_S)
 
     def commit(
         self, offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], deadline: float
@@ -209,33 +206,22 @@ class GroupCoordinator:
         """OffsetCommit v6+ with ``committed_leader_epoch``."""
         if not offsets:
             return
-        by_topic: dict[str, list[Any]] = {}
-        T = OffsetCommitRequest.OffsetCommitRequestTopic
-        for tp, (pos, metadata) in offsets.items():
-            by_topic.setdefault(tp.topic, []).append(
-                T.OffsetCommitRequestPartition(
-                    partition_index=tp.partition,
-                    committed_offset=pos.offset,
-                    committed_leader_epoch=pos.wire_epoch,
-                    committed_metadata=metadata,
-                )
-            )
         with self._lock:
             generation, member = self.generation, self.member_id
         subscribed = self.protocol is not None
-        request = OffsetCommitRequest(
-            group_id=self.group_id,
-            generation_id_or_member_epoch=generation if subscribed else -1,
-            member_id=member if subscribed else "",
-            group_instance_id=self._instance_id if subscribed else None,
-            retention_time_ms=-1,
-            topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()],
-            min_version=6,
-            max_version=8,
+        request = wire.offset_commit_request(
+            self.group_id,
+            [
+                (tp, pos.offset, pos.leader_epoch, metadata)
+                for tp, (pos, metadata) in offsets.items()
+            ],
+            generation if subscribed else None,
+            member if subscribed else "",
+            self._instance_id if subscribed else None,
         )
         while True:
             resp = self._call(request, deadline)
-            errors = {p.error_code for t in resp.topics for p in t.partitions} - {0}
+            errors = wire.commit_errors(resp)
             if not errors:
                 log.debug(
                     "offsets_committed",
@@ -243,18 +229,19 @@ class GroupCoordinator:
                     offsets={str(tp): str(p) for tp, (p, _m) in offsets.items()},
                 )
                 return
-            if errors & _COORDINATOR_ERRORS:
+            if any(issubclass(e, _COORDINATOR_ERRORS) for e in errors):
                 self.coordinator_dead()
                 if time.monotonic() < deadline:
-                    time.sleep(0.05)
+                    time.sleep(_RETRY_S)
                     continue
-            if errors & _REJOIN_ERRORS or _FENCED_INSTANCE_ID in errors:
+            if any(issubclass(e, (*_REJOIN_ERRORS, E.FencedInstanceIdError)) for e in errors):
                 self.rejoin_needed = True
+                codes = sorted(int(e.errno) for e in errors)
                 raise CommitFailedError(
-                    f"group {self.group_id!r}: commit rejected ({sorted(errors)}); the group "
+                    f"group {self.group_id!r}: commit rejected ({codes}); the group "
                     "rebalanced, partitions may have moved to another member"
                 )
-            raise kerrors.for_code(min(errors))()
+            raise min(errors, key=lambda e: int(e.errno))()
 
     # ------------------------------------------------------------------ membership
 
@@ -277,16 +264,13 @@ class GroupCoordinator:
         while True:
             if time.monotonic() >= deadline:
                 raise kerrors.KafkaTimeoutError(f"group {self.group_id!r}: join timed out")
-            request = JoinGroupRequest(
-                group_id=self.group_id,
-                session_timeout_ms=self._config["session_timeout_ms"],
-                rebalance_timeout_ms=rebalance_timeout,
-                member_id=self.member_id,
-                group_instance_id=self._instance_id,
-                protocol_type="consumer",
-                protocols=protocols,
-                reason=None,
-                max_version=7,
+            request = wire.join_group_request(
+                self.group_id,
+                self._config["session_timeout_ms"],
+                rebalance_timeout,
+                self.member_id,
+                self._instance_id,
+                protocols,
             )
             try:
                 resp = self._call(
@@ -296,23 +280,23 @@ class GroupCoordinator:
                 log.debug("join_group_failed", group=self.group_id, error=repr(exc))
                 if lookup_deadline is not None and time.monotonic() >= lookup_deadline:
                     raise
-                time.sleep(0.1)
+                time.sleep(_RETRY_S)
                 continue
-            err = resp.error_code
-            if err == _MEMBER_ID_REQUIRED:
+            err = wire.error_from_wire(resp.error_code)
+            if err is E.MemberIdRequiredError:
                 self.member_id = resp.member_id
                 continue
-            if err in _COORDINATOR_ERRORS:
+            if err is not None and issubclass(err, _COORDINATOR_ERRORS):
                 self.coordinator_dead()
-                time.sleep(0.05)
+                time.sleep(_RETRY_S)
                 continue
-            if err == 25:  # UNKNOWN_MEMBER_ID
+            if err is E.UnknownMemberIdError:
                 self.member_id = ""
                 continue
-            if err == 27:
+            if err is E.RebalanceInProgressError:
                 continue
-            if err:
-                raise kerrors.for_code(err)()
+            if err is not None:
+                raise err()
             with self._lock:
                 self.member_id = resp.member_id
                 self.generation = resp.generation_id
@@ -321,31 +305,30 @@ class GroupCoordinator:
                 assignments = self._assign(resp, metadata_for, deadline)
             else:
                 assignments = []
-            sync = SyncGroupRequest(
-                group_id=self.group_id,
-                generation_id=resp.generation_id,
-                member_id=resp.member_id,
-                group_instance_id=self._instance_id,
-                protocol_type="consumer",
-                protocol_name=resp.protocol_name,
-                assignments=assignments,
-                max_version=5,
+            sync = wire.sync_group_request(
+                self.group_id,
+                resp.generation_id,
+                resp.member_id,
+                self._instance_id,
+                resp.protocol_name,
+                assignments,
             )
             try:
                 sresp = self._call(sync, deadline, rebalance_timeout / 1000 + 5)
             except kerrors.KafkaError as exc:
                 log.debug("sync_group_failed", group=self.group_id, error=repr(exc))
                 continue
-            if sresp.error_code in _COORDINATOR_ERRORS:
+            serr = wire.error_from_wire(sresp.error_code)
+            if serr is not None and issubclass(serr, _COORDINATOR_ERRORS):
                 self.coordinator_dead()
                 continue
-            if sresp.error_code == 25:
+            if serr is E.UnknownMemberIdError:
                 self.member_id = ""
                 continue
-            if sresp.error_code in _REJOIN_ERRORS:
+            if serr is not None and issubclass(serr, _REJOIN_ERRORS):
                 continue
-            if sresp.error_code:
-                raise kerrors.for_code(sresp.error_code)()
+            if serr is not None:
+                raise serr()
             assignment = ConsumerProtocolAssignment.decode(sresp.assignment)
             assignor = self._assignors.get(resp.protocol_name)
             if assignor is not None and hasattr(assignor, "on_assignment"):
@@ -373,7 +356,7 @@ class GroupCoordinator:
         resp: Any,
         metadata_for: Callable[[set[str], float], Mapping[str, set[int]]],
         deadline: float,
-    ) -> list[Any]:
+    ) -> list[tuple[str, bytes]]:
         assignor = self._assignors[resp.protocol_name]
         all_topics: set[str] = set()
         for member in resp.members:
@@ -381,8 +364,7 @@ class GroupCoordinator:
             all_topics.update(member.metadata.topics)
         partitions = metadata_for(all_topics, deadline)
         result = assignor.assign(_ClusterView(partitions), resp.members)
-        A = SyncGroupRequest.SyncGroupRequestAssignment
-        return [A(member_id=m, assignment=a.encode()) for m, a in result.items()]
+        return [(m, a.encode()) for m, a in result.items()]
 
     def leave(self, reason: str = "the consumer is being closed") -> None:
         self.stop_heartbeats()
@@ -394,16 +376,7 @@ class GroupCoordinator:
         self.rejoin_needed = True
         if not member or self.coordinator_id is None or self._instance_id is not None:
             return
-        request = LeaveGroupRequest(
-            group_id=self.group_id,
-            member_id=member,
-            members=[
-                LeaveGroupRequest.MemberIdentity(
-                    member_id=member, group_instance_id=None, reason=reason
-                )
-            ],
-            max_version=4,
-        )
+        request = wire.leave_group_request(self.group_id, member, reason)
         try:
             self._client.request(self.coordinator_id, request, min(self._timeout_s(), 2.0))
             log.info("group_left", group=self.group_id, member_id=member, reason=reason)
@@ -450,13 +423,7 @@ class GroupCoordinator:
             node = self.coordinator_id
             if node is None or not member:
                 continue
-            request = HeartbeatRequest(
-                group_id=self.group_id,
-                generation_id=generation,
-                member_id=member,
-                group_instance_id=self._instance_id,
-                max_version=4,
-            )
+            request = wire.heartbeat_request(self.group_id, generation, member, self._instance_id)
             try:
                 resp = self._client.request(node, request, min(self._timeout_s(), interval * 3))
             except kerrors.KafkaError as exc:
@@ -467,7 +434,8 @@ class GroupCoordinator:
             self.heartbeats_sent += 1
             if resp.error_code == 0:
                 continue
-            if resp.error_code in _COORDINATOR_ERRORS:
+            herr = wire.error_from_wire(resp.error_code)
+            if herr is not None and issubclass(herr, _COORDINATOR_ERRORS):
                 self.coordinator_dead()
             log.info("rebalance_needed", group=self.group_id, error_code=resp.error_code)
             self.rejoin_needed = True

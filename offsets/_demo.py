@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from kafka.structs import TopicPartition
 
+from epochguard._errors import ErrorCode
 from epochguard.offsets.events import (
     FetchAction,
     OffsetReset,
@@ -23,7 +24,7 @@ from epochguard.offsets.events import (
     WaitAction,
 )
 from epochguard.offsets.policy import OffsetPolicy
-from epochguard.offsets.state import ErrorCode, PartitionTracker
+from epochguard.offsets.state import PartitionTracker
 
 
 @dataclass

@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Final
 
+from epochguard._errors import ErrorCode as ErrorCode  # re-exported: drivers import it here
+from epochguard._errors import error_name
 from epochguard.offsets.errors import (
     EpochGuardError,
     InvalidPolicyError,
@@ -114,25 +116,6 @@ TRANSITIONS: Final[Mapping[PartitionState, Mapping[Trigger, PartitionState]]] = 
 STOPPED_STATES: Final = frozenset({S.TRUNCATED, S.NO_VALID_OFFSET})
 
 # -------------------------------------------------------------------------------- error codes
-
-
-class ErrorCode(enum.IntEnum):
-    """The Kafka error codes the tracker treats specially."""
-
-    NONE = 0
-    UNKNOWN_SERVER_ERROR = -1
-    OFFSET_OUT_OF_RANGE = 1
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    LEADER_NOT_AVAILABLE = 5
-    NOT_LEADER_OR_FOLLOWER = 6
-    REQUEST_TIMED_OUT = 7
-    REPLICA_NOT_AVAILABLE = 9
-    NETWORK_EXCEPTION = 13
-    KAFKA_STORAGE_ERROR = 56
-    FENCED_LEADER_EPOCH = 74
-    UNKNOWN_LEADER_EPOCH = 75
-    OFFSET_NOT_AVAILABLE = 78
-    UNKNOWN_TOPIC_ID = 100
 
 
 class ErrorClass(enum.Enum):
@@ -785,7 +768,7 @@ class PartitionTracker:
         self._schedule_retry(now, "metadata_refresh" if stale else "retry_backoff")
         self._events.append(RequestFailed(self.tp, request, int(error_code), self._retry_at))
         if stale:
-            reason = _error_name(error_code)
+            reason = error_name(error_code)
             self._events.append(MetadataRefreshNeeded(self.tp, reason, self._await_epoch))
 
     def _clear_history(self) -> None:
@@ -1026,10 +1009,3 @@ def _id_text(topic_id: Any) -> str | None:
     if topic_id is None or topic_id in _NO_TOPIC_IDS:
         return None
     return normalise_topic_id(topic_id if isinstance(topic_id, str | uuid.UUID) else str(topic_id))
-
-
-def _error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name.lower()
-    except ValueError:
-        return f"error_{code}"

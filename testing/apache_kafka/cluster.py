@@ -56,6 +56,7 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.apache_kafka import process
 from epochguard.testing.apache_kafka.jars import KafkaJars, ensure_kafka_jars
 from epochguard.testing.apache_kafka.probe import JavaTruncationProbe
@@ -73,18 +74,15 @@ EARLIEST = -2
 
 # Error codes the control calls treat as "not there yet, poll again".
 _RETRIABLE = {
-    3,  # UNKNOWN_TOPIC_OR_PARTITION
-    5,  # LEADER_NOT_AVAILABLE
-    6,  # NOT_LEADER_OR_FOLLOWER
-    7,  # REQUEST_TIMED_OUT
-    15,  # COORDINATOR_NOT_AVAILABLE
-    41,  # NOT_CONTROLLER
-    74,  # FENCED_LEADER_EPOCH
-    75,  # UNKNOWN_LEADER_EPOCH
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_CONTROLLER,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
 }
-_ELECTION_NOT_NEEDED = 84
-_TOPIC_ALREADY_EXISTS = 36
-_NO_REASSIGNMENT_IN_PROGRESS = 85
 
 JVM_OPTS = (
     "-Xms64m",
@@ -942,7 +940,7 @@ class ApacheKafkaCluster:
         if resp.error_code != 0:
             raise ElectionError(f"reorder replicas of {topic}-{partition}: {resp.error_message}")
         code = resp.responses[0].partitions[0].error_code
-        if code not in (0, _NO_REASSIGNMENT_IN_PROGRESS):
+        if code not in (ErrorCode.NONE, ErrorCode.NO_REASSIGNMENT_IN_PROGRESS):
             raise ElectionError(f"reorder replicas of {topic}-{partition}: {error_name(code)}")
         self.wait_for_partition(
             topic, partition, lambda s: s.replicas[:1] == (broker_id,), f"{broker_id} preferred"
@@ -983,7 +981,7 @@ class ApacheKafkaCluster:
         deadline = time.monotonic() + 30.0
         while True:
             code = self._elect(topic, partition, election_type)
-            if code in (0, _ELECTION_NOT_NEEDED):
+            if code in (ErrorCode.NONE, ErrorCode.ELECTION_NOT_NEEDED):
                 break
             if code not in _RETRIABLE or time.monotonic() > deadline:
                 raise ElectionError(

@@ -22,26 +22,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import attrs
 import structlog
 
+from epochguard._errors import ErrorCode
+
 log = structlog.get_logger("epochguard.testing.embedded.groups")
 
-# Kafka error codes used by the coordinator.
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-OFFSET_METADATA_TOO_LARGE = 12
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-INVALID_REQUEST = 42
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
-GROUP_SUBSCRIBED_TO_TOPIC = 86
 
 NO_GENERATION = -1
 NO_MEMBER_ID = ""
@@ -276,17 +260,17 @@ class GroupCoordinator:
     def join(self, req: JoinRequest, now_ms: int, respond: JoinCallback) -> None:
         """Handle JoinGroup; ``respond`` is called once, maybe only after a later call."""
         if not req.group_id:
-            respond(JoinResult(INVALID_GROUP_ID, member_id=req.member_id))
+            respond(JoinResult(ErrorCode.INVALID_GROUP_ID, member_id=req.member_id))
             return
         if not (
             self.min_session_timeout_ms <= req.session_timeout_ms <= self.max_session_timeout_ms
         ):
-            respond(JoinResult(INVALID_SESSION_TIMEOUT, member_id=req.member_id))
+            respond(JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=req.member_id))
             return
         group = self.groups.get(req.group_id)
         if group is None:
             if req.member_id != NO_MEMBER_ID:
-                respond(JoinResult(UNKNOWN_MEMBER_ID, member_id=req.member_id))
+                respond(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=req.member_id))
                 return
             group = self.groups[req.group_id] = Group(req.group_id)
         if req.member_id == NO_MEMBER_ID:
@@ -299,7 +283,7 @@ class GroupCoordinator:
     ) -> None:
         names = [n for n, _ in req.protocols]
         if not group.supports(req.protocol_type, names):
-            respond(JoinResult(INCONSISTENT_GROUP_PROTOCOL))
+            respond(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
             return
         prefix = req.group_instance_id if req.group_instance_id else (req.client_id or "member")
         member_id = self._new_id(prefix)
@@ -308,7 +292,7 @@ class GroupCoordinator:
             self._replace_static_member(group, instance, member_id, req, now_ms, respond)
         elif req.require_known_member_id and instance is None:
             group.pending_members[member_id] = now_ms + req.session_timeout_ms
-            respond(JoinResult(MEMBER_ID_REQUIRED, member_id=member_id))
+            respond(JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id))
         else:
             self._add_member_and_rebalance(group, member_id, req, now_ms, respond)
 
@@ -333,7 +317,7 @@ class GroupCoordinator:
             old_member_id=old_id,
             member_id=member_id,
         )
-        self._fail_callbacks(member, FENCED_INSTANCE_ID)
+        self._fail_callbacks(member, ErrorCode.FENCED_INSTANCE_ID)
         old_leader = group.leader_id
         member.member_id = member_id
         group.members[member_id] = member
@@ -372,7 +356,7 @@ class GroupCoordinator:
         leader = group.leader_id if skip else (old_leader if is_leader else group.leader_id)
         respond(
             JoinResult(
-                NONE,
+                ErrorCode.NONE,
                 group.generation_id,
                 group.protocol_type,
                 group.protocol_name,
@@ -390,20 +374,20 @@ class GroupCoordinator:
         names = [n for n, _ in req.protocols]
         if member_id in group.pending_members:
             if not group.supports(req.protocol_type, names):
-                respond(JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
+                respond(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
                 return
             del group.pending_members[member_id]
             self._add_member_and_rebalance(group, member_id, req, now_ms, respond)
             return
         if group.is_static_member_fenced(req.group_instance_id, member_id):
-            respond(JoinResult(FENCED_INSTANCE_ID, member_id=member_id))
+            respond(JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=member_id))
             return
         member = group.members.get(member_id)
         if member is None or group.state in (GroupState.EMPTY, GroupState.DEAD):
-            respond(JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id))
+            respond(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id))
             return
         if not group.supports(req.protocol_type, names, member_id=member_id):
-            respond(JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
+            respond(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
             return
         same = member.protocols == req.protocols
         if group.state is GroupState.PREPARING_REBALANCE:
@@ -430,7 +414,7 @@ class GroupCoordinator:
                 for m in group.members.values()
             )
         return JoinResult(
-            NONE,
+            ErrorCode.NONE,
             group.generation_id,
             group.protocol_type,
             group.protocol_name,
@@ -477,7 +461,9 @@ class GroupCoordinator:
         same_protocols = member.protocols == req.protocols
         if member.join_callback is not None:
             # A retried JoinGroup supersedes the one still held; that one is told to retry.
-            member.join_callback(JoinResult(REBALANCE_IN_PROGRESS, member_id=member.member_id))
+            member.join_callback(
+                JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id)
+            )
         member.protocols = req.protocols
         member.session_timeout_ms = req.session_timeout_ms
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
@@ -506,7 +492,7 @@ class GroupCoordinator:
                 m.assignment = b""
                 if m.sync_callback is not None:
                     cb, m.sync_callback = m.sync_callback, None
-                    cb(SyncResult(REBALANCE_IN_PROGRESS))
+                    cb(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
         group.rebalance_deadline_ms = now_ms + timeout
         group.state = GroupState.PREPARING_REBALANCE
@@ -574,36 +560,40 @@ class GroupCoordinator:
     def sync(self, req: SyncRequest, now_ms: int, respond: SyncCallback) -> None:
         group = self.groups.get(req.group_id)
         if group is None:
-            respond(SyncResult(UNKNOWN_MEMBER_ID))
+            respond(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
             return
         if group.is_static_member_fenced(req.group_instance_id, req.member_id):
-            respond(SyncResult(FENCED_INSTANCE_ID))
+            respond(SyncResult(ErrorCode.FENCED_INSTANCE_ID))
             return
         member = group.members.get(req.member_id)
         if member is None:
-            respond(SyncResult(UNKNOWN_MEMBER_ID))
+            respond(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
             return
         if req.generation_id != group.generation_id:
-            respond(SyncResult(ILLEGAL_GENERATION))
+            respond(SyncResult(ErrorCode.ILLEGAL_GENERATION))
             return
         if (req.protocol_type is not None and req.protocol_type != group.protocol_type) or (
             req.protocol_name is not None and req.protocol_name != group.protocol_name
         ):
-            respond(SyncResult(INCONSISTENT_GROUP_PROTOCOL))
+            respond(SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
             return
         if group.state is GroupState.PREPARING_REBALANCE:
-            respond(SyncResult(REBALANCE_IN_PROGRESS))
+            respond(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
             return
         if group.state is GroupState.STABLE:
             member.last_heartbeat_ms = now_ms
             group.pending_sync.discard(member.member_id)
-            respond(SyncResult(NONE, group.protocol_type, group.protocol_name, member.assignment))
+            respond(
+                SyncResult(
+                    ErrorCode.NONE, group.protocol_type, group.protocol_name, member.assignment
+                )
+            )
             return
         if group.state is not GroupState.COMPLETING_REBALANCE:
-            respond(SyncResult(UNKNOWN_MEMBER_ID))
+            respond(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
             return
         if member.sync_callback is not None:
-            member.sync_callback(SyncResult(REBALANCE_IN_PROGRESS))
+            member.sync_callback(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         member.sync_callback = respond
         member.last_heartbeat_ms = now_ms
         group.pending_sync.discard(member.member_id)
@@ -624,7 +614,11 @@ class GroupCoordinator:
             m.last_heartbeat_ms = now_ms
             if m.sync_callback is not None:
                 cb, m.sync_callback = m.sync_callback, None
-                cb(SyncResult(NONE, group.protocol_type, group.protocol_name, m.assignment))
+                cb(
+                    SyncResult(
+                        ErrorCode.NONE, group.protocol_type, group.protocol_name, m.assignment
+                    )
+                )
 
     # -- Heartbeat -------------------------------------------------------------------------
 
@@ -638,18 +632,18 @@ class GroupCoordinator:
     ) -> int:
         group = self.groups.get(group_id)
         if group is None:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if group.is_static_member_fenced(group_instance_id, member_id):
-            return FENCED_INSTANCE_ID
+            return ErrorCode.FENCED_INSTANCE_ID
         member = group.members.get(member_id)
         if member is None or group.state is GroupState.EMPTY:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if generation_id != group.generation_id:
-            return ILLEGAL_GENERATION
+            return ErrorCode.ILLEGAL_GENERATION
         member.last_heartbeat_ms = now_ms
         if group.state is GroupState.PREPARING_REBALANCE:
-            return REBALANCE_IN_PROGRESS
-        return NONE
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
 
     # -- LeaveGroup ------------------------------------------------------------------------
 
@@ -665,27 +659,27 @@ class GroupCoordinator:
         out: list[LeaveResult] = []
         for member_id, instance in members:
             if group is None:
-                out.append(LeaveResult(member_id, instance, UNKNOWN_MEMBER_ID))
+                out.append(LeaveResult(member_id, instance, ErrorCode.UNKNOWN_MEMBER_ID))
                 continue
             if member_id == NO_MEMBER_ID and instance is not None:
                 member_id = group.static_members.get(instance, NO_MEMBER_ID)
                 if member_id == NO_MEMBER_ID:
-                    out.append(LeaveResult(NO_MEMBER_ID, instance, UNKNOWN_MEMBER_ID))
+                    out.append(LeaveResult(NO_MEMBER_ID, instance, ErrorCode.UNKNOWN_MEMBER_ID))
                     continue
             elif group.is_static_member_fenced(instance, member_id):
-                out.append(LeaveResult(member_id, instance, FENCED_INSTANCE_ID))
+                out.append(LeaveResult(member_id, instance, ErrorCode.FENCED_INSTANCE_ID))
                 continue
             if member_id in group.pending_members:
                 del group.pending_members[member_id]
                 self._try_complete_join(group, now_ms)
-                out.append(LeaveResult(member_id, instance, NONE))
+                out.append(LeaveResult(member_id, instance, ErrorCode.NONE))
                 continue
             if member_id not in group.members:
-                out.append(LeaveResult(member_id, instance, UNKNOWN_MEMBER_ID))
+                out.append(LeaveResult(member_id, instance, ErrorCode.UNKNOWN_MEMBER_ID))
                 continue
             log.info("group_member_removed", group=group_id, member_id=member_id, reason="left")
             self._remove_member_and_update(group, member_id, now_ms)
-            out.append(LeaveResult(member_id, instance, NONE))
+            out.append(LeaveResult(member_id, instance, ErrorCode.NONE))
         return out
 
     # -- membership removal and timers -----------------------------------------------------
@@ -716,7 +710,7 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             return
-        self._fail_callbacks(member, UNKNOWN_MEMBER_ID)
+        self._fail_callbacks(member, ErrorCode.UNKNOWN_MEMBER_ID)
         self._remove_member(group, member_id)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance(group, now_ms, reason="member_removed")
@@ -782,11 +776,11 @@ class GroupCoordinator:
             if error:
                 out[tp] = error
             elif committed.metadata is not None and len(committed.metadata) > MAX_OFFSET_METADATA:
-                out[tp] = OFFSET_METADATA_TOO_LARGE
+                out[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
                 assert group is not None
                 group.offsets[tp] = committed
-                out[tp] = NONE
+                out[tp] = ErrorCode.NONE
         return out
 
     def _commit_error(
@@ -798,27 +792,27 @@ class GroupCoordinator:
         now_ms: int,
     ) -> int:
         if not group_id:
-            return INVALID_GROUP_ID
+            return ErrorCode.INVALID_GROUP_ID
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
-                return ILLEGAL_GENERATION
+                return ErrorCode.ILLEGAL_GENERATION
             # A "simple" consumer (assign() plus commits) uses Kafka only to store offsets.
             self.groups[group_id] = Group(group_id)
-            return NONE
+            return ErrorCode.NONE
         if group.is_static_member_fenced(group_instance_id, member_id):
-            return FENCED_INSTANCE_ID
+            return ErrorCode.FENCED_INSTANCE_ID
         if generation_id < 0 and group.state is GroupState.EMPTY:
-            return NONE
+            return ErrorCode.NONE
         if group.state is GroupState.COMPLETING_REBALANCE:
-            return REBALANCE_IN_PROGRESS
+            return ErrorCode.REBALANCE_IN_PROGRESS
         member = group.members.get(member_id)
         if member is None:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if generation_id != group.generation_id:
-            return ILLEGAL_GENERATION
+            return ErrorCode.ILLEGAL_GENERATION
         member.last_heartbeat_ms = now_ms
-        return NONE
+        return ErrorCode.NONE
 
     def fetch_offsets(
         self,
@@ -848,7 +842,7 @@ class GroupCoordinator:
         """OffsetDelete: drop commits unless an active member subscribes to the topic."""
         group = self.groups.get(group_id)
         if group is None:
-            return GROUP_ID_NOT_FOUND, {}
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
         subscribed: set[str] = set()
         if group.state is not GroupState.EMPTY and group.protocol_type == "consumer":
             for m in group.members.values():
@@ -856,22 +850,22 @@ class GroupCoordinator:
         out: dict[TopicPartition, int] = {}
         for tp in partitions:
             if tp[0] in subscribed:
-                out[tp] = GROUP_SUBSCRIBED_TO_TOPIC
+                out[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
             else:
                 group.offsets.pop(tp, None)
-                out[tp] = NONE
-        return NONE, out
+                out[tp] = ErrorCode.NONE
+        return ErrorCode.NONE, out
 
     def delete_group(self, group_id: str) -> int:
         """DeleteGroups: only a group without members can go (with its offsets)."""
         group = self.groups.get(group_id)
         if group is None:
-            return GROUP_ID_NOT_FOUND
+            return ErrorCode.GROUP_ID_NOT_FOUND
         if group.members or group.state is not GroupState.EMPTY:
-            return NON_EMPTY_GROUP
+            return ErrorCode.NON_EMPTY_GROUP
         del self.groups[group_id]
         log.info("group_deleted", group=group_id)
-        return NONE
+        return ErrorCode.NONE
 
     # -- admin -----------------------------------------------------------------------------
 

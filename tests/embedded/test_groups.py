@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded import groups as g
 from epochguard.testing.embedded.groups import (
     CommittedOffset,
@@ -88,7 +89,7 @@ def join(coord: GroupCoordinator, now: int, **kw: object) -> Box:
 def new_member(coord: GroupCoordinator, now: int, **kw: object) -> tuple[str, Box]:
     """KIP-394: first join gets a member id, the second join is held."""
     first = join(coord, now, **kw)
-    assert first.join.error_code == g.MEMBER_ID_REQUIRED
+    assert first.join.error_code == ErrorCode.MEMBER_ID_REQUIRED
     member_id = first.join.member_id
     assert member_id
     return member_id, join(coord, now, member_id=member_id, **kw)
@@ -120,8 +121,8 @@ def form_group(coord: GroupCoordinator, n: int, now: int = 0) -> tuple[list[str]
                 if coord.groups["G"].state is not GroupState.PREPARING_REBALANCE:
                     break
                 assert coord.heartbeat("G", gen, mid, None, now) in (
-                    g.REBALANCE_IN_PROGRESS,
-                    g.NONE,
+                    ErrorCode.REBALANCE_IN_PROGRESS,
+                    ErrorCode.NONE,
                 )
         mid, box = new_member(coord, now, client=f"c{i}")
         ids.append(mid)
@@ -140,7 +141,7 @@ def form_group(coord: GroupCoordinator, n: int, now: int = 0) -> tuple[list[str]
     syncs = [sync(coord, now, m, gen) for m in ids if m != leader]
     assert not any(s.done for s in syncs)
     lead = sync(coord, now, leader, gen, {m: m.encode() for m in ids})
-    assert lead.sync.error_code == g.NONE
+    assert lead.sync.error_code == ErrorCode.NONE
     for s, m in zip(syncs, [m for m in ids if m != leader], strict=True):
         assert s.sync.assignment == m.encode()
     return [leader, *[m for m in ids if m != leader]], gen
@@ -148,26 +149,26 @@ def form_group(coord: GroupCoordinator, n: int, now: int = 0) -> tuple[list[str]
 
 def test_single_member_rebalance(coord: GroupCoordinator) -> None:
     first = join(coord, 0)
-    assert first.join.error_code == g.MEMBER_ID_REQUIRED
+    assert first.join.error_code == ErrorCode.MEMBER_ID_REQUIRED
     assert first.join.generation_id == -1
     member_id = first.join.member_id
     assert coord.groups["G"].state is GroupState.EMPTY
 
     second = join(coord, 5, member_id=member_id)
     r = second.join
-    assert (r.error_code, r.generation_id, r.protocol_name) == (g.NONE, 1, "range")
+    assert (r.error_code, r.generation_id, r.protocol_name) == (ErrorCode.NONE, 1, "range")
     assert r.leader == member_id == r.member_id
     assert [(m.member_id, m.metadata) for m in r.members] == [(member_id, b"c:range")]
 
     s = sync(coord, 6, member_id, 1, {member_id: b"assignment"})
-    assert s.sync == SyncResult(g.NONE, "consumer", "range", b"assignment")
+    assert s.sync == SyncResult(ErrorCode.NONE, "consumer", "range", b"assignment")
     assert coord.groups["G"].state is GroupState.STABLE
-    assert coord.heartbeat("G", 1, member_id, None, 7) == g.NONE
+    assert coord.heartbeat("G", 1, member_id, None, 7) == ErrorCode.NONE
 
 
 def test_join_v3_gets_member_id_without_round_trip(coord: GroupCoordinator) -> None:
     box = join(coord, 0, v4=False)
-    assert box.join.error_code == g.NONE
+    assert box.join.error_code == ErrorCode.NONE
     assert box.join.member_id.startswith("c-")
     assert box.join.generation_id == 1
 
@@ -177,17 +178,17 @@ def test_two_members_second_join_holds_until_first_rejoins(coord: GroupCoordinat
     b, b_join = new_member(coord, 100, client="c1")
     assert not b_join.done, "held until every known member rejoined"
     assert coord.groups["G"].state is GroupState.PREPARING_REBALANCE
-    assert coord.heartbeat("G", gen, a, None, 110) == g.REBALANCE_IN_PROGRESS
+    assert coord.heartbeat("G", gen, a, None, 110) == ErrorCode.REBALANCE_IN_PROGRESS
     # Commits of the old generation are still fine while preparing (revocation commits).
     errs = coord.commit_offsets("G", gen, a, None, {("t", 0): CommittedOffset(3, 1)}, 115)
-    assert errs == {("t", 0): g.NONE}
+    assert errs == {("t", 0): ErrorCode.NONE}
 
     a_join = join(coord, 120, member_id=a, client="c0")
     assert a_join.join.generation_id == b_join.join.generation_id == gen + 1
     assert a_join.join.leader == a, "the leader stays the leader"
     assert {m.member_id for m in a_join.join.members} == {a, b}
     assert b_join.join.members == ()
-    assert coord.heartbeat("G", gen, a, None, 130) == g.ILLEGAL_GENERATION
+    assert coord.heartbeat("G", gen, a, None, 130) == ErrorCode.ILLEGAL_GENERATION
 
     b_sync = sync(coord, 130, b, gen + 1)
     assert not b_sync.done
@@ -204,16 +205,16 @@ def test_three_members_and_generation_bumps(coord: GroupCoordinator) -> None:
     assert set(grp.members) == set(ids)
     for m in ids:
         assert grp.members[m].assignment == m.encode()
-        assert coord.heartbeat("G", gen, m, None, 1) == g.NONE
+        assert coord.heartbeat("G", gen, m, None, 1) == ErrorCode.NONE
 
 
 def test_leave_triggers_rebalance_and_remaining_rejoin(coord: GroupCoordinator) -> None:
     (a, b, c), gen = form_group(coord, 3)
     res = coord.leave("G", [(b, None)], 200)
-    assert [r.error_code for r in res] == [g.NONE]
+    assert [r.error_code for r in res] == [ErrorCode.NONE]
     assert coord.groups["G"].state is GroupState.PREPARING_REBALANCE
-    assert coord.heartbeat("G", gen, a, None, 201) == g.REBALANCE_IN_PROGRESS
-    assert coord.heartbeat("G", gen, b, None, 201) == g.UNKNOWN_MEMBER_ID
+    assert coord.heartbeat("G", gen, a, None, 201) == ErrorCode.REBALANCE_IN_PROGRESS
+    assert coord.heartbeat("G", gen, b, None, 201) == ErrorCode.UNKNOWN_MEMBER_ID
     ja = join(coord, 202, member_id=a, client="c0")
     assert not ja.done
     jc = join(coord, 203, member_id=c, client="c2")
@@ -225,14 +226,14 @@ def test_batch_leave_v3_form_reports_each_member(coord: GroupCoordinator) -> Non
     (a, b), _ = form_group(coord, 2)
     res = coord.leave("G", [(a, None), ("nobody", None), (b, None)], 10)
     assert [(r.member_id, r.error_code) for r in res] == [
-        (a, g.NONE),
-        ("nobody", g.UNKNOWN_MEMBER_ID),
-        (b, g.NONE),
+        (a, ErrorCode.NONE),
+        ("nobody", ErrorCode.UNKNOWN_MEMBER_ID),
+        (b, ErrorCode.NONE),
     ]
     grp = coord.groups["G"]
     assert grp.state is GroupState.EMPTY
     assert grp.members == {}
-    assert coord.leave("other", [(a, None)], 11)[0].error_code == g.UNKNOWN_MEMBER_ID
+    assert coord.leave("other", [(a, None)], 11)[0].error_code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_leader_leaving_hands_leadership_over(coord: GroupCoordinator) -> None:
@@ -248,16 +249,16 @@ def test_session_timeout_expels_member(coord: GroupCoordinator) -> None:
     (a, b), gen = form_group(coord, 2, now=0)
     # a keeps heartbeating, b goes silent.
     for t in range(1000, SESSION, 1000):
-        assert coord.heartbeat("G", gen, a, None, t) == g.NONE
+        assert coord.heartbeat("G", gen, a, None, t) == ErrorCode.NONE
         coord.tick(t)
         assert b in coord.groups["G"].members
     coord.tick(SESSION)
     assert b not in coord.groups["G"].members
     assert coord.groups["G"].state is GroupState.PREPARING_REBALANCE
-    assert coord.heartbeat("G", gen, a, None, SESSION + 1) == g.REBALANCE_IN_PROGRESS
+    assert coord.heartbeat("G", gen, a, None, SESSION + 1) == ErrorCode.REBALANCE_IN_PROGRESS
     ja = join(coord, SESSION + 2, member_id=a, client="c0")
     assert ja.join.generation_id == gen + 1
-    assert coord.heartbeat("G", gen, b, None, SESSION + 3) == g.UNKNOWN_MEMBER_ID
+    assert coord.heartbeat("G", gen, b, None, SESSION + 3) == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_rebalance_timeout_drops_members_that_did_not_rejoin(coord: GroupCoordinator) -> None:
@@ -268,13 +269,13 @@ def test_rebalance_timeout_drops_members_that_did_not_rejoin(coord: GroupCoordin
     for t in range(1500, 33_000, 500):
         if jc.done:
             break
-        assert coord.heartbeat("G", gen, b, None, t) == g.REBALANCE_IN_PROGRESS
+        assert coord.heartbeat("G", gen, b, None, t) == ErrorCode.REBALANCE_IN_PROGRESS
         coord.tick(t)
     assert jc.done and ja.done
     deadline = 1000 + REBALANCE
     assert coord.groups["G"].generation_id == gen + 1
     assert set(coord.groups["G"].members) == {a, c}
-    assert coord.heartbeat("G", gen + 1, b, None, deadline + 1) == g.UNKNOWN_MEMBER_ID
+    assert coord.heartbeat("G", gen + 1, b, None, deadline + 1) == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_pending_member_id_expires(coord: GroupCoordinator) -> None:
@@ -285,7 +286,7 @@ def test_pending_member_id_expires(coord: GroupCoordinator) -> None:
     coord.tick(SESSION + 1)
     assert pending not in coord.groups["G"].pending_members
     late = join(coord, SESSION + 2, member_id=pending, client="late")
-    assert late.join.error_code == g.UNKNOWN_MEMBER_ID
+    assert late.join.error_code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_protocol_selection_prefers_common_choice(coord: GroupCoordinator) -> None:
@@ -301,50 +302,50 @@ def test_protocol_selection_prefers_common_choice(coord: GroupCoordinator) -> No
 def test_inconsistent_protocols_rejected(coord: GroupCoordinator) -> None:
     form_group(coord, 1)
     bad = join(coord, 1, protocols=("sticky",), client="x")
-    assert bad.join.error_code == g.INCONSISTENT_GROUP_PROTOCOL
+    assert bad.join.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     other_type = join(coord, 1, protocol_type="connect", client="x")
-    assert other_type.join.error_code == g.INCONSISTENT_GROUP_PROTOCOL
-    assert join(coord, 1, protocols=()).join.error_code == g.INCONSISTENT_GROUP_PROTOCOL
+    assert other_type.join.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert join(coord, 1, protocols=()).join.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
 
 
 def test_invalid_session_timeout_and_group_id(coord: GroupCoordinator) -> None:
-    assert join(coord, 0, session=10).join.error_code == g.INVALID_SESSION_TIMEOUT
+    assert join(coord, 0, session=10).join.error_code == ErrorCode.INVALID_SESSION_TIMEOUT
     box = Box()
     coord.join(JoinRequest("", "", SESSION, REBALANCE, "consumer", (("range", b""),)), 0, box)
-    assert box.join.error_code == g.INVALID_GROUP_ID
+    assert box.join.error_code == ErrorCode.INVALID_GROUP_ID
 
 
 def test_unknown_member_and_illegal_generation(coord: GroupCoordinator) -> None:
-    assert join(coord, 0, member_id="ghost").join.error_code == g.UNKNOWN_MEMBER_ID
+    assert join(coord, 0, member_id="ghost").join.error_code == ErrorCode.UNKNOWN_MEMBER_ID
     (a,), gen = form_group(coord, 1)
-    assert coord.heartbeat("G", gen, "ghost", None, 1) == g.UNKNOWN_MEMBER_ID
-    assert coord.heartbeat("G", gen + 1, a, None, 1) == g.ILLEGAL_GENERATION
-    assert coord.heartbeat("nope", gen, a, None, 1) == g.UNKNOWN_MEMBER_ID
-    assert sync(coord, 1, a, gen - 1).sync.error_code == g.ILLEGAL_GENERATION
-    assert sync(coord, 1, "ghost", gen).sync.error_code == g.UNKNOWN_MEMBER_ID
-    assert join(coord, 1, member_id="ghost").join.error_code == g.UNKNOWN_MEMBER_ID
+    assert coord.heartbeat("G", gen, "ghost", None, 1) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert coord.heartbeat("G", gen + 1, a, None, 1) == ErrorCode.ILLEGAL_GENERATION
+    assert coord.heartbeat("nope", gen, a, None, 1) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert sync(coord, 1, a, gen - 1).sync.error_code == ErrorCode.ILLEGAL_GENERATION
+    assert sync(coord, 1, "ghost", gen).sync.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert join(coord, 1, member_id="ghost").join.error_code == ErrorCode.UNKNOWN_MEMBER_ID
     tp = ("t", 0)
     co = {tp: CommittedOffset(1)}
-    assert coord.commit_offsets("G", gen + 1, a, None, co, 1) == {tp: g.ILLEGAL_GENERATION}
-    assert coord.commit_offsets("G", gen, "ghost", None, co, 1) == {tp: g.UNKNOWN_MEMBER_ID}
-    assert coord.commit_offsets("G", -1, "", None, co, 1) == {tp: g.UNKNOWN_MEMBER_ID}, (
+    assert coord.commit_offsets("G", gen + 1, a, None, co, 1) == {tp: ErrorCode.ILLEGAL_GENERATION}
+    assert coord.commit_offsets("G", gen, "ghost", None, co, 1) == {tp: ErrorCode.UNKNOWN_MEMBER_ID}
+    assert coord.commit_offsets("G", -1, "", None, co, 1) == {tp: ErrorCode.UNKNOWN_MEMBER_ID}, (
         "simple commits are refused while the group has members"
     )
-    assert coord.commit_offsets("new", 3, "x", None, co, 1) == {tp: g.ILLEGAL_GENERATION}
+    assert coord.commit_offsets("new", 3, "x", None, co, 1) == {tp: ErrorCode.ILLEGAL_GENERATION}
     assert coord.fetch_offsets("G", [tp]) == {}
 
 
 def test_rebalance_in_progress_errors(coord: GroupCoordinator) -> None:
     (a, b), gen = form_group(coord, 2)
     coord.leave("G", [(b, None)], 1)
-    assert sync(coord, 2, a, gen).sync.error_code == g.REBALANCE_IN_PROGRESS
-    assert coord.heartbeat("G", gen, a, None, 2) == g.REBALANCE_IN_PROGRESS
+    assert sync(coord, 2, a, gen).sync.error_code == ErrorCode.REBALANCE_IN_PROGRESS
+    assert coord.heartbeat("G", gen, a, None, 2) == ErrorCode.REBALANCE_IN_PROGRESS
     ja = join(coord, 3, member_id=a, client="c0")
     assert coord.groups["G"].state is GroupState.COMPLETING_REBALANCE
     # Commits between JoinGroup and SyncGroup are refused, as Kafka does.
     co = {("t", 0): CommittedOffset(1)}
     assert coord.commit_offsets("G", ja.join.generation_id, a, None, co, 4) == {
-        ("t", 0): g.REBALANCE_IN_PROGRESS
+        ("t", 0): ErrorCode.REBALANCE_IN_PROGRESS
     }
 
 
@@ -359,7 +360,7 @@ def test_new_member_during_completing_rebalance_fails_pending_syncs(
     sb = sync(coord, 3, b, gen)
     assert not sb.done
     _, jc = new_member(coord, 4, client="c")
-    assert sb.sync.error_code == g.REBALANCE_IN_PROGRESS
+    assert sb.sync.error_code == ErrorCode.REBALANCE_IN_PROGRESS
     assert coord.groups["G"].state is GroupState.PREPARING_REBALANCE
     assert not jc.done
 
@@ -371,8 +372,8 @@ def test_simple_commit_and_fetch_with_epochs(coord: GroupCoordinator) -> None:
         ("t", 1): CommittedOffset(5, -1, None, 1, tid),
     }
     assert coord.commit_offsets("assigner", -1, "", None, offsets, 1) == {
-        ("t", 0): g.NONE,
-        ("t", 1): g.NONE,
+        ("t", 0): ErrorCode.NONE,
+        ("t", 1): ErrorCode.NONE,
     }
     got = coord.fetch_offsets("assigner", [("t", 0), ("t", 1), ("t", 2)])
     assert got == offsets
@@ -397,7 +398,7 @@ def test_group_member_commit_and_metadata_limit(coord: GroupCoordinator) -> None
         },
         1,
     )
-    assert ok == {("t", 0): g.NONE, ("t", 1): g.OFFSET_METADATA_TOO_LARGE}
+    assert ok == {("t", 0): ErrorCode.NONE, ("t", 1): ErrorCode.OFFSET_METADATA_TOO_LARGE}
     assert set(coord.fetch_offsets("G", None)) == {("t", 0)}
 
 
@@ -408,7 +409,7 @@ def test_offsets_survive_group_emptying_and_allow_simple_commits(coord: GroupCoo
     assert coord.groups["G"].state is GroupState.EMPTY
     assert coord.fetch_offsets("G", [("t", 0)])[("t", 0)].offset == 7
     assert coord.commit_offsets("G", -1, "", None, {("t", 0): CommittedOffset(8, 2)}, 3) == {
-        ("t", 0): g.NONE
+        ("t", 0): ErrorCode.NONE
     }
 
 
@@ -424,17 +425,21 @@ def test_topic_deleted_drops_offsets(coord: GroupCoordinator) -> None:
 
 def test_static_member_rejoin_fences_old_id(coord: GroupCoordinator) -> None:
     first = join(coord, 0, instance="i-1", client="s")
-    assert first.join.error_code == g.NONE, "static members skip MEMBER_ID_REQUIRED"
+    assert first.join.error_code == ErrorCode.NONE, "static members skip MEMBER_ID_REQUIRED"
     old = first.join.member_id
     assert old.startswith("i-1-")
     sync(coord, 1, old, 1, {old: b"x"})
     again = join(coord, 2, instance="i-1", client="s")
     new = again.join.member_id
-    assert again.join.error_code == g.NONE and new != old
-    assert coord.heartbeat("G", again.join.generation_id, old, "i-1", 3) == (g.FENCED_INSTANCE_ID)
-    assert join(coord, 3, member_id=old, instance="i-1").join.error_code == (g.FENCED_INSTANCE_ID)
+    assert again.join.error_code == ErrorCode.NONE and new != old
+    assert coord.heartbeat("G", again.join.generation_id, old, "i-1", 3) == (
+        ErrorCode.FENCED_INSTANCE_ID
+    )
+    assert join(coord, 3, member_id=old, instance="i-1").join.error_code == (
+        ErrorCode.FENCED_INSTANCE_ID
+    )
     res = coord.leave("G", [("", "i-1")], 4)
-    assert [(r.member_id, r.error_code) for r in res] == [(new, g.NONE)]
+    assert [(r.member_id, r.error_code) for r in res] == [(new, ErrorCode.NONE)]
     assert coord.groups["G"].members == {}
 
 
@@ -443,11 +448,11 @@ def test_static_member_survives_rebalance_without_rejoining(coord: GroupCoordina
     sync(coord, 1, s, 1, {s: b""})
     d, jd = new_member(coord, 2, client="d")
     for t in range(1000, REBALANCE, 1000):
-        assert coord.heartbeat("G", 1, s, "i-1", t) == g.REBALANCE_IN_PROGRESS
+        assert coord.heartbeat("G", 1, s, "i-1", t) == ErrorCode.REBALANCE_IN_PROGRESS
         coord.tick(t)
     assert not jd.done
     coord.tick(2 + REBALANCE)
-    assert jd.join.error_code == g.NONE
+    assert jd.join.error_code == ErrorCode.NONE
     assert set(coord.groups["G"].members) == {s, d}, "static members are kept (KIP-345)"
     assert jd.join.leader == d, "leadership moves to a member that rejoined"
 
@@ -473,12 +478,12 @@ def test_static_member_restart_keeps_generation_and_assignment(coord: GroupCoord
     # The static leader restarts (new process, no LeaveGroup) with the same protocols.
     again = join(coord, 4, instance="i-1", client="s")
     r = again.join
-    assert (r.error_code, r.generation_id) == (g.NONE, gen), "no rebalance"
+    assert (r.error_code, r.generation_id) == (ErrorCode.NONE, gen), "no rebalance"
     assert r.member_id != s
     assert r.leader == s and r.members == (), "before v9 it is told to act as a follower"
     assert coord.groups["G"].state is GroupState.STABLE
     assert sync(coord, 5, r.member_id, gen).sync.assignment == b"S"
-    assert coord.heartbeat("G", gen, d, None, 6) == g.NONE
+    assert coord.heartbeat("G", gen, d, None, 6) == ErrorCode.NONE
     assert coord.groups["G"].leader_id == r.member_id
 
 
@@ -541,14 +546,17 @@ def test_delete_offsets_refused_for_subscribed_topics(coord: GroupCoordinator) -
     co = {("t", 0): CommittedOffset(1), ("u", 0): CommittedOffset(2)}
     coord.commit_offsets("G", 1, m, None, co, 2)
     err, res = coord.delete_offsets("G", [("t", 0), ("u", 0)])
-    assert (err, res) == (g.NONE, {("t", 0): g.GROUP_SUBSCRIBED_TO_TOPIC, ("u", 0): g.NONE})
+    assert (err, res) == (
+        ErrorCode.NONE,
+        {("t", 0): ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, ("u", 0): ErrorCode.NONE},
+    )
     assert set(coord.fetch_offsets("G", None)) == {("t", 0)}
-    assert coord.delete_offsets("nope", [("t", 0)]) == (g.GROUP_ID_NOT_FOUND, {})
-    assert coord.delete_group("G") == g.NON_EMPTY_GROUP
+    assert coord.delete_offsets("nope", [("t", 0)]) == (ErrorCode.GROUP_ID_NOT_FOUND, {})
+    assert coord.delete_group("G") == ErrorCode.NON_EMPTY_GROUP
     coord.leave("G", [(m, None)], 3)
-    assert coord.delete_offsets("G", [("t", 0)]) == (g.NONE, {("t", 0): g.NONE})
-    assert coord.delete_group("G") == g.NONE
-    assert coord.delete_group("G") == g.GROUP_ID_NOT_FOUND
+    assert coord.delete_offsets("G", [("t", 0)]) == (ErrorCode.NONE, {("t", 0): ErrorCode.NONE})
+    assert coord.delete_group("G") == ErrorCode.NONE
+    assert coord.delete_group("G") == ErrorCode.GROUP_ID_NOT_FOUND
     assert coord.fetch_offsets("G", None) == {}
 
 
@@ -557,7 +565,7 @@ def test_only_silent_static_members_left_keeps_group_non_empty(coord: GroupCoord
     sync(coord, 1, s, 1, {s: b"S"})
     d, jd = new_member(coord, 2, client="d")
     coord.leave("G", [(d, None)], 3)
-    assert jd.join.error_code == g.UNKNOWN_MEMBER_ID
+    assert jd.join.error_code == ErrorCode.UNKNOWN_MEMBER_ID
     # The static member heartbeats but never rejoins; the rebalance times out around it.
     for t in range(1000, REBALANCE + 2000, 1000):
         coord.heartbeat("G", 1, s, "i-1", t)
@@ -565,7 +573,7 @@ def test_only_silent_static_members_left_keeps_group_non_empty(coord: GroupCoord
     grp = coord.groups["G"]
     assert grp.state is GroupState.COMPLETING_REBALANCE
     assert (grp.generation_id, grp.leader_id) == (2, s)
-    assert coord.heartbeat("G", 2, s, "i-1", REBALANCE + 1500) == g.NONE
+    assert coord.heartbeat("G", 2, s, "i-1", REBALANCE + 1500) == ErrorCode.NONE
     coord.tick(REBALANCE + 1500 + SESSION)
     assert coord.groups["G"].members == {}
 
@@ -580,11 +588,11 @@ def test_leader_that_never_syncs_is_removed_at_the_sync_deadline(coord: GroupCoo
     waiting = sync(coord, 3, follower, gen)
     # The leader keeps heartbeating but never sends SyncGroup.
     for t in range(500, 5000, 500):
-        assert coord.heartbeat("G", gen, leader or "", None, t) == g.NONE
+        assert coord.heartbeat("G", gen, leader or "", None, t) == ErrorCode.NONE
         coord.tick(t)
     assert not waiting.done
     coord.tick(5002)
-    assert waiting.sync.error_code == g.REBALANCE_IN_PROGRESS
+    assert waiting.sync.error_code == ErrorCode.REBALANCE_IN_PROGRESS
     assert set(coord.groups["G"].members) == {follower}
     assert coord.groups["G"].state is GroupState.PREPARING_REBALANCE
 

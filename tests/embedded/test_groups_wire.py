@@ -28,8 +28,8 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
+from epochguard._errors import ErrorCode
 from epochguard.testing import EmbeddedCluster
-from epochguard.testing.embedded import groups as g
 from epochguard.testing.embedded.handlers._group_common import coordinator_broker
 
 from .wire import Wire
@@ -156,16 +156,16 @@ def test_not_coordinator_on_other_brokers(cluster: EmbeddedCluster) -> None:
     other = next(b for b in cluster.broker_ids if b != coord)
     w = Wire.to(cluster, other)
     try:
-        assert commit(w, "g", "t", {0: (1, 0)}) == {0: g.NOT_COORDINATOR}
+        assert commit(w, "g", "t", {0: (1, 0)}) == {0: ErrorCode.NOT_COORDINATOR}
         r = fetch_v7(w, 7, "g", "t", [0])
-        assert r.error_code == g.NOT_COORDINATOR
+        assert r.error_code == ErrorCode.NOT_COORDINATOR
         hb = w.call(
             HeartbeatRequest(
                 version=4, group_id="g", generation_id=1, member_id="m", group_instance_id=None
             ),
             HeartbeatResponse,
         )
-        assert hb.error_code == g.NOT_COORDINATOR
+        assert hb.error_code == ErrorCode.NOT_COORDINATOR
     finally:
         w.close()
 
@@ -200,8 +200,8 @@ def test_commit_and_fetch_epochs_across_versions(cluster: EmbeddedCluster) -> No
         assert commit(w, "g", "t", {2: (30, 9)}, version=5) == {2: 0}
         r = fetch_v7(w, 7, "g", "t", [2])
         assert r.topics[0].partitions[0].committed_leader_epoch == -1
-        assert commit(w, "g", "nope", {0: (1, 1)}) == {0: g.UNKNOWN_TOPIC_OR_PARTITION}
-        assert commit(w, "g", "t", {7: (1, 1)}) == {7: g.UNKNOWN_TOPIC_OR_PARTITION}
+        assert commit(w, "g", "nope", {0: (1, 1)}) == {0: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+        assert commit(w, "g", "t", {7: (1, 1)}) == {7: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
     finally:
         w.close()
 
@@ -351,7 +351,7 @@ def test_join_sync_heartbeat_leave_round_trip(cluster: EmbeddedCluster, version:
     try:
         r = w.call(join_request(version), JoinGroupResponse)
         if version >= 4:
-            assert r.error_code == g.MEMBER_ID_REQUIRED
+            assert r.error_code == ErrorCode.MEMBER_ID_REQUIRED
             r = w.call(join_request(version, r.member_id), JoinGroupResponse)
         assert r.error_code == 0
         assert (r.generation_id, r.protocol_name, r.leader) == (1, "range", r.member_id)
@@ -399,7 +399,7 @@ def test_join_sync_heartbeat_leave_round_trip(cluster: EmbeddedCluster, version:
         if lv >= 3:
             assert [(m.member_id, m.error_code) for m in leave.members] == [
                 (member, 0),
-                ("ghost", g.UNKNOWN_MEMBER_ID),
+                ("ghost", ErrorCode.UNKNOWN_MEMBER_ID),
             ]
         hb = w.call(
             HeartbeatRequest(
@@ -407,7 +407,7 @@ def test_join_sync_heartbeat_leave_round_trip(cluster: EmbeddedCluster, version:
             ),
             HeartbeatResponse,
         )
-        assert hb.error_code == g.UNKNOWN_MEMBER_ID
+        assert hb.error_code == ErrorCode.UNKNOWN_MEMBER_ID
     finally:
         w.close()
 

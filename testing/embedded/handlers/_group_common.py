@@ -14,12 +14,8 @@ import zlib
 from collections.abc import Callable
 from typing import TypeVar
 
-from epochguard.testing.embedded.groups import (
-    COORDINATOR_NOT_AVAILABLE,
-    NONE,
-    NOT_COORDINATOR,
-    GroupCoordinator,
-)
+from epochguard._errors import ErrorCode
+from epochguard.testing.embedded.groups import GroupCoordinator
 from epochguard.testing.embedded.handlers import RequestContext
 from epochguard.testing.embedded.state import BrokerState, ClusterState
 
@@ -64,8 +60,8 @@ def coordinator_error(ctx: RequestContext, group_id: str) -> int:
     """NOT_COORDINATOR when this broker does not coordinate ``group_id`` (0 when it does)."""
     b = coordinator_broker(ctx.cluster, group_id)
     if b is None:
-        return COORDINATOR_NOT_AVAILABLE
-    return NONE if b.node_id == ctx.broker_id else NOT_COORDINATOR
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return ErrorCode.NONE if b.node_id == ctx.broker_id else ErrorCode.NOT_COORDINATOR
 
 
 async def held(start: Callable[[Callable[[T], None]], None]) -> T:

@@ -6,11 +6,8 @@ from typing import Any
 
 from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.handlers._common import (
-    INVALID_PARTITIONS,
-    UNKNOWN_TOPIC_OR_PARTITION,
-)
 from epochguard.testing.embedded.state import EmbeddedClusterError
 
 
@@ -23,13 +20,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     for t in request.topics:
         error, message = injected, None
         if not error and t.name not in ctx.cluster.topics:
-            error, message = UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {t.name}"
+            error, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {t.name}"
         elif not error and not request.validate_only:
             assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
             try:
                 ctx.cluster.create_partitions(t.name, t.count, assignments)
             except EmbeddedClusterError as e:
-                error, message = INVALID_PARTITIONS, str(e)
+                error, message = ErrorCode.INVALID_PARTITIONS, str(e)
         results.append(
             R.CreatePartitionsTopicResult(
                 version=v, name=t.name, error_code=error, error_message=message

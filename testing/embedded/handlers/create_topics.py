@@ -6,14 +6,8 @@ from typing import Any
 
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.handlers._common import (
-    INVALID_CONFIG,
-    INVALID_PARTITIONS,
-    INVALID_REPLICATION_FACTOR,
-    INVALID_REQUEST,
-    TOPIC_ALREADY_EXISTS,
-)
 from epochguard.testing.embedded.state import EmbeddedClusterError
 
 KNOWN_CONFIGS = frozenset(
@@ -48,14 +42,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if error:
             pass
         elif t.name in cluster.topics:
-            error, message = TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists."
+            error, message = ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists."
         elif not t.name or len(t.name) > 249:
-            error, message = INVALID_REQUEST, "invalid topic name"
+            error, message = ErrorCode.INVALID_REQUEST, "invalid topic name"
         elif assignments is None and nparts < 1:
-            error, message = INVALID_PARTITIONS, "Number of partitions must be larger than 0."
+            error, message = (
+                ErrorCode.INVALID_PARTITIONS,
+                "Number of partitions must be larger than 0.",
+            )
         elif assignments is None and not 1 <= rf <= len(cluster.brokers):
             error, message = (
-                INVALID_REPLICATION_FACTOR,
+                ErrorCode.INVALID_REPLICATION_FACTOR,
                 (
                     f"Replication factor: {rf} larger than available brokers: "
                     f"{len(cluster.brokers)}."
@@ -63,13 +60,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             )
         elif set(configs) - KNOWN_CONFIGS:
             unknown = sorted(set(configs) - KNOWN_CONFIGS)
-            error, message = INVALID_CONFIG, f"Unknown configs {unknown}"
+            error, message = ErrorCode.INVALID_CONFIG, f"Unknown configs {unknown}"
         topic_id = None
         if not error and not request.validate_only:
             try:
                 state = cluster.create_topic(t.name, nparts, rf, configs, assignments)
             except EmbeddedClusterError as e:
-                error, message = INVALID_REQUEST, str(e)
+                error, message = ErrorCode.INVALID_REQUEST, str(e)
             else:
                 topic_id = state.topic_id
                 nparts = len(state.partitions)

@@ -6,8 +6,9 @@ from typing import Any
 
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.handlers._common import OFFSET_OUT_OF_RANGE, local_partition
+from epochguard.testing.embedded.handlers._common import local_partition
 
 
 @handler(DeleteRecordsRequest, DeleteRecordsResponse, 0, 2)
@@ -29,7 +30,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 hw = local.log.high_watermark
                 offset = hw if rp.offset == -1 else rp.offset
                 if offset < 0 or offset > hw:
-                    error = OFFSET_OUT_OF_RANGE
+                    error = ErrorCode.OFFSET_OUT_OF_RANGE
                 else:
                     low = ctx.cluster.delete_records(t.name, rp.partition_index, offset)
             parts.append(

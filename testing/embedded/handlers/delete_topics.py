@@ -7,11 +7,8 @@ from typing import Any
 
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.handlers._common import (
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
-)
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -35,9 +32,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 found = [t.name for t in cluster.topics.values() if t.topic_id == tid]
                 name = found[0] if found else None
                 if name is None:
-                    error = UNKNOWN_TOPIC_ID
+                    error = ErrorCode.UNKNOWN_TOPIC_ID
             elif name not in cluster.topics:
-                error = UNKNOWN_TOPIC_OR_PARTITION
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if not error and name is not None:
             tid = cluster.topics[name].topic_id
             cluster.delete_topic(name)

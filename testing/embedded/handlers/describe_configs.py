@@ -6,8 +6,8 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.handlers._common import UNKNOWN_TOPIC_OR_PARTITION
 from epochguard.testing.embedded.state import DEFAULT_TOPIC_CONFIG
 
 TOPIC = 2
@@ -30,7 +30,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if not error and res.resource_type == TOPIC:
             t = ctx.cluster.topics.get(res.resource_name)
             if t is None:
-                error = UNKNOWN_TOPIC_OR_PARTITION
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 keys = res.configuration_keys
                 for name in sorted(t.config):

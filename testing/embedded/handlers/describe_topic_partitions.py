@@ -6,11 +6,8 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.handlers._common import (
-    LEADER_NOT_AVAILABLE,
-    UNKNOWN_TOPIC_OR_PARTITION,
-)
 from epochguard.testing.embedded.handlers.metadata import ZERO_UUID
 
 
@@ -35,7 +32,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             topics.append(
                 T(
                     version=v,
-                    error_code=UNKNOWN_TOPIC_OR_PARTITION,
+                    error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     name=name,
                     topic_id=ZERO_UUID,
                     is_internal=False,
@@ -54,7 +51,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             parts.append(
                 P(
                     version=v,
-                    error_code=LEADER_NOT_AVAILABLE if pv.leader < 0 else 0,
+                    error_code=ErrorCode.LEADER_NOT_AVAILABLE if pv.leader < 0 else 0,
                     partition_index=idx,
                     leader_id=pv.leader,
                     leader_epoch=pv.leader_epoch,

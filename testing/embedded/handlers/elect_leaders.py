@@ -11,13 +11,8 @@ from typing import Any
 
 from kafka.protocol.admin import ElectLeadersRequest, ElectLeadersResponse
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.handlers._common import (
-    ELECTION_NOT_NEEDED,
-    ELIGIBLE_LEADERS_NOT_AVAILABLE,
-    PREFERRED_LEADER_NOT_AVAILABLE,
-    UNKNOWN_TOPIC_OR_PARTITION,
-)
 from epochguard.testing.embedded.state import ClusterState
 
 PREFERRED = 0
@@ -28,20 +23,20 @@ def elect(cluster: ClusterState, topic: str, partition: int, election_type: int)
     """Run one election; returns the Kafka error code for the partition."""
     t = cluster.topics.get(topic)
     if t is None or partition not in t.partitions:
-        return UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     p = t.partitions[partition]
     if election_type == PREFERRED:
         preferred = p.replicas[0]
         if p.leader == preferred:
-            return ELECTION_NOT_NEEDED
+            return ErrorCode.ELECTION_NOT_NEEDED
         if not cluster.brokers[preferred].alive or preferred not in p.isr:
-            return PREFERRED_LEADER_NOT_AVAILABLE
+            return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
         cluster.elect_leader(topic, partition, preferred, unclean=False)
         return 0
     if p.leader is not None:
-        return ELECTION_NOT_NEEDED
+        return ErrorCode.ELECTION_NOT_NEEDED
     if not cluster.elect_any_leader(p):
-        return ELIGIBLE_LEADERS_NOT_AVAILABLE
+        return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
     cluster.publish()
     return 0
 

@@ -14,11 +14,10 @@ from typing import Any
 import attrs
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.fetch_sessions import FetchTarget, SessionError, TopicKey
 from epochguard.testing.embedded.handlers import RequestContext, handler
 from epochguard.testing.embedded.handlers._common import (
-    OFFSET_OUT_OF_RANGE,
-    UNKNOWN_TOPIC_ID,
     Local,
     local_partition,
 )
@@ -54,7 +53,7 @@ def _answer(
     name = _topic_name(view, target.topic)
     local: Local | int
     if name is None:
-        local = UNKNOWN_TOPIC_ID
+        local = ErrorCode.UNKNOWN_TOPIC_ID
     else:
         local = local_partition(ctx, name, target.partition, target.current_leader_epoch)
     error = injected or (local if isinstance(local, int) else 0)
@@ -68,13 +67,13 @@ def _answer(
             # KIP-595: the broker compares the client's last fetched epoch itself.
             epoch, end = log.end_offset_for_epoch(last_epoch)
             if epoch < 0 or end < 0:
-                error = OFFSET_OUT_OF_RANGE
+                error = ErrorCode.OFFSET_OUT_OF_RANGE
             elif epoch < last_epoch or end < offset:
                 diverging = P.EpochEndOffset(version=v, epoch=epoch, end_offset=end)
         if error or diverging is not None:
             pass
         elif offset < log.log_start_offset or offset > log.log_end_offset:
-            error = OFFSET_OUT_OF_RANGE
+            error = ErrorCode.OFFSET_OUT_OF_RANGE
         elif offset < hw and (budget > 0 or budget == -1):
             # KIP-74: the first partition with data gets at least one whole batch.
             limit = (

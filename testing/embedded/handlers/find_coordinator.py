@@ -10,7 +10,7 @@ from typing import Any
 
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from epochguard.testing.embedded.groups import COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
 from epochguard.testing.embedded.handlers._group_common import coordinator_broker
 
@@ -27,10 +27,10 @@ def _lookup(
     if injected:
         return injected, -1, "", -1, None
     if key_type not in KEY_TYPES:
-        return INVALID_REQUEST, -1, "", -1, f"unsupported key type {key_type}"
+        return ErrorCode.INVALID_REQUEST, -1, "", -1, f"unsupported key type {key_type}"
     b = coordinator_broker(ctx.cluster, key)
     if b is None:
-        return COORDINATOR_NOT_AVAILABLE, -1, "", -1, "no broker is running"
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1, "no broker is running"
     return 0, b.node_id, b.host, b.port, None
 
 

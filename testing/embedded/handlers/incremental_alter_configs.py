@@ -6,12 +6,8 @@ from typing import Any
 
 from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.handlers._common import (
-    INVALID_CONFIG,
-    INVALID_REQUEST,
-    UNKNOWN_TOPIC_OR_PARTITION,
-)
 from epochguard.testing.embedded.handlers.create_topics import KNOWN_CONFIGS
 
 TOPIC = 2
@@ -31,19 +27,22 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if error:
             pass
         elif res.resource_type != TOPIC:
-            error, message = INVALID_REQUEST, "only topic configs are modelled"
+            error, message = ErrorCode.INVALID_REQUEST, "only topic configs are modelled"
         elif res.resource_name not in ctx.cluster.topics:
-            error, message = UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {res.resource_name}"
+            error, message = (
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"unknown topic {res.resource_name}",
+            )
         else:
             for c in res.configs:
                 if c.name not in KNOWN_CONFIGS:
-                    error, message = INVALID_CONFIG, f"unknown config {c.name}"
+                    error, message = ErrorCode.INVALID_CONFIG, f"unknown config {c.name}"
                 elif c.config_operation == SET:
                     changes[c.name] = c.value
                 elif c.config_operation == DELETE:
                     changes[c.name] = None
                 else:
-                    error, message = INVALID_REQUEST, "APPEND/SUBTRACT are not supported"
+                    error, message = ErrorCode.INVALID_REQUEST, "APPEND/SUBTRACT are not supported"
         if not error and not request.validate_only:
             ctx.cluster.set_topic_config(res.resource_name, changes)
         results.append(

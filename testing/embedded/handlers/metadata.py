@@ -7,12 +7,8 @@ from typing import Any
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.handlers._common import (
-    LEADER_NOT_AVAILABLE,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
-)
 from epochguard.testing.embedded.state import TopicView
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -50,10 +46,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         tv: TopicView | None
         if name is None and tid is not None:
             tv = view.topic_by_id(tid)
-            missing_error = UNKNOWN_TOPIC_ID
+            missing_error = ErrorCode.UNKNOWN_TOPIC_ID
         else:
             tv = view.topics.get(name) if name is not None else None
-            missing_error = UNKNOWN_TOPIC_OR_PARTITION
+            missing_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if tv is None:
             topics.append(
                 T(
@@ -69,7 +65,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         parts = []
         for idx in sorted(tv.partitions):
             pv = tv.partitions[idx]
-            err = injected or (LEADER_NOT_AVAILABLE if pv.leader < 0 else 0)
+            err = injected or (ErrorCode.LEADER_NOT_AVAILABLE if pv.leader < 0 else 0)
             parts.append(
                 P(
                     version=v,

@@ -12,13 +12,12 @@ from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.groups import (
-    UNKNOWN_TOPIC_OR_PARTITION,
     CommittedOffset,
     TopicPartition,
 )
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.handlers._common import UNKNOWN_TOPIC_ID
 from epochguard.testing.embedded.handlers._group_common import (
     coordinator,
     coordinator_error,
@@ -48,9 +47,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             if group_error:
                 errors[key] = group_error
             elif tv is None:
-                errors[key] = UNKNOWN_TOPIC_ID if v >= 10 else UNKNOWN_TOPIC_OR_PARTITION
+                errors[key] = (
+                    ErrorCode.UNKNOWN_TOPIC_ID if v >= 10 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
             elif p.partition_index not in tv.partitions:
-                errors[key] = UNKNOWN_TOPIC_OR_PARTITION
+                errors[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 tp = (tv.name, p.partition_index)
                 valid[tp] = CommittedOffset(

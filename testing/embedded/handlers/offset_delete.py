@@ -6,7 +6,7 @@ from typing import Any
 
 from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 
-from epochguard.testing.embedded.groups import UNKNOWN_TOPIC_OR_PARTITION
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
 from epochguard.testing.embedded.handlers._group_common import coordinator, coordinator_error
 
@@ -38,7 +38,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 P(
                     version=v,
                     partition_index=p.partition_index,
-                    error_code=results.get((t.name, p.partition_index), UNKNOWN_TOPIC_OR_PARTITION),
+                    error_code=results.get(
+                        (t.name, p.partition_index), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    ),
                 )
                 for p in t.partitions
             ],

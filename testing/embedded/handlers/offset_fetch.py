@@ -12,9 +12,9 @@ from typing import Any
 
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.groups import CommittedOffset, GroupCoordinator
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.handlers._common import UNKNOWN_TOPIC_ID
 from epochguard.testing.embedded.handlers._group_common import coordinator, coordinator_error
 from epochguard.testing.embedded.state import MetadataImage
 
@@ -48,7 +48,7 @@ def _group_offsets(
             else (view.topics.get(name) if name is not None else None)
         )
         if name is None and tv is None:
-            out.append(("", tid, [(p, NO_OFFSET, UNKNOWN_TOPIC_ID) for p in parts]))
+            out.append(("", tid, [(p, NO_OFFSET, ErrorCode.UNKNOWN_TOPIC_ID) for p in parts]))
             continue
         tname = tv.name if tv is not None else (name or "")
         stored = coord.fetch_offsets(group_id, [(tname, p) for p in parts])

@@ -6,14 +6,9 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.handlers._common import (
-    CORRUPT_MESSAGE,
-    INVALID_REQUIRED_ACKS,
-    NOT_ENOUGH_REPLICAS,
-    REQUEST_TIMED_OUT,
-    local_partition,
-)
+from epochguard.testing.embedded.handlers._common import local_partition
 from epochguard.testing.embedded.partition_log import InvalidRecordBatchError
 
 
@@ -35,29 +30,29 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             if injected:
                 error = injected
             elif acks not in (0, 1, -1):
-                error = INVALID_REQUIRED_ACKS
+                error = ErrorCode.INVALID_REQUIRED_ACKS
             elif isinstance(local, int):
                 error = local
             elif pd.records is None or len(pd.records) == 0:
-                error = CORRUPT_MESSAGE
+                error = ErrorCode.CORRUPT_MESSAGE
             else:
                 p = local.state
                 topic = cluster.topics[td.name]
                 current = p.leader == ctx.broker_id and p.leader_epoch == local.view.leader_epoch
                 if acks == -1 and current and len(p.isr) < topic.min_insync_replicas:
-                    error = NOT_ENOUGH_REPLICAS
+                    error = ErrorCode.NOT_ENOUGH_REPLICAS
                 else:
                     try:
                         base, _ = cluster.append(
                             p, ctx.broker_id, pd.records, local.view.leader_epoch
                         )
                     except InvalidRecordBatchError:
-                        error = CORRUPT_MESSAGE
+                        error = ErrorCode.CORRUPT_MESSAGE
                     else:
                         start = local.log.log_start_offset
                         if acks == -1 and not current:
                             # A stale leader has no followers fetching from it.
-                            error = REQUEST_TIMED_OUT
+                            error = ErrorCode.REQUEST_TIMED_OUT
             parts.append(
                 P(
                     version=v,

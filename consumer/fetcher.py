@@ -38,6 +38,8 @@ from epochguard.offsets.events import (
     Event,
     FetchAction,
     MetadataRefreshNeeded,
+    OffsetReset,
+    PositionValidated,
     ResetAction,
     TruncationDetected,
     ValidateAction,
@@ -276,10 +278,9 @@ class Fetcher:
                 lost = event.report.lost_count
                 if lost:
                     self.metrics.records_lost += lost
-            name = getattr(event, "name", "")
-            if name == "offset_validated":
+            elif isinstance(event, PositionValidated):
                 self.metrics.validations += 1
-            elif name == "offset_reset":
+            elif isinstance(event, OffsetReset):
                 self.metrics.offset_resets += 1
             self._on_event(event)
 

@@ -28,12 +28,17 @@ from epochguard.offsets.events import (
     NoValidOffset,
     OffsetReset,
     PositionValidated,
+    RefreshReason,
     RequestFailed,
+    RequestKind,
     ResetAction,
+    ResetReason,
     TruncationDetected,
+    TruncationOutcome,
     ValidateAction,
     ValidationStarted,
     WaitAction,
+    WaitReason,
     log_events,
 )
 from epochguard.offsets.policy import (
@@ -44,17 +49,20 @@ from epochguard.offsets.policy import (
     TruncationHandler,
 )
 from epochguard.offsets.position import EpochOffset
-from epochguard.offsets.report import DetectedBy, TruncationReport
+from epochguard.offsets.report import DetectedBy, PositionSource, TruncationReport
 from epochguard.offsets.state import (
+    SUB_STATES,
     TRANSITIONS,
     ErrorCode,
     PartitionState,
     PartitionTracker,
+    SubState,
     Trigger,
 )
 from epochguard.offsets.stores import JsonFileOffsetStore, OffsetStore, SqliteOffsetStore
 
 __all__ = [
+    "SUB_STATES",
     "TRANSITIONS",
     "Action",
     "DetectedBy",
@@ -79,20 +87,27 @@ __all__ = [
     "OffsetStoreError",
     "PartitionState",
     "PartitionTracker",
+    "PositionSource",
     "PositionValidated",
+    "RefreshReason",
     "RequestFailed",
+    "RequestKind",
     "ResetAction",
+    "ResetReason",
     "ResetStrategy",
     "RetryBackoff",
     "SqliteOffsetStore",
+    "SubState",
     "TopicPartition",
     "Trigger",
     "TruncationDecision",
     "TruncationDetected",
     "TruncationHandler",
+    "TruncationOutcome",
     "TruncationReport",
     "ValidateAction",
     "ValidationStarted",
     "WaitAction",
+    "WaitReason",
     "log_events",
 ]

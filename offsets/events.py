@@ -57,6 +57,56 @@ class ListOffsetsPurpose(enum.StrEnum):
     LOG_START_PROBE = "log_start_probe"  # tell retention apart from truncation
 
 
+# The words the tracker uses in actions and events. ``StrEnum``: each member equals its
+# value, so code and tests comparing with the old strings keep working, and ``to_dict`` /
+# logs show the plain text.
+
+
+class WaitReason(enum.StrEnum):
+    """``WaitAction.reason``."""
+
+    METADATA_REFRESH = "metadata_refresh"  # refresh metadata, then ask again
+    RETRY_BACKOFF = "retry_backoff"  # a request failed: wait, then send it again
+
+
+class RefreshReason(enum.StrEnum):
+    """``MetadataRefreshNeeded.reason`` when no error caused it (after an error the reason
+    is the error's name, e.g. ``not_leader_or_follower``)."""
+
+    LEADER_UNKNOWN = "leader_unknown"
+    LEADER_EPOCH_BEHIND = "leader_epoch_behind"  # below the epoch the position needs
+
+
+class RequestKind(enum.StrEnum):
+    """``RequestFailed.request``: which request failed."""
+
+    FETCH = "fetch"
+    OFFSET_FOR_LEADER_EPOCH = "offset_for_leader_epoch"
+    LIST_OFFSETS = "list_offsets"
+
+
+class ResetReason(enum.StrEnum):
+    """Why the tracker looked up earliest/latest (``OffsetReset.reason``) or stopped without
+    a valid offset (``NoValidOffset.reason``). Drivers may pass their own text to
+    ``request_reset(reason=...)``; it is carried through unchanged."""
+
+    REQUESTED = "requested"  # request_reset() without a reason
+    NO_COMMITTED_OFFSET = "no_committed_offset"  # restore(None)
+    OFFSET_OUT_OF_RANGE = "offset_out_of_range"  # fetch OOR, position not truncated
+    LOG_START_MOVED_PAST_POSITION = "log_start_moved_past_position"  # retention passed us
+    TRUNCATION_DIVERGENCE_UNKNOWN = "truncation_divergence_unknown"  # rewind policy, no point
+    LOG_TRUNCATED_BELOW_RESET_POSITION = "log_truncated_below_reset_position"  # nothing read
+
+
+class TruncationOutcome(enum.StrEnum):
+    """``TruncationDetected.decision``: what was done about a truncation."""
+
+    REWIND = "rewind"  # moved to the divergence point (``new_position``)
+    RESET = "reset"  # divergence unknown: auto_offset_reset follows
+    SEEK = "seek"  # the handler's target (``new_position``)
+    RAISE = "raise"  # stopped; ``tracker.error`` holds the exception
+
+
 @attrs.frozen(slots=True)
 class ResetAction:
     """Send ListOffsets for ``strategy`` (earliest: -2, latest: -1) to the leader."""
@@ -76,7 +126,7 @@ class WaitAction:
 
     tp: Any
     until: float
-    reason: str
+    reason: WaitReason
 
 
 Action: TypeAlias = FetchAction | ValidateAction | ResetAction | WaitAction
@@ -91,7 +141,7 @@ class TruncationDetected:
     target), or ``raise`` (partition stopped; ``tracker.error`` holds the exception)."""
 
     report: TruncationReport
-    decision: str
+    decision: TruncationOutcome
     new_position: EpochOffset | None
 
     name = "truncation_detected"
@@ -141,7 +191,7 @@ class OffsetReset:
     tp: Any
     position: EpochOffset
     strategy: ResetStrategy
-    reason: str
+    reason: ResetReason | str
 
     name = "offset_reset"
 
@@ -160,7 +210,7 @@ class NoValidOffset:
 
     tp: Any
     position: EpochOffset | None
-    reason: str
+    reason: ResetReason | str
 
     name = "no_valid_offset"
 
@@ -175,7 +225,7 @@ class MetadataRefreshNeeded:
     (``None``: any fresh answer)."""
 
     tp: Any
-    reason: str
+    reason: RefreshReason | str
     min_leader_epoch: int | None
 
     name = "metadata_refresh_needed"
@@ -189,7 +239,7 @@ class RequestFailed:
     """A request for this partition failed with ``error_code``; it will be retried."""
 
     tp: Any
-    request: str
+    request: RequestKind
     error_code: int
     retry_at: float
 

@@ -21,6 +21,18 @@ class DetectedBy(enum.StrEnum):
     TOPIC_RECREATED = "topic_recreated"  # metadata showed a new topic id
 
 
+class PositionSource(enum.StrEnum):
+    """Where a tracker's position came from (``TruncationReport.position_source``). Drivers
+    may pass their own text to ``restore(source=...)`` / ``seek(source=...)``."""
+
+    COMMITTED = "committed"  # restore(): a committed/stored position
+    SEEK = "seek"  # the application's seek()
+    REWIND = "rewind"  # the tracker rewound to a divergence point
+    TRUNCATION_HANDLER = "truncation_handler"  # a truncation handler's EpochOffset
+    RESET_EARLIEST = "reset_earliest"  # ListOffsets earliest
+    RESET_LATEST = "reset_latest"  # ListOffsets latest
+
+
 @attrs.frozen
 class TruncationReport:
     """One detected truncation of one partition.

@@ -5,8 +5,15 @@ demo) feeds answers in through ``on_*`` methods, asks :meth:`PartitionTracker.ne
 to send, and drains events with :meth:`PartitionTracker.drain_events`. Time is passed in as a
 float ``now`` in the driver's clock.
 
-State changes only happen along the edges of :data:`TRANSITIONS` (checked at run time), so the
-table below is the complete picture of what can happen to a partition.
+State changes only happen along the edges of :data:`TRANSITIONS` (checked at run time). A
+state alone does not say everything: within ``AWAIT_VALIDATION`` the tracker may be in a
+second round or probing the log start, within ``AWAIT_RESET`` it remembers why it resets, and
+any live state may be waiting for metadata to reach an epoch. Those sub-states are listed in
+:data:`SUB_STATES` (field, values, the states it lives in, who writes and who reads it); every
+other field of the tracker is listed in :data:`TRACKER_FIELDS`. A test checks that the two
+cover every slot, and the fuzz tests check that a sub-state is idle outside its states
+(``_goto`` puts it back on leaving). The two tables plus :data:`TRANSITIONS` are the complete
+picture of what can happen to a partition.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import enum
 import uuid
 from collections.abc import Mapping
 from typing import Any, Final
+
+import attrs
 
 from epochguard._errors import ErrorCode as ErrorCode  # re-exported: drivers import it here
 from epochguard._errors import error_name
@@ -35,16 +44,21 @@ from epochguard.offsets.events import (
     NoValidOffset,
     OffsetReset,
     PositionValidated,
+    RefreshReason,
     RequestFailed,
+    RequestKind,
     ResetAction,
+    ResetReason,
     TruncationDetected,
+    TruncationOutcome,
     ValidateAction,
     ValidationStarted,
     WaitAction,
+    WaitReason,
 )
 from epochguard.offsets.policy import OffsetPolicy, ResetStrategy, TruncationDecision
 from epochguard.offsets.position import EpochOffset, normalise_topic_id
-from epochguard.offsets.report import DetectedBy, TruncationReport
+from epochguard.offsets.report import DetectedBy, PositionSource, TruncationReport
 
 # --------------------------------------------------------------------------- states and table
 
@@ -115,6 +129,128 @@ TRANSITIONS: Final[Mapping[PartitionState, Mapping[Trigger, PartitionState]]] = 
 
 STOPPED_STATES: Final = frozenset({S.TRUNCATED, S.NO_VALID_OFFSET})
 
+
+# ------------------------------------------------------------------------------ sub-states
+
+
+@attrs.frozen
+class SubState:
+    """A tracker field that refines a state. Outside ``states`` it holds ``idle``."""
+
+    states: frozenset[PartitionState]
+    idle: Any
+    values: str
+    meaning: str
+    written_by: tuple[str, ...]
+    read_by: tuple[str, ...]
+
+
+_LIVE: Final = frozenset({S.FETCHING, S.AWAIT_VALIDATION, S.AWAIT_RESET})
+
+#: The hidden part of the state machine: ``SUB_STATES[field]``.
+SUB_STATES: Final[Mapping[str, SubState]] = {
+    "_query_epoch": SubState(
+        frozenset({S.AWAIT_VALIDATION}),
+        None,
+        "int | None",
+        "epoch asked in this OffsetForLeaderEpoch round: the position's epoch in round one, "
+        "an older epoch this consumer read in later rounds (after several unclean elections)",
+        ("_restart_validation", "_apply_epoch_answer"),
+        ("next_action",),
+    ),
+    "_bound": SubState(
+        frozenset({S.AWAIT_VALIDATION}),
+        None,
+        "int | None",
+        "upper bound on the divergence point from earlier rounds (None: round one)",
+        ("_restart_validation", "_apply_epoch_answer"),
+        ("_apply_epoch_answer",),
+    ),
+    "_probe": SubState(
+        frozenset({S.AWAIT_VALIDATION}),
+        False,
+        "bool",
+        "log-start probe: the leader knew no epoch <= ours, so ListOffsets(earliest) tells "
+        "retention (log start past us) from truncation",
+        ("_apply_epoch_answer", "_restart_validation", "on_list_offsets"),
+        ("next_action", "on_validation", "on_list_offsets"),
+    ),
+    "_reset_on_valid": SubState(
+        frozenset({S.AWAIT_VALIDATION}),
+        False,
+        "bool",
+        "validation started by OFFSET_OUT_OF_RANGE: if the position is not truncated, "
+        "retention passed it and the reset policy applies",
+        ("on_fetch_error", "_begin_validation"),
+        ("_apply_epoch_answer",),
+    ),
+    "_cause": SubState(
+        frozenset({S.AWAIT_VALIDATION}),
+        DetectedBy.RESTORE,
+        "DetectedBy",
+        "the signal that started this validation (reported with its outcome); set just "
+        "before the report of a re-created topic too",
+        ("_begin_validation", "_topic_recreated"),
+        ("_validated", "_truncation"),
+    ),
+    "_reset_reason": SubState(
+        frozenset({S.AWAIT_RESET}),
+        None,
+        "ResetReason | str | None",
+        "why the reset: skip-forward reasons (offset_out_of_range, "
+        "log_start_moved_past_position) must move forward, else the log was replaced",
+        ("_begin_reset",),
+        ("on_list_offsets",),
+    ),
+    "_await_epoch": SubState(
+        _LIVE,
+        None,
+        "int | None",
+        "KIP-232: metadata must reach this leader epoch before the next request (a position's "
+        "epoch, or one past a FENCED answer); given up after MAX_EPOCH_WAITS refreshes",
+        (
+            "_begin_validation",
+            "_retry_after_error",
+            "on_metadata",
+            "next_action",
+            "seek",
+            "_begin_reset",
+            "_topic_recreated",
+        ),
+        ("next_action", "_metadata_blocked"),
+    ),
+}
+
+#: Every other field of the tracker, and what it holds.
+TRACKER_FIELDS: Final[Mapping[str, str]] = {
+    "tp": "the partition",
+    "_policy": "OffsetPolicy: reset strategy, truncation policy, retry backoff",
+    "_fetch_detects": "Fetch v12+ DivergingEpoch replaces OffsetForLeaderEpoch on a new epoch",
+    "_state": "PartitionState",
+    "_offset": "position: next offset to deliver (-1: none yet)",
+    "_epoch": "position: epoch of the record before the offset (None: unknown)",
+    "_source": "position: where it came from (PositionSource or the driver's text)",
+    "_from_reset": "position: set by a reset and nothing read since (a truncation then "
+    "moves it without a report)",
+    "_hist": "(epoch, first offset read in it) pairs since the last seek",
+    "_hist_epoch": "epoch of the last _hist entry",
+    "_hist_inexact": "the first _hist entry's offset is only an upper bound",
+    "_leader_id": "metadata: leader node (None: unknown)",
+    "_leader_epoch": "metadata: leader epoch (None: unknown)",
+    "_topic_id": "metadata: topic id as text (None: unknown)",
+    "_reset_strategy": "strategy of the last reset; kept after it, since a truncation found "
+    "before anything was read repeats that reset",
+    "_retry_at": "retry schedule: nothing is sent before this time",
+    "_attempts": "retry schedule: failures in a row (RetryBackoff attempt)",
+    "_wait_reason": "retry schedule: WaitReason of the current wait",
+    "_gen": "generation: the token of valid actions; bumped to make answers stale",
+    "_in_flight": "a request action was handed out and not answered",
+    "_paused": "fetches suppressed (validation and resets go on)",
+    "_report": "the last TruncationReport",
+    "_error": "the exception to raise while stopped",
+    "_events": "events not drained yet",
+}
+
 # -------------------------------------------------------------------------------- error codes
 
 
@@ -153,6 +289,12 @@ MAX_EPOCH_WAITS: Final = 5
 
 _FETCHING = S.FETCHING
 
+_REQUEST_KINDS: Final[Mapping[type, RequestKind]] = {
+    FetchAction: RequestKind.FETCH,
+    ValidateAction: RequestKind.OFFSET_FOR_LEADER_EPOCH,
+    ResetAction: RequestKind.LIST_OFFSETS,
+}
+
 #: Kafka's "no topic id" (``Uuid.ZERO_UUID``) in the forms drivers may pass it: not an id,
 #: so it must never look like a recreated topic.
 _NO_TOPIC_IDS: Final = frozenset(
@@ -161,7 +303,9 @@ _NO_TOPIC_IDS: Final = frozenset(
 
 #: Reset reasons that mean "our position fell off the start of the log": the reset must move
 #: forward. A reset answer behind the position means the log was replaced instead.
-_SKIP_FORWARD_REASONS: Final = frozenset({"offset_out_of_range", "log_start_moved_past_position"})
+_SKIP_FORWARD_REASONS: Final = frozenset(
+    {ResetReason.OFFSET_OUT_OF_RANGE, ResetReason.LOG_START_MOVED_PAST_POSITION}
+)
 
 
 # ------------------------------------------------------------------------------------ tracker
@@ -233,7 +377,7 @@ class PartitionTracker:
         # Position, kept as two plain attributes for the records hot path.
         self._offset = -1
         self._epoch: int | None = None
-        self._source: str | None = None
+        self._source: PositionSource | str | None = None
         # The position was set by a reset (ListOffsets) and nothing was read since.
         self._from_reset = False
         # (epoch, first offset consumed in it), ascending; what this consumer actually read.
@@ -250,7 +394,7 @@ class PartitionTracker:
         # Retry / waiting.
         self._retry_at = 0.0
         self._attempts = 0
-        self._wait_reason = "retry_backoff"
+        self._wait_reason = WaitReason.RETRY_BACKOFF
         self._await_epoch: int | None = None
         # Validation in progress.
         self._cause = DetectedBy.RESTORE
@@ -260,7 +404,7 @@ class PartitionTracker:
         self._reset_on_valid = False
         # Reset in progress.
         self._reset_strategy = ResetStrategy.LATEST
-        self._reset_reason = ""
+        self._reset_reason: ResetReason | str | None = None
         # Outcome.
         self._report: TruncationReport | None = None
         self._error: EpochGuardError | None = None
@@ -366,8 +510,8 @@ class PartitionTracker:
                 self._events.append(
                     MetadataRefreshNeeded(self.tp, self._blocked_reason(), self._await_epoch)
                 )
-                self._schedule_retry(now, "metadata_refresh")
-            return WaitAction(self.tp, self._retry_at, "metadata_refresh")
+                self._schedule_retry(now, WaitReason.METADATA_REFRESH)
+            return WaitAction(self.tp, self._retry_at, WaitReason.METADATA_REFRESH)
         if now < self._retry_at:
             return WaitAction(self.tp, self._retry_at, self._wait_reason)
         leader = self._leader_id
@@ -408,7 +552,10 @@ class PartitionTracker:
     # ----------------------------------------------------------------- commands from the app
 
     def restore(
-        self, position: EpochOffset | None, source: str = "committed", epoch_exact: bool = False
+        self,
+        position: EpochOffset | None,
+        source: PositionSource | str = PositionSource.COMMITTED,
+        epoch_exact: bool = False,
     ) -> None:
         """Start from a committed/stored position (``None``: there is none).
 
@@ -416,12 +563,15 @@ class PartitionTracker:
         """
         if position is None:
             self._source = source
-            self._no_valid_offset("no_committed_offset", no_offset=True)
+            self._no_valid_offset(ResetReason.NO_COMMITTED_OFFSET, no_offset=True)
         else:
             self.seek(position, source=source, epoch_exact=epoch_exact)
 
     def seek(
-        self, position: EpochOffset | int, source: str = "seek", epoch_exact: bool = False
+        self,
+        position: EpochOffset | int,
+        source: PositionSource | str = PositionSource.SEEK,
+        epoch_exact: bool = False,
     ) -> None:
         """Move to ``position``. With an epoch it is validated before the first fetch (after
         metadata has caught up with that epoch); without one it is fetched from directly.
@@ -469,7 +619,9 @@ class PartitionTracker:
             self._topic_recreated(self._leader_id, self._leader_epoch, self._topic_id)
 
     def request_reset(
-        self, strategy: ResetStrategy | str | None = None, reason: str = "requested"
+        self,
+        strategy: ResetStrategy | str | None = None,
+        reason: ResetReason | str = ResetReason.REQUESTED,
     ) -> None:
         """Look up earliest/latest (``None``: the policy's ``auto_offset_reset``)."""
         if strategy is None:
@@ -591,16 +743,16 @@ class PartitionTracker:
                 self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.OFFSET_OUT_OF_RANGE)
                 self._reset_on_valid = True
             else:
-                self._no_valid_offset("offset_out_of_range")
+                self._no_valid_offset(ResetReason.OFFSET_OUT_OF_RANGE)
             return True
         if kind is ErrorClass.FENCED and self._epoch is not None:
             min_epoch = (
                 None if fetch.current_leader_epoch is None else (fetch.current_leader_epoch + 1)
             )
             self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.FENCED, min_epoch)
-            self._retry_after_error("fetch", error_code, now, fetch.current_leader_epoch)
+            self._retry_after_error(RequestKind.FETCH, error_code, now, fetch.current_leader_epoch)
             return True
-        self._retry_after_error("fetch", error_code, now, fetch.current_leader_epoch)
+        self._retry_after_error(RequestKind.FETCH, error_code, now, fetch.current_leader_epoch)
         return True
 
     def on_diverging_epoch(
@@ -614,7 +766,7 @@ class PartitionTracker:
         self._in_flight = False
         if self._epoch is None:
             # We sent no LastFetchedEpoch, so the broker had nothing to compare: retry.
-            self._retry_after_error("fetch", ErrorCode.UNKNOWN_SERVER_ERROR, now, None)
+            self._retry_after_error(RequestKind.FETCH, ErrorCode.UNKNOWN_SERVER_ERROR, now, None)
             return True
         self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.DIVERGING_EPOCH)
         self._await_epoch = None  # the leader has just answered at our epoch
@@ -638,7 +790,7 @@ class PartitionTracker:
         self._in_flight = False
         if error_code != ErrorCode.NONE:
             self._retry_after_error(
-                "offset_for_leader_epoch", error_code, now, action.current_leader_epoch
+                RequestKind.OFFSET_FOR_LEADER_EPOCH, error_code, now, action.current_leader_epoch
             )
             return True
         self._attempts = 0
@@ -662,7 +814,9 @@ class PartitionTracker:
             return False
         self._in_flight = False
         if error_code != ErrorCode.NONE:
-            self._retry_after_error("list_offsets", error_code, now, action.current_leader_epoch)
+            self._retry_after_error(
+                RequestKind.LIST_OFFSETS, error_code, now, action.current_leader_epoch
+            )
             return True
         self._attempts = 0
         if leader_epoch is not None and leader_epoch < 0:
@@ -675,6 +829,7 @@ class PartitionTracker:
             ):
                 self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.OFFSET_OUT_OF_RANGE)
                 return True
+            reason = self._reset_reason or ResetReason.REQUESTED
             self._goto(T.RESET_DONE)
             self._offset = offset
             # ListOffsets gives the epoch of the record *at* the offset (earliest) or the
@@ -682,7 +837,11 @@ class PartitionTracker:
             # still lets a caught-up consumer notice an election that truncates below it.
             self._epoch = leader_epoch if offset > 0 else None
             self._clear_history()
-            self._source = f"reset_{action.strategy.value}"
+            self._source = (
+                PositionSource.RESET_EARLIEST
+                if action.strategy is ResetStrategy.EARLIEST
+                else PositionSource.RESET_LATEST
+            )
             self._from_reset = True
             self._bump()
             self._events.append(
@@ -690,7 +849,7 @@ class PartitionTracker:
                     self.tp,
                     EpochOffset(offset, self._epoch),
                     action.strategy,
-                    self._reset_reason,
+                    reason,
                 )
             )
             return True
@@ -698,7 +857,7 @@ class PartitionTracker:
         self._probe = False
         log_start = offset
         if self._offset < log_start:
-            self._no_valid_offset("log_start_moved_past_position")
+            self._no_valid_offset(ResetReason.LOG_START_MOVED_PAST_POSITION)
         elif self._offset == log_start:
             # Nothing readable was lost: whatever preceded us is gone for everyone.
             self._epoch = leader_epoch if offset > 0 else None
@@ -714,7 +873,11 @@ class PartitionTracker:
             return False
         self._in_flight = False
         self._retry_after_error(
-            type(action).__name__, ErrorCode.NETWORK_EXCEPTION, now, None, refresh=True
+            _REQUEST_KINDS[type(action)],
+            ErrorCode.NETWORK_EXCEPTION,
+            now,
+            None,
+            refresh=True,
         )
         return True
 
@@ -722,11 +885,24 @@ class PartitionTracker:
 
     def _goto(self, trigger: Trigger) -> None:
         try:
-            self._state = TRANSITIONS[self._state][trigger]
+            new = TRANSITIONS[self._state][trigger]
         except KeyError:
             raise InvalidTransitionError(
                 f"{self.tp}: no transition from {self._state.name} on {trigger.name}"
             ) from None
+        self._state = new
+        # Sub-states belong to their state (see SUB_STATES): leaving it puts them back to
+        # idle, so no rule can read a value left over from an earlier round.
+        if new is not S.AWAIT_VALIDATION:
+            self._cause = DetectedBy.RESTORE
+            self._query_epoch = None
+            self._bound = None
+            self._probe = False
+            self._reset_on_valid = False
+        if new is not S.AWAIT_RESET:
+            self._reset_reason = None
+        if new in STOPPED_STATES:
+            self._await_epoch = None
 
     def _bump(self) -> None:
         """Invalidate every request in flight: their answers will be ignored."""
@@ -739,19 +915,19 @@ class PartitionTracker:
         need = self._await_epoch
         return need is not None and self._leader_epoch is not None and self._leader_epoch < need
 
-    def _blocked_reason(self) -> str:
+    def _blocked_reason(self) -> RefreshReason:
         if self._leader_id is None:
-            return "leader_unknown"
-        return "leader_epoch_behind"
+            return RefreshReason.LEADER_UNKNOWN
+        return RefreshReason.LEADER_EPOCH_BEHIND
 
-    def _schedule_retry(self, now: float, reason: str) -> None:
+    def _schedule_retry(self, now: float, reason: WaitReason) -> None:
         self._retry_at = now + self._policy.retry_backoff.delay(self._attempts)
         self._attempts += 1
         self._wait_reason = reason
 
     def _retry_after_error(
         self,
-        request: str,
+        request: RequestKind,
         error_code: int,
         now: float,
         current_leader_epoch: int | None,
@@ -765,7 +941,9 @@ class PartitionTracker:
             if self._await_epoch is None or self._await_epoch < min_epoch:
                 self._await_epoch = min_epoch
         stale = kind in (ErrorClass.FENCED, ErrorClass.STALE_METADATA) or refresh
-        self._schedule_retry(now, "metadata_refresh" if stale else "retry_backoff")
+        self._schedule_retry(
+            now, WaitReason.METADATA_REFRESH if stale else WaitReason.RETRY_BACKOFF
+        )
         self._events.append(RequestFailed(self.tp, request, int(error_code), self._retry_at))
         if stale:
             reason = error_name(error_code)
@@ -863,7 +1041,7 @@ class PartitionTracker:
                 self._epoch = end_epoch
             if self._reset_on_valid:
                 # Not truncated, yet out of range: retention moved the log start past us.
-                self._no_valid_offset("offset_out_of_range")
+                self._no_valid_offset(ResetReason.OFFSET_OUT_OF_RANGE)
             else:
                 self._validated(current_leader_epoch)
             return
@@ -879,11 +1057,12 @@ class PartitionTracker:
         self._truncation(EpochOffset(d, epoch), current_leader_epoch)
 
     def _validated(self, current_leader_epoch: int | None) -> None:
+        cause = self._cause
         self._goto(T.VALIDATED)
         self._bump()
         self._events.append(
             PositionValidated(
-                self.tp, EpochOffset(self._offset, self._epoch), current_leader_epoch, self._cause
+                self.tp, EpochOffset(self._offset, self._epoch), current_leader_epoch, cause
             )
         )
 
@@ -912,8 +1091,8 @@ class PartitionTracker:
             self._stop_truncated(report)
             raise
         if isinstance(decision, EpochOffset):
-            self._events.append(TruncationDetected(report, "seek", decision))
-            self.seek(decision, source="truncation_handler")
+            self._events.append(TruncationDetected(report, TruncationOutcome.SEEK, decision))
+            self.seek(decision, source=PositionSource.TRUNCATION_HANDLER)
             return
         if decision is TruncationDecision.REWIND:
             target = report.divergence
@@ -927,19 +1106,19 @@ class PartitionTracker:
                     self._hist_epoch = self._hist[-1][0]
                 else:
                     self._clear_history()
-                self._source = "rewind"
+                self._source = PositionSource.REWIND
                 self._bump()
-                self._events.append(TruncationDetected(report, "rewind", target))
+                self._events.append(TruncationDetected(report, TruncationOutcome.REWIND, target))
                 return
             strategy = self._policy.auto_offset_reset
             if strategy is not ResetStrategy.NONE:
-                self._events.append(TruncationDetected(report, "reset", None))
-                self._begin_reset(strategy, "truncation_divergence_unknown")
+                self._events.append(TruncationDetected(report, TruncationOutcome.RESET, None))
+                self._begin_reset(strategy, ResetReason.TRUNCATION_DIVERGENCE_UNKNOWN)
                 return
         self._stop_truncated(report)
 
     def _reset_again(self, divergence: EpochOffset | None) -> None:
-        reason = "log_truncated_below_reset_position"
+        reason = ResetReason.LOG_TRUNCATED_BELOW_RESET_POSITION
         if divergence is None:
             self._begin_reset(self._reset_strategy, reason)
             return
@@ -954,9 +1133,9 @@ class PartitionTracker:
             self._goto(T.TRUNCATION_RAISED)
         self._error = LogTruncationError(report)
         self._bump()
-        self._events.append(TruncationDetected(report, "raise", None))
+        self._events.append(TruncationDetected(report, TruncationOutcome.RAISE, None))
 
-    def _no_valid_offset(self, reason: str, no_offset: bool = False) -> None:
+    def _no_valid_offset(self, reason: ResetReason | str, no_offset: bool = False) -> None:
         strategy = self._policy.auto_offset_reset
         if strategy is ResetStrategy.NONE:
             position = self.position
@@ -972,7 +1151,7 @@ class PartitionTracker:
         self._error = None
         self._begin_reset(strategy, reason)
 
-    def _begin_reset(self, strategy: ResetStrategy, reason: str) -> None:
+    def _begin_reset(self, strategy: ResetStrategy, reason: ResetReason | str) -> None:
         self._goto(T.RESET_REQUESTED)
         self._reset_strategy = strategy
         self._reset_reason = reason

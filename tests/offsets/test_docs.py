@@ -27,3 +27,16 @@ def test_concepts_doc_has_the_mermaid_diagrams() -> None:
     text = (DOCS / "concepts.md").read_text()
     assert text.count("```mermaid") >= 2
     assert "epoch cache" in text
+
+
+def test_design_doc_lists_every_sub_state() -> None:
+    from epochguard.offsets import SUB_STATES
+
+    text = (DOCS / "design.md").read_text()
+    for field, sub in SUB_STATES.items():
+        row = next((line for line in text.splitlines() if line.startswith(f"| `{field}` |")), None)
+        assert row is not None, field
+        for state in sub.states:
+            assert f"`{state.name}`" in row, (field, state)
+        for method in sub.written_by + sub.read_by:
+            assert f"`{method}`" in row, (field, method)

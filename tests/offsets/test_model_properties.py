@@ -10,6 +10,7 @@ from the model. Checked at every step:
 * every reported truncation happened: the records it calls lost differ from the leader's log;
 * reported divergence points are exact: everything this tracker read below the point is still
   in the leader's log, everything from it on is not;
+* every sub-state of the tracker (``SUB_STATES``) is idle outside the states it refines;
 * at the end, with a stable leader, the tracker is either stopped by a report or caught up,
   and everything consumed (and not reported lost) is in the leader's log.
 """
@@ -42,6 +43,7 @@ from epochguard.offsets import (
     WaitAction,
 )
 from epochguard.offsets.events import ListOffsetsPurpose, MetadataRefreshNeeded
+from epochguard.offsets.state import SUB_STATES
 
 TP = TopicPartition("model", 0)
 MAX_EXAMPLES = int(os.environ.get("EPOCHGUARD_MODEL_EXAMPLES", "800"))
@@ -259,6 +261,9 @@ class App:
             tr.on_list_offsets(a, off, e, err, self.now)
             assert a.purpose in ListOffsetsPurpose
         self.handle_events()
+        for name, sub in SUB_STATES.items():
+            if tr.state not in sub.states:
+                assert getattr(tr, name) == sub.idle, f"{name} left over in {tr.state}"
         if tr.state is PartitionState.FETCHING and tr.topic_id == self.cluster.topic_id:
             self.saved = tr.position
             self.saved_exact = tr.position_is_exact

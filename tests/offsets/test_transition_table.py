@@ -24,7 +24,7 @@ from epochguard.offsets import (
     ValidateAction,
     WaitAction,
 )
-from epochguard.offsets.state import STOPPED_STATES
+from epochguard.offsets.state import STOPPED_STATES, SUB_STATES, TRACKER_FIELDS
 
 S, T = PartitionState, Trigger
 TP = TopicPartition("table", 0)
@@ -109,6 +109,45 @@ def test_every_row_of_the_table(
     assert tr.state is target
 
 
+def assert_sub_states_idle(tr: PartitionTracker) -> None:
+    """Outside the states it refines, every sub-state holds its idle value."""
+    for field, sub in SUB_STATES.items():
+        if tr.state not in sub.states:
+            assert getattr(tr, field) == sub.idle, (field, tr.state, getattr(tr, field))
+
+
+def test_every_tracker_field_is_listed() -> None:
+    """Nothing hidden: each slot is a documented sub-state or a documented field, and the
+    methods the sub-state table names exist."""
+    slots = set(PartitionTracker.__slots__)
+    assert not set(SUB_STATES) & set(TRACKER_FIELDS)
+    assert set(SUB_STATES) | set(TRACKER_FIELDS) == slots
+    for field, sub in SUB_STATES.items():
+        assert sub.states and sub.states <= set(S), field
+        for method in sub.written_by + sub.read_by:
+            assert callable(getattr(PartitionTracker, method, None)), (field, method)
+
+
+def test_leaving_a_state_puts_its_sub_states_back() -> None:
+    """A second validation round and a log-start probe, then a seek: nothing of the
+    validation is left behind for the next one."""
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "raise"))
+    tr.on_metadata(1, 5, "id-1")
+    tr.seek(EpochOffset(10, 3))
+    assert tr.state is S.AWAIT_VALIDATION and tr._query_epoch == 3
+    tr.on_validation(_act(tr), 0, None, None, 0.0)  # the leader knows no epoch <= 3
+    assert tr._probe and tr.state is S.AWAIT_VALIDATION
+    probe = _act(tr)
+    assert isinstance(probe, ResetAction) and probe.purpose == "log_start_probe"
+    tr.seek(EpochOffset(4))
+    assert tr.state is S.FETCHING
+    assert_sub_states_idle(tr)
+    tr.on_fetch_error(_act(tr), ErrorCode.OFFSET_OUT_OF_RANGE, 0.0)
+    assert tr.state is S.AWAIT_RESET and tr._reset_reason == "offset_out_of_range"
+    tr.on_list_offsets(_act(tr), 7, 5)
+    assert tr.state is S.FETCHING and tr._reset_reason is None
+
+
 def test_table_has_no_dead_states() -> None:
     reachable = {n for row in TRANSITIONS.values() for n in row.values()}
     assert reachable | {S.INITIALIZING} == set(S)
@@ -173,15 +212,19 @@ def test_fuzz_inputs_keep_the_invariants(
                 sent.append(a)
             code = op[1] if name == "error" else 0
             x, e, end = (op[1], op[2], op[3]) if name == "act" else (3, 1, 5)
+            # The wire layer hands "undefined" over as None; -1 must mean the same.
+            ne, nend = (None, None) if e < 0 and x % 2 else (e, end)
             if isinstance(a, FetchAction):
                 if code:
                     tr.on_fetch_error(a, code, now)
                 elif e >= 0 and x % 3 == 0:
                     tr.on_diverging_epoch(a, e, end, now)
+                elif e < 0 and x % 3 == 0:
+                    tr.on_diverging_epoch(a, None, None if end < 0 else end, now)
                 else:
                     tr.on_records(a, a.offset, a.offset + x % 5, e)
             elif isinstance(a, ValidateAction):
-                tr.on_validation(a, code if code != 1 else 0, e, end, now)
+                tr.on_validation(a, code if code != 1 else 0, ne, nend, now)
             elif isinstance(a, ResetAction):
                 tr.on_list_offsets(a, max(end, 0), e, code if code != 1 else 0, now)
         after = tr.state
@@ -196,4 +239,5 @@ def test_fuzz_inputs_keep_the_invariants(
             assert tr.error is not None and tr.next_action(now) is None
         if after is S.TRUNCATED:
             assert tr.last_report is not None
+        assert_sub_states_idle(tr)
         tr.drain_events()

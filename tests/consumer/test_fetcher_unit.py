@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from types import SimpleNamespace as NS
 from typing import Any
@@ -253,3 +254,40 @@ def test_list_offsets_lookup_at_leader_epoch_0_is_fenced_at_0(mocker: Any) -> No
     (node, request) = sent[0]
     assert node == 1
     assert request.topics[0].partitions[0].current_leader_epoch == 0
+
+
+def test_pump_until_applies_answers_and_stops_at_the_predicate(mocker: Any) -> None:
+    f, client = _fetcher(mocker)
+    f.metadata_topics.add("t")
+    pending: list[Future] = []
+
+    def send(*_args: Any) -> Future:
+        pending.append(Future())
+        return pending[-1]
+
+    client.send.side_effect = send
+    # A deadline already past ends it at once, with the predicate's value, sending nothing.
+    assert not f.pump_until(lambda: False, 0.0)
+    assert f.pump_until(lambda: True, 0.0)
+    assert pending == []
+    # Otherwise it sends what is due (the metadata request) until the predicate holds.
+    assert f.pump_until(lambda: bool(pending), time.monotonic() + 60)
+    assert len(pending) == 1
+    pending[0].success(_metadata(leader=1, epoch=0))
+    assert f.pump_until(lambda: f.metadata.leader_of(TP) == 1, 0.0)
+    assert f.metadata.epoch_of(TP) == 0  # epoch 0 is kept as 0, not "unknown"
+
+
+def test_metadata_failures_back_off_with_retry_backoff(mocker: Any) -> None:
+    from epochguard.consumer.metadata import Metadata
+
+    config = build_config({"retry_backoff_ms": 100, "reconnect_backoff_max_ms": 1000})
+    m = Metadata(config)
+    m.topics.add("t")
+    delays = []
+    for _ in range(6):
+        assert m.due(m.next_at) is not None
+        m.on_failure(OSError("down"), 50.0)
+        delays.append(round(m.next_at - 50.0, 3))
+    assert delays == [0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
+    assert m.due(m.next_at) is not None  # still asking

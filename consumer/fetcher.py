@@ -365,11 +365,10 @@ class Fetcher:
                 wake_at = min(wake_at, action.until)
             elif isinstance(action, FetchAction):
                 pf = None if source is None else source.prefetches.get(tp)
-                if pf is not None:
+                if source is not None and pf is not None:
                     if pf.matches(action):
-                        if pf.done:
-                            del source.prefetches[tp]  # type: ignore[union-attr]
-                            assert pf.answer is not None
+                        if pf.answer is not None:
+                            del source.prefetches[tp]
                             ready.append((action, pf.answer))
                         else:
                             pf.waiting = action  # answered when the prefetch completes
@@ -459,7 +458,7 @@ class Fetcher:
                     self.metrics.prefetches_used += 1
                     self._apply_partition(found.waiting, p, now)
                 else:
-                    found.answer, found.done = p, True
+                    found.answer = p
         else:
             self.metrics.request_failures += 1
         # Failed, or left out of the answer: the tracker's request (if made) goes out again.

@@ -52,12 +52,12 @@ class Prefetch:
     leader epoch and last fetched epoch); otherwise it is thrown away. The tracker still
     sees one answer per request it made, so it keeps every decision."""
 
-    __slots__ = ("answer", "done", "entry", "node", "waiting")
+    __slots__ = ("answer", "entry", "node", "waiting")
 
     def __init__(self, node: int, entry: wire.FetchEntry) -> None:
         self.node = node
         self.entry = entry
-        self.done = False
+        #: The partition's part of the answer, once it arrived (and nobody waited for it).
         self.answer: wire.FetchedPartition | None = None
         self.waiting: FetchAction | None = None
 

@@ -32,20 +32,23 @@ __all__ = ["CommitFailedError", "GroupCoordinator"]
 
 log = structlog.get_logger("epochguard.consumer")
 
-E = wire.ERR
 #: The coordinator moved or is not ready: look it up again.
 _COORDINATOR_ERRORS = (
-    E.CoordinatorLoadInProgressError,
-    E.CoordinatorNotAvailableError,
-    E.NotCoordinatorError,
+    kerrors.CoordinatorLoadInProgressError,
+    kerrors.CoordinatorNotAvailableError,
+    kerrors.NotCoordinatorError,
 )
 #: This member's generation is over: join again.
-_REJOIN_ERRORS = (E.IllegalGenerationError, E.UnknownMemberIdError, E.RebalanceInProgressError)
+_REJOIN_ERRORS = (
+    kerrors.IllegalGenerationError,
+    kerrors.UnknownMemberIdError,
+    kerrors.RebalanceInProgressError,
+)
 #: OffsetFetch partitions that are not readable yet: ask again.
 _OFFSET_FETCH_RETRY = (
-    E.CoordinatorLoadInProgressError,
-    E.NotCoordinatorError,
-    E.UnstableOffsetCommitError,
+    kerrors.CoordinatorLoadInProgressError,
+    kerrors.NotCoordinatorError,
+    kerrors.UnstableOffsetCommitError,
 )
 #: Between FindCoordinator attempts.
 _LOOKUP_BACKOFF = RetryBackoff(0.1, 1.0)
@@ -234,7 +237,7 @@ class GroupCoordinator:
                 if time.monotonic() < deadline:
                     time.sleep(_RETRY_S)
                     continue
-            if any(issubclass(e, (*_REJOIN_ERRORS, E.FencedInstanceIdError)) for e in errors):
+            if any(issubclass(e, (*_REJOIN_ERRORS, kerrors.FencedInstanceIdError)) for e in errors):
                 self.rejoin_needed = True
                 codes = sorted(int(e.errno) for e in errors)
                 raise CommitFailedError(
@@ -283,17 +286,17 @@ class GroupCoordinator:
                 time.sleep(_RETRY_S)
                 continue
             err = wire.error_from_wire(resp.error_code)
-            if err is E.MemberIdRequiredError:
+            if err is kerrors.MemberIdRequiredError:
                 self.member_id = resp.member_id
                 continue
             if err is not None and issubclass(err, _COORDINATOR_ERRORS):
                 self.coordinator_dead()
                 time.sleep(_RETRY_S)
                 continue
-            if err is E.UnknownMemberIdError:
+            if err is kerrors.UnknownMemberIdError:
                 self.member_id = ""
                 continue
-            if err is E.RebalanceInProgressError:
+            if err is kerrors.RebalanceInProgressError:
                 continue
             if err is not None:
                 raise err()
@@ -322,7 +325,7 @@ class GroupCoordinator:
             if serr is not None and issubclass(serr, _COORDINATOR_ERRORS):
                 self.coordinator_dead()
                 continue
-            if serr is E.UnknownMemberIdError:
+            if serr is kerrors.UnknownMemberIdError:
                 self.member_id = ""
                 continue
             if serr is not None and issubclass(serr, _REJOIN_ERRORS):

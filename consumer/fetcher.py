@@ -406,15 +406,7 @@ class Fetcher:
         return wake_at
 
     def _send_fetch(self, source: Source, actions: list[FetchAction]) -> None:
-        request, names = wire.fetch_request(
-            [
-                wire.FetchEntry(
-                    a.tp, a.offset, a.current_leader_epoch, a.last_fetched_epoch, a.topic_id
-                )
-                for a in actions
-            ],
-            self._fetch_params,
-        )
+        request, names = wire.fetch_request(actions, self._fetch_params)
         source.request_sent()
         self.metrics.fetch_requests += 1
         fut = self._client.send(source.node, request, self._fetch_timeout_ms)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import attrs
 import kafka.errors as ERR
@@ -50,6 +50,7 @@ __all__ = [
     "FetchAnswer",
     "FetchEntry",
     "FetchParams",
+    "FetchTarget",
     "FetchedPartition",
     "ListedOffset",
     "MetadataAnswer",
@@ -230,6 +231,21 @@ def read_metadata(response: Any) -> MetadataAnswer:
 # ---------------------------------------------------------------------------------- fetch
 
 
+class FetchTarget(Protocol):
+    """What :func:`fetch_request` reads per partition (a tracker's ``FetchAction`` is one)."""
+
+    @property
+    def tp(self) -> TopicPartition: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def current_leader_epoch(self) -> int | None: ...
+    @property
+    def last_fetched_epoch(self) -> int | None: ...
+    @property
+    def topic_id(self) -> str | None: ...
+
+
 @attrs.frozen
 class FetchEntry:
     """One partition of a Fetch: where to read and the epochs that fence/validate it."""
@@ -285,7 +301,7 @@ class FetchAnswer:
 
 
 def fetch_request(
-    entries: Iterable[FetchEntry], params: FetchParams
+    entries: Iterable[FetchTarget], params: FetchParams
 ) -> tuple[Any, dict[uuid.UUID, str]]:
     """A Fetch for ``entries`` and the topic names by id (v13+ answers name topics by id
     only). Falls back to v12 (by name) when any topic's id is unknown."""
@@ -294,11 +310,12 @@ def fetch_request(
     FP = FetchRequest.FetchTopic.FetchPartition
     pmax = params.partition_max_bytes
     for e in entries:
-        tp = e.tp
-        ids[tp.topic] = topic_id_to_wire(e.topic_id)
-        by_topic.setdefault(tp.topic, []).append(
+        topic = e.tp.topic
+        if topic not in ids:  # one id per topic: parse it once per request
+            ids[topic] = topic_id_to_wire(e.topic_id)
+        by_topic.setdefault(topic, []).append(
             FP(
-                partition=tp.partition,
+                partition=e.tp.partition,
                 current_leader_epoch=epoch_to_wire(e.current_leader_epoch),
                 fetch_offset=e.offset,
                 last_fetched_epoch=epoch_to_wire(e.last_fetched_epoch, "last fetched epoch"),

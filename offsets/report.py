@@ -49,7 +49,7 @@ class TruncationReport:
     divergence: EpochOffset | None
     detected_by: DetectedBy = attrs.field(converter=DetectedBy)
     new_leader_epoch: int | None = None
-    position_source: str | None = None
+    position_source: PositionSource | str | None = None
 
     @property
     def topic(self) -> str:

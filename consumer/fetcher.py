@@ -107,6 +107,10 @@ def _all_done(futures: list[Any]) -> bool:
     return all(f.is_done for f in futures)
 
 
+def _refreshed(metadata: Metadata, since: float, not_before: float) -> bool:
+    return time.monotonic() >= not_before and metadata.fresh_since(since)
+
+
 def _ignore(_context: Any, _future: Any) -> None:
     """Completion handler for futures whose answers are read by the code that waits."""
 
@@ -755,10 +759,13 @@ class Fetcher:
                     raise KafkaTimeoutError(
                         f"ListOffsets got no answer within {timeout_s:.1f}s for {sorted(pending)}"
                     )
+                asked = time.monotonic()
                 self.request_metadata()
-                retry_at = min(deadline, time.monotonic() + _LOOKUP_BACKOFF.delay(attempt))
-                self.pump_until(lambda: False, retry_at)
+                retry_at = asked + _LOOKUP_BACKOFF.delay(attempt)
                 attempt += 1
+                # A refused lookup (FENCED, NOT_LEADER, ...) means our leaders or epochs were
+                # stale: ask again with metadata sent after it, and not before the backoff.
+                self.pump_until(functools.partial(_refreshed, metadata, asked, retry_at), deadline)
         return result
 
     def ensure_metadata(self, tps: Iterable[TopicPartition], deadline: float) -> None:

@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-import structlog
 from kafka.protocol.consumer import (
     FetchRequest,
     ListOffsetsRequest,
@@ -25,6 +24,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import MetadataRequest
 from kafka.structs import TopicPartition
 
+from epochguard._log import get_logger
 from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.records import ConsumerRecord, Deserializer, decode_records
 from epochguard.offsets.events import (
@@ -42,7 +42,7 @@ from epochguard.offsets.state import PartitionState, PartitionTracker
 
 __all__ = ["Fetcher", "FetcherMetrics"]
 
-log = structlog.get_logger("epochguard.consumer")
+log = get_logger("epochguard.consumer")
 
 _FETCHING = PartitionState.FETCHING
 _ZERO_UUID = uuid.UUID(int=0)

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kafka.errors as kerrors
-import structlog
 from kafka.protocol.consumer import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -32,12 +31,13 @@ from kafka.protocol.consumer.metadata import (
 from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.structs import TopicPartition
 
+from epochguard._log import get_logger
 from epochguard.consumer.client import BrokerClient
 from epochguard.offsets.position import EpochOffset
 
 __all__ = ["CommitFailedError", "GroupCoordinator"]
 
-log = structlog.get_logger("epochguard.consumer")
+log = get_logger("epochguard.consumer")
 
 _COORDINATOR_ERRORS = {14, 15, 16}  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
 _REJOIN_ERRORS = {22, 25, 27}  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS

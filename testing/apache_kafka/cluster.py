@@ -28,7 +28,6 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import attrs
-import structlog
 from kafka.protocol.admin import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
@@ -56,12 +55,13 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 
+from epochguard._log import get_logger
 from epochguard.testing.apache_kafka import process
 from epochguard.testing.apache_kafka.jars import KafkaJars, ensure_kafka_jars
 from epochguard.testing.apache_kafka.probe import JavaTruncationProbe
 from epochguard.testing.apache_kafka.wire import WireError, call, error_name
 
-log = structlog.get_logger(__name__)
+log = get_logger("epochguard.testing.apache_kafka")
 
 T = TypeVar("T")
 

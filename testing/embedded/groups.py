@@ -20,9 +20,10 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
-import structlog
 
-log = structlog.get_logger("epochguard.testing.embedded.groups")
+from epochguard._log import get_logger
+
+log = get_logger("epochguard.testing.embedded.groups")
 
 # Kafka error codes used by the coordinator.
 NONE = 0

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from epochlog_model import Cluster, Rec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -42,6 +41,8 @@ from epochguard.offsets import (
     WaitAction,
 )
 from epochguard.offsets.events import ListOffsetsPurpose, MetadataRefreshNeeded
+
+from .epochlog_model import Cluster, Rec
 
 TP = TopicPartition("model", 0)
 MAX_EXAMPLES = int(os.environ.get("EPOCHGUARD_MODEL_EXAMPLES", "800"))

@@ -211,7 +211,7 @@ def test_no_jvm_survives_a_killed_test_process(kafka_jars: KafkaJars) -> None:
         from epochguard.testing.apache_kafka import ApacheKafkaCluster, KafkaJars
         from epochguard.testing.apache_kafka.process import live_pids
         jars = KafkaJars(version=sys.argv[1], home=Path(sys.argv[2]))
-        cluster = ApacheKafkaCluster(num_brokers=1, jars=jars).start()
+        cluster = ApacheKafkaCluster(brokers=1, jars=jars).start()
         print("PIDS", *live_pids(), flush=True)
         time.sleep(600)
         """

@@ -5,18 +5,22 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+from typing import Any
 
 import pytest
-import structlog
 
 from epochguard._log import EventDict, get_logger
 
 from .conftest import TP0, make_consumer, read, setup_topic, unclean_elect
 
 pytestmark = pytest.mark.timeout(60)
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 # A library run: an EmbeddedCluster, a producer-free append, an EpochConsumer that reads
 # everything and commits. Any print or structlog default output would show up here.
@@ -155,35 +159,46 @@ def test_event_dict_renders_as_name_and_fields() -> None:
     assert str(EventDict(event="x", a=1, b="s", exc_info=None)) == "x a=1 b='s'"
 
 
-def test_processor_formatter_renders_json() -> None:
-    """The JSON recipe of docs/consumer.md, on the library's own records."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.stdlib.add_log_level,
-                structlog.stdlib.add_logger_name,
-                structlog.processors.JSONRenderer(),
-            ]
-        )
-    )
-    target = logging.getLogger("epochguard.test_json")
-    target.addHandler(handler)
-    target.setLevel(logging.INFO)
+def _json_recipe() -> str:
+    text = (DOCS / "consumer.md").read_text().split("## 10. Logging", 1)[1]
+    (block,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    return block
+
+
+def test_docs_json_recipe_gives_one_json_object_per_event(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    namespace: dict[str, Any] = {}
+    root = logging.getLogger()
+    saved_level = root.level
+    exec(compile(_json_recipe(), "docs/consumer.md:logging-json", "exec"), namespace)
     try:
-        get_logger("epochguard.test_json").info("offset_reset", topic="t", partition=0)
+        get_logger("epochguard.consumer").warning(
+            "truncation_detected", topic="orders", partition=0, lost_count=5
+        )
+        get_logger("epochguard.consumer").debug("fetch_failed", node=1)  # below INFO
+        logging.getLogger("kafka.conn").warning("plain %s record", "kafka-python")
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            get_logger("epochguard.testing.embedded").exception("handler_failed", broker=1)
     finally:
-        target.removeHandler(handler)
-        target.setLevel(logging.NOTSET)
-    assert json.loads(stream.getvalue()) == {
-        "event": "offset_reset",
-        "topic": "t",
+        root.removeHandler(namespace["handler"])
+        root.setLevel(saved_level)
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert len(lines) == 3
+    first, plain, failed = lines
+    assert {k: first[k] for k in ("event", "topic", "partition", "lost_count", "level")} == {
+        "event": "truncation_detected",
+        "topic": "orders",
         "partition": 0,
-        "level": "info",
-        "logger": "epochguard.test_json",
+        "lost_count": 5,
+        "level": "warning",
     }
+    assert first["logger"] == "epochguard.consumer" and "timestamp" in first
+    assert plain["event"] == "plain kafka-python record" and plain["logger"] == "kafka.conn"
+    assert failed["event"] == "handler_failed" and failed["broker"] == 1
+    assert "RuntimeError: boom" in failed["exception"]
 
 
 def test_cli_runner_sends_events_to_stderr_only() -> None:

@@ -77,9 +77,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m epochguard.testin
     stop = threading.Event()
     # Handlers first: a signal that arrives once the bootstrap line is out must stop us.
     with _stop_on_signals(), cli_output(sys.stderr, logging.INFO):
-        args = parser(prog).parse_args(argv)
         try:
-            return _run(args, stop)
+            return _run(parser(prog).parse_args(argv), stop)
         except KeyboardInterrupt:
             return 0  # Ctrl-C is the normal way to stop; the cluster closed on the way out
 

@@ -224,7 +224,7 @@ def test_no_jvm_survives_a_killed_test_process(kafka_jars: KafkaJars) -> None:
     try:
         assert child.stdout is not None
         line = ""
-        for line in child.stdout:  # structlog events come first
+        for line in child.stdout:  # skip anything printed before the PIDS line
             if line.startswith("PIDS"):
                 break
         pids = [int(p) for p in line.split()[1:]]

@@ -89,9 +89,11 @@ def _stop_on_signals() -> Iterator[None]:
 
     Python installs its KeyboardInterrupt handler only when SIGINT is not ignored at start-up;
     a runner started from a background job of a non-interactive shell (``make test &``, CI
-    wrappers) inherits SIGINT ignored and never stopped on Ctrl-C. Installing the handler
-    here makes Ctrl-C work however the runner was started. A second signal while the
-    cluster is closing is ignored, so the close runs to its end.
+    wrappers) inherits SIGINT ignored and never stopped on Ctrl-C. Likewise a blocked signal
+    mask is inherited across fork and exec: a runner spawned by a thread that blocks SIGINT
+    keeps it pending forever. Installing the handler and unblocking both signals here makes
+    Ctrl-C work however the runner was started. A second signal while the cluster is closing
+    is ignored, so the close runs to its end.
     """
     if threading.current_thread() is not threading.main_thread():
         yield  # in-process call from a worker thread: signals are not ours to take
@@ -104,10 +106,13 @@ def _stop_on_signals() -> Iterator[None]:
             fired = True
             raise KeyboardInterrupt
 
-    saved = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    ours = {signal.SIGINT, signal.SIGTERM}
+    saved = {s: signal.signal(s, on_signal) for s in ours}
+    saved_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, ours)
     try:
         yield
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, saved_mask)
         for s, handler in saved.items():
             signal.signal(s, handler)
 

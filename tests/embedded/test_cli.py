@@ -127,6 +127,23 @@ def test_ctrl_c_stops_a_runner_started_with_sigint_ignored() -> None:
         _stop(proc)
 
 
+def _block_sigint() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def test_ctrl_c_stops_a_runner_started_with_sigint_blocked() -> None:
+    """The signal mask is inherited across fork and exec: a runner spawned by a thread that
+    blocks SIGINT would keep the signal pending forever."""
+    proc = _runner("--brokers", "1", preexec_fn=_block_sigint)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("127.0.0.1:")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        _stop(proc)
+
+
 def test_sigterm_closes_the_cluster_and_exits_0() -> None:
     proc = _runner("--brokers", "1")
     try:

@@ -30,10 +30,15 @@ __all__ = ["run_demo"]
 
 def run_demo(out: TextIO = sys.stdout, fast: bool = False) -> int:
     """Run the walk-through; returns 0 when everything happened as described."""
-    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    kafka_logger = logging.getLogger("kafka")
+    saved = kafka_logger.level
+    kafka_logger.setLevel(logging.CRITICAL)  # the brokers it stops make kafka-python warn
     # The demo is an application: it shows epochguard's warnings (the truncation) on stderr.
-    with cli_output(sys.stderr, logging.WARNING):
-        return _run_demo(out, fast)
+    try:
+        with cli_output(sys.stderr, logging.WARNING):
+            return _run_demo(out, fast)
+    finally:
+        kafka_logger.setLevel(saved)
 
 
 def _run_demo(out: TextIO, fast: bool) -> int:

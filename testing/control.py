@@ -131,7 +131,7 @@ def _append(c: EmbeddedCluster, a: dict[str, Any]) -> Any:
     return {"base_offset": c.append(a["topic"], a["partition"], values, batch_size=1)}
 
 
-def _ping(c: EmbeddedCluster, a: dict[str, Any]) -> Any:
+def _nothing(c: EmbeddedCluster, a: dict[str, Any]) -> Any:
     return {}
 
 
@@ -139,7 +139,7 @@ def _ping(c: EmbeddedCluster, a: dict[str, Any]) -> Any:
 OPERATIONS: Mapping[str, Operation] = {
     op.name: op
     for op in (
-        Operation("ping", (), _ping, "check the runner answers"),
+        Operation("ping", (), _nothing, "check the runner answers"),
         Operation("describe_cluster", (), _describe_cluster, "bootstrap servers, brokers, running"),
         Operation(
             "create_topic",
@@ -182,7 +182,7 @@ OPERATIONS: Mapping[str, Operation] = {
             _append,
             "append records on the leader, one batch each",
         ),
-        Operation("shutdown", (), _ping, "close the cluster; the runner exits 0"),
+        Operation("shutdown", (), _nothing, "close the cluster; the runner exits 0"),
     )
 }
 

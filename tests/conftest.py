@@ -22,6 +22,8 @@ def aliased_modules(names: Iterable[str]) -> list[str]:
 def _no_top_level_package_copies() -> Iterator[None]:
     yield
     leaked = aliased_modules(list(sys.modules))
+    for name in leaked:
+        del sys.modules[name]  # blame this test only, not every test after it
     assert not leaked, (
         f"imported outside the epochguard namespace: {leaked}; import epochguard.<name>"
     )

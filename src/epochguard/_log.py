@@ -49,6 +49,8 @@ def _to_record(logger: Any, method_name: str, event_dict: Any) -> Any:
             exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
         event_dict["exc_info"] = exc_info
         kwargs["exc_info"] = exc_info
+    if event_dict.get("stack_info"):
+        kwargs["stack_info"] = True
     return (EventDict(event_dict),), kwargs
 
 

@@ -147,6 +147,13 @@ def test_records_point_at_the_caller_and_keep_exceptions(
     assert record.exc_info is not None and record.exc_info[0] is RuntimeError
     assert record.msg["conn"] == 7 and record.msg["api_key"] == 1
     assert "RuntimeError: boom" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="epochguard.test_exc"):
+        log.warning("slow_close", stack_info=True)
+    (record,) = caplog.records
+    assert record.stack_info is not None and "test_records_point_at_the_caller" in (
+        record.stack_info
+    )
 
 
 def test_logger_names_are_checked() -> None:

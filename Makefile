@@ -15,8 +15,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# setuptools>=77 (PEP 639 license fields) and wheel in the venv itself, so builds need no
+# network: pip install --no-build-isolation -e . and python -m build --no-isolation.
 $(STAMP): pyproject.toml setup.py consumer/_crecords.c | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --upgrade 'setuptools>=77' wheel
+	$(BIN)/python -m pip install --quiet --no-build-isolation -e '.[dev]'
 	touch $(STAMP)
 
 venv install: $(STAMP)
@@ -26,7 +29,7 @@ kafka-jars: $(STAMP)
 	$(BIN)/python -m epochguard.testing.apache_kafka
 
 test: $(STAMP) kafka-jars
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -P -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -19,15 +19,16 @@ import time
 from typing import Any
 
 import kafka.errors as kerrors
-import structlog
 from kafka.future import Future
 from kafka.net.manager import KafkaConnectionManager
 from kafka.net.selector import NetworkSelector
 from kafka.net.transport import KafkaTCPTransport
 
+from epochguard._log import get_logger
+
 __all__ = ["BrokerClient"]
 
-log = structlog.get_logger("epochguard.consumer")
+log = get_logger("epochguard.consumer")
 
 #: Connection errors that retrying cannot fix: bootstrap stops at the first one and raises it
 #: (as Java's client does), instead of retrying until the bootstrap timeout.

@@ -20,10 +20,10 @@ from typing import Any, Self
 
 import attrs
 import kafka.errors as kerrors
-import structlog
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
+from epochguard._log import get_logger
 from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.config import build_config
 from epochguard.consumer.errors import (
@@ -44,7 +44,7 @@ from epochguard.offsets.state import PartitionState, PartitionTracker
 
 __all__ = ["EpochConsumer", "ValidationResult"]
 
-log = structlog.get_logger("epochguard.consumer")
+log = get_logger("epochguard.consumer")
 
 _STOPPED = (PartitionState.TRUNCATED, PartitionState.NO_VALID_OFFSET)
 

@@ -15,9 +15,9 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
-import structlog
 from kafka.structs import TopicPartition
 
+from epochguard._log import cli_output
 from epochguard.consumer.consumer import EpochConsumer
 from epochguard.consumer.records import ConsumerRecord
 from epochguard.offsets.report import TruncationReport
@@ -28,22 +28,22 @@ if TYPE_CHECKING:
 __all__ = ["run_demo"]
 
 
-def _quiet() -> None:
-    logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.dev.ConsoleRenderer(colors=False),
-        ],
-    )
-
-
 def run_demo(out: TextIO = sys.stdout, fast: bool = False) -> int:
     """Run the walk-through; returns 0 when everything happened as described."""
+    kafka_logger = logging.getLogger("kafka")
+    saved = kafka_logger.level
+    kafka_logger.setLevel(logging.CRITICAL)  # the brokers it stops make kafka-python warn
+    # The demo is an application: it shows epochguard's warnings (the truncation) on stderr.
+    try:
+        with cli_output(sys.stderr, logging.WARNING):
+            return _run_demo(out, fast)
+    finally:
+        kafka_logger.setLevel(saved)
+
+
+def _run_demo(out: TextIO, fast: bool) -> int:
     from epochguard.testing import EmbeddedCluster
 
-    _quiet()
     pause = 0.0 if fast else 0.4
 
     def say(text: str = "") -> None:

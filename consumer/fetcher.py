@@ -25,10 +25,10 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-import structlog
 from kafka.errors import KafkaTimeoutError
 from kafka.structs import TopicPartition
 
+from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.metadata import Metadata
@@ -58,7 +58,7 @@ __all__ = [
     "FetcherMetrics",
 ]
 
-log = structlog.get_logger("epochguard.consumer")
+log = get_logger("epochguard.consumer")
 
 _FETCHING = PartitionState.FETCHING
 FETCH_MAX_VERSION = wire.FETCH_MAX_VERSION

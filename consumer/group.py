@@ -16,13 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kafka.errors as kerrors
-import structlog
 from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
 )
 from kafka.structs import TopicPartition
 
+from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
 from epochguard.offsets.policy import RetryBackoff
@@ -30,7 +30,7 @@ from epochguard.offsets.position import EpochOffset
 
 __all__ = ["CommitFailedError", "GroupCoordinator"]
 
-log = structlog.get_logger("epochguard.consumer")
+log = get_logger("epochguard.consumer")
 
 #: The coordinator moved or is not ready: look it up again.
 _COORDINATOR_ERRORS = (

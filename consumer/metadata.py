@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
 from kafka.structs import TopicPartition
 
+from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.offsets.policy import RetryBackoff
 
 __all__ = ["Metadata"]
 
-log = structlog.get_logger("epochguard.consumer")
+log = get_logger("epochguard.consumer")
 
 _QUIET_TOPIC_ERRORS = (wire.ERR.UnknownTopicOrPartitionError, wire.ERR.LeaderNotAvailableError)
 

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import crc32c
-import structlog
 
+from epochguard._log import get_logger
 from epochguard.consumer.errors import CorruptRecordError
 
 __all__ = [
@@ -84,7 +84,7 @@ class DecodedFetch(NamedTuple):
     size: int
 
 
-log = structlog.get_logger("epochguard.consumer")
+log = get_logger("epochguard.consumer")
 
 #: Set (to anything but ``0``) to use the pure-Python decoder even when the C one is built.
 PURE_PYTHON_ENV = "EPOCHGUARD_PURE_PYTHON"

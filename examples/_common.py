@@ -8,8 +8,6 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-import structlog
-
 
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
@@ -25,8 +23,9 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 def quiet() -> None:
+    """An application's logging set-up: epochguard's warnings (truncations) on stderr."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
 
 @contextlib.contextmanager

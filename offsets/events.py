@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from typing import Any, TypeAlias
 
 import attrs
-import structlog
 
+from epochguard._log import get_logger
 from epochguard.offsets.policy import ResetStrategy
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import DetectedBy, TruncationReport
@@ -280,11 +280,12 @@ EVENT_LEVELS: dict[str, str] = {
 
 
 def log_events(events: Iterable[Event], logger: Any = None) -> None:
-    """Log events as structlog events: the event's ``name`` and its ``to_dict()`` keys.
+    """Log events through the ``epochguard.offsets`` logger (stdlib ``logging``): the event's
+    ``name`` and its ``to_dict()`` keys. ``logger`` is any structlog-style logger instead.
 
     The core never logs by itself (its hot path stays free of logging); drivers call this
     with what they drained, or route events elsewhere.
     """
-    log = structlog.get_logger("epochguard") if logger is None else logger
+    log = get_logger("epochguard.offsets") if logger is None else logger
     for ev in events:
         getattr(log, EVENT_LEVELS.get(ev.name, "info"))(ev.name, **ev.to_dict())

@@ -1,16 +1,24 @@
-"""``python -m epochguard.testing``: run an EmbeddedCluster until Ctrl-C.
+"""``python -m epochguard.testing``: run an EmbeddedCluster until Ctrl-C (or SIGTERM).
 
-The first line printed is the bootstrap string, so scripts can read it.
+The first line printed is the bootstrap string, so scripts can read it; with
+``--control-port`` the second line is the control address (see
+:mod:`epochguard.testing.control`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import signal
 import sys
 import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
 
-import structlog
-
+from epochguard._log import cli_output
+from epochguard.testing.control import ControlServer
 from epochguard.testing.embedded.cluster import EmbeddedCluster
 
 
@@ -33,6 +41,20 @@ def parser(prog: str = "python -m epochguard.testing") -> argparse.ArgumentParse
     )
     p.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
     p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="the first broker's port; broker i listens on PORT+i (default: free ports)",
+    )
+    p.add_argument(
+        "--control-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve the JSON-lines control protocol on 127.0.0.1:PORT (0: a free port); "
+        "its address is the second line printed",
+    )
+    p.add_argument(
         "--topic",
         type=_topic,
         action="append",
@@ -52,36 +74,97 @@ def parser(prog: str = "python -m epochguard.testing") -> argparse.ArgumentParse
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m epochguard.testing") -> int:
-    args = parser(prog).parse_args(argv)
-    # stdout carries only the bootstrap string; the cluster's events go to stderr.
-    saved = structlog.get_config()
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    stop = threading.Event()
+    # Handlers first: a signal that arrives once the bootstrap line is out must stop us.
+    with _stop_on_signals(), cli_output(sys.stderr, logging.INFO):
+        try:
+            return _run(parser(prog).parse_args(argv), stop)
+        except KeyboardInterrupt:
+            return 0  # Ctrl-C is the normal way to stop; the cluster closed on the way out
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt in the main thread, once.
+
+    Python installs its KeyboardInterrupt handler only when SIGINT is not ignored at start-up;
+    a runner started from a background job of a non-interactive shell (``make test &``, CI
+    wrappers) inherits SIGINT ignored and never stopped on Ctrl-C. Likewise a blocked signal
+    mask is inherited across fork and exec: a runner spawned by a thread that blocks SIGINT
+    keeps it pending forever. Installing the handler and unblocking both signals here makes
+    Ctrl-C work however the runner was started. A second signal while the cluster is closing
+    is ignored, so the close runs to its end.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # in-process call from a worker thread: signals are not ours to take
+        return
+    fired = False
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            raise KeyboardInterrupt
+
+    ours = {signal.SIGINT, signal.SIGTERM}
+    saved = {s: signal.signal(s, on_signal) for s in ours}
+    saved_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, ours)
     try:
-        return _run(args)
-    except KeyboardInterrupt:
-        return 0  # Ctrl-C is the normal way to stop; the cluster closed on the way out
+        yield
     finally:
-        structlog.configure(**saved)
+        signal.pthread_sigmask(signal.SIG_SETMASK, saved_mask)
+        for s, handler in saved.items():
+            signal.signal(s, handler)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     if args.brokers < 1:
         print("--brokers must be at least 1", file=sys.stderr)
         return 2
-    with EmbeddedCluster(
-        brokers=args.brokers, auto_create_topics=args.auto_create_topics
-    ) as cluster:
+    try:
+        cluster = EmbeddedCluster(
+            brokers=args.brokers, auto_create_topics=args.auto_create_topics, port=args.port
+        )
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(cluster)
+        except OSError as e:
+            print(f"error: cannot listen on port {args.port}: {e}", file=sys.stderr)
+            return 1
         for name, partitions, rf in args.topic:
             cluster.create_topic(name, partitions, rf)
+        control = None
+        if args.control_port is not None:
+            control = ControlServer(cluster, args.control_port, on_shutdown=stop.set).start()
+            stack.callback(control.close)
         print(cluster.bootstrap_servers, flush=True)
+        if control is not None:
+            print(control.address, flush=True)
         print(
             f"# {args.brokers} brokers, topics: "
             f"{', '.join(n for n, _, _ in args.topic) or 'none'}; Ctrl-C stops",
             file=sys.stderr,
             flush=True,
         )
-        threading.Event().wait(args.exit_after)
+        _wait(stop, args.exit_after)
     return 0
+
+
+def _wait(stop: threading.Event, seconds: float | None) -> None:
+    """Until ``stop`` is set or ``seconds`` passed, waking often enough to run signal handlers.
+
+    Python runs signal handlers only in the main thread between bytecodes; waking every
+    0.2 s bounds the delay even when the kernel hands the signal to another thread.
+    """
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while not stop.is_set():
+        slice_s = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+        if slice_s <= 0:
+            return
+        stop.wait(slice_s)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -18,7 +20,18 @@ SUBPACKAGES = ("offsets", "consumer", "spark_connector", "testing")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",  # offline: the venv's own setuptools builds it
+            "--quiet",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
         check=True,
     )
     (built,) = out.glob("epochguard-*.whl")
@@ -72,3 +85,56 @@ def test_editable_install_resolves_to_the_source_tree() -> None:
     import epochguard.offsets
 
     assert Path(epochguard.offsets.__file__).resolve().parent == ROOT / "offsets"
+
+
+def test_version_is_defined_once() -> None:
+    import epochguard
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    assert importlib.metadata.version("epochguard") == epochguard.__version__
+
+
+def test_wheel_carries_the_version_and_the_license(wheel: Path) -> None:
+    import epochguard
+
+    assert wheel.name.startswith(f"epochguard-{epochguard.__version__}-")
+    names = zipfile.ZipFile(wheel).namelist()
+    (license_file,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    text = zipfile.ZipFile(wheel).read(license_file).decode()
+    assert text == (ROOT / "LICENSE").read_text()
+
+
+def test_license_is_the_apache_2_text() -> None:
+    text = (ROOT / "LICENSE").read_text()
+    assert text.lstrip().startswith("Apache License\n                           Version 2.0")
+    assert "END OF TERMS AND CONDITIONS" in text
+    assert text.rstrip().endswith("limitations under the License.")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+
+
+def test_venv_can_build_without_network() -> None:
+    """--no-build-isolation builds use the venv's setuptools/wheel: they must be new enough."""
+    from packaging.requirements import Requirement
+
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    for spec in requires:
+        req = Requirement(spec)
+        installed = importlib.metadata.version(req.name)
+        assert req.specifier.contains(installed, prereleases=True), (spec, installed)
+
+
+def test_tests_import_through_the_epochguard_namespace_only() -> None:
+    from tests.conftest import aliased_modules
+
+    # importlib mode names test modules after their path from the repo root.
+    assert __name__ == "tests.test_packaging"
+    assert aliased_modules(sys.modules) == []
+    # The check the autouse fixture runs after every test recognises a second copy.
+    assert aliased_modules(["consumer", "offsets.state", "testing.embedded", "kafka"]) == [
+        "consumer",
+        "offsets.state",
+        "testing.embedded",
+    ]
+    assert aliased_modules(["epochguard.consumer", "tests.consumer.conftest"]) == []

@@ -9,10 +9,11 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in {"-h", "--help"}:
         print(
-            "usage: epochguard {demo,cluster} [options]\n"
+            "usage: epochguard {demo,cluster,cluster-ctl} [options]\n"
             "  demo [--fast]   EpochConsumer on an embedded cluster through an unclean election\n"
             "  demo --sans-io  the sans-IO tracker alone on a simulated partition\n"
-            "  cluster         run an EmbeddedCluster and print its bootstrap servers"
+            "  cluster         run an EmbeddedCluster and print its bootstrap servers\n"
+            "  cluster-ctl     drive a running `cluster --control-port` (elections, brokers...)"
         )
         return 0
     if args[0] == "demo":
@@ -28,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
         from epochguard.testing.__main__ import main as cluster_main
 
         return cluster_main(args[1:], prog="epochguard cluster")
+    if args[0] == "cluster-ctl":
+        from epochguard.testing.control import ctl_main
+
+        return ctl_main(args[1:], prog="epochguard cluster-ctl")
     print(f"epochguard: unknown command {args[0]!r}", file=sys.stderr)
     return 2
 

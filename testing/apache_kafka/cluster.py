@@ -1,7 +1,7 @@
 """Real Apache Kafka (KRaft) brokers as local ``java`` processes, behind the ``Cluster`` protocol.
 
 Topology: one dedicated controller process (node id 3000, a static single-voter quorum) and
-``num_brokers`` broker-only processes (ids ``0..n-1``). Stopping any broker never touches the
+``brokers`` broker-only processes (ids ``0..n-1``). Stopping any broker never touches the
 controller quorum, so unclean elections, restarts and fencing all keep working.
 
 Per-replica log end offsets: a running broker answers ``ListOffsets(LATEST)`` sent with the
@@ -22,13 +22,13 @@ import subprocess
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import attrs
-import structlog
 from kafka.protocol.admin import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
@@ -57,12 +57,13 @@ from kafka.protocol.metadata import (
 )
 
 from epochguard._errors import ErrorCode
+from epochguard._log import get_logger
 from epochguard.testing.apache_kafka import process
 from epochguard.testing.apache_kafka.jars import KafkaJars, ensure_kafka_jars
 from epochguard.testing.apache_kafka.probe import JavaTruncationProbe
 from epochguard.testing.apache_kafka.wire import WireError, call, error_name
 
-log = structlog.get_logger(__name__)
+log = get_logger("epochguard.testing.apache_kafka")
 
 T = TypeVar("T")
 
@@ -232,16 +233,17 @@ def _last_offset_on_disk(partition_dir: Path) -> int:
 
 
 class ApacheKafkaCluster:
-    """A KRaft Apache Kafka cluster of one controller and ``num_brokers`` brokers on 127.0.0.1.
+    """A KRaft Apache Kafka cluster of one controller and ``brokers`` brokers on 127.0.0.1.
 
-    >>> with ApacheKafkaCluster(num_brokers=2) as cluster:
+    >>> with ApacheKafkaCluster(brokers=2) as cluster:
     ...     cluster.create_topic("t", replication_factor=2)
     """
 
     def __init__(
         self,
-        num_brokers: int = 3,
+        brokers: int | None = None,
         *,
+        num_brokers: int | None = None,
         jars: KafkaJars | None = None,
         broker_config: Mapping[str, str] | None = None,
         work_dir: Path | None = None,
@@ -251,9 +253,21 @@ class ApacheKafkaCluster:
     ) -> None:
         """``sasl_users`` (name -> password): brokers also listen with SASL_PLAINTEXT and the
         PLAIN mechanism (``sasl_bootstrap_servers``); brokers talk to each other in
-        PLAINTEXT."""
-        if num_brokers < 1:
-            raise ValueError("num_brokers must be at least 1")
+        PLAINTEXT. ``brokers`` defaults to 3; ``num_brokers`` is its deprecated name (the
+        keyword is ``brokers`` as in ``EmbeddedCluster(brokers=...)``)."""
+        if num_brokers is not None:
+            if brokers is not None:
+                raise TypeError("pass brokers= or its deprecated alias num_brokers=, not both")
+            warnings.warn(
+                "ApacheKafkaCluster(num_brokers=...) is deprecated; use brokers=...",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            brokers = num_brokers
+        if brokers is None:
+            brokers = 3
+        if brokers < 1:
+            raise ValueError(f"an ApacheKafkaCluster needs at least one broker, got {brokers}")
         for user, password in (sasl_users or {}).items():
             if not user or not user.isidentifier() or '"' in password or not password:
                 raise ValueError(
@@ -261,7 +275,7 @@ class ApacheKafkaCluster:
                     "passwords non-empty without double quotes"
                 )
         self._sasl_users = dict(sasl_users or {})
-        self._num_brokers = num_brokers
+        self._num_brokers = brokers
         self._jars = jars
         self._extra_config = dict(broker_config or {})
         self._own_work_dir = work_dir is None

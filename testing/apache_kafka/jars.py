@@ -21,9 +21,10 @@ from importlib import resources
 from pathlib import Path
 
 import attrs
-import structlog
 
-log = structlog.get_logger(__name__)
+from epochguard._log import get_logger
+
+log = get_logger("epochguard.testing.apache_kafka")
 
 #: Newest Apache Kafka 4.x whose whole dependency closure is on Maven Central. (4.4.0 is listed
 #: in kafka-clients' and kafka_2.13's maven-metadata.xml, but kafka-tools-api 4.4.0, a runtime

@@ -24,9 +24,9 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-import structlog
+from epochguard._log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger("epochguard.testing.apache_kafka")
 
 _PR_SET_PDEATHSIG = 1
 _live: dict[int, subprocess.Popen[bytes]] = {}

@@ -53,10 +53,20 @@ class EmbeddedCluster:
         auto_create_topics: bool = False,
         fetch_sessions: bool = True,
         eligible_leader_replicas: bool = True,
+        port: int | None = None,
     ) -> None:
+        """``port``: the first broker listens there and broker ``i`` on ``port + i``
+        (default: free ports chosen by the OS). A restarted broker keeps its port."""
         if brokers < 1:
             raise ValueError("an EmbeddedCluster needs at least one broker")
+        if port is not None and not 1 <= port <= 65535 - (brokers - 1):
+            raise ValueError(
+                f"port must leave room for {brokers} consecutive ports in 1..65535, got {port}"
+            )
         self._state = ClusterState(list(range(first_broker_id, first_broker_id + brokers)))
+        if port is not None:
+            for i, broker_id in enumerate(sorted(self._state.brokers)):
+                self._state.brokers[broker_id].port = port + i
         self._state.auto_create_topics = auto_create_topics
         # Off: every Fetch is answered in full (session id 0), as a broker without KIP-227.
         self._state.fetch_sessions_enabled = fetch_sessions
@@ -73,7 +83,12 @@ class EmbeddedCluster:
         if self._closed:
             raise EmbeddedClusterError("the cluster was closed")
         if not self._started:
-            self._server.start()
+            try:
+                self._server.start()
+            except BaseException:
+                # A taken port: stop the loop thread instead of leaving it behind.
+                self._server.close()
+                raise
             self._started = True
         return self
 

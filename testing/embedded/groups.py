@@ -20,11 +20,11 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
-import structlog
 
 from epochguard._errors import ErrorCode
+from epochguard._log import get_logger
 
-log = structlog.get_logger("epochguard.testing.embedded.groups")
+log = get_logger("epochguard.testing.embedded.groups")
 
 
 NO_GENERATION = -1

@@ -14,13 +14,13 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import structlog
 from kafka.protocol.metadata import ApiVersionsResponse
 
+from epochguard._log import get_logger
 from epochguard.testing.embedded.handlers import REGISTRY, RequestContext, load_all
 from epochguard.testing.embedded.state import ClusterState
 
-log = structlog.get_logger("epochguard.testing.embedded")
+log = get_logger("epochguard.testing.embedded")
 
 T = TypeVar("T")
 

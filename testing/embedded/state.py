@@ -16,15 +16,15 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import structlog
 
+from epochguard._log import get_logger
 from epochguard.testing.embedded.fetch_sessions import FetchSessionCache
 from epochguard.testing.embedded.partition_log import UNDEFINED_EPOCH_OFFSET, PartitionLog
 
 if TYPE_CHECKING:
     from epochguard.testing.embedded.faults import Faults
 
-log = structlog.get_logger("epochguard.testing.embedded")
+log = get_logger("epochguard.testing.embedded")
 
 CLUSTER_ID = "epochguard-embedded"
 

@@ -53,7 +53,7 @@ def kafka_jars() -> KafkaJars:
 @pytest.fixture(scope="module")
 def module_cluster(kafka_jars: KafkaJars) -> Iterator[ApacheKafkaCluster]:
     """Three brokers shared by one test module (start-up is the expensive part)."""
-    with ApacheKafkaCluster(num_brokers=3, jars=kafka_jars) as cluster:
+    with ApacheKafkaCluster(brokers=3, jars=kafka_jars) as cluster:
         yield cluster
 
 

@@ -211,7 +211,7 @@ def test_no_jvm_survives_a_killed_test_process(kafka_jars: KafkaJars) -> None:
         from epochguard.testing.apache_kafka import ApacheKafkaCluster, KafkaJars
         from epochguard.testing.apache_kafka.process import live_pids
         jars = KafkaJars(version=sys.argv[1], home=Path(sys.argv[2]))
-        cluster = ApacheKafkaCluster(num_brokers=1, jars=jars).start()
+        cluster = ApacheKafkaCluster(brokers=1, jars=jars).start()
         print("PIDS", *live_pids(), flush=True)
         time.sleep(600)
         """
@@ -224,7 +224,7 @@ def test_no_jvm_survives_a_killed_test_process(kafka_jars: KafkaJars) -> None:
     try:
         assert child.stdout is not None
         line = ""
-        for line in child.stdout:  # structlog events come first
+        for line in child.stdout:  # skip anything printed before the PIDS line
             if line.startswith("PIDS"):
                 break
         pids = [int(p) for p in line.split()[1:]]

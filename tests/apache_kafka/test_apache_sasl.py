@@ -24,7 +24,7 @@ TOPIC = "secured"
 
 @pytest.fixture(scope="module")
 def sasl_cluster(kafka_jars: KafkaJars) -> Iterator[ApacheKafkaCluster]:
-    with ApacheKafkaCluster(num_brokers=1, jars=kafka_jars, sasl_users=USERS) as cluster:
+    with ApacheKafkaCluster(brokers=1, jars=kafka_jars, sasl_users=USERS) as cluster:
         cluster.create_topic(TOPIC, replication_factor=1)
         producer = KafkaProducer(
             bootstrap_servers=cluster.sasl_bootstrap_servers,
@@ -85,8 +85,8 @@ def test_a_wrong_password_is_a_clear_error_at_construction(
 
 
 def test_a_cluster_without_sasl_users_has_no_sasl_listener(kafka_jars: KafkaJars) -> None:
-    cluster = ApacheKafkaCluster(num_brokers=1, jars=kafka_jars)
+    cluster = ApacheKafkaCluster(brokers=1, jars=kafka_jars)
     with pytest.raises(ClusterError, match="no SASL listener"):
         _ = cluster.sasl_bootstrap_servers
     with pytest.raises(ValueError, match="SASL user"):
-        ApacheKafkaCluster(num_brokers=1, jars=kafka_jars, sasl_users={"bad name": "x"})
+        ApacheKafkaCluster(brokers=1, jars=kafka_jars, sasl_users={"bad name": "x"})

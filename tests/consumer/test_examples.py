@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import structlog
 
 from epochguard.consumer.demo import run_demo
 
@@ -25,15 +24,11 @@ def test_example_runs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
         assert module.main(["--seconds", "20"]) == 0
     finally:
         sys.modules.pop(name, None)
-        structlog.reset_defaults()
 
 
 def test_demo_shows_report_and_continues() -> None:
     out = io.StringIO()
-    try:
-        assert run_demo(out, fast=True) == 0
-    finally:
-        structlog.reset_defaults()
+    assert run_demo(out, fast=True) == 0
     text = out.getvalue()
     assert "offsets [10, 15) (5 records)" in text
     # The replica timeline: the old leader's divergent suffix, then its KIP-101 truncation.

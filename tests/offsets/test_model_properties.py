@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from epochlog_model import Cluster, Rec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -44,6 +43,8 @@ from epochguard.offsets import (
 )
 from epochguard.offsets.events import ListOffsetsPurpose, MetadataRefreshNeeded
 from epochguard.offsets.state import SUB_STATES
+
+from .epochlog_model import Cluster, Rec
 
 TP = TopicPartition("model", 0)
 MAX_EXAMPLES = int(os.environ.get("EPOCHGUARD_MODEL_EXAMPLES", "800"))

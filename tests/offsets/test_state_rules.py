@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -691,16 +692,21 @@ def test_two_rounds_pin_the_divergence_when_leader_names_an_epoch_we_never_read(
     assert tr.position == EpochOffset(6, 3) and tr.epoch_history == ((3, 0),)
 
 
-def test_events_log_with_stable_names_and_keys() -> None:
-    from structlog.testing import capture_logs
-
+def test_events_log_with_stable_names_and_keys(caplog: pytest.LogCaptureFixture) -> None:
     from epochguard.offsets import log_events
 
     tr = fetching(10, 1)
     tr.on_validation(elect(tr, 2), 0, 1, 7, 0.0)
-    with capture_logs() as logs:
+    with caplog.at_level(logging.DEBUG, logger="epochguard.offsets"):
         log_events(tr.drain_events())
-    names = [(entry["event"], entry["log_level"]) for entry in logs]
+    # Through stdlib logging: each record's msg is the event dict (name + keys).
+    logs = [r.msg for r in caplog.records if r.name == "epochguard.offsets"]
+    assert all(isinstance(entry, dict) for entry in logs)
+    names = [
+        (r.msg["event"], r.levelname.lower())
+        for r in caplog.records
+        if r.name == "epochguard.offsets"
+    ]
     assert names == [
         ("offset_validation_started", "debug"),
         ("truncation_detected", "warning"),

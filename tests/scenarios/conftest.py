@@ -50,7 +50,7 @@ def _keep_kafka_logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None
 def module_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     cluster: Cluster
     if request.param == "apache":
-        cluster = ApacheKafkaCluster(num_brokers=3, jars=require_real_kafka())
+        cluster = ApacheKafkaCluster(brokers=3, jars=require_real_kafka())
     else:
         cluster = EmbeddedCluster(brokers=3, first_broker_id=0)
     with cluster:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import structlog
+from kafka.errors import UnknownTopicOrPartitionError
 from kafka.protocol.consumer import (
     FetchRequest,
     ListOffsetsRequest,
@@ -58,6 +59,7 @@ OFFSET_FOR_LEADER_EPOCH_MIN_VERSION = 2
 #: holding only caught-up partitions are deferred (see ``send_requests``).
 MAX_FETCHES_PER_BROKER = 1
 _UNKNOWN_TOPIC_ERRORS = frozenset({3, 100})  # UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID
+_UNKNOWN_TOPIC_OR_PARTITION = UnknownTopicOrPartitionError.errno
 
 
 class _Buffered:
@@ -198,6 +200,10 @@ class Fetcher:
         self._leaders: dict[TopicPartition, tuple[int | None, int | None]] = {}
         #: partitions whose last fetch reached the high watermark
         self._caught_up: dict[TopicPartition, bool] = {}
+        #: the high watermark of each partition's last fetch answer (``highwater()``)
+        self.highwaters: dict[TopicPartition, int] = {}
+        #: topics the last metadata answer called UNKNOWN_TOPIC_OR_PARTITION (fail fast)
+        self.unknown_topics: set[str] = set()
         self._prefetch: dict[TopicPartition, _Prefetch] = {}
         # Topics a broker called unknown, and when. Fetch v12 names topics, so a fetch sent
         # after a delete + re-create would be answered from the new topic's log as if it
@@ -226,6 +232,7 @@ class Fetcher:
 
     def remove_partition(self, tp: TopicPartition) -> None:
         self.trackers.pop(tp, None)
+        self.highwaters.pop(tp, None)
         self.drop_buffer(tp)
 
     def drop_buffer(self, tp: TopicPartition) -> None:
@@ -365,6 +372,7 @@ class Fetcher:
             self.all_topics = set()
         for topic in response.topics:
             name = topic.name
+            self._note_topic_error(name, topic.error_code)
             if topic.error_code != 0:
                 # Unknown topic: keep waiting; trackers stay blocked on metadata.
                 if topic.error_code not in (3, 5):
@@ -420,6 +428,12 @@ class Fetcher:
             self.after_input(tp)
         for listener in list(self.metadata_listeners):
             listener()
+
+    def _note_topic_error(self, topic: str, error_code: int) -> None:
+        if error_code == _UNKNOWN_TOPIC_OR_PARTITION:
+            self.unknown_topics.add(topic)
+        else:
+            self.unknown_topics.discard(topic)
 
     def _apply_known_metadata(self, tp: TopicPartition) -> None:
         known = self._leaders.get(tp)
@@ -681,6 +695,8 @@ class Fetcher:
         if tracker is None:
             return
         self._caught_up[tp] = False
+        if not p.error_code:
+            self.highwaters[tp] = p.high_watermark
         if p.error_code:
             self.metrics.fetch_errors += 1
             if p.error_code in _UNKNOWN_TOPIC_ERRORS:

@@ -155,6 +155,15 @@ class GroupCoordinator:
         self, partitions: Sequence[TopicPartition], deadline: float
     ) -> dict[TopicPartition, EpochOffset | None]:
         """OffsetFetch (v5+ returns the committed leader epoch)."""
+        return {
+            tp: None if got is None else got[0]
+            for tp, got in self.fetch_committed_metadata(partitions, deadline).items()
+        }
+
+    def fetch_committed_metadata(
+        self, partitions: Sequence[TopicPartition], deadline: float
+    ) -> dict[TopicPartition, tuple[EpochOffset, str] | None]:
+        """Like :meth:`fetch_committed`, with the metadata string stored by the commit."""
         by_topic: dict[str, list[int]] = {}
         for tp in partitions:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
@@ -182,7 +191,7 @@ class GroupCoordinator:
                 continue
             if top:
                 raise kerrors.for_code(top)()
-            out: dict[TopicPartition, EpochOffset | None] = {}
+            out: dict[TopicPartition, tuple[EpochOffset, str] | None] = {}
             retry = False
             for topic in resp.topics:
                 for p in topic.partitions:
@@ -196,7 +205,10 @@ class GroupCoordinator:
                         out[tp] = None
                     else:
                         epoch = getattr(p, "committed_leader_epoch", -1)
-                        out[tp] = EpochOffset(p.committed_offset, epoch if epoch >= 0 else None)
+                        out[tp] = (
+                            EpochOffset(p.committed_offset, epoch if epoch >= 0 else None),
+                            p.metadata or "",
+                        )
             if not retry:
                 return out
             if time.monotonic() >= deadline:

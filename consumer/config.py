@@ -10,6 +10,7 @@ import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kafka.coordinator.assignors.abstract import RebalanceProtocol
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
@@ -209,6 +210,15 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
         if not hasattr(assignor, "assign") or not hasattr(assignor, "name"):
             raise ConsumerConfigError(
                 "partition_assignment_strategy", f"{s!r} is not a kafka-python partition assignor"
+            )
+        protocols = getattr(assignor, "supported_protocols", None)
+        if protocols is not None and RebalanceProtocol.EAGER not in protocols():
+            # A cooperative-only assignor may leave a moving partition unassigned until a
+            # follow-up rebalance that eager rebalancing never runs.
+            raise ConsumerConfigError(
+                "partition_assignment_strategy",
+                f"{assignor.name!r} is cooperative-only (KIP-429); EpochConsumer rebalances "
+                "eagerly: use a range, roundrobin or sticky assignor",
             )
         instances.append(assignor)
     cfg["partition_assignment_strategy"] = instances

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, Self
 
 import attrs
@@ -32,7 +32,7 @@ from kafka.structs import (
 )
 
 from epochguard.consumer.client import BrokerClient
-from epochguard.consumer.config import build_config
+from epochguard.consumer.config import DEFAULT_CONFIG, build_config
 from epochguard.consumer.errors import (
     ConsumerClosedError,
     ConsumerConfigError,
@@ -84,6 +84,10 @@ class EpochConsumer:
     each :class:`TruncationReport`) and ``offset_store`` (an ``OffsetStore`` used instead
     of group commits). See ``docs/consumer.md``.
     """
+
+    #: Every configuration key and its default: kafka-python's ``KafkaConsumer.DEFAULT_CONFIG``
+    #: keys plus the epochguard additions (see ``docs/consumer.md``).
+    DEFAULT_CONFIG: Mapping[str, Any] = MappingProxyType(DEFAULT_CONFIG)
 
     def __init__(self, *topics: str, **configs: Any) -> None:
         cfg = build_config(configs)
@@ -1097,8 +1101,8 @@ class EpochConsumer:
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
     ) -> None:
         # As kafka-python: a ``with`` block left by an exception does not commit, since the
         # record being processed may not be done.

@@ -662,7 +662,9 @@ def test_group_rebalance_commits_epochs(module_cluster: Cluster) -> None:
         seen = [(r.partition, r.offset) for r in got[0] + got[1]]
         assert len(seen) == len(set(seen)) == 20
         tp = TopicPartition(topic, 0)
-        assert consumers[0].committed_with_epoch(tp) == EpochOffset(5, cluster.leader_epoch(topic, 0))
+        assert consumers[0].committed_with_epoch(tp) == EpochOffset(
+            5, cluster.leader_epoch(topic, 0)
+        )
     finally:
         stop.set()
         for t in threads:

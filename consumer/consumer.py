@@ -120,6 +120,7 @@ class EpochConsumer:
         )
         self._assigned: list[TopicPartition] = []
         self._manual = False
+        self._join_prepared = False
         self._subscription: set[str] | None = None
         self._pattern: re.Pattern[str] | None = None
         self._listener: ConsumerRebalanceListener | None = None
@@ -299,6 +300,7 @@ class EpochConsumer:
                     log.warning("commit_on_unsubscribe_failed", error=repr(exc))
             self._group.leave("unsubscribed")
         self._iterator = None
+        self._join_prepared = False
         self._subscription = None
         self._pattern = None
         self._manual = False
@@ -316,16 +318,17 @@ class EpochConsumer:
                 self._group.rejoin_needed = True
 
     def _revoke(self, commit: bool) -> None:
-        if not self._assigned:
-            return
-        if commit:
+        """Before a (re)join: eager rebalancing gives up every partition. As kafka-python,
+        the listener hears about it even when nothing is assigned yet."""
+        if commit and self._assigned:
             try:
                 self.commit()
             except kerrors.KafkaError as exc:
                 log.warning("commit_on_revoke_failed", error=repr(exc))
         if self._listener is not None:
             self._listener.on_partitions_revoked(set(self._assigned))
-        self._set_assignment([])
+        if self._assigned:
+            self._set_assignment([])
 
     def _metadata_for(self, topics: set[str], deadline: float) -> dict[str, set[int]]:
         self._fetcher.metadata_topics.update(topics)
@@ -357,7 +360,10 @@ class EpochConsumer:
             return
         if not self._subscription:
             return
-        self._revoke(commit=self.config["enable_auto_commit"])
+        if not self._join_prepared:
+            # Once per rebalance, not again for each poll() a deferred join spans.
+            self._revoke(commit=self.config["enable_auto_commit"])
+            self._join_prepared = True
         now = time.monotonic()
         join_deadline = max(deadline, now + self.config["max_poll_interval_ms"] / 1000 + 5)
         try:
@@ -370,6 +376,7 @@ class EpochConsumer:
         except kerrors.KafkaTimeoutError as exc:
             log.debug("group_join_deferred", group=group.group_id, error=repr(exc))
             return
+        self._join_prepared = False
         self._set_assignment(parts)
         self._restore_positions(join_deadline)
         if self._listener is not None:

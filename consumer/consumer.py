@@ -582,6 +582,9 @@ class EpochConsumer:
         timeout = self._timeout() if timeout_ms is None else timeout_ms / 1000
         start = time.monotonic()
         deadline = start + timeout
+        if tp.partition not in self._fetcher.topic_partitions.get(tp.topic, ()):
+            # Not known to exist: ask now rather than at the next periodic refresh.
+            self._fetcher.request_metadata()
         while True:
             self._restore_positions(deadline)
             self._fetcher.process_completions()
@@ -845,6 +848,7 @@ class EpochConsumer:
             if ts < 0:
                 raise ValueError(f"timestamp for {tp} must be >= 0, got {ts}")
         timeout = self._timeout() if timeout_ms is None else timeout_ms / 1000
+        self._check_partitions_exist(list(timestamps), time.monotonic() + timeout)
         res = self._fetcher.list_offsets(dict(timestamps), timeout)
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for tp in timestamps:

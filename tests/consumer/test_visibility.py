@@ -1,0 +1,234 @@
+"""Nothing stalls or fails silently: partitions awaiting a seek are logged and counted,
+missing topics and partitions fail fast, subscriptions that match nothing are warned about;
+and the smaller kafka-python parity points (futures, metrics, group metadata, ``with``)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.errors import KafkaError, UnknownTopicOrPartitionError
+from kafka.structs import ConsumerGroupMetadata, MemberState, OffsetAndMetadata, TopicPartition
+from structlog.testing import capture_logs
+
+from epochguard.consumer import ConsumerConfigError, EpochConsumer, LogTruncationError
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.stores import SqliteOffsetStore
+from epochguard.testing import EmbeddedCluster
+
+from .conftest import TP0, diverge, make_consumer, poll_until, read, setup_topic, unclean_elect
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _events(logs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [e for e in logs if e["event"] == name]
+
+
+# ---------------------------------------------------------------------- awaiting a seek
+
+
+def test_a_partition_stopped_by_a_truncation_is_logged_every_interval_until_seek(
+    cluster: EmbeddedCluster,
+) -> None:
+    now = [0.0]
+    with make_consumer(
+        cluster, on_truncation="raise", awaiting_seek_log_interval_ms=1000
+    ) as consumer:
+        consumer._clock = lambda: now[0]
+        old, new = setup_topic(cluster)
+        consumer.assign([TP0])
+        assert len(read(consumer, 10)) == 10
+        diverge(cluster, old, new)
+        assert len(read(consumer, 5)) == 5
+        unclean_elect(cluster, old, new)
+        with pytest.raises(LogTruncationError):
+            poll_until(consumer, lambda: False)
+        m = consumer.metrics()
+        assert m is not None and m["epochguard-metrics"]["partitions-awaiting-seek"] == 1
+        warned: list[float] = []
+        with capture_logs() as logs:
+            for t in (0.0, 0.5, 0.999, 1.0, 1.5, 2.0, 2.0, 3.5):
+                now[0] = t
+                before = len(_events(logs, "partition_awaiting_seek"))
+                assert consumer.poll(timeout_ms=0) == {}
+                if len(_events(logs, "partition_awaiting_seek")) > before:
+                    warned.append(t)
+        assert warned == [1.0, 2.0, 3.5]
+        event = _events(logs, "partition_awaiting_seek")[0]
+        assert event["log_level"] == "warning"
+        assert (event["topic"], event["partition"]) == ("t", 0)
+        assert event["divergence_offset"] == 10 and event["state"] == "truncated"
+        consumer.seek(TP0, EpochOffset(10, 0))
+        with capture_logs() as logs:
+            now[0] = 100.0
+            got = read(consumer, 8)
+        assert [r.value for r in got] == [b"new-%d" % i for i in range(8)]
+        assert _events(logs, "partition_awaiting_seek") == []
+        raw = consumer.metrics(raw=True)
+        assert raw is not None and raw["partitions_awaiting_seek"] == 0
+
+
+def test_awaiting_seek_interval_is_validated() -> None:
+    with pytest.raises(ConsumerConfigError, match="awaiting_seek_log_interval_ms"):
+        EpochConsumer(awaiting_seek_log_interval_ms=0)
+
+
+# ---------------------------------------------------------------------- missing topics
+
+
+def test_missing_topic_or_partition_fails_fast(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", partitions=1)
+    missing, no_such_partition = TopicPartition("missing", 0), TopicPartition("t", 5)
+    # A timeout would raise KafkaTimeoutError after 30 s instead.
+    with make_consumer(cluster) as consumer:
+        consumer.assign([missing])
+        with pytest.raises(UnknownTopicOrPartitionError, match="missing"):
+            consumer.position(missing, timeout_ms=30000)
+        for lookup in (consumer.end_offsets, consumer.beginning_offsets):
+            with pytest.raises(UnknownTopicOrPartitionError, match="missing"):
+                lookup([missing], timeout_ms=30000)
+        with pytest.raises(UnknownTopicOrPartitionError, match="no partition 5"):
+            consumer.end_offsets([no_such_partition], timeout_ms=30000)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            consumer.offsets_for_times({missing: 0}, timeout_ms=30000)
+        assert consumer.end_offsets([TopicPartition("t", 0)]) == {TopicPartition("t", 0): 0}
+    reference = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        reference.assign([missing])
+        with pytest.raises(UnknownTopicOrPartitionError):
+            reference.position(missing, timeout_ms=30000)
+    finally:
+        reference.close()
+
+
+def test_a_topic_created_after_a_failed_lookup_is_found(cluster: EmbeddedCluster) -> None:
+    with make_consumer(cluster) as consumer:
+        with pytest.raises(UnknownTopicOrPartitionError):
+            consumer.end_offsets([TopicPartition("later", 0)])
+        cluster.create_topic("later", partitions=1)
+        cluster.append("later", 0, [b"x"])
+        assert consumer.end_offsets([TopicPartition("later", 0)]) == {TopicPartition("later", 0): 1}
+
+
+@pytest.mark.parametrize(
+    ("subscribe", "event", "key"),
+    [
+        ({"topics": ["nope"]}, "subscribed_topic_missing", ("topic", "nope")),
+        ({"pattern": "^zzz-"}, "subscription_matches_nothing", ("pattern", "^zzz-")),
+    ],
+)
+def test_a_subscription_that_matches_nothing_is_warned_about_once(
+    cluster: EmbeddedCluster, subscribe: dict[str, Any], event: str, key: tuple[str, str]
+) -> None:
+    cluster.create_topic("t", partitions=1)
+    with make_consumer(cluster, group_id="g") as consumer, capture_logs() as logs:
+        consumer.subscribe(**subscribe)
+        poll_until(consumer, lambda: bool(_events(logs, event)))
+        for _ in range(5):
+            consumer.poll(timeout_ms=50)
+    [warning] = _events(logs, event)
+    assert warning["log_level"] == "warning" and warning[key[0]] == key[1]
+
+
+# ---------------------------------------------------------------------- smaller parity points
+
+
+def test_commit_async_future_runs_kafka_style_callbacks(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", partitions=1)
+    cluster.append("t", 0, [b"a", b"b"])
+    with make_consumer(cluster, group_id="g") as consumer:
+        consumer.assign([TP0])
+        assert len(read(consumer, 2)) == 2
+        done = threading.Event()
+        values: list[Any] = []
+        future = consumer.commit_async()
+        future.add_callback(lambda v: (values.append(v), done.set()))
+        future.add_errback(lambda e: (values.append(e), done.set()))
+        assert done.wait(10)
+        assert values == [None] and future.succeeded() and not future.failed()
+        assert consumer.committed(TP0, metadata=True) == OffsetAndMetadata(2, "", 0)
+
+
+def test_committed_through_an_offset_store(cluster: EmbeddedCluster, tmp_path: Any) -> None:
+    cluster.create_topic("t", partitions=1)
+    cluster.append("t", 0, [b"a", b"b", b"c"])
+    store = SqliteOffsetStore(tmp_path / "o.db", "app")
+    with make_consumer(cluster, offset_store=store) as consumer:
+        consumer.assign([TP0])
+        assert len(read(consumer, 3)) == 3
+        assert consumer.committed(TP0) is None
+        consumer.commit()
+        assert consumer.committed(TP0) == 3
+        assert consumer.committed(TP0, metadata=True) == OffsetAndMetadata(3, "", 0)
+        assert consumer.committed_with_epoch(TP0) == EpochOffset(3, 0)
+        with pytest.raises(TypeError):
+            consumer.committed("t-0")  # type: ignore[arg-type]
+
+
+def test_leaving_a_with_block_by_an_exception_does_not_commit(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", partitions=1)
+    cluster.append("t", 0, [b"a", b"b"])
+    with pytest.raises(RuntimeError), make_consumer(
+        cluster, group_id="g", enable_auto_commit=True, auto_commit_interval_ms=60000
+    ) as consumer:
+        consumer.assign([TP0])
+        assert len(read(consumer, 2)) == 2
+        raise RuntimeError("processing failed")
+    with make_consumer(cluster, group_id="g", enable_auto_commit=True) as consumer:
+        assert consumer.committed(TP0) is None
+        consumer.assign([TP0])
+        assert len(read(consumer, 2)) == 2
+    with make_consumer(cluster, group_id="g") as consumer:
+        assert consumer.committed(TP0) == 2
+
+
+def test_metrics_shape_and_metrics_enabled(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", partitions=1)
+    cluster.append("t", 0, [b"a", b"b"])
+    with make_consumer(cluster) as consumer:
+        consumer.assign([TP0])
+        assert len(read(consumer, 2)) == 2
+        m = consumer.metrics()
+        assert m is not None
+        assert m["consumer-fetch-manager-metrics"]["records-consumed-total"] == 2
+        assert m["consumer-coordinator-metrics"]["assigned-partitions"] == 1
+        assert m["epochguard-metrics"]["truncations-detected"] == 0
+        assert consumer.highwater(TP0) == 2
+    with make_consumer(cluster, metrics_enabled=False) as consumer:
+        assert consumer.metrics() is None
+
+
+def test_group_metadata(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", partitions=1)
+    with make_consumer(cluster) as consumer:
+        assert consumer.group_metadata() == ConsumerGroupMetadata(group_id=None)
+    with make_consumer(cluster, group_id="gm", heartbeat_interval_ms=200) as consumer:
+        assert consumer.group_metadata().state == MemberState.UNJOINED
+        consumer.subscribe(["t"])
+        poll_until(consumer, lambda: bool(consumer.assignment()))
+        meta = consumer.group_metadata()
+        assert meta.group_id == "gm" and meta.state == MemberState.STABLE
+        assert meta.generation_id >= 1 and meta.member_id
+
+
+def test_cooperative_only_assignors_are_refused() -> None:
+    with pytest.raises(ConsumerConfigError, match="cooperative"):
+        EpochConsumer(partition_assignment_strategy=[CooperativeStickyAssignor])
+
+
+def test_poll_argument_errors_match_kafka_python(cluster: EmbeddedCluster) -> None:
+    with make_consumer(cluster) as consumer:
+        with pytest.raises(ValueError):
+            consumer.poll(timeout_ms=-1)
+        with pytest.raises(TypeError):
+            consumer.poll(max_records="5")  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            consumer.seek_to_end()  # nothing assigned
+        with pytest.raises(TypeError):
+            consumer.highwater("t")  # type: ignore[arg-type]
+    with pytest.raises(KafkaError):
+        consumer.poll()

@@ -172,9 +172,12 @@ def test_committed_through_an_offset_store(cluster: EmbeddedCluster, tmp_path: A
 def test_leaving_a_with_block_by_an_exception_does_not_commit(cluster: EmbeddedCluster) -> None:
     cluster.create_topic("t", partitions=1)
     cluster.append("t", 0, [b"a", b"b"])
-    with pytest.raises(RuntimeError), make_consumer(
-        cluster, group_id="g", enable_auto_commit=True, auto_commit_interval_ms=60000
-    ) as consumer:
+    with (
+        pytest.raises(RuntimeError),
+        make_consumer(
+            cluster, group_id="g", enable_auto_commit=True, auto_commit_interval_ms=60000
+        ) as consumer,
+    ):
         consumer.assign([TP0])
         assert len(read(consumer, 2)) == 2
         raise RuntimeError("processing failed")

@@ -30,6 +30,7 @@ from kafka.structs import (
     OffsetAndTimestamp,
     TopicPartition,
 )
+from kafka.util import ensure_valid_topic_name
 
 from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.config import DEFAULT_CONFIG, build_config
@@ -267,8 +268,13 @@ class EpochConsumer:
         if self._group is None:
             raise ConsumerConfigError("group_id", "subscribe() needs a group_id")
         topic_list = [topics] if isinstance(topics, str) else list(topics)
-        if (not topic_list) == (pattern is None):
-            raise kerrors.IllegalStateError("subscribe() needs topics or a pattern, not both")
+        # The error classes are kafka-python's for the same mistakes.
+        if not topic_list and not pattern:
+            raise ValueError("subscribe() needs topics or a pattern")
+        if topic_list and pattern:
+            raise kerrors.IllegalStateError("subscribe() takes topics or a pattern, not both")
+        for topic in topic_list:
+            ensure_valid_topic_name(topic)
         if listener is not None and not isinstance(listener, ConsumerRebalanceListener):
             raise TypeError("listener must be a kafka ConsumerRebalanceListener")
         self._listener = listener
@@ -1104,6 +1110,14 @@ class EpochConsumer:
                 log.warning("close_listener_failed", error=repr(exc))
             self._group.leave()
         self._client.close(max(0.2, deadline - time.monotonic()))
+        for key in ("key_deserializer", "value_deserializer"):
+            # kafka-python closes Deserializer objects that have a close(); so do we.
+            closer = getattr(self.config[key], "close", None)
+            if callable(closer):
+                try:
+                    closer()
+                except Exception as exc:
+                    log.warning("deserializer_close_failed", key=key, error=repr(exc))
         log.debug("consumer_closed")
 
     def __enter__(self) -> Self:

@@ -235,3 +235,65 @@ def test_poll_argument_errors_match_kafka_python(cluster: EmbeddedCluster) -> No
             consumer.highwater("t")  # type: ignore[arg-type]
     with pytest.raises(KafkaError):
         consumer.poll()
+
+
+class _ClosableDeserializer:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def deserialize(self, topic: str, headers: Any, data: bytes | None) -> bytes | None:
+        return data
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_argument_errors_and_close_match_kafka_python(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", partitions=1)
+    calls: list[tuple[str, Any]] = [
+        ("subscribe()", lambda c: c.subscribe()),
+        ("subscribe(topics, pattern)", lambda c: c.subscribe(["t"], pattern="^t")),
+        ("subscribe([''])", lambda c: c.subscribe([""])),
+        ("subscribe(['a b'])", lambda c: c.subscribe(["a b"])),
+        ("subscribe([None])", lambda c: c.subscribe([None])),
+        ("subscribe(listener=object())", lambda c: c.subscribe(["t"], listener=object())),
+        ("poll(timeout_ms=-1)", lambda c: c.poll(timeout_ms=-1)),
+        ("poll(max_records='5')", lambda c: c.poll(max_records="5")),
+        ("poll(max_records=0)", lambda c: c.poll(max_records=0)),
+        ("seek_to_end() unassigned", lambda c: c.seek_to_end()),
+        ("seek(other, 1)", lambda c: c.seek(TopicPartition("t", 3), 1)),
+        ("seek(str, 1)", lambda c: c.seek("t", 1)),
+        ("position(str)", lambda c: c.position("t")),
+        ("highwater(str)", lambda c: c.highwater("t")),
+        ("committed(str)", lambda c: c.committed("t")),
+    ]
+    outcomes: dict[str, list[Any]] = {}
+    deserializers = []
+    for cls in (KafkaConsumer, EpochConsumer):
+        des = _ClosableDeserializer()
+        deserializers.append(des)
+        consumer = cls(
+            bootstrap_servers=cluster.bootstrap_servers,
+            group_id="args",
+            value_deserializer=des,
+            request_timeout_ms=5000,
+        )
+        try:
+            for name, call in calls:
+                try:
+                    call(consumer)
+                except Exception as exc:
+                    outcomes.setdefault(name, []).append(exc)
+                else:
+                    outcomes.setdefault(name, []).append(None)
+        finally:
+            consumer.close()
+        with pytest.raises(KafkaError):  # IllegalStateError in both
+            consumer.poll()
+    assert all(d.closed for d in deserializers)
+    mismatched = {
+        name: (type(kafka_exc).__name__, type(ours).__name__)
+        for name, (kafka_exc, ours) in outcomes.items()
+        if kafka_exc is None or not isinstance(ours, type(kafka_exc))
+    }
+    assert mismatched == {}

@@ -170,6 +170,7 @@ class EpochConsumer:
             log.warning("truncation_detected", **event.to_dict())
             if event.decision == "raise":
                 self._pending_truncations[report.tp] = report
+                self._await_seek(report.tp)
             if self._report_callback is not None:
                 self._report_callback(report)
             return
@@ -177,6 +178,7 @@ class EpochConsumer:
             tracker = self._fetcher.trackers.get(event.tp)
             if tracker is not None and tracker.error is not None:
                 self._pending_errors[event.tp] = tracker.error
+            self._await_seek(event.tp)
             log.warning(event.name, **event.to_dict())
             return
         name = getattr(event, "name", "tracker_event")
@@ -444,25 +446,24 @@ class EpochConsumer:
             del self._pending_errors[tp]
             raise as_consumer_error(error)
 
+    def _await_seek(self, tp: TopicPartition) -> None:
+        """A partition just stopped until a seek: its first ``partition_awaiting_seek`` is due
+        one interval from now (the error itself is logged as it happens)."""
+        interval = self.config["awaiting_seek_log_interval_ms"] / 1000
+        self._awaiting_seek[tp] = self._clock() + interval
+
     def _warn_awaiting_seek(self) -> None:
         """Log ``partition_awaiting_seek`` for each stopped partition every
         ``awaiting_seek_log_interval_ms``: an application that catches the error and carries
         on without seeking would otherwise stall that partition without a trace."""
+        if not self._awaiting_seek:
+            return
         now = self._clock()
         interval = self.config["awaiting_seek_log_interval_ms"] / 1000
-        stopped = {
-            tp: tracker
-            for tp, tracker in self._fetcher.trackers.items()
-            if tracker.state in _STOPPED
-        }
-        for tp in list(self._awaiting_seek):
-            if tp not in stopped:
+        for tp, due in list(self._awaiting_seek.items()):
+            tracker = self._fetcher.trackers.get(tp)
+            if tracker is None or tracker.state not in _STOPPED:
                 del self._awaiting_seek[tp]
-        for tp, tracker in stopped.items():
-            due = self._awaiting_seek.get(tp)
-            if due is None:
-                # The error itself was just logged (truncation_detected, no_valid_offset).
-                self._awaiting_seek[tp] = now + interval
                 continue
             if now < due:
                 continue

@@ -14,7 +14,12 @@ from kafka.errors import KafkaError, UnknownTopicOrPartitionError
 from kafka.structs import ConsumerGroupMetadata, MemberState, OffsetAndMetadata, TopicPartition
 from structlog.testing import capture_logs
 
-from epochguard.consumer import ConsumerConfigError, EpochConsumer, LogTruncationError
+from epochguard.consumer import (
+    ConsumerConfigError,
+    EpochConsumer,
+    LogTruncationError,
+    NoOffsetForPartitionError,
+)
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.stores import SqliteOffsetStore
 from epochguard.testing import EmbeddedCluster
@@ -68,6 +73,36 @@ def test_a_partition_stopped_by_a_truncation_is_logged_every_interval_until_seek
             got = read(consumer, 8)
         assert [r.value for r in got] == [b"new-%d" % i for i in range(8)]
         assert _events(logs, "partition_awaiting_seek") == []
+        raw = consumer.metrics(raw=True)
+        assert raw is not None and raw["partitions_awaiting_seek"] == 0
+
+
+def test_a_partition_without_a_valid_offset_is_logged_until_seek(
+    cluster: EmbeddedCluster,
+) -> None:
+    now = [0.0]
+    cluster.create_topic("t", partitions=1)
+    cluster.append("t", 0, [b"a"])
+    with make_consumer(
+        cluster, auto_offset_reset="none", awaiting_seek_log_interval_ms=30000
+    ) as consumer:
+        consumer._clock = lambda: now[0]
+        consumer.assign([TP0])
+        with pytest.raises(NoOffsetForPartitionError):
+            consumer.poll(timeout_ms=1000)
+        with capture_logs() as logs:
+            now[0] = 29.9
+            consumer.poll(timeout_ms=0)
+            assert _events(logs, "partition_awaiting_seek") == []
+            now[0] = 30.0
+            consumer.poll(timeout_ms=0)
+        [event] = _events(logs, "partition_awaiting_seek")
+        assert event["state"] == "no_valid_offset" and event["divergence"] is None
+        assert "t" in event["error"]
+        raw = consumer.metrics(raw=True)
+        assert raw is not None and raw["partitions_awaiting_seek"] == 1
+        consumer.seek_to_beginning(TP0)
+        assert [r.value for r in read(consumer, 1)] == [b"a"]
         raw = consumer.metrics(raw=True)
         assert raw is not None and raw["partitions_awaiting_seek"] == 0
 

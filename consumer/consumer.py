@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from types import MappingProxyType, TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self, overload
 
 import attrs
 import kafka.errors as kerrors
@@ -628,6 +628,24 @@ class EpochConsumer:
         self._ensure_open()
         self._tracker(partition)
         return self._fetcher.highwaters.get(partition)
+
+    @overload
+    def committed(
+        self,
+        partition: TopicPartition,
+        metadata: Literal[False] = False,
+        timeout_ms: int | None = None,
+    ) -> int | None: ...
+
+    @overload
+    def committed(
+        self, partition: TopicPartition, metadata: Literal[True], timeout_ms: int | None = None
+    ) -> OffsetAndMetadata | None: ...
+
+    @overload
+    def committed(
+        self, partition: TopicPartition, metadata: bool = False, timeout_ms: int | None = None
+    ) -> int | OffsetAndMetadata | None: ...
 
     def committed(
         self, partition: TopicPartition, metadata: bool = False, timeout_ms: int | None = None

@@ -332,3 +332,20 @@ def test_argument_errors_and_close_match_kafka_python(cluster: EmbeddedCluster) 
         if kafka_exc is None or not isinstance(ours, type(kafka_exc))
     }
     assert mismatched == {}
+
+
+def test_bootstrap_and_empty_assign_as_kafka_python(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", partitions=1)
+    for cls in (KafkaConsumer, EpochConsumer):
+        consumer = cls(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=5000)
+        try:
+            # kafka-python 3.0's meaning: a bootstrap is in progress (done by now).
+            assert consumer.bootstrap_connected() is False, cls
+            consumer.bootstrap(timeout_ms=5000, refresh=True)
+            assert "t" in consumer.topics()
+            consumer.assign([TP0])
+            assert consumer.assignment() == {TP0}
+            consumer.assign([])  # an empty assignment unsubscribes
+            assert consumer.assignment() == set() and consumer.subscription() is None
+        finally:
+            consumer.close()

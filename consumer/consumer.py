@@ -115,6 +115,7 @@ class EpochConsumer:
             as_deserializer(cfg["value_deserializer"]),
             self._on_event,
         )
+        self._fetcher.metadata_listeners.append(self._on_metadata_answer)
         self._store = cfg["offset_store"]
         self._group: GroupCoordinator | None = (
             GroupCoordinator(self._client, cfg) if cfg["group_id"] is not None else None
@@ -122,6 +123,8 @@ class EpochConsumer:
         self._assigned: list[TopicPartition] = []
         self._manual = False
         self._join_prepared = False
+        # subscribe() without a group_id: recompute the assignment after metadata answers.
+        self._subscribed_metadata_seen = False
         self._subscription: set[str] | None = None
         self._pattern: re.Pattern[str] | None = None
         self._listener: ConsumerRebalanceListener | None = None
@@ -263,12 +266,12 @@ class EpochConsumer:
         pattern: str | None = None,
         listener: ConsumerRebalanceListener | None = None,
     ) -> None:
-        """Subscribe to topics (or a regex ``pattern``) with group management."""
+        """Subscribe to topics (or a regex ``pattern``): with a ``group_id`` through group
+        management; without one, as kafka-python, every partition of those topics is
+        assigned to this consumer (following metadata, no commits to a group)."""
         self._ensure_open()
         if self._manual:
             raise kerrors.IllegalStateError("subscribe() after assign(): call unsubscribe()")
-        if self._group is None:
-            raise ConsumerConfigError("group_id", "subscribe() needs a group_id")
         topic_list = [topics] if isinstance(topics, str) else list(topics)
         # The error classes are kafka-python's for the same mistakes.
         if not topic_list and not pattern:
@@ -282,6 +285,7 @@ class EpochConsumer:
         self._listener = listener
         self._warned_unmatched.clear()
         self._iterator = None
+        self._subscribed_metadata_seen = bool(self._fetcher.topic_partitions)
         if pattern is not None:
             self._pattern = re.compile(pattern)
             self._subscription = set()
@@ -291,7 +295,8 @@ class EpochConsumer:
             self._subscription = set(topic_list)
             self._fetcher.metadata_topics.update(topic_list)
             self._fetcher.request_metadata()
-        self._group.rejoin_needed = True
+        if self._group is not None:
+            self._group.rejoin_needed = True
 
     def subscription(self) -> set[str] | None:
         return None if self._subscription is None else set(self._subscription)
@@ -324,6 +329,29 @@ class EpochConsumer:
             self._fetcher.metadata_topics.update(matched)
             if self._group is not None:
                 self._group.rejoin_needed = True
+
+    def _on_metadata_answer(self) -> None:
+        self._subscribed_metadata_seen = True
+
+    def _assign_all_subscribed(self) -> None:
+        """``subscribe()`` without a ``group_id``: as kafka-python, every partition of the
+        subscribed topics (or of the topics the pattern matches) is assigned here, following
+        metadata; there is no group and no rebalance listener call."""
+        if not self._subscribed_metadata_seen:
+            return
+        self._subscribed_metadata_seen = False
+        self._update_pattern()
+        subscription = self._subscription
+        if subscription is None:
+            return
+        known = self._fetcher.topic_partitions
+        parts = [
+            TopicPartition(topic, p)
+            for topic in sorted(subscription)
+            for p in sorted(known.get(topic, ()))
+        ]
+        if set(parts) != set(self._assigned):
+            self._set_assignment(parts)
 
     def _revoke(self, commit: bool) -> None:
         """Before a (re)join: eager rebalancing gives up every partition. As kafka-python,
@@ -360,7 +388,10 @@ class EpochConsumer:
 
     def _ensure_group(self, deadline: float) -> None:
         group = self._group
-        if group is None or self._subscription is None:
+        if self._subscription is None:
+            return
+        if group is None:
+            self._assign_all_subscribed()
             return
         group.polled()
         self._update_pattern()

@@ -272,6 +272,25 @@ def typical_program(cls: Any, bootstrap: str, group: str) -> dict[str, Any]:
     finally:
         consumer.close()
     seen["listener on close"] = list(listener.events)
+
+    # No group_id: subscribing assigns every partition of the topic, no commits.
+    plain = cls(
+        TOPIC,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=100,
+        request_timeout_ms=5000,
+    )
+    try:
+        seen["no group: records"] = _drain(plain, 2 * N)
+        seen["no group: assignment"] = plain.assignment()
+        seen["no group: subscription"] = plain.subscription()
+        try:
+            plain.commit()
+        except Exception as exc:
+            seen["no group: commit"] = type(exc).__name__
+    finally:
+        plain.close()
     return seen
 
 
@@ -302,6 +321,9 @@ def test_a_kafka_python_program_sees_the_same_with_either_consumer() -> None:
         ("assigned", frozenset({tp0, tp1})),
     ]
     assert kafka["listener after unsubscribe"] == kafka["listener after join"]
+    assert len(kafka["no group: records"]) == 2 * N
+    assert kafka["no group: assignment"] == {tp0, tp1}
+    assert kafka["no group: commit"] == "IllegalStateError"
     assert kafka["listener on close"] == [("revoked", frozenset({tp0, tp1}))]
     differences = {
         key: (kafka[key], epoch.get(key, "<missing>"))

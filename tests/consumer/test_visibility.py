@@ -349,3 +349,30 @@ def test_bootstrap_and_empty_assign_as_kafka_python(cluster: EmbeddedCluster) ->
             assert consumer.assignment() == set() and consumer.subscription() is None
         finally:
             consumer.close()
+
+
+def test_subscribe_without_a_group_assigns_every_partition_and_follows_metadata(
+    cluster: EmbeddedCluster,
+) -> None:
+    cluster.create_topic("local-a", partitions=1)
+    cluster.append("local-a", 0, [b"a0"])
+    with make_consumer(cluster) as consumer:  # no group_id
+        consumer.subscribe(pattern="^local-")
+        got = read(consumer, 1)
+        assert [(r.topic, r.value) for r in got] == [("local-a", b"a0")]
+        cluster.create_partitions("local-a", 2)
+        cluster.append("local-a", 1, [b"a1"])
+        cluster.create_topic("local-b", partitions=1)
+        cluster.append("local-b", 0, [b"b0"])
+        got = read(consumer, 2)
+        assert sorted((r.topic, r.partition, r.value) for r in got) == [
+            ("local-a", 1, b"a1"),
+            ("local-b", 0, b"b0"),
+        ]
+        assert consumer.assignment() == {
+            TopicPartition("local-a", 0),
+            TopicPartition("local-a", 1),
+            TopicPartition("local-b", 0),
+        }
+        consumer.unsubscribe()
+        assert consumer.assignment() == set()

@@ -197,6 +197,9 @@ def typical_program(cls: Any, bootstrap: str, group: str) -> dict[str, Any]:
         request_timeout_ms=5000,
     )
     try:
+        seen["config has every kafka key"] = set(KafkaConsumer.DEFAULT_CONFIG) <= set(
+            consumer.config
+        )
         seen["poll with nothing assigned"] = consumer.poll(timeout_ms=50)
         seen["partitions_for_topic"] = consumer.partitions_for_topic(TOPIC)
         seen["partitions_for_topic missing"] = consumer.partitions_for_topic("no-such-topic")

@@ -559,9 +559,11 @@ class EpochConsumer:
         while True:
             batch = self.poll(timeout_ms=200)
             if batch:
-                last = time.monotonic()
                 for records in batch.values():
                     yield from records
+                # As kafka-python, consumer_timeout_ms counts from when the application asks
+                # for the next record, not from the batch's arrival (its processing time).
+                last = time.monotonic()
             elif (time.monotonic() - last) * 1000 >= timeout:
                 return
 

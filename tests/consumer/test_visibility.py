@@ -11,6 +11,7 @@ import pytest
 from kafka import KafkaConsumer
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 from kafka.errors import KafkaError, UnknownTopicOrPartitionError
+from kafka.serializer import Deserializer
 from kafka.structs import ConsumerGroupMetadata, MemberState, OffsetAndMetadata, TopicPartition
 from structlog.testing import capture_logs
 
@@ -272,7 +273,7 @@ def test_poll_argument_errors_match_kafka_python(cluster: EmbeddedCluster) -> No
         consumer.poll()
 
 
-class _ClosableDeserializer:
+class _ClosableDeserializer(Deserializer):  # type: ignore[misc]
     def __init__(self) -> None:
         self.closed = False
 

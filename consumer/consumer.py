@@ -134,6 +134,12 @@ class EpochConsumer:
         self._restored: set[TopicPartition] = set()
         self._next_auto_commit = time.monotonic() + cfg["auto_commit_interval_ms"] / 1000
         self._iterator: Iterator[ConsumerRecord] | None = None
+        # Iteration: the batch being handed out one record at a time, and (while the
+        # iterator's own poll runs) each partition's position before its records were taken.
+        self._iter_cursor: _IterCursor | None = None
+        self._iter_capture: dict[TopicPartition, EpochOffset | None] | None = None
+        # Positions moved back by _settle_iterator, still being validated: still committed.
+        self._rewound: dict[TopicPartition, EpochOffset] = {}
         self._report_callback: Callable[[TruncationReport], Any] | None = cfg[
             "on_truncation_report"
         ]
@@ -211,8 +217,8 @@ class EpochConsumer:
         for tp in parts:
             if not isinstance(tp, TopicPartition):
                 raise TypeError(f"assign() needs kafka TopicPartitions, got {tp!r}")
+        self._settle_iterator()
         self._manual = True
-        self._iterator = None
         self._set_assignment(parts)
 
     def assignment(self) -> set[TopicPartition]:
@@ -284,7 +290,7 @@ class EpochConsumer:
             raise TypeError("listener must be a kafka ConsumerRebalanceListener")
         self._listener = listener
         self._warned_unmatched.clear()
-        self._iterator = None
+        self._settle_iterator()
         self._subscribed_metadata_seen = bool(self._fetcher.topic_partitions)
         if pattern is not None:
             self._pattern = re.compile(pattern)
@@ -305,6 +311,7 @@ class EpochConsumer:
         """Drop the subscription and the assignment. As in kafka-python 3.0, positions are
         committed first (if auto commit) and the rebalance listener is not called."""
         self._ensure_open()
+        self._settle_iterator()
         if self._group is not None and self._subscription is not None:
             if self.config["enable_auto_commit"] and self._assigned:
                 try:
@@ -312,7 +319,6 @@ class EpochConsumer:
                 except kerrors.KafkaError as exc:
                     log.warning("commit_on_unsubscribe_failed", error=repr(exc))
             self._group.leave("unsubscribed")
-        self._iterator = None
         self._join_prepared = False
         self._subscription = None
         self._pattern = None
@@ -442,6 +448,7 @@ class EpochConsumer:
             raise TypeError(f"max_records must be an int, got {max_records!r}")
         if max_records < 1:
             raise ValueError("max_records must be positive")
+        self._settle_iterator()
         # Nothing assigned or subscribed: wait out the timeout and return {}, as kafka-python.
         fetcher = self._fetcher
         deadline = time.monotonic() + timeout_ms / 1000
@@ -466,7 +473,15 @@ class EpochConsumer:
             fetcher.wait(min(deadline, wake_at) - now)
 
     def _eligible(self, tp: TopicPartition) -> bool:
-        return tp not in self._paused
+        if tp in self._paused:
+            return False
+        capture = self._iter_capture
+        if capture is not None and tp not in capture:
+            # The fetcher asks right before it hands out (and moves past) tp's records: this
+            # is where the iterator rewinds tp to if the application stops before them.
+            tracker = self._fetcher.trackers.get(tp)
+            capture[tp] = None if tracker is None else tracker.position
+        return True
 
     def _raise_pending(self) -> None:
         if self._pending_truncations:
@@ -537,6 +552,44 @@ class EpochConsumer:
                 self._warned_unmatched.add(topic)
                 log.warning("subscribed_topic_missing", topic=topic)
 
+    def _settle_iterator(self) -> None:
+        """End the iteration in progress. ``poll()`` moved the positions past the whole
+        batch the iterator hands out one by one; records not handed out yet must be read
+        again, as with kafka-python's iterator (it moves a position only as each record is
+        handed out). So each partition with such records is moved back: after the last
+        record handed out (its epoch exact), or where its records of the batch began."""
+        if self._iter_capture is not None:
+            return  # called from within the iterator's own poll(): nothing is left over
+        cursor, self._iter_cursor = self._iter_cursor, None
+        self._iterator = None
+        if cursor is None:
+            return
+        for k, (tp, records) in enumerate(cursor.items):
+            if k < cursor.k or (k == cursor.k and cursor.i + 1 >= len(records)):
+                continue
+            if k == cursor.k:
+                last = records[cursor.i]
+                epoch = last.leader_epoch if last.leader_epoch >= 0 else None
+                position: EpochOffset | None = EpochOffset(
+                    last.offset + 1, epoch, epoch_exact=epoch is not None
+                )
+            else:
+                position = cursor.before.get(tp)
+            tracker = self._fetcher.trackers.get(tp)
+            if position is None or tracker is None or tracker.state is not PartitionState.FETCHING:
+                continue
+            tracker.seek(position, source="iterator_rewind")
+            self._rewound[tp] = position
+            self._fetcher.drop_buffer(tp)
+            self._fetcher.after_input(tp)
+            log.debug(
+                "iterator_rewound",
+                topic=tp.topic,
+                partition=tp.partition,
+                position=str(position),
+                records=len(records) - (cursor.i + 1 if k == cursor.k else 0),
+            )
+
     def __iter__(self) -> Self:
         return self
 
@@ -557,10 +610,20 @@ class EpochConsumer:
         timeout = self.config["consumer_timeout_ms"]
         last = time.monotonic()
         while True:
-            batch = self.poll(timeout_ms=200)
+            self._iter_capture = {}
+            try:
+                batch = self.poll(timeout_ms=200)
+            finally:
+                before, self._iter_capture = self._iter_capture, None
             if batch:
-                for records in batch.values():
-                    yield from records
+                cursor = _IterCursor(list(batch.items()), before or {})
+                self._iter_cursor = cursor
+                for k, (_tp, records) in enumerate(cursor.items):
+                    cursor.k = k
+                    for i, record in enumerate(records):
+                        cursor.i = i
+                        yield record
+                self._iter_cursor = None
                 # As kafka-python, consumer_timeout_ms counts from when the application asks
                 # for the next record, not from the batch's arrival (its processing time).
                 last = time.monotonic()
@@ -588,14 +651,13 @@ class EpochConsumer:
             position = offset
         else:
             raise ValueError(f"seek needs an offset >= 0 or an EpochOffset, got {offset!r}")
+        self._settle_iterator()
         tracker.seek(position)
         self._restored.add(partition)
         self._pending_truncations.pop(partition, None)
         self._pending_errors.pop(partition, None)
         self._fetcher.drop_buffer(partition)
         self._fetcher.after_input(partition)
-        # Records of the iterator's current batch were read from the old position.
-        self._iterator = None
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._seek_reset(partitions, "earliest")
@@ -608,7 +670,7 @@ class EpochConsumer:
         if not partitions and not self._assigned:
             raise UnassignedPartitionError("no partitions are currently assigned")
         trackers = [(tp, self._tracker(tp)) for tp in partitions or tuple(self._assigned)]
-        self._iterator = None
+        self._settle_iterator()
         for tp, tracker in trackers:
             tracker.request_reset(strategy, reason=f"seek_to_{strategy}")
             self._restored.add(tp)
@@ -719,7 +781,16 @@ class EpochConsumer:
         return self._group.fetch_committed_metadata([partition], deadline).get(partition)
 
     def _current_positions(self) -> dict[TopicPartition, EpochOffset]:
+        self._settle_iterator()
         out = {}
+        for tp, rewound in list(self._rewound.items()):
+            tracker = self._fetcher.trackers.get(tp)
+            if tracker is None or tracker.state in _STOPPED or tracker.position != rewound:
+                del self._rewound[tp]
+            elif tracker.state is not PartitionState.FETCHING:
+                out[tp] = rewound  # consumed up to here; its validation is still under way
+            else:
+                del self._rewound[tp]
         for tp in self._assigned:
             tracker = self._fetcher.trackers.get(tp)
             if tracker is not None and tracker.state is PartitionState.FETCHING:
@@ -1184,6 +1255,22 @@ class EpochConsumer:
         # As kafka-python: a ``with`` block left by an exception does not commit, since the
         # record being processed may not be done.
         self.close(autocommit=exc_type is None)
+
+
+class _IterCursor:
+    """Where the iterator is in the batch it hands out: partition ``k``, record ``i``."""
+
+    __slots__ = ("before", "i", "items", "k")
+
+    def __init__(
+        self,
+        items: list[tuple[TopicPartition, list[ConsumerRecord]]],
+        before: dict[TopicPartition, EpochOffset | None],
+    ) -> None:
+        self.items = items
+        self.before = before
+        self.k = 0
+        self.i = -1
 
 
 @attrs.frozen

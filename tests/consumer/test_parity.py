@@ -245,6 +245,23 @@ def typical_program(cls: Any, bootstrap: str, group: str) -> dict[str, Any]:
         seen["after resume"] = _drain(consumer, N)
         consumer.seek_to_end()
         seen["positions at end"] = (consumer.position(tp0), consumer.position(tp1))
+        # Leaving the iterator in the middle of a batch: what was not handed out is
+        # neither committed nor skipped.
+        consumer.seek_to_beginning()
+        taken = []
+        for record in consumer:
+            taken.append((record.partition, record.offset))
+            if len(taken) == 3:
+                break
+        consumer.commit()
+        committed_after_break = {p: consumer.committed(TopicPartition(TOPIC, p)) for p in (0, 1)}
+        rest = [(p, o) for p, o, _v, _e in _drain(consumer, 2 * N - 3)]
+        seen["break: nothing skipped or repeated"] = sorted(taken + rest) == [
+            (p, i) for p in (0, 1) for i in range(N)
+        ]
+        seen["break: committed what was handed out"] = committed_after_break == {
+            p: max([o + 1 for q, o in taken if q == p], default=0) for p in (0, 1)
+        }
         try:
             consumer.seek(TopicPartition(TOPIC, 7), 1)
         except ValueError:
@@ -324,6 +341,8 @@ def test_a_kafka_python_program_sees_the_same_with_either_consumer() -> None:
         ("assigned", frozenset({tp0, tp1})),
     ]
     assert kafka["listener after unsubscribe"] == kafka["listener after join"]
+    assert kafka["break: nothing skipped or repeated"] is True
+    assert kafka["break: committed what was handed out"] is True
     assert len(kafka["no group: records"]) == 2 * N
     assert kafka["no group: assignment"] == {tp0, tp1}
     assert kafka["no group: commit"] == "IllegalStateError"

@@ -939,8 +939,12 @@ class EpochConsumer:
     # ------------------------------------------------------------------ pause/resume
 
     def pause(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
-            self._tracker(tp).pause()
+        trackers = [self._tracker(tp) for tp in partitions]
+        # The iterator must not hand out more of a paused partition's records (kafka-python
+        # checks each record); what it has not handed out is read again after resume().
+        self._settle_iterator()
+        for tp, tracker in zip(partitions, trackers, strict=True):
+            tracker.pause()
             self._paused.add(tp)
             self._fetcher.after_input(tp)
 

@@ -262,6 +262,24 @@ def typical_program(cls: Any, bootstrap: str, group: str) -> dict[str, Any]:
         seen["break: committed what was handed out"] = committed_after_break == {
             p: max([o + 1 for q, o in taken if q == p], default=0) for p in (0, 1)
         }
+        # Pausing a partition while iterating: no more of its records until resume().
+        consumer.seek_to_beginning()
+        got: list[tuple[int, int]] = []
+        for record in consumer:  # ends consumer_timeout_ms after the last record
+            got.append((record.partition, record.offset))
+            if len(got) == 1:
+                paused = TopicPartition(TOPIC, record.partition)
+                consumer.pause(paused)
+        seen["pause while iterating: paused partition"] = [
+            o for p, o in got if p == paused.partition
+        ]
+        seen["pause while iterating: other partition"] = sorted(
+            o for p, o in got if p != paused.partition
+        )
+        consumer.resume(paused)
+        seen["pause while iterating: after resume"] = [
+            (p == paused.partition, o) for p, o, _v, _e in _drain(consumer, N - 1)
+        ]
         try:
             consumer.seek(TopicPartition(TOPIC, 7), 1)
         except ValueError:
@@ -343,6 +361,9 @@ def test_a_kafka_python_program_sees_the_same_with_either_consumer() -> None:
     assert kafka["listener after unsubscribe"] == kafka["listener after join"]
     assert kafka["break: nothing skipped or repeated"] is True
     assert kafka["break: committed what was handed out"] is True
+    assert kafka["pause while iterating: paused partition"] == [0]
+    assert kafka["pause while iterating: other partition"] == list(range(N))
+    assert kafka["pause while iterating: after resume"] == [(True, i) for i in range(1, N)]
     assert len(kafka["no group: records"]) == 2 * N
     assert kafka["no group: assignment"] == {tp0, tp1}
     assert kafka["no group: commit"] == "IllegalStateError"

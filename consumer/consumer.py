@@ -576,7 +576,11 @@ class EpochConsumer:
             else:
                 position = cursor.before.get(tp)
             tracker = self._fetcher.trackers.get(tp)
-            if position is None or tracker is None or tracker.state is not PartitionState.FETCHING:
+            if tracker is None or tracker.state is not PartitionState.FETCHING:
+                continue  # revoked, stopped or being validated: it gets a new position anyway
+            if position is None:
+                # Not expected: the fetcher asks _eligible before handing records out.
+                log.warning("iterator_rewind_unknown", topic=tp.topic, partition=tp.partition)
                 continue
             tracker.seek(position, source="iterator_rewind")
             self._rewound[tp] = position
@@ -681,6 +685,7 @@ class EpochConsumer:
 
     def _wait_position(self, tp: TopicPartition, timeout_ms: int | None) -> EpochOffset:
         tracker = self._tracker(tp)
+        self._settle_iterator()
         timeout = self._timeout() if timeout_ms is None else timeout_ms / 1000
         start = time.monotonic()
         deadline = start + timeout

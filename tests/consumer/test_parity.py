@@ -253,6 +253,9 @@ def typical_program(cls: Any, bootstrap: str, group: str) -> dict[str, Any]:
             taken.append((record.partition, record.offset))
             if len(taken) == 3:
                 break
+        seen["break: position"] = {
+            p: consumer.position(TopicPartition(TOPIC, p)) for p in (0, 1)
+        } == {p: max([o + 1 for q, o in taken if q == p], default=0) for p in (0, 1)}
         consumer.commit()
         committed_after_break = {p: consumer.committed(TopicPartition(TOPIC, p)) for p in (0, 1)}
         rest = [(p, o) for p, o, _v, _e in _drain(consumer, 2 * N - 3)]
@@ -361,6 +364,7 @@ def test_a_kafka_python_program_sees_the_same_with_either_consumer() -> None:
     assert kafka["listener after unsubscribe"] == kafka["listener after join"]
     assert kafka["break: nothing skipped or repeated"] is True
     assert kafka["break: committed what was handed out"] is True
+    assert kafka["break: position"] is True
     assert kafka["pause while iterating: paused partition"] == [0]
     assert kafka["pause while iterating: other partition"] == list(range(N))
     assert kafka["pause while iterating: after resume"] == [(True, i) for i in range(1, N)]

@@ -9,6 +9,7 @@ from epochguard.consumer.errors import (
     LogTruncationException,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
+    UnassignedPartitionError,
 )
 from epochguard.consumer.records import ConsumerRecord
 
@@ -22,5 +23,6 @@ __all__ = [
     "LogTruncationException",
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
+    "UnassignedPartitionError",
     "ValidationResult",
 ]

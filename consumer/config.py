@@ -10,6 +10,7 @@ import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kafka.coordinator.assignors.abstract import RebalanceProtocol
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
@@ -83,11 +84,15 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "sasl_oauth_token_provider": None,
     "proxy_url": None,
     "socks5_proxy": None,
+    "kafka_client": None,
     # epochguard additions
     "on_truncation": "auto",
     "on_truncation_report": None,
     "offset_store": None,
     "close_timeout_ms": 5000,
+    #: How often a partition stopped by a truncation (or with no valid offset) logs
+    #: ``partition_awaiting_seek`` while the application has not sought it.
+    "awaiting_seek_log_interval_ms": 30000,
     #: Highest Fetch version to use (12 = LastFetchedEpoch/DivergingEpoch, 13 = topic ids).
     #: Lower it to 11 to exercise the OffsetForLeaderEpoch-only path (Java's behaviour).
     "max_fetch_version": 13,
@@ -103,12 +108,12 @@ IGNORED_KEYS = frozenset(
         "send_buffer_bytes",
         "socket_options",
         "metric_reporters",
-        "metrics_enabled",
         "metrics_num_samples",
         "metrics_sample_window_ms",
         "metric_group_prefix",
         "selector",
         "ssl_ciphers",
+        "kafka_client",  # EpochConsumer drives its own connections
     }
 )
 
@@ -131,6 +136,7 @@ _POSITIVE_INT = (
     "bootstrap_timeout_ms",
     "connections_max_idle_ms",
     "close_timeout_ms",
+    "awaiting_seek_log_interval_ms",
 )
 _NON_NEGATIVE_INT = ("fetch_min_bytes",)
 _BOOL = (
@@ -139,6 +145,7 @@ _BOOL = (
     "allow_auto_create_topics",
     "exclude_internal_topics",
     "ssl_check_hostname",
+    "metrics_enabled",
 )
 
 
@@ -203,6 +210,15 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
         if not hasattr(assignor, "assign") or not hasattr(assignor, "name"):
             raise ConsumerConfigError(
                 "partition_assignment_strategy", f"{s!r} is not a kafka-python partition assignor"
+            )
+        protocols = getattr(assignor, "supported_protocols", None)
+        if protocols is not None and RebalanceProtocol.EAGER not in protocols():
+            # A cooperative-only assignor may leave a moving partition unassigned until a
+            # follow-up rebalance that eager rebalancing never runs.
+            raise ConsumerConfigError(
+                "partition_assignment_strategy",
+                f"{assignor.name!r} is cooperative-only (KIP-429); EpochConsumer rebalances "
+                "eagerly: use a range, roundrobin or sticky assignor",
             )
         instances.append(assignor)
     cfg["partition_assignment_strategy"] = instances

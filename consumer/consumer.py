@@ -15,21 +15,30 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from types import TracebackType
-from typing import Any, Self
+from types import MappingProxyType, TracebackType
+from typing import Any, Literal, Self, overload
 
 import attrs
 import kafka.errors as kerrors
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from kafka.future import Future as KafkaFuture
+from kafka.structs import (
+    ConsumerGroupMetadata,
+    MemberState,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
+from kafka.util import ensure_valid_topic_name
 
 from epochguard._log import get_logger
 from epochguard.consumer.client import BrokerClient
-from epochguard.consumer.config import build_config
+from epochguard.consumer.config import DEFAULT_CONFIG, build_config
 from epochguard.consumer.errors import (
     ConsumerClosedError,
     ConsumerConfigError,
     LogTruncationError,
+    UnassignedPartitionError,
     as_consumer_error,
 )
 from epochguard.consumer.fetcher import Fetcher
@@ -77,6 +86,10 @@ class EpochConsumer:
     of group commits). See ``docs/consumer.md``.
     """
 
+    #: Every configuration key and its default: kafka-python's ``KafkaConsumer.DEFAULT_CONFIG``
+    #: keys plus the epochguard additions (see ``docs/consumer.md``).
+    DEFAULT_CONFIG: Mapping[str, Any] = MappingProxyType(DEFAULT_CONFIG)
+
     def __init__(self, *topics: str, **configs: Any) -> None:
         cfg = build_config(configs)
         try:
@@ -102,12 +115,16 @@ class EpochConsumer:
             as_deserializer(cfg["value_deserializer"]),
             self._on_event,
         )
+        self._fetcher.metadata_listeners.append(self._on_metadata_answer)
         self._store = cfg["offset_store"]
         self._group: GroupCoordinator | None = (
             GroupCoordinator(self._client, cfg) if cfg["group_id"] is not None else None
         )
         self._assigned: list[TopicPartition] = []
         self._manual = False
+        self._join_prepared = False
+        # subscribe() without a group_id: recompute the assignment after metadata answers.
+        self._subscribed_metadata_seen = False
         self._subscription: set[str] | None = None
         self._pattern: re.Pattern[str] | None = None
         self._listener: ConsumerRebalanceListener | None = None
@@ -117,10 +134,23 @@ class EpochConsumer:
         self._restored: set[TopicPartition] = set()
         self._next_auto_commit = time.monotonic() + cfg["auto_commit_interval_ms"] / 1000
         self._iterator: Iterator[ConsumerRecord] | None = None
+        # Iteration: the batch being handed out one record at a time, and (while the
+        # iterator's own poll runs) each partition's position before its records were taken.
+        self._iter_cursor: _IterCursor | None = None
+        self._iter_capture: dict[TopicPartition, EpochOffset | None] | None = None
+        # Positions moved back by _settle_iterator, still being validated: still committed.
+        self._rewound: dict[TopicPartition, EpochOffset] = {}
         self._report_callback: Callable[[TruncationReport], Any] | None = cfg[
             "on_truncation_report"
         ]
         self._truncation_reports: list[TruncationReport] = []
+        # Stopped partitions (truncation under "raise", no valid offset) the application has
+        # not sought yet, and when each is next due a ``partition_awaiting_seek`` warning.
+        self._awaiting_seek: dict[TopicPartition, float] = {}
+        # Tests replace this to drive the awaiting-seek warnings without sleeping.
+        self._clock: Callable[[], float] = time.monotonic
+        # Subscribed topics (or the pattern) already warned about matching nothing.
+        self._warned_unmatched: set[str] = set()
         # commit_async: one worker keeps commits in the order they were made; callbacks run
         # on the application's thread (in poll, commit or close), in that order too.
         self._commit_worker: ThreadPoolExecutor | None = None
@@ -149,6 +179,7 @@ class EpochConsumer:
             log.warning("truncation_detected", **event.to_dict())
             if event.decision == "raise":
                 self._pending_truncations[report.tp] = report
+                self._await_seek(report.tp)
             if self._report_callback is not None:
                 self._report_callback(report)
             return
@@ -156,6 +187,7 @@ class EpochConsumer:
             tracker = self._fetcher.trackers.get(event.tp)
             if tracker is not None and tracker.error is not None:
                 self._pending_errors[event.tp] = tracker.error
+            self._await_seek(event.tp)
             log.warning(event.name, **event.to_dict())
             return
         name = getattr(event, "name", "tracker_event")
@@ -163,9 +195,11 @@ class EpochConsumer:
         log.debug(name, **(to_dict() if to_dict is not None else {}))
 
     def _tracker(self, tp: TopicPartition) -> PartitionTracker:
+        if not isinstance(tp, TopicPartition):
+            raise TypeError(f"partition must be a kafka TopicPartition, got {tp!r}")
         tracker = self._fetcher.trackers.get(tp)
         if tracker is None:
-            raise kerrors.IllegalStateError(f"partition {tp} is not assigned to this consumer")
+            raise UnassignedPartitionError(f"partition {tp} is not assigned to this consumer")
         return tracker
 
     # ------------------------------------------------------------------ assignment
@@ -176,6 +210,14 @@ class EpochConsumer:
         if self._subscription is not None:
             raise kerrors.IllegalStateError("assign() after subscribe(): call unsubscribe()")
         parts = list(dict.fromkeys(partitions))
+        if not parts:
+            # kafka-python: an empty assignment is unsubscribe().
+            self.unsubscribe()
+            return
+        for tp in parts:
+            if not isinstance(tp, TopicPartition):
+                raise TypeError(f"assign() needs kafka TopicPartitions, got {tp!r}")
+        self._settle_iterator()
         self._manual = True
         self._set_assignment(parts)
 
@@ -189,6 +231,7 @@ class EpochConsumer:
                 self._paused.discard(tp)
                 self._pending_truncations.pop(tp, None)
                 self._pending_errors.pop(tp, None)
+                self._awaiting_seek.pop(tp, None)
                 self._restored.discard(tp)
         for tp in parts:
             self._fetcher.add_partition(tp)
@@ -229,18 +272,26 @@ class EpochConsumer:
         pattern: str | None = None,
         listener: ConsumerRebalanceListener | None = None,
     ) -> None:
-        """Subscribe to topics (or a regex ``pattern``) with group management."""
+        """Subscribe to topics (or a regex ``pattern``): with a ``group_id`` through group
+        management; without one, as kafka-python, every partition of those topics is
+        assigned to this consumer (following metadata, no commits to a group)."""
         self._ensure_open()
         if self._manual:
             raise kerrors.IllegalStateError("subscribe() after assign(): call unsubscribe()")
-        if self._group is None:
-            raise ConsumerConfigError("group_id", "subscribe() needs a group_id")
         topic_list = [topics] if isinstance(topics, str) else list(topics)
-        if (not topic_list) == (pattern is None):
-            raise kerrors.IllegalStateError("subscribe() needs topics or a pattern, not both")
+        # The error classes are kafka-python's for the same mistakes.
+        if not topic_list and not pattern:
+            raise ValueError("subscribe() needs topics or a pattern")
+        if topic_list and pattern:
+            raise kerrors.IllegalStateError("subscribe() takes topics or a pattern, not both")
+        for topic in topic_list:
+            ensure_valid_topic_name(topic)
         if listener is not None and not isinstance(listener, ConsumerRebalanceListener):
             raise TypeError("listener must be a kafka ConsumerRebalanceListener")
         self._listener = listener
+        self._warned_unmatched.clear()
+        self._settle_iterator()
+        self._subscribed_metadata_seen = bool(self._fetcher.topic_partitions)
         if pattern is not None:
             self._pattern = re.compile(pattern)
             self._subscription = set()
@@ -250,16 +301,25 @@ class EpochConsumer:
             self._subscription = set(topic_list)
             self._fetcher.metadata_topics.update(topic_list)
             self._fetcher.request_metadata()
-        self._group.rejoin_needed = True
+        if self._group is not None:
+            self._group.rejoin_needed = True
 
     def subscription(self) -> set[str] | None:
         return None if self._subscription is None else set(self._subscription)
 
     def unsubscribe(self) -> None:
+        """Drop the subscription and the assignment. As in kafka-python 3.0, positions are
+        committed first (if auto commit) and the rebalance listener is not called."""
         self._ensure_open()
+        self._settle_iterator()
         if self._group is not None and self._subscription is not None:
-            self._revoke(commit=self.config["enable_auto_commit"])
+            if self.config["enable_auto_commit"] and self._assigned:
+                try:
+                    self.commit()
+                except kerrors.KafkaError as exc:
+                    log.warning("commit_on_unsubscribe_failed", error=repr(exc))
             self._group.leave("unsubscribed")
+        self._join_prepared = False
         self._subscription = None
         self._pattern = None
         self._manual = False
@@ -276,17 +336,41 @@ class EpochConsumer:
             if self._group is not None:
                 self._group.rejoin_needed = True
 
-    def _revoke(self, commit: bool) -> None:
-        if not self._assigned:
+    def _on_metadata_answer(self) -> None:
+        self._subscribed_metadata_seen = True
+
+    def _assign_all_subscribed(self) -> None:
+        """``subscribe()`` without a ``group_id``: as kafka-python, every partition of the
+        subscribed topics (or of the topics the pattern matches) is assigned here, following
+        metadata; there is no group and no rebalance listener call."""
+        if not self._subscribed_metadata_seen:
             return
-        if commit:
+        self._subscribed_metadata_seen = False
+        self._update_pattern()
+        subscription = self._subscription
+        if subscription is None:
+            return
+        known = self._fetcher.topic_partitions
+        parts = [
+            TopicPartition(topic, p)
+            for topic in sorted(subscription)
+            for p in sorted(known.get(topic, ()))
+        ]
+        if set(parts) != set(self._assigned):
+            self._set_assignment(parts)
+
+    def _revoke(self, commit: bool) -> None:
+        """Before a (re)join: eager rebalancing gives up every partition. As kafka-python,
+        the listener hears about it even when nothing is assigned yet."""
+        if commit and self._assigned:
             try:
                 self.commit()
             except kerrors.KafkaError as exc:
                 log.warning("commit_on_revoke_failed", error=repr(exc))
         if self._listener is not None:
             self._listener.on_partitions_revoked(set(self._assigned))
-        self._set_assignment([])
+        if self._assigned:
+            self._set_assignment([])
 
     def _metadata_for(self, topics: set[str], deadline: float) -> dict[str, set[int]]:
         self._fetcher.metadata_topics.update(topics)
@@ -308,7 +392,10 @@ class EpochConsumer:
 
     def _ensure_group(self, deadline: float) -> None:
         group = self._group
-        if group is None or self._subscription is None:
+        if self._subscription is None:
+            return
+        if group is None:
+            self._assign_all_subscribed()
             return
         group.polled()
         self._update_pattern()
@@ -316,7 +403,10 @@ class EpochConsumer:
             return
         if not self._subscription:
             return
-        self._revoke(commit=self.config["enable_auto_commit"])
+        if not self._join_prepared:
+            # Once per rebalance, not again for each poll() a deferred join spans.
+            self._revoke(commit=self.config["enable_auto_commit"])
+            self._join_prepared = True
         now = time.monotonic()
         join_deadline = max(deadline, now + self.config["max_poll_interval_ms"] / 1000 + 5)
         try:
@@ -329,6 +419,7 @@ class EpochConsumer:
         except kerrors.KafkaTimeoutError as exc:
             log.debug("group_join_deferred", group=group.group_id, error=repr(exc))
             return
+        self._join_prepared = False
         self._set_assignment(parts)
         self._restore_positions(join_deadline)
         if self._listener is not None:
@@ -347,22 +438,28 @@ class EpochConsumer:
         self._ensure_open()
         if not update_offsets:
             raise NotImplementedError("update_offsets=False is not supported")
+        if timeout_ms < 0:
+            raise ValueError(f"timeout_ms must not be negative, got {timeout_ms}")
         if max_records is None:
             max_records = self.config["max_poll_records"]
+        if isinstance(max_records, bool) or not isinstance(max_records, int):
+            raise TypeError(f"max_records must be an int, got {max_records!r}")
         if max_records < 1:
             raise ValueError("max_records must be positive")
-        if not self._assigned and self._subscription is None:
-            raise kerrors.IllegalStateError("no partitions assigned and no subscription")
+        self._settle_iterator()
+        # Nothing assigned or subscribed: wait out the timeout and return {}, as kafka-python.
         fetcher = self._fetcher
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             self._ensure_group(deadline)
+            self._warn_unmatched_subscription()
             # Bounded by the poll timeout (at least one round trip): with the coordinator
             # down, poll() still returns on time and the next one tries again.
             self._restore_positions(max(deadline, time.monotonic() + 1.0))
             self._maybe_auto_commit()
             self._run_commit_callbacks()
             fetcher.process_completions()
+            self._warn_awaiting_seek()
             self._raise_pending()
             records = fetcher.fetched_records(max_records, self._eligible)
             now = time.monotonic()
@@ -374,7 +471,15 @@ class EpochConsumer:
             fetcher.wait(min(deadline, wake_at) - now)
 
     def _eligible(self, tp: TopicPartition) -> bool:
-        return tp not in self._paused
+        if tp in self._paused:
+            return False
+        capture = self._iter_capture
+        if capture is not None and tp not in capture:
+            # The fetcher asks right before it hands out (and moves past) tp's records: this
+            # is where the iterator rewinds tp to if the application stops before them.
+            tracker = self._fetcher.trackers.get(tp)
+            capture[tp] = None if tracker is None else tracker.position
+        return True
 
     def _raise_pending(self) -> None:
         if self._pending_truncations:
@@ -385,16 +490,121 @@ class EpochConsumer:
             del self._pending_errors[tp]
             raise as_consumer_error(error)
 
+    def _await_seek(self, tp: TopicPartition) -> None:
+        """A partition just stopped until a seek: its first ``partition_awaiting_seek`` is due
+        one interval from now (the error itself is logged as it happens)."""
+        interval = self.config["awaiting_seek_log_interval_ms"] / 1000
+        self._awaiting_seek[tp] = self._clock() + interval
+
+    def _warn_awaiting_seek(self) -> None:
+        """Log ``partition_awaiting_seek`` for each stopped partition every
+        ``awaiting_seek_log_interval_ms``: an application that catches the error and carries
+        on without seeking would otherwise stall that partition without a trace."""
+        if not self._awaiting_seek:
+            return
+        now = self._clock()
+        interval = self.config["awaiting_seek_log_interval_ms"] / 1000
+        for tp, due in list(self._awaiting_seek.items()):
+            tracker = self._fetcher.trackers.get(tp)
+            if tracker is None or tracker.state not in _STOPPED:
+                del self._awaiting_seek[tp]
+                continue
+            if now < due:
+                continue
+            self._awaiting_seek[tp] = now + interval
+            report = tracker.last_report if tracker.state is PartitionState.TRUNCATED else None
+            divergence = None if report is None else report.divergence
+            log.warning(
+                "partition_awaiting_seek",
+                topic=tp.topic,
+                partition=tp.partition,
+                state=tracker.state.name.lower(),
+                divergence=None if divergence is None else str(divergence),
+                divergence_offset=None if divergence is None else divergence.offset,
+                error=None if tracker.error is None else str(tracker.error),
+                hint="call seek() on this partition to resume it",
+            )
+
+    def _warn_unmatched_subscription(self) -> None:
+        """Warn once per subscribed topic the cluster does not have, or once per pattern that
+        matches no topic (kafka-python stays silent and simply gets no records)."""
+        fetcher = self._fetcher
+        if self._subscription is None:
+            return
+        if self._pattern is not None:
+            key = "pattern:" + self._pattern.pattern
+            if (
+                fetcher.all_topics is not None
+                and not self._subscription
+                and key not in self._warned_unmatched
+            ):
+                self._warned_unmatched.add(key)
+                log.warning(
+                    "subscription_matches_nothing",
+                    pattern=self._pattern.pattern,
+                    topics_in_cluster=len(fetcher.all_topics),
+                )
+            return
+        for topic in sorted(self._subscription & fetcher.unknown_topics):
+            if topic not in self._warned_unmatched:
+                self._warned_unmatched.add(topic)
+                log.warning("subscribed_topic_missing", topic=topic)
+
+    def _settle_iterator(self) -> None:
+        """End the iteration in progress. ``poll()`` moved the positions past the whole
+        batch the iterator hands out one by one; records not handed out yet must be read
+        again, as with kafka-python's iterator (it moves a position only as each record is
+        handed out). So each partition with such records is moved back: after the last
+        record handed out (its epoch exact), or where its records of the batch began."""
+        if self._iter_capture is not None:
+            return  # called from within the iterator's own poll(): nothing is left over
+        cursor, self._iter_cursor = self._iter_cursor, None
+        self._iterator = None
+        if cursor is None:
+            return
+        for k, (tp, records) in enumerate(cursor.items):
+            if k < cursor.k or (k == cursor.k and cursor.i + 1 >= len(records)):
+                continue
+            if k == cursor.k:
+                last = records[cursor.i]
+                epoch = last.leader_epoch if last.leader_epoch >= 0 else None
+                position: EpochOffset | None = EpochOffset(
+                    last.offset + 1, epoch, epoch_exact=epoch is not None
+                )
+            else:
+                position = cursor.before.get(tp)
+            tracker = self._fetcher.trackers.get(tp)
+            if tracker is None or tracker.state is not PartitionState.FETCHING:
+                continue  # revoked, stopped or being validated: it gets a new position anyway
+            if position is None:
+                # Not expected: the fetcher asks _eligible before handing records out.
+                log.warning("iterator_rewind_unknown", topic=tp.topic, partition=tp.partition)
+                continue
+            tracker.seek(position, source="iterator_rewind")
+            self._rewound[tp] = position
+            self._fetcher.drop_buffer(tp)
+            self._fetcher.after_input(tp)
+            log.debug(
+                "iterator_rewound",
+                topic=tp.topic,
+                partition=tp.partition,
+                position=str(position),
+                records=len(records) - (cursor.i + 1 if k == cursor.k else 0),
+            )
+
     def __iter__(self) -> Self:
         return self
 
     def __next__(self) -> ConsumerRecord:
-        self._ensure_open()
+        if self._closed:
+            raise StopIteration("the EpochConsumer is closed")
         if self._iterator is None:
             self._iterator = self._message_generator()
         try:
             return next(self._iterator)
-        except StopIteration:
+        except BaseException:
+            # A generator that raised is finished: keeping it would end the next ``for``
+            # loop at once (after a LogTruncationError, say). The next call starts afresh.
             self._iterator = None
             raise
 
@@ -402,11 +612,23 @@ class EpochConsumer:
         timeout = self.config["consumer_timeout_ms"]
         last = time.monotonic()
         while True:
-            batch = self.poll(timeout_ms=200)
+            self._iter_capture = {}
+            try:
+                batch = self.poll(timeout_ms=200)
+            finally:
+                before, self._iter_capture = self._iter_capture, None
             if batch:
+                cursor = _IterCursor(list(batch.items()), before or {})
+                self._iter_cursor = cursor
+                for k, (_tp, records) in enumerate(cursor.items):
+                    cursor.k = k
+                    for i, record in enumerate(records):
+                        cursor.i = i
+                        yield record
+                self._iter_cursor = None
+                # As kafka-python, consumer_timeout_ms counts from when the application asks
+                # for the next record, not from the batch's arrival (its processing time).
                 last = time.monotonic()
-                for records in batch.values():
-                    yield from records
             elif (time.monotonic() - last) * 1000 >= timeout:
                 return
 
@@ -431,6 +653,7 @@ class EpochConsumer:
             position = offset
         else:
             raise ValueError(f"seek needs an offset >= 0 or an EpochOffset, got {offset!r}")
+        self._settle_iterator()
         tracker.seek(position)
         self._restored.add(partition)
         self._pending_truncations.pop(partition, None)
@@ -446,8 +669,11 @@ class EpochConsumer:
 
     def _seek_reset(self, partitions: tuple[TopicPartition, ...], strategy: str) -> None:
         self._ensure_open()
-        for tp in partitions or tuple(self._assigned):
-            tracker = self._tracker(tp)
+        if not partitions and not self._assigned:
+            raise UnassignedPartitionError("no partitions are currently assigned")
+        trackers = [(tp, self._tracker(tp)) for tp in partitions or tuple(self._assigned)]
+        self._settle_iterator()
+        for tp, tracker in trackers:
             tracker.request_reset(strategy, reason=f"seek_to_{strategy}")
             self._restored.add(tp)
             self._pending_truncations.pop(tp, None)
@@ -457,8 +683,13 @@ class EpochConsumer:
 
     def _wait_position(self, tp: TopicPartition, timeout_ms: int | None) -> EpochOffset:
         tracker = self._tracker(tp)
+        self._settle_iterator()
         timeout = self._timeout() if timeout_ms is None else timeout_ms / 1000
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        deadline = start + timeout
+        if tp.partition not in self._fetcher.topic_partitions.get(tp.topic, ()):
+            # Not known to exist: ask now rather than at the next periodic refresh.
+            self._fetcher.request_metadata()
 
         def settled() -> bool:
             # Restoring (committed offsets) is part of getting a position: keep at it.
@@ -466,7 +697,10 @@ class EpochConsumer:
             self._fetcher.process_completions()
             if tracker.state is PartitionState.FETCHING and tracker.position is not None:
                 return True
-            return tracker.state in _STOPPED and tracker.error is not None
+            if tracker.state in _STOPPED and tracker.error is not None:
+                return True
+            self._raise_if_missing([tp], since=start)
+            return False
 
         if not self._fetcher.pump_until(settled, deadline):
             raise kerrors.KafkaTimeoutError(f"no valid position for {tp} within {timeout}s")
@@ -476,7 +710,11 @@ class EpochConsumer:
         raise as_consumer_error(tracker.error)
 
     def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
-        """The offset of the next record to be returned (waits for a validated position)."""
+        """The offset of the next record to be returned (waits for a validated position).
+
+        Raises ``UnknownTopicOrPartitionError`` as soon as metadata says the partition does
+        not exist, and ``KafkaTimeoutError`` if no position is known within ``timeout_ms``
+        (default ``request_timeout_ms``)."""
         self._ensure_open()
         return self._wait_position(partition, timeout_ms).offset
 
@@ -487,20 +725,80 @@ class EpochConsumer:
         self._ensure_open()
         return self._wait_position(partition, timeout_ms)
 
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The high watermark from the last fetch answer for ``partition`` (``None`` before
+        the first one), as kafka-python: compare with :meth:`position` for the lag."""
+        self._ensure_open()
+        self._tracker(partition)
+        return self._fetcher.highwaters.get(partition)
+
+    @overload
+    def committed(
+        self,
+        partition: TopicPartition,
+        metadata: Literal[False] = False,
+        timeout_ms: int | None = None,
+    ) -> int | None: ...
+
+    @overload
+    def committed(
+        self, partition: TopicPartition, metadata: Literal[True], timeout_ms: int | None = None
+    ) -> OffsetAndMetadata | None: ...
+
+    @overload
     def committed(
         self, partition: TopicPartition, metadata: bool = False, timeout_ms: int | None = None
+    ) -> int | OffsetAndMetadata | None: ...
+
+    def committed(
+        self, partition: TopicPartition, metadata: bool = False, timeout_ms: int | None = None
+    ) -> int | OffsetAndMetadata | None:
+        """The last committed offset (an int, like :meth:`position`), or ``None``.
+
+        With ``metadata=True``: kafka's ``OffsetAndMetadata(offset, metadata, leader_epoch)``
+        with the stored metadata string and the committed leader epoch (-1 if none). For the
+        position as an :class:`EpochOffset` use :meth:`committed_with_epoch`."""
+        got = self._committed(partition, timeout_ms)
+        if got is None:
+            return None
+        pos, meta = got
+        if metadata:
+            return OffsetAndMetadata(pos.offset, meta, pos.wire_epoch)
+        return pos.offset
+
+    def committed_with_epoch(
+        self, partition: TopicPartition, timeout_ms: int | None = None
     ) -> EpochOffset | None:
-        """The last committed position (offset and committed leader epoch), or ``None``."""
+        """Like :meth:`committed`, as the :class:`EpochOffset` a restart resumes from (what
+        :meth:`seek` accepts), or ``None`` if nothing was committed."""
+        got = self._committed(partition, timeout_ms)
+        return None if got is None else got[0]
+
+    def _committed(
+        self, partition: TopicPartition, timeout_ms: int | None
+    ) -> tuple[EpochOffset, str] | None:
         self._ensure_open()
+        if not isinstance(partition, TopicPartition):
+            raise TypeError(f"partition must be a kafka TopicPartition, got {partition!r}")
         deadline = time.monotonic() + (self._timeout() if timeout_ms is None else timeout_ms / 1000)
         if self._store is not None:
-            return self._store.load().get(partition)  # type: ignore[no-any-return]
+            stored: EpochOffset | None = self._store.load().get(partition)
+            return None if stored is None else (stored, "")
         if self._group is None:
             raise kerrors.IllegalStateError("committed() needs a group_id or an offset_store")
-        return self._group.fetch_committed([partition], deadline).get(partition)
+        return self._group.fetch_committed_metadata([partition], deadline).get(partition)
 
     def _current_positions(self) -> dict[TopicPartition, EpochOffset]:
+        self._settle_iterator()
         out = {}
+        for tp, rewound in list(self._rewound.items()):
+            tracker = self._fetcher.trackers.get(tp)
+            if tracker is None or tracker.state in _STOPPED or tracker.position != rewound:
+                del self._rewound[tp]
+            elif tracker.state is not PartitionState.FETCHING:
+                out[tp] = rewound  # consumed up to here; its validation is still under way
+            else:
+                del self._rewound[tp]
         for tp in self._assigned:
             tracker = self._fetcher.trackers.get(tp)
             if tracker is not None and tracker.state is PartitionState.FETCHING:
@@ -530,14 +828,19 @@ class EpochConsumer:
                 raise TypeError(f"cannot commit {value!r} for {tp}")
         return out
 
-    def commit(self, offsets: Mapping[TopicPartition, Any] | None = None) -> None:
+    def commit(
+        self, offsets: Mapping[TopicPartition, Any] | None = None, timeout_ms: int | None = None
+    ) -> None:
         """Commit positions (default: the current ones) with their leader epochs.
 
         Commits made earlier with :meth:`commit_async` complete first (their callbacks run
-        before this returns), so a synchronous commit is never overtaken by an older one."""
+        before this returns), so a synchronous commit is never overtaken by an older one.
+        ``timeout_ms`` (default ``request_timeout_ms``) bounds the whole call."""
         self._ensure_open()
+        timeout = self._timeout() if timeout_ms is None else timeout_ms / 1000
+        deadline = time.monotonic() + timeout
         norm = self._normalise_offsets(offsets)
-        self._finish_async_commits(time.monotonic() + self._timeout())
+        self._finish_async_commits(deadline)
         if not norm:
             return
         if self._store is not None:
@@ -545,7 +848,7 @@ class EpochConsumer:
             return
         if self._group is None:
             raise kerrors.IllegalStateError("commit() needs a group_id or an offset_store")
-        self._group.commit(norm, time.monotonic() + self._timeout())
+        self._group.commit(norm, deadline)
         cb = self.config["default_offset_commit_callback"]
         if cb is not None:
             cb(_as_offsets_and_metadata(norm), None)
@@ -554,12 +857,13 @@ class EpochConsumer:
         self,
         offsets: Mapping[TopicPartition, Any] | None = None,
         callback: Callable[[Any, Any], Any] | None = None,
-    ) -> Future[dict[TopicPartition, OffsetAndMetadata]]:
+    ) -> KafkaFuture:
         """Commit without waiting for the coordinator's answer.
 
-        The positions (default: the current ones, with their epochs) are taken now. The
-        returned future completes with the committed ``{tp: OffsetAndMetadata}`` or fails
-        with the commit's error; ``callback(offsets, exception_or_None)`` (default:
+        The positions (default: the current ones, with their epochs) are taken now. Returns
+        kafka-python's ``kafka.future.Future``: it succeeds with ``None`` (as kafka-python's)
+        or fails with the commit's error; ``add_callback``/``add_errback`` run on the thread
+        that completes it. ``callback(offsets, exception_or_None)`` (default:
         ``default_offset_commit_callback``) runs on the caller's thread during a later
         :meth:`poll`, :meth:`commit` or :meth:`close`. Commits complete in call order; a
         failed one is not retried (a later commit supersedes it), as in kafka-python and Java.
@@ -568,15 +872,20 @@ class EpochConsumer:
         norm = self._normalise_offsets(offsets)
         done = self.config["default_offset_commit_callback"] if callback is None else callback
         committed = _as_offsets_and_metadata(norm)
+        result = KafkaFuture()
+        future: Future[None]
         if self._store is not None or not norm:
             # Offset stores are local (and SQLite connections belong to their thread).
-            future: Future[dict[TopicPartition, OffsetAndMetadata]] = Future()
+            future = Future()
             try:
                 if norm and self._store is not None:
                     self._store.save({tp: pos for tp, (pos, _m) in norm.items()})
-                future.set_result(committed)
             except Exception as exc:
                 future.set_exception(exc)
+                result.failure(exc)
+            else:
+                future.set_result(None)
+                result.success(None)
         else:
             if self._group is None:
                 raise kerrors.IllegalStateError(
@@ -584,17 +893,21 @@ class EpochConsumer:
                 )
             group, deadline = self._group, time.monotonic() + self._timeout()
 
-            def send() -> dict[TopicPartition, OffsetAndMetadata]:
-                group.commit(norm, deadline)
-                return committed
+            def send() -> None:
+                try:
+                    group.commit(norm, deadline)
+                except Exception as exc:
+                    result.failure(exc)
+                    raise
+                result.success(None)
 
             if self._commit_worker is None:
                 self._commit_worker = ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix="epochguard-commit"
                 )
             future = self._commit_worker.submit(send)
-        self._async_commits.append(_AsyncCommit(future, committed, done))
-        return future
+        self._async_commits.append(_AsyncCommit(future, result, committed, done))
+        return result
 
     def _run_commit_callbacks(self) -> None:
         """Callbacks of finished async commits, oldest first, stopping at an unfinished one."""
@@ -634,8 +947,12 @@ class EpochConsumer:
     # ------------------------------------------------------------------ pause/resume
 
     def pause(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
-            self._tracker(tp).pause()
+        trackers = [self._tracker(tp) for tp in partitions]
+        # The iterator must not hand out more of a paused partition's records (kafka-python
+        # checks each record); what it has not handed out is read again after resume().
+        self._settle_iterator()
+        for tp, tracker in zip(partitions, trackers, strict=True):
+            tracker.pause()
             self._paused.add(tp)
             self._fetcher.after_input(tp)
 
@@ -672,6 +989,7 @@ class EpochConsumer:
             if ts < 0:
                 raise ValueError(f"timestamp for {tp} must be >= 0, got {ts}")
         timeout = self._timeout() if timeout_ms is None else timeout_ms / 1000
+        self._check_partitions_exist(list(timestamps), time.monotonic() + timeout)
         res = self._fetcher.list_offsets(dict(timestamps), timeout)
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for tp in timestamps:
@@ -687,8 +1005,48 @@ class EpochConsumer:
         self, partitions: Iterable[TopicPartition], ts: int, timeout_ms: int | None
     ) -> dict[TopicPartition, tuple[int, int | None, int]]:
         self._ensure_open()
+        tps = list(partitions)
         timeout = self._timeout() if timeout_ms is None else timeout_ms / 1000
-        return self._fetcher.list_offsets({tp: ts for tp in partitions}, timeout)
+        self._check_partitions_exist(tps, time.monotonic() + timeout)
+        return self._fetcher.list_offsets({tp: ts for tp in tps}, timeout)
+
+    def _check_partitions_exist(self, tps: list[TopicPartition], deadline: float) -> None:
+        """Raise ``UnknownTopicOrPartitionError`` for partitions metadata says do not exist,
+        instead of retrying ListOffsets until the timeout (one metadata round trip, and only
+        for topics or partitions not seen yet)."""
+        for tp in tps:
+            if not isinstance(tp, TopicPartition):
+                raise TypeError(f"partitions must be kafka TopicPartitions, got {tp!r}")
+        fetcher = self._fetcher
+        unseen = {
+            tp.topic for tp in tps if tp.partition not in fetcher.topic_partitions.get(tp.topic, ())
+        }
+        if not unseen:
+            return
+        start = time.monotonic()
+        fetcher.metadata_topics.update(unseen)
+        fetcher.request_metadata()
+        while not fetcher.metadata_fresh_since(start) and time.monotonic() < deadline:
+            fetcher.send_requests(time.monotonic())
+            fetcher.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+            fetcher.process_completions()
+        self._raise_if_missing(tps, since=start)
+
+    def _raise_if_missing(self, tps: Iterable[TopicPartition], since: float) -> None:
+        """Fail fast (as kafka-python's ``position()``) once metadata requested after
+        ``since`` says a topic is unknown or has no such partition."""
+        fetcher = self._fetcher
+        if not fetcher.metadata_fresh_since(since):
+            return
+        for tp in tps:
+            partitions = fetcher.topic_partitions.get(tp.topic)
+            if tp.topic in fetcher.unknown_topics:
+                raise kerrors.UnknownTopicOrPartitionError(f"topic {tp.topic!r} does not exist")
+            if partitions is not None and tp.partition not in partitions:
+                raise kerrors.UnknownTopicOrPartitionError(
+                    f"topic {tp.topic!r} has no partition {tp.partition} "
+                    f"(partitions: {sorted(partitions)})"
+                )
 
     # ------------------------------------------------------------------ validation
 
@@ -742,10 +1100,11 @@ class EpochConsumer:
 
     # ------------------------------------------------------------------ metadata
 
-    def partitions_for_topic(self, topic: str) -> set[int] | None:
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        """The topic's partition ids; ``set()`` if the topic does not exist (kafka-python)."""
         self._ensure_open()
         parts = self._metadata_for({topic}, time.monotonic() + self._timeout())
-        return parts.get(topic)
+        return set(parts.get(topic, ()))
 
     def topics(self) -> set[str]:
         self._ensure_open()
@@ -759,14 +1118,76 @@ class EpochConsumer:
         fetcher.want_all_topics(prev)
         return set(fetcher.all_topics or ())
 
-    def metrics(self, raw: bool = False) -> dict[str, Any]:
-        """Counters: records, requests, truncations detected, records lost, ..."""
+    def metrics(self, raw: bool = False) -> dict[str, Any] | None:
+        """Counters, shaped as kafka-python's: ``{group: {name: value}}``; ``None`` when
+        ``metrics_enabled=False``.
+
+        Groups: ``consumer-fetch-manager-metrics`` and ``consumer-coordinator-metrics`` with
+        kafka-style names for what both clients count, ``epochguard-metrics`` with every
+        epochguard counter (truncations, records lost, validations, partitions awaiting a
+        seek, ...). ``raw=True`` returns the epochguard counters as one flat
+        ``{name: value}`` dict (kafka-python returns its internal metric objects there)."""
+        if not self.config["metrics_enabled"]:
+            return None
         m: dict[str, Any] = self._fetcher.metrics.as_dict()
         if self._group is not None:
             m["heartbeats_sent"] = self._group.heartbeats_sent
             m["rebalances"] = self._group.rebalances
         m["assigned_partitions"] = len(self._assigned)
-        return {"consumer-metrics": m} if not raw else m
+        m["partitions_awaiting_seek"] = sum(
+            1 for t in self._fetcher.trackers.values() if t.state in _STOPPED
+        )
+        if raw:
+            return m
+        groups: dict[str, dict[str, Any]] = {
+            "consumer-fetch-manager-metrics": {
+                "records-consumed-total": m["records_consumed"],
+                "bytes-consumed-total": m["bytes_fetched"],
+                "fetch-total": m["fetch_requests"],
+            },
+            "consumer-coordinator-metrics": {"assigned-partitions": len(self._assigned)},
+            "epochguard-metrics": {k.replace("_", "-"): v for k, v in m.items()},
+        }
+        if self._group is not None:
+            groups["consumer-coordinator-metrics"]["heartbeat-total"] = m["heartbeats_sent"]
+            groups["consumer-coordinator-metrics"]["join-total"] = m["rebalances"]
+        return groups
+
+    def bootstrap_connected(self) -> bool:
+        """kafka-python 3.0's meaning: a bootstrap is in progress. ``EpochConsumer``
+        bootstraps in its constructor, so this is ``False`` unless :meth:`bootstrap` with
+        ``refresh=True`` is running on another thread."""
+        fut = getattr(self._client.manager, "_bootstrap_future", None)
+        return fut is not None and not fut.is_done
+
+    def bootstrap(self, timeout_ms: int | None = None, refresh: bool = False) -> None:
+        """Block until cluster metadata is bootstrapped (done by the constructor already);
+        ``refresh=True`` bootstraps again. ``timeout_ms`` defaults to
+        ``bootstrap_timeout_ms``; raises ``KafkaTimeoutError`` when it passes."""
+        self._ensure_open()
+        if refresh:
+            timeout = self.config["bootstrap_timeout_ms"] if timeout_ms is None else timeout_ms
+            self._client.bootstrap(timeout)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """A snapshot of the group membership (kafka's ``ConsumerGroupMetadata``), e.g. for
+        ``KafkaProducer.send_offsets_to_transaction``; ``group_id=None`` without a group."""
+        group = self._group
+        if group is None:
+            return ConsumerGroupMetadata(group_id=None)
+        if group.generation < 0:
+            state = MemberState.UNJOINED
+        elif group.rejoin_needed:
+            state = MemberState.REBALANCING
+        else:
+            state = MemberState.STABLE
+        return ConsumerGroupMetadata(
+            group_id=group.group_id,
+            generation_id=group.generation,
+            member_id=group.member_id,
+            group_instance_id=self.config["group_instance_id"],
+            state=state,
+        )
 
     def truncation_reports(self) -> list[TruncationReport]:
         """Every truncation report seen so far (oldest first)."""
@@ -789,6 +1210,9 @@ class EpochConsumer:
         if self._commit_worker is not None:
             # A commit still waiting for its coordinator fails when the client closes.
             self._commit_worker.shutdown(wait=False, cancel_futures=True)
+        for pending in self._async_commits:
+            if pending.future.cancelled() and not pending.result.is_done:
+                pending.result.failure(ConsumerClosedError("closed before the commit was sent"))
         try:
             if (
                 autocommit
@@ -815,6 +1239,14 @@ class EpochConsumer:
                 log.warning("close_listener_failed", error=repr(exc))
             self._group.leave()
         self._client.close(max(0.2, deadline - time.monotonic()))
+        for key in ("key_deserializer", "value_deserializer"):
+            # kafka-python closes Deserializer objects that have a close(); so do we.
+            closer = getattr(self.config[key], "close", None)
+            if callable(closer):
+                try:
+                    closer()
+                except Exception as exc:
+                    log.warning("deserializer_close_failed", key=key, error=repr(exc))
         log.debug("consumer_closed")
 
     def __enter__(self) -> Self:
@@ -823,15 +1255,34 @@ class EpochConsumer:
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
     ) -> None:
-        self.close()
+        # As kafka-python: a ``with`` block left by an exception does not commit, since the
+        # record being processed may not be done.
+        self.close(autocommit=exc_type is None)
+
+
+class _IterCursor:
+    """Where the iterator is in the batch it hands out: partition ``k``, record ``i``."""
+
+    __slots__ = ("before", "i", "items", "k")
+
+    def __init__(
+        self,
+        items: list[tuple[TopicPartition, list[ConsumerRecord]]],
+        before: dict[TopicPartition, EpochOffset | None],
+    ) -> None:
+        self.items = items
+        self.before = before
+        self.k = 0
+        self.i = -1
 
 
 @attrs.frozen
 class _AsyncCommit:
-    future: Future[dict[TopicPartition, OffsetAndMetadata]]
+    future: Future[None]
+    result: KafkaFuture
     offsets: dict[TopicPartition, OffsetAndMetadata]
     callback: Callable[[Any, Any], Any] | None
 

@@ -127,7 +127,7 @@ def _run_demo(out: TextIO, fast: bool) -> int:
                 f"(offsets {got[0].offset}..{got[-1].offset}, leader epoch "
                 f"{got[0].leader_epoch})."
             )
-            m = consumer.metrics(raw=True)
+            m = consumer.metrics(raw=True) or {}  # None only with metrics_enabled=False
             say(
                 f"   metrics: truncations_detected={m['truncations_detected']} "
                 f"records_lost={m['records_lost']} "

@@ -22,6 +22,7 @@ __all__ = [
     "LogTruncationException",
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
+    "UnassignedPartitionError",
     "as_consumer_error",
 ]
 
@@ -40,6 +41,12 @@ class CorruptRecordError(kerrors.CorruptRecordError):  # type: ignore[misc]
 
 class ConsumerClosedError(kerrors.IllegalStateError):  # type: ignore[misc]
     """A method was called on a closed ``EpochConsumer``."""
+
+
+class UnassignedPartitionError(kerrors.IllegalStateError, ValueError):  # type: ignore[misc]
+    """A partition-level call (``seek``, ``seek_to_beginning``, ...) named a partition that is
+    not assigned. kafka-python raises ``ValueError`` here and Java ``IllegalStateException``:
+    this is both, so either ``except`` works."""
 
 
 class LogTruncationError(kerrors.OffsetOutOfRangeError, _CoreLogTruncationError):  # type: ignore[misc]

@@ -144,6 +144,8 @@ class Fetcher:
         self._wake = threading.Event()
         self.metrics = FetcherMetrics()
         self.metadata_listeners: list[Callable[[], None]] = []
+        #: the high watermark of each partition's last fetch answer (``highwater()``)
+        self.highwaters: dict[TopicPartition, int] = {}
         self._prefetch_enabled = True
         self._read_committed = config["isolation_level"] == "read_committed"
         self._fetch_params = wire.FetchParams(
@@ -175,6 +177,10 @@ class Fetcher:
     def all_topics(self) -> set[str] | None:
         return self.metadata.all_topics
 
+    @property
+    def unknown_topics(self) -> set[str]:
+        return self.metadata.unknown_topics
+
     # ------------------------------------------------------------------ partitions
 
     def add_partition(self, tp: TopicPartition) -> PartitionTracker:
@@ -190,6 +196,7 @@ class Fetcher:
 
     def remove_partition(self, tp: TopicPartition) -> None:
         self.trackers.pop(tp, None)
+        self.highwaters.pop(tp, None)
         self.drop_buffer(tp)
 
     def drop_buffer(self, tp: TopicPartition) -> None:
@@ -509,7 +516,9 @@ class Fetcher:
             previous.drop(tp)
         self._source_of[tp] = source
         source.caught_up[tp] = False
-        if p.error is not None:
+        if p.error is None:
+            self.highwaters[tp] = p.high_watermark
+        else:
             self.metrics.fetch_errors += 1
             if issubclass(p.error, _UNKNOWN_TOPIC_ERRORS):
                 self.metadata.hold(tp.topic, now)

@@ -170,6 +170,15 @@ class GroupCoordinator:
         self, partitions: Sequence[TopicPartition], deadline: float
     ) -> dict[TopicPartition, EpochOffset | None]:
         """OffsetFetch (v5+ returns the committed leader epoch)."""
+        return {
+            tp: None if got is None else got[0]
+            for tp, got in self.fetch_committed_metadata(partitions, deadline).items()
+        }
+
+    def fetch_committed_metadata(
+        self, partitions: Sequence[TopicPartition], deadline: float
+    ) -> dict[TopicPartition, tuple[EpochOffset, str] | None]:
+        """Like :meth:`fetch_committed`, with the metadata string stored by the commit."""
         request = wire.offset_fetch_request(self.group_id, partitions)
         while True:
             try:
@@ -188,7 +197,7 @@ class GroupCoordinator:
                 continue
             if top is not None:
                 raise top()
-            out: dict[TopicPartition, EpochOffset | None] = {}
+            out: dict[TopicPartition, tuple[EpochOffset, str] | None] = {}
             retry = False
             for p in parts:
                 if p.error is not None and issubclass(p.error, _OFFSET_FETCH_RETRY):
@@ -196,7 +205,11 @@ class GroupCoordinator:
                     continue
                 if p.error is not None:
                     raise p.error()
-                out[p.tp] = None if p.offset is None else EpochOffset(p.offset, p.leader_epoch)
+                out[p.tp] = (
+                    None
+                    if p.offset is None
+                    else (EpochOffset(p.offset, p.leader_epoch), p.metadata or "")
+                )
             if not retry:
                 return out
             if time.monotonic() >= deadline:

@@ -44,6 +44,8 @@ class Metadata:
         self.all_topics: set[str] | None = None
         self.want_all = False
         self.leaders: dict[TopicPartition, tuple[int | None, int | None]] = {}
+        #: Topics the last answer about them called UNKNOWN_TOPIC_OR_PARTITION (fail fast).
+        self.unknown_topics: set[str] = set()
         self.in_flight = False
         self.needed = True
         self.next_at = 0.0
@@ -112,6 +114,10 @@ class Metadata:
             self.all_topics = set()
         for topic in answer.topics:
             name = topic.name
+            if topic.error is wire.ERR.UnknownTopicOrPartitionError:
+                self.unknown_topics.add(name)
+            else:
+                self.unknown_topics.discard(name)
             if topic.error is not None:
                 # Unknown topic: keep waiting; trackers stay blocked on metadata.
                 if not issubclass(topic.error, _QUIET_TOPIC_ERRORS):

@@ -69,7 +69,7 @@ def test_consumes_and_commits_with_epochs_over_sasl_plain(
             (i, b"s%d" % i, 0) for i in range(5)
         ]
         consumer.commit()
-        assert consumer.committed(tp) == EpochOffset(5, 0)
+        assert consumer.committed_with_epoch(tp) == EpochOffset(5, 0)
 
 
 def test_a_wrong_password_is_a_clear_error_at_construction(

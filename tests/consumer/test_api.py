@@ -89,7 +89,7 @@ def test_pattern_subscription_commit_async_and_closed_errors(cluster: Any) -> No
     c.commit_async(callback=lambda offsets, exc: done.append((offsets, exc)))
     poll_until(c, lambda: bool(done))
     assert done[0][1] is None
-    assert c.committed(TopicPartition("pat-a", 0)) == EpochOffset(5, 0)
+    assert c.committed_with_epoch(TopicPartition("pat-a", 0)) == EpochOffset(5, 0)
     c.close()
     with pytest.raises(ConsumerClosedError):
         c.poll()

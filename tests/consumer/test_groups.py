@@ -105,8 +105,8 @@ def test_rebalance_splits_partitions_and_commits_on_revoke(cluster: Any, strateg
             assert l2.events[-1] == ("assigned", c2.assignment())
             # Commit on revoke carried positions with epochs.
             tp = TopicPartition(TOPIC, 0)
-            assert c1.committed(tp) is not None
-            assert c1.committed(tp) == EpochOffset(c1.committed(tp).offset, 0)
+            assert c1.committed_with_epoch(tp) is not None
+            assert c1.committed_with_epoch(tp) == EpochOffset(c1.committed_with_epoch(tp).offset, 0)
         finally:
             r2.stop.set()
             r2.join(10)

@@ -31,7 +31,7 @@ def test_sqlite_store_round_trip_and_truncation_on_restart(cluster, tmp_path) ->
         [rep] = consumer.truncation_reports()
         assert rep.position_source == "offset_store" and rep.lost_count == 5
         consumer.commit()
-        assert consumer.committed(TP0) == EpochOffset(18, 2)
+        assert consumer.committed_with_epoch(TP0) == EpochOffset(18, 2)
     assert store.load() == {TP0: EpochOffset(18, 2)}
     store.close()
 

@@ -24,7 +24,7 @@ def test_commit_carries_epoch_and_restart_after_unclean_election_rewinds(cluster
         diverge(cluster, old, new)
         assert len(read(consumer, 5)) == 5
         consumer.commit()
-        assert consumer.committed(TP0) == EpochOffset(15, 0)
+        assert consumer.committed_with_epoch(TP0) == EpochOffset(15, 0)
     # Stopped while the log is truncated and refilled past the committed offset.
     unclean_elect(cluster, old, new)
     with make_consumer(cluster, group_id="g1", on_truncation="rewind") as consumer:
@@ -38,7 +38,7 @@ def test_commit_carries_epoch_and_restart_after_unclean_election_rewinds(cluster
         assert rep.divergence is not None and rep.divergence.offset == 10
         assert rep.lost_count == 5
         consumer.commit()
-        assert consumer.committed(TP0) == EpochOffset(18, 2)
+        assert consumer.committed_with_epoch(TP0) == EpochOffset(18, 2)
 
 
 def test_commit_of_caught_up_position_keeps_epoch(cluster) -> None:
@@ -49,9 +49,9 @@ def test_commit_of_caught_up_position_keeps_epoch(cluster) -> None:
         for _ in range(5):  # empty fetches
             consumer.poll(timeout_ms=50)
         consumer.commit()
-        assert consumer.committed(TP0) == EpochOffset(10, 0)
+        assert consumer.committed_with_epoch(TP0) == EpochOffset(10, 0)
         consumer.commit({TP0: OffsetAndMetadata(7, "m", 0)})
-        assert consumer.committed(TP0) == EpochOffset(7, 0)
+        assert consumer.committed_with_epoch(TP0) == EpochOffset(7, 0)
 
 
 def test_seek_with_epoch_to_truncated_position_raises(cluster) -> None:

@@ -171,7 +171,7 @@ class UncleanRun(StagedRun):
                 first.read(10)
                 first.consumer.commit()
                 self.first_delivered[policy] = first.delivered
-                self.committed[policy] = first.consumer.committed(self.tp)
+                self.committed[policy] = first.consumer.committed_with_epoch(self.tp)
             finally:
                 first.close()
         self.timings["setup"] = time.monotonic() - t0
@@ -204,7 +204,7 @@ class UncleanRun(StagedRun):
         for policy in POLICIES:
             restarted = self.subjects[("restart", policy)]
             restarted.consumer.commit()
-            self.new_committed[policy] = restarted.consumer.committed(self.tp)
+            self.new_committed[policy] = restarted.consumer.committed_with_epoch(self.tp)
         self.timings["detection_and_reads"] = time.monotonic() - t2
 
         t3 = time.monotonic()
@@ -396,7 +396,7 @@ class CleanRun(StagedRun):
         for policy in POLICIES:
             restarted = self.subjects[("restart", policy)].consumer
             restarted.commit()
-            self.committed[policy] = restarted.committed(tp)
+            self.committed[policy] = restarted.committed_with_epoch(tp)
 
     def results(self) -> None:
         write_results(
@@ -662,7 +662,9 @@ def test_group_rebalance_commits_epochs(module_cluster: Cluster) -> None:
         seen = [(r.partition, r.offset) for r in got[0] + got[1]]
         assert len(seen) == len(set(seen)) == 20
         tp = TopicPartition(topic, 0)
-        assert consumers[0].committed(tp) == EpochOffset(5, cluster.leader_epoch(topic, 0))
+        assert consumers[0].committed_with_epoch(tp) == EpochOffset(
+            5, cluster.leader_epoch(topic, 0)
+        )
     finally:
         stop.set()
         for t in threads:

@@ -12,6 +12,7 @@ __all__ = [
     "LOG_TRUNCATION_CODE",
     "OffsetsJsonError",
     "SourceOptionError",
+    "SparkDataLossError",
     "SparkLogTruncationError",
 ]
 
@@ -37,3 +38,8 @@ class SparkLogTruncationError(EpochGuardError):
 
     def __init__(self, message: str) -> None:
         super().__init__(f"{LOG_TRUNCATION_CODE}: {message}")
+
+
+class SparkDataLossError(EpochGuardError):
+    """Records the query still had to read are gone (aged out, topic deleted) and
+    ``failOnDataLoss`` is true; the message is Spark's."""

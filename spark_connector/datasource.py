@@ -97,6 +97,8 @@ _ARROW_SCHEMA_HEADERS = pa.schema(
 
 #: Rows per Arrow batch yielded by ``read()``.
 _BATCH_ROWS = 8192
+#: Seconds between log-end checks while a read makes no progress below its planned end.
+_END_CHECK_INTERVAL = 1.0
 
 
 def spark_schema(include_headers: bool) -> str:
@@ -310,8 +312,11 @@ def _columns(include_headers: bool) -> dict[str, list[Any]]:
     return {n: [] for n in names}
 
 
-def _batch(cols: dict[str, list[Any]], include_headers: bool) -> pa.RecordBatch:
+def _batch(tp: TopicPartition, cols: dict[str, list[Any]], include_headers: bool) -> pa.RecordBatch:
     schema = _ARROW_SCHEMA_HEADERS if include_headers else ARROW_SCHEMA
+    n = len(cols["offset"])
+    cols["topic"] = [tp.topic] * n
+    cols["partition"] = [tp.partition] * n
     arrays = [pa.array(cols[f.name], type=f.type) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
@@ -350,19 +355,20 @@ def _read_with(
     consumer.seek(tp, rng.start)  # a position with an epoch is validated before fetching
     headers = opts.include_headers
     cols = _columns(headers)
-    ts_type_of = {0: 0, 1: 1}
     position = rng.start.offset
-    deadline = time.monotonic() + opts.poll_timeout_ms / 1000
+    timeout = opts.poll_timeout_ms / 1000
+    last_progress = time.monotonic()
+    next_end_check = last_progress + _END_CHECK_INTERVAL
     while position < end:
         try:
             polled = consumer.poll(timeout_ms=200)
+            now_at = consumer.position(tp)
         except LogTruncationError as exc:
             report = exc.truncations.get(tp) or exc.report
             raise SparkLogTruncationError(truncation_message(report, where)) from exc
         except (OffsetOutOfRangeError, NoOffsetForPartitionError) as exc:
             raise SparkDataLossError(_data_loss(tp, f"{exc}; {where}")) from exc
-        records = polled.get(tp, ())
-        for rec in records:
+        for rec in polled.get(tp, ()):
             if rec.offset >= end:
                 break
             if planned_epoch is not None and rec.leader_epoch > planned_epoch:
@@ -377,26 +383,35 @@ def _read_with(
             cols["value"].append(rec.value)
             cols["offset"].append(rec.offset)
             cols["timestamp"].append(rec.timestamp * 1000)
-            cols["timestampType"].append(ts_type_of.get(rec.timestamp_type, rec.timestamp_type))
+            cols["timestampType"].append(rec.timestamp_type)
             cols["leaderEpoch"].append(rec.leader_epoch)
             if headers:
                 cols["headers"].append([{"key": k, "value": v} for k, v in rec.headers])
-        if records:
-            position = consumer.position(tp)
-            deadline = time.monotonic() + opts.poll_timeout_ms / 1000
-        elif time.monotonic() > deadline:
-            raise TimeoutError(
-                f"{tp.topic}-{tp.partition}: no records for {opts.poll_timeout_ms} ms at offset "
-                f"{position} before the planned end {end} "
-                "(kafkaConsumer.pollTimeoutMs); the log may have been truncated below the "
-                "planned end"
-            )
-        if len(cols["offset"]) >= _BATCH_ROWS or (position >= end and cols["offset"]):
-            n = len(cols["offset"])
-            cols["topic"] = [tp.topic] * n
-            cols["partition"] = [tp.partition] * n
-            yield _batch(cols, headers)
-            cols = _columns(headers)
+            if len(cols["offset"]) >= _BATCH_ROWS:
+                yield _batch(tp, cols, headers)
+                cols = _columns(headers)
+        now = time.monotonic()
+        if now_at > position:
+            position, last_progress = now_at, now
+        elif now >= next_end_check:
+            # Stuck below the planned end: has the log lost the offsets we were promised?
+            next_end_check = now + _END_CHECK_INTERVAL
+            log_end = consumer.end_offsets([tp])[tp]
+            if log_end <= position:
+                raise SparkLogTruncationError(
+                    f"topic {tp.topic} partition {tp.partition} ({tp.topic}-{tp.partition}): "
+                    f"divergence at or before offset {log_end}: the log now ends at "
+                    f"{log_end}, before the planned end {end}; lost range [{log_end}, {end}) "
+                    f"at most; {where}"
+                )
+            if now - last_progress > timeout:
+                raise TimeoutError(
+                    f"{tp.topic}-{tp.partition}: no progress for {opts.poll_timeout_ms} ms at "
+                    f"offset {position} before the planned end {end} "
+                    "(kafkaConsumer.pollTimeoutMs)"
+                )
+    if cols["offset"]:
+        yield _batch(tp, cols, headers)
 
 
 # ---------------------------------------------------------------- the readers

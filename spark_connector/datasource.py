@@ -303,21 +303,36 @@ def _pool_key(kw: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 def _executor_kwargs(opts: SourceOptions) -> dict[str, Any]:
     kw = opts.consumer_kwargs()
-    kw.setdefault("max_poll_records", 100_000)
+    # One poll, one Arrow batch.
+    kw["max_poll_records"] = _BATCH_ROWS
     return kw
 
 
-def _columns(include_headers: bool) -> dict[str, list[Any]]:
-    names = [*ARROW_SCHEMA.names, *(["headers"] if include_headers else [])]
-    return {n: [] for n in names}
+_TS_MS = pa.timestamp("ms", tz="UTC")
 
 
-def _batch(tp: TopicPartition, cols: dict[str, list[Any]], include_headers: bool) -> pa.RecordBatch:
+def _batch(
+    tp: TopicPartition, cols: Sequence[Sequence[Any]], include_headers: bool
+) -> pa.RecordBatch:
+    """One Arrow batch from one poll's records, transposed (``zip(*records)``, in C): no
+    Python object per field beyond what the decoder made."""
+    (_, _, epochs, offsets, stamps, stamp_types, keys, values, headers, *_) = cols
+    n = len(offsets)
+    arrays = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.repeat(pa.scalar(tp.topic, pa.string()), n),
+        pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
+        pa.array(offsets, pa.int64()),
+        pa.array(stamps, _TS_MS).cast(_BASE_FIELDS[5][1]),
+        pa.array(stamp_types, pa.int32()),
+    ]
+    if include_headers:
+        arrays.append(
+            pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], _HEADER_TYPE)
+        )
+    arrays.append(pa.array(epochs, pa.int32()))
     schema = _ARROW_SCHEMA_HEADERS if include_headers else ARROW_SCHEMA
-    n = len(cols["offset"])
-    cols["topic"] = [tp.topic] * n
-    cols["partition"] = [tp.partition] * n
-    arrays = [pa.array(cols[f.name], type=f.type) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -354,7 +369,6 @@ def _read_with(
     consumer.assign([tp])
     consumer.seek(tp, rng.start)  # a position with an epoch is validated before fetching
     headers = opts.include_headers
-    cols = _columns(headers)
     position = rng.start.offset
     timeout = opts.poll_timeout_ms / 1000
     last_progress = time.monotonic()
@@ -368,10 +382,13 @@ def _read_with(
             raise SparkLogTruncationError(truncation_message(report, where)) from exc
         except (OffsetOutOfRangeError, NoOffsetForPartitionError) as exc:
             raise SparkDataLossError(_data_loss(tp, f"{exc}; {where}")) from exc
-        for rec in polled.get(tp, ()):
-            if rec.offset >= end:
-                break
-            if planned_epoch is not None and rec.leader_epoch > planned_epoch:
+        recs = polled.get(tp)
+        if recs and recs[-1].offset >= end:
+            recs = [r for r in recs if r.offset < end]
+        if recs:
+            cols = list(zip(*recs, strict=True))
+            if planned_epoch is not None and max(cols[2]) > planned_epoch:
+                rec = next(r for r in recs if r.leader_epoch > planned_epoch)
                 raise SparkLogTruncationError(
                     f"topic {tp.topic} partition {tp.partition} ({tp.topic}-{tp.partition}): "
                     f"divergence at or before offset {rec.offset}: the record there has "
@@ -379,17 +396,7 @@ def _read_with(
                     f"planned for this range, so the log was truncated and rewritten after "
                     f"the batch was planned; lost range [{rec.offset}, {end}) at most; {where}"
                 )
-            cols["key"].append(rec.key)
-            cols["value"].append(rec.value)
-            cols["offset"].append(rec.offset)
-            cols["timestamp"].append(rec.timestamp * 1000)
-            cols["timestampType"].append(rec.timestamp_type)
-            cols["leaderEpoch"].append(rec.leader_epoch)
-            if headers:
-                cols["headers"].append([{"key": k, "value": v} for k, v in rec.headers])
-            if len(cols["offset"]) >= _BATCH_ROWS:
-                yield _batch(tp, cols, headers)
-                cols = _columns(headers)
+            yield _batch(tp, cols, headers)
         now = time.monotonic()
         if now_at > position:
             position, last_progress = now_at, now
@@ -410,8 +417,6 @@ def _read_with(
                     f"offset {position} before the planned end {end} "
                     "(kafkaConsumer.pollTimeoutMs)"
                 )
-    if cols["offset"]:
-        yield _batch(tp, cols, headers)
 
 
 # ---------------------------------------------------------------- the readers

@@ -241,3 +241,31 @@ def test_truncation_while_stopped_fails_the_restart(spark: SparkSession, tmp_pat
         assert "lost range [10, 15)" in message
         # Nothing of the new log was written under the old one's offsets.
         assert len(spark.read.parquet(str(out)).collect()) == 15
+
+
+def test_processing_time_trigger_starts_at_latest_and_reads_what_comes(
+    spark: SparkSession, cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    cluster.create_topic("live", partitions=2, replication_factor=1)
+    cluster.append("live", 0, [b"before-%d" % i for i in range(5)])
+    query = (
+        source(spark, cluster, "live", stream=True)  # startingOffsets: latest by default
+        .load()
+        .writeStream.format("memory")
+        .queryName("live")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        assert spark.table("live").count() == 0
+        cluster.append("live", 0, [b"a-%d" % i for i in range(4)])
+        cluster.append("live", 1, [b"b-%d" % i for i in range(3)])
+        query.processAllAvailable()
+        got = rows(spark.table("live"))
+        new = [r for r in kafka_log(cluster, "live", 2) if not r[3].startswith(b"before")]
+        assert got == new
+        assert len(got) == 7
+    finally:
+        query.stop()

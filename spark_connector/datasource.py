@@ -27,6 +27,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
@@ -484,8 +485,12 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return SourceOffset(self.driver.resolve(self.opts.starting, tps)).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        # No composite limit in PySpark: with both options, the minimum is applied in
+        # latestOffset through the gate.
         if self.opts.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -507,7 +512,8 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _offsets_of(latest),
             read_all=isinstance(limit, ReadAllAvailable),
             max_rows=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
-            gate=self._gate,
+            # availableNow must end once the snapshot is read: never wait for more records.
+            gate=None if self._available_now is not None else self._gate,
         )
         out: dict[TopicPartition, EpochOffset] = {}
         for tp, offset in ends.items():

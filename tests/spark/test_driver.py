@@ -10,10 +10,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-pytest.importorskip("pyspark", reason="the spark extra is not installed")
-pytest.importorskip("pyarrow")
-
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from epochguard.offsets import EpochOffset

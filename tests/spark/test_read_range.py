@@ -10,19 +10,16 @@ from __future__ import annotations
 import pickle
 from collections.abc import Iterator
 
+import pyarrow as pa
 import pytest
+from kafka.structs import TopicPartition
 
-pytest.importorskip("pyspark", reason="the spark extra is not installed")
-pa = pytest.importorskip("pyarrow")
-
-from kafka.structs import TopicPartition  # noqa: E402
-
-from epochguard.offsets import EpochOffset  # noqa: E402
-from epochguard.spark_connector import datasource  # noqa: E402
-from epochguard.spark_connector.errors import SparkLogTruncationError  # noqa: E402
-from epochguard.spark_connector.options import SourceOptions, parse_options  # noqa: E402
-from epochguard.spark_connector.planning import OffsetRange  # noqa: E402
-from epochguard.testing import EmbeddedCluster  # noqa: E402
+from epochguard.offsets import EpochOffset
+from epochguard.spark_connector import datasource
+from epochguard.spark_connector.errors import SparkLogTruncationError
+from epochguard.spark_connector.options import SourceOptions, parse_options
+from epochguard.spark_connector.planning import OffsetRange
+from epochguard.testing import EmbeddedCluster
 
 TP = TopicPartition("t", 0)
 

@@ -5,7 +5,6 @@ One SparkSession for the module (starting one costs 5-12 s); each test uses its 
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -13,38 +12,36 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.structs import TopicPartition
+from pyspark.sql import SparkSession
 
-pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
-
-from kafka.structs import TopicPartition  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
-
-from epochguard.consumer import EpochConsumer  # noqa: E402
-from epochguard.spark_connector import register  # noqa: E402
-from epochguard.testing import EmbeddedCluster  # noqa: E402
+from epochguard.consumer import EpochConsumer
+from epochguard.spark_connector import register
+from epochguard.testing import EmbeddedCluster
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    # Workers must run this interpreter (pyarrow, the package); the hostname may resolve
-    # to an address that is not reachable from here.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("epochguard-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.task.maxFailures", "1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    register(session)
-    yield session
-    session.stop()
+    with pytest.MonkeyPatch.context() as mp:
+        # Workers must run this interpreter (pyarrow, the package); the hostname may
+        # resolve to an address that is not reachable from here.
+        mp.setenv("PYSPARK_PYTHON", sys.executable)
+        mp.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
+        mp.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("epochguard-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.task.maxFailures", "1")
+            .config("spark.sql.session.timeZone", "UTC")
+            .getOrCreate()
+        )
+        register(session)
+        yield session
+        session.stop()
 
 
 @pytest.fixture(scope="module")

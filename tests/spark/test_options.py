@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kafka.structs import TopicPartition
 
 from epochguard.offsets import EpochOffset
@@ -331,3 +333,37 @@ def test_docs_list_every_option() -> None:
         assert f"| `{name}` |" in text, name
     for java_key in REJECTED_KAFKA_PARAMS:
         assert f"`kafka.{java_key}`" in text, java_key
+
+
+KNOWN = {name.lower() for name in OPTIONS}
+
+
+@given(st.text(min_size=1, max_size=30).filter(lambda k: k.lower() not in KNOWN))
+def test_any_other_option_name_is_refused_by_name(key: str) -> None:
+    if key.lower().startswith("kafka."):
+        key = "x" + key  # kafka.* keys have their own table, tested above
+    with pytest.raises(SourceOptionError) as info:
+        parse_options({**BASE, key: "1"}, streaming=True)
+    assert info.value.option == key
+    assert key in str(info.value)
+
+
+@given(
+    st.integers(1, 2**62),
+    st.integers(1, 2**62),
+    st.integers(1, 10**6),
+    st.sampled_from(["", " ", "  "]),
+)
+def test_numeric_options_round_trip(max_rows: int, min_rows: int, parts: int, pad: str) -> None:
+    opts = {**BASE, "maxOffsetsPerTrigger": f"{pad}{max_rows}{pad}", "minPartitions": str(parts)}
+    if min_rows > max_rows:
+        with pytest.raises(SourceOptionError) as info:
+            parse_options({**opts, "minOffsetsPerTrigger": str(min_rows)}, streaming=True)
+        assert info.value.option == "minOffsetsPerTrigger"
+        return
+    s = parse_options({**opts, "minOffsetsPerTrigger": str(min_rows)}, streaming=True)
+    assert (s.max_offsets_per_trigger, s.min_offsets_per_trigger, s.min_partitions) == (
+        max_rows,
+        min_rows,
+        parts,
+    )

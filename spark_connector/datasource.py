@@ -120,8 +120,6 @@ def _not_yet(opts: SourceOptions) -> None:
             )
     if opts.on_truncation == "rewind":
         raise SourceOptionError("onTruncation", "'rewind' is not implemented yet; use 'fail'")
-    if opts.commit_to_group:
-        raise SourceOptionError("commitToGroup", "is not implemented yet")
     if not opts.fail_on_data_loss:
         raise SourceOptionError("failOnDataLoss", "'false' is not implemented yet")
 
@@ -461,6 +459,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         self._available_now: dict[TopicPartition, EpochOffset] | None = None
         self._latest: dict[TopicPartition, EpochOffset] | None = None
+        self._committer: EpochConsumer | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get only the options: driver clients and state stay on the driver.
@@ -546,11 +545,23 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_range(self.opts, partition.range())
 
     def commit(self, end: dict[str, Any]) -> None:
-        pass  # commitToGroup is not implemented yet
+        """With ``commitToGroup``: the finished batch's end positions, epochs included, to
+        the consumer group, so ``kafka-consumer-groups`` and lag tools see the query."""
+        if not self.opts.commit_to_group:
+            return
+        if self._committer is None:
+            kw = self.opts.consumer_kwargs()
+            kw["group_id"] = self.opts.group_id
+            self._committer = EpochConsumer(**kw)
+        self._committer.commit(self._load(end, "the committed batch's end offset"))
 
     def stop(self) -> None:
         if self._driver is not None:
             self._driver.close()
+            self._driver = None
+        if self._committer is not None:
+            self._committer.close(autocommit=False)
+            self._committer = None
 
 
 class EpochGuardDataSource(DataSource):

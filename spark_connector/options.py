@@ -662,6 +662,14 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         return default if raw is None else _bool(name, raw)
 
     group_id = kafka.get("group_id")
+    commit_to_group = opt_bool("commitToGroup", False)
+    if commit_to_group and not streaming:
+        raise SourceOptionError("commitToGroup", "applies to streaming queries only")
+    if commit_to_group and not group_id:
+        # Spark's generated group ids are new at every run: lag tools could not follow them.
+        raise SourceOptionError(
+            "commitToGroup", "needs 'kafka.group.id': the consumer group to commit to"
+        )
     return SourceOptions(
         streaming=streaming,
         strategy=strategy,
@@ -687,7 +695,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
             "fetchOffset.retryIntervalMs", get("fetchOffset.retryIntervalMs") or "1000", 0
         ),
         on_truncation="fail" if on_truncation == "fail" else "rewind",
-        commit_to_group=opt_bool("commitToGroup", False),
+        commit_to_group=commit_to_group,
     )
 
 

@@ -10,8 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kafka.structs import TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from epochguard.consumer import EpochConsumer
 from epochguard.offsets import EpochOffset
 from epochguard.spark_connector import datasource
 from epochguard.spark_connector.errors import (
@@ -167,3 +169,24 @@ def test_available_now_reads_its_snapshot_whatever_min_offsets_says(
         assert offsets(end) == {0: (5, 0)}  # 2 < 5 waiting, but availableNow must finish
     finally:
         r.stop()
+
+
+def test_commit_to_group_commits_end_positions_with_epochs(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", partitions=2, replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 7)
+    leader = cluster.leader("t", 1)
+    assert leader is not None
+    cluster.elect_leader("t", 1, leader)  # partition 1 in epoch 1
+    cluster.append("t", 1, [b"y"] * 3)
+    r = reader(cluster, commitToGroup="true", **{"kafka.group.id": "spark-lag"})
+    try:
+        end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+        r.commit(end)
+    finally:
+        r.stop()
+    check = EpochConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id="spark-lag")
+    try:
+        committed = {p: check.committed(TopicPartition("t", p)) for p in (0, 1)}
+    finally:
+        check.close(autocommit=False)
+    assert committed == {0: EpochOffset(7, 0), 1: EpochOffset(3, 1)}

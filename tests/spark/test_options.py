@@ -321,10 +321,21 @@ def test_time_strings(text: str, ms: int) -> None:
 
 
 def test_rewind_and_commit_to_group_parse() -> None:
-    s = parse(onTruncation="REWIND", commitToGroup="true", groupIdPrefix="p")
+    s = parse(
+        onTruncation="REWIND", commitToGroup="true", groupIdPrefix="p", **{"kafka.group.id": "g"}
+    )
     assert s.on_truncation == "rewind"
     assert s.commit_to_group is True
     assert s.group_id_prefix == "p"
+    assert s.group_id == "g"
+
+
+def test_commit_to_group_needs_a_group_and_a_stream() -> None:
+    e = error(commitToGroup="true")
+    assert e.option == "commitToGroup"
+    assert "needs 'kafka.group.id'" in str(e)
+    e = error(streaming=False, commitToGroup="true", **{"kafka.group.id": "g"})
+    assert "streaming queries only" in str(e)
 
 
 def test_docs_list_every_option() -> None:

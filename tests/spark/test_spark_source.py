@@ -5,6 +5,7 @@ One SparkSession for the module (starting one costs 5-12 s); each test uses its 
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from kafka.structs import TopicPartition
 from pyspark.sql import SparkSession
 
@@ -20,6 +22,8 @@ from epochguard.spark_connector import register
 from epochguard.testing import EmbeddedCluster
 
 pytestmark = pytest.mark.slow
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")
@@ -266,3 +270,19 @@ def test_processing_time_trigger_starts_at_latest_and_reads_what_comes(
         assert len(got) == 7
     finally:
         query.stop()
+
+
+def test_example_fails_the_restart_after_a_truncation(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    module = importlib.import_module("spark_stream")
+    try:
+        assert module.main([]) == 0  # getOrCreate: it runs on this module's session
+    finally:
+        sys.modules.pop("spark_stream", None)
+        structlog.reset_defaults()
+    out = capsys.readouterr().out
+    assert "first run: 15 orders" in out
+    assert "restart failed as it should: " in out
+    assert "KAFKA_LOG_TRUNCATION: topic orders partition 0" in out

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import structlog
 from kafka.structs import TopicPartition
 from pyspark.sql.datasource import (
     DataSource,
@@ -75,6 +76,8 @@ __all__ = [
     "spark_schema",
 ]
 
+log = structlog.get_logger("epochguard.spark_connector")
+
 _BASE_COLUMNS = (
     "key binary, value binary, topic string, partition int, offset long, "
     "timestamp timestamp, timestampType int"
@@ -120,8 +123,6 @@ def _not_yet(opts: SourceOptions) -> None:
             )
     if opts.on_truncation == "rewind":
         raise SourceOptionError("onTruncation", "'rewind' is not implemented yet; use 'fail'")
-    if not opts.fail_on_data_loss:
-        raise SourceOptionError("failOnDataLoss", "'false' is not implemented yet")
 
 
 def truncation_message(report: TruncationReport, where: str) -> str:
@@ -282,9 +283,11 @@ def _plan(
         if s is None:
             continue
         if e.offset < s.offset:
-            raise SparkDataLossError(
-                _data_loss(tp, f"end offset {e.offset} is before start offset {s.offset}")
-            )
+            detail = f"end offset {e.offset} is before start offset {s.offset}"
+            if opts.fail_on_data_loss:
+                raise SparkDataLossError(_data_loss(tp, detail))
+            log.warning("kafka_data_loss", topic=tp.topic, partition=tp.partition, reason=detail)
+            continue
         ranges.append(OffsetRange(tp, s, e))
     pieces = split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
     return [EpochRangePartition(r) for r in pieces]
@@ -380,7 +383,24 @@ def _read_with(
             report = exc.truncations.get(tp) or exc.report
             raise SparkLogTruncationError(truncation_message(report, where)) from exc
         except (OffsetOutOfRangeError, NoOffsetForPartitionError) as exc:
-            raise SparkDataLossError(_data_loss(tp, f"{exc}; {where}")) from exc
+            if opts.fail_on_data_loss:
+                raise SparkDataLossError(_data_loss(tp, f"{exc}; {where}")) from exc
+            # failOnDataLoss=false, as Spark: skip what retention removed, read the rest.
+            earliest = consumer.beginning_offsets([tp])[tp]
+            log.warning(
+                "kafka_data_loss",
+                topic=tp.topic,
+                partition=tp.partition,
+                position=position,
+                log_start=earliest,
+                planned_end=end,
+                reason=str(exc),
+            )
+            if earliest >= end or earliest <= position:
+                return
+            consumer.seek(tp, earliest)
+            position = earliest
+            continue
         recs = polled.get(tp)
         if recs and recs[-1].offset >= end:
             recs = [r for r in recs if r.offset < end]

@@ -16,7 +16,7 @@ from kafka.structs import TopicPartition
 
 from epochguard.offsets import EpochOffset
 from epochguard.spark_connector import datasource
-from epochguard.spark_connector.errors import SparkLogTruncationError
+from epochguard.spark_connector.errors import SparkDataLossError, SparkLogTruncationError
 from epochguard.spark_connector.options import SourceOptions, parse_options
 from epochguard.spark_connector.planning import OffsetRange
 from epochguard.testing import EmbeddedCluster
@@ -169,3 +169,20 @@ def test_stream_reader_pickles_only_its_options(cluster: EmbeddedCluster) -> Non
     assert clone.opts == reader.opts
     assert clone._driver is None
     reader.stop()
+
+
+def test_records_removed_by_retention_follow_fail_on_data_loss(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"%d" % i for i in range(10)], batch_size=1)
+    cluster.delete_records("t", 0, 5)  # retention: 0..4 are gone
+    planned = OffsetRange(TP, EpochOffset(2, 0), EpochOffset(8, 0))
+    with pytest.raises(SparkDataLossError) as info:
+        read_all(options(cluster), planned)
+    message = str(info.value)
+    assert message.startswith("Some data may have been lost because they are not available")
+    assert 'set the source option "failOnDataLoss" to "false"' in message
+    assert "t-0" in message
+    table = read_all(options(cluster, failOnDataLoss="false"), planned)
+    assert table.column("offset").to_pylist() == [5, 6, 7]
+    gone = OffsetRange(TP, EpochOffset(0, 0), EpochOffset(4, 0))
+    assert read_all(options(cluster, failOnDataLoss="false"), gone).num_rows == 0

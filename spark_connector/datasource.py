@@ -121,8 +121,6 @@ def _not_yet(opts: SourceOptions) -> None:
                 else f"{name}OffsetsByTimestamp",
                 "timestamp-based offsets are not implemented yet by the epochguard source",
             )
-    if opts.on_truncation == "rewind":
-        raise SourceOptionError("onTruncation", "'rewind' is not implemented yet; use 'fail'")
 
 
 def truncation_message(report: TruncationReport, where: str) -> str:
@@ -231,20 +229,35 @@ class _Driver:
                 out[tp] = pos
         return out
 
-    def validate(self, positions: Mapping[TopicPartition, EpochOffset], where: str) -> None:
-        """Check positions with OffsetForLeaderEpoch; fail on truncation or data loss."""
+    def validate(
+        self, positions: Mapping[TopicPartition, EpochOffset], where: str
+    ) -> dict[TopicPartition, EpochOffset]:
+        """Check positions with OffsetForLeaderEpoch. A truncation fails (``fail``) or, with
+        ``rewind`` and a known divergence point, is logged and that point returned, per
+        partition; records removed by retention follow ``failOnDataLoss``."""
         with_epochs = {tp: p for tp, p in positions.items() if p.leader_epoch is not None}
         if not with_epochs:
-            return
+            return {}
         results = self.consumer.validate_offsets(with_epochs, timeout_ms=self.opts.poll_timeout_ms)
+        rewinds: dict[TopicPartition, EpochOffset] = {}
         for tp, res in sorted(results.items()):
             if res.valid:
                 continue
-            if res.report is not None:
-                raise SparkLogTruncationError(truncation_message(res.report, where))
-            raise SparkDataLossError(
-                _data_loss(tp, f"position {res.position} cannot be read ({res.error}); {where}")
-            )
+            report = res.report
+            if report is not None:
+                if self.opts.on_truncation == "rewind" and report.divergence is not None:
+                    log.warning(
+                        "kafka_log_truncation", action="rewind", where=where, **report.to_dict()
+                    )
+                    rewinds[tp] = report.divergence
+                    continue
+                raise SparkLogTruncationError(truncation_message(report, where))
+            detail = f"position {res.position} cannot be read ({res.error}); {where}"
+            if self.opts.fail_on_data_loss:
+                raise SparkDataLossError(_data_loss(tp, detail))
+            # The executor skips what retention removed.
+            log.warning("kafka_data_loss", topic=tp.topic, partition=tp.partition, reason=detail)
+        return rewinds
 
 
 def _offsets_of(positions: Mapping[TopicPartition, EpochOffset]) -> dict[TopicPartition, int]:
@@ -284,6 +297,8 @@ def _plan(
             continue
         if e.offset < s.offset:
             detail = f"end offset {e.offset} is before start offset {s.offset}"
+            if opts.on_truncation == "rewind" and s.leader_epoch is not None:
+                continue  # both ends rewound: nothing of this batch is left to read
             if opts.fail_on_data_loss:
                 raise SparkDataLossError(_data_loss(tp, detail))
             log.warning("kafka_data_loss", topic=tp.topic, partition=tp.partition, reason=detail)
@@ -451,7 +466,7 @@ class _BatchReader(DataSourceReader):
             tps = driver.partitions()
             start = driver.resolve(self.opts.starting, tps)
             end = driver.resolve(self.opts.ending, tps)
-            driver.validate(start, "validating the starting offsets of a batch read")
+            start.update(driver.validate(start, "validating the starting offsets of a batch read"))
             # A specified end offset without an epoch gets the latest epoch as its bound.
             latest = driver.latest([tp for tp, e in end.items() if e.leader_epoch is None])
             for tp, lat in latest.items():
@@ -517,7 +532,9 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = self._load(start, "the batch's start offset (from the checkpoint)")
-        self.driver.validate(begin, "validating the batch's start on the driver")
+        rewinds = self.driver.validate(begin, "validating the batch's start on the driver")
+        # rewind: this batch reads from the divergence point (partitions() does the same).
+        begin.update(rewinds)
         if self._available_now is not None:
             latest = self._available_now
         else:
@@ -555,6 +572,13 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin = self._load(start, "the batch's start offset")
         stop = self._load(end, "the batch's end offset")
+        if self.opts.on_truncation == "rewind":
+            # Also on a replay after a restart, when latestOffset is not called: start at
+            # the divergence point, and end there if the planned end was truncated too.
+            begin.update(self.driver.validate(begin, "rewinding the batch's start"))
+            for tp, pos in self.driver.validate(stop, "checking the batch's planned end").items():
+                if pos.offset < stop[tp].offset:
+                    stop[tp] = pos
         new = [tp for tp in stop if tp not in begin]
         if new:
             begin = {**self.driver.earliest(new), **begin}

@@ -190,3 +190,85 @@ def test_commit_to_group_commits_end_positions_with_epochs(cluster: EmbeddedClus
     finally:
         check.close(autocommit=False)
     assert committed == {0: EpochOffset(7, 0), 1: EpochOffset(3, 1)}
+
+
+def stage_truncation(cluster: EmbeddedCluster) -> tuple[int, int]:
+    """10 records replicated, 5 more (offsets 10..14, epoch 0) on the leader only."""
+    cluster.create_topic("t", replication_factor=2)
+    old = cluster.leader("t", 0)
+    assert old is not None
+    new = next(b for b in cluster.replicas("t", 0) if b != old)
+    cluster.append("t", 0, [b"kept-%d" % i for i in range(10)], batch_size=1)
+    cluster.stop_broker(new)
+    cluster.append("t", 0, [b"lost-%d" % i for i in range(5)], batch_size=1)
+    return old, new
+
+
+def elect_and_refill(cluster: EmbeddedCluster, old: int, new: int, fresh: int) -> None:
+    cluster.stop_broker(old)
+    cluster.start_broker(new)
+    cluster.elect_leader("t", 0, new, unclean=True)
+    cluster.append("t", 0, [b"new-%d" % i for i in range(fresh)], batch_size=1)
+    cluster.start_broker(old)
+
+
+def read_values(r: datasource._StreamReader, start: Any, end: Any) -> list[tuple[int, bytes, int]]:
+    out: list[tuple[int, bytes, int]] = []
+    for part in r.partitions(start, end):
+        for batch in datasource.read_range(r.opts, part.range()):
+            d = batch.to_pydict()
+            out += zip(d["offset"], d["value"], d["leaderEpoch"], strict=True)
+    return out
+
+
+@pytest.fixture
+def empty_pool() -> Iterator[None]:
+    yield
+    for consumers in datasource._POOL.values():
+        for c in consumers:
+            c.close(autocommit=False)
+    datasource._POOL.clear()
+
+
+@pytest.mark.usefixtures("empty_pool")
+def test_rewind_after_truncation_while_stopped_reads_the_new_records(
+    cluster: EmbeddedCluster,
+) -> None:
+    old, new = stage_truncation(cluster)
+    r = reader(cluster, onTruncation="rewind")
+    start = r.initialOffset()
+    first = r.latestOffset(start, ReadAllAvailable())
+    assert len(read_values(r, start, first)) == 15  # kept-0..9, lost-0..4
+    r.stop()
+    elect_and_refill(cluster, old, new, fresh=8)  # new-0..7 at offsets 10..17
+    restarted = reader(cluster, onTruncation="rewind")
+    try:
+        end = restarted.latestOffset(first, ReadAllAvailable())
+        epoch = cluster.leader_epoch("t", 0)
+        assert epoch > 0
+        assert offsets(end) == {0: (18, epoch)}
+        got = read_values(restarted, first, end)
+    finally:
+        restarted.stop()
+    # The surviving log was read before; the batch after the rewind adds the new records.
+    assert got == [(10 + i, b"new-%d" % i, epoch) for i in range(8)]
+
+
+@pytest.mark.usefixtures("empty_pool")
+def test_rewind_on_a_replay_shrinks_the_batch_to_what_survived(cluster: EmbeddedCluster) -> None:
+    old, new = stage_truncation(cluster)
+    r = reader(cluster, onTruncation="rewind")
+    start = r.initialOffset()
+    planned = r.latestOffset(start, ReadAllAvailable())  # [0, 15) journaled, never read
+    r.stop()
+    elect_and_refill(cluster, old, new, fresh=8)
+    replay = reader(cluster, onTruncation="rewind")  # Spark calls partitions() alone
+    try:
+        got = read_values(replay, start, planned)
+        assert got == [(i, b"kept-%d" % i, 0) for i in range(10)]
+        end = replay.latestOffset(planned, ReadAllAvailable())
+        got = read_values(replay, planned, end)
+    finally:
+        replay.stop()
+    epoch = cluster.leader_epoch("t", 0)
+    assert got == [(10 + i, b"new-%d" % i, epoch) for i in range(8)]

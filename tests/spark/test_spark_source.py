@@ -286,3 +286,33 @@ def test_example_fails_the_restart_after_a_truncation(
     assert "first run: 15 orders" in out
     assert "restart failed as it should: " in out
     assert "KAFKA_LOG_TRUNCATION: topic orders partition 0" in out
+
+
+def test_rewind_after_truncation_while_stopped(spark: SparkSession, tmp_path: Path) -> None:
+    with EmbeddedCluster(brokers=2) as cluster:
+        cluster.create_topic("rew", partitions=1, replication_factor=2)
+        old = cluster.leader("rew", 0)
+        assert old is not None
+        new = next(b for b in cluster.replicas("rew", 0) if b != old)
+        cluster.append("rew", 0, [b"kept-%d" % i for i in range(10)], batch_size=1)
+        cluster.stop_broker(new)
+        cluster.append("rew", 0, [b"lost-%d" % i for i in range(5)], batch_size=1)
+        checkpoint, out = tmp_path / "ckpt", tmp_path / "out"
+        opts = {"startingOffsets": "earliest", "onTruncation": "rewind"}
+        run_stream(spark, cluster, "rew", checkpoint, out, **opts)
+        cluster.stop_broker(old)
+        cluster.start_broker(new)
+        cluster.elect_leader("rew", 0, new, unclean=True)
+        cluster.append("rew", 0, [b"new-%d" % i for i in range(8)], batch_size=1)
+        cluster.start_broker(old)
+        run_stream(spark, cluster, "rew", checkpoint, out, **opts)
+        got = sorted(
+            (r["offset"], bytes(r["value"])) for r in spark.read.parquet(str(out)).collect()
+        )
+    # What was read before the truncation, then the new log from the divergence point on.
+    expected = (
+        [(i, b"kept-%d" % i) for i in range(10)]
+        + [(10 + i, b"lost-%d" % i) for i in range(5)]
+        + [(10 + i, b"new-%d" % i) for i in range(8)]
+    )
+    assert got == sorted(expected)

@@ -55,7 +55,6 @@ from epochguard.spark_connector.options import (
     OffsetLimit,
     PartitionTimestamps,
     SourceOptions,
-    SpecificOffsets,
     Strategy,
     Subscribe,
     check_checkpoint,
@@ -109,18 +108,6 @@ def spark_schema(include_headers: bool) -> str:
     """Spark's Kafka source schema (headers with ``includeHeaders``) plus ``leaderEpoch``."""
     cols = _BASE_COLUMNS + (f", {_HEADERS_COLUMN}" if include_headers else "")
     return cols + ", leaderEpoch int"
-
-
-def _not_yet(opts: SourceOptions) -> None:
-    """Options that parse but are not implemented yet fail before any job runs."""
-    for limit, name in ((opts.starting, "starting"), (opts.ending, "ending")):
-        if isinstance(limit, GlobalTimestamp | PartitionTimestamps):
-            raise SourceOptionError(
-                f"{name}Timestamp"
-                if isinstance(limit, GlobalTimestamp)
-                else f"{name}OffsetsByTimestamp",
-                "timestamp-based offsets are not implemented yet by the epochguard source",
-            )
 
 
 def truncation_message(report: TruncationReport, where: str) -> str:
@@ -209,14 +196,18 @@ class _Driver:
         return self._reset_positions(tps, end=False)
 
     def resolve(
-        self, limit: OffsetLimit, tps: Sequence[TopicPartition]
+        self, limit: OffsetLimit, tps: Sequence[TopicPartition], prefix: str = "starting"
     ) -> dict[TopicPartition, EpochOffset]:
-        """Starting or ending positions for ``tps`` from an option's limit."""
+        """Starting or ending (``prefix``) positions for ``tps`` from an option's limit.
+
+        Specific offsets: a partition the JSON does not name starts at the earliest offset
+        (as a partition Spark's source discovers later does)."""
         if isinstance(limit, EarliestOffsets):
             return self.earliest(tps)
         if isinstance(limit, LatestOffsets):
             return self.latest(tps)
-        assert isinstance(limit, SpecificOffsets)  # timestamps were refused up front
+        if isinstance(limit, GlobalTimestamp | PartitionTimestamps):
+            return self._by_timestamp(limit, tps, prefix)
         given = limit.as_dict()
         out: dict[TopicPartition, EpochOffset] = {}
         want_earliest = [tp for tp in tps if given.get(tp, EARLIEST) == EARLIEST]
@@ -227,6 +218,46 @@ class _Driver:
             pos = given.get(tp)
             if isinstance(pos, EpochOffset):
                 out[tp] = pos
+        return out
+
+    def _by_timestamp(
+        self,
+        limit: GlobalTimestamp | PartitionTimestamps,
+        tps: Sequence[TopicPartition],
+        prefix: str,
+    ) -> dict[TopicPartition, EpochOffset]:
+        """The first offset at or after each timestamp, with the epoch of the record there
+        (an upper bound for the record before it). No such record: the latest offset, or for
+        a start with ``startingOffsetsByTimestampStrategy=error``, an error."""
+        if isinstance(limit, GlobalTimestamp):
+            option = f"{prefix}Timestamp"
+            stamps = dict.fromkeys(tps, limit.timestamp)
+        else:
+            option = f"{prefix}OffsetsByTimestamp"
+            stamps = limit.as_dict()
+            missing = sorted(set(tps) - set(stamps))
+            if missing:
+                names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing)
+                raise SourceOptionError(option, f"gives no timestamp for partitions {names}")
+            stamps = {tp: stamps[tp] for tp in tps}
+        found = self.consumer.offsets_for_times(stamps, timeout_ms=self.opts.poll_timeout_ms)
+        out: dict[TopicPartition, EpochOffset] = {}
+        no_match: list[TopicPartition] = []
+        for tp in tps:
+            hit = found.get(tp)
+            if hit is None:
+                no_match.append(tp)
+            else:
+                epoch = hit.leader_epoch if hit.leader_epoch is not None else -1
+                out[tp] = EpochOffset(hit.offset, epoch if hit.offset > 0 else None)
+        if no_match and prefix == "starting" and self.opts.no_match_strategy == "error":
+            names = ", ".join(f"{tp.topic}-{tp.partition}@{stamps[tp]}" for tp in no_match)
+            raise SourceOptionError(
+                option,
+                f"no record at or after the timestamp in {names} (set "
+                "startingOffsetsByTimestampStrategy=latest to start at the latest offset)",
+            )
+        out.update(self.latest(no_match))
         return out
 
     def validate(
@@ -465,7 +496,7 @@ class _BatchReader(DataSourceReader):
         try:
             tps = driver.partitions()
             start = driver.resolve(self.opts.starting, tps)
-            end = driver.resolve(self.opts.ending, tps)
+            end = driver.resolve(self.opts.ending, tps, "ending")
             start.update(driver.validate(start, "validating the starting offsets of a batch read"))
             # A specified end offset without an epoch gets the latest epoch as its bound.
             latest = driver.latest([tp for tp, e in end.items() if e.leader_epoch is None])
@@ -616,9 +647,7 @@ class EpochGuardDataSource(DataSource):
         return "epochguard"
 
     def _options(self, streaming: bool) -> SourceOptions:
-        opts = parse_options(dict(self.options), streaming=streaming)
-        _not_yet(opts)
-        return opts
+        return parse_options(dict(self.options), streaming=streaming)
 
     def schema(self) -> str:
         include = any(

@@ -18,6 +18,7 @@ from epochguard.offsets import EpochOffset
 from epochguard.spark_connector import datasource
 from epochguard.spark_connector.errors import (
     OffsetsJsonError,
+    SourceOptionError,
     SparkLogTruncationError,
 )
 from epochguard.spark_connector.options import parse_options
@@ -272,3 +273,88 @@ def test_rewind_on_a_replay_shrinks_the_batch_to_what_survived(cluster: Embedded
         replay.stop()
     epoch = cluster.leader_epoch("t", 0)
     assert got == [(10 + i, b"new-%d" % i, epoch) for i in range(8)]
+
+
+def timestamped(cluster: EmbeddedCluster) -> None:
+    """Offsets 0..4 at t=1000, 5..9 at t=2000, 10..14 at t=3000."""
+    cluster.create_topic("t", replication_factor=1)
+    for i, ts in enumerate((1000, 2000, 3000)):
+        cluster.append("t", 0, [b"%d" % (5 * i + j) for j in range(5)], timestamp_ms=ts)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("startingTimestamp", "2000", (5, 0)),
+        ("startingTimestamp", "1", (0, None)),
+        ("startingOffsetsByTimestamp", '{"t": {"0": 2500}}', (10, 0)),
+    ],
+)
+def test_starting_by_timestamp(
+    cluster: EmbeddedCluster, option: str, value: str, expected: tuple[int, int | None]
+) -> None:
+    timestamped(cluster)
+    opts = parse_options(
+        {"kafka.bootstrap.servers": cluster.bootstrap_servers, "subscribe": "t", option: value},
+        streaming=True,
+    )
+    r = datasource._StreamReader(opts)
+    try:
+        assert offsets(r.initialOffset()) == {0: expected}
+    finally:
+        r.stop()
+
+
+def test_starting_timestamp_after_every_record(cluster: EmbeddedCluster) -> None:
+    timestamped(cluster)
+    base = {"kafka.bootstrap.servers": cluster.bootstrap_servers, "subscribe": "t"}
+    r = datasource._StreamReader(
+        parse_options({**base, "startingTimestamp": "9999"}, streaming=True)
+    )
+    try:
+        with pytest.raises(SourceOptionError) as info:
+            r.initialOffset()
+        assert info.value.option == "startingTimestamp"
+        assert "t-0@9999" in str(info.value)
+    finally:
+        r.stop()
+    latest = {**base, "startingTimestamp": "9999", "startingOffsetsByTimestampStrategy": "latest"}
+    r = datasource._StreamReader(parse_options(latest, streaming=True))
+    try:
+        assert offsets(r.initialOffset()) == {0: (15, 0)}
+    finally:
+        r.stop()
+    missing = {**base, "startingOffsetsByTimestamp": '{"t": {"1": 5}}'}
+    r = datasource._StreamReader(parse_options(missing, streaming=True))
+    try:
+        with pytest.raises(SourceOptionError) as info:
+            r.initialOffset()
+        assert info.value.option == "startingOffsetsByTimestamp"
+        assert "gives no timestamp for partitions t-0" in str(info.value)
+    finally:
+        r.stop()
+
+
+def test_batch_ending_timestamp(cluster: EmbeddedCluster) -> None:
+    timestamped(cluster)
+    opts = parse_options(
+        {
+            "kafka.bootstrap.servers": cluster.bootstrap_servers,
+            "subscribe": "t",
+            "startingTimestamp": "2000",
+            "endingTimestamp": "2500",
+        },
+        streaming=False,
+    )
+    (part,) = datasource._BatchReader(opts).partitions()
+    assert (part.range().start.offset, part.range().end.offset) == (5, 10)
+    ends_after_all = parse_options(
+        {
+            "kafka.bootstrap.servers": cluster.bootstrap_servers,
+            "subscribe": "t",
+            "endingTimestamp": "9999",
+        },
+        streaming=False,
+    )
+    (part,) = datasource._BatchReader(ends_after_all).partitions()
+    assert (part.range().start.offset, part.range().end.offset) == (0, 15)

@@ -501,8 +501,13 @@ class _BatchReader(DataSourceReader):
             # A specified end offset without an epoch gets the latest epoch as its bound.
             latest = driver.latest([tp for tp, e in end.items() if e.leader_epoch is None])
             for tp, lat in latest.items():
-                if end[tp].offset <= lat.offset:
-                    end[tp] = EpochOffset(end[tp].offset, lat.leader_epoch, topic_id=lat.topic_id)
+                if end[tp].offset > lat.offset:
+                    raise SourceOptionError(
+                        "endingOffsets",
+                        f"ending offset {end[tp].offset} of {tp.topic}-{tp.partition} is past "
+                        f"the end of its log ({lat.offset})",
+                    )
+                end[tp] = EpochOffset(end[tp].offset, lat.leader_epoch, topic_id=lat.topic_id)
         finally:
             driver.close()
         return _plan(self.opts, start, end)

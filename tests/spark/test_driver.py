@@ -358,3 +358,17 @@ def test_batch_ending_timestamp(cluster: EmbeddedCluster) -> None:
     )
     (part,) = datasource._BatchReader(ends_after_all).partitions()
     assert (part.range().start.offset, part.range().end.offset) == (0, 15)
+
+
+def test_batch_ending_offset_past_the_log_end_is_refused(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 4)
+    base = {"kafka.bootstrap.servers": cluster.bootstrap_servers, "subscribe": "t"}
+    within = parse_options({**base, "endingOffsets": '{"t": {"0": 3}}'}, streaming=False)
+    (part,) = datasource._BatchReader(within).partitions()
+    assert part.range().end == EpochOffset(3, 0)  # the latest epoch bounds the given end
+    past = parse_options({**base, "endingOffsets": '{"t": {"0": 9}}'}, streaming=False)
+    with pytest.raises(SourceOptionError) as info:
+        datasource._BatchReader(past).partitions()
+    assert info.value.option == "endingOffsets"
+    assert "ending offset 9 of t-0 is past the end of its log (4)" in str(info.value)

@@ -372,3 +372,39 @@ def test_batch_ending_offset_past_the_log_end_is_refused(cluster: EmbeddedCluste
         datasource._BatchReader(past).partitions()
     assert info.value.option == "endingOffsets"
     assert "ending offset 9 of t-0 is past the end of its log (4)" in str(info.value)
+
+
+def test_subscribe_pattern_picks_up_topics_created_while_running(
+    cluster: EmbeddedCluster,
+) -> None:
+    cluster.create_topic("p-1", replication_factor=1)
+    cluster.append("p-1", 0, [b"x"] * 3)
+    opts = parse_options(
+        {
+            "kafka.bootstrap.servers": cluster.bootstrap_servers,
+            "subscribePattern": "p-[0-9]+",
+            "startingOffsets": "earliest",
+            "kafka.metadata.max.age.ms": "300",
+        },
+        streaming=True,
+    )
+    r = datasource._StreamReader(opts)
+    try:
+        start = r.initialOffset()
+        assert set(start) == {"p-1"}
+        cluster.create_topic("p-2", replication_factor=1)
+        cluster.create_topic("other", replication_factor=1)
+        cluster.append("p-2", 0, [b"y"] * 5)
+        end = r.latestOffset(start, ReadAllAvailable())
+        assert {t: {p: v["offset"] for p, v in parts.items()} for t, parts in end.items()} == {
+            "p-1": {"0": 3},
+            "p-2": {"0": 5},
+        }
+        # The new topic is read from its beginning.
+        ranges = sorted(
+            (p.topic, p.range().start.offset, p.range().end.offset)
+            for p in r.partitions(start, end)
+        )
+        assert ranges == [("p-1", 0, 3), ("p-2", 0, 5)]
+    finally:
+        r.stop()

@@ -1,0 +1,668 @@
+"""The PySpark data source: driver planning and executor reads on EpochConsumer.
+
+Spark runs the driver methods (``initialOffset``, ``latestOffset``, ``partitions``, ...) on
+one long-lived reader instance and ``read()`` on another, pickled to the executors, so
+everything ``read()`` needs travels in the :class:`EpochRangePartition` (start and planned
+end as positions with epochs) and Kafka clients are created lazily on each side. Decisions
+(options, offsets, planning) are the sans-IO modules'; this module only does the I/O,
+through EpochConsumer's public API.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import structlog
+from kafka.structs import TopicPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from epochguard.consumer import (
+    EpochConsumer,
+    LogTruncationError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+)
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.report import TruncationReport
+from epochguard.spark_connector.errors import (
+    SourceOptionError,
+    SparkDataLossError,
+    SparkLogTruncationError,
+)
+from epochguard.spark_connector.offsets import EARLIEST, LATEST, SourceOffset
+from epochguard.spark_connector.options import (
+    Assign,
+    EarliestOffsets,
+    GlobalTimestamp,
+    LatestOffsets,
+    OffsetLimit,
+    PartitionTimestamps,
+    SourceOptions,
+    Strategy,
+    Subscribe,
+    check_checkpoint,
+    parse_options,
+)
+from epochguard.spark_connector.planning import (
+    MinOffsetsGate,
+    OffsetRange,
+    plan_end_offsets,
+    split_ranges,
+)
+
+__all__ = [
+    "ARROW_SCHEMA",
+    "EpochGuardDataSource",
+    "EpochRangePartition",
+    "read_range",
+    "spark_schema",
+]
+
+log = structlog.get_logger("epochguard.spark_connector")
+
+_BASE_COLUMNS = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+_HEADERS_COLUMN = "headers array<struct<key: string, value: binary>>"
+
+_HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+_BASE_FIELDS = [
+    ("key", pa.binary()),
+    ("value", pa.binary()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")),
+    ("timestampType", pa.int32()),
+]
+ARROW_SCHEMA = pa.schema([*_BASE_FIELDS, ("leaderEpoch", pa.int32())])
+_ARROW_SCHEMA_HEADERS = pa.schema(
+    [*_BASE_FIELDS, ("headers", _HEADER_TYPE), ("leaderEpoch", pa.int32())]
+)
+
+#: Rows per Arrow batch yielded by ``read()``.
+_BATCH_ROWS = 8192
+#: Seconds between log-end checks while a read makes no progress below its planned end.
+_END_CHECK_INTERVAL = 1.0
+
+
+def spark_schema(include_headers: bool) -> str:
+    """Spark's Kafka source schema (headers with ``includeHeaders``) plus ``leaderEpoch``."""
+    cols = _BASE_COLUMNS + (f", {_HEADERS_COLUMN}" if include_headers else "")
+    return cols + ", leaderEpoch int"
+
+
+def truncation_message(report: TruncationReport, where: str) -> str:
+    """The text after ``KAFKA_LOG_TRUNCATION:``: partition, divergence, lost range."""
+    tp = f"{report.topic}-{report.partition}"
+    if report.divergence is None:
+        lost = f"divergence unknown, lost range [?, {report.lost_to})"
+    else:
+        lost = (
+            f"divergence at {report.divergence}, lost range "
+            f"[{report.lost_from}, {report.lost_to}) ({report.lost_count} records)"
+        )
+    return f"topic {report.topic} partition {report.partition} ({tp}): {lost}; {where}"
+
+
+def _data_loss(tp: TopicPartition, detail: str) -> str:
+    # Spark's wording for failOnDataLoss=true.
+    return (
+        f"Some data may have been lost because they are not available in Kafka any more; "
+        f"either the data was aged out by Kafka or the topic may have been deleted before all "
+        f"the data in the topic was processed. {tp.topic}-{tp.partition}: {detail}. If you "
+        f"don't want your streaming query to fail on such cases, set the source option "
+        f'"failOnDataLoss" to "false".'
+    )
+
+
+# ---------------------------------------------------------------- the driver side
+
+
+class _Driver:
+    """The driver's Kafka client: partitions, start/end positions, validation."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._consumer: EpochConsumer | None = None
+
+    @property
+    def consumer(self) -> EpochConsumer:
+        if self._consumer is None:
+            kw = self.opts.consumer_kwargs()
+            # The driver only lists offsets: keep the fetches it may send small.
+            kw.setdefault("max_partition_fetch_bytes", 1024)
+            self._consumer = EpochConsumer(**kw)
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close(autocommit=False)
+            self._consumer = None
+
+    def partitions(self) -> list[TopicPartition]:
+        strategy: Strategy = self.opts.strategy
+        if isinstance(strategy, Assign):
+            return sorted(strategy.partitions)
+        c = self.consumer
+        topics = (
+            strategy.topics
+            if isinstance(strategy, Subscribe)
+            else sorted(t for t in c.topics() if strategy.matches(t))
+        )
+        out: list[TopicPartition] = []
+        for topic in topics:
+            parts = c.partitions_for_topic(topic) or set()
+            out.extend(TopicPartition(topic, p) for p in sorted(parts))
+        return out
+
+    def _reset_positions(
+        self, tps: Sequence[TopicPartition], end: bool
+    ) -> dict[TopicPartition, EpochOffset]:
+        if not tps:
+            return {}
+        c = self.consumer
+        c.assign(list(tps))
+        if end:
+            c.seek_to_end(*tps)
+        else:
+            c.seek_to_beginning(*tps)
+        timeout = self.opts.poll_timeout_ms
+        return {tp: c.position_with_epoch(tp, timeout_ms=timeout) for tp in tps}
+
+    def latest(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, EpochOffset]:
+        """Log end offsets, each with the leader's epoch (bounds every record before it)."""
+        return self._reset_positions(tps, end=True)
+
+    def earliest(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, EpochOffset]:
+        return self._reset_positions(tps, end=False)
+
+    def resolve(
+        self, limit: OffsetLimit, tps: Sequence[TopicPartition], prefix: str = "starting"
+    ) -> dict[TopicPartition, EpochOffset]:
+        """Starting or ending (``prefix``) positions for ``tps`` from an option's limit.
+
+        Specific offsets: a partition the JSON does not name starts at the earliest offset
+        (as a partition Spark's source discovers later does)."""
+        if isinstance(limit, EarliestOffsets):
+            return self.earliest(tps)
+        if isinstance(limit, LatestOffsets):
+            return self.latest(tps)
+        if isinstance(limit, GlobalTimestamp | PartitionTimestamps):
+            return self._by_timestamp(limit, tps, prefix)
+        given = limit.as_dict()
+        out: dict[TopicPartition, EpochOffset] = {}
+        want_earliest = [tp for tp in tps if given.get(tp, EARLIEST) == EARLIEST]
+        want_latest = [tp for tp in tps if given.get(tp) == LATEST]
+        out.update(self.earliest(want_earliest))
+        out.update(self.latest(want_latest))
+        for tp in tps:
+            pos = given.get(tp)
+            if isinstance(pos, EpochOffset):
+                out[tp] = pos
+        return out
+
+    def _by_timestamp(
+        self,
+        limit: GlobalTimestamp | PartitionTimestamps,
+        tps: Sequence[TopicPartition],
+        prefix: str,
+    ) -> dict[TopicPartition, EpochOffset]:
+        """The first offset at or after each timestamp, with the epoch of the record there
+        (an upper bound for the record before it). No such record: the latest offset, or for
+        a start with ``startingOffsetsByTimestampStrategy=error``, an error."""
+        if isinstance(limit, GlobalTimestamp):
+            option = f"{prefix}Timestamp"
+            stamps = dict.fromkeys(tps, limit.timestamp)
+        else:
+            option = f"{prefix}OffsetsByTimestamp"
+            stamps = limit.as_dict()
+            missing = sorted(set(tps) - set(stamps))
+            if missing:
+                names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing)
+                raise SourceOptionError(option, f"gives no timestamp for partitions {names}")
+            stamps = {tp: stamps[tp] for tp in tps}
+        found = self.consumer.offsets_for_times(stamps, timeout_ms=self.opts.poll_timeout_ms)
+        out: dict[TopicPartition, EpochOffset] = {}
+        no_match: list[TopicPartition] = []
+        for tp in tps:
+            hit = found.get(tp)
+            if hit is None:
+                no_match.append(tp)
+            else:
+                epoch = hit.leader_epoch if hit.leader_epoch is not None else -1
+                out[tp] = EpochOffset(hit.offset, epoch if hit.offset > 0 else None)
+        if no_match and prefix == "starting" and self.opts.no_match_strategy == "error":
+            names = ", ".join(f"{tp.topic}-{tp.partition}@{stamps[tp]}" for tp in no_match)
+            raise SourceOptionError(
+                option,
+                f"no record at or after the timestamp in {names} (set "
+                "startingOffsetsByTimestampStrategy=latest to start at the latest offset)",
+            )
+        out.update(self.latest(no_match))
+        return out
+
+    def validate(
+        self, positions: Mapping[TopicPartition, EpochOffset], where: str
+    ) -> dict[TopicPartition, EpochOffset]:
+        """Check positions with OffsetForLeaderEpoch. A truncation fails (``fail``) or, with
+        ``rewind`` and a known divergence point, is logged and that point returned, per
+        partition; records removed by retention follow ``failOnDataLoss``."""
+        with_epochs = {tp: p for tp, p in positions.items() if p.leader_epoch is not None}
+        if not with_epochs:
+            return {}
+        results = self.consumer.validate_offsets(with_epochs, timeout_ms=self.opts.poll_timeout_ms)
+        rewinds: dict[TopicPartition, EpochOffset] = {}
+        for tp, res in sorted(results.items()):
+            if res.valid:
+                continue
+            report = res.report
+            if report is not None:
+                if self.opts.on_truncation == "rewind" and report.divergence is not None:
+                    log.warning(
+                        "kafka_log_truncation", action="rewind", where=where, **report.to_dict()
+                    )
+                    rewinds[tp] = report.divergence
+                    continue
+                raise SparkLogTruncationError(truncation_message(report, where))
+            detail = f"position {res.position} cannot be read ({res.error}); {where}"
+            if self.opts.fail_on_data_loss:
+                raise SparkDataLossError(_data_loss(tp, detail))
+            # The executor skips what retention removed.
+            log.warning("kafka_data_loss", topic=tp.topic, partition=tp.partition, reason=detail)
+        return rewinds
+
+
+def _offsets_of(positions: Mapping[TopicPartition, EpochOffset]) -> dict[TopicPartition, int]:
+    return {tp: p.offset for tp, p in positions.items()}
+
+
+# ---------------------------------------------------------------- partitions and read()
+
+
+class EpochRangePartition(InputPartition):
+    """One task: ``topic``-``partition`` from ``start`` to ``end`` (positions as JSON)."""
+
+    def __init__(self, rng: OffsetRange) -> None:
+        self.topic = rng.tp.topic
+        self.partition = rng.tp.partition
+        self.start = rng.start.to_json_str()
+        self.end = rng.end.to_json_str()
+        super().__init__((self.topic, self.partition, self.start, self.end))
+
+    def range(self) -> OffsetRange:
+        return OffsetRange(
+            TopicPartition(self.topic, self.partition),
+            EpochOffset.from_json(self.start),
+            EpochOffset.from_json(self.end),
+        )
+
+
+def _plan(
+    opts: SourceOptions,
+    start: Mapping[TopicPartition, EpochOffset],
+    end: Mapping[TopicPartition, EpochOffset],
+) -> list[EpochRangePartition]:
+    ranges = []
+    for tp, e in sorted(end.items()):
+        s = start.get(tp)
+        if s is None:
+            continue
+        if e.offset < s.offset:
+            detail = f"end offset {e.offset} is before start offset {s.offset}"
+            if opts.on_truncation == "rewind" and s.leader_epoch is not None:
+                continue  # both ends rewound: nothing of this batch is left to read
+            if opts.fail_on_data_loss:
+                raise SparkDataLossError(_data_loss(tp, detail))
+            log.warning("kafka_data_loss", topic=tp.topic, partition=tp.partition, reason=detail)
+            continue
+        ranges.append(OffsetRange(tp, s, e))
+    pieces = split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
+    return [EpochRangePartition(r) for r in pieces]
+
+
+# Executors: one EpochConsumer per configuration and per concurrent task, reused by the
+# tasks that run in this worker process one after the other.
+_POOL: dict[tuple[tuple[str, str], ...], list[EpochConsumer]] = {}
+_POOL_LOCK = threading.Lock()
+
+
+def _pool_key(kw: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, repr(v)) for k, v in kw.items()))
+
+
+def _executor_kwargs(opts: SourceOptions) -> dict[str, Any]:
+    kw = opts.consumer_kwargs()
+    # One poll, one Arrow batch.
+    kw["max_poll_records"] = _BATCH_ROWS
+    return kw
+
+
+_TS_MS = pa.timestamp("ms", tz="UTC")
+
+
+def _batch(
+    tp: TopicPartition, cols: Sequence[Sequence[Any]], include_headers: bool
+) -> pa.RecordBatch:
+    """One Arrow batch from one poll's records, transposed (``zip(*records)``, in C): no
+    Python object per field beyond what the decoder made."""
+    (_, _, epochs, offsets, stamps, stamp_types, keys, values, headers, *_) = cols
+    n = len(offsets)
+    arrays = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.repeat(pa.scalar(tp.topic, pa.string()), n),
+        pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
+        pa.array(offsets, pa.int64()),
+        pa.array(stamps, _TS_MS).cast(_BASE_FIELDS[5][1]),
+        pa.array(stamp_types, pa.int32()),
+    ]
+    if include_headers:
+        arrays.append(
+            pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], _HEADER_TYPE)
+        )
+    arrays.append(pa.array(epochs, pa.int32()))
+    schema = _ARROW_SCHEMA_HEADERS if include_headers else ARROW_SCHEMA
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Read ``rng`` exactly, as Arrow batches, checking the epochs the records carry."""
+    if rng.size <= 0:
+        return
+    kw = _executor_kwargs(opts)
+    key = _pool_key(kw)
+    with _POOL_LOCK:
+        free = _POOL.get(key)
+        consumer = free.pop() if free else None
+    if consumer is None:
+        consumer = EpochConsumer(**kw)
+    done = False
+    try:
+        yield from _read_with(consumer, opts, rng)
+        done = True
+    finally:
+        if done:
+            with _POOL_LOCK:
+                _POOL.setdefault(key, []).append(consumer)
+        else:
+            # State unknown after an error or an abandoned read: never reuse it.
+            consumer.close(autocommit=False)
+
+
+def _read_with(
+    consumer: EpochConsumer, opts: SourceOptions, rng: OffsetRange
+) -> Iterator[pa.RecordBatch]:
+    tp, end = rng.tp, rng.end.offset
+    planned_epoch = rng.end.leader_epoch
+    where = f"while reading planned range [{rng.start}, {rng.end}) on an executor"
+    consumer.assign([tp])
+    consumer.seek(tp, rng.start)  # a position with an epoch is validated before fetching
+    headers = opts.include_headers
+    position = rng.start.offset
+    timeout = opts.poll_timeout_ms / 1000
+    last_progress = time.monotonic()
+    next_end_check = last_progress + _END_CHECK_INTERVAL
+    while position < end:
+        try:
+            polled = consumer.poll(timeout_ms=200)
+            now_at = consumer.position(tp)
+        except LogTruncationError as exc:
+            report = exc.truncations.get(tp) or exc.report
+            raise SparkLogTruncationError(truncation_message(report, where)) from exc
+        except (OffsetOutOfRangeError, NoOffsetForPartitionError) as exc:
+            if opts.fail_on_data_loss:
+                raise SparkDataLossError(_data_loss(tp, f"{exc}; {where}")) from exc
+            # failOnDataLoss=false, as Spark: skip what retention removed, read the rest.
+            earliest = consumer.beginning_offsets([tp])[tp]
+            log.warning(
+                "kafka_data_loss",
+                topic=tp.topic,
+                partition=tp.partition,
+                position=position,
+                log_start=earliest,
+                planned_end=end,
+                reason=str(exc),
+            )
+            if earliest >= end or earliest <= position:
+                return
+            consumer.seek(tp, earliest)
+            position = earliest
+            continue
+        recs = polled.get(tp)
+        if recs and recs[-1].offset >= end:
+            recs = [r for r in recs if r.offset < end]
+        if recs:
+            cols = list(zip(*recs, strict=True))
+            if planned_epoch is not None and max(cols[2]) > planned_epoch:
+                rec = next(r for r in recs if r.leader_epoch > planned_epoch)
+                raise SparkLogTruncationError(
+                    f"topic {tp.topic} partition {tp.partition} ({tp.topic}-{tp.partition}): "
+                    f"divergence at or before offset {rec.offset}: the record there has "
+                    f"leader epoch {rec.leader_epoch}, later than epoch {planned_epoch} "
+                    f"planned for this range, so the log was truncated and rewritten after "
+                    f"the batch was planned; lost range [{rec.offset}, {end}) at most; {where}"
+                )
+            yield _batch(tp, cols, headers)
+        now = time.monotonic()
+        if now_at > position:
+            position, last_progress = now_at, now
+        elif now >= next_end_check:
+            # Stuck below the planned end: has the log lost the offsets we were promised?
+            next_end_check = now + _END_CHECK_INTERVAL
+            log_end = consumer.end_offsets([tp])[tp]
+            if log_end <= position:
+                raise SparkLogTruncationError(
+                    f"topic {tp.topic} partition {tp.partition} ({tp.topic}-{tp.partition}): "
+                    f"divergence at or before offset {log_end}: the log now ends at "
+                    f"{log_end}, before the planned end {end}; lost range [{log_end}, {end}) "
+                    f"at most; {where}"
+                )
+            if now - last_progress > timeout:
+                raise TimeoutError(
+                    f"{tp.topic}-{tp.partition}: no progress for {opts.poll_timeout_ms} ms at "
+                    f"offset {position} before the planned end {end} "
+                    "(kafkaConsumer.pollTimeoutMs)"
+                )
+
+
+# ---------------------------------------------------------------- the readers
+
+
+class _BatchReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        driver = _Driver(self.opts)
+        try:
+            tps = driver.partitions()
+            start = driver.resolve(self.opts.starting, tps)
+            end = driver.resolve(self.opts.ending, tps, "ending")
+            start.update(driver.validate(start, "validating the starting offsets of a batch read"))
+            # A specified end offset without an epoch gets the latest epoch as its bound.
+            latest = driver.latest([tp for tp, e in end.items() if e.leader_epoch is None])
+            for tp, lat in latest.items():
+                if end[tp].offset > lat.offset:
+                    raise SourceOptionError(
+                        "endingOffsets",
+                        f"ending offset {end[tp].offset} of {tp.topic}-{tp.partition} is past "
+                        f"the end of its log ({lat.offset})",
+                    )
+                end[tp] = EpochOffset(end[tp].offset, lat.leader_epoch, topic_id=lat.topic_id)
+        finally:
+            driver.close()
+        return _plan(self.opts, start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, EpochRangePartition)
+        yield from read_range(self.opts, partition.range())
+
+
+class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._driver: _Driver | None = None
+        self._gate: MinOffsetsGate | None = None
+        if opts.min_offsets_per_trigger is not None:
+            self._gate = MinOffsetsGate(
+                opts.min_offsets_per_trigger,
+                opts.max_trigger_delay_ms,
+                lambda: time.time() * 1000,
+            )
+        self._available_now: dict[TopicPartition, EpochOffset] | None = None
+        self._latest: dict[TopicPartition, EpochOffset] | None = None
+        self._committer: EpochConsumer | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors get only the options: driver clients and state stay on the driver.
+        return {"opts": self.opts}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        _StreamReader.__init__(self, state["opts"])
+
+    @property
+    def driver(self) -> _Driver:
+        if self._driver is None:
+            self._driver = _Driver(self.opts)
+        return self._driver
+
+    def _load(self, offset: Mapping[str, Any], what: str) -> dict[TopicPartition, EpochOffset]:
+        off = SourceOffset.from_json(offset)
+        check_checkpoint(off, self.opts.strategy, what)
+        return off.as_dict()
+
+    def initialOffset(self) -> dict[str, Any]:
+        tps = self.driver.partitions()
+        return SourceOffset(self.driver.resolve(self.opts.starting, tps)).to_json()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        # No composite limit in PySpark: with both options, the minimum is applied in
+        # latestOffset through the gate.
+        if self.opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = self.driver.latest(self.driver.partitions())
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = self._load(start, "the batch's start offset (from the checkpoint)")
+        rewinds = self.driver.validate(begin, "validating the batch's start on the driver")
+        # rewind: this batch reads from the divergence point (partitions() does the same).
+        begin.update(rewinds)
+        if self._available_now is not None:
+            latest = self._available_now
+        else:
+            latest = self.driver.latest(self.driver.partitions())
+        self._latest = latest
+        new = [tp for tp in latest if tp not in begin]
+        first = self.driver.earliest(new)
+        starts = {**first, **begin}
+        ends = plan_end_offsets(
+            _offsets_of(starts),
+            _offsets_of(latest),
+            read_all=isinstance(limit, ReadAllAvailable),
+            max_rows=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
+            # availableNow must end once the snapshot is read: never wait for more records.
+            gate=None if self._available_now is not None else self._gate,
+        )
+        out: dict[TopicPartition, EpochOffset] = {}
+        for tp, offset in ends.items():
+            lat = latest[tp]
+            if offset == lat.offset:
+                out[tp] = lat
+            elif tp in begin and offset == begin[tp].offset:
+                out[tp] = begin[tp]
+            else:
+                # The latest epoch bounds the epoch of every record before the latest offset.
+                out[tp] = EpochOffset(offset, lat.leader_epoch, topic_id=lat.topic_id)
+        # Partitions gone from the topic keep their position (Spark reports them lost).
+        for tp, pos in begin.items():
+            out.setdefault(tp, pos)
+        return SourceOffset(out).to_json()
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return None if self._latest is None else SourceOffset(self._latest).to_json()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin = self._load(start, "the batch's start offset")
+        stop = self._load(end, "the batch's end offset")
+        if self.opts.on_truncation == "rewind":
+            # Also on a replay after a restart, when latestOffset is not called: start at
+            # the divergence point, and end there if the planned end was truncated too.
+            begin.update(self.driver.validate(begin, "rewinding the batch's start"))
+            for tp, pos in self.driver.validate(stop, "checking the batch's planned end").items():
+                if pos.offset < stop[tp].offset:
+                    stop[tp] = pos
+        new = [tp for tp in stop if tp not in begin]
+        if new:
+            begin = {**self.driver.earliest(new), **begin}
+        return _plan(self.opts, begin, stop)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, EpochRangePartition)
+        yield from read_range(self.opts, partition.range())
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """With ``commitToGroup``: the finished batch's end positions, epochs included, to
+        the consumer group, so ``kafka-consumer-groups`` and lag tools see the query."""
+        if not self.opts.commit_to_group:
+            return
+        if self._committer is None:
+            kw = self.opts.consumer_kwargs()
+            kw["group_id"] = self.opts.group_id
+            self._committer = EpochConsumer(**kw)
+        self._committer.commit(self._load(end, "the committed batch's end offset"))
+
+    def stop(self) -> None:
+        if self._driver is not None:
+            self._driver.close()
+            self._driver = None
+        if self._committer is not None:
+            self._committer.close(autocommit=False)
+            self._committer = None
+
+
+class EpochGuardDataSource(DataSource):
+    """``format("epochguard")``: Kafka with epoch-checked offsets (docs/spark.md)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "epochguard"
+
+    def _options(self, streaming: bool) -> SourceOptions:
+        return parse_options(dict(self.options), streaming=streaming)
+
+    def schema(self) -> str:
+        include = any(
+            k.lower() == "includeheaders" and str(v).strip().lower() == "true"
+            for k, v in self.options.items()
+        )
+        return spark_schema(include)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _BatchReader(self._options(streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _StreamReader(self._options(streaming=True))

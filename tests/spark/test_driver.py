@@ -1,0 +1,410 @@
+"""The driver side without Spark: the stream reader's offsets, limits and validation.
+
+Spark calls these methods on one long-lived reader; calling them directly stages what
+happens between two batches (or while the query is stopped) deterministically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka.structs import TopicPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from epochguard.consumer import EpochConsumer
+from epochguard.offsets import EpochOffset
+from epochguard.spark_connector import datasource
+from epochguard.spark_connector.errors import (
+    OffsetsJsonError,
+    SourceOptionError,
+    SparkLogTruncationError,
+)
+from epochguard.spark_connector.options import parse_options
+from epochguard.testing import EmbeddedCluster
+from epochguard.testing.helpers import recreate_topic
+
+
+@pytest.fixture
+def cluster() -> Iterator[EmbeddedCluster]:
+    with EmbeddedCluster(brokers=2) as c:
+        yield c
+
+
+def reader(cluster: EmbeddedCluster, **extra: str) -> datasource._StreamReader:
+    opts = parse_options(
+        {
+            "kafka.bootstrap.servers": cluster.bootstrap_servers,
+            "subscribe": "t",
+            "startingOffsets": "earliest",
+            "kafka.metadata.max.age.ms": "300",
+            "kafka.retry.backoff.ms": "20",
+            **extra,
+        },
+        streaming=True,
+    )
+    return datasource._StreamReader(opts)
+
+
+def offsets(off: dict[str, Any]) -> dict[int, tuple[int, int | None]]:
+    return {int(p): (v["offset"], v["leader_epoch"]) for p, v in off["t"].items()}
+
+
+def test_max_offsets_per_trigger_plans_positions_with_epochs(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", partitions=2, replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 30)
+    cluster.append("t", 1, [b"y"] * 10)
+    r = reader(cluster, maxOffsetsPerTrigger="8")
+    try:
+        start = r.initialOffset()
+        assert offsets(start) == {0: (0, None), 1: (0, None)}
+        assert isinstance(r.getDefaultReadLimit(), ReadMaxRows)
+        end = r.latestOffset(start, r.getDefaultReadLimit())
+        assert offsets(end) == {0: (6, 0), 1: (2, 0)}  # 8 shared 30:10
+        assert offsets(r.reportLatestOffset() or {}) == {0: (30, 0), 1: (10, 0)}
+        parts = r.partitions(start, end)
+        planned = [
+            (p.partition, EpochOffset.from_json(p.start), EpochOffset.from_json(p.end))
+            for p in parts
+        ]
+        assert planned == [
+            (0, EpochOffset(0), EpochOffset(6, 0)),
+            (1, EpochOffset(0), EpochOffset(2, 0)),
+        ]
+        rest = r.latestOffset(end, ReadAllAvailable())
+        assert offsets(rest) == {0: (30, 0), 1: (10, 0)}
+    finally:
+        r.stop()
+
+
+def test_truncation_while_stopped_fails_latest_offset(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=2)
+    old = cluster.leader("t", 0)
+    assert old is not None
+    new = next(b for b in cluster.replicas("t", 0) if b != old)
+    cluster.append("t", 0, [b"kept"] * 10, batch_size=1)
+    cluster.stop_broker(new)
+    cluster.append("t", 0, [b"lost"] * 5, batch_size=1)
+    r = reader(cluster)
+    first = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    r.stop()
+    assert offsets(first) == {0: (15, 0)}
+    cluster.stop_broker(old)
+    cluster.start_broker(new)
+    cluster.elect_leader("t", 0, new, unclean=True)
+    cluster.append("t", 0, [b"new"] * 8, batch_size=1)  # refilled past the checkpoint
+    cluster.start_broker(old)
+    restarted = reader(cluster)  # a new run of the query: only the checkpoint survives
+    try:
+        with pytest.raises(SparkLogTruncationError) as info:
+            restarted.latestOffset(first, ReadAllAvailable())
+    finally:
+        restarted.stop()
+    message = str(info.value)
+    assert message.startswith("KAFKA_LOG_TRUNCATION: topic t partition 0 (t-0)")
+    assert "lost range [10, 15) (5 records)" in message
+    assert "on the driver" in message
+
+
+def test_recreated_topic_is_a_truncation(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"old"] * 6)
+    r = reader(cluster)
+    checkpoint = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    r.stop()
+    recreate_topic(cluster, "t", replication_factor=1)
+    cluster.append("t", 0, [b"new"] * 9)  # past the checkpointed offset 6
+    again = reader(cluster)
+    try:
+        with pytest.raises(SparkLogTruncationError) as info:
+            again.latestOffset(checkpoint, ReadAllAvailable())
+    finally:
+        again.stop()
+    assert "KAFKA_LOG_TRUNCATION: topic t partition 0" in str(info.value)
+
+
+def test_checkpoint_of_other_topics_is_refused(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    r = reader(cluster)
+    try:
+        with pytest.raises(OffsetsJsonError) as info:
+            r.latestOffset({"other": {"0": {"offset": 3, "leader_epoch": 0}}}, ReadAllAvailable())
+        assert "topics ['other']" in str(info.value)
+        with pytest.raises(OffsetsJsonError, match="t-0: offset -4 is negative"):
+            r.partitions({"t": {"0": -4}}, {"t": {"0": 5}})
+    finally:
+        r.stop()
+
+
+def test_min_offsets_per_trigger_holds_a_small_batch_back(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 3)
+    r = reader(cluster, minOffsetsPerTrigger="5", maxTriggerDelay="1h")
+    try:
+        start = r.initialOffset()
+        first = r.latestOffset(start, r.getDefaultReadLimit())
+        assert offsets(first) == {0: (3, 0)}  # the first batch is never held back
+        cluster.append("t", 0, [b"x"] * 4)
+        held = r.latestOffset(first, r.getDefaultReadLimit())
+        assert held == first  # 4 < 5 waiting, an hour not passed: no batch
+        cluster.append("t", 0, [b"x"])
+        assert offsets(r.latestOffset(first, r.getDefaultReadLimit())) == {0: (8, 0)}
+    finally:
+        r.stop()
+
+
+def test_available_now_reads_its_snapshot_whatever_min_offsets_says(
+    cluster: EmbeddedCluster,
+) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 3)
+    r = reader(cluster, minOffsetsPerTrigger="5", maxTriggerDelay="1h")
+    try:
+        start = r.initialOffset()
+        first = r.latestOffset(start, r.getDefaultReadLimit())  # sets the last trigger time
+        cluster.append("t", 0, [b"x"] * 2)
+        r.prepareForTriggerAvailableNow()
+        cluster.append("t", 0, [b"x"] * 4)  # after the snapshot: not for this run
+        end = r.latestOffset(first, r.getDefaultReadLimit())
+        assert offsets(end) == {0: (5, 0)}  # 2 < 5 waiting, but availableNow must finish
+    finally:
+        r.stop()
+
+
+def test_commit_to_group_commits_end_positions_with_epochs(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", partitions=2, replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 7)
+    leader = cluster.leader("t", 1)
+    assert leader is not None
+    cluster.elect_leader("t", 1, leader)  # partition 1 in epoch 1
+    cluster.append("t", 1, [b"y"] * 3)
+    r = reader(cluster, commitToGroup="true", **{"kafka.group.id": "spark-lag"})
+    try:
+        end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+        r.commit(end)
+    finally:
+        r.stop()
+    check = EpochConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id="spark-lag")
+    try:
+        committed = {p: check.committed(TopicPartition("t", p)) for p in (0, 1)}
+    finally:
+        check.close(autocommit=False)
+    assert committed == {0: EpochOffset(7, 0), 1: EpochOffset(3, 1)}
+
+
+def stage_truncation(cluster: EmbeddedCluster) -> tuple[int, int]:
+    """10 records replicated, 5 more (offsets 10..14, epoch 0) on the leader only."""
+    cluster.create_topic("t", replication_factor=2)
+    old = cluster.leader("t", 0)
+    assert old is not None
+    new = next(b for b in cluster.replicas("t", 0) if b != old)
+    cluster.append("t", 0, [b"kept-%d" % i for i in range(10)], batch_size=1)
+    cluster.stop_broker(new)
+    cluster.append("t", 0, [b"lost-%d" % i for i in range(5)], batch_size=1)
+    return old, new
+
+
+def elect_and_refill(cluster: EmbeddedCluster, old: int, new: int, fresh: int) -> None:
+    cluster.stop_broker(old)
+    cluster.start_broker(new)
+    cluster.elect_leader("t", 0, new, unclean=True)
+    cluster.append("t", 0, [b"new-%d" % i for i in range(fresh)], batch_size=1)
+    cluster.start_broker(old)
+
+
+def read_values(r: datasource._StreamReader, start: Any, end: Any) -> list[tuple[int, bytes, int]]:
+    out: list[tuple[int, bytes, int]] = []
+    for part in r.partitions(start, end):
+        for batch in datasource.read_range(r.opts, part.range()):
+            d = batch.to_pydict()
+            out += zip(d["offset"], d["value"], d["leaderEpoch"], strict=True)
+    return out
+
+
+@pytest.fixture
+def empty_pool() -> Iterator[None]:
+    yield
+    for consumers in datasource._POOL.values():
+        for c in consumers:
+            c.close(autocommit=False)
+    datasource._POOL.clear()
+
+
+@pytest.mark.usefixtures("empty_pool")
+def test_rewind_after_truncation_while_stopped_reads_the_new_records(
+    cluster: EmbeddedCluster,
+) -> None:
+    old, new = stage_truncation(cluster)
+    r = reader(cluster, onTruncation="rewind")
+    start = r.initialOffset()
+    first = r.latestOffset(start, ReadAllAvailable())
+    assert len(read_values(r, start, first)) == 15  # kept-0..9, lost-0..4
+    r.stop()
+    elect_and_refill(cluster, old, new, fresh=8)  # new-0..7 at offsets 10..17
+    restarted = reader(cluster, onTruncation="rewind")
+    try:
+        end = restarted.latestOffset(first, ReadAllAvailable())
+        epoch = cluster.leader_epoch("t", 0)
+        assert epoch > 0
+        assert offsets(end) == {0: (18, epoch)}
+        got = read_values(restarted, first, end)
+    finally:
+        restarted.stop()
+    # The surviving log was read before; the batch after the rewind adds the new records.
+    assert got == [(10 + i, b"new-%d" % i, epoch) for i in range(8)]
+
+
+@pytest.mark.usefixtures("empty_pool")
+def test_rewind_on_a_replay_shrinks_the_batch_to_what_survived(cluster: EmbeddedCluster) -> None:
+    old, new = stage_truncation(cluster)
+    r = reader(cluster, onTruncation="rewind")
+    start = r.initialOffset()
+    planned = r.latestOffset(start, ReadAllAvailable())  # [0, 15) journaled, never read
+    r.stop()
+    elect_and_refill(cluster, old, new, fresh=8)
+    replay = reader(cluster, onTruncation="rewind")  # Spark calls partitions() alone
+    try:
+        got = read_values(replay, start, planned)
+        assert got == [(i, b"kept-%d" % i, 0) for i in range(10)]
+        end = replay.latestOffset(planned, ReadAllAvailable())
+        got = read_values(replay, planned, end)
+    finally:
+        replay.stop()
+    epoch = cluster.leader_epoch("t", 0)
+    assert got == [(10 + i, b"new-%d" % i, epoch) for i in range(8)]
+
+
+def timestamped(cluster: EmbeddedCluster) -> None:
+    """Offsets 0..4 at t=1000, 5..9 at t=2000, 10..14 at t=3000."""
+    cluster.create_topic("t", replication_factor=1)
+    for i, ts in enumerate((1000, 2000, 3000)):
+        cluster.append("t", 0, [b"%d" % (5 * i + j) for j in range(5)], timestamp_ms=ts)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("startingTimestamp", "2000", (5, 0)),
+        ("startingTimestamp", "1", (0, None)),
+        ("startingOffsetsByTimestamp", '{"t": {"0": 2500}}', (10, 0)),
+    ],
+)
+def test_starting_by_timestamp(
+    cluster: EmbeddedCluster, option: str, value: str, expected: tuple[int, int | None]
+) -> None:
+    timestamped(cluster)
+    opts = parse_options(
+        {"kafka.bootstrap.servers": cluster.bootstrap_servers, "subscribe": "t", option: value},
+        streaming=True,
+    )
+    r = datasource._StreamReader(opts)
+    try:
+        assert offsets(r.initialOffset()) == {0: expected}
+    finally:
+        r.stop()
+
+
+def test_starting_timestamp_after_every_record(cluster: EmbeddedCluster) -> None:
+    timestamped(cluster)
+    base = {"kafka.bootstrap.servers": cluster.bootstrap_servers, "subscribe": "t"}
+    r = datasource._StreamReader(
+        parse_options({**base, "startingTimestamp": "9999"}, streaming=True)
+    )
+    try:
+        with pytest.raises(SourceOptionError) as info:
+            r.initialOffset()
+        assert info.value.option == "startingTimestamp"
+        assert "t-0@9999" in str(info.value)
+    finally:
+        r.stop()
+    latest = {**base, "startingTimestamp": "9999", "startingOffsetsByTimestampStrategy": "latest"}
+    r = datasource._StreamReader(parse_options(latest, streaming=True))
+    try:
+        assert offsets(r.initialOffset()) == {0: (15, 0)}
+    finally:
+        r.stop()
+    missing = {**base, "startingOffsetsByTimestamp": '{"t": {"1": 5}}'}
+    r = datasource._StreamReader(parse_options(missing, streaming=True))
+    try:
+        with pytest.raises(SourceOptionError) as info:
+            r.initialOffset()
+        assert info.value.option == "startingOffsetsByTimestamp"
+        assert "gives no timestamp for partitions t-0" in str(info.value)
+    finally:
+        r.stop()
+
+
+def test_batch_ending_timestamp(cluster: EmbeddedCluster) -> None:
+    timestamped(cluster)
+    opts = parse_options(
+        {
+            "kafka.bootstrap.servers": cluster.bootstrap_servers,
+            "subscribe": "t",
+            "startingTimestamp": "2000",
+            "endingTimestamp": "2500",
+        },
+        streaming=False,
+    )
+    (part,) = datasource._BatchReader(opts).partitions()
+    assert (part.range().start.offset, part.range().end.offset) == (5, 10)
+    ends_after_all = parse_options(
+        {
+            "kafka.bootstrap.servers": cluster.bootstrap_servers,
+            "subscribe": "t",
+            "endingTimestamp": "9999",
+        },
+        streaming=False,
+    )
+    (part,) = datasource._BatchReader(ends_after_all).partitions()
+    assert (part.range().start.offset, part.range().end.offset) == (0, 15)
+
+
+def test_batch_ending_offset_past_the_log_end_is_refused(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 4)
+    base = {"kafka.bootstrap.servers": cluster.bootstrap_servers, "subscribe": "t"}
+    within = parse_options({**base, "endingOffsets": '{"t": {"0": 3}}'}, streaming=False)
+    (part,) = datasource._BatchReader(within).partitions()
+    assert part.range().end == EpochOffset(3, 0)  # the latest epoch bounds the given end
+    past = parse_options({**base, "endingOffsets": '{"t": {"0": 9}}'}, streaming=False)
+    with pytest.raises(SourceOptionError) as info:
+        datasource._BatchReader(past).partitions()
+    assert info.value.option == "endingOffsets"
+    assert "ending offset 9 of t-0 is past the end of its log (4)" in str(info.value)
+
+
+def test_subscribe_pattern_picks_up_topics_created_while_running(
+    cluster: EmbeddedCluster,
+) -> None:
+    cluster.create_topic("p-1", replication_factor=1)
+    cluster.append("p-1", 0, [b"x"] * 3)
+    opts = parse_options(
+        {
+            "kafka.bootstrap.servers": cluster.bootstrap_servers,
+            "subscribePattern": "p-[0-9]+",
+            "startingOffsets": "earliest",
+            "kafka.metadata.max.age.ms": "300",
+        },
+        streaming=True,
+    )
+    r = datasource._StreamReader(opts)
+    try:
+        start = r.initialOffset()
+        assert set(start) == {"p-1"}
+        cluster.create_topic("p-2", replication_factor=1)
+        cluster.create_topic("other", replication_factor=1)
+        cluster.append("p-2", 0, [b"y"] * 5)
+        end = r.latestOffset(start, ReadAllAvailable())
+        assert {t: {p: v["offset"] for p, v in parts.items()} for t, parts in end.items()} == {
+            "p-1": {"0": 3},
+            "p-2": {"0": 5},
+        }
+        # The new topic is read from its beginning.
+        ranges = sorted(
+            (p.topic, p.range().start.offset, p.range().end.offset)
+            for p in r.partitions(start, end)
+        )
+        assert ranges == [("p-1", 0, 3), ("p-2", 0, 5)]
+    finally:
+        r.stop()

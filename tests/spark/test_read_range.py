@@ -1,0 +1,188 @@
+"""The executor side without Spark: read_range on an EmbeddedCluster, truncations included.
+
+Spark only calls ``read()`` with a partition; these tests call what it calls, so the
+truncation that happens between planning (the driver) and reading (an executor) can be
+staged deterministically.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from kafka.structs import TopicPartition
+
+from epochguard.offsets import EpochOffset
+from epochguard.spark_connector import datasource
+from epochguard.spark_connector.errors import SparkDataLossError, SparkLogTruncationError
+from epochguard.spark_connector.options import SourceOptions, parse_options
+from epochguard.spark_connector.planning import OffsetRange
+from epochguard.testing import EmbeddedCluster
+
+TP = TopicPartition("t", 0)
+
+
+@pytest.fixture
+def cluster() -> Iterator[EmbeddedCluster]:
+    with EmbeddedCluster(brokers=2) as c:
+        yield c
+
+
+@pytest.fixture(autouse=True)
+def empty_pool() -> Iterator[None]:
+    yield
+    for consumers in datasource._POOL.values():
+        for c in consumers:
+            c.close(autocommit=False)
+    datasource._POOL.clear()
+
+
+def options(cluster: EmbeddedCluster, **extra: str) -> SourceOptions:
+    return parse_options(
+        {
+            "kafka.bootstrap.servers": cluster.bootstrap_servers,
+            "subscribe": "t",
+            "kafka.metadata.max.age.ms": "300",
+            "kafka.retry.backoff.ms": "20",
+            "kafka.fetch.max.wait.ms": "100",
+            **extra,
+        },
+        streaming=True,
+    )
+
+
+def staged(cluster: EmbeddedCluster) -> tuple[int, int]:
+    """10 records on both replicas, then 5 (offsets 10..14, epoch 0) on the leader only."""
+    cluster.create_topic("t", replication_factor=2)
+    old = cluster.leader("t", 0)
+    assert old is not None
+    new = next(b for b in cluster.replicas("t", 0) if b != old)
+    cluster.append("t", 0, [b"kept-%d" % i for i in range(10)], batch_size=1)
+    cluster.stop_broker(new)
+    cluster.append("t", 0, [b"lost-%d" % i for i in range(5)], batch_size=1)
+    return old, new
+
+
+def unclean(cluster: EmbeddedCluster, old: int, new: int, fresh: int) -> None:
+    cluster.stop_broker(old)
+    cluster.start_broker(new)
+    cluster.elect_leader("t", 0, new, unclean=True)
+    if fresh:
+        cluster.append("t", 0, [b"new-%d" % i for i in range(fresh)], batch_size=1)
+    cluster.start_broker(old)
+
+
+def read_all(opts: SourceOptions, rng: OffsetRange) -> pa.Table:
+    batches = list(datasource.read_range(opts, rng))
+    return pa.Table.from_batches(batches) if batches else pa.table({})
+
+
+def test_reads_exactly_the_range_in_arrow_batches(
+    cluster: EmbeddedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append(
+        "t", 0, [(b"k%d" % i, b"v%d" % i) for i in range(40)], batch_size=6, timestamp_ms=1234
+    )
+    monkeypatch.setattr(datasource, "_BATCH_ROWS", 7)
+    opts = options(cluster)
+    batches = list(datasource.read_range(opts, OffsetRange(TP, EpochOffset(3), EpochOffset(31, 0))))
+    assert all(b.schema == datasource.ARROW_SCHEMA for b in batches)
+    assert [b.num_rows for b in batches] == [7, 7, 7, 7]
+    table = pa.Table.from_batches(batches)
+    assert table.column("offset").to_pylist() == list(range(3, 31))
+    assert table.column("value").to_pylist() == [b"v%d" % i for i in range(3, 31)]
+    assert table.column("key").to_pylist() == [b"k%d" % i for i in range(3, 31)]
+    assert set(table.column("topic").to_pylist()) == {"t"}
+    assert set(table.column("partition").to_pylist()) == {0}
+    assert set(table.column("leaderEpoch").to_pylist()) == {0}
+    assert {t.timestamp() for t in table.column("timestamp").to_pylist()} == {1.234}
+    assert set(table.column("timestampType").to_pylist()) == {0}
+
+
+def test_consumers_are_reused_per_configuration(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 5)
+    opts = options(cluster)
+    read_all(opts, OffsetRange(TP, EpochOffset(0), EpochOffset(2, 0)))
+    (pooled,) = [c for cs in datasource._POOL.values() for c in cs]
+    assert read_all(opts, OffsetRange(TP, EpochOffset(2), EpochOffset(5, 0))).num_rows == 3
+    assert [c for cs in datasource._POOL.values() for c in cs] == [pooled]
+    other = options(cluster, includeHeaders="true")  # same Kafka settings: same consumer
+    read_all(other, OffsetRange(TP, EpochOffset(0), EpochOffset(1, 0)))
+    assert [c for cs in datasource._POOL.values() for c in cs] == [pooled]
+
+
+def test_truncation_between_planning_and_reading_is_caught_by_epochs(
+    cluster: EmbeddedCluster,
+) -> None:
+    old, new = staged(cluster)
+    # The driver planned [5, 15) while epoch 0 led; then an unclean election and a refill
+    # past 15 under epoch 1, before the executor reads.
+    planned = OffsetRange(TP, EpochOffset(5, 0), EpochOffset(15, 0))
+    unclean(cluster, old, new, fresh=8)
+    with pytest.raises(SparkLogTruncationError) as info:
+        read_all(options(cluster), planned)
+    message = str(info.value)
+    assert message.startswith("KAFKA_LOG_TRUNCATION: topic t partition 0 (t-0)")
+    assert "divergence at or before offset 10" in message
+    assert "lost range [10, 15) at most" in message
+    assert not datasource._POOL.get(
+        datasource._pool_key(datasource._executor_kwargs(options(cluster)))
+    ), "a consumer that failed is not reused"
+
+
+def test_truncation_below_the_planned_end_without_refill(cluster: EmbeddedCluster) -> None:
+    old, new = staged(cluster)
+    planned = OffsetRange(TP, EpochOffset(5, 0), EpochOffset(15, 0))
+    unclean(cluster, old, new, fresh=0)
+    with pytest.raises(SparkLogTruncationError) as info:
+        read_all(options(cluster), planned)
+    assert "the log now ends at 10, before the planned end 15" in str(info.value)
+    assert "lost range [10, 15) at most" in str(info.value)
+
+
+def test_start_position_gone_is_caught_before_fetching(cluster: EmbeddedCluster) -> None:
+    old, new = staged(cluster)
+    # A replay after a restart: the range starts at 12 (read under epoch 0 up to 12).
+    planned = OffsetRange(TP, EpochOffset(12, 0), EpochOffset(15, 0))
+    unclean(cluster, old, new, fresh=8)
+    with pytest.raises(SparkLogTruncationError) as info:
+        read_all(options(cluster), planned)
+    message = str(info.value)
+    assert message.startswith("KAFKA_LOG_TRUNCATION: topic t partition 0 (t-0)")
+    assert "divergence at 10@e0" in message or "divergence at 10@e" in message
+    assert "lost range [10, 12) (2 records)" in message
+
+
+def test_stream_reader_pickles_only_its_options(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    reader = datasource._StreamReader(options(cluster, startingOffsets="earliest"))
+    initial = reader.initialOffset()
+    position = initial["t"]["0"]
+    assert (position["offset"], position["leader_epoch"]) == (0, None)
+    assert len(position["topic_id"]) == 36  # the topic's incarnation travels with it
+    assert reader._driver is not None and reader._driver._consumer is not None
+    clone = pickle.loads(pickle.dumps(reader))
+    assert clone.opts == reader.opts
+    assert clone._driver is None
+    reader.stop()
+
+
+def test_records_removed_by_retention_follow_fail_on_data_loss(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"%d" % i for i in range(10)], batch_size=1)
+    cluster.delete_records("t", 0, 5)  # retention: 0..4 are gone
+    planned = OffsetRange(TP, EpochOffset(2, 0), EpochOffset(8, 0))
+    with pytest.raises(SparkDataLossError) as info:
+        read_all(options(cluster), planned)
+    message = str(info.value)
+    assert message.startswith("Some data may have been lost because they are not available")
+    assert 'set the source option "failOnDataLoss" to "false"' in message
+    assert "t-0" in message
+    table = read_all(options(cluster, failOnDataLoss="false"), planned)
+    assert table.column("offset").to_pylist() == [5, 6, 7]
+    gone = OffsetRange(TP, EpochOffset(0, 0), EpochOffset(4, 0))
+    assert read_all(options(cluster, failOnDataLoss="false"), gone).num_rows == 0

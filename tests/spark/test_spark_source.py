@@ -1,0 +1,318 @@
+"""The data source in a real local[2] SparkSession against an EmbeddedCluster.
+
+One SparkSession for the module (starting one costs 5-12 s); each test uses its own topics.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from kafka.structs import TopicPartition
+from pyspark.sql import SparkSession
+
+from epochguard.consumer import EpochConsumer
+from epochguard.spark_connector import register
+from epochguard.testing import EmbeddedCluster
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    with pytest.MonkeyPatch.context() as mp:
+        # Workers must run this interpreter (pyarrow, the package); the hostname may
+        # resolve to an address that is not reachable from here.
+        mp.setenv("PYSPARK_PYTHON", sys.executable)
+        mp.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
+        mp.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("epochguard-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.task.maxFailures", "1")
+            .config("spark.sql.session.timeZone", "UTC")
+            .getOrCreate()
+        )
+        register(session)
+        yield session
+        session.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[EmbeddedCluster]:
+    with EmbeddedCluster(brokers=2) as c:
+        yield c
+
+
+def kafka_log(cluster: EmbeddedCluster, topic: str, partitions: int) -> list[tuple[Any, ...]]:
+    """(partition, offset, key, value, leader_epoch) of every record, read back."""
+    consumer = EpochConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        ends = consumer.end_offsets(tps)
+        out: list[tuple[Any, ...]] = []
+        deadline = time.monotonic() + 20
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, "could not read the topic back"
+            for recs in consumer.poll(timeout_ms=200).values():
+                out += [(r.partition, r.offset, r.key, r.value, r.leader_epoch) for r in recs]
+        return sorted(out)
+    finally:
+        consumer.close(autocommit=False)
+
+
+def rows(df: Any) -> list[tuple[Any, ...]]:
+    return sorted(
+        (r["partition"], r["offset"], r["key"], r["value"], r["leaderEpoch"]) for r in df.collect()
+    )
+
+
+def source(spark: SparkSession, cluster: EmbeddedCluster, topic: str, stream: bool) -> Any:
+    reader = spark.readStream if stream else spark.read
+    return (
+        reader.format("epochguard")
+        .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
+        .option("subscribe", topic)
+    )
+
+
+def test_batch_read_equals_what_was_produced(spark: SparkSession, cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("batch", partitions=2, replication_factor=1)
+    cluster.append("batch", 0, [(b"k%d" % i, b"v%d" % i) for i in range(30)], batch_size=7)
+    cluster.append("batch", 1, [b"w%d" % i for i in range(12)])
+    leader = cluster.leader("batch", 1)
+    assert leader is not None
+    cluster.elect_leader("batch", 1, leader)  # a later epoch for the records after this
+    cluster.append("batch", 1, [(None, b"after", [("h", b"x")])])
+    produced = kafka_log(cluster, "batch", 2)
+    assert len(produced) == 43
+    df = source(spark, cluster, "batch", stream=False).option("minPartitions", "5").load()
+    assert df.columns == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "leaderEpoch",
+    ]
+    # Spark returns binary as bytearray, which compares equal to bytes.
+    assert rows(df) == produced
+    assert len({e for p, _, _, _, e in produced if p == 1}) == 2  # leaderEpoch is per record
+    assert {r["topic"] for r in df.select("topic").collect()} == {"batch"}
+    headers = source(spark, cluster, "batch", stream=False).option("includeHeaders", "true")
+    last = headers.load().where("partition = 1 and value = 'after'").collect()
+    assert [(h["key"], bytes(h["value"])) for h in last[0]["headers"]] == [("h", b"x")]
+
+
+def test_batch_read_with_ending_offsets(spark: SparkSession, cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("ends", partitions=1, replication_factor=1)
+    cluster.append("ends", 0, [b"%d" % i for i in range(20)], batch_size=3)
+    df = (
+        source(spark, cluster, "ends", stream=False)
+        .option("startingOffsets", '{"ends": {"0": 5}}')
+        .option("endingOffsets", '{"ends": {"0": 12}}')
+        .load()
+    )
+    assert sorted(r["offset"] for r in df.collect()) == list(range(5, 12))
+
+
+def test_misspelt_option_fails_the_query_naming_it(
+    spark: SparkSession, cluster: EmbeddedCluster
+) -> None:
+    with pytest.raises(
+        Exception, match=r"(?i)option 'maxOffsetPerTrigger'.*did you mean 'maxOffsetsPerTrigger'"
+    ):
+        source(spark, cluster, "ends", stream=False).option(
+            "maxOffsetPerTrigger", "5"
+        ).load().collect()
+
+
+def run_stream(
+    spark: SparkSession,
+    cluster: EmbeddedCluster,
+    topic: str,
+    checkpoint: Path,
+    sink: str | Path,
+    **options: str,
+) -> None:
+    """An availableNow query to the end of the topic, into a memory table (``sink`` is a
+    name) or parquet files (``sink`` is a path: that sink recovers from a checkpoint)."""
+    df = source(spark, cluster, topic, stream=True)
+    for k, v in options.items():
+        df = df.option(k, v)
+    writer = df.load().writeStream.option("checkpointLocation", str(checkpoint))
+    if isinstance(sink, Path):
+        writer = writer.format("parquet").option("path", str(sink))
+    else:
+        writer = writer.format("memory").queryName(sink)
+    query = writer.trigger(availableNow=True).start()
+    try:
+        query.awaitTermination(120)
+        error = query.exception()
+        if error is not None:
+            raise error
+    finally:
+        query.stop()
+
+
+def test_stream_available_now_into_memory(
+    spark: SparkSession, cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    cluster.create_topic("stream", partitions=2, replication_factor=1)
+    cluster.append("stream", 0, [b"a%d" % i for i in range(25)], batch_size=4)
+    cluster.append("stream", 1, [b"b%d" % i for i in range(10)])
+    checkpoint = tmp_path / "ckpt"
+    run_stream(
+        spark,
+        cluster,
+        "stream",
+        checkpoint,
+        "first",
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="10",
+    )
+    assert rows(spark.table("first")) == kafka_log(cluster, "stream", 2)
+    batches = sorted(
+        (p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()),
+        key=lambda p: int(p.name),
+    )
+    assert len(batches) >= 4  # 35 records, at most 10 (+1 per partition) a batch
+    # The offsets Spark checkpointed are ours: positions with epochs.
+    assert '"leader_epoch": 0' in batches[-1].read_text()
+
+
+def test_restart_from_checkpoint_without_gaps_or_duplicates(
+    spark: SparkSession, cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    cluster.create_topic("restart", partitions=2, replication_factor=1)
+    cluster.append("restart", 0, [b"a%d" % i for i in range(25)], batch_size=4)
+    cluster.append("restart", 1, [b"b%d" % i for i in range(10)])
+    checkpoint, out = tmp_path / "ckpt", tmp_path / "out"
+    run_stream(spark, cluster, "restart", checkpoint, out, startingOffsets="earliest")
+    first = rows(spark.read.parquet(str(out)))
+    assert first == kafka_log(cluster, "restart", 2)
+    cluster.append("restart", 0, [b"c%d" % i for i in range(6)])
+    cluster.append("restart", 1, [b"d%d" % i for i in range(3)])
+    run_stream(spark, cluster, "restart", checkpoint, out, startingOffsets="earliest")
+    both = rows(spark.read.parquet(str(out)))
+    assert both == kafka_log(cluster, "restart", 2)  # no duplicates, no gaps
+    assert len(both) == len(first) + 9
+
+
+def test_truncation_while_stopped_fails_the_restart(spark: SparkSession, tmp_path: Path) -> None:
+    with EmbeddedCluster(brokers=2) as cluster:
+        cluster.create_topic("trunc", partitions=1, replication_factor=2)
+        old = cluster.leader("trunc", 0)
+        assert old is not None
+        new = next(b for b in cluster.replicas("trunc", 0) if b != old)
+        cluster.append("trunc", 0, [b"kept-%d" % i for i in range(10)], batch_size=1)
+        cluster.stop_broker(new)  # the next records live on the old leader only
+        cluster.append("trunc", 0, [b"lost-%d" % i for i in range(5)], batch_size=1)
+        checkpoint, out = tmp_path / "ckpt", tmp_path / "out"
+        run_stream(spark, cluster, "trunc", checkpoint, out, startingOffsets="earliest")
+        assert len(spark.read.parquet(str(out)).collect()) == 15
+        # While the query is stopped: unclean election, the new leader refills past 15.
+        cluster.stop_broker(old)
+        cluster.start_broker(new)
+        cluster.elect_leader("trunc", 0, new, unclean=True)
+        cluster.append("trunc", 0, [b"new-%d" % i for i in range(8)], batch_size=1)
+        cluster.start_broker(old)
+        with pytest.raises(Exception) as info:
+            run_stream(spark, cluster, "trunc", checkpoint, out)
+        message = str(info.value)
+        assert "KAFKA_LOG_TRUNCATION: topic trunc partition 0" in message
+        assert "divergence at 10" in message
+        assert "lost range [10, 15)" in message
+        # Nothing of the new log was written under the old one's offsets.
+        assert len(spark.read.parquet(str(out)).collect()) == 15
+
+
+def test_processing_time_trigger_starts_at_latest_and_reads_what_comes(
+    spark: SparkSession, cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    cluster.create_topic("live", partitions=2, replication_factor=1)
+    cluster.append("live", 0, [b"before-%d" % i for i in range(5)])
+    query = (
+        source(spark, cluster, "live", stream=True)  # startingOffsets: latest by default
+        .load()
+        .writeStream.format("memory")
+        .queryName("live")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        assert spark.table("live").count() == 0
+        cluster.append("live", 0, [b"a-%d" % i for i in range(4)])
+        cluster.append("live", 1, [b"b-%d" % i for i in range(3)])
+        query.processAllAvailable()
+        got = rows(spark.table("live"))
+        new = [r for r in kafka_log(cluster, "live", 2) if not r[3].startswith(b"before")]
+        assert got == new
+        assert len(got) == 7
+    finally:
+        query.stop()
+
+
+def test_example_fails_the_restart_after_a_truncation(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    module = importlib.import_module("spark_stream")
+    try:
+        assert module.main([]) == 0  # getOrCreate: it runs on this module's session
+    finally:
+        sys.modules.pop("spark_stream", None)
+        structlog.reset_defaults()
+    out = capsys.readouterr().out
+    assert "first run: 15 orders" in out
+    assert "restart failed as it should: " in out
+    assert "KAFKA_LOG_TRUNCATION: topic orders partition 0" in out
+
+
+def test_rewind_after_truncation_while_stopped(spark: SparkSession, tmp_path: Path) -> None:
+    with EmbeddedCluster(brokers=2) as cluster:
+        cluster.create_topic("rew", partitions=1, replication_factor=2)
+        old = cluster.leader("rew", 0)
+        assert old is not None
+        new = next(b for b in cluster.replicas("rew", 0) if b != old)
+        cluster.append("rew", 0, [b"kept-%d" % i for i in range(10)], batch_size=1)
+        cluster.stop_broker(new)
+        cluster.append("rew", 0, [b"lost-%d" % i for i in range(5)], batch_size=1)
+        checkpoint, out = tmp_path / "ckpt", tmp_path / "out"
+        opts = {"startingOffsets": "earliest", "onTruncation": "rewind"}
+        run_stream(spark, cluster, "rew", checkpoint, out, **opts)
+        cluster.stop_broker(old)
+        cluster.start_broker(new)
+        cluster.elect_leader("rew", 0, new, unclean=True)
+        cluster.append("rew", 0, [b"new-%d" % i for i in range(8)], batch_size=1)
+        cluster.start_broker(old)
+        run_stream(spark, cluster, "rew", checkpoint, out, **opts)
+        got = sorted(
+            (r["offset"], bytes(r["value"])) for r in spark.read.parquet(str(out)).collect()
+        )
+    # What was read before the truncation, then the new log from the divergence point on.
+    expected = (
+        [(i, b"kept-%d" % i) for i in range(10)]
+        + [(10 + i, b"lost-%d" % i) for i in range(5)]
+        + [(10 + i, b"new-%d" % i) for i in range(8)]
+    )
+    assert got == sorted(expected)

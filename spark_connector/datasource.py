@@ -16,7 +16,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import structlog
 from kafka.structs import TopicPartition
 from pyspark.sql.datasource import (
     DataSource,
@@ -33,6 +32,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from epochguard._log import get_logger
 from epochguard.consumer import (
     EpochConsumer,
     LogTruncationError,
@@ -75,7 +75,7 @@ __all__ = [
     "spark_schema",
 ]
 
-log = structlog.get_logger("epochguard.spark_connector")
+log = get_logger("epochguard.spark_connector")
 
 _BASE_COLUMNS = (
     "key binary, value binary, topic string, partition int, offset long, "

@@ -187,7 +187,7 @@ def test_commit_to_group_commits_end_positions_with_epochs(cluster: EmbeddedClus
         r.stop()
     check = EpochConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id="spark-lag")
     try:
-        committed = {p: check.committed(TopicPartition("t", p)) for p in (0, 1)}
+        committed = {p: check.committed_with_epoch(TopicPartition("t", p)) for p in (0, 1)}
     finally:
         check.close(autocommit=False)
     assert committed == {0: EpochOffset(7, 0), 1: EpochOffset(3, 1)}

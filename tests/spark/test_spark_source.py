@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 from kafka.structs import TopicPartition
 from pyspark.sql import SparkSession
 
@@ -281,7 +280,6 @@ def test_example_fails_the_restart_after_a_truncation(
         assert module.main([]) == 0  # getOrCreate: it runs on this module's session
     finally:
         sys.modules.pop("spark_stream", None)
-        structlog.reset_defaults()
     out = capsys.readouterr().out
     assert "first run: 15 orders" in out
     assert "restart failed as it should: " in out

@@ -207,3 +207,56 @@ def test_empty_follower_starts_at_the_batch_holding_the_leaders_log_start() -> N
     assert (follower.log_start_offset, follower.log_end_offset) == (5, 10)
     assert follower.read(5, 10**6) == leader_log.read(5, 10**6)
     assert sorted(p.isr) == [1, 2]
+
+
+def test_delete_records_reaches_a_follower_only_through_its_fetches() -> None:
+    """Kafka's follower takes the leader's log start from its fetch responses, so a follower
+    that is not fetching keeps its log start and epoch cache, and serves those records if it
+    is elected uncleanly before it fetches again."""
+    state = ClusterState([1, 2])
+    state.create_topic("t", 1, 2)
+    p = state.partition("t", 0)
+    append(state, 4, "a")  # 0..3 on both
+    state.pause_replication(2)
+    state.delete_records("t", 0, 2)
+    assert p.logs[1].log_start_offset == 2
+    assert p.logs[2].log_start_offset == 0
+    assert [(e.epoch, e.start_offset) for e in p.logs[2].epoch_cache] == [(0, 0)]
+    state.resume_replication(2)  # its next fetch brings the log start
+    assert p.logs[2].log_start_offset == 2
+    assert [(e.epoch, e.start_offset) for e in p.logs[2].epoch_cache] == [(0, 2)]
+
+
+def test_follower_with_records_below_a_mid_batch_log_start_fails_its_partition() -> None:
+    """Seed 1110 of the chaos test. A follower whose log reaches past the leader's log start
+    (inside a batch, after DeleteRecords) with records of its own below it truncates to that
+    log start; the leader's first batch then starts below its log end. Kafka's
+    appendAsFollower throws UnexpectedAppendOffsetException, Partition only recovers on an
+    empty log, and the fetcher marks the partition failed: the follower stays out of sync
+    until it learns a new leader epoch (or restarts)."""
+    state = ClusterState([1, 2])
+    state.create_topic("t", 1, 2)
+    p = state.partition("t", 0)
+    append(state, 1, "x")  # 0 on both
+    state.pause_replication(2)
+    append(state, 7, "a")  # 1..7 in epoch 0 on broker 1 only
+    state.stop_broker(1)  # leaderless, epoch 1
+    state.elect_leader("t", 0, 2, unclean=True)  # epoch 2 with only offset 0
+    assert (p.leader, p.leader_epoch) == (2, 2)
+    state.append(p, 2, build_batch([b"b%d" % i for i in range(6)]), 2)  # one batch 1..6
+    state.delete_records("t", 0, 4)  # log start 4, inside that batch
+    assert [(e.epoch, e.start_offset) for e in p.logs[2].epoch_cache] == [(2, 4)]
+    state.pause_replication(1)
+    state.start_broker(1)  # 0..7 in epoch 0: the leader answers (0, 4) for epoch 0
+    state.resume_replication(1)  # must not raise
+    flog = p.logs[1]
+    assert (flog.log_start_offset, flog.log_end_offset) == (0, 4)
+    assert p.failed_followers == {1} and p.isr == [2]
+    append(state, 1, "c")  # the leader goes on without it
+    assert flog.log_end_offset == 4 and p.logs[2].high_watermark == 8
+    # Retention passes the batch; a new leader epoch restarts the follower's fetcher, which
+    # now finds its log end below the leader's log start and starts over there.
+    state.delete_records("t", 0, 7)
+    state.elect_leader("t", 0, 2, unclean=False)
+    assert p.failed_followers == set() and sorted(p.isr) == [1, 2]
+    assert (flog.log_start_offset, flog.log_end_offset) == (7, 8)

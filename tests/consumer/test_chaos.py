@@ -13,8 +13,9 @@ Without unclean elections there must be no report at all.
 
 ``EPOCHGUARD_CHAOS_SEEDS=N`` (or ``make chaos SEEDS=N``) runs N seeds per mode instead of
 the default few: seeds 1000, 1001, ... with unclean elections (both policies) and 2000,
-2001, ... without. Test ids carry the seed itself (``[1072-rewind]``); a failing seed replays
-alone with ``_run(seed, unclean=seed < 2000, policy=...)``.
+2001, ... without (``EPOCHGUARD_CHAOS_FIRST=K`` starts at 1000 + K and 2000 + K, to split a
+large run between processes). Test ids carry the seed itself (``[1072-rewind]``); a failing
+seed replays alone with ``_run(seed, unclean=..., policy=...)``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ PARTITIONS = 2
 STEPS = 40
 FETCH = 1
 SEEDS = int(os.environ.get("EPOCHGUARD_CHAOS_SEEDS", "3"))
+#: index of the first seed, so that several processes can share a large run
+FIRST = int(os.environ.get("EPOCHGUARD_CHAOS_FIRST", "0"))
 
 
 class Chaos:
@@ -320,7 +323,7 @@ def _run(seed: int, unclean: bool, policy: str = "rewind") -> Chaos:
 
 
 @pytest.mark.parametrize("policy", ["rewind", "raise"])
-@pytest.mark.parametrize("seed", range(1000, 1000 + SEEDS))
+@pytest.mark.parametrize("seed", range(1000 + FIRST, 1000 + FIRST + SEEDS))
 def test_chaos_with_unclean_elections_loses_and_repeats_nothing_unreported(
     seed: int, policy: str
 ) -> None:
@@ -340,7 +343,7 @@ def test_chaos_regression_schedules(seed: int, policy: str) -> None:
     assert chaos.delivered > 0
 
 
-@pytest.mark.parametrize("seed", range(2000, 2000 + SEEDS))
+@pytest.mark.parametrize("seed", range(2000 + FIRST, 2000 + FIRST + SEEDS))
 def test_chaos_without_unclean_elections_reports_nothing(seed: int) -> None:
     chaos = _run(seed, unclean=False)
     assert chaos.reports == [], [r[0] for r in chaos.reports]

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from epochguard import EpochConsumer, EpochOffset
 from epochguard.testing import produce, wait_until
@@ -299,3 +299,54 @@ def test_a_divergence_below_the_log_start_counts_only_what_the_log_still_holds(
         assert {o: v for o, v in held.items() if o >= 6} == {6: "a6", 7: "a7"}
     finally:
         consumer.close()
+
+
+def test_a_follower_truncated_to_a_mid_batch_log_start_fails_its_partition(
+    cluster: ApacheKafkaCluster,
+) -> None:
+    """Issue 11 (chaos seed 1110, which crashed the EmbeddedCluster). A holds x then a0..a6
+    in the first epoch; B, with only x, is elected uncleanly and writes one batch of six
+    records (offsets 1..6); DeleteRecords moves B's log start to 4, inside that batch, and
+    its epoch cache to [(B's epoch, 4)]. A comes back: B answers (first epoch, 4) for A's
+    epoch, A truncates to 4 keeping x, a0..a2 below it, then cannot append B's batch (base
+    1 < its log end 4, on a log that is not empty): UnexpectedAppendOffsetException, and the
+    fetcher marks the partition failed. tests/embedded/test_state.py models exactly this."""
+    topic = new_topic("mid-batch")
+    cluster.create_topic(topic, assignments={0: [A, B]}, config={"min.insync.replicas": "1"})
+    produce(cluster, topic, ["x"])
+    wait_for_high_watermark(cluster, topic, 1)
+    first_epoch = cluster.leader_epoch(topic, 0)
+    cluster.stop_broker(B)
+    cluster.wait_for_isr(topic, 0, [A])
+    produce(cluster, topic, [f"a{i}" for i in range(7)])  # 1..7 on A only
+    cluster.stop_broker(A)
+    cluster.wait_for_partition(topic, 0, lambda s: s.leader < 0, "no leader")
+    cluster.start_broker(B)
+    cluster.elect_leader(topic, 0, B, unclean=True)
+    b_epoch = cluster.leader_epoch(topic, 0)
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap_servers, acks=1, linger_ms=2000, batch_size=1 << 20
+    )
+    try:
+        futures = [producer.send(topic, b"b%d" % i, partition=0) for i in range(6)]
+        producer.flush(timeout=15)
+        assert [f.get(timeout=15).offset for f in futures] == list(range(1, 7))
+    finally:
+        producer.close(timeout=5)
+    cluster.delete_records(topic, 0, 4)
+    wait_until(
+        "B's epoch cache trimmed to the log start",
+        lambda: cluster.epoch_cache(topic, 0, B) == [(b_epoch, 4)],
+    )
+    assert cluster.offset_for_leader_epoch(topic, 0, first_epoch, b_epoch).end_offset == 4
+
+    cluster.start_broker(A)
+    wait_until(
+        "A's fetcher gives up on the partition",
+        lambda: f"Partition {topic}-0 marked as failed" in cluster.node_log(A).read_text(),
+    )
+    assert "UnexpectedAppendOffsetException" in cluster.node_log(A).read_text()
+    assert cluster.log_end_offset(topic, 0, A) == 4
+    produce(cluster, topic, ["b6"])  # B goes on without A
+    assert cluster.high_watermark(topic, 0) == 8
+    assert cluster.isr(topic, 0) == [B] and cluster.log_end_offset(topic, 0, A) == 4

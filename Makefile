@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv install test lint demo bench clean kafka-jars
+.PHONY: all venv install test lint demo bench clean kafka-jars chaos
 
 all: test
 
@@ -30,6 +30,17 @@ kafka-jars: $(STAMP)
 
 test: $(STAMP) kafka-jars
 	$(BIN)/python -P -m pytest $(PYTEST_ARGS)
+
+# Seeded chaos at scale (docs/testing.md): `make chaos SEEDS=N` runs N schedules per mode
+# (unclean elections under policies rewind and raise, and clean elections only), 3N runs of
+# about 3.5 s each (mostly waiting, little CPU), plus the fixed regression schedules.
+# FIRST=K starts at seed index K, so several processes can split a large run. CI runs 3.
+SEEDS ?= 100
+FIRST ?= 0
+chaos: $(STAMP)
+	EPOCHGUARD_CHAOS_SEEDS=$(SEEDS) EPOCHGUARD_CHAOS_FIRST=$(FIRST) \
+		$(BIN)/python -m pytest tests/consumer/test_chaos.py \
+		-p no:cacheprovider -q -rfE $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -41,7 +41,8 @@ class TruncationReport:
     differs from what it consumed starting at ``divergence.offset``, so the records in
     ``[lost_from, lost_to)`` that it consumed no longer exist (they were replaced, or the log
     is now shorter). ``divergence`` is ``None`` when the leader could not say where the logs
-    diverge (its epoch cache no longer reaches back that far).
+    diverge (its epoch cache no longer reaches back that far). It is never below the leader's
+    log start: what was read below it is gone for every reader, retention's or not.
     """
 
     tp: Any

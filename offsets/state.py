@@ -346,6 +346,7 @@ class PartitionTracker:
         "_paused",
         "_policy",
         "_probe",
+        "_probe_divergence",
         "_query_epoch",
         "_report",
         "_reset_on_valid",
@@ -401,6 +402,8 @@ class PartitionTracker:
         self._query_epoch: int | None = None
         self._bound: int | None = None
         self._probe = False
+        # A divergence point found below the leader's answer, waiting for the log start probe.
+        self._probe_divergence: EpochOffset | None = None
         self._reset_on_valid = False
         # Reset in progress.
         self._reset_strategy = ResetStrategy.LATEST
@@ -853,8 +856,10 @@ class PartitionTracker:
                 )
             )
             return True
-        # The leader knew no epoch <= ours. Retention (log start past us) or truncation?
+        # The leader knew no epoch <= ours, or we found a divergence point below its answer.
+        # Retention (log start past us) or truncation, and from where?
         self._probe = False
+        pending, self._probe_divergence = self._probe_divergence, None
         log_start = offset
         if self._offset < log_start:
             self._no_valid_offset(ResetReason.LOG_START_MOVED_PAST_POSITION)
@@ -863,8 +868,21 @@ class PartitionTracker:
             self._epoch = leader_epoch if offset > 0 else None
             self._clear_history()
             self._validated(action.current_leader_epoch)
-        else:
+        elif pending is None:
             self._truncation(None, action.current_leader_epoch)
+        elif pending.offset >= log_start:
+            self._truncation(pending, action.current_leader_epoch)
+        else:
+            # What we read in [pending, log start) diverged, but retention has removed it:
+            # the loss starts at the log start. The leader's epoch there bounds the one before.
+            while self._hist and self._hist[-1][1] >= pending.offset:
+                self._hist.pop()
+            if self._hist:
+                self._hist_epoch = self._hist[-1][0]
+            else:
+                self._clear_history()
+            start = EpochOffset(log_start, leader_epoch if log_start > 0 else None)
+            self._truncation(start, action.current_leader_epoch)
         return True
 
     def on_request_failed(self, action: Action, now: float) -> bool:
@@ -1002,6 +1020,7 @@ class PartitionTracker:
         self._query_epoch = self._epoch
         self._bound = None
         self._probe = False
+        self._probe_divergence = None
         self._bump()
 
     def _apply_epoch_answer(
@@ -1054,6 +1073,15 @@ class PartitionTracker:
         # Exact when we read the record before ``d`` in ``end_epoch`` ourselves; otherwise
         # the leader's epoch is an upper bound for it, as in Java.
         epoch = end_epoch if d > 0 else None
+        if d < end_offset:
+            # ``d`` comes from our own reads (or an earlier round), not from the leader's epoch
+            # cache, whose entries never start below its log start (truncateFromStart). What we
+            # read below the log start was removed by retention, not by this truncation, and
+            # no leader can tell the two apart any more: ask for the log start first.
+            self._probe = True
+            self._probe_divergence = EpochOffset(d, epoch)
+            self._bump()
+            return
         self._truncation(EpochOffset(d, epoch), current_leader_epoch)
 
     def _validated(self, current_leader_epoch: int | None) -> None:

@@ -109,6 +109,9 @@ class PartitionState:
     # min.insync.replicas; they still have every committed record.
     elr: list[int] = attrs.field(factory=list)
     last_known_elr: list[int] = attrs.field(factory=list)
+    # Followers whose fetcher gave up on this partition (Kafka's markPartitionFailed) until
+    # they learn a new leader or epoch, or restart.
+    failed_followers: set[int] = attrs.field(factory=set)
 
     @property
     def leader_log(self) -> PartitionLog | None:
@@ -371,6 +374,8 @@ class ClusterState:
                     or before.leader_epoch != pv.leader_epoch
                     or before.leader != pv.leader
                 )
+                if changed:
+                    p.failed_followers.discard(broker_id)  # a new fetcher state
                 if pv.leader == broker_id:
                     p.logs[broker_id].assign_epoch(pv.leader_epoch)
                     if changed:
@@ -384,7 +389,7 @@ class ClusterState:
 
     def _follower_ready(self, p: PartitionState, follower: int) -> bool:
         b = self.brokers[follower]
-        if not b.alive or b.replication_paused:
+        if not b.alive or b.replication_paused or follower in p.failed_followers:
             return False
         pv = b.view.partition(p.topic, p.index)
         return pv is not None and pv.leader == p.leader and pv.leader_epoch == p.leader_epoch
@@ -436,6 +441,13 @@ class ClusterState:
             base = int.from_bytes(batches[0][0:8], "big", signed=True)
             if base < flog.log_end_offset:
                 flog.reset(base)
+        if batches and int.from_bytes(batches[0][0:8], "big", signed=True) < flog.log_end_offset:
+            # The follower truncated to a log start the leader's DeleteRecords left inside a
+            # batch, with records of its own below it: Kafka's appendAsFollower throws
+            # UnexpectedAppendOffsetException, which Partition only recovers from on an empty
+            # log, and the fetcher marks the partition failed. It stays out of sync.
+            self._fail_follower(p, follower, batches[0], flog.log_end_offset)
+            return
         for batch in batches:
             flog.append_replicated(batch)
         if flog.log_start_offset < leader_log.log_start_offset:
@@ -454,6 +466,23 @@ class ClusterState:
             self.publish()
         else:
             self._update_hw(p)
+
+    def _fail_follower(
+        self, p: PartitionState, follower: int, batch: bytes, log_end_offset: int
+    ) -> None:
+        p.failed_followers.add(follower)
+        log.warning(
+            "replica_fetch_failed",
+            topic=p.topic,
+            partition=p.index,
+            broker=follower,
+            reason="unexpected_append_offset",
+            batch_base_offset=int.from_bytes(batch[0:8], "big", signed=True),
+            log_end_offset=log_end_offset,
+        )
+        if follower in p.isr and len(p.isr) > 1:
+            p.isr.remove(follower)
+            self.publish()
 
     def replicate(self, p: PartitionState, resync: bool = False) -> None:
         """Copy the leader's new batches to every follower that follows it now.
@@ -655,8 +684,13 @@ class ClusterState:
             raise EmbeddedClusterError(
                 f"offset {before_offset} is above the high watermark {llog.high_watermark}"
             )
+        # A follower learns the new log start from its next fetch response (Kafka's
+        # ReplicaFetcherThread.processPartitionData), so one that is not fetching from this
+        # leader (stopped, paused, on another epoch) keeps its old log start and epoch cache
+        # until it catches up: if elected uncleanly first, it still serves those records.
+        llog.delete_before(before_offset)
         for r in p.replicas:
-            if self.brokers[r].alive:
+            if r != p.leader and self._follower_ready(p, r):
                 p.logs[r].delete_before(before_offset)
         return llog.log_start_offset
 

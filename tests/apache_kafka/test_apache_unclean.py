@@ -17,12 +17,14 @@ import itertools
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from epochguard.testing import produce
+from epochguard import EpochConsumer, EpochOffset
+from epochguard.testing import produce, wait_until
 from epochguard.testing.apache_kafka import ApacheKafkaCluster, JavaTruncationProbe
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -223,3 +225,128 @@ def test_java_consumer_with_a_reset_policy_rewinds_silently(cluster: ApacheKafka
         records = [(e["offset"], e["leader_epoch"], e["value"]) for e in events if "value" in e]
         assert records == [(5, t.unclean_epoch, "b0"), (6, t.unclean_epoch, "b1")]
         assert "Truncation detected for partition" in probe.log_text()
+
+
+@pytest.mark.parametrize("read_on_b", [6, 8])
+def test_a_divergence_below_the_log_start_counts_only_what_the_log_still_holds(
+    cluster: ApacheKafkaCluster, read_on_b: int
+) -> None:
+    """Issue 11 (chaos seeds 1072, 1116) on real Kafka.
+
+    A alone writes a0..a7 and DeleteRecords moves its log start to 6: truncateFromStart
+    leaves the epoch cache starting at (first epoch, 6). B, empty, is elected uncleanly and
+    the consumer reads B's records 0..read_on_b-1. Then A is elected uncleanly again. For the
+    epoch the consumer read in, A answers (first epoch, 8): Java's rule (8 >= position) calls
+    the position valid. The consumer's own reads show everything from 0 diverged, but A no
+    longer holds anything below 6, so only [6, position) can be reported lost."""
+    topic = new_topic("retention-unclean")
+    tp = TopicPartition(topic, 0)
+    cluster.create_topic(topic, assignments={0: [A, B]}, config={"min.insync.replicas": "1"})
+    cluster.stop_broker(B)
+    cluster.wait_for_isr(topic, 0, [A])
+    produce(cluster, topic, [f"a{i}" for i in range(8)])
+    first_epoch = cluster.leader_epoch(topic, 0)
+    cluster.delete_records(topic, 0, 6)
+    wait_until(  # the checkpoint file is written asynchronously
+        "A's epoch cache trimmed to the log start",
+        lambda: cluster.epoch_cache(topic, 0, A) == [(first_epoch, 6)],
+    )
+    cluster.stop_broker(A)
+    cluster.wait_for_partition(topic, 0, lambda s: s.leader < 0, "no leader")
+    cluster.start_broker(B)
+    cluster.elect_leader(topic, 0, B, unclean=True)
+    b_epoch = cluster.leader_epoch(topic, 0)
+    produce(cluster, topic, [f"b{i}" for i in range(read_on_b)])
+
+    reports: list[Any] = []
+    consumer = EpochConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        on_truncation="rewind",
+        on_truncation_report=reports.append,
+        metadata_max_age_ms=500,
+    )
+    held: dict[int, str] = {}
+
+    def poll() -> None:
+        for records in consumer.poll(timeout_ms=200).values():
+            for r in records:
+                held[r.offset] = r.value.decode()
+
+    try:
+        consumer.assign([tp])
+        wait_until("B's records read", lambda: poll() or len(held) == read_on_b)
+        assert held == {i: f"b{i}" for i in range(read_on_b)}
+
+        cluster.stop_broker(B)
+        cluster.wait_for_partition(topic, 0, lambda s: s.leader < 0, "no leader")
+        cluster.start_broker(A)
+        cluster.elect_leader(topic, 0, A, unclean=True)
+        a_epoch = cluster.leader_epoch(topic, 0)
+        end = cluster.offset_for_leader_epoch(topic, 0, b_epoch, a_epoch)
+        assert (end.error, end.leader_epoch, end.end_offset) == ("NoError", first_epoch, 8)
+        earliest = cluster.list_offsets(topic, 0, timestamp=-2)
+        assert (earliest.offset, earliest.leader_epoch) == (6, first_epoch)
+
+        wait_until("A's records read", lambda: poll() or held.get(7) == "a7")
+        if read_on_b == 6:
+            assert reports == []  # all we read lies below A's log start
+        else:
+            (report,) = reports
+            assert report.divergence == EpochOffset(6, first_epoch)
+            assert (report.lost_from, report.lost_to, report.lost_count) == (6, 8, 2)
+        assert {o: v for o, v in held.items() if o >= 6} == {6: "a6", 7: "a7"}
+    finally:
+        consumer.close()
+
+
+def test_a_follower_truncated_to_a_mid_batch_log_start_fails_its_partition(
+    cluster: ApacheKafkaCluster,
+) -> None:
+    """Issue 11 (chaos seed 1110, which crashed the EmbeddedCluster). A holds x then a0..a6
+    in the first epoch; B, with only x, is elected uncleanly and writes one batch of six
+    records (offsets 1..6); DeleteRecords moves B's log start to 4, inside that batch, and
+    its epoch cache to [(B's epoch, 4)]. A comes back: B answers (first epoch, 4) for A's
+    epoch, A truncates to 4 keeping x, a0..a2 below it, then cannot append B's batch (base
+    1 < its log end 4, on a log that is not empty): UnexpectedAppendOffsetException, and the
+    fetcher marks the partition failed. tests/embedded/test_state.py models exactly this."""
+    topic = new_topic("mid-batch")
+    cluster.create_topic(topic, assignments={0: [A, B]}, config={"min.insync.replicas": "1"})
+    produce(cluster, topic, ["x"])
+    wait_for_high_watermark(cluster, topic, 1)
+    first_epoch = cluster.leader_epoch(topic, 0)
+    cluster.stop_broker(B)
+    cluster.wait_for_isr(topic, 0, [A])
+    produce(cluster, topic, [f"a{i}" for i in range(7)])  # 1..7 on A only
+    cluster.stop_broker(A)
+    cluster.wait_for_partition(topic, 0, lambda s: s.leader < 0, "no leader")
+    cluster.start_broker(B)
+    cluster.elect_leader(topic, 0, B, unclean=True)
+    b_epoch = cluster.leader_epoch(topic, 0)
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap_servers, acks=1, linger_ms=2000, batch_size=1 << 20
+    )
+    try:
+        futures = [producer.send(topic, b"b%d" % i, partition=0) for i in range(6)]
+        producer.flush(timeout=15)
+        assert [f.get(timeout=15).offset for f in futures] == list(range(1, 7))
+    finally:
+        producer.close(timeout=5)
+    cluster.delete_records(topic, 0, 4)
+    wait_until(
+        "B's epoch cache trimmed to the log start",
+        lambda: cluster.epoch_cache(topic, 0, B) == [(b_epoch, 4)],
+    )
+    assert cluster.offset_for_leader_epoch(topic, 0, first_epoch, b_epoch).end_offset == 4
+
+    cluster.start_broker(A)
+    wait_until(
+        "A's fetcher gives up on the partition",
+        lambda: f"Partition {topic}-0 marked as failed" in cluster.node_log(A).read_text(),
+    )
+    assert "UnexpectedAppendOffsetException" in cluster.node_log(A).read_text()
+    assert cluster.log_end_offset(topic, 0, A) == 4
+    produce(cluster, topic, ["b6"])  # B goes on without A
+    assert cluster.high_watermark(topic, 0) == 8
+    assert cluster.isr(topic, 0) == [B] and cluster.log_end_offset(topic, 0, A) == 4

@@ -12,6 +12,7 @@ import pytest
 from epochguard.consumer import EpochConsumer, LogTruncationError
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import TruncationReport
+from epochguard.testing import EmbeddedCluster
 
 from .conftest import TP0, diverge, make_consumer, poll_until, read, setup_topic, unclean_elect
 
@@ -167,3 +168,48 @@ def test_records_delivered_before_detection_are_counted_as_lost(cluster) -> None
         assert [(r.offset, r.value) for r in after] == [
             (500 + i, b"new-%d" % i) for i in range(100)
         ]
+
+
+@pytest.mark.parametrize("read_on_b", [6, 8])
+def test_a_divergence_below_the_log_start_counts_only_what_the_log_still_holds(
+    read_on_b: int,
+) -> None:
+    """Issue 11 (chaos seeds 1072, 1116); the same runs on real Kafka in
+    tests/apache_kafka/test_apache_unclean.py. Broker 1 alone writes a0..a7 and retention
+    moves its log start to 6; broker 2, empty, is elected uncleanly and the consumer reads
+    its records 0..read_on_b-1; then broker 1 is elected uncleanly again. It answers
+    (epoch 0, 8) for the epoch the consumer read in, which never existed there: everything
+    the consumer read diverged, but only [6, position) is still in a log to be lost."""
+    with EmbeddedCluster(brokers=3) as cluster:  # broker 3 answers metadata throughout
+        cluster.create_topic("t", 1, 2)
+        assert cluster.replicas("t", 0) == [1, 2]
+        cluster.stop_broker(2)
+        cluster.append("t", 0, [b"a%d" % i for i in range(8)], batch_size=1)
+        cluster.delete_records("t", 0, 6)
+        assert cluster.epoch_cache("t", 0, 1) == [(0, 6)]
+        cluster.stop_broker(1)
+        cluster.start_broker(2)
+        cluster.elect_leader("t", 0, 2, unclean=True)
+        cluster.append("t", 0, [b"b%d" % i for i in range(read_on_b)], batch_size=1)
+        reports: list[TruncationReport] = []
+        consumer = make_consumer(
+            cluster, on_truncation="rewind", on_truncation_report=reports.append
+        )
+        try:
+            consumer.assign([TP0])
+            held = {r.offset: r.value for r in read(consumer, read_on_b)}
+            assert held == {i: b"b%d" % i for i in range(read_on_b)}
+            cluster.stop_broker(2)
+            cluster.start_broker(1)
+            cluster.elect_leader("t", 0, 1, unclean=True)
+            got: list = []
+            poll_until(consumer, lambda: any(r.offset == 7 for r in got), sink=got)
+            assert [(r.offset, r.value) for r in got] == [(6, b"a6"), (7, b"a7")]
+            if read_on_b == 6:
+                assert reports == []
+            else:
+                (report,) = reports
+                assert report.divergence == EpochOffset(6, 0)
+                assert (report.lost_from, report.lost_to) == (6, 8)
+        finally:
+            consumer.close()

@@ -207,3 +207,131 @@ def test_empty_follower_starts_at_the_batch_holding_the_leaders_log_start() -> N
     assert (follower.log_start_offset, follower.log_end_offset) == (5, 10)
     assert follower.read(5, 10**6) == leader_log.read(5, 10**6)
     assert sorted(p.isr) == [1, 2]
+
+
+def test_delete_records_reaches_a_follower_only_through_its_fetches() -> None:
+    """Kafka's follower takes the leader's log start from its fetch responses, so a follower
+    that is not fetching keeps its log start and epoch cache, and serves those records if it
+    is elected uncleanly before it fetches again."""
+    state = ClusterState([1, 2])
+    state.create_topic("t", 1, 2)
+    p = state.partition("t", 0)
+    append(state, 4, "a")  # 0..3 on both
+    state.pause_replication(2)
+    state.delete_records("t", 0, 2)
+    assert p.logs[1].log_start_offset == 2
+    assert p.logs[2].log_start_offset == 0
+    assert [(e.epoch, e.start_offset) for e in p.logs[2].epoch_cache] == [(0, 0)]
+    state.resume_replication(2)  # its next fetch brings the log start
+    assert p.logs[2].log_start_offset == 2
+    assert [(e.epoch, e.start_offset) for e in p.logs[2].epoch_cache] == [(0, 2)]
+
+
+def test_follower_with_records_below_a_mid_batch_log_start_fails_its_partition() -> None:
+    """Seed 1110 of the chaos test. A follower whose log reaches past the leader's log start
+    (inside a batch, after DeleteRecords) with records of its own below it truncates to that
+    log start; the leader's first batch then starts below its log end. Kafka's
+    appendAsFollower throws UnexpectedAppendOffsetException, Partition only recovers on an
+    empty log, and the fetcher marks the partition failed: the follower stays out of sync
+    until it learns a new leader epoch (or restarts)."""
+    state = ClusterState([1, 2])
+    state.create_topic("t", 1, 2)
+    p = state.partition("t", 0)
+    append(state, 1, "x")  # 0 on both
+    state.pause_replication(2)
+    append(state, 7, "a")  # 1..7 in epoch 0 on broker 1 only
+    state.stop_broker(1)  # leaderless, epoch 1
+    state.elect_leader("t", 0, 2, unclean=True)  # epoch 2 with only offset 0
+    assert (p.leader, p.leader_epoch) == (2, 2)
+    state.append(p, 2, build_batch([b"b%d" % i for i in range(6)]), 2)  # one batch 1..6
+    state.delete_records("t", 0, 4)  # log start 4, inside that batch
+    assert [(e.epoch, e.start_offset) for e in p.logs[2].epoch_cache] == [(2, 4)]
+    state.pause_replication(1)
+    state.start_broker(1)  # 0..7 in epoch 0: the leader answers (0, 4) for epoch 0
+    state.resume_replication(1)  # must not raise
+    flog = p.logs[1]
+    assert (flog.log_start_offset, flog.log_end_offset) == (0, 4)
+    assert p.failed_followers == {1} and p.isr == [2]
+    append(state, 1, "c")  # the leader goes on without it
+    assert flog.log_end_offset == 4 and p.logs[2].high_watermark == 8
+    # Retention passes the batch; a new leader epoch restarts the follower's fetcher, which
+    # now finds its log end below the leader's log start and starts over there.
+    state.delete_records("t", 0, 7)
+    state.elect_leader("t", 0, 2, unclean=False)
+    assert p.failed_followers == set() and sorted(p.isr) == [1, 2]
+    assert (flog.log_start_offset, flog.log_end_offset) == (7, 8)
+
+
+retention_fault_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 3), st.integers(1, 6)),
+        st.tuples(st.just("delete"), st.integers(0, 3), st.just(0)),
+        st.tuples(
+            st.sampled_from(["stop", "start", "elect", "elect_unclean", "pause", "resume"]),
+            st.sampled_from(BROKERS),
+            st.just(0),
+        ),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(retention_fault_ops)
+def test_random_faults_with_retention_and_multi_record_batches_never_break_the_cluster(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    """Retention inside multi-record batches mixed with elections (the ingredients of chaos
+    seed 1110; the test above is its exact regression, which random sequences rarely hit):
+    control calls raise only EmbeddedClusterError, every replica's log stays well formed, and
+    after healing every follower that did not fail its partition has caught up."""
+    state = ClusterState(BROKERS)
+    state.create_topic("t", 1, 3)
+    p = state.partition("t", 0)
+    counter = 0
+    for op, arg, size in ops:
+        try:
+            if op == "append" and p.leader is not None:
+                for _ in range(arg):
+                    values = [b"v%d" % (counter + i) for i in range(size)]
+                    counter += size
+                    state.append(p, p.leader, build_batch(values), p.leader_epoch)
+            elif op == "delete" and p.leader is not None:
+                llog = p.logs[p.leader]
+                span = llog.high_watermark - llog.log_start_offset
+                state.delete_records("t", 0, llog.log_start_offset + min(arg, span))
+            elif op == "stop":
+                state.stop_broker(arg)
+            elif op == "start":
+                state.start_broker(arg)
+            elif op == "elect":
+                state.elect_leader("t", 0, arg, unclean=False)
+            elif op == "elect_unclean":
+                state.elect_leader("t", 0, arg, unclean=True)
+            elif op == "pause":
+                state.pause_replication(arg)
+            elif op == "resume":
+                state.resume_replication(arg)
+        except EmbeddedClusterError:
+            pass
+        for log in p.logs.values():
+            assert log.log_start_offset <= log.high_watermark <= log.log_end_offset
+            starts = [e.start_offset for e in log.epoch_cache]
+            epochs = [e.epoch for e in log.epoch_cache]
+            assert starts == sorted(starts) and epochs == sorted(set(epochs))
+            assert all(s >= log.log_start_offset for s in starts)
+            offsets = [o for o, _, _ in _records(log, 10**9)]
+            assert offsets == sorted(set(offsets))
+        if p.leader is not None:
+            assert p.leader in p.isr and p.leader not in p.failed_followers
+    for b in BROKERS:
+        state.resume_replication(b)
+        state.start_broker(b)
+    if p.leader is None:
+        assert state.elect_any_leader(p)
+        state.publish()
+    leader = p.leader
+    assert leader is not None
+    for b in BROKERS:
+        if b != leader and b not in p.failed_followers:
+            assert p.logs[b].log_end_offset == p.logs[leader].log_end_offset

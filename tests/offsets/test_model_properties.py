@@ -173,6 +173,8 @@ class App:
         STATS["reports_exact"] += 1
         d = report.divergence.offset
         assert d < p
+        # Below the log start the leader holds nothing to compare with: never counted as lost.
+        assert d >= lead.log_start, f"{report} starts below the log start {lead.log_start}"
         assert unjudged or any(x >= d for x in known), f"report covers nothing read: {report}"
         for x in mine:
             if x >= d:

@@ -801,3 +801,96 @@ def test_reads_after_a_reset_end_the_nothing_read_exemption() -> None:
     assert tr.state is S.FETCHING and tr.epoch_history == ()
     tr.on_validation(elect(tr, 3), 0, 1, 2, 0.0)
     assert tr.state is S.TRUNCATED
+
+
+# ------------------------------------------- divergence below the leader's log start (#11)
+
+
+def read_in(tr: PartitionTracker, *runs: tuple[int, int, int]) -> None:
+    """Deliver ``(first, last, epoch)`` batches from one fetch."""
+    f = fetch(tr)
+    for first, last, epoch in runs:
+        assert tr.on_records(f, first, last, epoch)
+    tr.drain_events()
+
+
+def test_divergence_below_the_log_start_is_reported_from_the_log_start() -> None:
+    # We read 0..3 in epoch 2. The new (unclean) leader never had epoch 2: epoch 0 ends at 7
+    # there, and retention moved its log start to 2 (its epoch cache now starts with (0, 2),
+    # Kafka's truncateFromStart). Offsets 0..1 are gone for every reader: only 2..3 are lost.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "rewind"))
+    tr.on_metadata(1, 2, "topic-a")
+    tr.seek(EpochOffset(0))
+    read_in(tr, (0, 3, 2))
+    tr.on_validation(elect(tr, 5), 0, 0, 7, 0.0)
+    assert tr.state is S.AWAIT_VALIDATION and truncations(tr) == []
+    probe = list_offsets(tr)
+    assert probe.purpose is ListOffsetsPurpose.LOG_START_PROBE
+    assert probe.strategy is ResetStrategy.EARLIEST
+    tr.on_list_offsets(probe, 2, 0)
+    (ev,) = truncations(tr)
+    assert ev.report.divergence == EpochOffset(2, 0)
+    assert (ev.report.lost_from, ev.report.lost_to, ev.report.lost_count) == (2, 4, 2)
+    assert ev.decision == "rewind"
+    # What we read in epoch 2 is forgotten: the next records start a fresh history.
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(2, 0)
+    assert tr.epoch_history == () and not tr.position_is_exact
+    assert tr.on_records(fetch(tr), 2, 6, 0)
+    assert tr.epoch_history == ((0, 2),)
+
+
+def test_divergence_from_own_reads_above_the_log_start_is_kept() -> None:
+    # 0..2 in epoch 1, 3..5 in epoch 3; the leader has epoch 1 up to 10 and no epoch 3.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "raise"))
+    tr.on_metadata(1, 3, "topic-a")
+    tr.seek(EpochOffset(0))
+    read_in(tr, (0, 2, 1), (3, 5, 3))
+    tr.on_validation(elect(tr, 4), 0, 1, 10, 0.0)
+    tr.on_list_offsets(list_offsets(tr), 1, 1)  # log start 1 is below the divergence
+    assert tr.state is S.TRUNCATED
+    assert isinstance(tr.error, LogTruncationError)
+    report = tr.error.report
+    assert report.divergence == EpochOffset(3, 1) and report.lost_count == 3
+
+
+def test_diverged_reads_all_below_the_log_start_are_not_a_truncation() -> None:
+    # Seed 1116: we read 0..5 in epoch 5 on an unclean leader. The next leader has epochs
+    # 2 and 3 up to 18 but retention had moved its log start to 6: nothing it can serve
+    # differs from what we read, so the position is valid and nothing is reported.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "rewind"))
+    tr.on_metadata(3, 5, "topic-a")
+    tr.seek(EpochOffset(0))
+    read_in(tr, (0, 5, 5))
+    tr.on_validation(elect(tr, 7, leader=1), 0, 3, 18, 0.0)
+    tr.on_list_offsets(list_offsets(tr), 6, 2)
+    events = tr.drain_events()
+    assert not [e for e in events if isinstance(e, TruncationDetected)]
+    assert [type(e) for e in events][-1] is PositionValidated
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(6, 2)
+
+
+def test_diverged_reads_with_the_log_start_past_the_position_apply_the_reset_policy() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("latest", "rewind"))
+    tr.on_metadata(1, 2, "topic-a")
+    tr.seek(EpochOffset(0))
+    read_in(tr, (0, 3, 2))
+    tr.on_validation(elect(tr, 5), 0, 0, 9, 0.0)
+    tr.on_list_offsets(list_offsets(tr), 6, 0)
+    assert truncations(tr) == []
+    reset = list_offsets(tr)
+    assert reset.purpose is ListOffsetsPurpose.RESET and reset.strategy is ResetStrategy.LATEST
+
+
+def test_a_leader_change_during_the_log_start_probe_starts_validation_over() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "rewind"))
+    tr.on_metadata(1, 2, "topic-a")
+    tr.seek(EpochOffset(0))
+    read_in(tr, (0, 3, 2))
+    tr.on_validation(elect(tr, 5), 0, 0, 7, 0.0)
+    stale_probe = list_offsets(tr)
+    again = elect(tr, 6, leader=3)  # the probe's answer no longer counts
+    assert not tr.on_list_offsets(stale_probe, 2, 0)
+    assert again.leader_epoch == 2
+    tr.on_validation(again, 0, 2, 9, 0.0)  # the newest leader has all we read
+    assert truncations(tr) == [] and tr.state is S.FETCHING
+    assert tr.position == EpochOffset(4, 2)

@@ -1,4 +1,4 @@
-"""DeleteRecords v0-v2: advances the log start offset on the leader and its replicas."""
+"""DeleteRecords v0-v2: advances the leader's log start offset (followers learn it by fetching)."""
 
 from __future__ import annotations
 

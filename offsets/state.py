@@ -170,10 +170,20 @@ SUB_STATES: Final[Mapping[str, SubState]] = {
         frozenset({S.AWAIT_VALIDATION}),
         False,
         "bool",
-        "log-start probe: the leader knew no epoch <= ours, so ListOffsets(earliest) tells "
-        "retention (log start past us) from truncation",
+        "log-start probe: the leader knew no epoch <= ours, or the divergence point from our "
+        "own reads lies below its answer, so ListOffsets(earliest) tells retention (log start "
+        "past us) from truncation",
         ("_apply_epoch_answer", "_restart_validation", "on_list_offsets"),
         ("next_action", "on_validation", "on_list_offsets"),
+    ),
+    "_probe_divergence": SubState(
+        frozenset({S.AWAIT_VALIDATION}),
+        None,
+        "EpochOffset | None",
+        "with the log-start probe: the divergence point our own reads gave (below the "
+        "leader's answer), reported from the log start if retention removed part of it",
+        ("_apply_epoch_answer", "_restart_validation", "on_list_offsets"),
+        ("on_list_offsets",),
     ),
     "_reset_on_valid": SubState(
         frozenset({S.AWAIT_VALIDATION}),
@@ -916,6 +926,7 @@ class PartitionTracker:
             self._query_epoch = None
             self._bound = None
             self._probe = False
+            self._probe_divergence = None
             self._reset_on_valid = False
         if new is not S.AWAIT_RESET:
             self._reset_reason = None

@@ -181,6 +181,13 @@ class Fetcher:
     def unknown_topics(self) -> set[str]:
         return self.metadata.unknown_topics
 
+    @property
+    def unauthorized_topics(self) -> set[str]:
+        return self.metadata.unauthorized_topics
+
+    def take_authorization_error(self) -> Exception | None:
+        return self.metadata.take_authorization_error()
+
     # ------------------------------------------------------------------ partitions
 
     def add_partition(self, tp: TopicPartition) -> PartitionTracker:

@@ -168,10 +168,11 @@ class Metadata:
         if not self._refused:
             return None
         refused, self._refused = sorted(self._refused), set()
-        return wire.ERR.TopicAuthorizationFailedError(
+        error: Exception = wire.ERR.TopicAuthorizationFailedError(
             f"not authorized to access topics {refused} (the cluster's ACLs refuse this "
             "client's principal DESCRIBE on them)"
         )
+        return error
 
     def leader_of(self, tp: TopicPartition) -> int | None:
         return self.leaders.get(tp, (None, None))[0]

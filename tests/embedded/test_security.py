@@ -4,6 +4,7 @@ independent SASL/SCRAM and TLS implementation) as a client."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -234,3 +235,10 @@ def test_bad_security_arguments_are_typed_errors(tmp_path: Path) -> None:
             _ = plain.ssl_bootstrap_servers
         with pytest.raises(EmbeddedClusterError, match="no SASL_PLAINTEXT listener"):
             _ = plain.sasl_bootstrap_servers
+
+
+def test_the_secured_cluster_example_in_docs_runs() -> None:
+    doc = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+    (block,) = [b for b in blocks if "make_tls_material" in b]
+    exec(compile(block, "docs/testing.md:secured", "exec"), {})

@@ -162,6 +162,11 @@ class Metadata:
             self._refusals = 0
         return leaders
 
+    def refuse(self, topic: str) -> None:
+        """A broker refused ``topic`` outside metadata (Fetch): raise it like an answer's."""
+        self.unauthorized_topics.add(topic)
+        self._refused.add(topic)
+
     def take_authorization_error(self) -> Exception | None:
         """A ``TopicAuthorizationFailedError`` naming the topics refused by answers applied
         since the last call, or ``None``."""

@@ -242,3 +242,26 @@ def test_the_secured_cluster_example_in_docs_runs() -> None:
     blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
     (block,) = [b for b in blocks if "make_tls_material" in b]
     exec(compile(block, "docs/testing.md:secured", "exec"), {})
+
+
+def test_a_fetch_refused_by_an_acl_is_raised_then_retried(secured: EmbeddedCluster) -> None:
+    # An ACL removed while consuming: the broker refuses the Fetch (Kafka puts
+    # TOPIC_AUTHORIZATION_FAILED on the partition), which used to be retried silently.
+    secured.create_topic("revoked", replication_factor=3)
+    secured.append("revoked", 0, [b"r0"])
+    tp = TopicPartition("revoked", 0)
+    with EpochConsumer(
+        bootstrap_servers=secured.bootstrap_servers, auto_offset_reset="earliest"
+    ) as consumer:
+        consumer.assign([tp])
+        assert consumer.position(tp) == 0
+        secured.faults.inject_error(1, ErrorCode.TOPIC_AUTHORIZATION_FAILED, count=1)
+        with pytest.raises(kerrors.TopicAuthorizationFailedError, match="revoked"):
+            for _ in range(50):
+                assert consumer.poll(timeout_ms=100) == {}
+        # Granted again (the fault is spent): the partition carries on where it was.
+        got: list[Any] = []
+        deadline = time.monotonic() + 20
+        while not got and time.monotonic() < deadline:
+            got += consumer.poll(timeout_ms=200).get(tp, [])
+        assert [(r.offset, r.value) for r in got] == [(0, b"r0")]

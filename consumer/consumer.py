@@ -251,6 +251,13 @@ class EpochConsumer:
         elif self._group is not None:
             try:
                 stored = self._group.fetch_committed(todo, deadline)
+            except (
+                kerrors.GroupAuthorizationFailedError,
+                kerrors.TopicAuthorizationFailedError,
+            ):
+                # A refusal is the application's to handle: asking again each poll() would
+                # hide it behind partitions that never get a position.
+                raise
             except kerrors.KafkaError as exc:
                 # No coordinator answer in time: stay without a position, try next poll().
                 log.debug(
@@ -482,6 +489,9 @@ class EpochConsumer:
         return True
 
     def _raise_pending(self) -> None:
+        denied = self._fetcher.take_authorization_error()
+        if denied is not None:
+            raise denied
         if self._pending_truncations:
             truncations, self._pending_truncations = self._pending_truncations, {}
             raise LogTruncationError(truncations)
@@ -1042,6 +1052,10 @@ class EpochConsumer:
             partitions = fetcher.topic_partitions.get(tp.topic)
             if tp.topic in fetcher.unknown_topics:
                 raise kerrors.UnknownTopicOrPartitionError(f"topic {tp.topic!r} does not exist")
+            if tp.topic in fetcher.unauthorized_topics:
+                raise kerrors.TopicAuthorizationFailedError(
+                    f"not authorized to access topic {tp.topic!r}"
+                )
             if partitions is not None and tp.partition not in partitions:
                 raise kerrors.UnknownTopicOrPartitionError(
                     f"topic {tp.topic!r} has no partition {tp.partition} "

@@ -181,6 +181,13 @@ class Fetcher:
     def unknown_topics(self) -> set[str]:
         return self.metadata.unknown_topics
 
+    @property
+    def unauthorized_topics(self) -> set[str]:
+        return self.metadata.unauthorized_topics
+
+    def take_authorization_error(self) -> Exception | None:
+        return self.metadata.take_authorization_error()
+
     # ------------------------------------------------------------------ partitions
 
     def add_partition(self, tp: TopicPartition) -> PartitionTracker:
@@ -523,6 +530,10 @@ class Fetcher:
             if issubclass(p.error, _UNKNOWN_TOPIC_ERRORS):
                 self.metadata.hold(tp.topic, now)
                 self.request_metadata()
+            elif p.error is wire.ERR.TopicAuthorizationFailedError:
+                # An ACL removed after metadata allowed the topic: poll() raises it as Java's
+                # fetcher does, and the tracker retries with its backoff.
+                self.metadata.refuse(tp.topic)
             tracker.on_fetch_error(action, p.error.errno, now)
             self.after_input(tp)
             return

@@ -123,6 +123,11 @@ class GroupCoordinator:
                 self.coordinator_id = resp.node_id
                 log.info("coordinator_found", group=self.group_id, node=resp.node_id)
                 break
+            err = None if resp is None else wire.error_from_wire(resp.error_code)
+            if err is not None and not err.retriable:
+                # GROUP_AUTHORIZATION_FAILED above all: looking again cannot change the
+                # answer, so fail now instead of retrying until the deadline.
+                raise err(f"group {self.group_id!r}: FindCoordinator refused")
             delay = _LOOKUP_BACKOFF.delay(attempt)
             attempt += 1
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
@@ -183,8 +188,9 @@ class GroupCoordinator:
         while True:
             try:
                 resp = self._call(request, deadline)
-            except kerrors.KafkaError:
-                if time.monotonic() >= deadline:
+            except kerrors.KafkaError as exc:
+                # Not retriable (GROUP_AUTHORIZATION_FAILED): asking again changes nothing.
+                if not exc.retriable or time.monotonic() >= deadline:
                     raise
                 time.sleep(_RETRY_S)
                 continue
@@ -294,6 +300,8 @@ class GroupCoordinator:
                 )
             except kerrors.KafkaError as exc:
                 log.debug("join_group_failed", group=self.group_id, error=repr(exc))
+                if not exc.retriable:
+                    raise  # GROUP_AUTHORIZATION_FAILED: joining again changes nothing
                 if lookup_deadline is not None and time.monotonic() >= lookup_deadline:
                     raise
                 time.sleep(_RETRY_S)

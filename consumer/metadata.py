@@ -46,6 +46,13 @@ class Metadata:
         self.leaders: dict[TopicPartition, tuple[int | None, int | None]] = {}
         #: Topics the last answer about them called UNKNOWN_TOPIC_OR_PARTITION (fail fast).
         self.unknown_topics: set[str] = set()
+        #: Topics the last answer about them refused (TOPIC_AUTHORIZATION_FAILED).
+        self.unauthorized_topics: set[str] = set()
+        # Refused topics of answers not raised to the application yet: as Java's
+        # Metadata.maybeThrowAnyException, each answer that refuses is raised once.
+        self._refused: set[str] = set()
+        # Answers in a row that refused a topic of interest (for the refresh backoff).
+        self._refusals = 0
         self.in_flight = False
         self.needed = True
         self.next_at = 0.0
@@ -118,6 +125,11 @@ class Metadata:
                 self.unknown_topics.add(name)
             else:
                 self.unknown_topics.discard(name)
+            if topic.error is wire.ERR.TopicAuthorizationFailedError:
+                self.unauthorized_topics.add(name)
+                self._refused.add(name)
+            else:
+                self.unauthorized_topics.discard(name)
             if topic.error is not None:
                 # Unknown topic: keep waiting; trackers stay blocked on metadata.
                 if not issubclass(topic.error, _QUIET_TOPIC_ERRORS):
@@ -141,7 +153,31 @@ class Metadata:
             self.needed = True
         else:
             self._hold_misses = 0
+        if self.unauthorized_topics & self.topics:
+            # An ACL is not granted in milliseconds: ask again, but backing off, so that an
+            # application polling through the errors does not flood the brokers.
+            self._refusals += 1
+            self.next_at = max(self.next_at, now + self._failure_backoff.delay(self._refusals))
+        else:
+            self._refusals = 0
         return leaders
+
+    def refuse(self, topic: str) -> None:
+        """A broker refused ``topic`` outside metadata (Fetch): raise it like an answer's."""
+        self.unauthorized_topics.add(topic)
+        self._refused.add(topic)
+
+    def take_authorization_error(self) -> Exception | None:
+        """A ``TopicAuthorizationFailedError`` naming the topics refused by answers applied
+        since the last call, or ``None``."""
+        if not self._refused:
+            return None
+        refused, self._refused = sorted(self._refused), set()
+        error: Exception = wire.ERR.TopicAuthorizationFailedError(
+            f"not authorized to access topics {refused} (the cluster's ACLs refuse this "
+            "client's principal DESCRIBE on them)"
+        )
+        return error
 
     def leader_of(self, tp: TopicPartition) -> int | None:
         return self.leaders.get(tp, (None, None))[0]

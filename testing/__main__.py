@@ -15,11 +15,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import FrameType
 
 from epochguard._log import cli_output
 from epochguard.testing.control import ControlServer
-from epochguard.testing.embedded.cluster import EmbeddedCluster
+from epochguard.testing.embedded.cluster import EmbeddedCluster, EmbeddedClusterError
+from epochguard.testing.tls import make_tls_material
 
 
 def _topic(spec: str) -> tuple[str, int, int | None]:
@@ -32,6 +34,13 @@ def _topic(spec: str) -> tuple[str, int, int | None]:
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"bad number in {spec!r}") from e
     return parts[0], partitions, rf
+
+
+def _sasl_user(spec: str) -> tuple[str, str]:
+    name, sep, password = spec.partition(":")
+    if not sep or not name or not password:
+        raise argparse.ArgumentTypeError(f"expected NAME:PASSWORD, got {spec!r}")
+    return name, password
 
 
 def parser(prog: str = "python -m epochguard.testing") -> argparse.ArgumentParser:
@@ -66,6 +75,23 @@ def parser(prog: str = "python -m epochguard.testing") -> argparse.ArgumentParse
         "--auto-create-topics",
         action="store_true",
         help="create unknown topics on Metadata requests",
+    )
+    p.add_argument(
+        "--sasl-user",
+        type=_sasl_user,
+        action="append",
+        default=[],
+        metavar="NAME:PASSWORD",
+        help="add a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256/512) with this user "
+        "(repeatable); its addresses are printed to stderr",
+    )
+    p.add_argument(
+        "--tls-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write a CA and a 127.0.0.1 certificate to DIR and add an SSL listener "
+        "(SASL_SSL too with --sasl-user); clients trust DIR/ca.pem",
     )
     p.add_argument(
         "--exit-after", type=float, default=None, metavar="SECONDS", help=argparse.SUPPRESS
@@ -122,10 +148,15 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         print("--brokers must be at least 1", file=sys.stderr)
         return 2
     try:
+        tls = None if args.tls_dir is None else make_tls_material(args.tls_dir)
         cluster = EmbeddedCluster(
-            brokers=args.brokers, auto_create_topics=args.auto_create_topics, port=args.port
+            brokers=args.brokers,
+            auto_create_topics=args.auto_create_topics,
+            port=args.port,
+            sasl_users=dict(args.sasl_user),
+            tls=tls,
         )
-    except ValueError as e:
+    except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     with contextlib.ExitStack() as stack:
@@ -149,6 +180,12 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
             file=sys.stderr,
             flush=True,
         )
+        for listener in ("SASL_PLAINTEXT", "SSL", "SASL_SSL"):
+            with contextlib.suppress(EmbeddedClusterError):
+                servers = cluster.listener_bootstrap_servers(listener)
+                print(f"# {listener} {servers}", file=sys.stderr, flush=True)
+        if tls is not None:
+            print(f"# CA file {tls.cafile}", file=sys.stderr, flush=True)
         _wait(stop, args.exit_after)
     return 0
 

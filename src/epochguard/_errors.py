@@ -40,6 +40,11 @@ class ErrorCode(enum.IntEnum):
     INVALID_SESSION_TIMEOUT = kerrors.InvalidSessionTimeoutError.errno
     REBALANCE_IN_PROGRESS = kerrors.RebalanceInProgressError.errno
     TOPIC_AUTHORIZATION_FAILED = kerrors.TopicAuthorizationFailedError.errno
+    GROUP_AUTHORIZATION_FAILED = kerrors.GroupAuthorizationFailedError.errno
+    CLUSTER_AUTHORIZATION_FAILED = kerrors.ClusterAuthorizationFailedError.errno
+    UNSUPPORTED_SASL_MECHANISM = kerrors.UnsupportedSaslMechanismError.errno
+    ILLEGAL_SASL_STATE = kerrors.IllegalSaslStateError.errno
+    SASL_AUTHENTICATION_FAILED = kerrors.SaslAuthenticationFailedError.errno
     UNSUPPORTED_VERSION = kerrors.UnsupportedVersionError.errno
     TOPIC_ALREADY_EXISTS = kerrors.TopicAlreadyExistsError.errno
     INVALID_PARTITIONS = kerrors.InvalidPartitionsError.errno

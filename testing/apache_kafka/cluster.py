@@ -32,12 +32,16 @@ import attrs
 from kafka.protocol.admin import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
     ElectLeadersRequest,
@@ -62,12 +66,30 @@ from epochguard.testing.apache_kafka import process
 from epochguard.testing.apache_kafka.jars import KafkaJars, ensure_kafka_jars
 from epochguard.testing.apache_kafka.probe import JavaTruncationProbe
 from epochguard.testing.apache_kafka.wire import WireError, call, error_name
+from epochguard.testing.tls import TlsMaterial
 
 log = get_logger("epochguard.testing.apache_kafka")
 
 T = TypeVar("T")
 
 CONTROLLER_ID = 3000
+# Kafka's AclOperation / ResourceType / PatternType / AclPermissionType codes.
+_ACL_OPERATIONS = {
+    "READ": 3,
+    "WRITE": 4,
+    "CREATE": 5,
+    "DELETE": 6,
+    "ALTER": 7,
+    "DESCRIBE": 8,
+}
+_ACL_OPERATION_ANY = 1
+_RESOURCE_TOPIC = 2
+_RESOURCE_GROUP = 3
+_PATTERN_LITERAL = 3
+_PERMISSION_ALLOW = 3
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 DEBUGGING_REPLICA_ID = -2
 CONSUMER_REPLICA_ID = -1
 LATEST = -1
@@ -165,8 +187,10 @@ class _Node:
     role: str
     port: int
     directory: Path
-    #: A second listener, SASL_PLAINTEXT with PLAIN, when the cluster has SASL users.
+    #: A second listener, SASL_PLAINTEXT with PLAIN and SCRAM, when the cluster has SASL users.
     sasl_port: int | None = None
+    #: An SSL listener, when the cluster has TLS material.
+    ssl_port: int | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -250,11 +274,19 @@ class ApacheKafkaCluster:
         startup_timeout: float = 90.0,
         stop_timeout: float = 30.0,
         sasl_users: Mapping[str, str] | None = None,
+        tls: TlsMaterial | None = None,
+        authorizer: bool = False,
     ) -> None:
-        """``sasl_users`` (name -> password): brokers also listen with SASL_PLAINTEXT and the
-        PLAIN mechanism (``sasl_bootstrap_servers``); brokers talk to each other in
-        PLAINTEXT. ``brokers`` defaults to 3; ``num_brokers`` is its deprecated name (the
-        keyword is ``brokers`` as in ``EmbeddedCluster(brokers=...)``)."""
+        """``sasl_users`` (name -> password): brokers also listen with SASL_PLAINTEXT,
+        offering PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (``sasl_bootstrap_servers``; the
+        SCRAM credentials are written by ``kafka-storage format --add-scram``). ``tls``
+        (:func:`epochguard.testing.tls.make_tls_material`): brokers also listen with SSL
+        (``ssl_bootstrap_servers``). Brokers talk to each other and to the controller in
+        PLAINTEXT. ``authorizer``: KRaft's StandardAuthorizer with no ACLs, so SASL users
+        may do nothing until :meth:`create_acls` allows it; the PLAINTEXT listener's
+        principal (``User:ANONYMOUS``, used by every control call here) is a super user.
+        ``brokers`` defaults to 3; ``num_brokers`` is its deprecated name (the keyword is
+        ``brokers`` as in ``EmbeddedCluster(brokers=...)``)."""
         if num_brokers is not None:
             if brokers is not None:
                 raise TypeError("pass brokers= or its deprecated alias num_brokers=, not both")
@@ -269,12 +301,19 @@ class ApacheKafkaCluster:
         if brokers < 1:
             raise ValueError(f"an ApacheKafkaCluster needs at least one broker, got {brokers}")
         for user, password in (sasl_users or {}).items():
-            if not user or not user.isidentifier() or '"' in password or not password:
+            # The JAAS line and --add-scram's [name=...,password=...] have no quoting.
+            if not user or not user.isidentifier() or not password or set(password) & set('"[],='):
                 raise ValueError(
                     f"SASL user {user!r}: names must be identifiers and "
-                    "passwords non-empty without double quotes"
+                    'passwords non-empty without any of " [ ] , ='
                 )
+        if tls is not None and not isinstance(tls, TlsMaterial):
+            raise TypeError(f"tls must be a TlsMaterial, got {type(tls).__name__}")
+        if authorizer and not sasl_users:
+            raise ValueError("authorizer=True needs sasl_users: every other client is a super user")
         self._sasl_users = dict(sasl_users or {})
+        self._tls = tls
+        self._authorizer = authorizer
         self._num_brokers = brokers
         self._jars = jars
         self._extra_config = dict(broker_config or {})
@@ -328,10 +367,32 @@ class ApacheKafkaCluster:
 
     @property
     def sasl_bootstrap_servers(self) -> str:
-        """Every broker's SASL_PLAINTEXT (PLAIN) listener; needs ``sasl_users``."""
+        """Every broker's SASL_PLAINTEXT (PLAIN, SCRAM) listener; needs ``sasl_users``."""
         if not self._sasl_users:
             raise ClusterError("this cluster has no SASL listener (pass sasl_users=...)")
         return ",".join(f"127.0.0.1:{self._nodes[b].sasl_port}" for b in self.broker_ids)
+
+    @property
+    def ssl_bootstrap_servers(self) -> str:
+        """Every broker's SSL listener; needs ``tls``."""
+        if self._tls is None:
+            raise ClusterError("this cluster has no SSL listener (pass tls=...)")
+        return ",".join(f"127.0.0.1:{self._nodes[b].ssl_port}" for b in self.broker_ids)
+
+    @property
+    def tls(self) -> TlsMaterial | None:
+        return self._tls
+
+    def listener_bootstrap_servers(self, listener: str) -> str:
+        """Every broker's address on ``listener``: PLAINTEXT, SASL_PLAINTEXT or SSL."""
+        by_name = {
+            "PLAINTEXT": lambda: self.all_bootstrap_servers,
+            "SASL_PLAINTEXT": lambda: self.sasl_bootstrap_servers,
+            "SSL": lambda: self.ssl_bootstrap_servers,
+        }
+        if listener not in by_name:
+            raise ClusterError(f"unknown listener {listener!r}; one of {', '.join(by_name)}")
+        return by_name[listener]()
 
     def broker_address(self, broker_id: int) -> str:
         host, port = self._nodes[broker_id].address
@@ -362,13 +423,17 @@ class ApacheKafkaCluster:
             self._work_dir = Path(tempfile.mkdtemp(prefix="epochguard-kafka-"))
         self._cluster_id = self._random_cluster_id()
         sasl = bool(self._sasl_users)
-        ports = _free_ports(self._num_brokers * (2 if sasl else 1) + 1)
+        n = self._num_brokers
+        ports = _free_ports(n * 3 + 1)
         controller = _Node(CONTROLLER_ID, "controller", ports[0], self.work_dir / "controller")
         self._nodes = {CONTROLLER_ID: controller}
         for i, broker_id in enumerate(self.broker_ids):
             directory = self.work_dir / f"broker-{broker_id}"
-            sasl_port = ports[1 + self._num_brokers + i] if sasl else None
-            self._nodes[broker_id] = _Node(broker_id, "broker", ports[1 + i], directory, sasl_port)
+            sasl_port = ports[1 + n + i] if sasl else None
+            ssl_port = ports[1 + 2 * n + i] if self._tls is not None else None
+            self._nodes[broker_id] = _Node(
+                broker_id, "broker", ports[1 + i], directory, sasl_port, ssl_port
+            )
         (self.work_dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
         for node in self._nodes.values():
             node.directory.mkdir(parents=True, exist_ok=True)
@@ -498,25 +563,58 @@ class ApacheKafkaCluster:
                 "group.coordinator.rebalance.protocols": "classic,consumer",
                 "controlled.shutdown.enable": "true",
             }
-            if node.sasl_port is not None:
-                users = " ".join(f'user_{u}="{pw}"' for u, pw in self._sasl_users.items())
-                protocol_map = (
-                    "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
-                )
-                jaas = f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
-                props.update(
-                    {
-                        "listener.security.protocol.map": protocol_map,
-                        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},"
-                        f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}",
-                        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port},"
-                        f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}",
-                        "sasl.enabled.mechanisms": "PLAIN",
-                        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
-                    }
-                )
+            props.update(self._listener_properties(node))
+        if self._authorizer:
+            props.update(
+                {
+                    "authorizer.class.name": AUTHORIZER,
+                    # Brokers and the controller reach each other, and this class's control
+                    # calls reach the brokers, over PLAINTEXT as User:ANONYMOUS.
+                    "super.users": "User:ANONYMOUS",
+                    "allow.everyone.if.no.acl.found": "false",
+                }
+            )
         props.update(self._extra_config if node.role == "broker" else {})
         return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _listener_properties(self, node: _Node) -> dict[str, str]:
+        listeners = {"PLAINTEXT": node.port}
+        if node.sasl_port is not None:
+            listeners["SASL_PLAINTEXT"] = node.sasl_port
+        if node.ssl_port is not None:
+            listeners["SSL"] = node.ssl_port
+        if len(listeners) == 1:
+            return {}
+        names = ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())
+        props = {
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,"
+            + ",".join(f"{name}:{name}" for name in listeners),
+            "listeners": names,
+            "advertised.listeners": names,
+        }
+        if node.sasl_port is not None:
+            users = " ".join(f'user_{u}="{pw}"' for u, pw in self._sasl_users.items())
+            prefix = "listener.name.sasl_plaintext"
+            props["sasl.enabled.mechanisms"] = ",".join(SASL_MECHANISMS)
+            props[f"{prefix}.plain.sasl.jaas.config"] = (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            )
+            for mechanism in SCRAM_MECHANISMS:
+                props[f"{prefix}.{mechanism.lower()}.sasl.jaas.config"] = (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                )
+        if node.ssl_port is not None and self._tls is not None:
+            prefix = "listener.name.ssl"
+            props.update(
+                {
+                    f"{prefix}.ssl.keystore.type": "PKCS12",
+                    f"{prefix}.ssl.keystore.location": str(self._tls.keystore),
+                    f"{prefix}.ssl.keystore.password": self._tls.store_password,
+                    f"{prefix}.ssl.key.password": self._tls.store_password,
+                    f"{prefix}.ssl.client.auth": "none",
+                }
+            )
+        return props
 
     def _java(self, node: _Node, main_class: str, *args: str) -> list[str]:
         return [
@@ -542,6 +640,7 @@ class ApacheKafkaCluster:
                 "--config",
                 str(node.config_path),
                 "--ignore-formatted",
+                *self._scram_format_args(node),
             )
             procs.append(
                 (node, subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
@@ -550,6 +649,16 @@ class ApacheKafkaCluster:
             out, _ = proc.communicate(timeout=120)
             if proc.returncode != 0:
                 raise ClusterError(f"kafka-storage format failed for node {node.node_id}: {out!r}")
+
+    def _scram_format_args(self, node: _Node) -> list[str]:
+        # SCRAM credentials live in the metadata log: the controller's bootstrap records.
+        if node.role != "controller":
+            return []
+        args = []
+        for mechanism in SCRAM_MECHANISMS:
+            for user, password in self._sasl_users.items():
+                args += ["--add-scram", f"{mechanism}=[name={user},password={password}]"]
+        return args
 
     def _launch(self, node: _Node) -> None:
         args = self._java(node, "kafka.Kafka", str(node.config_path))
@@ -759,6 +868,75 @@ class ApacheKafkaCluster:
                         30.0,
                     )
         log.info("kafka_topic_created", topic=name, partitions=count)
+
+    def grant(
+        self,
+        user: str,
+        operations: tuple[str, ...],
+        *,
+        topic: str | None = None,
+        group: str | None = None,
+    ) -> None:
+        """Allow SASL ``user`` the ``operations`` (``"READ"``, ``"DESCRIBE"``, ...) on one
+        topic or one group (literal names), and wait until every running broker enforces it.
+        Needs ``authorizer=True``."""
+        if not self._authorizer:
+            raise ClusterError("this cluster has no authorizer (pass authorizer=True)")
+        if (topic is None) == (group is None):
+            raise ValueError("grant() takes exactly one of topic= or group=")
+        unknown = [op for op in operations if op not in _ACL_OPERATIONS]
+        if not operations or unknown:
+            raise ValueError(
+                f"operations must be some of {', '.join(_ACL_OPERATIONS)}; got {operations!r}"
+            )
+        resource_type, name = (
+            (_RESOURCE_TOPIC, topic) if topic is not None else (_RESOURCE_GROUP, group)
+        )
+        assert name is not None
+        principal = f"User:{user}"
+        creations = [
+            CreateAclsRequest.AclCreation(
+                resource_type=resource_type,
+                resource_name=name,
+                resource_pattern_type=_PATTERN_LITERAL,
+                principal=principal,
+                host="*",
+                operation=_ACL_OPERATIONS[op],
+                permission_type=_PERMISSION_ALLOW,
+            )
+            for op in operations
+        ]
+        resp = call(
+            self._any_broker(), CreateAclsRequest(creations=creations), CreateAclsResponse, 3
+        )
+        for result in resp.results:
+            if result.error_code:
+                raise ClusterError(
+                    f"CreateAcls {principal} {operations} on {name}: "
+                    f"{error_name(result.error_code)} {result.error_message or ''}"
+                )
+        wanted = {_ACL_OPERATIONS[op] for op in operations}
+
+        def enforced_everywhere() -> bool | None:
+            for broker_id in self.running_broker_ids:
+                req = DescribeAclsRequest(
+                    resource_type_filter=resource_type,
+                    resource_name_filter=name,
+                    pattern_type_filter=_PATTERN_LITERAL,
+                    principal_filter=principal,
+                    host_filter=None,
+                    operation=_ACL_OPERATION_ANY,
+                    permission_type=_PERMISSION_ALLOW,
+                )
+                got = call(self._nodes[broker_id].address, req, DescribeAclsResponse, 3)
+                if got.error_code:
+                    return None
+                seen = {acl.operation for res in got.resources for acl in res.acls}
+                if not wanted <= seen:
+                    return None
+            return True
+
+        _wait(f"ACLs for {principal} on {name}", enforced_everywhere, timeout=30)
 
     def delete_topic(self, name: str) -> None:
         req = DeleteTopicsRequest(

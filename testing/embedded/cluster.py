@@ -12,6 +12,12 @@ import attrs
 from epochguard.testing.embedded.faults import Faults
 from epochguard.testing.embedded.partition_log import EpochEntry, PartitionLog, batch_epoch
 from epochguard.testing.embedded.records import Record, build_batch
+from epochguard.testing.embedded.security import (
+    PLAINTEXT,
+    SASL_PLAINTEXT,
+    SSL,
+    SecuritySettings,
+)
 from epochguard.testing.embedded.server import EmbeddedServer
 from epochguard.testing.embedded.state import (
     ClusterState,
@@ -19,6 +25,7 @@ from epochguard.testing.embedded.state import (
     PartitionView,
     TopicState,
 )
+from epochguard.testing.tls import TlsMaterial
 
 __all__ = ["EmbeddedCluster", "EmbeddedClusterError", "ReplicaLog"]
 
@@ -54,16 +61,30 @@ class EmbeddedCluster:
         fetch_sessions: bool = True,
         eligible_leader_replicas: bool = True,
         port: int | None = None,
+        sasl_users: Mapping[str, str] | None = None,
+        tls: TlsMaterial | None = None,
     ) -> None:
         """``port``: the first broker listens there and broker ``i`` on ``port + i``
-        (default: free ports chosen by the OS). A restarted broker keeps its port."""
+        (default: free ports chosen by the OS). A restarted broker keeps its port.
+
+        ``sasl_users`` (name -> password): brokers also listen with SASL_PLAINTEXT, offering
+        PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512. ``tls`` (see
+        :func:`epochguard.testing.tls.make_tls_material`): brokers also listen with SSL, and
+        with SASL_SSL when there are users too. ``bootstrap_servers`` stays PLAINTEXT; the
+        others are :meth:`listener_bootstrap_servers`."""
         if brokers < 1:
             raise ValueError("an EmbeddedCluster needs at least one broker")
         if port is not None and not 1 <= port <= 65535 - (brokers - 1):
             raise ValueError(
                 f"port must leave room for {brokers} consecutive ports in 1..65535, got {port}"
             )
+        if tls is not None and not isinstance(tls, TlsMaterial):
+            raise TypeError(f"tls must be a TlsMaterial, got {type(tls).__name__}")
         self._state = ClusterState(list(range(first_broker_id, first_broker_id + brokers)))
+        self._state.security = SecuritySettings.create(
+            sasl_users, tls.server_context() if tls is not None else None
+        )
+        self._tls = tls
         if port is not None:
             for i, broker_id in enumerate(sorted(self._state.brokers)):
                 self._state.brokers[broker_id].port = port + i
@@ -118,6 +139,35 @@ class EmbeddedCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"{b.host}:{b.port}" for b in self._call(self._state.alive_brokers))
+
+    def listener_bootstrap_servers(self, listener: str) -> str:
+        """The running brokers' addresses on ``listener`` (PLAINTEXT, SASL_PLAINTEXT, SSL or
+        SASL_SSL)."""
+        if listener == PLAINTEXT:
+            return self.bootstrap_servers
+        if listener not in self._state.security.listeners:
+            offered = ", ".join((PLAINTEXT, *self._state.security.listeners))
+            raise EmbeddedClusterError(
+                f"this cluster has no {listener} listener (it has {offered}; "
+                "pass sasl_users= and/or tls=)"
+            )
+        return ",".join(
+            f"{b.host}:{b.listener_ports[listener]}" for b in self._call(self._state.alive_brokers)
+        )
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """The SASL_PLAINTEXT listeners (PLAIN and SCRAM); needs ``sasl_users``."""
+        return self.listener_bootstrap_servers(SASL_PLAINTEXT)
+
+    @property
+    def ssl_bootstrap_servers(self) -> str:
+        """The SSL listeners; needs ``tls``."""
+        return self.listener_bootstrap_servers(SSL)
+
+    @property
+    def tls(self) -> TlsMaterial | None:
+        return self._tls
 
     @property
     def all_bootstrap_servers(self) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ssl
 import struct
 import threading
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,7 @@ from kafka.protocol.metadata import ApiVersionsResponse
 
 from epochguard._log import get_logger
 from epochguard.testing.embedded.handlers import REGISTRY, RequestContext, load_all
+from epochguard.testing.embedded.security import PLAINTEXT, SASL_SSL, SSL, Connection
 from epochguard.testing.embedded.state import ClusterState
 
 log = get_logger("epochguard.testing.embedded")
@@ -28,6 +30,11 @@ API_VERSIONS = 18
 UNSUPPORTED_VERSION = 35
 MAX_FRAME_BYTES = 100 * 1024 * 1024
 _HEADER = struct.Struct(">hhi")
+SASL_HANDSHAKE = 17
+FAILED_AUTHENTICATION_DELAY_S = 0.1
+SASL_AUTHENTICATE = 36
+# What a SASL connection may send before it has authenticated (as Kafka's authenticator).
+_BEFORE_AUTHENTICATION = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
 
 
 def api_versions_error_response(correlation_id: int) -> bytes:
@@ -58,6 +65,7 @@ class EmbeddedServer:
             target=self._run, name="epochguard-embedded-cluster", daemon=True
         )
         self._servers: dict[int, asyncio.Server] = {}
+        self._secured_servers: dict[int, list[asyncio.Server]] = {}
         self._conns: dict[int, set[asyncio.StreamWriter]] = {}
         self._tasks: dict[int, set[asyncio.Task[Any]]] = {}
         self._closed = False
@@ -111,34 +119,65 @@ class EmbeddedServer:
     async def start_listener(self, broker_id: int) -> None:
         broker = self.state.brokers[broker_id]
 
-        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            tasks = self._tasks.setdefault(broker_id, set())
-            if task is not None:
-                tasks.add(task)
-            try:
-                await self._serve(broker_id, reader, writer)
-            except asyncio.CancelledError:
-                # Stopping a broker cancels its connections; ending normally keeps
-                # asyncio's stream callback from logging the cancellation as an error.
-                writer.close()
-            finally:
+        def on_connect_to(
+            listener: str,
+        ) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+            async def on_connect(
+                reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+            ) -> None:
+                task = asyncio.current_task()
+                tasks = self._tasks.setdefault(broker_id, set())
                 if task is not None:
-                    tasks.discard(task)
+                    tasks.add(task)
+                try:
+                    await self._serve(broker_id, reader, writer, Connection(listener))
+                except asyncio.CancelledError:
+                    # Stopping a broker cancels its connections; ending normally keeps
+                    # asyncio's stream callback from logging the cancellation as an error.
+                    writer.close()
+                finally:
+                    if task is not None:
+                        tasks.discard(task)
+
+            return on_connect
 
         server = await asyncio.start_server(
-            on_connect, broker.host, broker.port, reuse_address=True
+            on_connect_to(PLAINTEXT), broker.host, broker.port, reuse_address=True
         )
         broker.port = server.sockets[0].getsockname()[1]
         self._servers[broker_id] = server
         self._conns.setdefault(broker_id, set())
-        log.info("broker_listening", broker=broker_id, host=broker.host, port=broker.port)
+        security = self.state.security
+        secured = []
+        try:
+            for listener in security.listeners:
+                tls = security.ssl_context if listener in (SSL, SASL_SSL) else None
+                extra = await asyncio.start_server(
+                    on_connect_to(listener),
+                    broker.host,
+                    broker.listener_ports.get(listener, 0),
+                    reuse_address=True,
+                    ssl=tls,
+                )
+                secured.append(extra)
+                broker.listener_ports[listener] = extra.sockets[0].getsockname()[1]
+        finally:
+            self._secured_servers[broker_id] = secured
+        log.info(
+            "broker_listening",
+            broker=broker_id,
+            host=broker.host,
+            port=broker.port,
+            **{listener.lower(): port for listener, port in broker.listener_ports.items()},
+        )
 
     async def stop_listener(self, broker_id: int) -> None:
         server = self._servers.pop(broker_id, None)
         if server is None:
             return
         server.close()
+        for extra in self._secured_servers.pop(broker_id, []):
+            extra.close()
         for writer in list(self._conns.get(broker_id, ())):
             writer.close()
         self._conns[broker_id] = set()
@@ -151,7 +190,11 @@ class EmbeddedServer:
     # -- connections -----------------------------------------------------------------------
 
     async def _serve(
-        self, broker_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        broker_id: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        conn: Connection,
     ) -> None:
         if self._servers.get(broker_id) is None:
             writer.close()  # accepted just before the listener stopped
@@ -166,9 +209,9 @@ class EmbeddedServer:
                     log.warning("malformed_frame", broker=broker_id, size=size)
                     return
                 payload = await reader.readexactly(size)
-                if not await self._dispatch(broker_id, payload, writer):
+                if not await self._dispatch(broker_id, payload, writer, conn):
                     return
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass
         except asyncio.CancelledError:
             raise
@@ -178,9 +221,19 @@ class EmbeddedServer:
             conns.discard(writer)
             writer.close()
 
-    async def _dispatch(self, broker_id: int, payload: bytes, writer: asyncio.StreamWriter) -> bool:
+    async def _dispatch(
+        self, broker_id: int, payload: bytes, writer: asyncio.StreamWriter, conn: Connection
+    ) -> bool:
         """Handle one request; False closes the connection."""
         api_key, version, correlation_id = _HEADER.unpack_from(payload)
+        if not conn.authenticated and api_key not in _BEFORE_AUTHENTICATION:
+            log.warning(
+                "request_before_authentication",
+                broker=broker_id,
+                listener=conn.listener,
+                api_key=api_key,
+            )
+            return False
         entry = REGISTRY.get(api_key)
         if entry is None:
             # A Kafka broker cannot parse an unknown API and closes the connection.
@@ -218,6 +271,7 @@ class EmbeddedServer:
             version,
             correlation_id,
             getattr(header, "client_id", None),
+            conn,
         )
         try:
             response = await entry.handler(ctx, request)
@@ -237,4 +291,10 @@ class EmbeddedServer:
         data = response.encode(header=True, framed=True)
         writer.write(data)
         await writer.drain()
+        if conn.close_after_response:
+            # Kafka delays closing a connection that failed authentication
+            # (connection.failed.authentication.delay.ms, 100 ms): a client reads the error
+            # response before it sees the connection end.
+            await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
+            return False
         return True

@@ -20,6 +20,7 @@ import attrs
 from epochguard._log import get_logger
 from epochguard.testing.embedded.fetch_sessions import FetchSessionCache
 from epochguard.testing.embedded.partition_log import UNDEFINED_EPOCH_OFFSET, PartitionLog
+from epochguard.testing.embedded.security import SecuritySettings
 
 if TYPE_CHECKING:
     from epochguard.testing.embedded.faults import Faults
@@ -94,6 +95,8 @@ class BrokerState:
     # Replication to this broker is paused (a lagging follower): it drops out of ISRs.
     replication_paused: bool = False
     fetch_sessions: FetchSessionCache = attrs.field(factory=FetchSessionCache)
+    # Listener name -> port, for listeners other than PLAINTEXT (``port``).
+    listener_ports: dict[str, int] = attrs.field(factory=dict)
 
 
 @attrs.define(eq=False)
@@ -148,6 +151,7 @@ class ClusterState:
         self.brokers: dict[int, BrokerState] = {b: BrokerState(b) for b in broker_ids}
         self.topics: dict[str, TopicState] = {}
         self.faults: Faults = faults if faults is not None else Faults()
+        self.security = SecuritySettings()
         self.groups: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._image_version = 0

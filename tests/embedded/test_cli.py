@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -315,3 +316,17 @@ def test_cluster_ctl_reports_an_unreachable_runner() -> None:
         port = s.getsockname()[1]  # closed again: nothing listens there
     done = _ctl(f"127.0.0.1:{port}", "ping")
     assert done.returncode == 1 and "cannot reach" in done.stderr
+
+
+def test_secured_runner_prints_its_listeners(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = ["cluster", "--brokers", "1", "--sasl-user", "alice:pw", "--tls-dir", str(tmp_path)]
+    assert epochguard_main([*args, "--exit-after", "0.1"]) == 0
+    err = capsys.readouterr().err
+    for listener in ("SASL_PLAINTEXT", "SSL", "SASL_SSL"):
+        assert f"# {listener} 127.0.0.1:" in err
+    assert f"# CA file {tmp_path / 'ca.pem'}" in err
+    assert (tmp_path / "ca.pem").read_bytes().startswith(b"-----BEGIN CERTIFICATE-----")
+    with pytest.raises(SystemExit):
+        epochguard_main(["cluster", "--sasl-user", "no-password"])

@@ -21,7 +21,8 @@ from typing import Any
 
 import attrs
 
-from epochguard.testing.embedded.state import ClusterState
+from epochguard.testing.embedded.security import PLAINTEXT, Connection
+from epochguard.testing.embedded.state import BrokerState, ClusterState
 
 
 @attrs.frozen
@@ -32,6 +33,13 @@ class RequestContext:
     version: int
     correlation_id: int
     client_id: str | None
+    conn: Connection = attrs.field(factory=Connection)
+
+    def port_of(self, broker: BrokerState) -> int:
+        """``broker``'s port on the listener this request came in on, as Kafka advertises."""
+        if self.conn.listener == PLAINTEXT:
+            return broker.port
+        return broker.listener_ports[self.conn.listener]
 
     def injected_error(self) -> int:
         """Error code a fault rule wants this request answered with (0: none)."""

@@ -16,7 +16,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     cluster = ctx.cluster
     brokers = [
         R.DescribeClusterBroker(
-            version=v, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack, is_fenced=False
+            version=v,
+            broker_id=b.node_id,
+            host=b.host,
+            port=ctx.port_of(b),
+            rack=b.rack,
+            is_fenced=False,
         )
         for b in sorted(cluster.brokers.values(), key=lambda b: b.node_id)
         if b.alive

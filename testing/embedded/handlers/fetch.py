@@ -189,7 +189,9 @@ def _response(ctx: RequestContext, answers: list[_Answer], session_id: int) -> A
     if v >= 16 and leaders:
         # KIP-951: tell the client where the leaders it was pointed to are.
         response.node_endpoints = [
-            R.NodeEndpoint(version=v, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+            R.NodeEndpoint(
+                version=v, node_id=b.node_id, host=b.host, port=ctx.port_of(b), rack=b.rack
+            )
             for b in ctx.cluster.brokers.values()
             if b.node_id in leaders and b.alive
         ]

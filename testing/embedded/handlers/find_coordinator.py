@@ -31,7 +31,7 @@ def _lookup(
     b = coordinator_broker(ctx.cluster, key)
     if b is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1, "no broker is running"
-    return 0, b.node_id, b.host, b.port, None
+    return 0, b.node_id, b.host, ctx.port_of(b), None
 
 
 @handler(FindCoordinatorRequest, FindCoordinatorResponse, 0, 5)

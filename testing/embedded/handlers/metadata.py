@@ -91,7 +91,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
     brokers = [
         R.MetadataResponseBroker(
-            version=v, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack
+            version=v, node_id=b.node_id, host=b.host, port=ctx.port_of(b), rack=b.rack
         )
         for b in sorted(cluster.brokers.values(), key=lambda b: b.node_id)
         if b.alive

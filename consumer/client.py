@@ -97,6 +97,12 @@ class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
                 err = kerrors.KafkaConnectionError("socket disconnected")
                 break
             chunks.append(data)
+        if chunks and err is not None:
+            # The caller aborts on an error without looking at the data, and a broker that
+            # answers and then closes (a failed SASL login: Kafka sends the error, then drops
+            # the connection) would lose its answer. Hand the bytes over now; the closed socket
+            # is readable again at once and reports the error on the next call.
+            return b"".join(chunks), None
         return b"".join(chunks), err
 
 

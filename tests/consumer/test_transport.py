@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
+from kafka.errors import KafkaConnectionError
 from kafka.structs import TopicPartition
 
 from epochguard.consumer import client
@@ -26,3 +29,21 @@ def test_consumer_reads_large_fetches_through_the_large_read_transport() -> None
             )
     assert [r.value for r in got] == values
     assert [r.offset for r in got] == list(range(len(values)))
+
+
+def test_an_answer_followed_by_a_close_is_delivered_before_the_close() -> None:
+    """A broker that answers and closes at once (Kafka after a failed SASL login) must not
+    lose its answer: kafka-python aborts on a read error without looking at the bytes read
+    with it, so the bytes come first and the close on the next read."""
+    ours, broker = socket.socketpair()
+    try:
+        ours.setblocking(False)
+        broker.sendall(b"answer")
+        broker.close()
+        transport = object.__new__(client._LargeReadTransport)
+        transport._sock = ours
+        assert transport._sock_recv() == (b"answer", None)
+        data, err = transport._sock_recv()
+        assert data == b"" and isinstance(err, KafkaConnectionError)
+    finally:
+        ours.close()

@@ -13,6 +13,7 @@ Every epoch decision happens on the application thread (the consumer's ``poll``)
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -85,6 +86,10 @@ RECV_CHUNK = 256 * 1024
 #: small frames and start the next).
 DIRECT_READ_MIN = 64 * 1024
 _FETCH_API_KEY = 1
+#: Set (to anything but ``0``) to read responses through kafka-python's own parser (with
+#: ``RECV_CHUNK`` reads), as before the lean path: for comparisons, and a way out should the
+#: lean path ever misread a broker. Read when a connection is made.
+KAFKA_PYTHON_IO_ENV = "EPOCHGUARD_KAFKA_PYTHON_IO"
 #: Fetch v12+ answers carry response header v1 (correlation id, then tagged fields).
 _FETCH_FLEXIBLE_VERSION = 12
 
@@ -205,7 +210,11 @@ class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
 
     async def _read_from_sock(self) -> None:
         protocol = self._protocol
-        if protocol is not None and type(protocol.parser) is KafkaProtocol:
+        if (
+            protocol is not None
+            and type(protocol.parser) is KafkaProtocol
+            and os.environ.get(KAFKA_PYTHON_IO_ENV, "") in ("", "0")
+        ):
             # kafka-python builds its parser in connection_made(), just before this task
             # first runs, and no byte has been received yet: its send side (correlation
             # ids, requests in flight) is kept, its receive side replaced.

@@ -482,6 +482,8 @@ def _read_fetch_frame(frame: FetchFrame, names: Mapping[uuid.UUID, str]) -> Fetc
         append = out.append
         for _ in range(n_topics):
             if version >= 13:
+                if pos + 16 > total:
+                    raise MalformedFetchResponse(f"topic id cut short at byte {pos}")
                 name = names.get(uuid.UUID(bytes=bytes(buf[pos : pos + 16])), "")
                 pos += 16
             else:

@@ -52,6 +52,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks._matrix_plot
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

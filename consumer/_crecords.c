@@ -119,25 +119,15 @@ PyDoc_STRVAR(decode_batch_records_doc,
 "Append the records of buf[pos:end] with offset >= min_offset to out as record_cls\n"
 "tuples; raises CorruptRecordError on malformed input.");
 
+/* The body of decode_batch_records over buf[0:size], which the caller keeps alive. */
 static PyObject *
-decode_batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+decode_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
 {
-    (void)self;
-    if (nargs != 16) {
-        PyErr_Format(PyExc_TypeError, "decode_batch_records expects 16 arguments, got %zd",
-                     nargs);
-        return NULL;
-    }
-    PyObject *data = args[0];
     PyObject *topic = args[4], *partition = args[5], *epoch = args[6];
     PyObject *ts_type = args[9], *log_append_ts = args[10];
     PyObject *out = args[12], *key_des = args[13], *value_des = args[14];
     PyObject *cls_obj = args[15];
 
-    if (!PyBytes_Check(data)) {
-        PyErr_SetString(PyExc_TypeError, "buf must be bytes");
-        return NULL;
-    }
     if (!PyUnicode_Check(topic)) {
         PyErr_SetString(PyExc_TypeError, "topic must be str");
         return NULL;
@@ -167,9 +157,8 @@ decode_batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     long long min_offset = PyLong_AsLongLong(args[11]);
     if (PyErr_Occurred())
         return NULL;
-    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(data);
-    if (end > PyBytes_GET_SIZE(data))
-        end = PyBytes_GET_SIZE(data);
+    if (end > size)
+        end = size;
     if (pos < 0) {
         PyErr_SetString(PyExc_ValueError, "pos must not be negative");
         return NULL;
@@ -395,6 +384,32 @@ truncated:
 too_long:
     PyErr_SetString(corrupt_error, "varint too long");
     return NULL;
+}
+
+static PyObject *
+decode_batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 16) {
+        PyErr_Format(PyExc_TypeError, "decode_batch_records expects 16 arguments, got %zd",
+                     nargs);
+        return NULL;
+    }
+    PyObject *data = args[0];
+    if (PyBytes_CheckExact(data))
+        return decode_in(args, (const unsigned char *)PyBytes_AS_STRING(data),
+                         PyBytes_GET_SIZE(data));
+    /* A memoryview into a Fetch response frame (the lean response path): decoded in place,
+       so the records section is never copied before its keys and values are. */
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "buf must be bytes or a contiguous byte buffer");
+        return NULL;
+    }
+    PyObject *result = decode_in(args, (const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return result;
 }
 
 static PyMethodDef methods[] = {

@@ -1,7 +1,7 @@
 from typing import Any
 
 def decode_batch_records(
-    buf: bytes,
+    buf: bytes | bytearray | memoryview,
     pos: int,
     end: int,
     count: int,

@@ -455,7 +455,7 @@ class Fetcher:
         source = self._source(node)
         source.request_done()
         now = time.monotonic()
-        answer = None if future.exception is not None else wire.read_fetch(future.value, names)
+        answer = None if future.exception is not None else self._read_fetch(node, future, names)
         if answer is not None and answer.error is None:
             prefetches = source.prefetches
             for p in answer.partitions:
@@ -480,11 +480,22 @@ class Fetcher:
             if pf.waiting is not None and tracker is not None:
                 tracker.cancel(pf.waiting)
 
+    @staticmethod
+    def _read_fetch(node: int, future: Any, names: dict[uuid.UUID, str]) -> wire.FetchAnswer | None:
+        """The answer, or ``None`` for a frame that does not parse (the lean path parses
+        here, on the application thread): a failed request, which the trackers retry."""
+        try:
+            return wire.read_fetch(future.value, names)
+        except wire.MalformedFetchResponse as exc:
+            log.warning("fetch_response_malformed", node=node, error=str(exc))
+            return None
+
     def _on_fetch(self, context: Any, future: Any) -> None:
         node, actions, names = context
         self._source(node).request_done()
         now = time.monotonic()
-        if future.exception is not None:
+        answer = None if future.exception is not None else self._read_fetch(node, future, names)
+        if answer is None:
             self.metrics.request_failures += 1
             log.debug("fetch_failed", node=node, error=repr(future.exception))
             for tp, action in actions.items():
@@ -493,7 +504,6 @@ class Fetcher:
                     tracker.on_request_failed(action, now)
                     self.after_input(tp)
             return
-        answer = wire.read_fetch(future.value, names)
         if answer.error is not None:
             for tp, action in actions.items():
                 tracker = self.trackers.get(tp)

@@ -313,7 +313,7 @@ def _decode_batch_records(
 
 
 def decode_records(
-    data: bytes | memoryview | None,
+    data: bytes | bytearray | memoryview | None,
     topic: str,
     partition: int,
     fetch_offset: int,
@@ -334,7 +334,11 @@ def decode_records(
     out: list[ConsumerRecord] = []
     if not data:
         return DecodedFetch(out, None, None, 0)
-    buf = bytes(data) if not isinstance(data, bytes) else data
+    native = _native
+    # The C decoder reads any contiguous buffer in place (the lean Fetch path hands it a
+    # memoryview into the response frame); the pure-Python one slices keys and values,
+    # which must come out as bytes, so it takes one copy of the section.
+    buf: Any = data if native is not None or isinstance(data, bytes) else bytes(data)
     total = len(buf)
     pos = 0
     next_offset: int | None = None
@@ -353,7 +357,7 @@ def decode_records(
         magic = buf[pos + _MAGIC_OFFSET] if pos + _MAGIC_OFFSET < total else -1
         if magic != 2:
             nxt, ep = _decode_legacy(
-                buf[pos:batch_end],
+                bytes(buf[pos:batch_end]),
                 topic,
                 partition,
                 fetch_offset,
@@ -406,9 +410,8 @@ def decode_records(
                 continue
         ts_type = 1 if attrs_ & _TIMESTAMP_TYPE_MASK else 0
         codec = attrs_ & _COMPRESSION_MASK
-        native = _native
         if codec:
-            body = _decompress(codec, buf[body_start:batch_end])
+            body = _decompress(codec, bytes(buf[body_start:batch_end]))
             bstart, bend = 0, len(body)
         else:
             body = buf

@@ -18,6 +18,7 @@ through :data:`ERR` (``kafka.errors``) so that codes are defined in one place: k
 
 from __future__ import annotations
 
+import struct
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol
@@ -49,10 +50,12 @@ __all__ = [
     "EpochQuery",
     "FetchAnswer",
     "FetchEntry",
+    "FetchFrame",
     "FetchParams",
     "FetchTarget",
     "FetchedPartition",
     "ListedOffset",
+    "MalformedFetchResponse",
     "MetadataAnswer",
     "PartitionLeader",
     "TopicMetadata",
@@ -78,6 +81,7 @@ __all__ = [
     "read_metadata",
     "read_offset_fetch",
     "read_offset_for_leader_epoch",
+    "skip_tagged_fields",
     "sync_group_request",
     "topic_id_from_wire",
     "topic_id_to_wire",
@@ -342,7 +346,7 @@ def fetch_request(
         ],
         forgotten_topics_data=[],
         rack_id=params.rack_id,
-        min_version=4,
+        min_version=FETCH_MIN_VERSION,
         max_version=max_version,
     )
     return request, {tid: t for t, tid in ids.items() if tid is not None}
@@ -350,7 +354,13 @@ def fetch_request(
 
 def read_fetch(response: Any, names: Mapping[uuid.UUID, str]) -> FetchAnswer:
     """A Fetch answer; topics of v13+ answers are named through ``names`` (from
-    :func:`fetch_request`), an id not asked for gives the topic name ``""``."""
+    :func:`fetch_request`), an id not asked for gives the topic name ``""``.
+
+    ``response`` is a :class:`FetchFrame` (the consumer's connections) or kafka-python's
+    decoded ``FetchResponse``; both give equal answers (tests/consumer/test_wire.py).
+    Raises :class:`MalformedFetchResponse` for a frame that does not parse."""
+    if type(response) is FetchFrame:
+        return _read_fetch_frame(response, names)
     version = int(response.API_VERSION)
     top = error_from_wire(getattr(response, "error_code", 0))
     out: list[FetchedPartition] = []
@@ -374,6 +384,195 @@ def read_fetch(response: Any, names: Mapping[uuid.UUID, str]) -> FetchAnswer:
                 )
             )
     return FetchAnswer(top, tuple(out), version)
+
+
+# ------------------------------------------------------------- Fetch: the lean response path
+
+
+class MalformedFetchResponse(ERR.KafkaProtocolError):  # type: ignore[misc]
+    """A Fetch response frame that does not parse as the version it claims (cut short, a
+    length past its end, an unknown version)."""
+
+
+class FetchFrame:
+    """A Fetch response as it came off the socket: the bytes after the response header,
+    not decoded. The connection layer (``client.py``) hands these to :func:`read_fetch`
+    instead of kafka-python's ``FetchResponse`` objects, so records sections are never
+    copied: each partition's records are a memoryview into ``data``."""
+
+    __slots__ = ("API_VERSION", "data", "throttle_time_ms")
+
+    def __init__(self, version: int, data: memoryview) -> None:
+        if not FETCH_MIN_VERSION <= version <= FETCH_MAX_VERSION:
+            raise MalformedFetchResponse(
+                f"Fetch response v{version}: only v{FETCH_MIN_VERSION}-v{FETCH_MAX_VERSION} "
+                "are read"
+            )
+        if len(data) < 4:
+            raise MalformedFetchResponse(f"Fetch response v{version} of {len(data)} bytes")
+        self.API_VERSION = version
+        self.data = data
+        # Read here, on the IO thread: kafka-python's connection throttles on it.
+        self.throttle_time_ms: int = _I32(data, 0)[0]
+
+    def __repr__(self) -> str:
+        return f"FetchFrame(v{self.API_VERSION}, {len(self.data)} bytes)"
+
+
+#: The lowest Fetch version requested (and so the lowest an answer can have).
+FETCH_MIN_VERSION: Final = 4
+_I16 = struct.Struct(">h").unpack_from
+_I32 = struct.Struct(">i").unpack_from
+_I64 = struct.Struct(">q").unpack_from
+_EPOCH_END = struct.Struct(">iq").unpack_from
+_ABORTED = struct.Struct(">qq").unpack_from
+# partition_index, error_code, high_watermark, last_stable_offset[, log_start_offset (v5+)]
+_PARTITION_V4 = struct.Struct(">ihqq")
+_PARTITION_V5 = struct.Struct(">ihqqq")
+
+
+def _uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    value = b & 0x7F
+    shift = 7
+    while True:
+        pos += 1
+        b = buf[pos]
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos + 1
+        shift += 7
+        if shift > 28:
+            raise MalformedFetchResponse("unsigned varint longer than 5 bytes")
+
+
+def skip_tagged_fields(buf: memoryview, pos: int) -> int:
+    """The position after the tagged-field section at ``pos`` (flexible versions)."""
+    n, pos = _uvarint(buf, pos)
+    for _ in range(n):
+        _tag, pos = _uvarint(buf, pos)
+        size, pos = _uvarint(buf, pos)
+        pos += size
+    return pos
+
+
+def _read_fetch_frame(frame: FetchFrame, names: Mapping[uuid.UUID, str]) -> FetchAnswer:
+    buf = frame.data
+    version = frame.API_VERSION
+    flexible = version >= 12
+    total = len(buf)
+    try:
+        pos = 4  # throttle_time_ms
+        code = 0
+        if version >= 7:
+            code = _I16(buf, pos)[0]
+            pos += 6  # error_code, session_id
+        if flexible:
+            n_topics, pos = _uvarint(buf, pos)
+            n_topics -= 1
+        else:
+            n_topics = _I32(buf, pos)[0]
+            pos += 4
+        head = _PARTITION_V5 if version >= 5 else _PARTITION_V4
+        head_unpack = head.unpack_from
+        head_size = head.size
+        out: list[FetchedPartition] = []
+        append = out.append
+        for _ in range(n_topics):
+            if version >= 13:
+                if pos + 16 > total:
+                    raise MalformedFetchResponse(f"topic id cut short at byte {pos}")
+                name = names.get(uuid.UUID(bytes=bytes(buf[pos : pos + 16])), "")
+                pos += 16
+            else:
+                if flexible:
+                    n, pos = _uvarint(buf, pos)
+                    n -= 1
+                else:
+                    n = _I16(buf, pos)[0]
+                    pos += 2
+                if n < 0 or pos + n > total:
+                    raise MalformedFetchResponse(f"topic name of {n} bytes at byte {pos}")
+                name = str(buf[pos : pos + n], "utf-8")
+                pos += n
+            if flexible:
+                n_parts, pos = _uvarint(buf, pos)
+                n_parts -= 1
+            else:
+                n_parts = _I32(buf, pos)[0]
+                pos += 4
+            for _p in range(n_parts):
+                fields = head_unpack(buf, pos)
+                pos += head_size
+                aborted: list[tuple[int, int]] | None = None
+                if flexible:
+                    n, pos = _uvarint(buf, pos)
+                    n -= 1
+                else:
+                    n = _I32(buf, pos)[0]
+                    pos += 4
+                if n > 0:
+                    aborted = []
+                    for _a in range(n):
+                        aborted.append(_ABORTED(buf, pos))
+                        pos += 16
+                        if flexible:
+                            pos = skip_tagged_fields(buf, pos)
+                if version >= 11:
+                    pos += 4  # preferred_read_replica: the consumer reads from leaders
+                if flexible:
+                    n, pos = _uvarint(buf, pos)
+                    n -= 1
+                else:
+                    n = _I32(buf, pos)[0]
+                    pos += 4
+                if n > total - pos:
+                    raise MalformedFetchResponse(
+                        f"records section of {n} bytes at byte {pos} of a {total}-byte frame"
+                    )
+                records = None
+                if n >= 0:
+                    records = buf[pos : pos + n]
+                    pos += n
+                diverging = None
+                if flexible:
+                    n_tags, pos = _uvarint(buf, pos)
+                    for _t in range(n_tags):
+                        tag, pos = _uvarint(buf, pos)
+                        size, pos = _uvarint(buf, pos)
+                        if tag == 0:  # DivergingEpoch
+                            epoch, end_offset = _EPOCH_END(buf, pos)
+                            if epoch >= 0 or end_offset >= 0:
+                                diverging = EpochEnd(
+                                    epoch_from_wire(epoch), offset_from_wire(end_offset)
+                                )
+                        pos += size
+                err = fields[1]
+                append(
+                    FetchedPartition(
+                        TopicPartition(name, fields[0]),
+                        error_from_wire(err) if err else None,
+                        fields[2],
+                        diverging,
+                        records,
+                        aborted,
+                    )
+                )
+            if flexible:
+                pos = skip_tagged_fields(buf, pos)
+        if flexible:
+            pos = skip_tagged_fields(buf, pos)
+    except (struct.error, IndexError) as exc:
+        raise MalformedFetchResponse(
+            f"Fetch response v{version} of {total} bytes is cut short: {exc}"
+        ) from None
+    if pos > total:
+        raise MalformedFetchResponse(
+            f"Fetch response v{version} of {total} bytes claims {pos} bytes"
+        )
+    return FetchAnswer(error_from_wire(code), tuple(out), version)
 
 
 # ------------------------------------------------------------------- OffsetForLeaderEpoch

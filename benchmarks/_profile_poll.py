@@ -1,0 +1,117 @@
+"""Profile EpochConsumer's poll loop (not a benchmark module: ``_`` keeps it out of ``make
+bench``).
+
+The EmbeddedCluster runs in its own process (so the profile holds only the consumer); the
+consumer reads ``records`` values of ``size`` bytes from one partition in this process with
+every thread profiled by cProfile (the IO thread shares the GIL with ``poll``, so its cost is
+part of the consumer's).
+
+    python -m benchmarks._profile_poll 100 1000000
+    python -m benchmarks._profile_poll 1024 300000
+"""
+
+from __future__ import annotations
+
+import contextlib
+import cProfile
+import io
+import multiprocessing as mp
+import os
+import pstats
+import sys
+import threading
+import time
+from typing import Any
+
+
+def _serve(size: int, total: int, conn: Any) -> None:
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    from epochguard.testing import EmbeddedCluster
+    from epochguard.testing.embedded.records import build_batch
+
+    with EmbeddedCluster(brokers=1) as cluster:
+        cluster.create_topic("prof", partitions=1, replication_factor=1)
+        batch = build_batch([b"x" * size] * 500)
+        left = total
+        while left > 0:
+            n = min(left, 500 * 50)
+            cluster.append_raw("prof", 0, batch * (n // 500))
+            left -= n
+        conn.send(cluster.bootstrap_servers)
+        conn.recv()  # until the consumer is done
+
+
+def main(size: int, total: int, profile: bool = True) -> None:
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    from kafka.structs import TopicPartition
+
+    from epochguard.consumer import EpochConsumer
+
+    parent, child = mp.Pipe()
+    proc = mp.get_context("spawn").Process(target=_serve, args=(size, total, child))
+    proc.start()
+    bootstrap = parent.recv()
+    profiles: list[cProfile.Profile] = []
+
+    def _thread_profile(*_a: Any) -> None:
+        p = cProfile.Profile()
+        profiles.append(p)
+        p.enable()
+
+    if profile:
+        threading.setprofile(_thread_profile)  # type: ignore[arg-type]
+    c = EpochConsumer(
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        check_crcs=True,
+        max_poll_records=500,
+    )
+    c.assign([TopicPartition("prof", 0)])
+    main_prof = cProfile.Profile()
+    if profile:
+        main_prof.enable()
+    n = 0
+    started = 0.0
+    cpu0 = time.process_time()
+    checksum = 0
+    while n < total:
+        for recs in c.poll(timeout_ms=1000).values():
+            if not started:
+                started = time.perf_counter()
+            for r in recs:  # as an application would: touch key and value
+                checksum += len(r.value) + (0 if r.key is None else len(r.key))
+            n += len(recs)
+    elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu0
+    main_prof.disable()
+    threading.setprofile(None)  # type: ignore[arg-type]
+    for p in profiles:
+        p.disable()
+    c.close()
+    parent.send("done")
+    proc.join(30)
+    print(
+        f"size={size} records={n} rec/s={n / elapsed:,.0f} cpu_s={cpu:.2f} "
+        f"load={os.getloadavg()[0]:.2f} profiled={profile}"
+    )
+    if profile:
+        out = io.StringIO()
+        stats = pstats.Stats(main_prof, stream=out)
+        for p in profiles:
+            with contextlib.suppress(TypeError):  # a thread that never ran under it
+                stats.add(p)
+        stats.sort_stats("tottime").print_stats(25)
+        print(out.getvalue())
+
+
+if __name__ == "__main__":
+    main(
+        int(sys.argv[1]),
+        int(sys.argv[2]),
+        profile=not (len(sys.argv) > 3 and sys.argv[3] == "noprof"),
+    )

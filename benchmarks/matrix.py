@@ -1,0 +1,472 @@
+"""The consumer benchmark matrix: EpochConsumer, kafka-python, aiokafka and confluent-kafka
+side by side over value sizes, partition counts and compression codecs.
+
+Method (also written into the JSON as ``method`` and ``settings``):
+
+* The EmbeddedCluster (one broker) runs in its own process; each case's topic is
+  preloaded there before any client starts (batches of up to 500 records and 512 KiB of
+  values, 8-byte keys, values
+  of text-like bytes that compress about 3x, so codecs do real work).
+* Each client run is a fresh process that reads the whole topic from offset 0 with CRC
+  checks on and touches every record's key and value (``len`` of both, summed and checked
+  against the expected total, so no client can skip records). Timed from the first poll
+  (after the client is built and assigned its partitions) to the last record, so the
+  first answer, which may hold a large part of a small topic, counts; that span includes
+  connecting and the offset lookup (tens of ms). CPU seconds are the client process's
+  (all threads) over the same span.
+* Clients are interleaved within a case (one run side by side per round),
+  ``MATRIX_REPEAT`` rounds (default 3); the best rate and the median CPU are kept, since
+  single runs on a shared machine move by tens of percent.
+* ``embedded-alone`` is what the cluster serves with no record decoding: Fetch requests one
+  at a time (as the consumers send them), answers only walked batch by batch to count
+  records. A client near that rate is limited by the cluster, not by itself.
+* The load average is recorded before and after each case: the machine is shared.
+
+Cases: values of 100 B, 1 KB and 10 KB over 1, 8 and 100 partitions, uncompressed; 1 KB
+over 1 partition with gzip, snappy, lz4 and zstd batches. ``MATRIX_SCALE`` scales the
+record counts; ``MATRIX_CASES`` (e.g. ``100x1,1024x8,1024x1:lz4``) picks cases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from typing import Any
+
+from benchmarks.lean_fetch import stop_broker
+
+SCALE = float(os.environ.get("MATRIX_SCALE", "1.0"))
+REPEAT = int(os.environ.get("MATRIX_REPEAT", "3"))
+BATCH = 500
+#: Batches hold up to BATCH records and at most this many value bytes (10 KB values: 51).
+BATCH_BYTES = 512 * 1024
+KEY_BYTES = 8
+POLL_RECORDS = 500
+TOPIC = "matrix"
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+#: Records per case by value size: about 100-300 MB of values per case at scale 1.
+RECORDS = {100: 1_000_000, 1024: 200_000, 10240: 30_000}
+CLIENTS = ["epochguard", "kafka-python", "aiokafka", "confluent-kafka", "embedded-alone"]
+SETTINGS: dict[str, dict[str, Any]] = {
+    "epochguard": {
+        "check_crcs": True,
+        "max_poll_records": POLL_RECORDS,
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+        "other": "defaults (fetch_max_bytes 50 MiB, max_partition_fetch_bytes 1 MiB)",
+    },
+    "kafka-python": {
+        "check_crcs": True,
+        "max_poll_records": POLL_RECORDS,
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+        "other": "defaults",
+    },
+    "aiokafka": {
+        "check_crcs": True,
+        "getmany max_records": POLL_RECORDS,
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+        "other": "defaults",
+    },
+    "confluent-kafka": {
+        "check.crcs": True,
+        "consume num_messages": POLL_RECORDS,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "other": "defaults (librdkafka's queued.min.messages 100k, fetch.max.bytes 50 MiB)",
+    },
+    "embedded-alone": {
+        "what": "Fetch v13 one request at a time, max_partition_fetch_bytes 1 MiB, "
+        "fetch_max_bytes 50 MiB, batches walked by header only (no CRC, no records)",
+    },
+}
+
+
+def all_cases() -> list[tuple[int, int, str]]:
+    cases = [(size, parts, "none") for size in (100, 1024, 10240) for parts in (1, 8, 100)]
+    cases += [(1024, 1, codec) for codec in ("gzip", "snappy", "lz4", "zstd")]
+    wanted = os.environ.get("MATRIX_CASES")
+    if not wanted:
+        return cases
+    out = []
+    for spec in wanted.split(","):
+        shape, _, codec = spec.partition(":")
+        size, _, parts = shape.partition("x")
+        out.append((int(size), int(parts), codec or "none"))
+    return out
+
+
+def batch_records(size: int) -> int:
+    return max(1, min(BATCH, BATCH_BYTES // size))
+
+
+def _values(size: int, rng: random.Random) -> list[bytes]:
+    words = [
+        bytes(rng.choices(b"abcdefghijklmnopqrstuvwxyz", k=rng.randrange(3, 9))) for _ in range(200)
+    ]
+    out = []
+    for _ in range(batch_records(size)):
+        text = b" ".join(rng.choices(words, k=size // 4 + 1))
+        out.append(text[:size].ljust(size, b"."))
+    return out
+
+
+def build_batch(size: int, codec: str, seed: int = 0) -> bytes:
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    rng = random.Random(seed)
+    builder = MemoryRecordsBuilder(
+        magic=2, compression_type=CODECS[codec], batch_size=(size + 64) * BATCH * 2
+    )
+    for i, value in enumerate(_values(size, rng)):
+        builder.append(timestamp=1_700_000_000_000 + i, key=b"key-%04d" % i, value=value)
+    builder.close()
+    return bytes(builder.buffer())
+
+
+def serve(size: int, parts: int, codec: str, total: int, conn: Any) -> None:
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    from epochguard.testing import EmbeddedCluster
+
+    with EmbeddedCluster(brokers=1) as cluster:
+        cluster.create_topic(TOPIC, partitions=parts, replication_factor=1)
+        batch = build_batch(size, codec)
+        per_batch = batch_records(size)
+        per_part = total // parts
+        for p in range(parts):
+            left = per_part
+            while left > 0:
+                n = min(left, per_batch * 20)
+                cluster.append_raw(TOPIC, p, batch * (n // per_batch))
+                left -= n
+        conn.send(cluster.bootstrap_servers)
+        conn.recv()
+
+
+# --------------------------------------------------------------------------- clients
+
+
+def _epochguard(bootstrap: str, parts: int) -> Any:
+    from kafka.structs import TopicPartition
+
+    from epochguard.consumer import EpochConsumer
+
+    c = EpochConsumer(
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        check_crcs=True,
+        max_poll_records=POLL_RECORDS,
+    )
+    c.assign([TopicPartition(TOPIC, p) for p in range(parts)])
+
+    def step() -> tuple[int, int]:
+        n = touched = 0
+        for recs in c.poll(timeout_ms=1000).values():
+            n += len(recs)
+            for r in recs:
+                touched += len(r.key) + len(r.value)
+        return n, touched
+
+    return step, c.close
+
+
+def _kafka_python(bootstrap: str, parts: int) -> Any:
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        check_crcs=True,
+        max_poll_records=POLL_RECORDS,
+    )
+    c.assign([TopicPartition(TOPIC, p) for p in range(parts)])
+
+    def step() -> tuple[int, int]:
+        n = touched = 0
+        for recs in c.poll(timeout_ms=1000).values():
+            n += len(recs)
+            for r in recs:
+                touched += len(r.key) + len(r.value)
+        return n, touched
+
+    return step, c.close
+
+
+def _confluent(bootstrap: str, parts: int) -> Any:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "matrix",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "check.crcs": True,
+            "log_level": 0,
+        }
+    )
+    c.assign([TopicPartition(TOPIC, p, 0) for p in range(parts)])
+
+    def step() -> tuple[int, int]:
+        touched = 0
+        msgs = c.consume(num_messages=POLL_RECORDS, timeout=1.0)
+        for m in msgs:
+            if m.error():
+                raise RuntimeError(str(m.error()))
+            touched += len(m.key()) + len(m.value())
+        return len(msgs), touched
+
+    return step, c.close
+
+
+def _run_aiokafka(bootstrap: str, parts: int, total: int) -> dict[str, Any]:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def main() -> dict[str, Any]:
+        c = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            check_crcs=True,
+        )
+        await c.start()
+        try:
+            tps = [TopicPartition(TOPIC, p) for p in range(parts)]
+            c.assign(tps)
+            for tp in tps:
+                c.seek(tp, 0)
+
+            async def step() -> tuple[int, int]:
+                n = touched = 0
+                batch = await c.getmany(timeout_ms=1000, max_records=POLL_RECORDS)
+                for recs in batch.values():
+                    n += len(recs)
+                    for r in recs:
+                        touched += len(r.key) + len(r.value)
+                return n, touched
+
+            return await _aloop(step, total)
+        finally:
+            await c.stop()
+
+    return asyncio.run(main())
+
+
+def _embedded_alone(bootstrap: str, parts: int) -> Any:
+    """Fetch answers walked by batch header only: what the cluster serves to a client
+    that does no decoding work."""
+    from kafka.structs import TopicPartition
+
+    from epochguard.consumer import wire
+    from epochguard.consumer.client import BrokerClient
+
+    client = BrokerClient(
+        {"bootstrap_servers": bootstrap, "receive_message_max_bytes": 100_000_000}
+    )
+    client.bootstrap(30_000)
+    meta = wire.read_metadata(client.request(None, wire.metadata_request([TOPIC], False), 30))
+    [topic] = meta.topics
+    leaders = {p.tp.partition: p.leader_id for p in topic.partitions}
+    node = next(iter(set(leaders.values())))
+    offsets = dict.fromkeys(range(parts), 0)
+    params = wire.FetchParams(500, 1, 50 * 1024 * 1024, 1024 * 1024, False)
+    head = struct.Struct(">qi").unpack_from
+
+    class Entry:
+        def __init__(self, p: int) -> None:
+            self.tp = TopicPartition(TOPIC, p)
+            self.offset = offsets[p]
+            self.current_leader_epoch = None
+            self.last_fetched_epoch = None
+            self.topic_id = topic.topic_id
+
+    def step() -> tuple[int, int]:
+        request, names = wire.fetch_request([Entry(p) for p in range(parts)], params)
+        answer = wire.read_fetch(client.request(node, request, 30), names)
+        n = 0
+        for fp in answer.partitions:
+            data = fp.records
+            pos = 0
+            while data is not None and pos + 61 <= len(data):
+                base, length = head(data, pos)
+                if pos + 12 + length > len(data):
+                    break
+                count = struct.unpack_from(">i", data, pos + 57)[0]
+                last_delta = struct.unpack_from(">i", data, pos + 23)[0]
+                if base >= offsets[fp.tp.partition]:
+                    n += count
+                offsets[fp.tp.partition] = base + last_delta + 1
+                pos += 12 + length
+        return n, 0  # no records decoded: nothing touched
+
+    return step, lambda: client.close()
+
+
+FACTORIES = {
+    "epochguard": _epochguard,
+    "kafka-python": _kafka_python,
+    "confluent-kafka": _confluent,
+    "embedded-alone": _embedded_alone,
+}
+
+
+def _loop(step: Any, total: int) -> dict[str, Any]:
+    count = touched = 0
+    started, cpu0 = time.perf_counter(), time.process_time()
+    deadline = time.monotonic() + 600
+    while count < total and time.monotonic() < deadline:
+        n, t = step()
+        count += n
+        touched += t
+    if count < total:
+        raise RuntimeError(f"read {count} of {total}")
+    return _result(count, touched, started, cpu0)
+
+
+async def _aloop(step: Any, total: int) -> dict[str, Any]:
+    count = touched = 0
+    started, cpu0 = time.perf_counter(), time.process_time()
+    deadline = time.monotonic() + 600
+    while count < total and time.monotonic() < deadline:
+        n, t = await step()
+        count += n
+        touched += t
+    if count < total:
+        raise RuntimeError(f"read {count} of {total}")
+    return _result(count, touched, started, cpu0)
+
+
+def _result(count: int, touched: int, started: float, cpu0: float) -> dict[str, Any]:
+    return {
+        "records": count,
+        "bytes_touched": touched,
+        "elapsed_s": time.perf_counter() - started,
+        "cpu_s": time.process_time() - cpu0,
+    }
+
+
+def client_main(client: str, bootstrap: str, parts: int, total: int) -> None:
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    if client == "aiokafka":
+        out = _run_aiokafka(bootstrap, parts, total)
+    else:
+        step, close = FACTORIES[client](bootstrap, parts)
+        try:
+            out = _loop(step, total)
+        finally:
+            close()
+    print(json.dumps(out))
+
+
+# --------------------------------------------------------------------------- harness
+
+
+def _run_client(client: str, bootstrap: str, parts: int, total: int) -> dict[str, Any]:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.matrix",
+            "--client",
+            client,
+            bootstrap,
+            str(parts),
+            str(total),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-1500:])
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+def run_case(size: int, parts: int, codec: str) -> dict[str, Any]:
+    import multiprocessing as mp
+
+    total = int(RECORDS[size] * SCALE)
+    unit = parts * batch_records(size)
+    total = max(unit, total - total % unit)
+    parent, child = mp.Pipe()
+    proc = mp.get_context("spawn").Process(target=serve, args=(size, parts, codec, total, child))
+    proc.start()
+    row: dict[str, Any] = {
+        "value_bytes": size,
+        "key_bytes": KEY_BYTES,
+        "partitions": parts,
+        "compression": codec,
+        "records": total,
+    }
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CLIENTS}
+    try:
+        if not parent.poll(600):
+            raise RuntimeError("the broker process did not come up")
+        bootstrap = parent.recv()
+        row["load_avg_1m_before"] = round(os.getloadavg()[0], 2)
+        for _ in range(REPEAT):
+            for client in CLIENTS:
+                if f"{client}_error" in row:
+                    continue
+                try:
+                    out = _run_client(client, bootstrap, parts, total)
+                    expected = total * (size + KEY_BYTES)
+                    if client != "embedded-alone" and out["bytes_touched"] != expected:
+                        raise RuntimeError(
+                            f"touched {out['bytes_touched']} bytes, expected {expected}"
+                        )
+                    runs[client].append(out)
+                except Exception as exc:
+                    row[f"{client}_error"] = repr(exc)[-400:]
+        row["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    finally:
+        stop_broker(proc, parent)
+    for client, outs in runs.items():
+        if not outs:
+            row[client] = None
+            continue
+        row[client] = round(total / min(o["elapsed_s"] for o in outs))
+        row[f"{client}_cpu_s_per_million"] = round(
+            statistics.median(o["cpu_s"] for o in outs) * 1e6 / total, 3
+        )
+    for other in ("kafka-python", "aiokafka", "confluent-kafka", "embedded-alone"):
+        if row.get("epochguard") and row.get(other):
+            row[f"epochguard_vs_{other}"] = round(row["epochguard"] / row[other], 2)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def run() -> dict[str, Any]:
+    rows = [run_case(*case) for case in all_cases()]
+    result = {
+        "method": __doc__,
+        "settings": SETTINGS,
+        "repeat": REPEAT,
+        "scale": SCALE,
+        "cases": rows,
+    }
+    return result
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        client_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    else:
+        print(json.dumps(run(), indent=2))

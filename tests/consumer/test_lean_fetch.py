@@ -1,0 +1,322 @@
+"""The lean Fetch response path: ``wire.FetchFrame`` answers equal kafka-python's decoded
+``FetchResponse`` ones, malformed frames raise a typed error, the connection parser
+reassembles frames however the bytes arrive, and records decode in place."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import socket
+import uuid
+from collections import deque
+from typing import Any
+
+import pytest
+from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.parser import KafkaProtocol
+
+from epochguard.consumer import client, records, wire
+from epochguard.testing.embedded.records import build_batch
+
+FR = FetchResponse
+P = FR.FetchableTopicResponse.PartitionData
+VERSIONS = list(range(wire.FETCH_MIN_VERSION, wire.FETCH_MAX_VERSION + 1))
+IDS = [uuid.UUID(int=0x1234_5678_9ABC), uuid.UUID(int=0xFEDC_BA98_7654)]
+
+
+def _partition(index: int, rng: random.Random) -> Any:
+    div = rng.choice([(-1, -1), (3, 120), (-1, 7), (0, 0)])
+    aborted = rng.choice(
+        [None, [], [P.AbortedTransaction(producer_id=rng.randrange(1 << 40), first_offset=5)]]
+    )
+    return P(
+        partition_index=index,
+        error_code=rng.choice([0, 0, 6, 74, 75]),
+        high_watermark=rng.randrange(1 << 50),
+        last_stable_offset=-1,
+        log_start_offset=0,
+        diverging_epoch=P.EpochEndOffset(epoch=div[0], end_offset=div[1]),
+        current_leader=P.LeaderIdAndEpoch(leader_id=rng.choice([-1, 2]), leader_epoch=9),
+        snapshot_id=P.SnapshotId(end_offset=-1, epoch=-1),
+        aborted_transactions=aborted,
+        preferred_read_replica=-1,
+        records=rng.choice([None, b"", build_batch([b"v%d" % i for i in range(index + 1)])]),
+    )
+
+
+def _response(version: int, seed: int) -> Any:
+    rng = random.Random(seed)
+    topics = []
+    for t in range(rng.randrange(0, 3)):
+        kw: dict[str, Any] = {"topic": f"tópic-{t}"} if version < 13 else {"topic_id": IDS[t]}
+        parts = [_partition(i, rng) for i in range(rng.randrange(0, 4))]
+        topics.append(FR.FetchableTopicResponse(partitions=parts, **kw))
+    return FR(
+        version=version,
+        throttle_time_ms=rng.choice([0, 250]),
+        error_code=rng.choice([0, 0, 70]) if version >= 7 else 0,
+        session_id=0,
+        responses=topics,
+    )
+
+
+def _frame(response: Any, version: int) -> wire.FetchFrame:
+    return wire.FetchFrame(version, memoryview(response.encode(version=version)))
+
+
+def _normalised(answer: wire.FetchAnswer) -> Any:
+    return (
+        answer.error,
+        answer.version,
+        [
+            (p.tp, p.error, p.high_watermark, p.diverging, p.aborted, _bytes(p.records))
+            for p in answer.partitions
+        ],
+    )
+
+
+def _bytes(data: Any) -> bytes | None:
+    return None if data is None else bytes(data)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("seed", range(8))
+def test_frame_answer_equals_kafka_python_answer(version: int, seed: int) -> None:
+    response = _response(version, seed)
+    names = {IDS[0]: "tópic-0"}  # the second id was not asked for: named ""
+    decoded = FR.decode(response.encode(version=version), version=version)
+    frame = _frame(response, version)
+    assert frame.throttle_time_ms == response.throttle_time_ms
+    assert _normalised(wire.read_fetch(frame, names)) == _normalised(
+        wire.read_fetch(decoded, names)
+    )
+
+
+def test_frame_records_are_views_into_the_frame() -> None:
+    batch = build_batch([b"a", b"b"])
+    part = _partition(0, random.Random(1))
+    part.records = batch
+    response = FR(
+        version=13,
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=0,
+        responses=[FR.FetchableTopicResponse(topic_id=IDS[0], partitions=[part])],
+    )
+    frame = _frame(response, 13)
+    [p] = wire.read_fetch(frame, {IDS[0]: "t"}).partitions
+    assert isinstance(p.records, memoryview) and p.records.obj is frame.data.obj
+    decoded = records.decode_records(p.records, "t", 0, 0)
+    assert [(r.offset, r.value) for r in decoded.records] == [(0, b"a"), (1, b"b")]
+    assert all(type(r.value) is bytes for r in decoded.records)
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 13])
+def test_every_truncation_of_a_frame_raises_a_typed_error(version: int) -> None:
+    response = _response(version, 3)
+    response.responses = [
+        FR.FetchableTopicResponse(
+            partitions=[_partition(2, random.Random(4))],
+            **({"topic": "t"} if version < 13 else {"topic_id": IDS[0]}),
+        )
+    ]
+    data = response.encode(version=version)
+    wire.read_fetch(wire.FetchFrame(version, memoryview(data)), {})  # whole: parses
+    for cut in range(len(data)):
+        with pytest.raises(wire.MalformedFetchResponse):
+            wire.read_fetch(wire.FetchFrame(version, memoryview(data[:cut])), {})
+
+
+def test_records_length_past_the_frame_is_named() -> None:
+    part = _partition(0, random.Random(2))
+    part.records = b"R" * 10
+    response = FR(
+        version=12,
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=0,
+        responses=[FR.FetchableTopicResponse(topic="t", partitions=[part])],
+    )
+    data = bytearray(response.encode(version=12))
+    at = data.index(b"\x0b" + b"R" * 10)  # compact length 10 + 1
+    data[at] = 0x7F  # 126 bytes: past the frame's end
+    with pytest.raises(wire.MalformedFetchResponse, match="records section of 126 bytes"):
+        wire.read_fetch(wire.FetchFrame(12, memoryview(bytes(data))), {})
+
+
+@pytest.mark.parametrize("version", [0, 3, 14])
+def test_unread_versions_are_refused(version: int) -> None:
+    with pytest.raises(wire.MalformedFetchResponse, match=f"v{version}"):
+        wire.FetchFrame(version, memoryview(b"\0" * 8))
+
+
+# ------------------------------------------------------------------- connection parser
+
+
+class _Header:
+    def __init__(self, api_key: int, version: int, correlation_id: int, response: Any) -> None:
+        self.request_api_key = api_key
+        self.request_api_version = version
+        self.correlation_id = correlation_id
+        self._response = response
+
+    def get_response_class(self) -> Any:
+        return type(self._response)[self.request_api_version]
+
+
+def _lean_parser() -> Any:
+    parser = KafkaProtocol(client_id="t")
+    parser.__class__ = client._LeanParser
+    parser._lean_init()
+    return parser
+
+
+def _wire_frames(n: int, rng: random.Random) -> tuple[bytes, list[Any], list[Any]]:
+    """``n`` responses framed as a broker sends them (size, correlation id, header tags,
+    body): Fetch at random versions, mixed with Metadata answers, some larger than the
+    parser's direct-read threshold."""
+    from kafka.protocol.metadata import MetadataResponse
+
+    stream = bytearray()
+    headers = []
+    expected = []
+    for cid in range(1, n + 1):
+        if rng.random() < 0.7:
+            version = rng.choice(VERSIONS)
+            response = _response(version, rng.randrange(1000))
+            if rng.random() < 0.3:
+                big = build_batch([b"x" * 1000] * rng.randrange(60, 200))
+                response.responses = [
+                    FR.FetchableTopicResponse(
+                        partitions=[_partition(0, rng)],
+                        **({"topic": "t"} if version < 13 else {"topic_id": IDS[0]}),
+                    )
+                ]
+                response.responses[0].partitions[0].records = big
+            body = response.encode(version=version)
+            head = cid.to_bytes(4, "big") + (b"\0" if version >= 12 else b"")
+            headers.append(_Header(1, version, cid, response))
+            expected.append(
+                (
+                    "fetch",
+                    version,
+                    _normalised(wire.read_fetch(_decode(response, version), {IDS[0]: "t"})),
+                )
+            )
+        else:
+            response = MetadataResponse(version=1, brokers=[], controller_id=1, topics=[])
+            body = response.encode(version=1)
+            head = cid.to_bytes(4, "big")
+            header = _Header(3, 1, cid, response)
+            headers.append(header)
+            expected.append(("metadata", 1, None))
+        frame = head + body
+        stream += len(frame).to_bytes(4, "big") + frame
+    return bytes(stream), headers, expected
+
+
+def _decode(response: Any, version: int) -> Any:
+    return type(response).decode(response.encode(version=version), version=version)
+
+
+def _check(got: list[tuple[int, Any]], expected: list[Any]) -> None:
+    assert len(got) == len(expected)
+    for (_cid, answer), (kind, version, want) in zip(got, expected, strict=True):
+        if kind == "fetch":
+            assert isinstance(answer, wire.FetchFrame) and version == answer.API_VERSION
+            assert _normalised(wire.read_fetch(answer, {IDS[0]: "t"})) == want
+        else:
+            assert type(answer).__name__ == "MetadataResponse"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_parser_reassembles_frames_fed_in_any_chunks(seed: int) -> None:
+    rng = random.Random(seed)
+    stream, headers, expected = _wire_frames(12, rng)
+    parser = _lean_parser()
+    parser.in_flight_requests = deque(headers)
+    got: list[tuple[int, Any]] = []
+    pos = 0
+    while pos < len(stream):
+        step = rng.choice([1, 3, 4, 5, 100, 4096, 70_000, 300_000])
+        got += parser.receive_bytes(stream[pos : pos + step])
+        pos += step
+    _check(got, expected)
+    assert [cid for cid, _ in got] == list(range(1, 13))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_parser_reads_a_socket_into_its_frames(seed: int) -> None:
+    rng = random.Random(100 + seed)
+    stream, headers, expected = _wire_frames(10, rng)
+    parser = _lean_parser()
+    parser.in_flight_requests = deque(headers)
+    a, b = socket.socketpair()
+    try:
+        # Both ends non-blocking: a full socket buffer only means "read first".
+        a.setblocking(False)
+        b.setblocking(False)
+        got: list[tuple[int, Any]] = []
+        sent = 0
+        while sent < len(stream) or len(got) < len(expected):
+            if sent < len(stream):
+                with contextlib.suppress(BlockingIOError):
+                    sent += a.send(stream[sent : sent + rng.choice([7, 5000, 200_000])])
+            try:
+                while parser.recv_from(b):
+                    pass
+            except BlockingIOError:
+                pass
+            got += parser.receive_bytes(b"")
+        _check(got, expected)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_parser_refuses_a_mismatched_correlation_id() -> None:
+    import kafka.errors as kerrors
+
+    response = _response(12, 1)
+    body = (7).to_bytes(4, "big") + b"\0" + response.encode(version=12)
+    parser = _lean_parser()
+    parser.in_flight_requests = deque([_Header(1, 12, 8, response)])
+    with pytest.raises(kerrors.CorrelationIdError):
+        parser.receive_bytes(len(body).to_bytes(4, "big") + body)
+
+
+@pytest.mark.parametrize("decoder", ["c", "python"])
+def test_decoders_read_views_like_bytes(decoder: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    native = records._native
+    if decoder == "c" and native is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"the C record decoder must be built in CI: {records._native_reason}")
+        pytest.skip(f"C record decoder not built: {records._native_reason}")
+    monkeypatch.setattr(records, "_native", native if decoder == "c" else None)
+    data = b"".join(
+        build_batch([(b"k%d" % i, b"v" * i) for i in range(50)], base_offset=50 * n)
+        for n in range(3)
+    )
+    view = memoryview(bytearray(b"??" + data))[2:]
+    a = records.decode_records(data, "t", 0, 10)
+    b = records.decode_records(view, "t", 0, 10)
+    assert a == b and len(a.records) == 140
+    assert all(type(r.key) is bytes and type(r.value) is bytes for r in b.records)
+    # Cut inside the last record: the same typed error from a view as from bytes.
+    with pytest.raises(records.CorruptRecordError) as from_bytes:
+        records.decode_records(_with_last_length(data, 3), "t", 0, 0, check_crcs=False)
+    with pytest.raises(records.CorruptRecordError) as from_view:
+        records.decode_records(
+            memoryview(bytearray(_with_last_length(data, 3))), "t", 0, 0, check_crcs=False
+        )
+    assert str(from_bytes.value) == str(from_view.value)
+
+
+def _with_last_length(data: bytes, cut: int) -> bytes:
+    """``data`` (three equal batches) with the last batch's records cut by ``cut`` bytes
+    and its length field saying so: a complete batch whose last record runs out."""
+    size = len(data) // 3
+    last = bytearray(data[2 * size : len(data) - cut])
+    last[8:12] = (len(last) - 12).to_bytes(4, "big")
+    return data[: 2 * size] + bytes(last)

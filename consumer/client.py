@@ -252,8 +252,12 @@ class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
             except kerrors.KafkaProtocolError as exc:
                 return total, exc
             except Exception as exc:  # as kafka-python: the connection is closed with it
-                return total, kerrors.KafkaConnectionError(exc)
+                # Answers completed before the error are handed over first (see _sock_recv);
+                # the socket reports the error again on the next read.
+                return total, None if total else kerrors.KafkaConnectionError(exc)
             if not n:
+                if total:
+                    return total, None
                 return total, kerrors.KafkaConnectionError("socket disconnected")
             total += n
 

@@ -47,3 +47,23 @@ def test_an_answer_followed_by_a_close_is_delivered_before_the_close() -> None:
         assert data == b"" and isinstance(err, KafkaConnectionError)
     finally:
         ours.close()
+
+
+def test_the_lean_reader_delivers_frames_completed_before_a_close() -> None:
+    ours, broker = socket.socketpair()
+
+    class Parser:
+        def recv_from(self, sock: socket.socket) -> int:
+            return len(sock.recv(4096))
+
+    try:
+        ours.setblocking(False)
+        broker.sendall(b"answer")
+        broker.close()
+        transport = object.__new__(client._LargeReadTransport)
+        transport._sock = ours
+        assert transport._recv_frames(Parser()) == (6, None)  # type: ignore[arg-type]
+        n, err = transport._recv_frames(Parser())  # type: ignore[arg-type]
+        assert n == 0 and isinstance(err, KafkaConnectionError)
+    finally:
+        ours.close()

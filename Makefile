@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv install test lint demo bench clean kafka-jars
+.PHONY: all venv install test lint demo bench clean kafka-jars spark-jars
 
 all: test
 
@@ -28,7 +28,11 @@ venv install: $(STAMP)
 kafka-jars: $(STAMP)
 	$(BIN)/python -m epochguard.testing.apache_kafka
 
-test: $(STAMP) kafka-jars
+# Spark's own Kafka source (Maven Central, same cache), for the side-by-side tests and bench.
+spark-jars: $(STAMP)
+	$(BIN)/python -m epochguard.testing.apache_kafka.spark_kafka
+
+test: $(STAMP) kafka-jars spark-jars
 	$(BIN)/python -P -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -39,7 +43,7 @@ lint: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m epochguard demo
 
-bench: $(STAMP)
+bench: $(STAMP) kafka-jars spark-jars
 	$(BIN)/python -m benchmarks
 
 clean:

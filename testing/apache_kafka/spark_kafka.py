@@ -42,8 +42,9 @@ VERSION_ENV = "EPOCHGUARD_SPARK_KAFKA_VERSION"
 POM = "spark-kafka-pom.xml"
 CONNECTOR = "spark-sql-kafka-0-10_2.13"
 
-# "kafka-clients-3.9.2.jar" -> "kafka-clients"; "scala-library-2.13.15.jar" -> "scala-library"
-_ARTIFACT = re.compile(r"^(?P<name>.+?)-\d[^-]*(?:-[A-Za-z0-9.]+)?\.jar$")
+# "kafka-clients-3.9.2.jar" -> "kafka-clients"; "zstd-jni-1.5.7-7.jar" -> "zstd-jni". A version
+# has a dot, so digits inside a name ("spark-sql-kafka-0-10_2.13") are not taken for one.
+_ARTIFACT = re.compile(r"^(?P<name>.+?)-\d+(?:\.\d+)+(?:-[A-Za-z0-9.]+)?\.jar$")
 
 
 @attrs.frozen

@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv install test lint demo bench clean kafka-jars chaos
+.PHONY: all venv install test lint demo bench clean kafka-jars spark-jars chaos
 
 all: test
 
@@ -28,7 +28,11 @@ venv install: $(STAMP)
 kafka-jars: $(STAMP)
 	$(BIN)/python -m epochguard.testing.apache_kafka
 
-test: $(STAMP) kafka-jars
+# Spark's own Kafka source (Maven Central, same cache), for the side-by-side tests and bench.
+spark-jars: $(STAMP)
+	$(BIN)/python -m epochguard.testing.apache_kafka.spark_kafka
+
+test: $(STAMP) kafka-jars spark-jars
 	$(BIN)/python -P -m pytest $(PYTEST_ARGS)
 
 # Seeded chaos at scale (docs/testing.md): `make chaos SEEDS=N` runs N schedules per mode
@@ -39,7 +43,7 @@ SEEDS ?= 100
 FIRST ?= 0
 chaos: $(STAMP)
 	EPOCHGUARD_CHAOS_SEEDS=$(SEEDS) EPOCHGUARD_CHAOS_FIRST=$(FIRST) \
-		$(BIN)/python -m pytest tests/consumer/test_chaos.py \
+		$(BIN)/python -P -m pytest tests/consumer/test_chaos.py \
 		-p no:cacheprovider -q -rfE $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -50,7 +54,7 @@ lint: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m epochguard demo
 
-bench: $(STAMP)
+bench: $(STAMP) kafka-jars spark-jars
 	$(BIN)/python -m benchmarks
 	$(BIN)/python -m benchmarks._matrix_plot
 

@@ -10,6 +10,7 @@ through EpochConsumer's public API.
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,6 +35,7 @@ from pyspark.sql.types import StructType
 
 from epochguard._log import get_logger
 from epochguard.consumer import (
+    ConsumerRecord,
     EpochConsumer,
     LogTruncationError,
     NoOffsetForPartitionError,
@@ -359,25 +361,38 @@ def _executor_kwargs(opts: SourceOptions) -> dict[str, Any]:
 _TS_MS = pa.timestamp("ms", tz="UTC")
 
 
+# One C-level pass per column the schema needs (ConsumerRecord field positions); a full
+# transpose (``zip(*records)``) built all 13 fields and cost 3-4x as much (see docs/spark.md).
+_EPOCHS = operator.itemgetter(2)
+_OFFSETS = operator.itemgetter(3)
+_STAMPS = operator.itemgetter(4)
+_STAMP_TYPES = operator.itemgetter(5)
+_KEYS = operator.itemgetter(6)
+_VALUES = operator.itemgetter(7)
+_HEADERS = operator.itemgetter(8)
+
+
 def _batch(
-    tp: TopicPartition, cols: Sequence[Sequence[Any]], include_headers: bool
+    tp: TopicPartition, recs: Sequence[ConsumerRecord], epochs: list[int], include_headers: bool
 ) -> pa.RecordBatch:
-    """One Arrow batch from one poll's records, transposed (``zip(*records)``, in C): no
-    Python object per field beyond what the decoder made."""
-    (_, _, epochs, offsets, stamps, stamp_types, keys, values, headers, *_) = cols
-    n = len(offsets)
+    """One Arrow batch from one poll's records: no Python object per field beyond what the
+    decoder made (``epochs`` is the column the caller already took for its check)."""
+    n = len(recs)
     arrays = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
+        pa.array(list(map(_KEYS, recs)), pa.binary()),
+        pa.array(list(map(_VALUES, recs)), pa.binary()),
         pa.repeat(pa.scalar(tp.topic, pa.string()), n),
         pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-        pa.array(offsets, pa.int64()),
-        pa.array(stamps, _TS_MS).cast(_BASE_FIELDS[5][1]),
-        pa.array(stamp_types, pa.int32()),
+        pa.array(list(map(_OFFSETS, recs)), pa.int64()),
+        pa.array(list(map(_STAMPS, recs)), _TS_MS).cast(_BASE_FIELDS[5][1]),
+        pa.array(list(map(_STAMP_TYPES, recs)), pa.int32()),
     ]
     if include_headers:
         arrays.append(
-            pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], _HEADER_TYPE)
+            pa.array(
+                [[{"key": k, "value": v} for k, v in h] for h in map(_HEADERS, recs)],
+                _HEADER_TYPE,
+            )
         )
     arrays.append(pa.array(epochs, pa.int32()))
     schema = _ARROW_SCHEMA_HEADERS if include_headers else ARROW_SCHEMA
@@ -397,7 +412,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
         consumer = EpochConsumer(**kw)
     done = False
     try:
-        yield from _read_with(consumer, opts, rng)
+        yield from _coalesced(rng.tp, _read_with(consumer, opts, rng), opts.include_headers)
         done = True
     finally:
         if done:
@@ -408,15 +423,37 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
             consumer.close(autocommit=False)
 
 
+def _coalesced(
+    tp: TopicPartition,
+    polls: Iterator[tuple[list[ConsumerRecord], list[int]]],
+    include_headers: bool,
+) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of at least ``_BATCH_ROWS`` records (but the last), from the polls.
+
+    A poll returns at most one fetch's worth per partition (about 1,000 records of 1 KB at
+    the default 1 MiB): Spark pays per batch it takes from the Python worker, so small
+    polls are joined before they cross.
+    """
+    recs: list[ConsumerRecord] = []
+    epochs: list[int] = []
+    for more, more_epochs in polls:
+        recs += more
+        epochs += more_epochs
+        if len(recs) >= _BATCH_ROWS:
+            yield _batch(tp, recs, epochs, include_headers)
+            recs, epochs = [], []
+    if recs:
+        yield _batch(tp, recs, epochs, include_headers)
+
+
 def _read_with(
     consumer: EpochConsumer, opts: SourceOptions, rng: OffsetRange
-) -> Iterator[pa.RecordBatch]:
+) -> Iterator[tuple[list[ConsumerRecord], list[int]]]:
     tp, end = rng.tp, rng.end.offset
     planned_epoch = rng.end.leader_epoch
     where = f"while reading planned range [{rng.start}, {rng.end}) on an executor"
     consumer.assign([tp])
     consumer.seek(tp, rng.start)  # a position with an epoch is validated before fetching
-    headers = opts.include_headers
     position = rng.start.offset
     timeout = opts.poll_timeout_ms / 1000
     last_progress = time.monotonic()
@@ -451,8 +488,8 @@ def _read_with(
         if recs and recs[-1].offset >= end:
             recs = [r for r in recs if r.offset < end]
         if recs:
-            cols = list(zip(*recs, strict=True))
-            if planned_epoch is not None and max(cols[2]) > planned_epoch:
+            epochs = list(map(_EPOCHS, recs))
+            if planned_epoch is not None and max(epochs) > planned_epoch:
                 rec = next(r for r in recs if r.leader_epoch > planned_epoch)
                 raise SparkLogTruncationError(
                     f"topic {tp.topic} partition {tp.partition} ({tp.topic}-{tp.partition}): "
@@ -461,7 +498,7 @@ def _read_with(
                     f"planned for this range, so the log was truncated and rewritten after "
                     f"the batch was planned; lost range [{rec.offset}, {end}) at most; {where}"
                 )
-            yield _batch(tp, cols, headers)
+            yield recs, epochs
         now = time.monotonic()
         if now_at > position:
             position, last_progress = now_at, now

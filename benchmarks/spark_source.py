@@ -1,0 +1,277 @@
+"""Our Spark source next to Spark's own Kafka source, on the same topics of real Kafka.
+
+One Apache Kafka broker (``ApacheKafkaCluster``, jars from ``make kafka-jars``) holds four
+topics: 100 B and 1 KB values, 1 and 8 partitions. In one ``local[2]`` SparkSession with
+Spark's connector on ``spark.jars`` (``make spark-jars``), each source reads each whole topic
+with ``Trigger.AvailableNow`` into the ``noop`` sink, ``REPS`` times, the sources taking
+turns. Reported per run:
+
+- ``rows_per_s``: input rows / the query's ``triggerExecution`` time summed over its batches
+  (what Spark's progress reports; JVM start and query set-up excluded);
+- ``wall_s``: from ``start()`` to the end of the query;
+- ``peak_rss_mb``: the peak, sampled every 0.2 s while the query runs, of the resident memory
+  of the Spark JVM and every process under it (the Python source runner and workers).
+  The JVM keeps heap it grew for an earlier query, so this is the session's peak so far,
+  not the query's own.
+
+A warm-up query per source runs first (the first query in a JVM pays 4-9 s of class loading
+and worker start). Then ``profile`` runs our executor read (``read_range``) of the 1-partition
+100 B topic under cProfile in this process and lists where the time goes.
+
+Sizes: ``SPARK_BENCH_ROWS_100B`` (default 1,000,000), ``SPARK_BENCH_ROWS_1KB`` (300,000),
+``SPARK_BENCH_REPS`` (2).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import os
+import pstats
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROWS_100B = int(os.environ.get("SPARK_BENCH_ROWS_100B", "1000000"))
+ROWS_1KB = int(os.environ.get("SPARK_BENCH_ROWS_1KB", "300000"))
+REPS = int(os.environ.get("SPARK_BENCH_REPS", "2"))
+SHAPES = [(100, 1, ROWS_100B), (100, 8, ROWS_100B), (1024, 1, ROWS_1KB), (1024, 8, ROWS_1KB)]
+SOURCES = ["kafka", "epochguard"]
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # The command name may hold spaces: fields after its closing parenthesis.
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def tree_rss_mb(root: int) -> float:
+    tree, total, todo = _children(), 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += _rss_kib(pid)
+        todo.extend(tree.get(pid, []))
+    return total / 1024
+
+
+class PeakSampler:
+    """The peak of ``tree_rss_mb(root)`` while the block runs, sampled in a thread."""
+
+    def __init__(self, root: int, interval: float = 0.2) -> None:
+        self.root, self.interval, self.peak = root, interval, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_rss_mb(self.root))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, tree_rss_mb(self.root))
+
+
+def _produce(servers: str, topic: str, partitions: int, size: int, rows: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": servers,
+            "linger.ms": 20,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.messages": 1_000_000,
+            "compression.type": "none",
+            "acks": 1,
+        }
+    )
+    value = b"v" * size
+    for i in range(rows):
+        while True:
+            try:
+                producer.produce(topic, value=value, key=b"%d" % i, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    remaining = producer.flush(120)
+    if remaining:
+        raise RuntimeError(f"{remaining} records to {topic} not acknowledged")
+
+
+def _query(spark: Any, fmt: str, servers: str, topic: str, jvm_pid: int) -> dict[str, Any]:
+    reader = (
+        spark.readStream.format(fmt)
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
+    started = time.monotonic()
+    with PeakSampler(jvm_pid) as mem:
+        query = reader.load().writeStream.format("noop").trigger(availableNow=True).start()
+        try:
+            query.awaitTermination(900)
+            error = query.exception()
+            if error is not None:
+                raise RuntimeError(f"{fmt} query on {topic} failed: {error}")
+            progress = query.recentProgress
+        finally:
+            query.stop()
+    wall = time.monotonic() - started
+    rows = sum(p["numInputRows"] for p in progress)
+    trigger_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progress)
+    return {
+        "rows": rows,
+        "batches": sum(1 for p in progress if p["numInputRows"]),
+        "trigger_s": round(trigger_ms / 1000, 3),
+        "rows_per_s": round(rows / (trigger_ms / 1000)) if trigger_ms else None,
+        "wall_s": round(wall, 3),
+        "peak_rss_mb": round(mem.peak),
+    }
+
+
+def profile(servers: str, topic: str, top: int = 15) -> dict[str, Any]:
+    """Our executor read of one whole partition under cProfile (no Spark), where time goes."""
+    from epochguard.spark_connector import datasource
+    from epochguard.spark_connector.options import parse_options
+
+    opts = parse_options(
+        {"kafka.bootstrap.servers": servers, "subscribe": topic, "startingOffsets": "earliest"},
+        streaming=True,
+    )
+    reader = datasource._StreamReader(opts)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, _read_all())
+    ranges = [p.range() for p in reader.partitions(start, end)]
+    reader.stop()
+    # One read first, unprofiled: imports and the connection are not what is measured.
+    for rng in ranges:
+        for _ in datasource.read_range(opts, rng):
+            pass
+    prof = cProfile.Profile()
+    started = time.perf_counter()
+    prof.enable()
+    rows = sum(b.num_rows for rng in ranges for b in datasource.read_range(opts, rng))
+    prof.disable()
+    elapsed = time.perf_counter() - started
+    stats = pstats.Stats(prof, stream=io.StringIO())
+    total_tt = sum(v[2] for v in stats.stats.values())  # type: ignore[attr-defined]
+    functions = []
+    for (file, line, name), (_, ncalls, tt, ct, _) in sorted(
+        stats.stats.items(),  # type: ignore[attr-defined]
+        key=lambda kv: kv[1][2],
+        reverse=True,
+    )[:top]:
+        functions.append(
+            {
+                "function": f"{Path(file).name}:{line}({name})",
+                "calls": ncalls,
+                "self_s": round(tt, 3),
+                "cumulative_s": round(ct, 3),
+                "self_share": round(tt / total_tt, 3) if total_tt else None,
+            }
+        )
+    for consumers in datasource._POOL.values():
+        for c in consumers:
+            c.close(autocommit=False)
+    datasource._POOL.clear()
+    return {
+        "topic": topic,
+        "rows": rows,
+        "seconds_under_profiler": round(elapsed, 3),
+        "top_by_self_time": functions,
+    }
+
+
+def _read_all() -> Any:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    return ReadAllAvailable()
+
+
+def run() -> dict[str, Any]:
+    from pyspark import SparkContext
+
+    from epochguard.spark_connector import register
+    from epochguard.testing.apache_kafka import ApacheKafkaCluster, ensure_kafka_jars
+    from epochguard.testing.apache_kafka.spark_kafka import ensure_spark_kafka_jars
+    from epochguard.testing.spark_session import local_session
+
+    load_before = os.getloadavg()
+    connector = ensure_spark_kafka_jars()
+    with ApacheKafkaCluster(brokers=1, jars=ensure_kafka_jars()) as cluster:
+        servers = cluster.bootstrap_servers
+        topics = {}
+        for size, parts, rows in SHAPES:
+            topic = f"bench-{size}b-{parts}p"
+            cluster.create_topic(topic, partitions=parts, replication_factor=1)
+            _produce(servers, topic, parts, size, rows)
+            topics[(size, parts)] = (topic, rows)
+        spark = local_session(
+            "epochguard-bench",
+            jars=connector.extra,
+            conf={"spark.ui.showConsoleProgress": "false"},
+        )
+        register(spark)
+        jvm_pid = SparkContext._gateway.proc.pid
+        idle_mb = round(tree_rss_mb(jvm_pid))
+        warmup = {fmt: _query(spark, fmt, servers, topics[(100, 1)][0], jvm_pid) for fmt in SOURCES}
+        runs = []
+        for (size, parts), (topic, rows) in topics.items():
+            row: dict[str, Any] = {"value_bytes": size, "partitions": parts, "records": rows}
+            for fmt in SOURCES:
+                row[fmt] = []
+            for _ in range(REPS):
+                for fmt in SOURCES:
+                    result = _query(spark, fmt, servers, topic, jvm_pid)
+                    if result["rows"] != rows:
+                        raise RuntimeError(f"{fmt} read {result['rows']} of {rows} rows")
+                    row[fmt].append(result)
+            best = {f: max(r["rows_per_s"] or 0 for r in row[f]) for f in SOURCES}
+            row["best_rows_per_s"] = best
+            row["ours_vs_spark"] = round(best["epochguard"] / best["kafka"], 2)
+            runs.append(row)
+            print(
+                f"{size} B x {parts} partitions: Spark {best['kafka']:,} rows/s, "
+                f"ours {best['epochguard']:,} rows/s ({row['ours_vs_spark']}x)",
+                flush=True,
+            )
+        spark.stop()
+        prof = profile(servers, topics[(100, 1)][0])
+    return {
+        "spark_kafka_connector": connector.version,
+        "sources": {"kafka": "Spark's spark-sql-kafka-0-10", "epochguard": "ours"},
+        "session": "local[2]",
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "idle_session_rss_mb": idle_mb,
+        "warmup": warmup,
+        "runs": runs,
+        "profile_ours": prof,
+    }

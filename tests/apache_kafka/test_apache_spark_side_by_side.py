@@ -1,0 +1,142 @@
+"""Spark's own Kafka source next to ours, in one SparkSession, on real Kafka 4.x brokers.
+
+The scenario Spark's source cannot see (issue 10): RF=2 on brokers A=0 and B=1, acks=1;
+a0..a4 replicated, d0..d2 (offsets 5..7) on A only; every query reads to offset 8 and
+checkpoints it; A stops, B is elected uncleanly and refilled past the checkpoint (b0..b4 at
+offsets 5..9). Restarted from their checkpoints, Spark's source reads on from 8 (b3, b4)
+and never reads b0..b2, while d0..d2 stay in its output although the log lost them; ours
+fails with ``KAFKA_LOG_TRUNCATION:`` or, with ``onTruncation=rewind``, reads the new log
+from the divergence point.
+
+Spark's connector (spark-sql-kafka-0-10, Maven Central) comes from ``make spark-jars``;
+it is passed with ``spark.jars`` as the session's JVM starts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from epochguard.spark_connector import register
+from epochguard.testing import produce
+from epochguard.testing.apache_kafka import ApacheKafkaCluster, KafkaUnavailableError
+from epochguard.testing.apache_kafka.pytest_support import _unavailable
+from epochguard.testing.apache_kafka.spark_kafka import ensure_spark_kafka_jars
+from epochguard.testing.spark_session import local_session
+
+pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
+
+A, B = 0, 1
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    try:
+        jars = ensure_spark_kafka_jars()
+    except KafkaUnavailableError as exc:
+        _unavailable(str(exc))
+    session = local_session(
+        "epochguard-side-by-side", jars=jars.extra, conf={"spark.task.maxFailures": "1"}
+    )
+    register(session)
+    yield session
+    session.stop()
+
+
+def run(spark: Any, fmt: str, servers: str, topic: str, ckpt: Path, out: Path, **opts: str) -> None:
+    """An availableNow query from ``fmt`` (``kafka`` or ``epochguard``) into parquet files."""
+    reader = (
+        spark.readStream.format(fmt)
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
+    for key, value in opts.items():
+        reader = reader.option(key, value)
+    query = (
+        reader.load()
+        .select("offset", "value")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(180)
+        error = query.exception()
+        if error is not None:
+            raise error
+    finally:
+        query.stop()
+
+
+def output(spark: Any, out: Path) -> list[tuple[int, str]]:
+    return sorted(
+        (r["offset"], bytes(r["value"]).decode()) for r in spark.read.parquet(str(out)).collect()
+    )
+
+
+def test_refill_past_the_checkpoint_spark_reads_on_silently_ours_does_not(
+    spark: Any, cluster: ApacheKafkaCluster, tmp_path: Path
+) -> None:
+    topic = f"side-{os.getpid()}"
+    servers = cluster.bootstrap_servers
+    cluster.create_topic(topic, assignments={0: [A, B]}, config={"min.insync.replicas": "1"})
+    produce(cluster, topic, [f"a{i}" for i in range(5)])
+    cluster.wait_for_partition(
+        topic, 0, lambda s: s.leader == A and sorted(s.isr) == [A, B], "A leads, ISR [A, B]"
+    )
+    deadline = time.monotonic() + 20
+    while cluster.high_watermark(topic, 0) < 5:
+        assert time.monotonic() < deadline, "B did not catch up"
+        time.sleep(0.05)
+    cluster.stop_broker(B)
+    cluster.wait_for_isr(topic, 0, [A])
+    produce(cluster, topic, ["d0", "d1", "d2"])
+
+    queries = {
+        "spark": ("kafka", {}),
+        "fail": ("epochguard", {}),
+        "rewind": ("epochguard", {"onTruncation": "rewind"}),
+    }
+    dirs = {name: (tmp_path / f"{name}-ckpt", tmp_path / f"{name}-out") for name in queries}
+    before = [(i, f"a{i}") for i in range(5)] + [(5 + i, f"d{i}") for i in range(3)]
+    for name, (fmt, opts) in queries.items():
+        run(spark, fmt, servers, topic, *dirs[name], **opts)
+        assert output(spark, dirs[name][1]) == before, name
+
+    cluster.stop_broker(A)
+    cluster.wait_for_partition(topic, 0, lambda s: s.leader < 0, "no leader")
+    cluster.start_broker(B)
+    cluster.elect_leader(topic, 0, B, unclean=True)
+    produce(cluster, topic, [f"b{i}" for i in range(5)])  # offsets 5..9: past the checkpoint 8
+    surviving = [(i, f"a{i}") for i in range(5)] + [(5 + i, f"b{i}") for i in range(5)]
+
+    # Spark's source: no error; it reads 8 and 9 only. d0..d2 stay in its output though the
+    # log lost them, and b0..b2 (offsets 5..7) are never read.
+    run(spark, "kafka", servers, topic, *dirs["spark"])
+    spark_out = output(spark, dirs["spark"][1])
+    assert spark_out == [*before, (8, "b3"), (9, "b4")]
+    assert not {(5 + i, f"b{i}") for i in range(3)} & set(spark_out)
+
+    # Ours under onTruncation=fail (the default): the restart fails, nothing more is written.
+    with pytest.raises(Exception) as info:
+        run(spark, "epochguard", servers, topic, *dirs["fail"])
+    message = str(info.value)
+    assert f"KAFKA_LOG_TRUNCATION: topic {topic} partition 0" in message
+    assert "lost range [5, 8) (3 records)" in message
+    assert output(spark, dirs["fail"][1]) == before
+
+    # Ours under onTruncation=rewind: the new log from the divergence point (5) on, so the
+    # output is what was read before the truncation plus exactly the surviving log after it.
+    run(spark, "epochguard", servers, topic, *dirs["rewind"], onTruncation="rewind")
+    rewound = output(spark, dirs["rewind"][1])
+    assert sorted(set(rewound) - set(before)) == [(5 + i, f"b{i}") for i in range(5)]
+    assert sorted(rewound) == sorted(before + surviving[5:])
+    assert set(surviving) <= set(rewound)

@@ -130,10 +130,25 @@ def ensure_kafka_jars(version: str | None = None, root: Path | None = None) -> K
 
 
 def _resolve(jars: KafkaJars) -> None:
-    home = jars.home
+    seconds = resolve_with_maven(
+        jars.home, _pom_text(), {"kafka.version": jars.version}, f"Apache Kafka {jars.version}"
+    )
+    log.info(
+        "kafka_jars_resolved",
+        version=jars.version,
+        lib_dir=str(jars.lib_dir),
+        seconds=seconds,
+    )
+
+
+def resolve_with_maven(home: Path, pom_text: str, properties: dict[str, str], what: str) -> float:
+    """Copy the runtime dependency closure of ``pom_text`` into ``home/lib`` with Maven (call
+    it under :func:`_locked`). The jars land in a staging folder that is renamed into place
+    and the pom's digest is written last, so an interrupted run is redone, never half used.
+    Returns the seconds it took."""
     staging = home / "lib.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    (home / "pom.xml").write_text(_pom_text(), encoding="utf-8")
+    (home / "pom.xml").write_text(pom_text, encoding="utf-8")
     started = time.monotonic()
     proc = subprocess.run(
         [
@@ -143,7 +158,7 @@ def _resolve(jars: KafkaJars) -> None:
             "-f",
             str(home / "pom.xml"),
             "dependency:copy-dependencies",
-            f"-Dkafka.version={jars.version}",
+            *(f"-D{key}={value}" for key, value in properties.items()),
             f"-DoutputDirectory={staging}",
             "-DincludeScope=runtime",
         ],
@@ -154,18 +169,12 @@ def _resolve(jars: KafkaJars) -> None:
     )
     if proc.returncode != 0:
         raise KafkaUnavailableError(
-            f"mvn could not resolve Apache Kafka {jars.version}:\n"
-            f"{proc.stdout[-4000:]}{proc.stderr[-4000:]}"
+            f"mvn could not resolve {what}:\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}"
         )
-    shutil.rmtree(jars.lib_dir, ignore_errors=True)
-    staging.rename(jars.lib_dir)
-    (home / MARKER).write_text(_pom_digest() + "\n")
-    log.info(
-        "kafka_jars_resolved",
-        version=jars.version,
-        lib_dir=str(jars.lib_dir),
-        seconds=round(time.monotonic() - started, 2),
-    )
+    shutil.rmtree(home / "lib", ignore_errors=True)
+    staging.rename(home / "lib")
+    (home / MARKER).write_text(hashlib.sha256(pom_text.encode()).hexdigest() + "\n")
+    return round(time.monotonic() - started, 2)
 
 
 def ensure_probe_classes(jars: KafkaJars) -> Path:

@@ -18,7 +18,6 @@ import importlib.util
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from importlib import resources
@@ -33,6 +32,7 @@ from epochguard.testing.apache_kafka.jars import (
     _locked,
     cache_root,
     real_kafka_required,
+    resolve_with_maven,
 )
 
 log = get_logger("epochguard.testing.apache_kafka")
@@ -142,40 +142,14 @@ def ensure_spark_kafka_jars(version: str | None = None, root: Path | None = None
 
 
 def _resolve(home: Path, version: str) -> None:
-    staging = home / "lib.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    (home / "pom.xml").write_text(_pom_text(), encoding="utf-8")
-    started = time.monotonic()
-    proc = subprocess.run(
-        [
-            "mvn",
-            "-q",
-            "-B",
-            "-f",
-            str(home / "pom.xml"),
-            "dependency:copy-dependencies",
-            f"-Dspark.kafka.version={version}",
-            f"-DoutputDirectory={staging}",
-            "-DincludeScope=runtime",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
+    seconds = resolve_with_maven(
+        home, _pom_text(), {"spark.kafka.version": version}, f"{CONNECTOR} {version}"
     )
-    if proc.returncode != 0:
-        raise KafkaUnavailableError(
-            f"mvn could not resolve {CONNECTOR} {version}:\n"
-            f"{proc.stdout[-4000:]}{proc.stderr[-4000:]}"
-        )
-    shutil.rmtree(home / "lib", ignore_errors=True)
-    staging.rename(home / "lib")
-    (home / MARKER).write_text(_pom_text_digest() + "\n")
     log.info(
         "spark_kafka_jars_resolved",
         version=version,
         lib_dir=str(home / "lib"),
-        seconds=round(time.monotonic() - started, 2),
+        seconds=seconds,
     )
 
 

@@ -416,44 +416,28 @@ def decode_records(
         else:
             body = buf
             bstart, bend = body_start, batch_end
+        args = (
+            body,
+            bstart,
+            bend,
+            count,
+            topic,
+            partition,
+            epoch,
+            base_offset,
+            base_ts,
+            ts_type,
+            max_ts if ts_type == 1 else None,
+            fetch_offset,
+            out,
+            key_deserializer,
+            value_deserializer,
+        )
         try:
             if native is not None:
-                native(
-                    body,
-                    bstart,
-                    bend,
-                    count,
-                    topic,
-                    partition,
-                    epoch,
-                    base_offset,
-                    base_ts,
-                    ts_type,
-                    max_ts if ts_type == 1 else None,
-                    fetch_offset,
-                    out,
-                    key_deserializer,
-                    value_deserializer,
-                    ConsumerRecord,
-                )
+                native(*args, ConsumerRecord)
             else:
-                _decode_batch_records(
-                    body,
-                    bstart,
-                    bend,
-                    count,
-                    topic,
-                    partition,
-                    epoch,
-                    base_offset,
-                    base_ts,
-                    ts_type,
-                    max_ts if ts_type == 1 else None,
-                    fetch_offset,
-                    out,
-                    key_deserializer,
-                    value_deserializer,
-                )
+                _decode_batch_records(*args)
         except IndexError as exc:
             raise CorruptRecordError(
                 f"{topic}-{partition}: truncated record in batch at offset {base_offset}"

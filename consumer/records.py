@@ -37,6 +37,9 @@ _HEADER_SIZE = _HEADER.size  # 61
 _LOG_OVERHEAD = 12  # baseOffset + batchLength
 _MAGIC_OFFSET = 16
 _CRC_START = 21
+# crc, magic, attributes, key and value lengths: the smallest v0 message after the offset
+# and size fields (Java's LegacyRecord.RECORD_OVERHEAD_V0).
+_LEGACY_MIN_SIZE = 14
 
 _COMPRESSION_MASK = 0x07
 _TIMESTAMP_TYPE_MASK = 0x08
@@ -137,18 +140,140 @@ def as_deserializer(obj: Any) -> Deserializer | None:
     raise TypeError(f"not a deserializer: {obj!r}")
 
 
-def _decompress(codec: int, data: bytes) -> bytes:
-    from kafka import codec as kcodec
+#: The most bytes one compressed batch may inflate to. Kafka's own limits bound only the
+#: compressed size, so without this a few KB of zeros (a "compression bomb", or garbage
+#: that happens to decompress) could take all memory; a batch past it is a
+#: ``CorruptRecordError``. Raise it for producers with a larger ``batch.size``.
+MAX_DECOMPRESSED_BATCH_BYTES = 64 * 1024 * 1024
 
-    if codec == 1:
-        return bytes(kcodec.gzip_decode(data))
-    if codec == 2:
-        return bytes(kcodec.snappy_decode(data))
-    if codec == 3:
-        return bytes(kcodec.lz4_decode(data))
-    if codec == 4:
-        return bytes(kcodec.zstd_decode(data))
-    raise CorruptRecordError(f"unknown compression codec {codec}")
+_CODEC_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+# xerial snappy framing (what Java's SnappyOutputStream writes): magic, version, compat.
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def _inflate_gzip(data: bytes, limit: int) -> bytes:
+    import zlib
+
+    out = bytearray()
+    rest = data
+    while True:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out += d.decompress(rest, limit + 1 - len(out))
+        if len(out) > limit:
+            return bytes(out)
+        if not d.eof:
+            raise ValueError("gzip stream is cut short")
+        rest = d.unused_data
+        if not rest:
+            return bytes(out)
+
+
+def _snappy_block(block: bytes, limit: int) -> bytes | None:
+    """One raw snappy block inflated; None when it announces more than ``limit`` bytes."""
+    import snappy
+
+    # A raw snappy block starts with its uncompressed length (a varint): check it before
+    # inflating anything.
+    size = shift = i = 0
+    while True:
+        if i >= len(block) or shift > 28:
+            raise ValueError("bad snappy length preamble")
+        b = block[i]
+        size |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            break
+        shift += 7
+    if size > limit:
+        return None
+    return bytes(snappy.decompress(block))
+
+
+def _inflate_snappy(data: bytes, limit: int) -> bytes:
+    if not data.startswith(_XERIAL_MAGIC):
+        out = _snappy_block(data, limit)
+        if out is None:
+            raise _Bomb
+        return out
+    parts: list[bytes] = []
+    size = 0
+    cursor = 16
+    while cursor < len(data):
+        if cursor + 4 > len(data):
+            raise ValueError("xerial snappy block size is cut short")
+        (block_size,) = struct.unpack_from(">i", data, cursor)
+        cursor += 4
+        if block_size < 0 or cursor + block_size > len(data):
+            raise ValueError(f"xerial snappy block of {block_size} bytes does not fit")
+        block = _snappy_block(data[cursor : cursor + block_size], limit - size)
+        if block is None:
+            raise _Bomb
+        parts.append(block)
+        size += len(block)
+        cursor += block_size
+    return b"".join(parts)
+
+
+def _inflate_lz4(data: bytes, limit: int) -> bytes:
+    import lz4.frame
+
+    out = bytearray()
+    rest = data
+    while rest:
+        d = lz4.frame.LZ4FrameDecompressor()
+        out += d.decompress(rest, max_length=limit + 1 - len(out))
+        if len(out) > limit:
+            return bytes(out)
+        if not d.eof:
+            raise ValueError("lz4 frame is cut short")
+        rest = d.unused_data
+    return bytes(out)
+
+
+def _inflate_zstd(data: bytes, limit: int) -> bytes:
+    import io
+
+    import zstandard
+
+    out = bytearray()
+    with zstandard.ZstdDecompressor().stream_reader(
+        io.BytesIO(data), read_across_frames=True
+    ) as reader:
+        while len(out) <= limit:
+            chunk = reader.read(min(1 << 20, limit + 1 - len(out)))
+            if not chunk:
+                break
+            out += chunk
+    return bytes(out)
+
+
+class _Bomb(Exception):
+    """Inflating would pass the limit."""
+
+
+_INFLATE = {1: _inflate_gzip, 2: _inflate_snappy, 3: _inflate_lz4, 4: _inflate_zstd}
+
+
+def _decompress(
+    codec: int, data: bytes, where: str, limit: int = MAX_DECOMPRESSED_BATCH_BYTES
+) -> bytes:
+    """``data`` inflated, at most ``limit`` bytes; ``where`` names the batch in errors."""
+    inflate = _INFLATE.get(codec)
+    if inflate is None:
+        raise CorruptRecordError(f"{where}: unknown compression codec {codec}")
+    name = _CODEC_NAMES[codec]
+    try:
+        out = inflate(data, limit)
+    except _Bomb:
+        out = None
+    except Exception as exc:  # each codec library has its own error types
+        raise CorruptRecordError(f"{where}: {name} data does not decompress: {exc!r}") from exc
+    if out is None or len(out) > limit:
+        raise CorruptRecordError(
+            f"{where}: {name} data inflates past {limit} bytes "
+            "(records.MAX_DECOMPRESSED_BATCH_BYTES)"
+        )
+    return out
 
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -347,11 +472,23 @@ def decode_records(
     aborting: set[int] = set()
     while pos + _LOG_OVERHEAD <= total:
         base_offset, length = struct.unpack_from(">qi", buf, pos)
+        # As Java's ByteBufferLogInputStream: a size below the smallest record is garbage
+        # (not a cut), checked before the cut so that a negative size is not mistaken for one.
+        if length < _LEGACY_MIN_SIZE:
+            raise CorruptRecordError(
+                f"{topic}-{partition}: record batch at offset {base_offset} has size {length}, "
+                f"less than the minimum {_LEGACY_MIN_SIZE}"
+            )
         batch_end = pos + _LOG_OVERHEAD + length
-        if batch_end > total or length < 0:
+        if batch_end > total:
             break  # partial batch at the end of the response
-        magic = buf[pos + _MAGIC_OFFSET] if pos + _MAGIC_OFFSET < total else -1
+        magic = buf[pos + _MAGIC_OFFSET]
         if magic != 2:
+            if magic > 2:  # a signed byte on the wire: 128..255 are negative
+                raise CorruptRecordError(
+                    f"{topic}-{partition}: record batch at offset {base_offset} has unknown "
+                    f"magic {magic if magic < 128 else magic - 256}"
+                )
             nxt, ep = _decode_legacy(
                 buf[pos:batch_end],
                 topic,
@@ -367,6 +504,11 @@ def decode_records(
                 last_epoch = ep
             pos = batch_end
             continue
+        if length + _LOG_OVERHEAD < _HEADER_SIZE:
+            raise CorruptRecordError(
+                f"{topic}-{partition}: record batch at offset {base_offset} has size {length}, "
+                f"less than a v2 batch header ({_HEADER_SIZE - _LOG_OVERHEAD})"
+            )
         (
             _base,
             _len,
@@ -386,6 +528,11 @@ def decode_records(
         if check_crcs and crc32c.crc32c(view[pos + _CRC_START : batch_end]) != crc:
             raise CorruptRecordError(
                 f"{topic}-{partition}: record batch at offset {base_offset} failed its CRC check"
+            )
+        if count < 0:
+            raise CorruptRecordError(
+                f"{topic}-{partition}: record batch at offset {base_offset} has a negative "
+                f"record count {count}"
             )
         batch_next = base_offset + last_delta + 1
         body_start = pos + _HEADER_SIZE
@@ -408,7 +555,11 @@ def decode_records(
         codec = attrs_ & _COMPRESSION_MASK
         native = _native
         if codec:
-            body = _decompress(codec, buf[body_start:batch_end])
+            body = _decompress(
+                codec,
+                buf[body_start:batch_end],
+                f"{topic}-{partition}: record batch at offset {base_offset}",
+            )
             bstart, bend = 0, len(body)
         else:
             body = buf
@@ -470,34 +621,41 @@ def _decode_legacy(
 ) -> tuple[int | None, int | None]:
     from kafka.record import MemoryRecords
 
-    records = MemoryRecords(chunk)
     nxt: int | None = None
-    while True:
-        batch = records.next_batch()
-        if batch is None:
-            break
-        for rec in batch:
-            if check_crcs and not rec.validate_crc():
-                raise CorruptRecordError(f"{topic}-{partition}: record {rec.offset} failed CRC")
-            nxt = rec.offset + 1
-            if rec.offset < fetch_offset:
-                continue
-            key, value = rec.key, rec.value
-            out.append(
-                ConsumerRecord(
-                    topic,
-                    partition,
-                    -1,
-                    rec.offset,
-                    rec.timestamp,
-                    rec.timestamp_type,
-                    key if key_des is None else key_des(topic, [], key),
-                    value if value_des is None else value_des(topic, [], value),
-                    [],
-                    rec.checksum,
-                    -1 if key is None else len(key),
-                    -1 if value is None else len(value),
-                    -1,
-                )
+    parsed: list[Any] = []
+    try:
+        records = MemoryRecords(chunk)
+        while True:
+            batch = records.next_batch()
+            if batch is None:
+                break
+            parsed += batch
+    except Exception as exc:  # kafka-python's parser fails with bare struct/index errors
+        raise CorruptRecordError(
+            f"{topic}-{partition}: legacy message set does not parse: {exc!r}"
+        ) from exc
+    for rec in parsed:
+        if check_crcs and not rec.validate_crc():
+            raise CorruptRecordError(f"{topic}-{partition}: record {rec.offset} failed CRC")
+        nxt = rec.offset + 1
+        if rec.offset < fetch_offset:
+            continue
+        key, value = rec.key, rec.value
+        out.append(
+            ConsumerRecord(
+                topic,
+                partition,
+                -1,
+                rec.offset,
+                rec.timestamp,
+                rec.timestamp_type,
+                key if key_des is None else key_des(topic, [], key),
+                value if value_des is None else value_des(topic, [], value),
+                [],
+                rec.checksum,
+                -1 if key is None else len(key),
+                -1 if value is None else len(value),
+                -1,
             )
+        )
     return nxt, None

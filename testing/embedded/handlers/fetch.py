@@ -82,6 +82,9 @@ def _answer(
                 else min(target.partition_max_bytes, budget)
             )
             records = log.read(offset, max(limit, 1), upper=hw)
+            records = ctx.cluster.faults.corrupt_records(
+                ctx.broker_id, name, target.partition, records
+            )
     if error:
         hw = lso = start = -1  # as Kafka: offsets are unknown with an error
     data = P(

@@ -170,7 +170,7 @@ def _inflate_gzip(data: bytes, limit: int) -> bytes:
 
 def _snappy_block(block: bytes, limit: int) -> bytes | None:
     """One raw snappy block inflated; None when it announces more than ``limit`` bytes."""
-    import snappy
+    import snappy  # type: ignore[import-untyped]
 
     # A raw snappy block starts with its uncompressed length (a varint): check it before
     # inflating anything.
@@ -215,7 +215,7 @@ def _inflate_snappy(data: bytes, limit: int) -> bytes:
 
 
 def _inflate_lz4(data: bytes, limit: int) -> bytes:
-    import lz4.frame
+    import lz4.frame  # type: ignore[import-untyped]
 
     out = bytearray()
     rest = data
@@ -264,6 +264,10 @@ def _decompress(
     name = _CODEC_NAMES[codec]
     try:
         out = inflate(data, limit)
+    except ImportError as exc:
+        raise CorruptRecordError(
+            f"{where}: {name} compression needs the {exc.name!r} package, which is not installed"
+        ) from exc
     except _Bomb:
         out = None
     except Exception as exc:  # each codec library has its own error types

@@ -151,21 +151,34 @@ _CODEC_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
+_CHUNK = 1 << 20
+
+
+class _Bomb(Exception):
+    """Inflating would pass the limit."""
+
+
 def _inflate_gzip(data: bytes, limit: int) -> bytes:
     import zlib
 
-    out = bytearray()
+    # A MiB at a time, so that a bomb is refused holding about ``limit`` bytes, not twice.
+    parts: list[bytes] = []
+    size = 0
     rest = data
     while True:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        out += d.decompress(rest, limit + 1 - len(out))
-        if len(out) > limit:
-            return bytes(out)
-        if not d.eof:
-            raise ValueError("gzip stream is cut short")
+        while not d.eof:
+            chunk = d.decompress(rest, _CHUNK)
+            rest = d.unconsumed_tail
+            if not chunk and not rest and not d.eof:
+                raise ValueError("gzip stream is cut short")
+            size += len(chunk)
+            if size > limit:
+                raise _Bomb
+            parts.append(chunk)
         rest = d.unused_data
         if not rest:
-            return bytes(out)
+            return b"".join(parts)
 
 
 def _snappy_block(block: bytes, limit: int) -> bytes | None:
@@ -217,17 +230,24 @@ def _inflate_snappy(data: bytes, limit: int) -> bytes:
 def _inflate_lz4(data: bytes, limit: int) -> bytes:
     import lz4.frame  # type: ignore[import-untyped]
 
-    out = bytearray()
+    parts: list[bytes] = []
+    size = 0
     rest = data
     while rest:
         d = lz4.frame.LZ4FrameDecompressor()
-        out += d.decompress(rest, max_length=limit + 1 - len(out))
-        if len(out) > limit:
-            return bytes(out)
+        chunk = d.decompress(rest, max_length=_CHUNK)
+        while True:
+            size += len(chunk)
+            if size > limit:
+                raise _Bomb
+            parts.append(chunk)
+            if d.eof or d.needs_input:
+                break
+            chunk = d.decompress(b"", max_length=_CHUNK)
         if not d.eof:
             raise ValueError("lz4 frame is cut short")
         rest = d.unused_data
-    return bytes(out)
+    return b"".join(parts)
 
 
 def _inflate_zstd(data: bytes, limit: int) -> bytes:
@@ -235,29 +255,29 @@ def _inflate_zstd(data: bytes, limit: int) -> bytes:
 
     import zstandard
 
-    out = bytearray()
+    parts: list[bytes] = []
+    size = 0
     with zstandard.ZstdDecompressor().stream_reader(
         io.BytesIO(data), read_across_frames=True
     ) as reader:
-        while len(out) <= limit:
-            chunk = reader.read(min(1 << 20, limit + 1 - len(out)))
+        while True:
+            chunk = reader.read(_CHUNK)
             if not chunk:
                 break
-            out += chunk
-    return bytes(out)
-
-
-class _Bomb(Exception):
-    """Inflating would pass the limit."""
+            size += len(chunk)
+            if size > limit:
+                raise _Bomb
+            parts.append(chunk)
+    return b"".join(parts)
 
 
 _INFLATE = {1: _inflate_gzip, 2: _inflate_snappy, 3: _inflate_lz4, 4: _inflate_zstd}
 
 
-def _decompress(
-    codec: int, data: bytes, where: str, limit: int = MAX_DECOMPRESSED_BATCH_BYTES
-) -> bytes:
-    """``data`` inflated, at most ``limit`` bytes; ``where`` names the batch in errors."""
+def _decompress(codec: int, data: bytes, where: str) -> bytes:
+    """``data`` inflated, at most ``MAX_DECOMPRESSED_BATCH_BYTES`` (read at each call, so
+    it can be changed at run time); ``where`` names the batch in errors."""
+    limit = MAX_DECOMPRESSED_BATCH_BYTES
     inflate = _INFLATE.get(codec)
     if inflate is None:
         raise CorruptRecordError(f"{where}: unknown compression codec {codec}")
@@ -272,7 +292,7 @@ def _decompress(
         out = None
     except Exception as exc:  # each codec library has its own error types
         raise CorruptRecordError(f"{where}: {name} data does not decompress: {exc!r}") from exc
-    if out is None or len(out) > limit:
+    if out is None:
         raise CorruptRecordError(
             f"{where}: {name} data inflates past {limit} bytes "
             "(records.MAX_DECOMPRESSED_BATCH_BYTES)"

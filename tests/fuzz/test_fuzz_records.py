@@ -106,7 +106,7 @@ _FIELD_VALUES = {
 
 
 @st.composite
-def _mutated(draw: st.DrawFn) -> tuple[bytes, bool]:
+def _mutated(draw: st.DrawFn) -> bytes:
     raw = bytearray(draw(_fetches()))
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(["field", "field", "byte", "cut"]))
@@ -119,16 +119,16 @@ def _mutated(draw: st.DrawFn) -> tuple[bytes, bool]:
             raw[i] = draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF]) | st.integers(0, 255))
         elif raw:
             del raw[draw(st.integers(0, len(raw) - 1)) :]
-    recrc = draw(st.booleans())
-    if recrc and len(raw) >= 21:
+    # Half the time the CRC is made right again, so that the damage reaches the parsers.
+    if draw(st.booleans()) and len(raw) >= 21:
         _fix_crc(raw)
-    return bytes(raw), recrc
+    return bytes(raw)
 
 
 @fuzz(150)
 @given(case=_mutated(), fetch_offset=st.sampled_from([0, 5, 2**40]))
-def test_mutated_valid_fetches(case: tuple[bytes, bool], fetch_offset: int) -> None:
-    data, recrc = case
+def test_mutated_valid_fetches(case: bytes, fetch_offset: int) -> None:
+    data = case
     _same(data, fetch_offset, check_crcs=True)
     _same(data, fetch_offset, check_crcs=False)
 

@@ -47,6 +47,35 @@ def api_versions_error_response(correlation_id: int) -> bytes:
     return data
 
 
+def _null_field(value: Any, struct: Any, version: int) -> str | None:
+    """The first field of a decoded request that is null where the schema does not allow
+    it at ``version`` (its dotted name), or None. kafka-python decodes a -1 length as None
+    whatever the schema says; Kafka's parser rejects it."""
+    for field in struct.fields.values():
+        if not field.for_version_q(version):
+            continue
+        item = getattr(value, field.name, None)
+        if item is None:
+            # Only strings and arrays have a null on the wire (kafka-python also gives None
+            # for the zero uuid, which is not a null).
+            nullable_kind = field.is_array() or field.type_str in ("string", "bytes")
+            if nullable_kind and not field.nullable_for_version_q(version):
+                return str(field.name)
+            continue
+        if field.is_struct():
+            inner = _null_field(item, field, version)
+        elif field.is_struct_array():
+            inner = next(
+                (n for n in (_null_field(x, field, version) for x in item) if n is not None),
+                None,
+            )
+        else:
+            continue
+        if inner is not None:
+            return f"{field.name}.{inner}"
+    return None
+
+
 class EmbeddedServer:
     """Owns the event loop thread and the listeners of every broker of ``state``."""
 
@@ -204,6 +233,17 @@ class EmbeddedServer:
                 api_key=api_key,
                 api_version=version,
                 error=repr(e),
+            )
+            return False
+        struct = getattr(request, "_struct", None)
+        null = None if struct is None else _null_field(request, struct, version)
+        if null is not None:
+            log.warning(
+                "malformed_request",
+                broker=broker_id,
+                api_key=api_key,
+                api_version=version,
+                error=f"{null} is null",
             )
             return False
         self.state.request_counts[api_key, version] += 1

@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv install test lint demo bench clean kafka-jars
+.PHONY: all venv install test lint demo bench clean kafka-jars fuzz
 
 all: test
 
@@ -30,6 +30,12 @@ kafka-jars: $(STAMP)
 
 test: $(STAMP) kafka-jars
 	$(BIN)/python -P -m pytest $(PYTEST_ARGS)
+
+# Long fuzzing runs (docs/consumer.md, "Bad input"): FUZZ_EXAMPLES hypothesis examples per
+# property instead of make test's small defaults.
+FUZZ_EXAMPLES ?= 100000
+fuzz: $(STAMP)
+	EPOCHGUARD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -P -m pytest tests/fuzz -x -q -o timeout=0 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -300,10 +300,13 @@ def _decompress(codec: int, data: bytes, where: str) -> bytes:
     return out
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def _read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     shift = 0
     result = 0
     while True:
+        if pos >= end:
+            # ``buf`` may go on with the next batch: its bytes are not this record's.
+            raise IndexError("varint past the end of the batch")
         b = buf[pos]
         pos += 1
         # The tenth byte may only carry bit 63: a longer value is no 64-bit varint.
@@ -347,7 +350,7 @@ def _decode_batch_records(
         elif buf[pos + 1] < 0x80:
             pos += 2
         else:
-            _, pos = read_varint(buf, pos)
+            _, pos = read_varint(buf, pos, end)
         pos += 1  # record attributes, unused
         b = buf[pos]
         if b < 0x80:
@@ -357,7 +360,7 @@ def _decode_batch_records(
             ts_delta = zz[(b & 0x7F) | (buf[pos + 1] << 7)]
             pos += 2
         else:
-            ts_delta, pos = read_varint(buf, pos)
+            ts_delta, pos = read_varint(buf, pos, end)
         b = buf[pos]
         if b < 0x80:
             off_delta = zz[b]
@@ -366,13 +369,13 @@ def _decode_batch_records(
             off_delta = zz[(b & 0x7F) | (buf[pos + 1] << 7)]
             pos += 2
         else:
-            off_delta, pos = read_varint(buf, pos)
+            off_delta, pos = read_varint(buf, pos, end)
         b = buf[pos]
         if b < 0x80:
             klen = zz[b]
             pos += 1
         else:
-            klen, pos = read_varint(buf, pos)
+            klen, pos = read_varint(buf, pos, end)
         if klen >= 0:
             key: Any = buf[pos : pos + klen]
             pos += klen
@@ -386,7 +389,7 @@ def _decode_batch_records(
             vlen = zz[(b & 0x7F) | (buf[pos + 1] << 7)]
             pos += 2
         else:
-            vlen, pos = read_varint(buf, pos)
+            vlen, pos = read_varint(buf, pos, end)
         if vlen >= 0:
             value: Any = buf[pos : pos + vlen]
             pos += vlen
@@ -398,11 +401,11 @@ def _decode_batch_records(
             headers: list[tuple[str, bytes | None]] = []
             hsize = -1
         else:
-            nh, pos = read_varint(buf, pos)
+            nh, pos = read_varint(buf, pos, end)
             headers = []
             hsize = 0
             for _h in range(nh):
-                hklen, pos = read_varint(buf, pos)
+                hklen, pos = read_varint(buf, pos, end)
                 if hklen < 0:
                     raise CorruptRecordError(
                         f"{topic}-{partition}: negative header key length in batch at offset "
@@ -418,7 +421,7 @@ def _decode_batch_records(
                         f"{base_offset}"
                     ) from None
                 pos += hklen
-                hvlen, pos = read_varint(buf, pos)
+                hvlen, pos = read_varint(buf, pos, end)
                 if hvlen >= 0:
                     if pos + hvlen > end:
                         raise IndexError("header value past the end of the batch")
@@ -429,6 +432,9 @@ def _decode_batch_records(
                     hval = None
                     hsize += hklen
                 headers.append((hkey, hval))
+        if pos > end:
+            # Before any deserializer sees it: a record that ran into the next batch.
+            raise IndexError("record past the end of the batch")
         offset = base_offset + off_delta
         if offset < min_offset:
             continue
@@ -633,6 +639,24 @@ def decode_records(
     return DecodedFetch(out, next_offset, last_epoch, pos if next_offset is not None else 0)
 
 
+def _bound_legacy_wrapper(chunk: bytes, where: str) -> None:
+    """kafka-python inflates a compressed v0/v1 wrapper message without a limit: inflate
+    its value here first, bounded, so that a bomb is refused before that."""
+    try:
+        base_offset, _size, _crc, magic, attrs = struct.unpack_from(">qiIbb", chunk, 0)
+        codec = attrs & _COMPRESSION_MASK
+        if not codec or (magic == 0 and codec == 3):
+            return  # uncompressed; or v0 lz4, whose broken frame header only kafka-python reads
+        pos = 18 + (8 if magic == 1 else 0)
+        (klen,) = struct.unpack_from(">i", chunk, pos)
+        pos += 4 + max(klen, 0)
+        (vlen,) = struct.unpack_from(">i", chunk, pos)
+        value = chunk[pos + 4 : pos + 4 + max(vlen, 0)]
+    except struct.error as exc:
+        raise CorruptRecordError(f"{where} is cut short: {exc}") from exc
+    _decompress(codec, value, f"{where} {base_offset}")
+
+
 def _decode_legacy(
     chunk: bytes,
     topic: str,
@@ -647,6 +671,7 @@ def _decode_legacy(
 
     nxt: int | None = None
     parsed: list[Any] = []
+    _bound_legacy_wrapper(chunk, f"{topic}-{partition}: legacy message at offset")
     try:
         records = MemoryRecords(chunk)
         while True:

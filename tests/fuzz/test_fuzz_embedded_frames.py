@@ -23,7 +23,6 @@ from epochguard.testing.embedded.handlers import load_all
 from ..embedded.wire import Wire
 from .conftest import fuzz
 
-pytestmark = pytest.mark.timeout(120)
 
 REGISTRY = load_all()
 KNOWN = sorted(REGISTRY)

@@ -184,7 +184,7 @@ def _valid_sqlite(path: Path) -> bytes:
     return path.read_bytes()
 
 
-@fuzz(100)
+@fuzz(50)
 @given(
     edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=8),
     cut=st.none() | st.integers(0, 10**6),
@@ -272,7 +272,7 @@ _option_values = (
 )
 
 
-@fuzz(300)
+@fuzz(150)
 @given(
     options=st.dictionaries(_option_names, _option_values, max_size=4),
     streaming=st.booleans(),

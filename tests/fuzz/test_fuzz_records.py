@@ -286,3 +286,43 @@ def test_multi_member_gzip_still_decodes() -> None:
     _fix_crc(batch)
     kind, detail = _same(bytes(batch))
     assert kind == "ok" and [r[7] for r in detail[0]] == [b"v" * 100]
+
+
+def _legacy_wrapper(value: bytes, codec: int) -> bytes:
+    """A v1 compressed wrapper message (offset 10) whose compressed value is ``value``."""
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    b = LegacyRecordBatchBuilder(magic=1, compression_type=codec, batch_size=10**6)
+    b.append(0, timestamp=1, key=None, value=b"v")
+    raw = bytearray(b.build())
+    struct.pack_into(">q", raw, 0, 10)
+    (klen,) = struct.unpack_from(">i", raw, 26)
+    pos = 30 + max(klen, 0)
+    raw[pos:] = struct.pack(">i", len(value)) + value
+    struct.pack_into(">i", raw, 8, len(raw) - 12)
+    struct.pack_into(">I", raw, 12, zlib.crc32(bytes(raw[16:])))
+    return bytes(raw)
+
+
+def test_legacy_compressed_wrapper_bomb_is_bounded() -> None:
+    limit = records.MAX_DECOMPRESSED_BATCH_BYTES
+    data = _legacy_wrapper(_bomb(1, 2 * limit), 1)
+    tracemalloc.start()
+    try:
+        kind, detail = _same(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert kind == "error"
+    assert "fz-7: legacy message at offset 10: gzip data inflates past" in detail
+    assert peak < limit + 8 * _MiB
+
+
+def test_legacy_compressed_wrapper_still_decodes() -> None:
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    b = LegacyRecordBatchBuilder(magic=1, compression_type=1, batch_size=10**6)
+    for i in range(3):
+        b.append(i, timestamp=1, key=None, value=b"v%d" % i)
+    kind, detail = _same(bytes(b.build()))
+    assert kind == "ok" and [r[7] for r in detail[0]] == [b"v0", b"v1", b"v2"]

@@ -23,7 +23,6 @@ from epochguard.testing.embedded.handlers import load_all
 from ..embedded.wire import Wire
 from .conftest import fuzz
 
-
 REGISTRY = load_all()
 KNOWN = sorted(REGISTRY)
 

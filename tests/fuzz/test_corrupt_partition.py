@@ -43,7 +43,7 @@ def _poll(c: EpochConsumer, got: list[ConsumerRecord], errors: list[Exception]) 
         errors.append(exc)
 
 
-@pytest.mark.parametrize("garbage", [None, b"\x00" * 20, b"\xff" * 80])
+@pytest.mark.parametrize("garbage", [None, b"\x00" * 20, b"\xff" * 80], ids=["crc", "zeros", "ff"])
 def test_other_partitions_flow_while_one_serves_garbage(
     cluster: EmbeddedCluster, garbage: bytes | None
 ) -> None:
@@ -55,7 +55,7 @@ def test_other_partitions_flow_while_one_serves_garbage(
     got: list[ConsumerRecord] = []
     errors: list[Exception] = []
     with _consumer(cluster) as c:
-        c.assign([GOOD, BAD])
+        c.assign([BAD, GOOD])  # the bad one first in every Fetch
         deadline = time.monotonic() + 20
         while len([r for r in got if r.partition == 0]) < 10:
             assert time.monotonic() < deadline, (got, errors)

@@ -187,15 +187,28 @@ class EmbeddedServer:
             return
         conns = self._conns.setdefault(broker_id, set())
         conns.add(writer)
+        # The next frame's size is read while a request is handled, so that a client that
+        # goes away is noticed during a long poll (Fetch max_wait_ms can be hours): Kafka
+        # closes such a connection and drops its request, and so does this server.
+        next_head: asyncio.Task[bytes] | None = None
+        dispatch: asyncio.Task[bool] | None = None
         try:
             while True:
-                head = await reader.readexactly(4)
+                head = await (next_head or reader.readexactly(4))
+                next_head = None
                 size = int.from_bytes(head, "big", signed=True)
                 if not _HEADER.size <= size <= MAX_FRAME_BYTES:
                     log.warning("malformed_frame", broker=broker_id, size=size)
                     return
                 payload = await reader.readexactly(size)
-                if not await self._dispatch(broker_id, payload, writer):
+                dispatch = asyncio.ensure_future(self._dispatch(broker_id, payload, writer))
+                next_head = asyncio.ensure_future(reader.readexactly(4))
+                await asyncio.wait({dispatch, next_head}, return_when=asyncio.FIRST_COMPLETED)
+                if not dispatch.done() and next_head.exception() is not None:
+                    return  # the client closed (or broke) the connection mid-request
+                ok = await dispatch
+                dispatch = None
+                if not ok:
                     return
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -204,6 +217,9 @@ class EmbeddedServer:
         except Exception:
             log.exception("connection_failed", broker=broker_id)
         finally:
+            for task in (dispatch, next_head):
+                if task is not None and not task.done():
+                    task.cancel()
             conns.discard(writer)
             writer.close()
 

@@ -143,3 +143,15 @@ def test_a_consumer_reads_after_the_fuzzing(cluster: EmbeddedCluster) -> None:
             if len(got) >= 5:
                 break
         assert got == [b"v-%d" % i for i in range(5)]
+
+
+def test_client_gone_during_a_long_poll_closes_the_connection(cluster: EmbeddedCluster) -> None:
+    """Found by the fuzzer: a Fetch v4 with max_wait_ms 16777216 (4.6 hours), then the
+    client shuts its side. The broker must drop the request and close, not hold the
+    connection for the whole wait (``_send_and_drain`` waits for that close)."""
+    frame = (
+        b"\x00\x00\x00\x1f\x00\x01\x00\x04\x00\x00\x00\x00\xff\xff\x00\x00\x00\x00\x01\x00"
+        b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+    )
+    _send_and_drain(cluster, frame)
+    _well_behaved(cluster)

@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv install test lint demo bench clean kafka-jars spark-jars chaos
+.PHONY: all venv install test lint demo bench clean kafka-jars spark-jars chaos fuzz
 
 all: test
 
@@ -45,6 +45,12 @@ chaos: $(STAMP)
 	EPOCHGUARD_CHAOS_SEEDS=$(SEEDS) EPOCHGUARD_CHAOS_FIRST=$(FIRST) \
 		$(BIN)/python -P -m pytest tests/consumer/test_chaos.py \
 		-p no:cacheprovider -q -rfE $(PYTEST_ARGS)
+
+# Long fuzzing runs (docs/consumer.md, "Bad input"): FUZZ_EXAMPLES hypothesis examples per
+# property instead of make test's small defaults.
+FUZZ_EXAMPLES ?= 100000
+fuzz: $(STAMP)
+	EPOCHGUARD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -P -m pytest tests/fuzz -x -q -o timeout=0 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

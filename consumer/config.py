@@ -173,7 +173,8 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(cfg[key], bool):
             raise ConsumerConfigError(key, f"must be True or False, got {cfg[key]!r}")
     reset = cfg["auto_offset_reset"]
-    reset = {"smallest": "earliest", "largest": "latest"}.get(reset, reset)
+    if isinstance(reset, str):
+        reset = {"smallest": "earliest", "largest": "latest"}.get(reset, reset)
     if reset not in ("earliest", "latest", "none"):
         raise ConsumerConfigError(
             "auto_offset_reset", f"must be 'earliest', 'latest' or 'none', got {reset!r}"

@@ -499,6 +499,10 @@ class EpochConsumer:
             tp, error = next(iter(self._pending_errors.items()))
             del self._pending_errors[tp]
             raise as_consumer_error(error)
+        corrupt = self._fetcher.corrupt_errors
+        if corrupt:
+            tp = next(iter(corrupt))
+            raise corrupt.pop(tp)
 
     def _await_seek(self, tp: TopicPartition) -> None:
         """A partition just stopped until a seek: its first ``partition_awaiting_seek`` is due
@@ -668,6 +672,7 @@ class EpochConsumer:
         self._restored.add(partition)
         self._pending_truncations.pop(partition, None)
         self._pending_errors.pop(partition, None)
+        self._fetcher.clear_corrupt(partition)
         self._fetcher.drop_buffer(partition)
         self._fetcher.after_input(partition)
 
@@ -688,6 +693,7 @@ class EpochConsumer:
             self._restored.add(tp)
             self._pending_truncations.pop(tp, None)
             self._pending_errors.pop(tp, None)
+            self._fetcher.clear_corrupt(tp)
             self._fetcher.drop_buffer(tp)
             self._fetcher.after_input(tp)
 

@@ -36,7 +36,17 @@ class ConsumerConfigError(kerrors.KafkaConfigurationError, ValueError):  # type:
 
 
 class CorruptRecordError(kerrors.CorruptRecordError):  # type: ignore[misc]
-    """A fetched batch failed its CRC check or could not be parsed."""
+    """A fetched batch failed its CRC check or could not be parsed.
+
+    Raised by ``poll`` with ``tp`` and ``offset`` set (the partition and the position it
+    stopped at): that partition stops fetching until the application seeks it, the others
+    keep delivering. The decoders raise it without them.
+    """
+
+    def __init__(self, message: str, *, tp: Any = None, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.tp = tp
+        self.offset = offset
 
 
 class ConsumerClosedError(kerrors.IllegalStateError):  # type: ignore[misc]

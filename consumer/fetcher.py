@@ -31,6 +31,7 @@ from kafka.structs import TopicPartition
 from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
+from epochguard.consumer.errors import CorruptRecordError
 from epochguard.consumer.metadata import Metadata
 from epochguard.consumer.records import ConsumerRecord, Deserializer, decode_records
 from epochguard.consumer.source import MAX_FETCHES_PER_BROKER, Buffered, Prefetch, Source
@@ -146,6 +147,11 @@ class Fetcher:
         self.metadata_listeners: list[Callable[[], None]] = []
         #: the high watermark of each partition's last fetch answer (``highwater()``)
         self.highwaters: dict[TopicPartition, int] = {}
+        # Partitions whose fetched bytes did not decode: left out of fetching until the
+        # application seeks them (a re-fetch would fail the same way and starve poll), and
+        # the errors the next polls raise, one each.
+        self.corrupt: set[TopicPartition] = set()
+        self.corrupt_errors: dict[TopicPartition, CorruptRecordError] = {}
         self._prefetch_enabled = True
         self._read_committed = config["isolation_level"] == "read_committed"
         self._fetch_params = wire.FetchParams(
@@ -202,9 +208,15 @@ class Fetcher:
         return tracker
 
     def remove_partition(self, tp: TopicPartition) -> None:
+        self.clear_corrupt(tp)
         self.trackers.pop(tp, None)
         self.highwaters.pop(tp, None)
         self.drop_buffer(tp)
+
+    def clear_corrupt(self, tp: TopicPartition) -> None:
+        """The application moved ``tp`` (seek): fetch it again."""
+        self.corrupt.discard(tp)
+        self.corrupt_errors.pop(tp, None)
 
     def drop_buffer(self, tp: TopicPartition) -> None:
         source = self._source_of.pop(tp, None)
@@ -374,6 +386,8 @@ class Fetcher:
         for tp, tracker in self.trackers.items():
             source = source_of.get(tp)
             if source is not None and tp in source.buffers:
+                continue
+            if tp in self.corrupt:
                 continue
             action = tracker.next_action(now)
             if action is None:
@@ -556,17 +570,21 @@ class Fetcher:
         data = p.records
         if data:
             self.metrics.bytes_fetched += len(data)
-            decoded = decode_records(
-                data,
-                tp.topic,
-                tp.partition,
-                action.offset,
-                check_crcs=self._config["check_crcs"],
-                key_deserializer=self._key_des,
-                value_deserializer=self._value_des,
-                aborted_producers=p.aborted if self._read_committed else None,
-                read_committed=self._read_committed,
-            )
+            try:
+                decoded = decode_records(
+                    data,
+                    tp.topic,
+                    tp.partition,
+                    action.offset,
+                    check_crcs=self._config["check_crcs"],
+                    key_deserializer=self._key_des,
+                    value_deserializer=self._value_des,
+                    aborted_producers=p.aborted if self._read_committed else None,
+                    read_committed=self._read_committed,
+                )
+            except CorruptRecordError as exc:
+                self._on_corrupt(action, exc)
+                return
             if decoded.next_offset is not None and decoded.next_offset > action.offset:
                 source.caught_up[tp] = decoded.next_offset >= p.high_watermark
                 if tp not in source.buffers:
@@ -577,6 +595,33 @@ class Fetcher:
                 return
         source.caught_up[tp] = action.offset >= p.high_watermark
         tracker.on_empty_fetch(action)
+        self.after_input(tp)
+
+    def _on_corrupt(self, action: FetchAction, exc: CorruptRecordError) -> None:
+        """Stop ``action``'s partition at its position (nothing skipped, the others keep
+        going) and keep the error for poll, naming the partition and offset."""
+        tp = action.tp
+        self.metrics.fetch_errors += 1
+        log.warning(
+            "corrupt_records",
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=action.offset,
+            error=str(exc),
+        )
+        tracker = self.trackers.get(tp)
+        if tracker is not None:
+            tracker.cancel(action)
+        self.corrupt.add(tp)
+        error = CorruptRecordError(
+            f"{tp.topic}-{tp.partition}: cannot decode the records fetched at offset "
+            f"{action.offset} ({exc}); the partition stays at offset {action.offset} until "
+            "seek()",
+            tp=tp,
+            offset=action.offset,
+        )
+        error.__cause__ = exc
+        self.corrupt_errors[tp] = error
         self.after_input(tp)
 
     def _send_validation(self, node: int, actions: list[ValidateAction]) -> None:

@@ -37,6 +37,9 @@ _HEADER_SIZE = _HEADER.size  # 61
 _LOG_OVERHEAD = 12  # baseOffset + batchLength
 _MAGIC_OFFSET = 16
 _CRC_START = 21
+# crc, magic, attributes, key and value lengths: the smallest v0 message after the offset
+# and size fields (Java's LegacyRecord.RECORD_OVERHEAD_V0).
+_LEGACY_MIN_SIZE = 14
 
 _COMPRESSION_MASK = 0x07
 _TIMESTAMP_TYPE_MASK = 0x08
@@ -137,24 +140,173 @@ def as_deserializer(obj: Any) -> Deserializer | None:
     raise TypeError(f"not a deserializer: {obj!r}")
 
 
-def _decompress(codec: int, data: bytes) -> bytes:
-    from kafka import codec as kcodec
+#: The most bytes one compressed batch may inflate to. Kafka's own limits bound only the
+#: compressed size, so without this a few KB of zeros (a "compression bomb", or garbage
+#: that happens to decompress) could take all memory; a batch past it is a
+#: ``CorruptRecordError``. Raise it for producers with a larger ``batch.size``.
+MAX_DECOMPRESSED_BATCH_BYTES = 64 * 1024 * 1024
 
-    if codec == 1:
-        return bytes(kcodec.gzip_decode(data))
-    if codec == 2:
-        return bytes(kcodec.snappy_decode(data))
-    if codec == 3:
-        return bytes(kcodec.lz4_decode(data))
-    if codec == 4:
-        return bytes(kcodec.zstd_decode(data))
-    raise CorruptRecordError(f"unknown compression codec {codec}")
+_CODEC_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+# xerial snappy framing (what Java's SnappyOutputStream writes): magic, version, compat.
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+_CHUNK = 1 << 20
+
+
+class _Bomb(Exception):
+    """Inflating would pass the limit."""
+
+
+def _inflate_gzip(data: bytes, limit: int) -> bytes:
+    import zlib
+
+    # A MiB at a time, so that a bomb is refused holding about ``limit`` bytes, not twice.
+    parts: list[bytes] = []
+    size = 0
+    rest = data
+    while True:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        while not d.eof:
+            chunk = d.decompress(rest, _CHUNK)
+            rest = d.unconsumed_tail
+            if not chunk and not rest and not d.eof:
+                raise ValueError("gzip stream is cut short")
+            size += len(chunk)
+            if size > limit:
+                raise _Bomb
+            parts.append(chunk)
+        rest = d.unused_data
+        if not rest:
+            return b"".join(parts)
+
+
+def _snappy_block(block: bytes, limit: int) -> bytes | None:
+    """One raw snappy block inflated; None when it announces more than ``limit`` bytes."""
+    import snappy  # type: ignore[import-untyped]
+
+    # A raw snappy block starts with its uncompressed length (a varint): check it before
+    # inflating anything.
+    size = shift = i = 0
+    while True:
+        if i >= len(block) or shift > 28:
+            raise ValueError("bad snappy length preamble")
+        b = block[i]
+        size |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            break
+        shift += 7
+    if size > limit:
+        return None
+    return bytes(snappy.decompress(block))
+
+
+def _inflate_snappy(data: bytes, limit: int) -> bytes:
+    if not data.startswith(_XERIAL_MAGIC):
+        out = _snappy_block(data, limit)
+        if out is None:
+            raise _Bomb
+        return out
+    parts: list[bytes] = []
+    size = 0
+    cursor = 16
+    while cursor < len(data):
+        if cursor + 4 > len(data):
+            raise ValueError("xerial snappy block size is cut short")
+        (block_size,) = struct.unpack_from(">i", data, cursor)
+        cursor += 4
+        if block_size < 0 or cursor + block_size > len(data):
+            raise ValueError(f"xerial snappy block of {block_size} bytes does not fit")
+        block = _snappy_block(data[cursor : cursor + block_size], limit - size)
+        if block is None:
+            raise _Bomb
+        parts.append(block)
+        size += len(block)
+        cursor += block_size
+    return b"".join(parts)
+
+
+def _inflate_lz4(data: bytes, limit: int) -> bytes:
+    import lz4.frame  # type: ignore[import-untyped]
+
+    parts: list[bytes] = []
+    size = 0
+    rest = data
+    while rest:
+        d = lz4.frame.LZ4FrameDecompressor()
+        chunk = d.decompress(rest, max_length=_CHUNK)
+        while True:
+            size += len(chunk)
+            if size > limit:
+                raise _Bomb
+            parts.append(chunk)
+            if d.eof or d.needs_input:
+                break
+            chunk = d.decompress(b"", max_length=_CHUNK)
+        if not d.eof:
+            raise ValueError("lz4 frame is cut short")
+        rest = d.unused_data
+    return b"".join(parts)
+
+
+def _inflate_zstd(data: bytes, limit: int) -> bytes:
+    import io
+
+    import zstandard
+
+    parts: list[bytes] = []
+    size = 0
+    with zstandard.ZstdDecompressor().stream_reader(
+        io.BytesIO(data), read_across_frames=True
+    ) as reader:
+        while True:
+            chunk = reader.read(_CHUNK)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > limit:
+                raise _Bomb
+            parts.append(chunk)
+    return b"".join(parts)
+
+
+_INFLATE = {1: _inflate_gzip, 2: _inflate_snappy, 3: _inflate_lz4, 4: _inflate_zstd}
+
+
+def _decompress(codec: int, data: bytes, where: str) -> bytes:
+    """``data`` inflated, at most ``MAX_DECOMPRESSED_BATCH_BYTES`` (read at each call, so
+    it can be changed at run time); ``where`` names the batch in errors."""
+    limit = MAX_DECOMPRESSED_BATCH_BYTES
+    inflate = _INFLATE.get(codec)
+    if inflate is None:
+        raise CorruptRecordError(f"{where}: unknown compression codec {codec}")
+    name = _CODEC_NAMES[codec]
+    try:
+        out = inflate(data, limit)
+    except ImportError as exc:
+        raise CorruptRecordError(
+            f"{where}: {name} compression needs the {exc.name!r} package, which is not installed"
+        ) from exc
+    except _Bomb:
+        out = None
+    except Exception as exc:  # each codec library has its own error types
+        raise CorruptRecordError(f"{where}: {name} data does not decompress: {exc!r}") from exc
+    if out is None:
+        raise CorruptRecordError(
+            f"{where}: {name} data inflates past {limit} bytes "
+            "(records.MAX_DECOMPRESSED_BATCH_BYTES)"
+        )
+    return out
+
+
+def _read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     shift = 0
     result = 0
     while True:
+        if pos >= end:
+            # ``buf`` may go on with the next batch: its bytes are not this record's.
+            raise IndexError("varint past the end of the batch")
         b = buf[pos]
         pos += 1
         # The tenth byte may only carry bit 63: a longer value is no 64-bit varint.
@@ -198,7 +350,7 @@ def _decode_batch_records(
         elif buf[pos + 1] < 0x80:
             pos += 2
         else:
-            _, pos = read_varint(buf, pos)
+            _, pos = read_varint(buf, pos, end)
         pos += 1  # record attributes, unused
         b = buf[pos]
         if b < 0x80:
@@ -208,7 +360,7 @@ def _decode_batch_records(
             ts_delta = zz[(b & 0x7F) | (buf[pos + 1] << 7)]
             pos += 2
         else:
-            ts_delta, pos = read_varint(buf, pos)
+            ts_delta, pos = read_varint(buf, pos, end)
         b = buf[pos]
         if b < 0x80:
             off_delta = zz[b]
@@ -217,13 +369,13 @@ def _decode_batch_records(
             off_delta = zz[(b & 0x7F) | (buf[pos + 1] << 7)]
             pos += 2
         else:
-            off_delta, pos = read_varint(buf, pos)
+            off_delta, pos = read_varint(buf, pos, end)
         b = buf[pos]
         if b < 0x80:
             klen = zz[b]
             pos += 1
         else:
-            klen, pos = read_varint(buf, pos)
+            klen, pos = read_varint(buf, pos, end)
         if klen >= 0:
             key: Any = buf[pos : pos + klen]
             pos += klen
@@ -237,7 +389,7 @@ def _decode_batch_records(
             vlen = zz[(b & 0x7F) | (buf[pos + 1] << 7)]
             pos += 2
         else:
-            vlen, pos = read_varint(buf, pos)
+            vlen, pos = read_varint(buf, pos, end)
         if vlen >= 0:
             value: Any = buf[pos : pos + vlen]
             pos += vlen
@@ -249,11 +401,11 @@ def _decode_batch_records(
             headers: list[tuple[str, bytes | None]] = []
             hsize = -1
         else:
-            nh, pos = read_varint(buf, pos)
+            nh, pos = read_varint(buf, pos, end)
             headers = []
             hsize = 0
             for _h in range(nh):
-                hklen, pos = read_varint(buf, pos)
+                hklen, pos = read_varint(buf, pos, end)
                 if hklen < 0:
                     raise CorruptRecordError(
                         f"{topic}-{partition}: negative header key length in batch at offset "
@@ -269,7 +421,7 @@ def _decode_batch_records(
                         f"{base_offset}"
                     ) from None
                 pos += hklen
-                hvlen, pos = read_varint(buf, pos)
+                hvlen, pos = read_varint(buf, pos, end)
                 if hvlen >= 0:
                     if pos + hvlen > end:
                         raise IndexError("header value past the end of the batch")
@@ -280,6 +432,9 @@ def _decode_batch_records(
                     hval = None
                     hsize += hklen
                 headers.append((hkey, hval))
+        if pos > end:
+            # Before any deserializer sees it: a record that ran into the next batch.
+            raise IndexError("record past the end of the batch")
         offset = base_offset + off_delta
         if offset < min_offset:
             continue
@@ -351,11 +506,23 @@ def decode_records(
     aborting: set[int] = set()
     while pos + _LOG_OVERHEAD <= total:
         base_offset, length = struct.unpack_from(">qi", buf, pos)
+        # As Java's ByteBufferLogInputStream: a size below the smallest record is garbage
+        # (not a cut), checked before the cut so that a negative size is not mistaken for one.
+        if length < _LEGACY_MIN_SIZE:
+            raise CorruptRecordError(
+                f"{topic}-{partition}: record batch at offset {base_offset} has size {length}, "
+                f"less than the minimum {_LEGACY_MIN_SIZE}"
+            )
         batch_end = pos + _LOG_OVERHEAD + length
-        if batch_end > total or length < 0:
+        if batch_end > total:
             break  # partial batch at the end of the response
-        magic = buf[pos + _MAGIC_OFFSET] if pos + _MAGIC_OFFSET < total else -1
+        magic = buf[pos + _MAGIC_OFFSET]
         if magic != 2:
+            if magic > 2:  # a signed byte on the wire: 128..255 are negative
+                raise CorruptRecordError(
+                    f"{topic}-{partition}: record batch at offset {base_offset} has unknown "
+                    f"magic {magic if magic < 128 else magic - 256}"
+                )
             nxt, ep = _decode_legacy(
                 bytes(buf[pos:batch_end]),
                 topic,
@@ -371,6 +538,11 @@ def decode_records(
                 last_epoch = ep
             pos = batch_end
             continue
+        if length + _LOG_OVERHEAD < _HEADER_SIZE:
+            raise CorruptRecordError(
+                f"{topic}-{partition}: record batch at offset {base_offset} has size {length}, "
+                f"less than a v2 batch header ({_HEADER_SIZE - _LOG_OVERHEAD})"
+            )
         (
             _base,
             _len,
@@ -390,6 +562,11 @@ def decode_records(
         if check_crcs and crc32c.crc32c(view[pos + _CRC_START : batch_end]) != crc:
             raise CorruptRecordError(
                 f"{topic}-{partition}: record batch at offset {base_offset} failed its CRC check"
+            )
+        if count < 0:
+            raise CorruptRecordError(
+                f"{topic}-{partition}: record batch at offset {base_offset} has a negative "
+                f"record count {count}"
             )
         batch_next = base_offset + last_delta + 1
         body_start = pos + _HEADER_SIZE
@@ -411,7 +588,11 @@ def decode_records(
         ts_type = 1 if attrs_ & _TIMESTAMP_TYPE_MASK else 0
         codec = attrs_ & _COMPRESSION_MASK
         if codec:
-            body = _decompress(codec, bytes(buf[body_start:batch_end]))
+            body = _decompress(
+                codec,
+                bytes(buf[body_start:batch_end]),
+                f"{topic}-{partition}: record batch at offset {base_offset}",
+            )
             bstart, bend = 0, len(body)
         else:
             body = buf
@@ -445,6 +626,24 @@ def decode_records(
     return DecodedFetch(out, next_offset, last_epoch, pos if next_offset is not None else 0)
 
 
+def _bound_legacy_wrapper(chunk: bytes, where: str) -> None:
+    """kafka-python inflates a compressed v0/v1 wrapper message without a limit: inflate
+    its value here first, bounded, so that a bomb is refused before that."""
+    try:
+        base_offset, _size, _crc, magic, attrs = struct.unpack_from(">qiIbb", chunk, 0)
+        codec = attrs & _COMPRESSION_MASK
+        if not codec or (magic == 0 and codec == 3):
+            return  # uncompressed; or v0 lz4, whose broken frame header only kafka-python reads
+        pos = 18 + (8 if magic == 1 else 0)
+        (klen,) = struct.unpack_from(">i", chunk, pos)
+        pos += 4 + max(klen, 0)
+        (vlen,) = struct.unpack_from(">i", chunk, pos)
+        value = chunk[pos + 4 : pos + 4 + max(vlen, 0)]
+    except struct.error as exc:
+        raise CorruptRecordError(f"{where} is cut short: {exc}") from exc
+    _decompress(codec, value, f"{where} {base_offset}")
+
+
 def _decode_legacy(
     chunk: bytes,
     topic: str,
@@ -457,34 +656,42 @@ def _decode_legacy(
 ) -> tuple[int | None, int | None]:
     from kafka.record import MemoryRecords
 
-    records = MemoryRecords(chunk)
     nxt: int | None = None
-    while True:
-        batch = records.next_batch()
-        if batch is None:
-            break
-        for rec in batch:
-            if check_crcs and not rec.validate_crc():
-                raise CorruptRecordError(f"{topic}-{partition}: record {rec.offset} failed CRC")
-            nxt = rec.offset + 1
-            if rec.offset < fetch_offset:
-                continue
-            key, value = rec.key, rec.value
-            out.append(
-                ConsumerRecord(
-                    topic,
-                    partition,
-                    -1,
-                    rec.offset,
-                    rec.timestamp,
-                    rec.timestamp_type,
-                    key if key_des is None else key_des(topic, [], key),
-                    value if value_des is None else value_des(topic, [], value),
-                    [],
-                    rec.checksum,
-                    -1 if key is None else len(key),
-                    -1 if value is None else len(value),
-                    -1,
-                )
+    parsed: list[Any] = []
+    _bound_legacy_wrapper(chunk, f"{topic}-{partition}: legacy message at offset")
+    try:
+        records = MemoryRecords(chunk)
+        while True:
+            batch = records.next_batch()
+            if batch is None:
+                break
+            parsed += batch
+    except Exception as exc:  # kafka-python's parser fails with bare struct/index errors
+        raise CorruptRecordError(
+            f"{topic}-{partition}: legacy message set does not parse: {exc!r}"
+        ) from exc
+    for rec in parsed:
+        if check_crcs and not rec.validate_crc():
+            raise CorruptRecordError(f"{topic}-{partition}: record {rec.offset} failed CRC")
+        nxt = rec.offset + 1
+        if rec.offset < fetch_offset:
+            continue
+        key, value = rec.key, rec.value
+        out.append(
+            ConsumerRecord(
+                topic,
+                partition,
+                -1,
+                rec.offset,
+                rec.timestamp,
+                rec.timestamp_type,
+                key if key_des is None else key_des(topic, [], key),
+                value if value_des is None else value_des(topic, [], value),
+                [],
+                rec.checksum,
+                -1 if key is None else len(key),
+                -1 if value is None else len(value),
+                -1,
             )
+        )
     return nxt, None

@@ -116,7 +116,8 @@ class SqliteOffsetStore:
                 raise OffsetStoreError(f"cannot open offset store {self.path!r}: {exc}") from exc
         try:
             self._prepare()
-        except sqlite3.DatabaseError as exc:
+        # A damaged page can also hold text that is not UTF-8.
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise OffsetStoreError(
                 f"offset store {self.path or 'connection'!r} is not a usable SQLite database: {exc}"
             ) from exc
@@ -195,11 +196,18 @@ class SqliteOffsetStore:
                 f'FROM "{self.table}" WHERE namespace=?',
                 (self.namespace,),
             ).fetchall()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise OffsetStoreError(f"cannot read offsets from {self.table!r}: {exc}") from exc
         out: dict[TopicPartition, EpochOffset] = {}
         for topic, partition, offset, epoch, topic_id, exact in rows:
             try:
+                # SQLite keeps whatever type was written: a row from another tool may hold
+                # text in ``partition``.
+                if not isinstance(topic, str) or not topic or type(partition) is not int:
+                    raise InvalidPositionError(
+                        f"topic must be a non-empty string and partition an integer, got "
+                        f"{topic!r} and {partition!r}"
+                    )
                 out[TopicPartition(topic, partition)] = EpochOffset(
                     offset, epoch, topic_id=topic_id, epoch_exact=bool(exact)
                 )

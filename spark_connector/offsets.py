@@ -52,7 +52,7 @@ def _load(text: str | bytes, what: str) -> Any:
 
 
 def _partition(topic: str, key: object, what: str) -> TopicPartition:
-    if not isinstance(key, str) or not key.isdigit():
+    if not isinstance(key, str) or not (key.isascii() and key.isdigit()):
         raise OffsetsJsonError(
             f"{what}: partition {key!r} of topic {topic!r} is not a non-negative integer"
         )

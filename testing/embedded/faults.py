@@ -26,6 +26,26 @@ class _Rule:
         )
 
 
+# A byte of the first v2 batch's CRC field (batch offsets 17..20).
+_CRC_BYTE = 18
+
+
+@attrs.define
+class _Corruption:
+    broker: int | None
+    topic: str
+    partition: int
+    remaining: int | None  # None: until cleared
+    garbage: bytes | None
+
+    def matches(self, broker: int, topic: str, partition: int) -> bool:
+        return (
+            (self.broker is None or self.broker == broker)
+            and self.topic == topic
+            and self.partition == partition
+        )
+
+
 class Faults:
     """Injected misbehaviour. ``broker``/``api_key`` of None match every broker/API."""
 
@@ -36,6 +56,7 @@ class Faults:
         self._drops: list[_Rule] = []
         self._disconnects: list[_Rule] = []
         self._metadata_delays: dict[int, float] = {}
+        self._corruptions: list[_Corruption] = []
 
     # -- configuring (test thread) ---------------------------------------------------------
 
@@ -74,6 +95,24 @@ class Faults:
         with self._lock:
             self._disconnects.append(_Rule(broker, api_key, count))
 
+    def corrupt_fetches(
+        self,
+        topic: str,
+        partition: int,
+        count: int | None = None,
+        broker: int | None = None,
+        garbage: bytes | None = None,
+    ) -> None:
+        """Serve damaged record bytes for ``topic``/``partition`` in the next ``count`` Fetch
+        answers that carry records (None: until cleared).
+
+        By default one byte of the first batch's CRC is flipped (what a bad disk or a bug
+        in a proxy produces); with ``garbage`` those bytes replace the records instead. The
+        stored log is untouched: clearing the rule serves the good bytes again.
+        """
+        with self._lock:
+            self._corruptions.append(_Corruption(broker, topic, partition, count, garbage))
+
     def set_metadata_delay(self, broker: int, seconds: float) -> None:
         """``broker`` learns controller changes ``seconds`` late (0: at once).
 
@@ -93,6 +132,7 @@ class Faults:
             self._delays.clear()
             self._drops.clear()
             self._disconnects.clear()
+            self._corruptions.clear()
 
     # -- consulting (loop thread) ----------------------------------------------------------
 
@@ -125,6 +165,26 @@ class Faults:
     def take_drop(self, broker: int, api_key: int) -> bool:
         with self._lock:
             return self._take(self._drops, broker, api_key) is not None
+
+    def corrupt_records(self, broker: int, topic: str, partition: int, records: bytes) -> bytes:
+        """The record bytes to serve for one partition of a Fetch answer (``records``
+        itself unless a :meth:`corrupt_fetches` rule matches)."""
+        if not records:
+            return records
+        with self._lock:
+            for rule in self._corruptions:
+                if rule.matches(broker, topic, partition):
+                    if rule.remaining is not None:
+                        rule.remaining -= 1
+                        if rule.remaining <= 0:
+                            self._corruptions.remove(rule)
+                    if rule.garbage is not None:
+                        return rule.garbage
+                    damaged = bytearray(records)
+                    if len(damaged) > _CRC_BYTE:
+                        damaged[_CRC_BYTE] ^= 0xFF
+                    return bytes(damaged)
+        return records
 
     def take_disconnect(self, broker: int, api_key: int) -> bool:
         with self._lock:

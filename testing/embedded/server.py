@@ -54,6 +54,35 @@ def api_versions_error_response(correlation_id: int) -> bytes:
     return data
 
 
+def _null_field(value: Any, struct: Any, version: int) -> str | None:
+    """The first field of a decoded request that is null where the schema does not allow
+    it at ``version`` (its dotted name), or None. kafka-python decodes a -1 length as None
+    whatever the schema says; Kafka's parser rejects it."""
+    for field in struct.fields.values():
+        if not field.for_version_q(version):
+            continue
+        item = getattr(value, field.name, None)
+        if item is None:
+            # Only strings and arrays have a null on the wire (kafka-python also gives None
+            # for the zero uuid, which is not a null).
+            nullable_kind = field.is_array() or field.type_str in ("string", "bytes")
+            if nullable_kind and not field.nullable_for_version_q(version):
+                return str(field.name)
+            continue
+        if field.is_struct():
+            inner = _null_field(item, field, version)
+        elif field.is_struct_array():
+            inner = next(
+                (n for n in (_null_field(x, field, version) for x in item) if n is not None),
+                None,
+            )
+        else:
+            continue
+        if inner is not None:
+            return f"{field.name}.{inner}"
+    return None
+
+
 class EmbeddedServer:
     """Owns the event loop thread and the listeners of every broker of ``state``."""
 
@@ -201,15 +230,28 @@ class EmbeddedServer:
             return
         conns = self._conns.setdefault(broker_id, set())
         conns.add(writer)
+        # The next frame's size is read while a request is handled, so that a client that
+        # goes away is noticed during a long poll (Fetch max_wait_ms can be hours): Kafka
+        # closes such a connection and drops its request, and so does this server.
+        next_head: asyncio.Task[bytes] | None = None
+        dispatch: asyncio.Task[bool] | None = None
         try:
             while True:
-                head = await reader.readexactly(4)
+                head = await (next_head or reader.readexactly(4))
+                next_head = None
                 size = int.from_bytes(head, "big", signed=True)
                 if not _HEADER.size <= size <= MAX_FRAME_BYTES:
                     log.warning("malformed_frame", broker=broker_id, size=size)
                     return
                 payload = await reader.readexactly(size)
-                if not await self._dispatch(broker_id, payload, writer, conn):
+                dispatch = asyncio.ensure_future(self._dispatch(broker_id, payload, writer, conn))
+                next_head = asyncio.ensure_future(reader.readexactly(4))
+                await asyncio.wait({dispatch, next_head}, return_when=asyncio.FIRST_COMPLETED)
+                if not dispatch.done() and next_head.exception() is not None:
+                    return  # the client closed (or broke) the connection mid-request
+                ok = await dispatch
+                dispatch = None
+                if not ok:
                     return
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass
@@ -218,6 +260,9 @@ class EmbeddedServer:
         except Exception:
             log.exception("connection_failed", broker=broker_id)
         finally:
+            for task in (dispatch, next_head):
+                if task is not None and not task.done():
+                    task.cancel()
             conns.discard(writer)
             writer.close()
 
@@ -257,6 +302,17 @@ class EmbeddedServer:
                 api_key=api_key,
                 api_version=version,
                 error=repr(e),
+            )
+            return False
+        struct = getattr(request, "_struct", None)
+        null = None if struct is None else _null_field(request, struct, version)
+        if null is not None:
+            log.warning(
+                "malformed_request",
+                broker=broker_id,
+                api_key=api_key,
+                api_version=version,
+                error=f"{null} is null",
             )
             return False
         self.state.request_counts[api_key, version] += 1

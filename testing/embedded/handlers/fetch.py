@@ -57,7 +57,7 @@ def _answer(
     else:
         local = local_partition(ctx, name, target.partition, target.current_leader_epoch)
     error = injected or (local if isinstance(local, int) else 0)
-    if not error and not isinstance(local, int):
+    if not error and name is not None and not isinstance(local, int):
         log = local.log
         hw = lso = log.high_watermark
         start = log.log_start_offset
@@ -82,6 +82,9 @@ def _answer(
                 else min(target.partition_max_bytes, budget)
             )
             records = log.read(offset, max(limit, 1), upper=hw)
+            records = ctx.cluster.faults.corrupt_records(
+                ctx.broker_id, name, target.partition, records
+            )
     if error:
         hw = lso = start = -1  # as Kafka: offsets are unknown with an error
     data = P(

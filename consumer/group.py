@@ -85,6 +85,8 @@ class GroupCoordinator:
         self.group_id: str = config["group_id"]
         self._instance_id: str | None = config.get("group_instance_id")
         self.coordinator_id: int | None = None
+        #: The FindCoordinator request in flight, if any (see ``ensure_coordinator``).
+        self._lookup: Any = None
         self.member_id = ""
         self.generation = -1
         self.protocol: str | None = None
@@ -113,12 +115,26 @@ class GroupCoordinator:
                 raise kerrors.KafkaTimeoutError(
                     f"group {self.group_id!r}: no coordinator found in time"
                 )
-            request = wire.find_coordinator_request(self.group_id)
+            lookup = self._lookup
+            if lookup is None:
+                # Sent with the full request timeout, whatever is left of the caller's: a
+                # request that times out closes its connection (kafka-python, as Java), so a
+                # poll(timeout_ms=1) would drop it (and log in again, on SASL) every time. A
+                # lookup still on its way when the caller's time is up serves the next call.
+                lookup = self._lookup = self._client.send(
+                    None, wire.find_coordinator_request(self.group_id), self._timeout_s() * 1000
+                )
             try:
-                resp = self._client.request(None, request, min(self._timeout_s(), remaining))
+                resp = self._client.wait(lookup, remaining)
             except kerrors.KafkaError as exc:
+                if not lookup.is_done:
+                    raise kerrors.KafkaTimeoutError(
+                        f"group {self.group_id!r}: no coordinator found in time"
+                    ) from None
                 log.debug("find_coordinator_failed", group=self.group_id, error=repr(exc))
                 resp = None
+            if self._lookup is lookup:
+                self._lookup = None
             if resp is not None and resp.error_code == 0:
                 self.coordinator_id = resp.node_id
                 log.info("coordinator_found", group=self.group_id, node=resp.node_id)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
+from kafka.errors import KafkaTimeoutError
+from kafka.future import Future
 from kafka.protocol.consumer import OffsetFetchResponse
 from kafka.structs import TopicPartition
 
+from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.config import build_config
 from epochguard.consumer.group import GroupCoordinator
 from epochguard.offsets.position import EpochOffset
@@ -45,3 +50,21 @@ def test_nothing_committed_is_none(mocker: Any) -> None:
     coord = GroupCoordinator(mocker.Mock(), build_config({"group_id": "g"}))
     mocker.patch.object(coord, "_call", return_value=_offset_fetch(0, offset=-1, epoch=-1))
     assert coord.fetch_committed([TP], time.monotonic() + 60) == {TP: None}
+
+
+def test_a_short_wait_does_not_shorten_the_coordinator_lookup(mocker: Any) -> None:
+    """FindCoordinator goes out with the full request timeout, whatever is left of the
+    caller's (a request that times out closes its connection, and poll(timeout_ms=1) would
+    drop it every time); a lookup still on its way serves the next call."""
+    lookup = Future()
+    client = mocker.Mock(closed=False)
+    client.send.return_value = lookup
+    client.wait = BrokerClient.wait
+    coord = GroupCoordinator(client, build_config({"group_id": "g", "request_timeout_ms": 30000}))
+    with pytest.raises(KafkaTimeoutError, match="no coordinator found in time"):
+        coord.ensure_coordinator(time.monotonic() + 0.01)
+    assert client.send.call_count == 1
+    assert client.send.call_args.args[2] == 30000  # timeout_ms: the full request timeout
+    lookup.success(SimpleNamespace(error_code=0, node_id=7))
+    assert coord.ensure_coordinator(time.monotonic() + 5) == 7
+    assert client.send.call_count == 1

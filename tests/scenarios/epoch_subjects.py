@@ -139,6 +139,29 @@ class Subject:
             self.detected_at = len(self.delivered)
         self._event({"event": "truncation_report", **report.to_dict()})
 
+    def diagnose(self) -> str:
+        """The consumer's inner state, for a failure message: why is it not moving? (Its
+        tracker, what each broker's fetch source holds, its metadata view and counters.)"""
+        fetcher = self.consumer._fetcher
+        sources = {
+            node: {
+                "in_flight": src.in_flight,
+                "buffers": sorted(str(tp) for tp in src.buffers),
+                "caught_up": {str(tp): v for tp, v in src.caught_up.items()},
+                "prefetches": {
+                    str(tp): {"answered": p.answer is not None, "waited": p.waiting is not None}
+                    for tp, p in src.prefetches.items()
+                },
+            }
+            for node, src in fetcher._sources.items()
+        }
+        return (
+            f"tracker={fetcher.trackers.get(self.tp)!r} sources={sources} "
+            f"leaders={fetcher.metadata.leaders.get(self.tp)} "
+            f"metadata_ok_at={fetcher.metadata.ok_at:.1f} now={time.monotonic():.1f} "
+            f"metrics={self.consumer.metrics(raw=True)}"
+        )
+
     def _event(self, event: dict[str, Any]) -> None:
         self.events.setdefault(self.phase, []).append(event)
 
@@ -260,7 +283,8 @@ def drive(
     deadline = time.monotonic() + timeout
     while pending:
         assert time.monotonic() < deadline, "not done in time: " + ", ".join(
-            f"{s.name} delivered={s.delivered[-3:]} reports={s.reports} errors={s.errors}"
+            f"{s.name} delivered={s.delivered[-3:]} reports={s.reports} errors={s.errors} "
+            f"[{s.diagnose()}]"
             for s in pending
         )
         for s in pending:

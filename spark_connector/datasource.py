@@ -652,6 +652,17 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for tp, pos in self.driver.validate(stop, "checking the batch's planned end").items():
                 if pos.offset < stop[tp].offset:
                     stop[tp] = pos
+        else:
+            behind = {
+                tp: begin[tp]
+                for tp, e in stop.items()
+                if tp in begin and e.offset < begin[tp].offset
+            }
+            if behind:
+                # A log that now ends before the batch's start was truncated between
+                # latestOffset's check of the start and its look at the log end (retention
+                # never moves the end back): name it as the truncation it is.
+                self.driver.validate(behind, "planning a batch whose end is before its start")
         new = [tp for tp in stop if tp not in begin]
         if new:
             begin = {**self.driver.earliest(new), **begin}

@@ -6,6 +6,7 @@ happens between two batches (or while the query is stopped) deterministically.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -406,5 +407,28 @@ def test_subscribe_pattern_picks_up_topics_created_while_running(
             for p in r.partitions(start, end)
         )
         assert ranges == [("p-1", 0, 3), ("p-2", 0, 5)]
+    finally:
+        r.stop()
+
+
+@pytest.mark.usefixtures("empty_pool")
+def test_a_truncation_between_the_start_check_and_the_end_lookup_is_named(
+    cluster: EmbeddedCluster,
+) -> None:
+    """latestOffset checked the start (15@e0) before an unclean election and read the log end
+    (12) after it: the batch's end lies before its start. That is a truncation, not data
+    lost to retention."""
+    old, new = stage_truncation(cluster)
+    r = reader(cluster)
+    try:
+        start = r.initialOffset()
+        first = r.latestOffset(start, ReadAllAvailable())
+        assert offsets(first) == {0: (15, 0)}
+        elect_and_refill(cluster, old, new, fresh=2)  # the log now ends at 12
+        raced = copy.deepcopy(first)
+        raced["t"]["0"]["offset"] = 12
+        raced["t"]["0"]["leader_epoch"] = cluster.leader_epoch("t", 0)
+        with pytest.raises(SparkLogTruncationError, match=r"^KAFKA_LOG_TRUNCATION: topic t"):
+            r.partitions(first, raced)
     finally:
         r.stop()

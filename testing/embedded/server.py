@@ -261,8 +261,14 @@ class EmbeddedServer:
             log.exception("connection_failed", broker=broker_id)
         finally:
             for task in (dispatch, next_head):
-                if task is not None and not task.done():
+                if task is None:
+                    continue
+                if not task.done():
                     task.cancel()
+                elif not task.cancelled():
+                    # Retrieved: a client that closed (the next header cut short) is no news,
+                    # and asyncio would print "Task exception was never retrieved".
+                    task.exception()
             conns.discard(writer)
             writer.close()
 

@@ -9,6 +9,7 @@ from epochguard.consumer.errors import (
     LogTruncationException,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
+    SslAuthenticationError,
     UnassignedPartitionError,
 )
 from epochguard.consumer.records import ConsumerRecord
@@ -23,6 +24,7 @@ __all__ = [
     "LogTruncationException",
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
+    "SslAuthenticationError",
     "UnassignedPartitionError",
     "ValidationResult",
 ]

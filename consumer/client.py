@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import ssl
 import threading
 import time
 from typing import Any
@@ -29,6 +30,7 @@ from kafka.protocol.parser import KafkaProtocol
 
 from epochguard._log import get_logger
 from epochguard.consumer import wire
+from epochguard.consumer.errors import SslAuthenticationError
 
 __all__ = ["BrokerClient"]
 
@@ -41,6 +43,7 @@ FATAL_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     kerrors.UnsupportedSaslMechanismError,
     kerrors.IllegalSaslStateError,
     kerrors.AuthorizationError,
+    SslAuthenticationError,
 )
 
 #: Config keys passed through to kafka-python's connection layer unchanged.
@@ -300,7 +303,18 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
         self.last_connection_error = exc
 
     async def _build_transport(self, node: Any, timeout_at: float | None = None) -> Any:
-        transport = await super()._build_transport(node, timeout_at=timeout_at)
+        try:
+            transport = await super()._build_transport(node, timeout_at=timeout_at)
+        except kerrors.KafkaConnectionError as exc:
+            # kafka-python wraps every handshake failure alike and retries it; a certificate
+            # that does not verify will not verify on the next attempt either.
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, ssl.SSLCertVerificationError):
+                raise SslAuthenticationError(
+                    f"TLS handshake with {node.host}:{node.port} failed: "
+                    f"{cause.verify_message or cause}"
+                ) from cause
+            raise
         # Only the exact plaintext class: SSL transports read through their own wrapper.
         if type(transport) is KafkaTCPTransport:
             transport.__class__ = _LargeReadTransport
@@ -359,7 +373,9 @@ class BrokerClient:
     def _bootstrap_error(self, error: BaseException) -> BaseException:
         servers = self._manager.config["bootstrap_servers"]
         log.error("bootstrap_failed", bootstrap_servers=servers, error=repr(error))
-        message = f"cannot connect to {servers}: {error}"
+        # kafka's errors print their class name first; the new error prints it once.
+        reason = error.args[0] if len(error.args) == 1 else str(error)
+        message = f"cannot connect to {servers}: {reason}"
         try:
             return type(error)(message)
         except Exception:  # an error class with another signature: keep the original

@@ -22,6 +22,7 @@ __all__ = [
     "LogTruncationException",
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
+    "SslAuthenticationError",
     "UnassignedPartitionError",
     "as_consumer_error",
 ]
@@ -47,6 +48,15 @@ class CorruptRecordError(kerrors.CorruptRecordError):  # type: ignore[misc]
         super().__init__(message)
         self.tp = tp
         self.offset = offset
+
+
+class SslAuthenticationError(kerrors.KafkaConnectionError):  # type: ignore[misc]
+    """The TLS handshake failed because the broker's certificate could not be verified
+    (an unknown CA, an expired certificate, a host name that does not match).
+
+    Java's ``SslAuthenticationException``: retrying cannot help, so the consumer raises it at
+    once instead of retrying until ``bootstrap_timeout_ms``. A ``KafkaConnectionError``, which
+    kafka-python raises for the same handshake."""
 
 
 class ConsumerClosedError(kerrors.IllegalStateError):  # type: ignore[misc]

@@ -18,6 +18,7 @@ from kafka import KafkaProducer
 from kafka.structs import TopicPartition
 
 from epochguard import EpochConsumer, EpochOffset
+from epochguard.consumer import SslAuthenticationError
 from epochguard.testing import ApacheKafkaCluster, EmbeddedCluster
 from epochguard.testing.apache_kafka import ClusterError, KafkaJars
 from epochguard.testing.tls import TlsMaterial, make_tls_material
@@ -153,13 +154,16 @@ def test_an_unknown_scram_user_is_refused(secured: Secured) -> None:
         EpochConsumer(**settings, bootstrap_timeout_ms=60_000)
 
 
-def test_an_untrusted_certificate_is_refused(secured: Secured, tmp_path: Path) -> None:
+def test_an_untrusted_certificate_is_refused_at_once(secured: Secured, tmp_path: Path) -> None:
     other_ca = make_tls_material(tmp_path / "other").cafile
     settings = _settings(secured, "SSL", None) | {"ssl_cafile": str(other_ca)}
-    # kafka-python retries a failed TLS handshake like any connection error (Java fails at
-    # once with SslAuthenticationException): the error names the cause when the time is up.
-    with pytest.raises(kerrors.KafkaTimeoutError, match="certificate verify failed"):
-        EpochConsumer(**settings, bootstrap_timeout_ms=3_000)
+    # kafka-python retries a failed TLS handshake like any connection error, which would end
+    # in a KafkaTimeoutError after the minute; Java fails at once (SslAuthenticationException).
+    with pytest.raises(SslAuthenticationError, match="self-signed certificate") as info:
+        EpochConsumer(**settings, bootstrap_timeout_ms=60_000)
+    assert isinstance(info.value, kerrors.KafkaConnectionError)
+    assert settings["bootstrap_servers"] in str(info.value)
+    assert str(info.value).count("SslAuthenticationError") == 1
 
 
 def test_clusters_without_security_have_no_secured_listeners(kafka_jars: KafkaJars) -> None:

@@ -9,6 +9,7 @@ from epochguard.consumer.errors import (
     LogTruncationException,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
+    RecordDeserializationError,
     SslAuthenticationError,
     UnassignedPartitionError,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "LogTruncationException",
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
+    "RecordDeserializationError",
     "SslAuthenticationError",
     "UnassignedPartitionError",
     "ValidationResult",

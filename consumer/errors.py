@@ -22,6 +22,7 @@ __all__ = [
     "LogTruncationException",
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
+    "RecordDeserializationError",
     "SslAuthenticationError",
     "UnassignedPartitionError",
     "as_consumer_error",
@@ -48,6 +49,26 @@ class CorruptRecordError(kerrors.CorruptRecordError):  # type: ignore[misc]
         super().__init__(message)
         self.tp = tp
         self.offset = offset
+
+
+class RecordDeserializationError(kerrors.KafkaError):  # type: ignore[misc]
+    """The key or value deserializer raised on the record at ``offset`` of ``tp`` (Java's
+    ``RecordDeserializationException``, KIP-334); the deserializer's exception is the
+    ``__cause__``.
+
+    The records before it are delivered first; then ``poll`` raises this once and ``tp``
+    stays at ``offset`` until the application seeks it (``seek(tp, offset + 1)`` skips the
+    record); the other partitions keep delivering. ``records`` (decoders only) holds the
+    records decoded before the failing one.
+    """
+
+    def __init__(
+        self, message: str, *, tp: Any, offset: int, records: list[Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.tp = tp
+        self.offset = offset
+        self.records: list[Any] = records if records is not None else []
 
 
 class SslAuthenticationError(kerrors.KafkaConnectionError):  # type: ignore[misc]

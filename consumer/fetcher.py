@@ -31,7 +31,7 @@ from kafka.structs import TopicPartition
 from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
-from epochguard.consumer.errors import CorruptRecordError
+from epochguard.consumer.errors import CorruptRecordError, RecordDeserializationError
 from epochguard.consumer.metadata import Metadata
 from epochguard.consumer.records import ConsumerRecord, Deserializer, decode_records
 from epochguard.consumer.source import MAX_FETCHES_PER_BROKER, Buffered, Prefetch, Source
@@ -151,7 +151,9 @@ class Fetcher:
         # application seeks them (a re-fetch would fail the same way and starve poll), and
         # the errors the next polls raise, one each.
         self.corrupt: set[TopicPartition] = set()
-        self.corrupt_errors: dict[TopicPartition, CorruptRecordError] = {}
+        self.corrupt_errors: dict[
+            TopicPartition, CorruptRecordError | RecordDeserializationError
+        ] = {}
         self._prefetch_enabled = True
         self._read_committed = config["isolation_level"] == "read_committed"
         self._fetch_params = wire.FetchParams(
@@ -585,6 +587,9 @@ class Fetcher:
             except CorruptRecordError as exc:
                 self._on_corrupt(action, exc)
                 return
+            except RecordDeserializationError as exc:
+                self._on_undeserializable(action, exc, source)
+                return
             if decoded.next_offset is not None and decoded.next_offset > action.offset:
                 source.caught_up[tp] = decoded.next_offset >= p.high_watermark
                 if tp not in source.buffers:
@@ -609,10 +614,6 @@ class Fetcher:
             offset=action.offset,
             error=str(exc),
         )
-        tracker = self.trackers.get(tp)
-        if tracker is not None:
-            tracker.cancel(action)
-        self.corrupt.add(tp)
         error = CorruptRecordError(
             f"{tp.topic}-{tp.partition}: cannot decode the records fetched at offset "
             f"{action.offset} ({exc}); the partition stays at offset {action.offset} until "
@@ -621,8 +622,51 @@ class Fetcher:
             offset=action.offset,
         )
         error.__cause__ = exc
+        self._stop_until_seek(action, error)
+
+    def _stop_until_seek(
+        self, action: FetchAction, error: CorruptRecordError | RecordDeserializationError
+    ) -> None:
+        """``action``'s partition fetches nothing more until the application seeks it; poll
+        raises ``error`` once."""
+        tp = action.tp
+        tracker = self.trackers.get(tp)
+        if tracker is not None:
+            tracker.cancel(action)
+        self.corrupt.add(tp)
         self.corrupt_errors[tp] = error
         self.after_input(tp)
+
+    def _on_undeserializable(
+        self, action: FetchAction, exc: RecordDeserializationError, source: Source
+    ) -> None:
+        """Deliver the records before the one the deserializer failed on, as Java does; the
+        next fetch starts at that record, fails at once, and stops the partition there."""
+        tp = action.tp
+        if exc.records:
+            epoch = exc.records[-1].leader_epoch
+            source.caught_up[tp] = False
+            if tp not in source.buffers:
+                self._buffer_order.append(tp)
+            source.buffers[tp] = Buffered(
+                action, exc.records, exc.offset, epoch if epoch >= 0 else None
+            )
+            return
+        self.metrics.fetch_errors += 1
+        log.warning(
+            "deserialization_failed",
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=exc.offset,
+            error=repr(exc.__cause__),
+        )
+        error = RecordDeserializationError(
+            f"{exc.args[0]}; the partition stays at offset {action.offset} until seek()",
+            tp=tp,
+            offset=exc.offset,
+        )
+        error.__cause__ = exc.__cause__
+        self._stop_until_seek(action, error)
 
     def _send_validation(self, node: int, actions: list[ValidateAction]) -> None:
         request = wire.offset_for_leader_epoch_request(

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import crc32c
 
 from epochguard._log import get_logger
-from epochguard.consumer.errors import CorruptRecordError
+from epochguard.consumer.errors import CorruptRecordError, RecordDeserializationError
 
 __all__ = [
     "DECODER",
@@ -484,9 +484,56 @@ def decode_records(
     Records below ``fetch_offset`` (the broker returns whole batches) are skipped; control
     batches and, with ``read_committed``, aborted transactional batches are skipped too but
     still advance ``next_offset``. A trailing partial batch (the broker cuts at the byte
-    limit) is ignored.
+    limit) is ignored. Bytes that cannot be decoded raise ``CorruptRecordError``; a
+    deserializer that raises, ``RecordDeserializationError`` naming the record's offset and
+    holding the records before it.
     """
     out: list[ConsumerRecord] = []
+    args = (data, topic, partition, fetch_offset, check_crcs)
+    try:
+        return _decode_into(
+            out,
+            *args,
+            key_deserializer,
+            value_deserializer,
+            aborted_producers,
+            read_committed,
+        )
+    except Exception as exc:
+        if key_deserializer is None and value_deserializer is None:
+            raise
+        # Whose exception: the deserializer's, or the decoder's on corrupt bytes (an
+        # IndexError from a deserializer even became "truncated record")? Decoding the same
+        # bytes without deserializers tells, at no cost to the hot path: corrupt bytes raise
+        # CorruptRecordError again, and else the record the deserializer failed on is the
+        # next one after the records it returned.
+        raw = _decode_into([], *args, None, None, aborted_producers, read_committed).records
+        if len(raw) <= len(out):
+            raise
+        failed = raw[len(out)]
+        if isinstance(exc, CorruptRecordError) and exc.__cause__ is not None:
+            exc = exc.__cause__  # the deserializer's own exception, not the decoder's guess
+        raise RecordDeserializationError(
+            f"{topic}-{partition}: the deserializer failed on the record at offset "
+            f"{failed.offset} ({type(exc).__name__}: {exc}); seek past it to go on",
+            tp=None,
+            offset=failed.offset,
+            records=out,
+        ) from exc
+
+
+def _decode_into(
+    out: list[ConsumerRecord],
+    data: bytes | bytearray | memoryview | None,
+    topic: str,
+    partition: int,
+    fetch_offset: int,
+    check_crcs: bool,
+    key_deserializer: Deserializer | None,
+    value_deserializer: Deserializer | None,
+    aborted_producers: Sequence[tuple[int, int]] | None,
+    read_committed: bool,
+) -> DecodedFetch:
     if not data:
         return DecodedFetch(out, None, None, 0)
     native = _native

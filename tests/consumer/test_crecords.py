@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from epochguard.consumer import records
-from epochguard.consumer.errors import CorruptRecordError
+from epochguard.consumer.errors import CorruptRecordError, RecordDeserializationError
 from epochguard.consumer.records import DecodedFetch, decode_records
 
 NATIVE = records._native
@@ -187,7 +187,7 @@ def test_decoders_agree_with_deserializers_and_read_committed(data: bytes) -> No
     assert results[0] == results[1]
 
 
-def test_deserializer_errors_propagate_unchanged_from_both() -> None:
+def test_deserializer_errors_are_named_alike_by_both() -> None:
     data = _build(0, 1, 0, False, 0, [(0, 5, b"k", b"v", [])])
 
     def boom(_t: str, _h: Any, _d: Any) -> Any:
@@ -196,8 +196,10 @@ def test_deserializer_errors_propagate_unchanged_from_both() -> None:
     for native in (NATIVE, None):
         records._native, saved = native, records._native
         try:
-            with pytest.raises(ValueError, match="not json"):
+            with pytest.raises(RecordDeserializationError, match="offset 0") as info:
                 decode_records(data, "t", 0, 0, value_deserializer=boom)
+            assert isinstance(info.value.__cause__, ValueError)
+            assert str(info.value.__cause__) == "not json"
         finally:
             records._native = saved
 
@@ -386,7 +388,7 @@ def test_no_references_leak_on_success_or_error_paths() -> None:
         for data in bad:
             with pytest.raises(CorruptRecordError):
                 decode_records(data, "t", 0, 0, check_crcs=False)
-        with pytest.raises(ValueError):
+        with pytest.raises(RecordDeserializationError):
             decode_records(good, "t", 0, 0, value_deserializer=boom)
 
     for _ in range(50):  # warm caches, interned strings, pytest internals

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import attrs
@@ -162,6 +162,17 @@ def error_from_wire(code: int) -> type[ERR.KafkaError] | None:
         return None
     cls: type[ERR.KafkaError] = ERR.for_code(code)
     return cls
+
+
+def _partitions(
+    response: Any, topic_field: str = "name", partition_field: str = "partition_index"
+) -> Iterator[tuple[TopicPartition, Any]]:
+    """Every partition entry of a topic-then-partitions answer, with its TopicPartition
+    (the older APIs name the fields ``topic`` and ``partition``)."""
+    for topic in response.topics:
+        name = getattr(topic, topic_field)
+        for p in topic.partitions:
+            yield TopicPartition(name, getattr(p, partition_field)), p
 
 
 def _errno(error: type[ERR.KafkaError] | None) -> int:
@@ -608,12 +619,11 @@ def read_offset_for_leader_epoch(
 ) -> list[tuple[TopicPartition, type[ERR.KafkaError] | None, EpochEnd]]:
     return [
         (
-            TopicPartition(topic.topic, p.partition),
+            tp,
             error_from_wire(p.error_code),
             EpochEnd(epoch_from_wire(p.leader_epoch), offset_from_wire(p.end_offset)),
         )
-        for topic in response.topics
-        for p in topic.partitions
+        for tp, p in _partitions(response, "topic", "partition")
     ]
 
 
@@ -663,14 +673,13 @@ def list_offsets_request(
 def read_list_offsets(response: Any) -> list[ListedOffset]:
     return [
         ListedOffset(
-            TopicPartition(topic.name, p.partition_index),
+            tp,
             error_from_wire(p.error_code),
             offset_from_wire(p.offset),
             epoch_from_wire(p.leader_epoch),
             p.timestamp,
         )
-        for topic in response.topics
-        for p in topic.partitions
+        for tp, p in _partitions(response)
     ]
 
 
@@ -704,15 +713,14 @@ def read_offset_fetch(response: Any) -> tuple[type[ERR.KafkaError] | None, list[
     """The request-level error (v2+) and every partition's committed offset."""
     parts = [
         CommittedOffset(
-            TopicPartition(topic.name, p.partition_index),
+            tp,
             error_from_wire(p.error_code),
             offset_from_wire(p.committed_offset),
             # OffsetFetch below v5 has no committed epochs.
             epoch_from_wire(getattr(p, "committed_leader_epoch", None)),
             p.metadata,
         )
-        for topic in response.topics
-        for p in topic.partitions
+        for tp, p in _partitions(response)
     ]
     return error_from_wire(getattr(response, "error_code", 0)), parts
 
@@ -751,13 +759,8 @@ def offset_commit_request(
 
 def commit_errors(response: Any) -> set[type[ERR.KafkaError]]:
     """The distinct partition errors of an OffsetCommit answer (empty: all committed)."""
-    out: set[type[ERR.KafkaError]] = set()
-    for t in response.topics:
-        for p in t.partitions:
-            err = error_from_wire(p.error_code)
-            if err is not None:
-                out.add(err)
-    return out
+    errors = {error_from_wire(p.error_code) for _tp, p in _partitions(response)}
+    return {e for e in errors if e is not None}
 
 
 # --------------------------------------------------------------------- group: membership

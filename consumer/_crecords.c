@@ -165,12 +165,13 @@ decode_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
     }
 
     for (long long i = 0; i < count; i++) {
-        int64_t skip, ts_delta, off_delta, klen, vlen, nh;
+        int64_t ts_delta, off_delta, klen, vlen, nh;
         PyObject *key = NULL, *value = NULL, *headers = NULL, *rec = NULL;
         long long hsize;
 
-        VARINT(skip); /* record length: every field is parsed anyway */
-        (void)skip;
+        int64_t size;
+        VARINT(size);
+        Py_ssize_t record_start = pos;
         if (pos >= end)
             goto truncated; /* record attributes, unused */
         pos++;
@@ -277,6 +278,15 @@ decode_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
             }
         }
 
+        if (pos - record_start != size) {
+            /* Java's DefaultRecord.readFrom refuses it too: the fields and the declared
+               size disagree, so at least one of them is wrong. */
+            PyErr_Format(corrupt_error,
+                         "%U-%S: record %lld of the batch at offset %lld declares %lld bytes "
+                         "but holds %zd",
+                         topic, partition, i, base_offset, (long long)size, pos - record_start);
+            goto fail_kvh;
+        }
         long long offset;
         if (__builtin_add_overflow(base_offset, off_delta, &offset)) {
             /* Python compares unbounded ints; an overflowing offset is far above any
@@ -374,6 +384,12 @@ decode_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
     fail_kv:
         Py_XDECREF(key);
         Py_XDECREF(value);
+        return NULL;
+    }
+    if (pos != end) {
+        PyErr_Format(corrupt_error,
+                     "%U-%S: the batch at offset %lld has %zd bytes after its %lld records",
+                     topic, partition, base_offset, end - pos, count);
         return NULL;
     }
     Py_RETURN_NONE;

@@ -342,15 +342,17 @@ def _decode_batch_records(
     append = out.append
     read_varint = _read_varint
     zz = _ZZ
-    for _ in range(count):
-        # Record length: skipped (we parse every field anyway).
+    for i in range(count):
         b = buf[pos]
         if b < 0x80:
+            size = zz[b]
             pos += 1
         elif buf[pos + 1] < 0x80:
+            size = zz[(b & 0x7F) | (buf[pos + 1] << 7)]
             pos += 2
         else:
-            _, pos = read_varint(buf, pos, end)
+            size, pos = read_varint(buf, pos, end)
+        record_start = pos
         pos += 1  # record attributes, unused
         b = buf[pos]
         if b < 0x80:
@@ -435,6 +437,13 @@ def _decode_batch_records(
         if pos > end:
             # Before any deserializer sees it: a record that ran into the next batch.
             raise IndexError("record past the end of the batch")
+        if pos - record_start != size:
+            # Java's DefaultRecord.readFrom refuses it too: the fields and the declared size
+            # disagree, so at least one of them is wrong.
+            raise CorruptRecordError(
+                f"{topic}-{partition}: record {i} of the batch at offset {base_offset} "
+                f"declares {size} bytes but holds {pos - record_start}"
+            )
         offset = base_offset + off_delta
         if offset < min_offset:
             continue
@@ -465,6 +474,11 @@ def _decode_batch_records(
     if pos > end:
         # A key or value ran past the end: the same error as any other truncated record.
         raise IndexError("record past the end of the batch")
+    if pos != end:
+        raise CorruptRecordError(
+            f"{topic}-{partition}: the batch at offset {base_offset} has {end - pos} bytes "
+            f"after its {count} records"
+        )
 
 
 def decode_records(

@@ -287,6 +287,32 @@ def test_overlong_varint_gives_the_same_error() -> None:
             )
 
 
+def test_a_record_size_that_disagrees_with_its_fields_gives_the_same_error() -> None:
+    batch = _uncompressed()
+    fields = [b"\x00", b"\x00", b"\x02", b"\x02", b"k", b"\x02", b"v", b"\x00"]
+    body = b"".join(fields)
+    good = _record(*fields)
+    for declared in (len(body) - 1, len(body) + 1, 0):
+        bad = _varint(declared) + body
+        # The bad record first and last: the size is checked wherever the record stands.
+        for records, index in (([bad, good], 0), ([good, bad], 1)):
+            msg = _assert_same_error(_with_body(batch, b"".join(records), count=2))
+            assert msg.endswith(
+                f"topic-3: record {index} of the batch at offset 100 declares {declared} "
+                f"bytes but holds {len(body)}"
+            ), msg
+
+
+def test_bytes_after_the_declared_records_give_the_same_error() -> None:
+    batch = _uncompressed()
+    one = _record(b"\x00", b"\x00", b"\x00", b"\x02", b"k", b"\x02", b"v", b"\x00")
+    for extra in (b"\x00", one):
+        msg = _assert_same_error(_with_body(batch, one + one + extra, count=2))
+        assert msg.endswith(
+            f"topic-3: the batch at offset 100 has {len(extra)} bytes after its 2 records"
+        ), msg
+
+
 def test_largest_varints_decode_identically() -> None:
     batch = _uncompressed()
     top = b"\xff" * 9 + b"\x01"  # zigzag(2**64 - 1) == -(2**63)

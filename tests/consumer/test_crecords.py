@@ -295,8 +295,8 @@ def test_a_record_size_that_disagrees_with_its_fields_gives_the_same_error() -> 
     for declared in (len(body) - 1, len(body) + 1, 0):
         bad = _varint(declared) + body
         # The bad record first and last: the size is checked wherever the record stands.
-        for records, index in (([bad, good], 0), ([good, bad], 1)):
-            msg = _assert_same_error(_with_body(batch, b"".join(records), count=2))
+        for pair, index in (([bad, good], 0), ([good, bad], 1)):
+            msg = _assert_same_error(_with_body(batch, b"".join(pair), count=2))
             assert msg.endswith(
                 f"topic-3: record {index} of the batch at offset 100 declares {declared} "
                 f"bytes but holds {len(body)}"

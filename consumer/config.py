@@ -118,7 +118,6 @@ IGNORED_KEYS = frozenset(
 )
 
 _POSITIVE_INT = (
-    "fetch_max_wait_ms",
     "fetch_max_bytes",
     "max_partition_fetch_bytes",
     "request_timeout_ms",
@@ -138,7 +137,9 @@ _POSITIVE_INT = (
     "close_timeout_ms",
     "awaiting_seek_log_interval_ms",
 )
-_NON_NEGATIVE_INT = ("fetch_min_bytes",)
+# fetch_max_wait_ms=0: the broker answers at once, for the lowest latency at the cost of a
+# fetch loop that never waits (kafka-python and Java accept it too).
+_NON_NEGATIVE_INT = ("fetch_min_bytes", "fetch_max_wait_ms")
 _BOOL = (
     "enable_auto_commit",
     "check_crcs",

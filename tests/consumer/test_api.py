@@ -93,3 +93,17 @@ def test_pattern_subscription_commit_async_and_closed_errors(cluster: Any) -> No
     c.close()
     with pytest.raises(ConsumerClosedError):
         c.poll()
+
+
+def test_fetch_max_wait_ms_zero_reads_new_records_as_they_come(cluster: Any) -> None:
+    """0 is valid (Java: atLeast(0); kafka-python accepts it): the broker answers at once
+    and the consumer keeps asking; records appended later still arrive, each once."""
+    tps = _topic(cluster, "nowait", parts=1, n=3)
+    with make_consumer(cluster, fetch_max_wait_ms=0) as c:
+        c.assign(tps)
+        got = read(c, 3)
+        for i in range(3, 6):
+            cluster.append("nowait", 0, [b"0-%d" % i])
+            got += read(c, 1)
+        assert [r.value for r in got] == [b"0-%d" % i for i in range(6)]
+        assert c.metrics(raw=True)["fetch_requests"] > 3

@@ -48,6 +48,7 @@ def _batch(
     [
         ("auto_offset_reset", "smallest-ish"),
         ("max_poll_records", 0),
+        ("fetch_max_wait_ms", -1),
         ("fetch_max_wait_ms", "500"),
         ("enable_auto_commit", "yes"),
         ("isolation_level", "serializable"),

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kafka import KafkaProducer
 
 from epochguard.testing.cluster import Cluster
 
-__all__ = ["WaitTimeout", "produce", "recreate_topic", "wait_until"]
+__all__ = ["WaitTimeout", "describe_consumer", "produce", "recreate_topic", "wait_until"]
 
 T = TypeVar("T")
 
@@ -93,3 +93,34 @@ def recreate_topic(
 
     wait_until(f"{name} re-created", create, timeout)
     return wait_until(f"a leader for {name}-0", lambda: cluster.leader(name, 0), timeout)
+
+
+def describe_consumer(consumer: Any) -> str:
+    """An ``EpochConsumer``'s inner state, for a test's failure message when it stops
+    moving: each partition's tracker, what each broker's fetch source holds (requests in
+    flight, buffers, prefetches), the metadata view and the counters."""
+    fetcher = consumer._fetcher
+    sources = {
+        node: {
+            "in_flight": src.in_flight,
+            "buffers": sorted(str(tp) for tp in src.buffers),
+            "caught_up": {str(tp): v for tp, v in src.caught_up.items()},
+            "prefetches": {
+                str(tp): {"answered": p.answer is not None, "waited": p.waiting is not None}
+                for tp, p in src.prefetches.items()
+            },
+        }
+        for node, src in fetcher._sources.items()
+    }
+    # Every field, sub-states included (offsets.state.SUB_STATES): a stall hides in them.
+    trackers = {
+        str(tp): {slot: getattr(t, slot, None) for slot in type(t).__slots__}
+        for tp, t in fetcher.trackers.items()
+    }
+    leaders = {str(tp): fetcher.metadata.leaders.get(tp) for tp in fetcher.trackers}
+    return (
+        f"trackers={trackers} sources={sources} leaders={leaders} "
+        f"corrupt={sorted(str(tp) for tp in fetcher.corrupt)} "
+        f"metadata_ok_at={fetcher.metadata.ok_at:.1f} now={time.monotonic():.1f} "
+        f"metrics={consumer.metrics(raw=True)}"
+    )

@@ -31,6 +31,7 @@ from epochguard.consumer import LogTruncationError
 from epochguard.offsets.report import TruncationReport
 from epochguard.testing import EmbeddedCluster
 from epochguard.testing.embedded.state import EmbeddedClusterError
+from epochguard.testing.helpers import describe_consumer
 
 from .conftest import make_consumer
 
@@ -269,7 +270,10 @@ class Chaos:
             self.view[p].get(cluster.log_end_offset(TOPIC, p) - 1) != b"end-%d" % p
             for p in range(PARTITIONS)
         ):
-            assert time.monotonic() < deadline, f"did not reach the end; steps: {self.steps}"
+            assert time.monotonic() < deadline, (
+                f"did not reach the end; steps: {self.steps}; "
+                f"consumer: {describe_consumer(self.consumer)}"
+            )
             self.poll(1)
         self.poll(3)  # nothing more may come
 

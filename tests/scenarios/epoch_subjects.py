@@ -29,6 +29,7 @@ from epochguard.offsets.policy import TruncationDecision
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import TruncationReport
 from epochguard.testing import Cluster
+from epochguard.testing.helpers import describe_consumer
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "build" / "scenarios" / "epochguard"
@@ -140,27 +141,8 @@ class Subject:
         self._event({"event": "truncation_report", **report.to_dict()})
 
     def diagnose(self) -> str:
-        """The consumer's inner state, for a failure message: why is it not moving? (Its
-        tracker, what each broker's fetch source holds, its metadata view and counters.)"""
-        fetcher = self.consumer._fetcher
-        sources = {
-            node: {
-                "in_flight": src.in_flight,
-                "buffers": sorted(str(tp) for tp in src.buffers),
-                "caught_up": {str(tp): v for tp, v in src.caught_up.items()},
-                "prefetches": {
-                    str(tp): {"answered": p.answer is not None, "waited": p.waiting is not None}
-                    for tp, p in src.prefetches.items()
-                },
-            }
-            for node, src in fetcher._sources.items()
-        }
-        return (
-            f"tracker={fetcher.trackers.get(self.tp)!r} sources={sources} "
-            f"leaders={fetcher.metadata.leaders.get(self.tp)} "
-            f"metadata_ok_at={fetcher.metadata.ok_at:.1f} now={time.monotonic():.1f} "
-            f"metrics={self.consumer.metrics(raw=True)}"
-        )
+        """The consumer's inner state, for a failure message: why is it not moving?"""
+        return describe_consumer(self.consumer)
 
     def _event(self, event: dict[str, Any]) -> None:
         self.events.setdefault(self.phase, []).append(event)

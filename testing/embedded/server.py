@@ -15,9 +15,11 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from epochguard._log import get_logger
+from epochguard.testing.embedded.fetch_frame import fetch_response_parts
 from epochguard.testing.embedded.handlers import REGISTRY, RequestContext, load_all
 from epochguard.testing.embedded.security import PLAINTEXT, SASL_SSL, SSL, Connection
 from epochguard.testing.embedded.state import ClusterState
@@ -349,9 +351,16 @@ class EmbeddedServer:
             return True
         if not self.state.brokers[broker_id].alive:
             return False
-        response.with_header(correlation_id=correlation_id)
-        data = response.encode(header=True, framed=True)
-        writer.write(data)
+        parts = (
+            fetch_response_parts(response, version, correlation_id)
+            if isinstance(response, FetchResponse)
+            else None
+        )
+        if parts is not None:
+            writer.writelines(parts)
+        else:
+            response.with_header(correlation_id=correlation_id)
+            writer.write(response.encode(header=True, framed=True))
         await writer.drain()
         if conn.close_after_response:
             # Kafka delays closing a connection that failed authentication

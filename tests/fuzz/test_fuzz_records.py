@@ -326,3 +326,43 @@ def test_legacy_compressed_wrapper_still_decodes() -> None:
         b.append(i, timestamp=1, key=None, value=b"v%d" % i)
     kind, detail = _same(bytes(b.build()))
     assert kind == "ok" and [r[7] for r in detail[0]] == [b"v0", b"v1", b"v2"]
+
+
+def _zstd_batch(frame: bytes) -> bytes:
+    batch = bytearray(_build(10, 3, 0, False, 0, [(0, 1, b"k", b"v", [])]))
+    batch[61:] = frame
+    struct.pack_into(">i", batch, 8, len(batch) - 12)
+    struct.pack_into(">h", batch, 21, 4)
+    _fix_crc(batch)
+    return bytes(batch)
+
+
+def test_zstd_frame_announcing_more_than_the_limit_is_bounded() -> None:
+    """A frame whose header declares its size (past the limit) skips the one-call path
+    and is refused by the bounded one."""
+    import zstandard
+
+    limit = records.MAX_DECOMPRESSED_BATCH_BYTES
+    zc = zstandard.ZstdCompressor(write_content_size=True)
+    frame = zc.compress(b"\x00" * (2 * limit))
+    assert zstandard.frame_content_size(frame) == 2 * limit
+    for native in (NATIVE, None):
+        tracemalloc.start()
+        try:
+            kind, detail = _run(native, _zstd_batch(frame), 0, True)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert kind == "error" and "zstd data inflates past" in detail, detail
+        assert peak < limit + 8 * _MiB
+
+
+def test_zstd_frame_that_lies_about_its_size_is_corrupt() -> None:
+    import zstandard
+
+    frame = bytearray(zstandard.ZstdCompressor(write_content_size=True).compress(b"x" * 1000))
+    assert frame[4] == 0x60  # single segment, a 2-byte size field holding size - 256
+    frame[5:7] = (500 - 256).to_bytes(2, "little")
+    for native in (NATIVE, None):
+        kind, detail = _run(native, _zstd_batch(bytes(frame)), 0, True)
+        assert kind == "error" and "zstd data does not decompress" in detail, detail

@@ -233,19 +233,22 @@ def _uniform(
     )
     eligible = {tp: [m for m in sorted(members) if by_id[tp[0]] in members[m]] for tp in all_parts}
     wanted = [tp for tp in all_parts if eligible[tp]]
-    # Each member's share of the partitions it can take (equal shares when subscriptions
-    # are the same; a member subscribed to less simply stops at what it can have).
-    quota = -(-len(wanted) // len(members))
     owners = {tp: m for m, parts in current.items() if m in members for tp in parts}
+    # Shares differ by at most one; the larger shares go to the members that own the most
+    # already, so that as little as possible moves.
+    base, extra = divmod(len(wanted), len(members))
+    held = {m: sum(1 for tp in wanted if owners.get(tp) == m) for m in members}
+    order = sorted(members, key=lambda m: (-held[m], m))
+    cap = {m: base + (1 if i < extra else 0) for i, m in enumerate(order)}
     left = []
     for tp in wanted:
         m = owners.get(tp)
-        if m is not None and m in eligible[tp] and len(out[m]) < quota:
+        if m is not None and m in eligible[tp] and len(out[m]) < cap[m]:
             out[m].add(tp)
         else:
             left.append(tp)
     for tp in left:
-        best = min(eligible[tp], key=lambda m: (len(out[m]), m))
+        best = min(eligible[tp], key=lambda m: (len(out[m]) >= cap[m], len(out[m]), m))
         out[best].add(tp)
     return out
 

@@ -302,3 +302,20 @@ def test_commits_are_checked_by_member_epoch() -> None:
     coord.heartbeat(HeartbeatRequest("g", "a", -1), TOPICS, 0)
     # An empty group takes commits from outside group management.
     assert coord.commit_offsets("g", -1, "", off, 0, 8) == {("t", 0): 0}
+
+
+def test_uniform_assignor_balances_within_one_and_moves_only_the_surplus() -> None:
+    from epochguard.testing.embedded.consumer_groups import ASSIGNORS
+
+    uniform = ASSIGNORS["uniform"]
+    topics = {"t": TopicInfo(T, 256)}
+    eight = {f"m{i}": {"t"} for i in range(8)}
+    first = uniform(eight, topics, {})
+    assert sorted(len(p) for p in first.values()) == [32] * 8
+    nine = {**eight, "new": {"t"}}
+    second = uniform(nine, topics, {m: frozenset(p) for m, p in first.items()})
+    sizes = sorted(len(p) for p in second.values())
+    assert sizes[-1] - sizes[0] <= 1 and sum(sizes) == 256
+    # A member that stays loses only partitions, never gains one from another stayer.
+    for m in eight:
+        assert second[m] <= first[m]

@@ -263,3 +263,42 @@ def test_unsupported_assignor_is_raised_by_poll(cluster: EmbeddedCluster) -> Non
         c1.subscribe([TOPIC])
         with pytest.raises(kerrors.UnsupportedAssignorError, match="nope"):
             wait_polling(c1, lambda: False, timeout=10)
+
+
+def test_regex_the_broker_refuses_is_raised_by_poll(cluster: EmbeddedCluster) -> None:
+    fast_coordinator(cluster)
+    cluster.create_topic(TOPIC, partitions=1, replication_factor=1)
+    with member(cluster) as c1:
+        c1.subscribe(pattern="(?=k)kt")  # valid for Python's re, not for RE2/J
+        with pytest.raises(kerrors.KafkaError, match="not a valid regular expression"):
+            wait_polling(c1, lambda: False, timeout=10)
+
+
+def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(
+    cluster: EmbeddedCluster,
+) -> None:
+    coord = fast_coordinator(cluster)
+    cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)
+    c1 = member(cluster, group_instance_id="i1")
+    c2 = member(cluster)
+    try:
+        c1.subscribe([TOPIC])
+        c2.subscribe([TOPIC])
+        deadline = time.monotonic() + 20
+        while len(c1.assignment()) != 2 or len(c2.assignment()) != 2:
+            assert time.monotonic() < deadline, (c1.assignment(), c2.assignment())
+            c1.poll(timeout_ms=20)
+            c2.poll(timeout_ms=20)
+        held = c1.assignment()
+        epoch = cluster.call(lambda: coord.groups["kg"].group_epoch)
+        c1.close()  # a static leave (epoch -2): the assignment waits for i1
+        c1 = member(cluster, group_instance_id="i1")
+        c1.subscribe([TOPIC])
+        wait_polling(c1, lambda: c1.assignment() == held)
+        for _ in range(10):
+            c2.poll(timeout_ms=20)
+        assert len(c2.assignment()) == 2
+        assert cluster.call(lambda: coord.groups["kg"].group_epoch) == epoch
+    finally:
+        c1.close()
+        c2.close()

@@ -103,6 +103,7 @@ class ConsumerGroupMember(GroupCoordinator):
         self._subscription_sent: tuple[tuple[str, ...] | None, str | None] | None = None
         self._topics: tuple[str, ...] | None = None
         self._regex: str | None = None
+        self._regex_sent = False
         self._beat_now = False
         self._interval_s = _FIRST_INTERVAL_S
         self._in_group = False
@@ -274,8 +275,10 @@ class ConsumerGroupMember(GroupCoordinator):
             instance_id=self._instance_id if joining else None,
             rack_id=self._rack if joining else None,
             rebalance_timeout_ms=int(self._config["max_poll_interval_ms"]) if joining else None,
-            subscribed_topics=self._topics if full and self._regex is None else None,
-            subscribed_regex=self._regex if full else None,
+            # Names and regex are separate fields the coordinator keeps until changed: a
+            # switch from one to the other empties the other ("" is no regex).
+            subscribed_topics=(self._topics or ()) if full else None,
+            subscribed_regex=(self._regex or ("" if self._regex_sent else None)) if full else None,
             server_assignor=self._assignor if joining else None,
             owned=dict(self._owned),
         )
@@ -351,6 +354,7 @@ class ConsumerGroupMember(GroupCoordinator):
                     self.member_epoch = answer.member_epoch
                 if hb.subscribed_topics is not None or hb.subscribed_regex is not None:
                     self._subscription_sent = subscription
+                    self._regex_sent = self._regex_sent or bool(hb.subscribed_regex)
                 if answer.assignment is not None:
                     self._target = dict(answer.assignment)
                 self._interval_s = max(answer.heartbeat_interval_ms, 1) / 1000

@@ -22,10 +22,11 @@ call :meth:`ConsumerGroupCoordinator.tick` from a loop timer. The rules follow K
 - a member that does not heartbeat for the session timeout, or does not revoke within its
   rebalance timeout, is removed.
 
-Subscriptions are topic names or a regex matched against whole topic names, as Kafka does
-with RE2/J: constructs RE2 does not have (look-around, back-references, possessive or
-atomic groups) are INVALID_REGULAR_EXPRESSION, not Python semantics. Kafka resolves
-regexes in the background; here they are resolved on every heartbeat.
+Subscriptions are topic names and/or a regex (their union; an empty regex is none) matched
+against whole topic names, as Kafka does with RE2/J: constructs RE2 does not have
+(look-around, back-references, possessive or atomic groups) are INVALID_REGULAR_EXPRESSION,
+not Python semantics. Kafka resolves regexes in the background; here they are resolved on
+every heartbeat.
 
 Committed offsets of these groups live here, checked by member id and member epoch
 (OffsetCommit v9+: STALE_MEMBER_EPOCH for another epoch, UNSUPPORTED_VERSION below v9).
@@ -356,7 +357,7 @@ class ConsumerGroupCoordinator:
                     ErrorCode.INVALID_REQUEST,
                     "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
                 )
-        if req.subscribed_topic_regex is not None:
+        if req.subscribed_topic_regex:
             try:
                 compile_subscription_regex(req.subscribed_topic_regex)
             except ValueError as exc:
@@ -470,16 +471,17 @@ class ConsumerGroupCoordinator:
             changed = True
         if req.rebalance_timeout_ms >= 0:
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        # Names and regex are two fields, each kept until a heartbeat changes it; the
+        # member subscribes to their union (Kafka's ConsumerGroupMember). librdkafka sends
+        # names with an empty regex on every heartbeat: "" adds nothing.
         if req.subscribed_topic_names is not None:
             names = tuple(sorted(set(req.subscribed_topic_names)))
-            if names != member.subscribed_names or member.subscribed_regex is not None:
+            if names != member.subscribed_names:
                 member.subscribed_names = names
-                member.subscribed_regex = None
                 changed = True
         regex = req.subscribed_topic_regex
-        if regex is not None and (regex != member.subscribed_regex or member.subscribed_names):
-            member.subscribed_regex = regex
-            member.subscribed_names = ()
+        if regex is not None and regex != (member.subscribed_regex or ""):
+            member.subscribed_regex = regex or None
             changed = True
         if req.server_assignor is not None and req.server_assignor != member.server_assignor:
             member.server_assignor = req.server_assignor
@@ -488,10 +490,11 @@ class ConsumerGroupCoordinator:
 
     @staticmethod
     def _subscribed(member: Member, topics: Mapping[str, TopicInfo]) -> set[str]:
-        if member.subscribed_regex is not None:
+        out = {t for t in member.subscribed_names if t in topics}
+        if member.subscribed_regex:
             pattern = compile_subscription_regex(member.subscribed_regex)
-            return {t for t in topics if pattern.fullmatch(t)}
-        return {t for t in member.subscribed_names if t in topics}
+            out.update(t for t in topics if pattern.fullmatch(t))
+        return out
 
     def _refresh_target(
         self, group: ConsumerGroup, topics: Mapping[str, TopicInfo], bump: bool

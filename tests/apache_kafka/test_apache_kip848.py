@@ -25,6 +25,7 @@ from epochguard.offsets.report import TruncationReport
 from epochguard.testing import produce
 from epochguard.testing.apache_kafka import ApacheKafkaCluster
 
+from .. import kip848_scenarios
 from ..embedded.wire import Wire
 from .test_apache_unclean import B, drive_unclean_election, new_topic
 
@@ -183,87 +184,11 @@ def test_our_messages_match_what_kafka_sends_and_accepts(
 
 
 def test_members_split_and_hand_over_with_epochs(cluster: ApacheKafkaCluster) -> None:
-    topic, group = new_topic("split"), new_topic("gsplit")
-    cluster.create_topic(topic, partitions=4)
-    for p in range(4):
-        produce(cluster, topic, [f"{p}-{i}" for i in range(5)], partition=p)
-    c1 = member(cluster, group, enable_auto_commit=True, auto_commit_interval_ms=200)
-    c1.subscribe([topic])
-    r1 = Runner(c1)
-    r1.start()
-    c2 = member(cluster, group, enable_auto_commit=True, auto_commit_interval_ms=200)
-    r2 = Runner(c2)
-    try:
-        wait(lambda: len(r1.records) == 20, "c1 reads everything")
-        c2.subscribe([topic])
-        r2.start()
-        wait(lambda: len(c1.assignment()) == 2 and len(c2.assignment()) == 2, "a 2/2 split")
-        assert c1.assignment().isdisjoint(c2.assignment())
-        for p in range(4):
-            produce(cluster, topic, [f"{p}-{i}" for i in range(5, 10)], partition=p)
-        wait(lambda: len(r1.records) + len(r2.records) >= 40, "40 records")
-        seen = [(r.partition, r.offset) for r in r1.records + r2.records]
-        assert len(seen) == len(set(seen)) == 40
-        for tp in c2.assignment():
-            committed = c2.committed_with_epoch(tp)
-            assert committed is not None and committed.leader_epoch is not None
-    finally:
-        r1.finish()
-        if r2.is_alive():
-            r2.finish()
-        c1.close()
-        c2.close()
+    kip848_scenarios.split_and_hand_over(cluster, new_topic("split"), new_topic("gsplit"))
 
 
 def test_mixed_group_with_librdkafka_consumer_protocol(cluster: ApacheKafkaCluster) -> None:
-    """librdkafka 2.16 (confluent-kafka) and EpochConsumer in one KIP-848 group: the broker
-    assigns both, they split the partitions, nothing is read twice across the hand-over."""
-    from confluent_kafka import Consumer
-
-    topic, group = new_topic("mixed"), new_topic("gmixed")
-    cluster.create_topic(topic, partitions=4)
-    for p in range(4):
-        produce(cluster, topic, [f"{p}-{i}" for i in range(5)], partition=p)
-    c1 = member(cluster, group, enable_auto_commit=True, auto_commit_interval_ms=200)
-    c1.subscribe([topic])
-    r1 = Runner(c1)
-    r1.start()
-    rd = Consumer(
-        {
-            "bootstrap.servers": cluster.bootstrap_servers,
-            "group.id": group,
-            "group.protocol": "consumer",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": True,
-            "auto.commit.interval.ms": 200,
-        }
-    )
-    rd_records: list[tuple[int, int]] = []
-    try:
-        wait(lambda: len(r1.records) == 20, "c1 reads everything")
-        rd.subscribe([topic])
-        deadline = time.monotonic() + 60
-        while len(c1.assignment()) != 2 or len(rd.assignment()) != 2:
-            assert time.monotonic() < deadline, (c1.assignment(), rd.assignment())
-            msg = rd.poll(0.1)
-            if msg is not None and msg.error() is None:
-                rd_records.append((msg.partition(), msg.offset()))
-        mine = {tp.partition for tp in c1.assignment()}
-        assert mine.isdisjoint({tp.partition for tp in rd.assignment()})
-        for p in range(4):
-            produce(cluster, topic, [f"{p}-{i}" for i in range(5, 10)], partition=p)
-        deadline = time.monotonic() + 60
-        while len(r1.records) + len(rd_records) < 40:
-            assert time.monotonic() < deadline, (len(r1.records), rd_records)
-            msg = rd.poll(0.1)
-            if msg is not None and msg.error() is None:
-                rd_records.append((msg.partition(), msg.offset()))
-        seen = [(r.partition, r.offset) for r in r1.records] + rd_records
-        assert len(seen) == len(set(seen)) == 40
-    finally:
-        r1.finish()
-        c1.close()
-        rd.close()
+    kip848_scenarios.mixed_group_with_librdkafka(cluster, new_topic("mixed"), new_topic("gmix"))
 
 
 def test_truncation_one_member_detected_is_detected_by_the_next(

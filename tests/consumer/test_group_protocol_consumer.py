@@ -25,6 +25,7 @@ from epochguard.testing.embedded.consumer_groups import (
     install_consumer_coordinator,
 )
 
+from .. import kip848_scenarios
 from .conftest import TP0, diverge, make_consumer, read, setup_topic, unclean_elect
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -302,3 +303,16 @@ def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(
     finally:
         c1.close()
         c2.close()
+
+
+# The scenarios tests/apache_kafka/test_apache_kip848.py runs on real Kafka, here.
+
+
+def test_split_and_hand_over_as_on_real_kafka(cluster: EmbeddedCluster) -> None:
+    fast_coordinator(cluster)
+    kip848_scenarios.split_and_hand_over(cluster, "split", "gsplit")
+
+
+def test_mixed_group_with_librdkafka_as_on_real_kafka(cluster: EmbeddedCluster) -> None:
+    fast_coordinator(cluster)
+    kip848_scenarios.mixed_group_with_librdkafka(cluster, "mixed", "gmix")

@@ -319,3 +319,19 @@ def test_uniform_assignor_balances_within_one_and_moves_only_the_surplus() -> No
     # A member that stays loses only partitions, never gains one from another stayer.
     for m in eight:
         assert second[m] <= first[m]
+
+
+def test_names_and_regex_are_separate_fields_and_an_empty_regex_is_none() -> None:
+    coord = ConsumerGroupCoordinator()
+    # librdkafka's way: names and an empty regex on every heartbeat.
+    a = Member(coord, "a", subscribed_topic_names=("t",), subscribed_topic_regex="")
+    assert a.beat().assignment == {(T, p) for p in range(4)}
+    for _ in range(3):
+        res = a.beat(subscribed_topic_names=("t",), subscribed_topic_regex="")
+        assert res.member_epoch == 1  # nothing changed: no new group epoch
+    # A regex adds its topics to the names (the union)...
+    res = a.beat(subscribed_topic_regex="u")
+    assert res.assignment == {(T, p) for p in range(4)} | {(U, 0), (U, 1)}
+    # ...and emptying the names leaves the regex's.
+    res = a.beat(subscribed_topic_names=())
+    assert res.assignment == {(U, 0), (U, 1)}

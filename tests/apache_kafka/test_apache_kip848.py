@@ -257,3 +257,24 @@ def test_unclean_election_during_a_rebalance(cluster: ApacheKafkaCluster) -> Non
             r2.finish()
         c1.close()
         c2.close()
+
+
+def test_regex_subscription_is_resolved_by_kafka(cluster: ApacheKafkaCluster) -> None:
+    """The pattern goes to the coordinator (SubscribedTopicRegex, names empty) and Kafka
+    assigns the matching topics, including one created after the subscription."""
+    prefix = new_topic("rx")
+    cluster.create_topic(f"{prefix}-a")
+    cluster.create_topic(f"x{prefix}-b")  # does not match as a whole name
+    with member(cluster, new_topic("grx")) as c1:
+        c1.subscribe(pattern=f"{prefix}-.*")
+        poll_until(
+            c1,
+            lambda _got: c1.assignment() == {TopicPartition(f"{prefix}-a", 0)},
+            "the matching topic",
+        )
+        cluster.create_topic(f"{prefix}-c")
+        poll_until(
+            c1,
+            lambda _got: TopicPartition(f"{prefix}-c", 0) in c1.assignment(),
+            "a topic created later",
+        )

@@ -316,3 +316,21 @@ def test_split_and_hand_over_as_on_real_kafka(cluster: EmbeddedCluster) -> None:
 def test_mixed_group_with_librdkafka_as_on_real_kafka(cluster: EmbeddedCluster) -> None:
     fast_coordinator(cluster)
     kip848_scenarios.mixed_group_with_librdkafka(cluster, "mixed", "gmix")
+
+
+def test_member_that_stops_polling_leaves_and_rejoins_on_the_next_poll(
+    cluster: EmbeddedCluster,
+) -> None:
+    coord = fast_coordinator(cluster)
+    cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)
+    listener = Recorder()
+    with member(cluster, max_poll_interval_ms=1000) as c1:
+        c1.subscribe([TOPIC], listener=listener)
+        wait_polling(c1, lambda: c1.assignment() == ALL)
+        group = c1._group
+        assert isinstance(group, ConsumerGroupMember)
+        # No poll() for longer than max_poll_interval_ms: the heartbeat thread leaves.
+        wait(lambda: not cluster.call(lambda: coord.groups["kg"].members), timeout=10)
+        wait_polling(c1, lambda: ("revoked", ALL) in listener.events)
+        wait_polling(c1, lambda: c1.assignment() == ALL)
+        assert listener.events[-1] == ("assigned", ALL)

@@ -1,5 +1,6 @@
 """Rebalance cost by group protocol: a group of 8 EpochConsumers on a 256-partition topic
-(EmbeddedCluster, in this process); a 9th member joins, then leaves again.
+(on an in-process EmbeddedCluster and on a real Kafka 4.3.1 broker); a 9th member joins,
+then leaves again.
 
 For each event and protocol:
 
@@ -19,18 +20,19 @@ classic, 5 s KIP-848), so the numbers compare the protocols, not their defaults.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kafka import ConsumerRebalanceListener
 from kafka.structs import TopicPartition
 
 from epochguard.consumer import EpochConsumer
-from epochguard.testing import EmbeddedCluster
+from epochguard.testing import Cluster, EmbeddedCluster
 from epochguard.testing.embedded.consumer_groups import (
     ConsumerGroupCoordinator,
     install_consumer_coordinator,
@@ -78,12 +80,13 @@ class _Ownership(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class _Member(threading.Thread):
-    def __init__(self, cluster: EmbeddedCluster, settings: dict[str, Any]) -> None:
+    def __init__(self, cluster: Cluster, topic: str, group: str, settings: dict[str, Any]) -> None:
         super().__init__(daemon=True)
+        self.topic = topic
         self.listener = _Ownership()
         self.consumer = EpochConsumer(
             bootstrap_servers=cluster.bootstrap_servers,
-            group_id="bench",
+            group_id=group,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
             fetch_max_wait_ms=100,
@@ -95,7 +98,7 @@ class _Member(threading.Thread):
 
     def run(self) -> None:
         try:
-            self.consumer.subscribe([TOPIC], listener=self.listener)
+            self.consumer.subscribe([self.topic], listener=self.listener)
             while not self.stop.is_set():
                 self.consumer.poll(timeout_ms=50)
         except BaseException as exc:
@@ -156,75 +159,99 @@ def _event(stayed: list[_Member], act: Callable[[], list[_Member]]) -> dict[str,
     }
 
 
-def run_protocol(name: str) -> dict[str, Any]:
+def run_protocol(cluster: Cluster, name: str, run: int) -> dict[str, Any]:
     settings = PROTOCOLS[name]
+    topic, group = f"{TOPIC}-{name}-{run}", f"bench-{name}-{run}"
+    cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=1)
+    members = [_Member(cluster, topic, group, settings) for _ in range(MEMBERS)]
+    extra: _Member | None = None
+    try:
+        for m in members:
+            m.start()
+        _wait(lambda: _balanced(members), f"{MEMBERS} members sharing the topic")
+        time.sleep(1.0)  # let heartbeats settle into their rhythm
+
+        def join() -> list[_Member]:
+            nonlocal extra
+            extra = _Member(cluster, topic, group, settings)
+            extra.start()
+            return [*members, extra]
+
+        joined = _event(members, join)
+        time.sleep(1.0)
+
+        def leave() -> list[_Member]:
+            assert extra is not None
+            extra.finish()
+            return members
+
+        left = _event(members, leave)
+        errors = [repr(m.error) for m in [*members, extra] if m and m.error is not None]
+        if errors:
+            raise RuntimeError(f"members failed: {errors}")
+        return {"join": joined, "leave": left}
+    finally:
+        for m in members:
+            m.finish()
+        if extra is not None and extra.is_alive():
+            extra.finish()
+
+
+@contextlib.contextmanager
+def _embedded() -> Iterator[Cluster]:
     with EmbeddedCluster(brokers=1) as cluster:
         cluster.call(
             lambda: install_consumer_coordinator(
                 cluster.state, ConsumerGroupCoordinator(heartbeat_interval_ms=HEARTBEAT_MS)
             )
         )
-        cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=1)
-        members = [_Member(cluster, settings) for _ in range(MEMBERS)]
-        extra: _Member | None = None
-        try:
-            for m in members:
-                m.start()
-            _wait(lambda: _balanced(members), f"{MEMBERS} members sharing the topic")
-            time.sleep(1.0)  # let heartbeats settle into their rhythm
+        yield cluster
 
-            def join() -> list[_Member]:
-                nonlocal extra
-                extra = _Member(cluster, settings)
-                extra.start()
-                return [*members, extra]
 
-            joined = _event(members, join)
-            time.sleep(1.0)
+@contextlib.contextmanager
+def _kafka() -> Iterator[Cluster]:
+    from epochguard.testing.apache_kafka import ApacheKafkaCluster, ensure_kafka_jars
 
-            def leave() -> list[_Member]:
-                assert extra is not None
-                extra.finish()
-                return members
+    # ApacheKafkaCluster's brokers heartbeat KIP-848 members every 500 ms (HEARTBEAT_MS).
+    with ApacheKafkaCluster(brokers=1, jars=ensure_kafka_jars()) as cluster:
+        yield cluster
 
-            left = _event(members, leave)
-            errors = [repr(m.error) for m in [*members, extra] if m and m.error is not None]
-            if errors:
-                raise RuntimeError(f"members failed: {errors}")
-            return {"join": joined, "leave": left}
-        finally:
-            for m in members:
-                m.finish()
-            if extra is not None and extra.is_alive():
-                extra.finish()
+
+#: cluster kind -> how to start one (one cluster per kind; a topic and group per run).
+CLUSTERS: dict[str, Callable[[], contextlib.AbstractContextManager[Cluster]]] = {
+    "embedded (in process, 1 broker)": _embedded,
+    "Apache Kafka 4.3.1 (1 broker)": _kafka,
+}
 
 
 def run() -> dict[str, Any]:
     rows = []
-    for name in PROTOCOLS:
-        load_before = round(os.getloadavg()[0], 2)
-        runs = [run_protocol(name) for _ in range(REPEATS)]
-        flat = [
-            {f"{event}_{k}": v for event, r in result.items() for k, v in r.items()}
-            for result in runs
-        ]
-        rows.append(
-            {
-                "protocol": name,
-                # Medians of REPEATS runs; every run's numbers in "runs".
-                **{k: statistics.median(f[k] for f in flat) for k in flat[0]},
-                "runs": flat,
-                "load_avg_1m_before": load_before,
-                "load_avg_1m_after": round(os.getloadavg()[0], 2),
-            }
-        )
+    for kind, start in CLUSTERS.items():
+        with start() as cluster:
+            for name in PROTOCOLS:
+                load_before = round(os.getloadavg()[0], 2)
+                runs = [run_protocol(cluster, name, i) for i in range(REPEATS)]
+                flat = [
+                    {f"{event}_{k}": v for event, r in result.items() for k, v in r.items()}
+                    for result in runs
+                ]
+                rows.append(
+                    {
+                        "cluster": kind,
+                        "protocol": name,
+                        # Medians of REPEATS runs; every run's numbers in "runs".
+                        **{k: statistics.median(f[k] for f in flat) for k in flat[0]},
+                        "runs": flat,
+                        "load_avg_1m_before": load_before,
+                        "load_avg_1m_after": round(os.getloadavg()[0], 2),
+                    }
+                )
     return {
         "members": MEMBERS,
         "partitions": PARTITIONS,
         "heartbeat_interval_ms": HEARTBEAT_MS,
         "repeats": REPEATS,
-        "cluster": "EmbeddedCluster, 1 broker, in process",
-        "protocols": rows,
+        "rows": rows,
     }
 
 

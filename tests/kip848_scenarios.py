@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Any
 
+from kafka import ConsumerRebalanceListener
+
 from epochguard.consumer import EpochConsumer
 from epochguard.testing import Cluster, produce
 
@@ -148,3 +150,47 @@ def mixed_group_with_librdkafka(cluster: Cluster, topic: str, group: str) -> Non
         r1.finish()
         c1.close()
         rd.close()
+
+
+class _Events(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.events: list[tuple[str, set[Any]]] = []
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        self.events.append(("revoked", set(revoked)))
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        self.events.append(("assigned", set(assigned)))
+
+
+def static_member_restart(cluster: Cluster, topic: str, group: str) -> None:
+    """A static member (group_instance_id) closes and comes back within the session: it gets
+    its partitions back and the other member's assignment never moves (no rebalance)."""
+    cluster.create_topic(topic, partitions=PARTS)
+    c1 = member(cluster, group, group_instance_id=f"{group}-i1")
+    other = _Events()
+    c2 = member(cluster, group)
+    r1, r2 = Runner(c1), Runner(c2)
+    try:
+        c1.subscribe([topic])
+        c2.subscribe([topic], listener=other)
+        r1.start()
+        r2.start()
+        wait(lambda: len(c1.assignment()) == 2 and len(c2.assignment()) == 2, "a 2/2 split")
+        held, events = c1.assignment(), len(other.events)
+        r1.finish()
+        c1.close()  # leaves with epoch -2: the coordinator keeps its partitions for it
+        c1 = member(cluster, group, group_instance_id=f"{group}-i1")
+        r1 = Runner(c1)
+        c1.subscribe([topic])
+        r1.start()
+        wait(lambda: c1.assignment() == held, "the restarted member's partitions back")
+        time.sleep(1.0)  # a rebalance would reach c2 within two heartbeats
+        assert other.events[events:] == []
+        assert len(c2.assignment()) == 2
+    finally:
+        for r in (r1, r2):
+            if r.is_alive():
+                r.finish()
+        c1.close()
+        c2.close()

@@ -191,6 +191,10 @@ def test_mixed_group_with_librdkafka_consumer_protocol(cluster: ApacheKafkaClust
     kip848_scenarios.mixed_group_with_librdkafka(cluster, new_topic("mixed"), new_topic("gmix"))
 
 
+def test_static_member_restart_causes_no_rebalance(cluster: ApacheKafkaCluster) -> None:
+    kip848_scenarios.static_member_restart(cluster, new_topic("static"), new_topic("gstatic"))
+
+
 def test_truncation_one_member_detected_is_detected_by_the_next(
     cluster: ApacheKafkaCluster,
 ) -> None:

@@ -334,3 +334,8 @@ def test_member_that_stops_polling_leaves_and_rejoins_on_the_next_poll(
         wait_polling(c1, lambda: ("revoked", ALL) in listener.events)
         wait_polling(c1, lambda: c1.assignment() == ALL)
         assert listener.events[-1] == ("assigned", ALL)
+
+
+def test_static_member_restart_as_on_real_kafka(cluster: EmbeddedCluster) -> None:
+    fast_coordinator(cluster)
+    kip848_scenarios.static_member_restart(cluster, "static", "gstatic")

@@ -339,3 +339,16 @@ def test_member_that_stops_polling_leaves_and_rejoins_on_the_next_poll(
 def test_static_member_restart_as_on_real_kafka(cluster: EmbeddedCluster) -> None:
     fast_coordinator(cluster)
     kip848_scenarios.static_member_restart(cluster, "static", "gstatic")
+
+
+def test_unsubscribe_leaves_and_subscribe_joins_again(cluster: EmbeddedCluster) -> None:
+    coord = fast_coordinator(cluster)
+    cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)
+    with member(cluster) as c1:
+        c1.subscribe([TOPIC])
+        wait_polling(c1, lambda: c1.assignment() == ALL)
+        c1.unsubscribe()
+        assert c1.assignment() == set()
+        assert cluster.call(lambda: dict(coord.groups["kg"].members)) == {}
+        c1.subscribe([TOPIC])
+        wait_polling(c1, lambda: c1.assignment() == ALL)

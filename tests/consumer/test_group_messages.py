@@ -313,3 +313,61 @@ def test_member_offset_fetch_names_the_member() -> None:
     anonymous = wire.member_offset_fetch_request("g", [TopicPartition("t", 1)], None, None)
     (g,) = OffsetFetchRequest.decode(anonymous.encode(version=9), version=9).groups
     assert (g.member_id, g.member_epoch) == (None, -1)
+
+
+# ------------------------------------------------- bytes a Kafka 4.3.1 coordinator sent
+# Captured from ApacheKafkaCluster (one broker, topic "fixture" with 2 partitions, member
+# "member-fixture-0000000001" joining group "g" with the uniform assignor), after the header.
+
+KAFKA_TOPIC_ID = "dcc5a011-6866-4ed6-aa40-15aac88aeb57"
+KAFKA_JOIN_ANSWER = bytes.fromhex(
+    "000000000000001a6d656d6265722d666978747572652d3030303030303030303100000002000001f401"
+    "02dcc5a01168664ed6aa4015aac88aeb57030000000000000001000000"
+)
+KAFKA_DESCRIBE_ANSWER = bytes.fromhex(
+    "0000000002000000026707537461626c65000000020000000208756e69666f726d021a6d656d6265722d"
+    "666978747572652d303030303030303030310000000000020a776972652d746573740b2f3132372e302e"
+    "302e310208666978747572650102dcc5a01168664ed6aa4015aac88aeb57086669787475726503000000"
+    "0000000001000002dcc5a01168664ed6aa4015aac88aeb57086669787475726503000000000000000100"
+    "000100800000000000"
+)
+KAFKA_FENCED_ANSWER = bytes.fromhex(
+    "00000000006ea20154686520636f6e73756d65722067726f7570206d656d62657220686173206120677265"
+    "61746572206d656d6265722065706f63682028393929207468616e20746865206f6e65206b6e6f776e2062"
+    "79207468652067726f757020636f6f7264696e61746f72202832292e20546865206d656d626572206d7573"
+    "74206162616e646f6e20616c6c2069747320706172746974696f6e7320616e642072656a6f696e2e0000"
+    "00000000000000ff00"
+)
+
+
+def test_kafka_join_answer_reads_and_encodes_back() -> None:
+    decoded = ConsumerGroupHeartbeatResponse.decode(KAFKA_JOIN_ANSWER, version=1)
+    assert decoded.encode() == KAFKA_JOIN_ANSWER
+    answer = wire.read_consumer_group_heartbeat(decoded)
+    assert answer.error is None
+    assert answer.member_id == "member-fixture-0000000001"
+    assert answer.member_epoch == 2 and answer.heartbeat_interval_ms == 500
+    assert answer.assignment == {KAFKA_TOPIC_ID: frozenset({0, 1})}
+
+
+def test_kafka_describe_answer_reads_and_encodes_back() -> None:
+    decoded = ConsumerGroupDescribeResponse.decode(KAFKA_DESCRIBE_ANSWER, version=1)
+    assert decoded.encode() == KAFKA_DESCRIBE_ANSWER
+    (group,) = wire.read_consumer_group_describe(decoded)
+    assert (group.state, group.group_epoch, group.assignor) == ("Stable", 2, "uniform")
+    (m,) = group.members
+    assert m.subscribed_topics == ("fixture",)
+    # Kafka describes "no regex" as the empty string, not null.
+    assert m.subscribed_regex == ""
+    both = {TopicPartition("fixture", 0), TopicPartition("fixture", 1)}
+    assert m.assignment == m.target_assignment == both
+    assert decoded.groups[0].members[0].member_type == 1
+
+
+def test_kafka_fenced_answer_reads_and_encodes_back() -> None:
+    decoded = ConsumerGroupHeartbeatResponse.decode(KAFKA_FENCED_ANSWER, version=1)
+    assert decoded.encode() == KAFKA_FENCED_ANSWER
+    answer = wire.read_consumer_group_heartbeat(decoded)
+    assert answer.error is kerrors.FencedMemberEpochError
+    assert answer.error_message is not None and "(99)" in answer.error_message
+    assert (answer.member_id, answer.assignment) == (None, None)

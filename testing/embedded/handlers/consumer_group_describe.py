@@ -81,7 +81,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                         client_id=m.client_id,
                         client_host=m.client_host,
                         subscribed_topic_names=list(m.subscribed_topic_names),
-                        subscribed_topic_regex=m.subscribed_topic_regex,
+                        # Kafka 4.3.1 describes "no regex" as "", not null.
+                        subscribed_topic_regex=m.subscribed_topic_regex or "",
                         assignment=assignment(m.assignment),
                         target_assignment=assignment(m.target_assignment),
                         member_type=MEMBER_TYPE_CONSUMER,

@@ -98,7 +98,16 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "max_fetch_version": 13,
     #: Highest Metadata version (epochs need 7+). For tests of old-broker behaviour.
     "max_metadata_version": 12,
+    #: Group membership, the Java client's names and default: "classic" (JoinGroup /
+    #: SyncGroup, eager) or "consumer" (KIP-848: the broker assigns, incrementally).
+    "group_protocol": "classic",
+    #: "consumer" protocol only: the broker-side assignor ("uniform", "range"); None: the
+    #: broker's default (group.consumer.assignors).
+    "group_remote_assignor": None,
 }
+
+#: Keys the "consumer" group protocol leaves to the broker (Java refuses them too).
+_CLASSIC_ONLY = ("partition_assignment_strategy", "session_timeout_ms", "heartbeat_interval_ms")
 
 #: Accepted for drop-in compatibility with kafka-python but without effect here.
 IGNORED_KEYS = frozenset(
@@ -190,6 +199,27 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
     if not servers or not isinstance(servers, str | list | tuple):
         raise ConsumerConfigError(
             "bootstrap_servers", f"must be 'host:port[,...]' or a list, got {servers!r}"
+        )
+    protocol = cfg["group_protocol"]
+    if not isinstance(protocol, str) or protocol.lower() not in ("classic", "consumer"):
+        raise ConsumerConfigError(
+            "group_protocol", f"must be 'classic' or 'consumer', got {protocol!r}"
+        )
+    cfg["group_protocol"] = protocol.lower()
+    assignor = cfg["group_remote_assignor"]
+    if assignor is not None and (not isinstance(assignor, str) or not assignor):
+        raise ConsumerConfigError(
+            "group_remote_assignor", f"must be an assignor name or None, got {assignor!r}"
+        )
+    if cfg["group_protocol"] == "consumer":
+        for key in _CLASSIC_ONLY:
+            if key in configs:
+                raise ConsumerConfigError(
+                    key, "is not used with group_protocol='consumer' (the broker decides it)"
+                )
+    elif assignor is not None:
+        raise ConsumerConfigError(
+            "group_remote_assignor", "needs group_protocol='consumer' (a broker-side assignor)"
         )
     if cfg["group_instance_id"] is not None and cfg["group_id"] is None:
         raise ConsumerConfigError("group_instance_id", "requires group_id")

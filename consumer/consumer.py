@@ -43,6 +43,7 @@ from epochguard.consumer.errors import (
 )
 from epochguard.consumer.fetcher import Fetcher
 from epochguard.consumer.group import GroupCoordinator
+from epochguard.consumer.group_consumer import ConsumerGroupMember
 from epochguard.consumer.records import ConsumerRecord, as_deserializer, log_decoder_once
 from epochguard.offsets.errors import EpochGuardError, InvalidPolicyError
 from epochguard.offsets.events import Event, NoValidOffset, TruncationDetected
@@ -117,8 +118,11 @@ class EpochConsumer:
         )
         self._fetcher.metadata_listeners.append(self._on_metadata_answer)
         self._store = cfg["offset_store"]
+        membership = (
+            ConsumerGroupMember if cfg["group_protocol"] == "consumer" else GroupCoordinator
+        )
         self._group: GroupCoordinator | None = (
-            GroupCoordinator(self._client, cfg) if cfg["group_id"] is not None else None
+            membership(self._client, cfg) if cfg["group_id"] is not None else None
         )
         self._assigned: list[TopicPartition] = []
         self._manual = False
@@ -406,6 +410,9 @@ class EpochConsumer:
             return
         group.polled()
         self._update_pattern()
+        if isinstance(group, ConsumerGroupMember):
+            group.reconcile(self, deadline)  # KIP-848: incremental, broker-assigned
+            return
         if not group.rejoin_needed:
             return
         if not self._subscription:

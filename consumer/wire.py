@@ -39,13 +39,22 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.structs import TopicPartition
 
+from epochguard.consumer.group_messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+)
+
 __all__ = [
+    "CONSUMER_HEARTBEAT_MIN_VERSION",
     "ERR",
     "FETCH_MAX_VERSION",
     "FETCH_MAX_VERSION_BY_NAME",
+    "MEMBER_OFFSETS_MIN_VERSION",
     "METADATA_MAX_VERSION",
     "ZERO_UUID",
     "CommittedOffset",
+    "DescribedConsumerGroup",
+    "DescribedMember",
     "EpochEnd",
     "EpochQuery",
     "FetchAnswer",
@@ -54,13 +63,17 @@ __all__ = [
     "FetchParams",
     "FetchTarget",
     "FetchedPartition",
+    "HeartbeatAnswer",
     "ListedOffset",
     "MalformedFetchResponse",
+    "MemberHeartbeat",
     "MetadataAnswer",
     "PartitionLeader",
     "TopicMetadata",
     "WireValueError",
     "commit_errors",
+    "consumer_group_describe_request",
+    "consumer_group_heartbeat_request",
     "epoch_from_wire",
     "epoch_to_wire",
     "error_from_wire",
@@ -70,14 +83,19 @@ __all__ = [
     "join_group_request",
     "leave_group_request",
     "list_offsets_request",
+    "member_offset_commit_request",
+    "member_offset_fetch_request",
     "metadata_request",
     "node_from_wire",
     "offset_commit_request",
     "offset_fetch_request",
     "offset_for_leader_epoch_request",
     "offset_from_wire",
+    "read_consumer_group_describe",
+    "read_consumer_group_heartbeat",
     "read_fetch",
     "read_list_offsets",
+    "read_member_offset_fetch",
     "read_metadata",
     "read_offset_fetch",
     "read_offset_for_leader_epoch",
@@ -761,6 +779,272 @@ def commit_errors(response: Any) -> set[type[ERR.KafkaError]]:
     """The distinct partition errors of an OffsetCommit answer (empty: all committed)."""
     errors = {error_from_wire(p.error_code) for _tp, p in _partitions(response)}
     return {e for e in errors if e is not None}
+
+
+# ------------------------------------------------- group: KIP-848 consumer protocol (API 68/69)
+
+#: ConsumerGroupHeartbeat v1 is the first with a regex subscription, and the member makes up
+#: its own member id (KIP-1082): a coordinator that lost the answer to a join still knows
+#: the member by the id the retry carries.
+CONSUMER_HEARTBEAT_MIN_VERSION: Final = 1
+#: OffsetCommit v9 / OffsetFetch v9 are the first that carry a KIP-848 member epoch.
+MEMBER_OFFSETS_MIN_VERSION: Final = 9
+#: Member epochs with a meaning of their own on the wire (KIP-848).
+_JOIN_EPOCH: Final = 0
+_LEAVE_EPOCH: Final = -1
+_STATIC_LEAVE_EPOCH: Final = -2
+
+
+@attrs.frozen
+class MemberHeartbeat:
+    """One ConsumerGroupHeartbeat as the member decides it. ``None`` fields did not change
+    since the last heartbeat the coordinator answered (the wire's null / -1)."""
+
+    group_id: str
+    member_id: str
+    #: 0 joins; the epoch the coordinator gave otherwise.
+    member_epoch: int
+    #: ``"dynamic"`` leaves (-1 on the wire), ``"static"`` leaves a static member's
+    #: assignment in place for its return (-2); ``None`` stays.
+    leave: str | None = None
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int | None = None
+    subscribed_topics: tuple[str, ...] | None = None
+    subscribed_regex: str | None = None
+    server_assignor: str | None = None
+    #: Owned partitions by topic id (text); ``None``: unchanged.
+    owned: Mapping[str, frozenset[int]] | None = None
+
+
+@attrs.frozen
+class HeartbeatAnswer:
+    error: type[ERR.KafkaError] | None
+    error_message: str | None
+    #: Set on the answer to a join (v0 coordinators make the id up); ``None`` otherwise.
+    member_id: str | None
+    #: ``None``: the member is out of the group (the answer to a leave, or an error).
+    member_epoch: int | None
+    heartbeat_interval_ms: int
+    #: The partitions the member may own now, by topic id; ``None``: unchanged.
+    assignment: Mapping[str, frozenset[int]] | None
+
+
+def consumer_group_heartbeat_request(hb: MemberHeartbeat) -> Any:
+    if hb.member_epoch < 0:
+        raise WireValueError(f"member epoch must be >= 0, got {hb.member_epoch}")
+    if hb.leave is None:
+        epoch = hb.member_epoch
+    elif hb.leave == "dynamic":
+        epoch = _LEAVE_EPOCH
+    elif hb.leave == "static":
+        if hb.instance_id is None:
+            raise WireValueError("a static leave (epoch -2) needs the member's instance id")
+        epoch = _STATIC_LEAVE_EPOCH
+    else:
+        raise WireValueError(f"leave must be 'dynamic', 'static' or None, got {hb.leave!r}")
+    if hb.rebalance_timeout_ms is not None and hb.rebalance_timeout_ms < 0:
+        raise WireValueError(f"rebalance timeout must be >= 0, got {hb.rebalance_timeout_ms}")
+    R = ConsumerGroupHeartbeatRequest
+    owned = None
+    if hb.owned is not None:
+        owned = []
+        for tid, parts in sorted(hb.owned.items()):
+            wire_id = topic_id_to_wire(tid)
+            if wire_id is None:
+                raise WireValueError(f"owned partitions need a topic id, got {tid!r}")
+            owned.append(R.TopicPartitions(topic_id=wire_id, partitions=sorted(parts)))
+    return R(
+        group_id=hb.group_id,
+        member_id=hb.member_id,
+        member_epoch=epoch,
+        instance_id=hb.instance_id,
+        rack_id=hb.rack_id,
+        rebalance_timeout_ms=_UNDEFINED
+        if hb.rebalance_timeout_ms is None
+        else hb.rebalance_timeout_ms,
+        subscribed_topic_names=None if hb.subscribed_topics is None else list(hb.subscribed_topics),
+        subscribed_topic_regex=hb.subscribed_regex,
+        server_assignor=hb.server_assignor,
+        topic_partitions=owned,
+        min_version=CONSUMER_HEARTBEAT_MIN_VERSION,
+    )
+
+
+def _assignment_from_wire(topics: Iterable[Any]) -> dict[str, frozenset[int]]:
+    out: dict[str, frozenset[int]] = {}
+    for t in topics:
+        tid = topic_id_from_wire(t.topic_id)
+        if tid is None:
+            raise ERR.KafkaProtocolError("assignment names a topic by the zero uuid")
+        out[tid] = out.get(tid, frozenset()) | frozenset(t.partitions)
+    return out
+
+
+def read_consumer_group_heartbeat(response: Any) -> HeartbeatAnswer:
+    assignment = response.assignment
+    return HeartbeatAnswer(
+        error_from_wire(response.error_code),
+        response.error_message,
+        response.member_id or None,
+        epoch_from_wire(response.member_epoch),
+        int(response.heartbeat_interval_ms),
+        None if assignment is None else _assignment_from_wire(assignment.topic_partitions),
+    )
+
+
+@attrs.frozen
+class DescribedMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int | None
+    client_id: str
+    client_host: str
+    subscribed_topics: tuple[str, ...]
+    subscribed_regex: str | None
+    #: ``(topic name, partition)`` owned now / in the target assignment.
+    assignment: frozenset[TopicPartition]
+    target_assignment: frozenset[TopicPartition]
+
+
+@attrs.frozen
+class DescribedConsumerGroup:
+    group_id: str
+    error: type[ERR.KafkaError] | None
+    error_message: str | None
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: tuple[DescribedMember, ...]
+
+
+def consumer_group_describe_request(group_ids: Sequence[str]) -> Any:
+    return ConsumerGroupDescribeRequest(
+        group_ids=list(group_ids), include_authorized_operations=False
+    )
+
+
+def _named_partitions(assignment: Any) -> frozenset[TopicPartition]:
+    if assignment is None:
+        return frozenset()
+    return frozenset(
+        TopicPartition(t.topic_name, p) for t in assignment.topic_partitions for p in t.partitions
+    )
+
+
+def read_consumer_group_describe(response: Any) -> list[DescribedConsumerGroup]:
+    return [
+        DescribedConsumerGroup(
+            g.group_id,
+            error_from_wire(g.error_code),
+            g.error_message,
+            g.group_state,
+            g.group_epoch,
+            g.assignment_epoch,
+            g.assignor_name,
+            tuple(
+                DescribedMember(
+                    m.member_id,
+                    m.instance_id,
+                    m.rack_id,
+                    epoch_from_wire(m.member_epoch),
+                    m.client_id,
+                    m.client_host,
+                    tuple(m.subscribed_topic_names or ()),
+                    m.subscribed_topic_regex,
+                    _named_partitions(m.assignment),
+                    _named_partitions(m.target_assignment),
+                )
+                for m in g.members
+            ),
+        )
+        for g in response.groups
+    ]
+
+
+def member_offset_commit_request(
+    group_id: str,
+    offsets: Iterable[tuple[TopicPartition, int, int | None, str]],
+    member_id: str,
+    member_epoch: int,
+) -> Any:
+    """OffsetCommit v9+ for a KIP-848 member: the coordinator checks ``member_epoch``
+    against the member's (STALE_MEMBER_EPOCH when it moved on)."""
+    if member_epoch < 0:
+        raise WireValueError(f"member epoch must be >= 0, got {member_epoch}")
+    T = OffsetCommitRequest.OffsetCommitRequestTopic
+    by_topic: dict[str, list[Any]] = {}
+    for tp, offset, epoch, metadata in offsets:
+        by_topic.setdefault(tp.topic, []).append(
+            T.OffsetCommitRequestPartition(
+                partition_index=tp.partition,
+                committed_offset=offset,
+                committed_leader_epoch=epoch_to_wire(epoch, "committed leader epoch"),
+                committed_metadata=metadata,
+            )
+        )
+    return OffsetCommitRequest(
+        group_id=group_id,
+        generation_id_or_member_epoch=member_epoch,
+        member_id=member_id,
+        group_instance_id=None,
+        retention_time_ms=-1,
+        topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()],
+        min_version=MEMBER_OFFSETS_MIN_VERSION,
+        # v10 names topics by id only: v9 keeps names, which every topic has.
+        max_version=MEMBER_OFFSETS_MIN_VERSION,
+    )
+
+
+def member_offset_fetch_request(
+    group_id: str,
+    partitions: Iterable[TopicPartition],
+    member_id: str | None,
+    member_epoch: int | None,
+) -> Any:
+    """OffsetFetch v9 (batched groups) for a KIP-848 member; ``member_id`` ``None``: the
+    fetch of a consumer that is not a member (yet), which the coordinator does not check."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    G = OffsetFetchRequest.OffsetFetchRequestGroup
+    T = G.OffsetFetchRequestTopics
+    return OffsetFetchRequest(
+        groups=[
+            G(
+                group_id=group_id,
+                member_id=member_id,
+                member_epoch=epoch_to_wire(member_epoch, "member epoch"),
+                topics=[T(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
+            )
+        ],
+        require_stable=True,
+        min_version=MEMBER_OFFSETS_MIN_VERSION,
+        max_version=MEMBER_OFFSETS_MIN_VERSION,
+    )
+
+
+def read_member_offset_fetch(
+    response: Any,
+) -> tuple[type[ERR.KafkaError] | None, list[CommittedOffset]]:
+    """The group's error and every partition's committed offset (one group asked)."""
+    if not response.groups:
+        raise ERR.KafkaProtocolError("OffsetFetch v9 answer names no group")
+    g = response.groups[0]
+    parts = [
+        CommittedOffset(
+            TopicPartition(topic.name, p.partition_index),
+            error_from_wire(p.error_code),
+            offset_from_wire(p.committed_offset),
+            epoch_from_wire(p.committed_leader_epoch),
+            p.metadata,
+        )
+        for topic in g.topics
+        for p in topic.partitions
+    ]
+    return error_from_wire(g.error_code), parts
 
 
 # --------------------------------------------------------------------- group: membership

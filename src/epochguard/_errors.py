@@ -69,6 +69,14 @@ class ErrorCode(enum.IntEnum):
     UNSTABLE_OFFSET_COMMIT = kerrors.UnstableOffsetCommitError.errno
     UNKNOWN_TOPIC_ID = kerrors.UnknownTopicIdError.errno
     INCONSISTENT_TOPIC_ID = kerrors.InconsistentTopicIdError.errno
+    # KIP-848 consumer groups.
+    GROUP_MAX_SIZE_REACHED = kerrors.GroupMaxSizeReachedError.errno
+    FENCED_MEMBER_EPOCH = kerrors.FencedMemberEpochError.errno
+    UNRELEASED_INSTANCE_ID = kerrors.UnreleasedInstanceIdError.errno
+    UNSUPPORTED_ASSIGNOR = kerrors.UnsupportedAssignorError.errno
+    STALE_MEMBER_EPOCH = kerrors.StaleMemberEpochError.errno
+    # kafka-python 3.0 has no class for it (Kafka 4's Errors.INVALID_REGULAR_EXPRESSION).
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 def error_name(code: int) -> str:

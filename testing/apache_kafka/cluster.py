@@ -561,6 +561,12 @@ class ApacheKafkaCluster:
                 "log.cleaner.enable": "false",
                 "log.flush.offset.checkpoint.interval.ms": "1000",
                 "group.coordinator.rebalance.protocols": "classic,consumer",
+                # KIP-848 groups: Kafka's 5 s heartbeat interval (and its 5 s minimum) would
+                # make every hand-over in the tests take seconds; sessions stay >= 6 s.
+                "group.consumer.heartbeat.interval.ms": "500",
+                "group.consumer.min.heartbeat.interval.ms": "500",
+                "group.consumer.session.timeout.ms": "10000",
+                "group.consumer.min.session.timeout.ms": "6000",
                 "controlled.shutdown.enable": "true",
             }
             props.update(self._listener_properties(node))

@@ -13,6 +13,7 @@ from typing import Any
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 
 from epochguard._errors import ErrorCode
+from epochguard.testing.embedded.consumer_groups import consumer_coordinator
 from epochguard.testing.embedded.groups import (
     CommittedOffset,
     TopicPartition,
@@ -62,7 +63,20 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     topic_id=tv.topic_id,
                 )
                 keys[tp] = key
-    if valid:
+    modern = consumer_coordinator(ctx.cluster)
+    if valid and modern is not None and request.group_id in modern.groups:
+        # A KIP-848 group: checked by member id and member epoch (consumer_groups.py).
+        results = modern.commit_offsets(
+            request.group_id,
+            request.generation_id_or_member_epoch,
+            request.member_id,
+            valid,
+            now,
+            v,
+        )
+        for tp, err in results.items():
+            errors[keys[tp]] = err
+    elif valid:
         results = coordinator(ctx.cluster).commit_offsets(
             request.group_id,
             request.generation_id_or_member_epoch,

@@ -13,6 +13,10 @@ from typing import Any
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 
 from epochguard._errors import ErrorCode
+from epochguard.testing.embedded.consumer_groups import (
+    ConsumerGroupCoordinator,
+    consumer_coordinator,
+)
 from epochguard.testing.embedded.groups import CommittedOffset, GroupCoordinator
 from epochguard.testing.embedded.handlers import RequestContext, handler
 from epochguard.testing.embedded.handlers._group_common import coordinator, coordinator_error
@@ -25,7 +29,7 @@ TopicResult = tuple[str, uuid.UUID | None, list[tuple[int, CommittedOffset, int]
 
 
 def _group_offsets(
-    coord: GroupCoordinator,
+    coord: GroupCoordinator | ConsumerGroupCoordinator,
     view: MetadataImage,
     group_id: str,
     topics: list[tuple[str | None, uuid.UUID | None, list[int]]] | None,
@@ -71,7 +75,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     v = ctx.version
     view = ctx.cluster.brokers[ctx.broker_id].view
     injected = ctx.injected_error()
-    coord = coordinator(ctx.cluster)
+    classic = coordinator(ctx.cluster)
+    modern = consumer_coordinator(ctx.cluster)
+
+    def coord_of(group_id: str) -> GroupCoordinator | ConsumerGroupCoordinator:
+        # KIP-848 groups keep their offsets in consumer_groups.py.
+        return modern if modern is not None and group_id in modern.groups else classic
 
     if v < 8:
         T = R.OffsetFetchResponseTopic
@@ -91,7 +100,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 (n or "", None, [(p, NO_OFFSET, error) for p in ps]) for n, _, ps in wanted or []
             ]
         else:
-            res = _group_offsets(coord, view, request.group_id, wanted)
+            res = _group_offsets(coord_of(request.group_id), view, request.group_id, wanted)
         topics = [
             T(
                 version=v,
@@ -118,6 +127,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     groups = []
     for g in request.groups:
         error = injected or coordinator_error(ctx, g.group_id)
+        coord = coord_of(g.group_id)
+        if not error and v >= 9 and isinstance(coord, ConsumerGroupCoordinator):
+            error = coord.fetch_error(g.group_id, g.member_id, g.member_epoch)
         if error:
             groups.append(G(version=v, group_id=g.group_id, topics=[], error_code=error))
             continue

@@ -1,0 +1,510 @@
+"""KIP-848 group membership (``group_protocol="consumer"``): the broker assigns, the member
+converges on its assignment one heartbeat at a time.
+
+Threads, as in the Java client's new consumer: a heartbeat thread sends
+ConsumerGroupHeartbeat (joining with epoch 0, then every ``heartbeat_interval_ms`` the
+coordinator names, and at once after the application thread acknowledged a change); the
+application thread reconciles inside ``poll`` (:meth:`ConsumerGroupMember.reconcile`), because
+that is where commits, rebalance listeners and positions live:
+
+1. partitions the coordinator no longer assigns are **revoked first**: their positions are
+   committed with their leader epochs (when auto commit is on, as Java), the listener's
+   ``on_partitions_revoked`` runs, their positions are dropped, and the next heartbeat tells
+   the coordinator they are released (only then can another member get them);
+2. newly assigned partitions get their committed offsets **with epochs** (OffsetFetch v9, as
+   this member and epoch), which the trackers validate (OffsetForLeaderEpoch) before any of
+   their records are fetched, then ``on_partitions_assigned`` runs;
+3. FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID: every partition is lost: positions are dropped
+   without a commit (another member may own them already), ``on_partitions_revoked`` runs
+   (kafka-python's listener has no ``on_partitions_lost``; Java's default calls revoked),
+   and the member joins again with epoch 0 under the same member id.
+
+Commits carry the member id and member epoch (OffsetCommit v9); a STALE_MEMBER_EPOCH answer
+is retried with the epoch the heartbeat thread learnt since, else the commit fails with
+``CommitFailedError``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import kafka.errors as kerrors
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.structs import TopicPartition
+
+from epochguard._log import get_logger
+from epochguard.consumer import wire
+from epochguard.consumer.client import BrokerClient
+from epochguard.consumer.group import CommitFailedError, GroupCoordinator
+from epochguard.offsets.position import EpochOffset
+
+__all__ = ["ConsumerGroupMember"]
+
+log = get_logger("epochguard.consumer")
+
+_COORDINATOR_ERRORS = (
+    kerrors.CoordinatorLoadInProgressError,
+    kerrors.CoordinatorNotAvailableError,
+    kerrors.NotCoordinatorError,
+)
+#: The coordinator no longer knows this member at this epoch: its partitions are lost.
+_FENCED_ERRORS = (kerrors.FencedMemberEpochError, kerrors.UnknownMemberIdError)
+_OFFSET_FETCH_RETRY = (
+    kerrors.CoordinatorLoadInProgressError,
+    kerrors.NotCoordinatorError,
+    kerrors.UnstableOffsetCommitError,
+    kerrors.StaleMemberEpochError,
+)
+_RETRY_S = 0.05
+#: Until the coordinator names one (its first answer), and after transport errors.
+_FIRST_INTERVAL_S = 0.1
+
+
+class _Host(Protocol):
+    """What reconciliation reads and drives on the ``EpochConsumer`` (its poll thread)."""
+
+    config: dict[str, Any]
+    _assigned: list[TopicPartition]
+    _listener: ConsumerRebalanceListener | None
+    _subscription: set[str] | None
+    _fetcher: Any
+
+    @property
+    def _pattern(self) -> Any: ...
+    def commit(
+        self, offsets: Mapping[TopicPartition, Any] | None = None, timeout_ms: int | None = None
+    ) -> None: ...
+    def _current_positions(self) -> dict[TopicPartition, EpochOffset]: ...
+    def _set_assignment(self, parts: list[TopicPartition]) -> None: ...
+    def _restore_positions(self, deadline: float) -> None: ...
+
+
+class ConsumerGroupMember(GroupCoordinator):
+    """One member of one KIP-848 group. Coordinator lookup is the classic one's."""
+
+    def __init__(self, client: BrokerClient, config: dict[str, Any]) -> None:
+        super().__init__(client, config)
+        # KIP-1082: the member makes up its id once and keeps it for its whole life.
+        self.member_id = str(uuid.uuid4())
+        self.member_epoch = 0
+        self._assignor: str | None = config.get("group_remote_assignor")
+        self._rack: str | None = config.get("client_rack") or None
+        self._cond = threading.Condition(self._lock)
+        # Written by the heartbeat thread, read by reconcile (under the lock):
+        self._target: dict[str, frozenset[int]] | None = None
+        self._fenced = False
+        self._fatal: kerrors.KafkaError | None = None
+        # Written by reconcile: what this member owns (topic id -> partitions).
+        self._owned: dict[str, frozenset[int]] = {}
+        self._subscription_sent: tuple[tuple[str, ...] | None, str | None] | None = None
+        self._topics: tuple[str, ...] | None = None
+        self._regex: str | None = None
+        self._regex_sent = False
+        self._beat_now = False
+        self._interval_s = _FIRST_INTERVAL_S
+        self._in_group = False
+
+    # The classic coordinator's flag: here "the subscription may have changed", sent with
+    # the next heartbeat (no rejoin: KIP-848 members update their subscription in place).
+    @property
+    def rejoin_needed(self) -> bool:
+        return getattr(self, "_subscription_sent", None) is None
+
+    @rejoin_needed.setter
+    def rejoin_needed(self, value: bool) -> None:
+        if value and hasattr(self, "_cond"):
+            with self._cond:
+                self._subscription_sent = None
+                self._beat_now = True
+                self._cond.notify_all()
+
+    @property
+    def generation(self) -> int:
+        """The member epoch (what Kafka's ConsumerGroupMetadata calls the generation)."""
+        epoch = getattr(self, "member_epoch", 0)
+        return epoch if getattr(self, "_in_group", False) and epoch > 0 else -1
+
+    @generation.setter
+    def generation(self, value: int) -> None:
+        # GroupCoordinator.__init__ sets it; the member epoch is the only generation here.
+        pass
+
+    # ------------------------------------------------------------------ reconciliation
+
+    def reconcile(self, host: _Host, deadline: float) -> None:
+        """Bring the assignment in line with the coordinator's (the poll thread)."""
+        topics = None if host._pattern is not None else tuple(sorted(host._subscription or ()))
+        regex = None if host._pattern is None else str(host._pattern.pattern)
+        with self._cond:
+            if (topics, regex) != (self._topics, self._regex):
+                self._topics, self._regex = topics, regex
+                self._subscription_sent = None
+                self._beat_now = True
+                self._cond.notify_all()
+            fatal, self._fatal = self._fatal, None
+            fenced = self._fenced
+            target = None if self._target is None else dict(self._target)
+        if fatal is not None:
+            raise fatal
+        if fenced:
+            self._lose_all(host)
+        thread = self._hb_thread
+        if (thread is None or not thread.is_alive()) and (topics or regex):
+            self._in_group = True
+            self.start_heartbeats()
+        if target is None or fenced:
+            return
+        ids = host._fetcher.topic_ids
+        names = {tid: name for name, tid in ids.items() if tid is not None}
+        wanted = {
+            TopicPartition(names[tid], p)
+            for tid, parts in target.items()
+            if tid in names
+            for p in parts
+        }
+        if len(names.keys() & target.keys()) < len(target):
+            # A topic of the assignment this consumer has no metadata for yet.
+            host._fetcher.request_metadata()
+        owned = set(host._assigned)
+        revoked = owned - wanted
+        added = wanted - owned
+        if not revoked and not added:
+            return
+        if revoked:
+            if host.config["enable_auto_commit"]:
+                positions = {tp: p for tp, p in host._current_positions().items() if tp in revoked}
+                try:
+                    if positions:
+                        host.commit(positions)
+                except kerrors.KafkaError as exc:
+                    log.warning("commit_on_revoke_failed", group=self.group_id, error=repr(exc))
+            if host._listener is not None:
+                host._listener.on_partitions_revoked(set(revoked))
+            host._set_assignment([tp for tp in host._assigned if tp not in revoked])
+            log.info(
+                "partitions_revoked",
+                group=self.group_id,
+                member_epoch=self.member_epoch,
+                partitions=sorted(str(tp) for tp in revoked),
+            )
+        if added:
+            host._set_assignment([*host._assigned, *sorted(added)])
+            host._restore_positions(deadline)
+            if host._listener is not None:
+                host._listener.on_partitions_assigned(set(added))
+            log.info(
+                "partitions_assigned",
+                group=self.group_id,
+                member_epoch=self.member_epoch,
+                partitions=sorted(str(tp) for tp in added),
+            )
+        self.rebalances += 1
+        self._set_owned(host)
+
+    def _set_owned(self, host: _Host) -> None:
+        ids = host._fetcher.topic_ids
+        owned: dict[str, set[int]] = {}
+        for tp in host._assigned:
+            tid = ids.get(tp.topic)
+            if tid is not None:
+                owned.setdefault(tid, set()).add(tp.partition)
+        with self._cond:
+            self._owned = {t: frozenset(ps) for t, ps in owned.items()}
+            # Acknowledge at once: another member may be waiting for what we released.
+            self._beat_now = True
+            self._cond.notify_all()
+
+    def _lose_all(self, host: _Host) -> None:
+        lost = set(host._assigned)
+        log.warning(
+            "partitions_lost",
+            group=self.group_id,
+            member_id=self.member_id,
+            partitions=sorted(str(tp) for tp in lost),
+        )
+        # No commit: another member may own these partitions already.
+        host._set_assignment([])
+        if lost and host._listener is not None:
+            host._listener.on_partitions_revoked(lost)
+        with self._cond:
+            self._owned = {}
+            self._fenced = False
+            self._target = None
+            self._subscription_sent = None
+            self._beat_now = True
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def join(self, *args: Any, **kwargs: Any) -> list[TopicPartition]:
+        raise NotImplementedError("KIP-848 members are assigned through reconcile()")
+
+    def start_heartbeats(self) -> None:
+        self._hb_stop = threading.Event()
+        t = threading.Thread(
+            target=self._heartbeat_loop,
+            args=(self._hb_stop,),
+            name=f"epochguard-heartbeat-{self.group_id}",
+            daemon=True,
+        )
+        self._hb_thread = t
+        t.start()
+
+    def stop_heartbeats(self) -> None:
+        self._hb_stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        t = self._hb_thread
+        self._hb_thread = None
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=2.0)
+
+    def _next_heartbeat(self) -> wire.MemberHeartbeat:
+        """Under the lock: the heartbeat to send now (full fields when joining or after the
+        subscription changed, as KIP-848 asks)."""
+        joining = self.member_epoch == 0
+        full = joining or self._subscription_sent is None
+        return wire.MemberHeartbeat(
+            group_id=self.group_id,
+            member_id=self.member_id,
+            member_epoch=self.member_epoch,
+            instance_id=self._instance_id if joining else None,
+            rack_id=self._rack if joining else None,
+            rebalance_timeout_ms=int(self._config["max_poll_interval_ms"]) if joining else None,
+            # Names and regex are separate fields the coordinator keeps until changed: a
+            # switch from one to the other empties the other ("" is no regex).
+            subscribed_topics=(self._topics or ()) if full else None,
+            subscribed_regex=(self._regex or ("" if self._regex_sent else None)) if full else None,
+            server_assignor=self._assignor if joining else None,
+            owned=dict(self._owned),
+        )
+
+    def _heartbeat_loop(self, stop: threading.Event) -> None:
+        max_poll = self._config["max_poll_interval_ms"] / 1000
+        next_at = 0.0
+        while not stop.is_set():
+            with self._cond:
+                while not stop.is_set() and not self._beat_now:
+                    wait = next_at - time.monotonic()
+                    if wait <= 0:
+                        break
+                    self._cond.wait(wait)
+                if stop.is_set():
+                    return
+                if self._fenced:
+                    # Wait for the poll thread to drop the lost partitions before rejoining.
+                    self._cond.wait(0.1)
+                    continue
+                self._beat_now = False
+                hb = self._next_heartbeat()
+                subscription = (self._topics, self._regex)
+            if time.monotonic() - self._last_poll > max_poll:
+                log.warning(
+                    "max_poll_interval_exceeded",
+                    group=self.group_id,
+                    max_poll_interval_ms=self._config["max_poll_interval_ms"],
+                )
+                self._send_leave()
+                with self._cond:
+                    self._fenced = True  # the partitions are lost; poll() rejoins
+                    self.member_epoch = 0
+                return
+            next_at = time.monotonic() + self._beat(hb, subscription)
+
+    def _beat(
+        self,
+        hb: wire.MemberHeartbeat,
+        subscription: tuple[tuple[str, ...] | None, str | None],
+    ) -> float:
+        """Send one heartbeat and apply the answer; the seconds until the next one."""
+        node = self.coordinator_id
+        if node is None:
+            try:
+                node = self.ensure_coordinator(time.monotonic() + self._timeout_s())
+            except kerrors.KafkaError as exc:
+                if not exc.retriable:
+                    with self._cond:
+                        self._fatal = exc
+                log.debug("coordinator_lookup_failed", group=self.group_id, error=repr(exc))
+                return _FIRST_INTERVAL_S
+        request = wire.consumer_group_heartbeat_request(hb)
+        try:
+            resp = self._client.request(node, request, self._timeout_s())
+        except kerrors.KafkaError as exc:
+            log.debug("heartbeat_failed", group=self.group_id, error=repr(exc))
+            self.coordinator_dead()
+            return _FIRST_INTERVAL_S
+        self.heartbeats_sent += 1
+        answer = wire.read_consumer_group_heartbeat(resp)
+        err = answer.error
+        with self._cond:
+            if err is None:
+                if answer.member_epoch is not None:
+                    if answer.member_epoch != self.member_epoch:
+                        log.info(
+                            "member_epoch",
+                            group=self.group_id,
+                            member_id=self.member_id,
+                            epoch=answer.member_epoch,
+                        )
+                    self.member_epoch = answer.member_epoch
+                if hb.subscribed_topics is not None or hb.subscribed_regex is not None:
+                    self._subscription_sent = subscription
+                    self._regex_sent = self._regex_sent or bool(hb.subscribed_regex)
+                if answer.assignment is not None:
+                    self._target = dict(answer.assignment)
+                self._interval_s = max(answer.heartbeat_interval_ms, 1) / 1000
+                return self._interval_s
+            if issubclass(err, _COORDINATOR_ERRORS):
+                self.coordinator_id = None
+                return _FIRST_INTERVAL_S
+            if issubclass(err, _FENCED_ERRORS):
+                log.warning(
+                    "member_fenced",
+                    group=self.group_id,
+                    member_id=self.member_id,
+                    epoch=hb.member_epoch,
+                    error=err.__name__,
+                )
+                self.member_epoch = 0
+                self._fenced = True
+                self._target = None
+                return 0.0
+            if err.retriable:
+                return self._interval_s
+            # UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION, UNRELEASED_INSTANCE_ID,
+            # GROUP_MAX_SIZE_REACHED, authorization: the application has to act.
+            self._fatal = err(f"group {self.group_id!r}: {answer.error_message or err.__name__}")
+            return max(self._interval_s, 1.0)
+
+    def _send_leave(self) -> None:
+        """Leave (epoch -1, or -2 for a static member), following the coordinator if it
+        moved: a leave that misses it keeps the partitions from the others until the
+        session times out."""
+        with self._cond:
+            epoch = self.member_epoch
+        if epoch <= 0:
+            return
+        hb = wire.MemberHeartbeat(
+            group_id=self.group_id,
+            member_id=self.member_id,
+            member_epoch=epoch,
+            leave="dynamic" if self._instance_id is None else "static",
+            instance_id=self._instance_id,
+        )
+        deadline = time.monotonic() + min(self._timeout_s(), 2.0)
+        while True:
+            try:
+                resp = self._call(wire.consumer_group_heartbeat_request(hb), deadline)
+            except kerrors.KafkaError as exc:
+                log.debug("leave_group_failed", group=self.group_id, error=repr(exc))
+                return
+            err = wire.read_consumer_group_heartbeat(resp).error
+            if err is not None and issubclass(err, _COORDINATOR_ERRORS):
+                self.coordinator_dead()
+                if time.monotonic() < deadline:
+                    time.sleep(_RETRY_S)
+                    continue
+            if err is None:
+                log.info("group_left", group=self.group_id, member_id=self.member_id)
+            else:
+                log.debug("leave_group_failed", group=self.group_id, error=err.__name__)
+            return
+
+    def leave(self, reason: str = "the consumer is being closed") -> None:
+        self.stop_heartbeats()
+        self._send_leave()
+        with self._cond:
+            self.member_epoch = 0
+            self._in_group = False
+            self._owned = {}
+            self._target = None
+            self._fenced = False
+            self._subscription_sent = None
+
+    # ------------------------------------------------------------------ offsets
+
+    def fetch_committed_metadata(
+        self, partitions: Sequence[TopicPartition], deadline: float
+    ) -> dict[TopicPartition, tuple[EpochOffset, str] | None]:
+        """OffsetFetch v9 as this member at its current epoch (the coordinator refuses a
+        stale one; asked again with the epoch the heartbeat thread learnt since)."""
+        while True:
+            with self._cond:
+                member = self.member_id if self.member_epoch > 0 else None
+                epoch = self.member_epoch if self.member_epoch > 0 else None
+            request = wire.member_offset_fetch_request(self.group_id, partitions, member, epoch)
+            try:
+                resp = self._call(request, deadline)
+            except kerrors.KafkaError as exc:
+                if not exc.retriable or time.monotonic() >= deadline:
+                    raise
+                time.sleep(_RETRY_S)
+                continue
+            top, parts = wire.read_member_offset_fetch(resp)
+            errors = [top] if top is not None else []
+            errors += [p.error for p in parts if p.error is not None]
+            if not errors:
+                return {
+                    p.tp: None
+                    if p.offset is None
+                    else (EpochOffset(p.offset, p.leader_epoch), p.metadata or "")
+                    for p in parts
+                }
+            retriable = [e for e in errors if issubclass(e, _OFFSET_FETCH_RETRY)]
+            if len(retriable) < len(errors):
+                raise next(e for e in errors if e not in retriable)()
+            if any(issubclass(e, _COORDINATOR_ERRORS) for e in errors):
+                self.coordinator_dead()
+            if time.monotonic() >= deadline:
+                raise retriable[0]()
+            time.sleep(_RETRY_S)
+
+    def commit(
+        self, offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], deadline: float
+    ) -> None:
+        """OffsetCommit v9 with ``committed_leader_epoch``, as this member at its epoch."""
+        if not offsets:
+            return
+        entries = [(tp, p.offset, p.leader_epoch, m) for tp, (p, m) in offsets.items()]
+        while True:
+            with self._cond:
+                epoch, in_group = self.member_epoch, self.member_epoch > 0
+            if in_group:
+                request = wire.member_offset_commit_request(
+                    self.group_id, entries, self.member_id, epoch
+                )
+            else:
+                # Not a member (yet): the coordinator takes it only while the group is empty.
+                request = wire.offset_commit_request(self.group_id, entries, None, "", None)
+            resp = self._call(request, deadline)
+            errors = wire.commit_errors(resp)
+            if not errors:
+                log.debug(
+                    "offsets_committed",
+                    group=self.group_id,
+                    member_epoch=epoch,
+                    offsets={str(tp): str(p) for tp, (p, _m) in offsets.items()},
+                )
+                return
+            if any(issubclass(e, _COORDINATOR_ERRORS) for e in errors):
+                self.coordinator_dead()
+                if time.monotonic() < deadline:
+                    time.sleep(_RETRY_S)
+                    continue
+            if errors == {kerrors.StaleMemberEpochError}:
+                with self._cond:
+                    moved_on = self.member_epoch != epoch
+                if moved_on and time.monotonic() < deadline:
+                    continue
+            if any(issubclass(e, (*_FENCED_ERRORS, kerrors.StaleMemberEpochError)) for e in errors):
+                codes = sorted(int(e.errno) for e in errors)
+                raise CommitFailedError(
+                    f"group {self.group_id!r}: commit rejected ({codes}) at member epoch "
+                    f"{epoch}; the partitions may have moved to another member"
+                )
+            raise min(errors, key=lambda e: int(e.errno))()

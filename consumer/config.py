@@ -192,6 +192,16 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
         )
     if cfg["group_instance_id"] is not None and cfg["group_id"] is None:
         raise ConsumerConfigError("group_instance_id", "requires group_id")
+    instance = cfg["group_instance_id"]
+    if instance is not None and (not isinstance(instance, str) or not instance.strip()):
+        raise ConsumerConfigError(
+            "group_instance_id", f"must be a non-empty string (KIP-345), got {instance!r}"
+        )
+    rack = cfg["client_rack"]
+    if rack is None:
+        rack = cfg["client_rack"] = ""
+    if not isinstance(rack, str):
+        raise ConsumerConfigError("client_rack", f"must be a string (broker.rack), got {rack!r}")
     if not cfg["fetch_max_wait_ms"] < cfg["request_timeout_ms"]:
         raise ConsumerConfigError(
             "request_timeout_ms",
@@ -241,6 +251,12 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
         _check_int(key, cfg[key], 4)
         if cfg[key] > 13:
             raise ConsumerConfigError(key, "must be <= 13")
+    if cfg["client_rack"] and cfg["max_fetch_version"] < 11:
+        raise ConsumerConfigError(
+            "client_rack",
+            f"needs Fetch v11+ (KIP-392 rack_id), but max_fetch_version is "
+            f"{cfg['max_fetch_version']}",
+        )
     _check_int("max_metadata_version", cfg["max_metadata_version"], 1)
     if cfg["max_metadata_version"] > 12:
         raise ConsumerConfigError("max_metadata_version", "must be <= 12")

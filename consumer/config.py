@@ -216,6 +216,7 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
             "partition_assignment_strategy", "must be a non-empty list of assignor classes"
         )
     instances = []
+    common = {RebalanceProtocol.EAGER, RebalanceProtocol.COOPERATIVE}
     for s in strategies:
         assignor = s() if isinstance(s, type) else s
         if not hasattr(assignor, "assign") or not hasattr(assignor, "name"):
@@ -223,15 +224,27 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
                 "partition_assignment_strategy", f"{s!r} is not a kafka-python partition assignor"
             )
         protocols = getattr(assignor, "supported_protocols", None)
-        if protocols is not None and RebalanceProtocol.EAGER not in protocols():
-            # A cooperative-only assignor may leave a moving partition unassigned until a
-            # follow-up rebalance that eager rebalancing never runs.
+        offered = set(protocols()) if protocols is not None else {RebalanceProtocol.EAGER}
+        if RebalanceProtocol.COOPERATIVE in offered and not hasattr(assignor, "set_owned"):
+            # The member must be able to tell the assignor what it still owns (nothing,
+            # after the group dropped it): otherwise it claims partitions another member
+            # owns by now. kafka-python's cooperative assignor has no such hook.
             raise ConsumerConfigError(
                 "partition_assignment_strategy",
-                f"{assignor.name!r} is cooperative-only (KIP-429); EpochConsumer rebalances "
-                "eagerly: use a range, roundrobin or sticky assignor",
+                f"{assignor.name!r} is a cooperative (KIP-429) assignor without set_owned(); "
+                "use epochguard.consumer.CooperativeStickyAssignor",
             )
+        common &= offered
         instances.append(assignor)
+    if not common:
+        # A cooperative-only assignor leaves a moving partition unassigned until a follow-up
+        # rebalance, which eager rebalancing never runs; an eager-only one expects every
+        # member to give up everything first. The group cannot run both (as in Java).
+        raise ConsumerConfigError(
+            "partition_assignment_strategy",
+            f"{[a.name for a in instances]} mix eager-only and cooperative-only (KIP-429) "
+            "assignors; use CooperativeStickyAssignor alone, or only eager ones",
+        )
     cfg["partition_assignment_strategy"] = instances
     for key in (
         "key_deserializer",

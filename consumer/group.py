@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kafka.errors as kerrors
+from kafka.coordinator.assignors.abstract import RebalanceProtocol
 from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
@@ -58,6 +59,11 @@ _CALL_BACKOFF = RetryBackoff(0.05, 0.5)
 _RETRY_S = 0.05
 
 
+def _protocols(assignor: Any) -> list[Any]:
+    supported = getattr(assignor, "supported_protocols", None)
+    return list(supported()) if supported is not None else [RebalanceProtocol.EAGER]
+
+
 class CommitFailedError(kerrors.CommitFailedError):  # type: ignore[misc]
     """An offset commit was rejected (the group rebalanced, or the member was fenced)."""
 
@@ -91,6 +97,16 @@ class GroupCoordinator:
         self.generation = -1
         self.protocol: str | None = None
         self._assignors = {a.name: a for a in config["partition_assignment_strategy"]}
+        #: KIP-429: every assignor offered is cooperative, so whichever the group picks, the
+        #: member keeps what it keeps across a rebalance (Java's rule for the protocol).
+        self.cooperative = all(
+            RebalanceProtocol.COOPERATIVE in _protocols(a) for a in self._assignors.values()
+        )
+        #: The coordinator no longer knows this member (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+        #: session expired): what it owned may be someone else's already. A cooperative
+        #: member drops everything without committing before it joins again (Java's
+        #: onPartitionsLost).
+        self.partitions_lost = False
         self._lock = threading.Lock()
         self.rejoin_needed = True
         self._hb_thread: threading.Thread | None = None
@@ -274,6 +290,9 @@ class GroupCoordinator:
                     continue
             if any(issubclass(e, (*_REJOIN_ERRORS, kerrors.FencedInstanceIdError)) for e in errors):
                 self.rejoin_needed = True
+                lost = (kerrors.UnknownMemberIdError, kerrors.IllegalGenerationError)
+                if any(issubclass(e, lost) for e in errors):
+                    self.partitions_lost = True
                 codes = sorted(int(e.errno) for e in errors)
                 raise CommitFailedError(
                     f"group {self.group_id!r}: commit rejected ({codes}); the group "
@@ -332,6 +351,7 @@ class GroupCoordinator:
                 continue
             if err is kerrors.UnknownMemberIdError:
                 self.member_id = ""
+                self.partitions_lost = True
                 continue
             if err is kerrors.RebalanceInProgressError:
                 continue
@@ -364,6 +384,7 @@ class GroupCoordinator:
                 continue
             if serr is kerrors.UnknownMemberIdError:
                 self.member_id = ""
+                self.partitions_lost = True
                 continue
             if serr is not None and issubclass(serr, _REJOIN_ERRORS):
                 continue
@@ -405,6 +426,13 @@ class GroupCoordinator:
         partitions = metadata_for(all_topics, deadline)
         result = assignor.assign(_ClusterView(partitions), resp.members)
         return [(m, a.encode()) for m, a in result.items()]
+
+    def set_owned(self, partitions: Sequence[TopicPartition]) -> None:
+        """What this member owns now (cooperative assignors report it in the next join)."""
+        for assignor in self._assignors.values():
+            set_owned = getattr(assignor, "set_owned", None)
+            if set_owned is not None:
+                set_owned(partitions)
 
     def leave(self, reason: str = "the consumer is being closed") -> None:
         self.stop_heartbeats()
@@ -477,6 +505,8 @@ class GroupCoordinator:
             herr = wire.error_from_wire(resp.error_code)
             if herr is not None and issubclass(herr, _COORDINATOR_ERRORS):
                 self.coordinator_dead()
+            if herr in (kerrors.UnknownMemberIdError, kerrors.IllegalGenerationError):
+                self.partitions_lost = True
             log.info("rebalance_needed", group=self.group_id, error_code=resp.error_code)
             self.rejoin_needed = True
             return

@@ -389,6 +389,11 @@ class EmbeddedCluster:
                 raise EmbeddedClusterError(f"brokers did not settle within {timeout} s")
             time.sleep(0.01)
 
+    def consumer_fetch_bytes(self) -> dict[int, int]:
+        """Record bytes each broker has served to consumers' Fetch requests so far (KIP-392:
+        what a consumer in a rack pulled across racks)."""
+        return self._call(lambda: dict(self._state.consumer_fetch_bytes))
+
     def pause_replication(self, broker_id: int) -> None:
         """``broker_id`` stops fetching as a follower: it falls out of every ISR."""
         self._call(lambda: self._state.pause_replication(broker_id))

@@ -175,6 +175,8 @@ class ClusterState:
         # KIP-392 ``replica.selector.class``: None (Kafka's LeaderSelector: consumers read from
         # leaders) or RACK_AWARE_REPLICA_SELECTOR.
         self.replica_selector: str | None = None
+        # Record bytes each broker served to consumers' Fetch requests (cross-rack traffic).
+        self.consumer_fetch_bytes: collections.Counter[int] = collections.Counter()
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -262,6 +262,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if urgent or total >= max(1, request.min_bytes) or remaining <= 0 or not broker.alive:
             break
         await ctx.cluster.wait_for_data(remaining)
+    served = sum(a.size for a in answers)
+    if served:
+        ctx.cluster.consumer_fetch_bytes[ctx.broker_id] += served
     if session is not None:
         for a in answers:
             a.target.sent_high_watermark = a.data.high_watermark

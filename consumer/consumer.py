@@ -413,7 +413,23 @@ class EpochConsumer:
         if group.cooperative:
             if group.partitions_lost:
                 self._lose_partitions()
-        elif not self._join_prepared:
+            try:
+                joined = group.poll_join(
+                    set(self._subscription),
+                    self._metadata_for,
+                    max(deadline, time.monotonic() + 0.05),
+                    self._fetcher.wakeup,
+                )
+            except kerrors.KafkaTimeoutError as exc:
+                log.debug("group_join_deferred", group=group.group_id, error=repr(exc))
+                return
+            if joined is not None:
+                now = time.monotonic()
+                self._cooperative_assignment(
+                    group, joined, max(deadline, now + self.config["request_timeout_ms"] / 1000)
+                )
+            return
+        if not self._join_prepared:
             # Once per rebalance, not again for each poll() a deferred join spans.
             self._revoke(commit=self.config["enable_auto_commit"])
             self._join_prepared = True
@@ -430,9 +446,6 @@ class EpochConsumer:
             log.debug("group_join_deferred", group=group.group_id, error=repr(exc))
             return
         self._join_prepared = False
-        if group.cooperative:
-            self._cooperative_assignment(group, parts, join_deadline)
-            return
         self._set_assignment(parts)
         self._restore_positions(join_deadline)
         if self._listener is not None:

@@ -107,6 +107,8 @@ class GroupCoordinator:
         #: member drops everything without committing before it joins again (Java's
         #: onPartitionsLost).
         self.partitions_lost = False
+        # The cooperative join under way: ("join" | "sync", the request's future).
+        self._join_step: tuple[str, Any] | None = None
         self._lock = threading.Lock()
         self.rejoin_needed = True
         self._hb_thread: threading.Thread | None = None
@@ -412,6 +414,134 @@ class GroupCoordinator:
             self.start_heartbeats()
             return parts
 
+    # ------------------------------------------------------------------ cooperative join
+
+    def poll_join(
+        self,
+        topics: set[str],
+        metadata_for: Callable[[set[str], float], Mapping[str, set[int]]],
+        deadline: float,
+        wakeup: Callable[[], None],
+    ) -> list[TopicPartition] | None:
+        """One step of a cooperative (KIP-429) join, without waiting for the coordinator:
+        sends JoinGroup, then SyncGroup, as their answers arrive. Returns the new assignment
+        once SyncGroup answered, else ``None`` (call again from the next poll). Meanwhile
+        the member keeps fetching and delivering the partitions it owns; a JoinGroup can
+        wait at the coordinator until every member has rejoined. ``wakeup`` is called when
+        an answer arrives, so a waiting poll() goes on at once."""
+        step = self._join_step
+        if step is None:
+            self.stop_heartbeats()
+            node = self.ensure_coordinator(deadline)
+            protocols = [
+                (name, assignor.metadata(topics).encode())
+                for name, assignor in self._assignors.items()
+            ]
+            rebalance_timeout = int(self._config["max_poll_interval_ms"])
+            request = wire.join_group_request(
+                self.group_id,
+                self._config["session_timeout_ms"],
+                rebalance_timeout,
+                self.member_id,
+                self._instance_id,
+                protocols,
+            )
+            future = self._client.send(node, request, rebalance_timeout + 5000)
+            future.add_both(lambda _v: wakeup())
+            self._join_step = ("join", future)
+            return None
+        kind, future = step
+        if not future.is_done:
+            return None
+        self._join_step = None
+        if future.exception is not None:
+            log.debug("join_group_failed", group=self.group_id, error=repr(future.exception))
+            if not getattr(future.exception, "retriable", True):
+                raise future.exception
+            self.coordinator_dead()
+            return None
+        resp = future.value
+        if kind == "join":
+            self._on_join_answer(resp, metadata_for, deadline, wakeup)
+            return None
+        return self._on_sync_answer(resp)
+
+    def _on_join_answer(
+        self,
+        resp: Any,
+        metadata_for: Callable[[set[str], float], Mapping[str, set[int]]],
+        deadline: float,
+        wakeup: Callable[[], None],
+    ) -> None:
+        err = wire.error_from_wire(resp.error_code)
+        if err is kerrors.MemberIdRequiredError:
+            self.member_id = resp.member_id
+            return
+        if err is not None and issubclass(err, _COORDINATOR_ERRORS):
+            self.coordinator_dead()
+            return
+        if err is kerrors.UnknownMemberIdError:
+            self.member_id = ""
+            self.partitions_lost = True
+            return
+        if err is kerrors.RebalanceInProgressError:
+            return
+        if err is not None:
+            raise err()
+        with self._lock:
+            self.member_id = resp.member_id
+            self.generation = resp.generation_id
+            self.protocol = resp.protocol_name
+        assignments = (
+            self._assign(resp, metadata_for, deadline) if resp.leader == resp.member_id else []
+        )
+        sync = wire.sync_group_request(
+            self.group_id,
+            resp.generation_id,
+            resp.member_id,
+            self._instance_id,
+            resp.protocol_name,
+            assignments,
+        )
+        node = self.coordinator_id
+        if node is None:
+            return
+        timeout_ms = int(self._config["max_poll_interval_ms"]) + 5000
+        future = self._client.send(node, sync, timeout_ms)
+        future.add_both(lambda _v: wakeup())
+        self._join_step = ("sync", future)
+
+    def _on_sync_answer(self, sresp: Any) -> list[TopicPartition] | None:
+        serr = wire.error_from_wire(sresp.error_code)
+        if serr is not None and issubclass(serr, _COORDINATOR_ERRORS):
+            self.coordinator_dead()
+            return None
+        if serr is kerrors.UnknownMemberIdError:
+            self.member_id = ""
+            self.partitions_lost = True
+            return None
+        if serr is not None and issubclass(serr, _REJOIN_ERRORS):
+            return None
+        if serr is not None:
+            raise serr()
+        assignment = ConsumerProtocolAssignment.decode(sresp.assignment)
+        assignor = self._assignors.get(self.protocol or "")
+        if assignor is not None and hasattr(assignor, "on_assignment"):
+            assignor.on_assignment(assignment, self.generation)
+        self.rejoin_needed = False
+        self.rebalances += 1
+        parts = sorted(assignment.partitions())
+        log.info(
+            "group_joined",
+            group=self.group_id,
+            generation=self.generation,
+            member_id=self.member_id,
+            protocol=self.protocol,
+            partitions=[str(tp) for tp in parts],
+        )
+        self.start_heartbeats()
+        return parts
+
     def _assign(
         self,
         resp: Any,
@@ -436,6 +566,7 @@ class GroupCoordinator:
 
     def leave(self, reason: str = "the consumer is being closed") -> None:
         self.stop_heartbeats()
+        self._join_step = None
         with self._lock:
             member = self.member_id
             self.member_id = ""

@@ -18,6 +18,7 @@ seconds. KIP-848 is measured by its own benchmark (another module).
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import threading
@@ -108,7 +109,7 @@ def _pauses(
         for tp in kept:
             times = [t for t in m.deliveries.get(tp.partition, []) if start - 1 <= t <= end]
             if len(times) >= 2:
-                gaps.append(max(b - a for a, b in zip(times, times[1:], strict=False)))
+                gaps.append(max(b - a for a, b in itertools.pairwise(times)))
     if not gaps:
         return {"kept_partitions": 0, "median_s": None, "max_s": None}
     return {

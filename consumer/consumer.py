@@ -1030,6 +1030,10 @@ class EpochConsumer:
         now = time.monotonic()
         if now < self._next_auto_commit:
             return
+        if self._group is not None and self._group.rebalancing:
+            # A cooperative join is under way: the generation is about to change, so the
+            # commit would be refused. The next interval after the join commits instead.
+            return
         self._next_auto_commit = now + self.config["auto_commit_interval_ms"] / 1000
         try:
             self.commit()

@@ -262,6 +262,13 @@ class GroupCoordinator:
         """OffsetCommit v6+ with ``committed_leader_epoch``."""
         if not offsets:
             return
+        if self._join_step is not None:
+            # Java's RebalanceInProgressException: the generation is about to change and a
+            # commit now would be refused (or, worse, read as this member being dropped).
+            raise kerrors.RebalanceInProgressError(
+                f"group {self.group_id!r}: a rebalance is under way; commit after poll() "
+                "completes it"
+            )
         with self._lock:
             generation, member = self.generation, self.member_id
         subscribed = self.protocol is not None
@@ -293,7 +300,9 @@ class GroupCoordinator:
             if any(issubclass(e, (*_REJOIN_ERRORS, kerrors.FencedInstanceIdError)) for e in errors):
                 self.rejoin_needed = True
                 lost = (kerrors.UnknownMemberIdError, kerrors.IllegalGenerationError)
-                if any(issubclass(e, lost) for e in errors):
+                if any(issubclass(e, lost) for e in errors) and self.generation == generation:
+                    # Only if no newer generation was joined meanwhile (the answer to an
+                    # older one says nothing about the member now).
                     self.partitions_lost = True
                 codes = sorted(int(e.errno) for e in errors)
                 raise CommitFailedError(
@@ -557,6 +566,11 @@ class GroupCoordinator:
         result = assignor.assign(_ClusterView(partitions), resp.members)
         return [(m, a.encode()) for m, a in result.items()]
 
+    @property
+    def rebalancing(self) -> bool:
+        """A cooperative JoinGroup or SyncGroup is under way."""
+        return self._join_step is not None
+
     def set_owned(self, partitions: Sequence[TopicPartition]) -> None:
         """What this member owns now (cooperative assignors report it in the next join)."""
         for assignor in self._assignors.values():
@@ -636,7 +650,8 @@ class GroupCoordinator:
             herr = wire.error_from_wire(resp.error_code)
             if herr is not None and issubclass(herr, _COORDINATOR_ERRORS):
                 self.coordinator_dead()
-            if herr in (kerrors.UnknownMemberIdError, kerrors.IllegalGenerationError):
+            lost = herr in (kerrors.UnknownMemberIdError, kerrors.IllegalGenerationError)
+            if lost and self.generation == generation:
                 self.partitions_lost = True
             log.info("rebalance_needed", group=self.group_id, error_code=resp.error_code)
             self.rejoin_needed = True

@@ -1313,6 +1313,8 @@ class EpochConsumer:
         for pending in self._async_commits:
             if pending.future.cancelled() and not pending.result.is_done:
                 pending.result.failure(ConsumerClosedError("closed before the commit was sent"))
+        if self._group is not None:
+            self._group.abandon_join()
         try:
             if (
                 autocommit

@@ -566,6 +566,12 @@ class GroupCoordinator:
         result = assignor.assign(_ClusterView(partitions), resp.members)
         return [(m, a.encode()) for m, a in result.items()]
 
+    def abandon_join(self) -> None:
+        """Forget a cooperative join under way (the consumer closes): a last commit then
+        goes out with the generation this member still has, which the coordinator accepts
+        until the next generation is formed."""
+        self._join_step = None
+
     @property
     def rebalancing(self) -> bool:
         """A cooperative JoinGroup or SyncGroup is under way."""

@@ -30,7 +30,7 @@ from kafka.structs import TopicPartition
 from epochguard.consumer import LogTruncationError
 from epochguard.offsets.report import TruncationReport
 from epochguard.testing import EmbeddedCluster
-from epochguard.testing.embedded.state import RACK_AWARE_REPLICA_SELECTOR, EmbeddedClusterError
+from epochguard.testing.embedded.state import EmbeddedClusterError
 
 from .conftest import make_consumer
 
@@ -325,6 +325,8 @@ class Chaos:
 def _run(seed: int, unclean: bool, policy: str = "rewind", follower: bool = False) -> Chaos:
     """``follower``: brokers in racks with the rack-aware selector and a consumer in one rack
     (KIP-392), so it reads from a follower whenever the leader is elsewhere."""
+    from epochguard.testing.embedded.state import RACK_AWARE_REPLICA_SELECTOR
+
     racks = {1: "rack-a", 2: "rack-b", 3: "rack-c"} if follower else None
     selector = RACK_AWARE_REPLICA_SELECTOR if follower else None
     with EmbeddedCluster(brokers=3, racks=racks, replica_selector=selector) as cluster:

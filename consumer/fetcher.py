@@ -151,6 +151,8 @@ class Fetcher:
         self._wake = threading.Event()
         self.metrics = FetcherMetrics()
         self.metadata_listeners: list[Callable[[], None]] = []
+        #: record bytes fetched per broker (KIP-392 diagnostics: what crossed racks)
+        self.bytes_by_node: collections.Counter[int] = collections.Counter()
         #: the high watermark of each partition's last fetch answer (``highwater()``)
         self.highwaters: dict[TopicPartition, int] = {}
         # Partitions whose fetched bytes did not decode: left out of fetching until the
@@ -584,6 +586,7 @@ class Fetcher:
         data = p.records
         if data:
             self.metrics.bytes_fetched += len(data)
+            self.bytes_by_node[action.node_id] += len(data)
             if action.read_replica is not None:
                 self.metrics.bytes_fetched_from_followers += len(data)
             try:

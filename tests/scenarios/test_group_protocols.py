@@ -200,6 +200,59 @@ def test_a_truncation_detected_by_one_member_is_detected_by_the_next_owner(
             second.shut_down()
 
 
+def test_an_unclean_election_during_a_cooperative_rebalance_is_detected(cluster: Cluster) -> None:
+    """The election happens while a second member joins and partition 1 moves to it:
+    whatever the order (the old owner detects first and hands over its last commit, or the
+    new owner restores that commit and then sees the election), the new owner reports the
+    truncation and nobody reads the new leader's records as if they followed the lost ones."""
+    topic = f"coop-during-{_kind(cluster)}-{os.getpid()}"
+    cluster.create_topic(topic, partitions=2, replication_factor=2)
+    wait_until("leaders", lambda: all(cluster.leader(topic, p) is not None for p in (0, 1)))
+    leader = wait_until("p1 leader", lambda: cluster.leader(topic, 1))
+    (follower,) = [r for r in cluster.replicas(topic, 1) if r != leader]
+    _produce_all(cluster, topic, 2, 0, 10)
+    wait_until("p1 replicated", lambda: cluster.log_end_offset(topic, 1, follower) == 10)
+    group = f"g-{topic}"
+    kw: dict[str, Any] = {"on_truncation": "raise", "enable_auto_commit": False}
+    first = Member(cluster, topic, group, **kw)
+    first.start()
+    second: Member | None = None
+    try:
+        wait_until("first reads", lambda: len(first.records) == 20, timeout=60)
+        cluster.stop_broker(follower)
+        wait_until("ISR shrank", lambda: follower not in cluster.isr(topic, 1))
+        produce(cluster, topic, [f"lost-{i}" for i in range(5)], partition=1)
+        wait_until("first reads the doomed records", lambda: len(first.records) == 25)
+        with first._lock:
+            first.consumer.commit()
+        second = Member(cluster, topic, group, **kw)
+        second.start()
+        member2 = second
+        cluster.stop_broker(leader)
+        cluster.start_broker(follower)
+        cluster.elect_leader(topic, 1, follower, unclean=True)
+        wait_until("unclean leader", lambda: cluster.leader(topic, 1) == follower)
+        produce(cluster, topic, [f"new-{i}" for i in range(3)], partition=1)
+        cluster.start_broker(leader)
+        wait_until(
+            "partition 1 with the second member",
+            lambda: TopicPartition(topic, 1) in member2.assigned(),
+            timeout=60,
+        )
+        wait_until("the second member reports it", lambda: bool(member2.errors), timeout=60)
+        err = member2.errors[0]
+        assert isinstance(err, LogTruncationError), err
+        assert err.report.tp.partition == 1
+        assert err.report.divergence is not None and err.report.divergence.offset == 10
+        time.sleep(0.5)  # a silently read record would arrive within this window
+        read = [r.value for r in first.records + member2.records]
+        assert not [v for v in read if v.startswith(b"new-")], "read past the loss silently"
+    finally:
+        first.shut_down()
+        if second is not None:
+            second.shut_down()
+
+
 def test_mixed_group_with_confluent_kafka_cooperative_sticky(cluster: Cluster) -> None:
     from confluent_kafka import Consumer
 

@@ -1,5 +1,6 @@
 """epochguard.consumer: ``EpochConsumer``, a truncation-safe Kafka consumer."""
 
+from epochguard.consumer.assignors import CooperativeStickyAssignor
 from epochguard.consumer.consumer import EpochConsumer, ValidationResult
 from epochguard.consumer.errors import (
     ConsumerClosedError,
@@ -19,6 +20,7 @@ __all__ = [
     "ConsumerClosedError",
     "ConsumerConfigError",
     "ConsumerRecord",
+    "CooperativeStickyAssignor",
     "CorruptRecordError",
     "EpochConsumer",
     "LogTruncationError",

@@ -223,6 +223,16 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
         )
     if cfg["group_instance_id"] is not None and cfg["group_id"] is None:
         raise ConsumerConfigError("group_instance_id", "requires group_id")
+    instance = cfg["group_instance_id"]
+    if instance is not None and (not isinstance(instance, str) or not instance.strip()):
+        raise ConsumerConfigError(
+            "group_instance_id", f"must be a non-empty string (KIP-345), got {instance!r}"
+        )
+    rack = cfg["client_rack"]
+    if rack is None:
+        rack = cfg["client_rack"] = ""
+    if not isinstance(rack, str):
+        raise ConsumerConfigError("client_rack", f"must be a string (broker.rack), got {rack!r}")
     if not cfg["fetch_max_wait_ms"] < cfg["request_timeout_ms"]:
         raise ConsumerConfigError(
             "request_timeout_ms",
@@ -237,6 +247,7 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
             "partition_assignment_strategy", "must be a non-empty list of assignor classes"
         )
     instances = []
+    common = {RebalanceProtocol.EAGER, RebalanceProtocol.COOPERATIVE}
     for s in strategies:
         assignor = s() if isinstance(s, type) else s
         if not hasattr(assignor, "assign") or not hasattr(assignor, "name"):
@@ -244,15 +255,27 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
                 "partition_assignment_strategy", f"{s!r} is not a kafka-python partition assignor"
             )
         protocols = getattr(assignor, "supported_protocols", None)
-        if protocols is not None and RebalanceProtocol.EAGER not in protocols():
-            # A cooperative-only assignor may leave a moving partition unassigned until a
-            # follow-up rebalance that eager rebalancing never runs.
+        offered = set(protocols()) if protocols is not None else {RebalanceProtocol.EAGER}
+        if RebalanceProtocol.COOPERATIVE in offered and not hasattr(assignor, "set_owned"):
+            # The member must be able to tell the assignor what it still owns (nothing,
+            # after the group dropped it): otherwise it claims partitions another member
+            # owns by now. kafka-python's cooperative assignor has no such hook.
             raise ConsumerConfigError(
                 "partition_assignment_strategy",
-                f"{assignor.name!r} is cooperative-only (KIP-429); EpochConsumer rebalances "
-                "eagerly: use a range, roundrobin or sticky assignor",
+                f"{assignor.name!r} is a cooperative (KIP-429) assignor without set_owned(); "
+                "use epochguard.consumer.CooperativeStickyAssignor",
             )
+        common &= offered
         instances.append(assignor)
+    if not common:
+        # A cooperative-only assignor leaves a moving partition unassigned until a follow-up
+        # rebalance, which eager rebalancing never runs; an eager-only one expects every
+        # member to give up everything first. The group cannot run both (as in Java).
+        raise ConsumerConfigError(
+            "partition_assignment_strategy",
+            f"{[a.name for a in instances]} mix eager-only and cooperative-only (KIP-429) "
+            "assignors; use CooperativeStickyAssignor alone, or only eager ones",
+        )
     cfg["partition_assignment_strategy"] = instances
     for key in (
         "key_deserializer",
@@ -272,6 +295,12 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
         _check_int(key, cfg[key], 4)
         if cfg[key] > 13:
             raise ConsumerConfigError(key, "must be <= 13")
+    if cfg["client_rack"] and cfg["max_fetch_version"] < 11:
+        raise ConsumerConfigError(
+            "client_rack",
+            f"needs Fetch v11+ (KIP-392 rack_id), but max_fetch_version is "
+            f"{cfg['max_fetch_version']}",
+        )
     _check_int("max_metadata_version", cfg["max_metadata_version"], 1)
     if cfg["max_metadata_version"] > 12:
         raise ConsumerConfigError("max_metadata_version", "must be <= 12")

@@ -417,6 +417,25 @@ class EpochConsumer:
             return
         if not self._subscription:
             return
+        if group.cooperative:
+            if group.partitions_lost:
+                self._lose_partitions()
+            try:
+                joined = group.poll_join(
+                    set(self._subscription),
+                    self._metadata_for,
+                    max(deadline, time.monotonic() + 0.05),
+                    self._fetcher.wakeup,
+                )
+            except kerrors.KafkaTimeoutError as exc:
+                log.debug("group_join_deferred", group=group.group_id, error=repr(exc))
+                return
+            if joined is not None:
+                now = time.monotonic()
+                self._cooperative_assignment(
+                    group, joined, max(deadline, now + self.config["request_timeout_ms"] / 1000)
+                )
+            return
         if not self._join_prepared:
             # Once per rebalance, not again for each poll() a deferred join spans.
             self._revoke(commit=self.config["enable_auto_commit"])
@@ -438,6 +457,63 @@ class EpochConsumer:
         self._restore_positions(join_deadline)
         if self._listener is not None:
             self._listener.on_partitions_assigned(set(parts))
+
+    def _cooperative_assignment(
+        self, group: GroupCoordinator, parts: list[TopicPartition], deadline: float
+    ) -> None:
+        """KIP-429: only what changed moves. Partitions kept keep their trackers (position,
+        buffered records, validation under way); revoked ones commit their positions with
+        epochs before anyone else can get them (the next owner only gets them in the next
+        generation, which waits for this member's rejoin); new ones restore their committed
+        positions, epochs included, and are validated before the first fetch."""
+        before = set(self._assigned)
+        revoked = before - set(parts)
+        added = set(parts) - before
+        if revoked:
+            if self.config["enable_auto_commit"]:
+                positions = {
+                    tp: (pos, "") for tp, pos in self._current_positions().items() if tp in revoked
+                }
+                try:
+                    group.commit(positions, deadline)
+                except kerrors.KafkaError as exc:
+                    log.warning("commit_on_revoke_failed", error=repr(exc))
+            if self._listener is not None:
+                self._listener.on_partitions_revoked(revoked)
+            log.info(
+                "partitions_revoked",
+                group=group.group_id,
+                partitions=sorted(str(tp) for tp in revoked),
+                kept=len(before - revoked),
+            )
+        self._set_assignment(parts)
+        group.set_owned(parts)
+        if revoked:
+            # Their next owner gets them in a follow-up rebalance (KIP-429).
+            group.rejoin_needed = True
+        self._restore_positions(deadline)
+        if self._listener is not None:
+            self._listener.on_partitions_assigned(added)
+
+    def _lose_partitions(self) -> None:
+        """The group moved on without this member: drop every partition without a commit
+        (another member may own them already) before joining again."""
+        group = self._group
+        assert group is not None
+        group.partitions_lost = False
+        lost = set(self._assigned)
+        if lost:
+            log.warning(
+                "partitions_lost", group=group.group_id, partitions=sorted(str(tp) for tp in lost)
+            )
+            if self._listener is not None:
+                on_lost = getattr(self._listener, "on_partitions_lost", None)
+                if callable(on_lost):
+                    on_lost(lost)
+                else:
+                    self._listener.on_partitions_revoked(lost)
+            self._set_assignment([])
+        group.set_owned([])
 
     # ------------------------------------------------------------------ polling
 
@@ -961,6 +1037,10 @@ class EpochConsumer:
         now = time.monotonic()
         if now < self._next_auto_commit:
             return
+        if self._group is not None and self._group.rebalancing:
+            # A cooperative join is under way: the generation is about to change, so the
+            # commit would be refused. The next interval after the join commits instead.
+            return
         self._next_auto_commit = now + self.config["auto_commit_interval_ms"] / 1000
         try:
             self.commit()
@@ -1240,6 +1320,8 @@ class EpochConsumer:
         for pending in self._async_commits:
             if pending.future.cancelled() and not pending.result.is_done:
                 pending.result.failure(ConsumerClosedError("closed before the commit was sent"))
+        if self._group is not None:
+            self._group.abandon_join()
         try:
             if (
                 autocommit

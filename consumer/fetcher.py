@@ -93,6 +93,12 @@ class FetcherMetrics:
         self.offset_resets = 0
         self.stale_metadata_ignored = 0
         self.request_failures = 0
+        #: KIP-392: Fetch answers that named another replica to read from.
+        self.preferred_replica_changes = 0
+        #: KIP-392: fetch answers served by a follower (the rest came from leaders).
+        self.fetches_from_followers = 0
+        #: KIP-392: record bytes of those answers (``bytes_fetched`` counts every answer).
+        self.bytes_fetched_from_followers = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(vars(self))
@@ -145,6 +151,8 @@ class Fetcher:
         self._wake = threading.Event()
         self.metrics = FetcherMetrics()
         self.metadata_listeners: list[Callable[[], None]] = []
+        #: record bytes fetched per broker (KIP-392 diagnostics: what crossed racks)
+        self.bytes_by_node: collections.Counter[int] = collections.Counter()
         #: the high watermark of each partition's last fetch answer (``highwater()``)
         self.highwaters: dict[TopicPartition, int] = {}
         # Partitions whose fetched bytes did not decode: left out of fetching until the
@@ -166,6 +174,8 @@ class Fetcher:
             max_version=int(config.get("max_fetch_version", wire.FETCH_MAX_VERSION)),
         )
         self._fetch_timeout_ms = config["request_timeout_ms"] + config["fetch_max_wait_ms"]
+        # KIP-392: how long a leader's choice of read replica holds (Java: the metadata age).
+        self._replica_ttl_s = float(config["metadata_max_age_ms"]) / 1000
 
     # ------------------------------------------------------------------ metadata views
 
@@ -353,7 +363,8 @@ class Fetcher:
             tracker = self.trackers.get(tp)
             if tracker is None:
                 continue
-            if not tracker.on_metadata(leader, epoch, topic_ids.get(tp.topic)):
+            replicas = self.metadata.replicas_of(tp)
+            if not tracker.on_metadata(leader, epoch, topic_ids.get(tp.topic), replicas):
                 self.metrics.stale_metadata_ignored += 1
                 log.info(
                     "stale_metadata_ignored",
@@ -370,7 +381,9 @@ class Fetcher:
         known = self.metadata.leaders.get(tp)
         if known is not None:
             leader, epoch = known
-            self.trackers[tp].on_metadata(leader, epoch, self.metadata.topic_ids.get(tp.topic))
+            self.trackers[tp].on_metadata(
+                leader, epoch, self.metadata.topic_ids.get(tp.topic), self.metadata.replicas_of(tp)
+            )
             self.after_input(tp)
 
     # ------------------------------------------------------------------ sending
@@ -409,10 +422,11 @@ class Fetcher:
                         self._drain_events(tp)
                         continue
                     self._drop_prefetch(tp)
-                if metadata.held(tp.topic) or not self._source(action.leader_id).can_send:
+                node = action.node_id
+                if metadata.held(tp.topic) or not self._source(node).can_send:
                     tracker.cancel(action)
                 else:
-                    fetches.setdefault(action.leader_id, []).append(action)
+                    fetches.setdefault(node, []).append(action)
             elif isinstance(action, ValidateAction):
                 validations.setdefault(action.leader_id, []).append(action)
             elif isinstance(action, ResetAction):
@@ -543,7 +557,9 @@ class Fetcher:
         tracker = self.trackers.get(tp)
         if tracker is None:
             return
-        source = self._source(action.leader_id)
+        if action.read_replica is not None:
+            self.metrics.fetches_from_followers += 1
+        source = self._source(action.node_id)
         previous = self._source_of.get(tp)
         if previous is not None and previous is not source:
             previous.drop(tp)
@@ -572,6 +588,9 @@ class Fetcher:
         data = p.records
         if data:
             self.metrics.bytes_fetched += len(data)
+            self.bytes_by_node[action.node_id] += len(data)
+            if action.read_replica is not None:
+                self.metrics.bytes_fetched_from_followers += len(data)
             try:
                 decoded = decode_records(
                     data,
@@ -599,7 +618,22 @@ class Fetcher:
                 )
                 return
         source.caught_up[tp] = action.offset >= p.high_watermark
-        tracker.on_empty_fetch(action)
+        preferred = p.preferred_read_replica
+        if preferred is not None and preferred != action.node_id:
+            # KIP-392: the leader names a closer replica (an answer without records). The
+            # tracker decides; it validates with the leader before fetching from there.
+            self.metrics.preferred_replica_changes += 1
+            log.info(
+                "preferred_read_replica",
+                topic=tp.topic,
+                partition=tp.partition,
+                replica=preferred,
+                rack=self.metadata.racks.get(preferred),
+                served_by=action.node_id,
+            )
+            tracker.on_preferred_replica(action, preferred, now, now + self._replica_ttl_s)
+        else:
+            tracker.on_empty_fetch(action)
         self.after_input(tp)
 
     def _on_corrupt(self, action: FetchAction, exc: CorruptRecordError) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kafka.errors as kerrors
+from kafka.coordinator.assignors.abstract import RebalanceProtocol
 from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
@@ -58,6 +59,11 @@ _CALL_BACKOFF = RetryBackoff(0.05, 0.5)
 _RETRY_S = 0.05
 
 
+def _protocols(assignor: Any) -> list[Any]:
+    supported = getattr(assignor, "supported_protocols", None)
+    return list(supported()) if supported is not None else [RebalanceProtocol.EAGER]
+
+
 class CommitFailedError(kerrors.CommitFailedError):  # type: ignore[misc]
     """An offset commit was rejected (the group rebalanced, or the member was fenced)."""
 
@@ -91,6 +97,18 @@ class GroupCoordinator:
         self.generation = -1
         self.protocol: str | None = None
         self._assignors = {a.name: a for a in config["partition_assignment_strategy"]}
+        #: KIP-429: every assignor offered is cooperative, so whichever the group picks, the
+        #: member keeps what it keeps across a rebalance (Java's rule for the protocol).
+        self.cooperative = all(
+            RebalanceProtocol.COOPERATIVE in _protocols(a) for a in self._assignors.values()
+        )
+        #: The coordinator no longer knows this member (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+        #: session expired): what it owned may be someone else's already. A cooperative
+        #: member drops everything without committing before it joins again (Java's
+        #: onPartitionsLost).
+        self.partitions_lost = False
+        # The cooperative join under way: ("join" | "sync", the request's future).
+        self._join_step: tuple[str, Any] | None = None
         self._lock = threading.Lock()
         self.rejoin_needed = True
         self._hb_thread: threading.Thread | None = None
@@ -244,6 +262,13 @@ class GroupCoordinator:
         """OffsetCommit v6+ with ``committed_leader_epoch``."""
         if not offsets:
             return
+        if self._join_step is not None:
+            # Java's RebalanceInProgressException: the generation is about to change and a
+            # commit now would be refused (or, worse, read as this member being dropped).
+            raise kerrors.RebalanceInProgressError(
+                f"group {self.group_id!r}: a rebalance is under way; commit after poll() "
+                "completes it"
+            )
         with self._lock:
             generation, member = self.generation, self.member_id
         subscribed = self.protocol is not None
@@ -274,6 +299,11 @@ class GroupCoordinator:
                     continue
             if any(issubclass(e, (*_REJOIN_ERRORS, kerrors.FencedInstanceIdError)) for e in errors):
                 self.rejoin_needed = True
+                lost = (kerrors.UnknownMemberIdError, kerrors.IllegalGenerationError)
+                if any(issubclass(e, lost) for e in errors) and self.generation == generation:
+                    # Only if no newer generation was joined meanwhile (the answer to an
+                    # older one says nothing about the member now).
+                    self.partitions_lost = True
                 codes = sorted(int(e.errno) for e in errors)
                 raise CommitFailedError(
                     f"group {self.group_id!r}: commit rejected ({codes}); the group "
@@ -332,6 +362,7 @@ class GroupCoordinator:
                 continue
             if err is kerrors.UnknownMemberIdError:
                 self.member_id = ""
+                self.partitions_lost = True
                 continue
             if err is kerrors.RebalanceInProgressError:
                 continue
@@ -364,6 +395,7 @@ class GroupCoordinator:
                 continue
             if serr is kerrors.UnknownMemberIdError:
                 self.member_id = ""
+                self.partitions_lost = True
                 continue
             if serr is not None and issubclass(serr, _REJOIN_ERRORS):
                 continue
@@ -391,6 +423,134 @@ class GroupCoordinator:
             self.start_heartbeats()
             return parts
 
+    # ------------------------------------------------------------------ cooperative join
+
+    def poll_join(
+        self,
+        topics: set[str],
+        metadata_for: Callable[[set[str], float], Mapping[str, set[int]]],
+        deadline: float,
+        wakeup: Callable[[], None],
+    ) -> list[TopicPartition] | None:
+        """One step of a cooperative (KIP-429) join, without waiting for the coordinator:
+        sends JoinGroup, then SyncGroup, as their answers arrive. Returns the new assignment
+        once SyncGroup answered, else ``None`` (call again from the next poll). Meanwhile
+        the member keeps fetching and delivering the partitions it owns; a JoinGroup can
+        wait at the coordinator until every member has rejoined. ``wakeup`` is called when
+        an answer arrives, so a waiting poll() goes on at once."""
+        step = self._join_step
+        if step is None:
+            self.stop_heartbeats()
+            node = self.ensure_coordinator(deadline)
+            protocols = [
+                (name, assignor.metadata(topics).encode())
+                for name, assignor in self._assignors.items()
+            ]
+            rebalance_timeout = int(self._config["max_poll_interval_ms"])
+            request = wire.join_group_request(
+                self.group_id,
+                self._config["session_timeout_ms"],
+                rebalance_timeout,
+                self.member_id,
+                self._instance_id,
+                protocols,
+            )
+            future = self._client.send(node, request, rebalance_timeout + 5000)
+            future.add_both(lambda _v: wakeup())
+            self._join_step = ("join", future)
+            return None
+        kind, future = step
+        if not future.is_done:
+            return None
+        self._join_step = None
+        if future.exception is not None:
+            log.debug("join_group_failed", group=self.group_id, error=repr(future.exception))
+            if not getattr(future.exception, "retriable", True):
+                raise future.exception
+            self.coordinator_dead()
+            return None
+        resp = future.value
+        if kind == "join":
+            self._on_join_answer(resp, metadata_for, deadline, wakeup)
+            return None
+        return self._on_sync_answer(resp)
+
+    def _on_join_answer(
+        self,
+        resp: Any,
+        metadata_for: Callable[[set[str], float], Mapping[str, set[int]]],
+        deadline: float,
+        wakeup: Callable[[], None],
+    ) -> None:
+        err = wire.error_from_wire(resp.error_code)
+        if err is kerrors.MemberIdRequiredError:
+            self.member_id = resp.member_id
+            return
+        if err is not None and issubclass(err, _COORDINATOR_ERRORS):
+            self.coordinator_dead()
+            return
+        if err is kerrors.UnknownMemberIdError:
+            self.member_id = ""
+            self.partitions_lost = True
+            return
+        if err is kerrors.RebalanceInProgressError:
+            return
+        if err is not None:
+            raise err()
+        with self._lock:
+            self.member_id = resp.member_id
+            self.generation = resp.generation_id
+            self.protocol = resp.protocol_name
+        assignments = (
+            self._assign(resp, metadata_for, deadline) if resp.leader == resp.member_id else []
+        )
+        sync = wire.sync_group_request(
+            self.group_id,
+            resp.generation_id,
+            resp.member_id,
+            self._instance_id,
+            resp.protocol_name,
+            assignments,
+        )
+        node = self.coordinator_id
+        if node is None:
+            return
+        timeout_ms = int(self._config["max_poll_interval_ms"]) + 5000
+        future = self._client.send(node, sync, timeout_ms)
+        future.add_both(lambda _v: wakeup())
+        self._join_step = ("sync", future)
+
+    def _on_sync_answer(self, sresp: Any) -> list[TopicPartition] | None:
+        serr = wire.error_from_wire(sresp.error_code)
+        if serr is not None and issubclass(serr, _COORDINATOR_ERRORS):
+            self.coordinator_dead()
+            return None
+        if serr is kerrors.UnknownMemberIdError:
+            self.member_id = ""
+            self.partitions_lost = True
+            return None
+        if serr is not None and issubclass(serr, _REJOIN_ERRORS):
+            return None
+        if serr is not None:
+            raise serr()
+        assignment = ConsumerProtocolAssignment.decode(sresp.assignment)
+        assignor = self._assignors.get(self.protocol or "")
+        if assignor is not None and hasattr(assignor, "on_assignment"):
+            assignor.on_assignment(assignment, self.generation)
+        self.rejoin_needed = False
+        self.rebalances += 1
+        parts = sorted(assignment.partitions())
+        log.info(
+            "group_joined",
+            group=self.group_id,
+            generation=self.generation,
+            member_id=self.member_id,
+            protocol=self.protocol,
+            partitions=[str(tp) for tp in parts],
+        )
+        self.start_heartbeats()
+        return parts
+
     def _assign(
         self,
         resp: Any,
@@ -406,8 +566,27 @@ class GroupCoordinator:
         result = assignor.assign(_ClusterView(partitions), resp.members)
         return [(m, a.encode()) for m, a in result.items()]
 
+    def abandon_join(self) -> None:
+        """Forget a cooperative join under way (the consumer closes): a last commit then
+        goes out with the generation this member still has, which the coordinator accepts
+        until the next generation is formed."""
+        self._join_step = None
+
+    @property
+    def rebalancing(self) -> bool:
+        """A cooperative JoinGroup or SyncGroup is under way."""
+        return self._join_step is not None
+
+    def set_owned(self, partitions: Sequence[TopicPartition]) -> None:
+        """What this member owns now (cooperative assignors report it in the next join)."""
+        for assignor in self._assignors.values():
+            set_owned = getattr(assignor, "set_owned", None)
+            if set_owned is not None:
+                set_owned(partitions)
+
     def leave(self, reason: str = "the consumer is being closed") -> None:
         self.stop_heartbeats()
+        self._join_step = None
         with self._lock:
             member = self.member_id
             self.member_id = ""
@@ -477,6 +656,9 @@ class GroupCoordinator:
             herr = wire.error_from_wire(resp.error_code)
             if herr is not None and issubclass(herr, _COORDINATOR_ERRORS):
                 self.coordinator_dead()
+            lost = herr in (kerrors.UnknownMemberIdError, kerrors.IllegalGenerationError)
+            if lost and self.generation == generation:
+                self.partitions_lost = True
             log.info("rebalance_needed", group=self.group_id, error_code=resp.error_code)
             self.rejoin_needed = True
             return

@@ -44,6 +44,10 @@ class Metadata:
         self.all_topics: set[str] | None = None
         self.want_all = False
         self.leaders: dict[TopicPartition, tuple[int | None, int | None]] = {}
+        #: Each partition's live replicas (KIP-392: a read replica must be one of them).
+        self.replicas: dict[TopicPartition, frozenset[int]] = {}
+        #: Each broker's rack (``broker.rack``; ``None``: not set), from the last answer.
+        self.racks: dict[int, str | None] = {}
         #: Topics the last answer about them called UNKNOWN_TOPIC_OR_PARTITION (fail fast).
         self.unknown_topics: set[str] = set()
         #: Topics the last answer about them refused (TOPIC_AUTHORIZATION_FAILED).
@@ -144,7 +148,11 @@ class Metadata:
             self.topic_partitions[name] = {p.tp.partition for p in topic.partitions}
             for p in topic.partitions:
                 leaders[p.tp] = (p.leader_id, p.leader_epoch)
+                if p.live_replicas:
+                    self.replicas[p.tp] = frozenset(p.live_replicas)
         self.leaders.update(leaders)
+        if answer.racks:
+            self.racks = dict(answer.racks)
         if self._hold:
             # Only metadata can release a held topic (it is back, with its new id): ask again
             # instead of waiting metadata_max_age_ms, backing off while it stays missing.
@@ -181,6 +189,10 @@ class Metadata:
 
     def leader_of(self, tp: TopicPartition) -> int | None:
         return self.leaders.get(tp, (None, None))[0]
+
+    def replicas_of(self, tp: TopicPartition) -> frozenset[int] | None:
+        """The live replicas of ``tp`` (``None``: not known)."""
+        return self.replicas.get(tp)
 
     def epoch_of(self, tp: TopicPartition) -> int | None:
         return self.leaders.get(tp, (None, None))[1]

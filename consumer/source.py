@@ -64,7 +64,7 @@ class Prefetch:
     def matches(self, action: FetchAction) -> bool:
         e = self.entry
         return (
-            action.leader_id == self.node
+            action.node_id == self.node
             and action.offset == e.offset
             and action.current_leader_epoch == e.current_leader_epoch
             and action.last_fetched_epoch == e.last_fetched_epoch
@@ -121,7 +121,7 @@ class Source:
             tracker = cursors.get(tp)
             if tracker is None or tracker.state is not fetching or tracker.paused:
                 continue
-            if tracker.leader_id != self.node:
+            if tracker.fetch_node != self.node:
                 continue
             last = buf.records[-1].leader_epoch if buf.records else buf.last_epoch
             entry = wire.FetchEntry(

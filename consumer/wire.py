@@ -205,6 +205,8 @@ class PartitionLeader:
     tp: TopicPartition
     leader_id: int | None
     leader_epoch: int | None
+    #: The replicas that are not offline (KIP-392: where a read replica may be).
+    live_replicas: tuple[int, ...] = ()
 
 
 @attrs.frozen
@@ -219,6 +221,8 @@ class TopicMetadata:
 @attrs.frozen
 class MetadataAnswer:
     topics: tuple[TopicMetadata, ...]
+    #: Each broker's ``broker.rack`` (``None``: not set).
+    racks: Mapping[int, str | None] = attrs.field(factory=dict)
 
 
 def metadata_request(
@@ -246,6 +250,7 @@ def read_metadata(response: Any) -> MetadataAnswer:
                 node_from_wire(p.leader_id),
                 # Metadata below v7 has no leader epochs.
                 epoch_from_wire(getattr(p, "leader_epoch", None)),
+                _live_replicas(p),
             )
             for p in topic.partitions
         )
@@ -258,7 +263,13 @@ def read_metadata(response: Any) -> MetadataAnswer:
                 parts,
             )
         )
-    return MetadataAnswer(tuple(out))
+    racks = {int(b.node_id): (b.rack or None) for b in getattr(response, "brokers", None) or ()}
+    return MetadataAnswer(tuple(out), racks)
+
+
+def _live_replicas(p: Any) -> tuple[int, ...]:
+    offline = set(getattr(p, "offline_replicas", None) or ())
+    return tuple(int(r) for r in getattr(p, "replica_nodes", None) or () if r not in offline)
 
 
 # ---------------------------------------------------------------------------------- fetch
@@ -319,6 +330,9 @@ class FetchedPartition:
     records: Any
     #: ``(producer_id, first_offset)`` of aborted transactions, ``None`` if there are none.
     aborted: list[tuple[int, int]] | None
+    #: KIP-392 (v11+): the replica the leader wants this consumer to fetch from next
+    #: (``None``: no preference, Kafka's -1).
+    preferred_read_replica: int | None = None
 
     @property
     def error_code(self) -> int:
@@ -402,6 +416,7 @@ def read_fetch(response: Any, names: Mapping[uuid.UUID, str]) -> FetchAnswer:
             if div is not None and (div.epoch >= 0 or div.end_offset >= 0):
                 diverging = EpochEnd(epoch_from_wire(div.epoch), offset_from_wire(div.end_offset))
             aborted = p.aborted_transactions
+            preferred = getattr(p, "preferred_read_replica", -1) if version >= 11 else -1
             append(
                 FetchedPartition(
                     TopicPartition(name, p.partition_index),
@@ -410,6 +425,7 @@ def read_fetch(response: Any, names: Mapping[uuid.UUID, str]) -> FetchAnswer:
                     diverging,
                     p.records,
                     [(a.producer_id, a.first_offset) for a in aborted] if aborted else None,
+                    preferred if preferred >= 0 else None,
                 )
             )
     return FetchAnswer(top, tuple(out), version)
@@ -549,8 +565,10 @@ def _read_fetch_frame(frame: FetchFrame, names: Mapping[uuid.UUID, str]) -> Fetc
                         pos += 16
                         if flexible:
                             pos = skip_tagged_fields(buf, pos)
+                preferred = -1
                 if version >= 11:
-                    pos += 4  # preferred_read_replica: the consumer reads from leaders
+                    preferred = _I32(buf, pos)[0]
+                    pos += 4
                 if flexible:
                     n, pos = _uvarint(buf, pos)
                     n -= 1
@@ -587,6 +605,7 @@ def _read_fetch_frame(frame: FetchFrame, names: Mapping[uuid.UUID, str]) -> Fetc
                         diverging,
                         records,
                         aborted,
+                        preferred if preferred >= 0 else None,
                     )
                 )
             if flexible:

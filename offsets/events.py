@@ -33,6 +33,15 @@ class FetchAction:
     #: The topic id from metadata, as text (Fetch v13+ sends it; the broker then answers
     #: UNKNOWN_TOPIC_ID for a recreated topic instead of serving the new log).
     topic_id: str | None = None
+    #: KIP-392: the follower the leader named as preferred read replica (``None``: fetch
+    #: from the leader). Its answers are judged differently: an error from it sends the
+    #: partition back to the leader instead of being acted on.
+    read_replica: int | None = None
+
+    @property
+    def node_id(self) -> int:
+        """The broker this fetch goes to: the read replica, else the leader."""
+        return self.leader_id if self.read_replica is None else self.read_replica
 
 
 @attrs.frozen(slots=True)

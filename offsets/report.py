@@ -19,6 +19,9 @@ class DetectedBy(enum.StrEnum):
     OFFSET_OUT_OF_RANGE = "offset_out_of_range"  # a fetch answered OFFSET_OUT_OF_RANGE
     RESTORE = "restore"  # validating a restored/committed/seeked position
     TOPIC_RECREATED = "topic_recreated"  # metadata showed a new topic id
+    #: KIP-392: another replica serves the partition now (a follower named by the leader,
+    #: or the leader again after the follower failed or expired)
+    REPLICA_CHANGED = "replica_changed"
 
 
 class PositionSource(enum.StrEnum):

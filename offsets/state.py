@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -248,6 +248,11 @@ TRACKER_FIELDS: Final[Mapping[str, str]] = {
     "_leader_id": "metadata: leader node (None: unknown)",
     "_leader_epoch": "metadata: leader epoch (None: unknown)",
     "_topic_id": "metadata: topic id as text (None: unknown)",
+    "_replicas": "metadata: the partition's live replicas (None: not known)",
+    "_replica": "KIP-392: the follower fetches go to (None: the leader); any change of the "
+    "replica serving the partition validates the position with the leader",
+    "_replica_until": "KIP-392: when the read replica expires (fetches go back to the leader, "
+    "which names one again), in the driver's clock",
     "_reset_strategy": "strategy of the last reset; kept after it, since a truncation found "
     "before anything was read repeats that reset",
     "_retry_at": "retry schedule: nothing is sent before this time",
@@ -358,6 +363,9 @@ class PartitionTracker:
         "_probe",
         "_probe_divergence",
         "_query_epoch",
+        "_replica",
+        "_replica_until",
+        "_replicas",
         "_report",
         "_reset_on_valid",
         "_reset_reason",
@@ -402,6 +410,10 @@ class PartitionTracker:
         self._leader_epoch: int | None = None
         # As text (``normalise_topic_id``): metadata gives ``uuid.UUID``, stored positions str.
         self._topic_id: str | None = None
+        self._replicas: frozenset[int] | None = None
+        # KIP-392 follower fetching.
+        self._replica: int | None = None
+        self._replica_until = 0.0
         # Retry / waiting.
         self._retry_at = 0.0
         self._attempts = 0
@@ -473,6 +485,16 @@ class PartitionTracker:
         return self._leader_epoch
 
     @property
+    def read_replica(self) -> int | None:
+        """The follower this partition fetches from (KIP-392), ``None``: the leader."""
+        return self._replica
+
+    @property
+    def fetch_node(self) -> int | None:
+        """The broker fetches go to now: the read replica, else the leader."""
+        return self._leader_id if self._replica is None else self._replica
+
+    @property
     def topic_id(self) -> str | None:
         """The topic's id as text (the driver turns it back into its wire form)."""
         return self._topic_id
@@ -495,6 +517,7 @@ class PartitionTracker:
         return (
             f"<PartitionTracker {self.tp.topic}-{self.tp.partition} {self._state.name} "
             f"position={pos} leader={self._leader_id}@e{self._leader_epoch}"
+            f"{'' if self._replica is None else f' replica={self._replica}'}"
             f"{' paused' if self._paused else ''}>"
         )
 
@@ -512,6 +535,11 @@ class PartitionTracker:
             return None
         if state is _FETCHING and self._paused:
             return None
+        if self._replica is not None and now >= self._replica_until:
+            # The leader's choice is only good for a while (Java: metadata.max.age.ms): ask it
+            # again, it may name the same follower or another one.
+            self._change_replica(None)
+            state = self._state
         if self._metadata_blocked():
             if self._leader_id is not None and self._attempts >= MAX_EPOCH_WAITS:
                 # Metadata never reached the epoch we wait for (a position from a deleted
@@ -539,6 +567,7 @@ class PartitionTracker:
                 self._epoch,
                 self._gen,
                 self._topic_id,
+                self._replica,
             )
         if state is S.AWAIT_VALIDATION:
             if self._probe:
@@ -665,11 +694,17 @@ class PartitionTracker:
     # ------------------------------------------------------------------- inputs: metadata
 
     def on_metadata(
-        self, leader_id: int | None, leader_epoch: int | None = None, topic_id: Any = None
+        self,
+        leader_id: int | None,
+        leader_epoch: int | None = None,
+        topic_id: Any = None,
+        replicas: Iterable[int] | None = None,
     ) -> bool:
         """Metadata for this partition. ``leader_epoch`` ``None``/-1: not known (old metadata
-        versions). ``topic_id`` ``None``: not known. Returns ``False`` for stale metadata (an
-        older leader epoch than already seen, same topic)."""
+        versions). ``topic_id`` ``None``: not known. ``replicas``: the live replicas (``None``:
+        not known); a read replica no longer among them sends fetches back to the leader.
+        Returns ``False`` for stale metadata (an older leader epoch than already seen, same
+        topic)."""
         if leader_epoch is not None and leader_epoch < 0:
             leader_epoch = None
         topic_id = _id_text(topic_id)
@@ -681,11 +716,20 @@ class PartitionTracker:
             return False
         if topic_id is not None:
             self._topic_id = topic_id
+        if replicas is not None:
+            self._replicas = frozenset(replicas)
         new_epoch = leader_epoch if leader_epoch is not None else known
         if leader_id == self._leader_id and new_epoch == known:
+            replica, live = self._replica, self._replicas
+            if replica is not None and live is not None and replica not in live:
+                # The follower left the replica set or went offline.
+                self._change_replica(None)
             return True
         self._leader_id = leader_id
         self._leader_epoch = new_epoch
+        # A new leader (or epoch) chooses the read replica afresh; the validation that a new
+        # epoch starts below covers the change of replica too.
+        self._replica = None
         # A new leader answers differently: whatever was waiting may go now.
         self._retry_at = 0.0
         if (
@@ -749,6 +793,16 @@ class PartitionTracker:
             return False
         self._in_flight = False
         kind = classify_error(error_code)
+        if fetch.read_replica is not None:
+            # A follower's error says nothing reliable about the log: OFFSET_OUT_OF_RANGE
+            # from a follower that is behind us or lost records, FENCED from one that has not
+            # learnt the epoch yet. Never reset on it: back to the leader, which validates.
+            self._change_replica(None)
+            if kind in (ErrorClass.FENCED, ErrorClass.STALE_METADATA):
+                self._events.append(
+                    MetadataRefreshNeeded(self.tp, error_name(error_code), self._await_epoch)
+                )
+            return True
         if kind is ErrorClass.OUT_OF_RANGE:
             if self._epoch is not None:
                 # A broker answers OOR for a LastFetchedEpoch it does not know: that can be
@@ -766,6 +820,29 @@ class PartitionTracker:
             self._retry_after_error(RequestKind.FETCH, error_code, now, fetch.current_leader_epoch)
             return True
         self._retry_after_error(RequestKind.FETCH, error_code, now, fetch.current_leader_epoch)
+        return True
+
+    def on_preferred_replica(
+        self, fetch: FetchAction, replica_id: int | None, now: float, expires_at: float
+    ) -> bool:
+        """A Fetch answer named ``replica_id`` as preferred read replica (KIP-392; ``None`` or
+        -1: the leader itself). Fetches go there until ``expires_at`` (the driver's clock),
+        an error from it, or metadata without it; the position is validated with the leader
+        first. Use it in place of :meth:`on_empty_fetch` (such answers carry no records)."""
+        if fetch.token != self._gen or self._state is not _FETCHING:
+            return False
+        self._in_flight = False
+        self._attempts = 0
+        if replica_id is not None and replica_id < 0:
+            replica_id = None
+        if replica_id == self._leader_id:
+            replica_id = None
+        live = self._replicas
+        if replica_id is not None and live is not None and replica_id not in live:
+            return True  # not a live replica in our metadata: stay where we are
+        if replica_id is not None:
+            self._replica_until = expires_at
+        self._change_replica(replica_id)
         return True
 
     def on_diverging_epoch(
@@ -900,6 +977,10 @@ class PartitionTracker:
         if isinstance(action, WaitAction) or action.token != self._gen or not self._in_flight:
             return False
         self._in_flight = False
+        if isinstance(action, FetchAction) and action.read_replica is not None:
+            # The follower is unreachable: the leader serves the partition again.
+            self._change_replica(None)
+            return True
         self._retry_after_error(
             _REQUEST_KINDS[type(action)],
             ErrorCode.NETWORK_EXCEPTION,
@@ -910,6 +991,21 @@ class PartitionTracker:
         return True
 
     # ------------------------------------------------------------------------- internals
+
+    def _change_replica(self, replica: int | None) -> None:
+        """Fetch from ``replica`` (``None``: the leader) from now on. Another replica may be
+        behind the position or hold a diverged log, so a position with an epoch is validated
+        with the leader first (OffsetForLeaderEpoch always goes to the leader)."""
+        if replica == self._replica:
+            return
+        self._replica = replica
+        if replica is None:
+            self._replica_until = 0.0
+        if self._state is _FETCHING:
+            if self._epoch is not None:
+                self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.REPLICA_CHANGED)
+            else:
+                self._bump()  # answers still coming from the other replica are stale
 
     def _goto(self, trigger: Trigger) -> None:
         try:
@@ -1202,6 +1298,7 @@ class PartitionTracker:
     ) -> None:
         # A new topic id is a new log: its epochs restart, so the old ones must not block it.
         self._topic_id = topic_id
+        self._replica = None
         self._leader_id = leader_id
         self._leader_epoch = leader_epoch
         self._await_epoch = None

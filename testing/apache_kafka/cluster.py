@@ -276,6 +276,8 @@ class ApacheKafkaCluster:
         sasl_users: Mapping[str, str] | None = None,
         tls: TlsMaterial | None = None,
         authorizer: bool = False,
+        racks: Mapping[int, str] | None = None,
+        replica_selector: str | None = None,
     ) -> None:
         """``sasl_users`` (name -> password): brokers also listen with SASL_PLAINTEXT,
         offering PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (``sasl_bootstrap_servers``; the
@@ -286,7 +288,10 @@ class ApacheKafkaCluster:
         may do nothing until :meth:`create_acls` allows it; the PLAINTEXT listener's
         principal (``User:ANONYMOUS``, used by every control call here) is a super user.
         ``brokers`` defaults to 3; ``num_brokers`` is its deprecated name (the keyword is
-        ``brokers`` as in ``EmbeddedCluster(brokers=...)``)."""
+        ``brokers`` as in ``EmbeddedCluster(brokers=...)``). ``racks`` (broker id ->
+        ``broker.rack``) and ``replica_selector`` (``replica.selector.class``, e.g.
+        :data:`~epochguard.testing.embedded.state.RACK_AWARE_REPLICA_SELECTOR`) set up
+        KIP-392 follower fetching."""
         if num_brokers is not None:
             if brokers is not None:
                 raise TypeError("pass brokers= or its deprecated alias num_brokers=, not both")
@@ -311,6 +316,23 @@ class ApacheKafkaCluster:
             raise TypeError(f"tls must be a TlsMaterial, got {type(tls).__name__}")
         if authorizer and not sasl_users:
             raise ValueError("authorizer=True needs sasl_users: every other client is a super user")
+        for broker_id, rack in (racks or {}).items():
+            if not 0 <= broker_id < brokers:
+                raise ValueError(
+                    f"racks names broker {broker_id}; the brokers are 0..{brokers - 1}"
+                )
+            if not isinstance(rack, str) or not rack or set(rack) & set("\n\r\\="):
+                raise ValueError(
+                    f"broker {broker_id}: a rack is a non-empty plain string, got {rack!r}"
+                )
+        if replica_selector is not None and (
+            not replica_selector or set(replica_selector) & set("\n\r\\= ")
+        ):
+            raise ValueError(
+                f"replica_selector must be a Java class name, got {replica_selector!r}"
+            )
+        self._racks = dict(racks or {})
+        self._replica_selector = replica_selector
         self._sasl_users = dict(sasl_users or {})
         self._tls = tls
         self._authorizer = authorizer
@@ -580,6 +602,12 @@ class ApacheKafkaCluster:
                     "allow.everyone.if.no.acl.found": "false",
                 }
             )
+        if node.role == "broker":
+            rack = self._racks.get(node.node_id)
+            if rack is not None:
+                props["broker.rack"] = rack
+            if self._replica_selector is not None:
+                props["replica.selector.class"] = self._replica_selector
         props.update(self._extra_config if node.role == "broker" else {})
         return "".join(f"{k}={v}\n" for k, v in props.items())
 

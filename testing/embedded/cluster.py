@@ -20,6 +20,7 @@ from epochguard.testing.embedded.security import (
 )
 from epochguard.testing.embedded.server import EmbeddedServer
 from epochguard.testing.embedded.state import (
+    RACK_AWARE_REPLICA_SELECTOR,
     ClusterState,
     EmbeddedClusterError,
     PartitionView,
@@ -27,7 +28,7 @@ from epochguard.testing.embedded.state import (
 )
 from epochguard.testing.tls import TlsMaterial
 
-__all__ = ["EmbeddedCluster", "EmbeddedClusterError", "ReplicaLog"]
+__all__ = ["RACK_AWARE_REPLICA_SELECTOR", "EmbeddedCluster", "EmbeddedClusterError", "ReplicaLog"]
 
 T = TypeVar("T")
 
@@ -63,6 +64,8 @@ class EmbeddedCluster:
         port: int | None = None,
         sasl_users: Mapping[str, str] | None = None,
         tls: TlsMaterial | None = None,
+        racks: Mapping[int, str] | None = None,
+        replica_selector: str | None = None,
     ) -> None:
         """``port``: the first broker listens there and broker ``i`` on ``port + i``
         (default: free ports chosen by the OS). A restarted broker keeps its port.
@@ -71,7 +74,13 @@ class EmbeddedCluster:
         PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512. ``tls`` (see
         :func:`epochguard.testing.tls.make_tls_material`): brokers also listen with SSL, and
         with SASL_SSL when there are users too. ``bootstrap_servers`` stays PLAINTEXT; the
-        others are :meth:`listener_bootstrap_servers`."""
+        others are :meth:`listener_bootstrap_servers`.
+
+        ``racks`` (broker id -> ``broker.rack``) and ``replica_selector``
+        (``replica.selector.class``; only :data:`RACK_AWARE_REPLICA_SELECTOR` is implemented)
+        turn on KIP-392 follower fetching: leaders name a replica in the consumer's rack as
+        ``preferred_read_replica`` and followers serve Fetch v11+ up to their high
+        watermark."""
         if brokers < 1:
             raise ValueError("an EmbeddedCluster needs at least one broker")
         if port is not None and not 1 <= port <= 65535 - (brokers - 1):
@@ -81,6 +90,20 @@ class EmbeddedCluster:
         if tls is not None and not isinstance(tls, TlsMaterial):
             raise TypeError(f"tls must be a TlsMaterial, got {type(tls).__name__}")
         self._state = ClusterState(list(range(first_broker_id, first_broker_id + brokers)))
+        for broker_id, rack in (racks or {}).items():
+            if broker_id not in self._state.brokers:
+                raise ValueError(
+                    f"racks names broker {broker_id}; the brokers are {sorted(self._state.brokers)}"
+                )
+            if not isinstance(rack, str) or not rack:
+                raise ValueError(f"broker {broker_id}: a rack is a non-empty string, got {rack!r}")
+            self._state.brokers[broker_id].rack = rack
+        if replica_selector not in (None, RACK_AWARE_REPLICA_SELECTOR):
+            raise ValueError(
+                f"replica_selector {replica_selector!r}: only None (leaders serve consumers) "
+                f"and {RACK_AWARE_REPLICA_SELECTOR!r} are implemented"
+            )
+        self._state.replica_selector = replica_selector
         self._state.security = SecuritySettings.create(
             sasl_users, tls.server_context() if tls is not None else None
         )
@@ -365,6 +388,11 @@ class EmbeddedCluster:
             if time.monotonic() > deadline:
                 raise EmbeddedClusterError(f"brokers did not settle within {timeout} s")
             time.sleep(0.01)
+
+    def consumer_fetch_bytes(self) -> dict[int, int]:
+        """Record bytes each broker has served to consumers' Fetch requests so far (KIP-392:
+        what a consumer in a rack pulled across racks)."""
+        return self._call(lambda: dict(self._state.consumer_fetch_bytes))
 
     def pause_replication(self, broker_id: int) -> None:
         """``broker_id`` stops fetching as a follower: it falls out of every ISR."""

@@ -39,6 +39,11 @@ DEFAULT_TOPIC_CONFIG: dict[str, str] = {
 }
 
 
+#: Kafka's ``replica.selector.class`` for rack-aware follower fetching (KIP-392); both test
+#: clusters accept it.
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
 class EmbeddedClusterError(Exception):
     """A control-API call cannot be carried out (unknown topic, broker, bad election...)."""
 
@@ -167,6 +172,11 @@ class ClusterState:
         self.default_partitions = 1
         # Called with (topic, partition, broker, new log end offset) after a replica truncated.
         self.on_truncate: list[Callable[[str, int, int, int], None]] = []
+        # KIP-392 ``replica.selector.class``: None (Kafka's LeaderSelector: consumers read from
+        # leaders) or RACK_AWARE_REPLICA_SELECTOR.
+        self.replica_selector: str | None = None
+        # Record bytes each broker served to consumers' Fetch requests (cross-rack traffic).
+        self.consumer_fetch_bytes: collections.Counter[int] = collections.Counter()
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -550,6 +560,32 @@ class ClusterState:
         p.isr.remove(broker_id)
         if len(p.isr) < self._min_isr(p) and broker_id not in p.elr:
             p.elr.append(broker_id)
+
+    def preferred_read_replica(
+        self, p: PartitionState, client_rack: str, fetch_offset: int
+    ) -> int | None:
+        """KIP-392, as Kafka's ReplicaManager with RackAwareReplicaSelector: among the leader
+        and the in-sync followers that hold ``fetch_offset``, one in the client's rack, the
+        leader if it is there, else the most caught-up. ``None``: the leader serves it."""
+        if self.replica_selector != RACK_AWARE_REPLICA_SELECTOR or not client_rack:
+            return None
+        leader = p.leader
+        if leader is None:
+            return None
+        candidates = []
+        for r in p.isr:
+            log = p.logs.get(r)
+            b = self.brokers.get(r)
+            if r == leader or log is None or b is None or not b.alive:
+                continue
+            if log.log_start_offset <= fetch_offset <= log.log_end_offset:
+                candidates.append((r, b.rack, log.log_end_offset))
+        if self.brokers[leader].rack == client_rack:
+            return None
+        same_rack = [c for c in candidates if c[1] == client_rack]
+        if not same_rack:
+            return None
+        return max(same_rack, key=lambda c: (c[2], -c[0]))[0]
 
     def eligible_leaders(self, p: PartitionState) -> list[int]:
         """Clean-election candidates: live ISR members, else live ELR members."""

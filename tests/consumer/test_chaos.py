@@ -50,7 +50,12 @@ class Chaos:
     """One seeded run: the cluster, the consumer and what the application holds."""
 
     def __init__(
-        self, cluster: EmbeddedCluster, seed: int, unclean: bool, policy: str = "rewind"
+        self,
+        cluster: EmbeddedCluster,
+        seed: int,
+        unclean: bool,
+        policy: str = "rewind",
+        client_rack: str = "",
     ) -> None:
         self.cluster = cluster
         self.rng = random.Random(seed)
@@ -76,6 +81,7 @@ class Chaos:
             request_timeout_ms=2000,
             fetch_max_wait_ms=50,
             reconnect_backoff_max_ms=200,
+            client_rack=client_rack,
         )
         self.consumer.assign(self.tps)
 
@@ -320,9 +326,15 @@ class Chaos:
         assert m["truncations_detected"] == len(self.reports)
 
 
-def _run(seed: int, unclean: bool, policy: str = "rewind") -> Chaos:
-    with EmbeddedCluster(brokers=3) as cluster:
-        chaos = Chaos(cluster, seed, unclean, policy)
+def _run(seed: int, unclean: bool, policy: str = "rewind", follower: bool = False) -> Chaos:
+    """``follower``: brokers in racks with the rack-aware selector and a consumer in one rack
+    (KIP-392), so it reads from a follower whenever the leader is elsewhere."""
+    from epochguard.testing.embedded.state import RACK_AWARE_REPLICA_SELECTOR
+
+    racks = {1: "rack-a", 2: "rack-b", 3: "rack-c"} if follower else None
+    selector = RACK_AWARE_REPLICA_SELECTOR if follower else None
+    with EmbeddedCluster(brokers=3, racks=racks, replica_selector=selector) as cluster:
+        chaos = Chaos(cluster, seed, unclean, policy, client_rack="rack-c" if follower else "")
         try:
             chaos.run()
             chaos.check()
@@ -357,3 +369,15 @@ def test_chaos_without_unclean_elections_reports_nothing(seed: int) -> None:
     chaos = _run(seed, unclean=False)
     assert chaos.reports == [], [r[0] for r in chaos.reports]
     assert chaos.delivered > 0
+
+
+# KIP-392: the same promise while reading from followers (a follower that lags, restarts,
+# truncates or vanishes; a leader elected uncleanly while the consumer reads elsewhere).
+@pytest.mark.parametrize(("seed", "policy"), [(3000, "rewind"), (3001, "raise"), (3002, "rewind")])
+def test_chaos_reading_from_followers_loses_and_repeats_nothing_unreported(
+    seed: int, policy: str
+) -> None:
+    chaos = _run(seed, unclean=True, policy=policy, follower=True)
+    assert chaos.delivered > 0
+    m = chaos.consumer.metrics(raw=True)
+    assert m is not None and m["fetches_from_followers"] > 0

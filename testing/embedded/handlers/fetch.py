@@ -43,7 +43,12 @@ def _topic_name(view: MetadataImage, key: TopicKey) -> str | None:
 
 
 def _answer(
-    ctx: RequestContext, view: MetadataImage, target: FetchTarget, injected: int, budget: int
+    ctx: RequestContext,
+    view: MetadataImage,
+    target: FetchTarget,
+    injected: int,
+    budget: int,
+    client_rack: str | None,
 ) -> _Answer:
     P = FetchResponse.FetchableTopicResponse.PartitionData
     v = ctx.version
@@ -51,11 +56,20 @@ def _answer(
     records = _EMPTY
     diverging = None
     name = _topic_name(view, target.topic)
+    preferred = -1
     local: Local | int
     if name is None:
         local = ErrorCode.UNKNOWN_TOPIC_ID
     else:
-        local = local_partition(ctx, name, target.partition, target.current_leader_epoch)
+        # KIP-392: from v11 on (client metadata present) a follower serves consumers too,
+        # up to its own high watermark.
+        local = local_partition(
+            ctx,
+            name,
+            target.partition,
+            target.current_leader_epoch,
+            require_leader=client_rack is None,
+        )
     error = injected or (local if isinstance(local, int) else 0)
     if not error and name is not None and not isinstance(local, int):
         log = local.log
@@ -70,8 +84,13 @@ def _answer(
                 error = ErrorCode.OFFSET_OUT_OF_RANGE
             elif epoch < last_epoch or end < offset:
                 diverging = P.EpochEndOffset(version=v, epoch=epoch, end_offset=end)
-        if error or diverging is not None:
-            pass
+        leading = local.view.leader == ctx.broker_id
+        if not error and diverging is None and client_rack is not None and leading:
+            chosen = ctx.cluster.preferred_read_replica(local.state, client_rack, offset)
+            if chosen is not None:
+                preferred = chosen
+        if error or diverging is not None or preferred >= 0:
+            pass  # a preferred read replica comes without records, as from Kafka
         elif offset < log.log_start_offset or offset > log.log_end_offset:
             error = ErrorCode.OFFSET_OUT_OF_RANGE
         elif offset < hw and (budget > 0 or budget == -1):
@@ -95,7 +114,7 @@ def _answer(
         last_stable_offset=lso,
         log_start_offset=start,
         aborted_transactions=None,
-        preferred_read_replica=-1,
+        preferred_read_replica=preferred,
         records=records,
     )
     if v >= 12:
@@ -107,7 +126,8 @@ def _answer(
                 data.current_leader = P.LeaderIdAndEpoch(
                     version=v, leader_id=pv.leader, leader_epoch=pv.leader_epoch
                 )
-    return _Answer(target, data, len(records), bool(error) or diverging is not None)
+    urgent = bool(error) or diverging is not None or preferred >= 0
+    return _Answer(target, data, len(records), urgent)
 
 
 def _must_send(answer: _Answer) -> bool:
@@ -122,8 +142,18 @@ def _must_send(answer: _Answer) -> bool:
     )
 
 
+def request_rack(ctx: RequestContext, request: Any) -> str | None:
+    """The consumer's rack for KIP-392 (``""``: none given), ``None`` when only leaders serve
+    it: below v11 (as Kafka), and on a cluster made without ``replica_selector`` (Kafka
+    would let a follower serve v11+; this cluster keeps its leader-only answers there)."""
+    if ctx.version < 11 or ctx.cluster.replica_selector is None:
+        return None
+    return str(getattr(request, "rack_id", "") or "")
+
+
 def _build(
     ctx: RequestContext,
+    request: Any,
     targets: list[FetchTarget],
     incremental: bool,
     injected: int,
@@ -131,12 +161,13 @@ def _build(
 ) -> tuple[list[_Answer], int, bool]:
     """One pass: (answers to send, record bytes, whether to answer at once)."""
     view = ctx.cluster.brokers[ctx.broker_id].view
+    client_rack = request_rack(ctx, request)
     total = 0
     urgent = False
     answers = []
     for target in targets:
         budget = -1 if total == 0 else max_bytes - total
-        answer = _answer(ctx, view, target, injected, budget)
+        answer = _answer(ctx, view, target, injected, budget, client_rack)
         if incremental and not _must_send(answer):
             continue
         answers.append(answer)
@@ -224,11 +255,16 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     injected = ctx.injected_error()
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000.0
     while True:
-        answers, total, urgent = _build(ctx, targets, incremental, injected, request.max_bytes)
+        answers, total, urgent = _build(
+            ctx, request, targets, incremental, injected, request.max_bytes
+        )
         remaining = deadline - time.monotonic()
         if urgent or total >= max(1, request.min_bytes) or remaining <= 0 or not broker.alive:
             break
         await ctx.cluster.wait_for_data(remaining)
+    served = sum(a.size for a in answers)
+    if served:
+        ctx.cluster.consumer_fetch_bytes[ctx.broker_id] += served
     if session is not None:
         for a in answers:
             a.target.sent_high_watermark = a.data.high_watermark

@@ -34,6 +34,7 @@ from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.errors import CorruptRecordError
 from epochguard.consumer.metadata import Metadata
 from epochguard.consumer.records import ConsumerRecord, Deserializer, decode_records
+from epochguard.consumer.session import SESSION_ERRORS, SessionEvent, SessionPlan, SessionState
 from epochguard.consumer.source import MAX_FETCHES_PER_BROKER, Buffered, Prefetch, Source
 from epochguard.offsets.events import (
     Event,
@@ -93,6 +94,13 @@ class FetcherMetrics:
         self.offset_resets = 0
         self.stale_metadata_ignored = 0
         self.request_failures = 0
+        #: KIP-227: fetches sent as incremental session requests, partitions carried by
+        #: fetches (all of them in a full fetch, the changed ones in an incremental one),
+        #: partitions forgotten, and sessions dropped back to a full fetch.
+        self.incremental_fetch_requests = 0
+        self.fetch_partitions_sent = 0
+        self.fetch_partitions_forgotten = 0
+        self.fetch_session_resets = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(vars(self))
@@ -164,6 +172,7 @@ class Fetcher:
             max_version=int(config.get("max_fetch_version", wire.FETCH_MAX_VERSION)),
         )
         self._fetch_timeout_ms = config["request_timeout_ms"] + config["fetch_max_wait_ms"]
+        self._sessions_enabled = bool(config.get("enable_incremental_fetch_sessions", True))
 
     # ------------------------------------------------------------------ metadata views
 
@@ -226,7 +235,7 @@ class Fetcher:
     def _source(self, node: int) -> Source:
         source = self._sources.get(node)
         if source is None:
-            source = self._sources[node] = Source(node)
+            source = self._sources[node] = Source(node, self._sessions_enabled)
         return source
 
     def _buffer(self, tp: TopicPartition) -> Buffered | None:
@@ -351,6 +360,7 @@ class Fetcher:
             tracker = self.trackers.get(tp)
             if tracker is None:
                 continue
+            before = (tracker.leader_id, tracker.leader_epoch)
             if not tracker.on_metadata(leader, epoch, topic_ids.get(tp.topic)):
                 self.metrics.stale_metadata_ignored += 1
                 log.info(
@@ -360,9 +370,25 @@ class Fetcher:
                     leader_epoch=epoch,
                     known_leader_epoch=tracker.leader_epoch,
                 )
+            elif before[0] is not None and before != (tracker.leader_id, tracker.leader_epoch):
+                self._leader_changed(tp, before[0])
             self.after_input(tp)
         for listener in list(self.metadata_listeners):
             listener()
+
+    def _leader_changed(self, tp: TopicPartition, old_leader: int) -> None:
+        """A new leader or leader epoch for ``tp``: the session it is in goes back to a full
+        fetch, so every partition of that broker is answered once more, under the epochs
+        the trackers now send."""
+        source = self._sources.get(old_leader)
+        if source is not None and source.session.holds(tp):
+            before = source.session.state
+            source.session.event(SessionEvent.LEADER_CHANGED)
+            self._session_event(source, before)
+
+    def _session_event(self, source: Source, before: SessionState) -> None:
+        if before is SessionState.OPEN and source.session.state is not SessionState.OPEN:
+            self.metrics.fetch_session_resets += 1
 
     def _apply_known_metadata(self, tp: TopicPartition) -> None:
         known = self.metadata.leaders.get(tp)
@@ -438,11 +464,28 @@ class Fetcher:
         return wake_at
 
     def _send_fetch(self, source: Source, actions: list[FetchAction]) -> None:
-        request, names = wire.fetch_request(actions, self._fetch_params)
+        params = self._fetch_params
+        by_id = wire.uses_topic_ids(actions, params)
+        plan = source.session.plan(actions, by_id)
+        request, names = wire.fetch_request(
+            plan.entries,
+            params,
+            session_id=plan.session_id,
+            session_epoch=plan.epoch,
+            forgotten=plan.forgotten,
+            by_id=by_id,
+        )
+        if plan.names:
+            names = {**plan.names, **names}
         source.request_sent()
-        self.metrics.fetch_requests += 1
+        metrics = self.metrics
+        metrics.fetch_requests += 1
+        metrics.fetch_partitions_sent += len(plan.entries)
+        if plan.incremental:
+            metrics.incremental_fetch_requests += 1
+            metrics.fetch_partitions_forgotten += len(plan.forgotten)
         fut = self._client.send(source.node, request, self._fetch_timeout_ms)
-        self._complete(self._on_fetch, (source.node, {a.tp: a for a in actions}, names), fut)
+        self._complete(self._on_fetch, (source.node, {a.tp: a for a in actions}, names, plan), fut)
 
     def _send_prefetches(self) -> None:
         """For brokers with no fetch in flight: fetch what buffered partitions will ask for
@@ -505,10 +548,33 @@ class Fetcher:
             return None
 
     def _on_fetch(self, context: Any, future: Any) -> None:
-        node, actions, names = context
-        self._source(node).request_done()
+        node: int = context[0]
+        actions: dict[TopicPartition, FetchAction] = context[1]
+        names: dict[uuid.UUID, str] = context[2]
+        # (node, actions, names[, plan]): without a plan, a sessionless fetch.
+        plan: SessionPlan | None = context[3] if len(context) > 3 else None
+        source = self._source(node)
+        source.request_done()
         now = time.monotonic()
         answer = None if future.exception is not None else self._read_fetch(node, future, names)
+        if plan is not None:
+            session = source.session
+            before = session.state
+            if answer is None:
+                session.on_failure(plan)
+            else:
+                code = 0 if answer.error is None else answer.error.errno
+                session.on_answer(plan, code, answer.session_id, [p.tp for p in answer.partitions])
+            self._session_event(source, before)
+        if answer is not None and answer.error is not None and answer.error.errno in SESSION_ERRORS:
+            # About the session, not the partitions: the session now sends a full fetch,
+            # at once and without the partitions' error backoff.
+            log.info("fetch_session_error", node=node, error=answer.error.__name__)
+            for tp, action in actions.items():
+                tracker = self.trackers.get(tp)
+                if tracker is not None:
+                    tracker.cancel(action)
+            return
         if answer is None:
             self.metrics.request_failures += 1
             log.debug("fetch_failed", node=node, error=repr(future.exception))
@@ -526,10 +592,20 @@ class Fetcher:
                     self.after_input(tp)
             return
         for p in answer.partitions:
-            action = actions.pop(p.tp, None)
-            if action is not None:
-                self._apply_partition(action, p, now)
-        # Partitions the broker left out: hand the fetch out again.
+            answered = actions.pop(p.tp, None)
+            if answered is not None:
+                self._apply_partition(answered, p, now)
+        if plan is not None and plan.incremental:
+            # An incremental answer leaves out the partitions with nothing new (no records,
+            # same high watermark and log start, no error): an empty fetch each, whose
+            # position and epochs stay as they are.
+            for tp, action in actions.items():
+                tracker = self.trackers.get(tp)
+                if tracker is not None:
+                    tracker.on_empty_fetch(action)
+                    self.after_input(tp)
+            return
+        # Partitions a full answer left out: hand the fetch out again.
         for tp, action in actions.items():
             tracker = self.trackers.get(tp)
             if tracker is not None:

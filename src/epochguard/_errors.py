@@ -69,6 +69,9 @@ class ErrorCode(enum.IntEnum):
     UNSTABLE_OFFSET_COMMIT = kerrors.UnstableOffsetCommitError.errno
     UNKNOWN_TOPIC_ID = kerrors.UnknownTopicIdError.errno
     INCONSISTENT_TOPIC_ID = kerrors.InconsistentTopicIdError.errno
+    FETCH_SESSION_ID_NOT_FOUND = kerrors.FetchSessionIdNotFoundError.errno
+    INVALID_FETCH_SESSION_EPOCH = kerrors.InvalidFetchSessionEpochError.errno
+    FETCH_SESSION_TOPIC_ID_ERROR = kerrors.FetchSessionTopicIdError.errno
 
 
 def error_name(code: int) -> str:

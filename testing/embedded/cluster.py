@@ -204,6 +204,10 @@ class EmbeddedCluster:
         """How many requests of each (api_key, version) the brokers decoded."""
         return self._call(lambda: dict(self._state.request_counts))
 
+    def request_bytes(self) -> dict[int, int]:
+        """Bytes of the requests the brokers decoded, per API key (size prefix included)."""
+        return self._call(lambda: dict(self._state.request_bytes))
+
     # -- topics ----------------------------------------------------------------------------
 
     def create_topic(

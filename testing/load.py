@@ -225,9 +225,14 @@ def unclean_round(
 def final_logs(
     cluster: EmbeddedCluster, topic: str, partitions: Iterable[int]
 ) -> dict[TopicPartition, list[bytes | None]]:
-    """Every partition's values on its leader, from offset 0."""
+    """Every partition's values on its leader, indexed by offset (``None`` below the log
+    start, for records that retention removed)."""
     out = {}
     for p in partitions:
-        records = cluster.read_records(topic, p)
-        out[TopicPartition(topic, p)] = [v for _o, _k, v in records]
+        values: list[bytes | None] = []
+        for offset, _key, value in cluster.read_records(topic, p):
+            if offset > len(values):
+                values.extend([None] * (offset - len(values)))
+            values.append(value)
+        out[TopicPartition(topic, p)] = values
     return out

@@ -44,7 +44,14 @@ def _worker(
 ) -> None:
     import logging
 
-    logging.disable(logging.CRITICAL)
+    log_dir = os.environ.get("LOAD_WORKER_LOG_DIR")
+    if log_dir:
+        # For diagnosis: each consumer process logs to its own file.
+        logging.basicConfig(
+            filename=os.path.join(log_dir, f"consumer-{os.getpid()}.log"), level=logging.INFO
+        )
+    else:
+        logging.disable(logging.CRITICAL)
     from kafka.structs import TopicPartition
 
     from epochguard.consumer import EpochConsumer
@@ -103,6 +110,10 @@ def _worker(
                         "records": ledger.records,
                     }
                 )
+                # Stop polling but stay in the group until every member has answered: a
+                # member leaving first would hand its partitions to the others, who would
+                # read them again from the start (nothing is committed).
+                conn.recv()
                 return
     finally:
         consumer.close()
@@ -133,12 +144,16 @@ class ConsumerProcess:
         return answer
 
     def finish(self, final: Mapping[Any, Sequence[bytes | None]]) -> dict[str, Any]:
+        """Stop polling and report; the consumer stays open until :meth:`close`."""
         self._conn.send(("finish", dict(final)))
         if not self._conn.poll(120):
             raise RuntimeError("consumer process did not finish")
         answer: dict[str, Any] = self._conn.recv()
-        self.proc.join(timeout=30)
         return answer
+
+    def close(self) -> None:
+        self._conn.send(("close",))
+        self.proc.join(timeout=30)
 
     def kill(self) -> None:
         if self.proc.is_alive():

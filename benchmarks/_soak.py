@@ -153,6 +153,7 @@ def soak() -> dict[str, Any]:
             )
             last = consumer.status()
             result = consumer.finish(final)
+            consumer.close()
         finally:
             stop.set()
             if producer.is_alive():

@@ -99,11 +99,21 @@ def scenario(
         ]
         try:
 
-            def assigned() -> bool:
-                sizes = [len(p.status()["assigned"]) for p in procs]
-                return sum(sizes) == partitions and min(sizes) > 0
+            def assignment() -> list[tuple[int, ...]]:
+                return [tuple(p.status()["assigned"]) for p in procs]
 
-            wait_for(assigned, "assignment", timeout=120)
+            def settled() -> bool:
+                # Every partition with exactly one member, and still so a while later: no
+                # rebalance in progress (members joined one by one, each a new generation).
+                first = assignment()
+                flat = [p for a in first for p in a]
+                if sorted(flat) != list(range(partitions)) or min(map(len, first)) == 0:
+                    return False
+                time.sleep(3)
+                return assignment() == first
+
+            wait_for(settled, "assignment", timeout=180)
+            rebalances_before = [p.status()["metrics"].get("rebalances", 0) for p in procs]
             batch = build_batch([b"v" * VALUE] * preload)
             for p in range(partitions):
                 cluster.append_raw(topic, p, batch)
@@ -149,6 +159,8 @@ def scenario(
             )
             statuses = [p.status() for p in procs]
             results = [p.finish(final) for p in procs]
+            for p in procs:
+                p.close()
         finally:
             for p in procs:
                 p.kill()
@@ -160,6 +172,7 @@ def scenario(
     ]
     missed = len(elections) - len(latencies)
     violations = sum(r["violation_count"] for r in results)
+    violation_samples = [v for r in results for v in r["violations"]][:10]
     mismatches = [m for r in results for m in r["mismatches"]]
     out = {
         "partitions": partitions,
@@ -180,7 +193,12 @@ def scenario(
             "mean": _r(statistics.fmean(latencies) if latencies else None),
         },
         "violations": violations,
+        "violation_samples": violation_samples,
         "mismatched_partitions": mismatches,
+        "rebalances_after_start": [
+            s["metrics"].get("rebalances", 0) - b
+            for s, b in zip(statuses, rebalances_before, strict=True)
+        ],
         "rss_mib": [round(s["rss_kib"] / 1024, 1) for s in statuses],
         "peak_rss_mib": [round(s["hwm_kib"] / 1024, 1) for s in statuses],
         "load_average_before": load_before,

@@ -18,16 +18,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from benchmarks._common import status_kib
+
 _CTX = mp.get_context("spawn")
-
-
-def status_kib(field: str) -> int:
-    """A ``/proc/self/status`` memory field (``VmRSS``, ``VmHWM``) in KiB."""
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def load_average() -> list[float]:

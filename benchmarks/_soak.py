@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import random
 import sys
 import threading
@@ -30,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import write_record
 from benchmarks._load_common import (
     ConsumerProcess,
     load_average,
@@ -211,22 +211,7 @@ def _r(x: float | None) -> float | None:
 def main() -> int:
     started = time.time()
     result = soak()
-    record = {
-        "benchmark": "soak",
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "duration_s": round(time.time() - started, 3),
-        "host": {
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "cpus": os.cpu_count(),
-        },
-        "method": __doc__,
-        "result": result,
-    }
-    RESULTS.mkdir(exist_ok=True)
-    tmp = RESULTS / "soak.json.tmp"
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(RESULTS / "soak.json")
+    write_record(RESULTS, "soak", started, result, method=__doc__)
     summary = {k: v for k, v in result.items() if k != "samples"}
     print(json.dumps(summary, indent=2))
     if not result["passed"]:

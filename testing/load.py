@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import attrs
 from kafka.structs import TopicPartition
@@ -29,6 +30,7 @@ from epochguard.testing.embedded.cluster import EmbeddedCluster
 __all__ = [
     "Election",
     "Ledger",
+    "LedgerPoller",
     "final_logs",
     "pick_unclean_subset",
     "produce_round",
@@ -157,6 +159,32 @@ class Ledger:
             if times:
                 out.append(min(times) - e.at)
         return out
+
+
+class LedgerPoller(threading.Thread):
+    """Polls one consumer into a (shared) ledger in its own thread: a group's joins block
+    until every member joins, so each member needs its own thread. ``error`` holds what
+    ``poll()`` raised, if anything; :meth:`halt` stops and joins the thread."""
+
+    def __init__(self, consumer: Any, ledger: Ledger, max_records: int = 5000) -> None:
+        super().__init__(daemon=True)
+        self.consumer = consumer
+        self.ledger = ledger
+        self.max_records = max_records
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.ledger.add(self.consumer.poll(timeout_ms=50, max_records=self.max_records))
+        except BaseException as exc:
+            self.error = exc
+
+    def halt(self, timeout: float = 30.0) -> None:
+        self.stop.set()
+        if self.is_alive():
+            self.join(timeout)
 
 
 def produce_round(

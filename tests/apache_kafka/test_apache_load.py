@@ -12,7 +12,6 @@ all 1,000 partitions (``epochguard.testing.load.Ledger``).
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable
 
@@ -22,7 +21,7 @@ from kafka.structs import TopicPartition
 
 from epochguard import EpochConsumer
 from epochguard.testing.apache_kafka import ApacheKafkaCluster
-from epochguard.testing.load import Election, Ledger
+from epochguard.testing.load import Election, Ledger, LedgerPoller
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
@@ -39,23 +38,7 @@ def _send(producer: KafkaProducer, topic: str, values: dict[int, list[bytes]]) -
         f.get(timeout=30)
 
 
-class Poller(threading.Thread):
-    def __init__(self, consumer: EpochConsumer, ledger: Ledger) -> None:
-        super().__init__(daemon=True)
-        self.consumer = consumer
-        self.ledger = ledger
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                self.ledger.add(self.consumer.poll(timeout_ms=50, max_records=5000))
-        except BaseException as exc:
-            self.error = exc
-
-
-def _wait(poller: Poller, done: Callable[[], bool], what: str, timeout: float = 120) -> None:
+def _wait(poller: LedgerPoller, done: Callable[[], bool], what: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not done():
         assert poller.error is None, poller.error
@@ -92,7 +75,7 @@ def test_one_consumer_on_1000_partitions_through_unclean_elections(
         reconnect_backoff_max_ms=500,
         request_timeout_ms=10000,
     )
-    poller = Poller(consumer, ledger)
+    poller = LedgerPoller(consumer, ledger)
     try:
         first = {p: [b"a-%d" % p] for p in range(PARTITIONS)}
         _send(producer, topic, first)
@@ -150,9 +133,7 @@ def test_one_consumer_on_1000_partitions_through_unclean_elections(
             ]
             assert ledger.mismatches(expected) == []
     finally:
-        poller.stop.set()
-        if poller.is_alive():
-            poller.join(timeout=30)
+        poller.halt()
         consumer.close()
         producer.close(timeout=5)
     assert poller.error is None, poller.error

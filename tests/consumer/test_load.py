@@ -6,7 +6,6 @@ throughput, detection latency and RSS are ``benchmarks/load.py`` and ``make soak
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 
@@ -17,6 +16,7 @@ from epochguard.consumer import EpochConsumer
 from epochguard.testing import EmbeddedCluster
 from epochguard.testing.load import (
     Ledger,
+    LedgerPoller,
     final_logs,
     pick_unclean_subset,
     produce_round,
@@ -42,26 +42,9 @@ def _config(cluster: EmbeddedCluster, ledger: Ledger, **kw: object) -> dict[str,
     return cfg
 
 
-class Poller(threading.Thread):
-    """Polls one consumer into the shared ledger (a group's joins block until every member
-    joins, so each member polls in its own thread)."""
-
-    def __init__(self, consumer: EpochConsumer, ledger: Ledger) -> None:
-        super().__init__(daemon=True)
-        self.consumer = consumer
-        self.ledger = ledger
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                self.ledger.add(self.consumer.poll(timeout_ms=50, max_records=5000))
-        except BaseException as exc:
-            self.error = exc
-
-
-def _drive(pollers: list[Poller], ledger: Ledger, done: Callable[[], bool], what: str) -> None:
+def _drive(
+    pollers: list[LedgerPoller], ledger: Ledger, done: Callable[[], bool], what: str
+) -> None:
     deadline = time.monotonic() + 90
     while not done():
         errors = [p.error for p in pollers if p.error is not None]
@@ -76,7 +59,7 @@ def _caught_up(ledger: Ledger, topic: str, ends: Mapping[int, int]) -> Callable[
 
 def _run(
     cluster: EmbeddedCluster,
-    consumers: list[Poller],
+    consumers: list[LedgerPoller],
     ledger: Ledger,
     topic: str,
     partitions: int,
@@ -119,11 +102,11 @@ def _run(
     assert ledger.mismatches(final) == []
 
 
-def _stop(pollers: list[Poller]) -> None:
+def _stop(pollers: list[LedgerPoller]) -> None:
     for p in pollers:
         p.stop.set()
     for p in pollers:
-        p.join(timeout=30)
+        p.halt()
         p.consumer.close()
     errors = [p.error for p in pollers if p.error is not None]
     assert not errors, errors
@@ -143,7 +126,7 @@ def test_one_consumer_on_1000_partitions_through_unclean_elections(
     ledger = Ledger()
     consumer = EpochConsumer(**_config(cluster, ledger))
     consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
-    poller = Poller(consumer, ledger)
+    poller = LedgerPoller(consumer, ledger)
     poller.start()
     try:
         _run(cluster, [poller], ledger, topic, partitions, subset_size=20)
@@ -174,7 +157,7 @@ def test_group_of_8_on_256_partitions_through_unclean_elections(
     ]
     for c in consumers:
         c.subscribe([topic])
-    pollers = [Poller(c, ledger) for c in consumers]
+    pollers = [LedgerPoller(c, ledger) for c in consumers]
     for p in pollers:
         p.start()
     try:

@@ -409,12 +409,33 @@ class Fetcher:
         resets: dict[int, list[ResetAction]] = {}
         ready: list[tuple[FetchAction, wire.FetchedPartition]] = []
         source_of = self._source_of
+        # Fetches that would only be made to be cancelled are not made (at 1,000 partitions
+        # that was most of each poll's CPU time): those to a broker with a request in
+        # flight, and, while a broker still has buffered records, those of its partitions
+        # at the end of their log, which go out only along with a partition that is not
+        # (see the deferral below). Held back ones are asked for after the loop if so.
+        sources = self._sources
+        busy = {node for node, s in sources.items() if not s.can_send}
+        draining = {node for node, s in sources.items() if s.buffers and node not in busy}
+        held_back: dict[int, list[TopicPartition]] = {}
         for tp, tracker in self.trackers.items():
             source = source_of.get(tp)
             if source is not None and tp in source.buffers:
                 continue
             if tp in self.corrupt:
                 continue
+            if (busy or draining) and (source is None or tp not in source.prefetches):
+                leader = tracker.fetch_leader(now)
+                if leader is not None:
+                    if leader in busy:
+                        continue
+                    if (
+                        leader in draining
+                        and sources[leader].caught_up.get(tp, False)
+                        and not metadata.held(tp.topic)
+                    ):
+                        held_back.setdefault(leader, []).append(tp)
+                        continue
             action = tracker.next_action(now)
             if action is None:
                 self._drain_events(tp)
@@ -442,6 +463,18 @@ class Fetcher:
             elif isinstance(action, ResetAction):
                 resets.setdefault(action.leader_id, []).append(action)
             self._drain_events(tp)
+        for node, tps in held_back.items():
+            going = fetches.get(node)
+            if not going:
+                continue
+            for tp in tps:
+                tracker = self.trackers[tp]
+                action = tracker.next_action(now)
+                if isinstance(action, FetchAction):
+                    going.append(action)
+                elif action is not None and not isinstance(action, WaitAction):
+                    tracker.cancel(action)
+                self._drain_events(tp)
         for node, actions in fetches.items():
             source = self._sources[node]
             if source.buffers and source.all_caught_up(actions):

@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv install test lint demo bench clean kafka-jars spark-jars chaos fuzz
+.PHONY: all venv install test lint demo bench clean kafka-jars spark-jars chaos fuzz soak
 
 all: test
 
@@ -63,6 +63,13 @@ demo: $(STAMP)
 bench: $(STAMP) kafka-jars spark-jars
 	$(BIN)/python -m benchmarks
 	$(BIN)/python -m benchmarks._matrix_plot
+
+# Soak (docs/testing.md, not in CI): one consumer under produce load and periodic unclean
+# elections for SOAK_MINUTES (default 10); fails if its RSS keeps growing after warm-up.
+# Writes benchmarks/results/soak.json.
+SOAK_MINUTES ?= 10
+soak: $(STAMP)
+	SOAK_MINUTES=$(SOAK_MINUTES) $(BIN)/python -m benchmarks._soak
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

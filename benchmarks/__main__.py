@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import pkgutil
-import platform
 import sys
 import time
 from pathlib import Path
+
+from benchmarks._common import write_record
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -49,20 +49,7 @@ def main(argv: list[str]) -> int:
             failed += 1
             print(f"{name} failed: {e!r}", file=sys.stderr)
             continue
-        record = {
-            "benchmark": name,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-            "duration_s": round(time.time() - started, 3),
-            "host": {
-                "python": platform.python_version(),
-                "machine": platform.machine(),
-                "cpus": os.cpu_count(),
-            },
-            "result": result,
-        }
-        tmp = RESULTS / f"{name}.json.tmp"
-        tmp.write_text(json.dumps(record, indent=2) + "\n")
-        tmp.replace(RESULTS / f"{name}.json")
+        write_record(RESULTS, name, started, result)
         print(json.dumps(result, indent=2), flush=True)
     return 1 if failed else 0
 

@@ -20,6 +20,12 @@ import sys
 import time
 from typing import Any
 
+from benchmarks._common import (
+    confluent_consumer,
+    confluent_step,
+    kafka_python_api_consumer,
+    status_kib,
+)
 from epochguard.testing import EmbeddedCluster
 from epochguard.testing.embedded.records import build_batch
 
@@ -34,14 +40,6 @@ APP_SLEEP_S = 0.0005
 CLIENTS = ["epochguard", "kafka-python", "confluent-kafka"]
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def _reset_peak() -> None:
     with open("/proc/self/clear_refs", "w") as fh:
         fh.write("5")  # resets VmHWM to the current RSS
@@ -52,16 +50,14 @@ def _reset_peak() -> None:
 
 def _kafka_python_api(consumer_class: Any, bootstrap: str, topic: str) -> tuple[Any, Any]:
     """EpochConsumer and kafka-python's KafkaConsumer: the same API and config names."""
-    from kafka.structs import TopicPartition
-
-    c = consumer_class(
-        bootstrap_servers=bootstrap,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
+    c = kafka_python_api_consumer(
+        consumer_class,
+        bootstrap,
+        topic,
+        PARTITIONS,
         fetch_max_bytes=FETCH_MAX_BYTES,
         max_partition_fetch_bytes=PARTITION_FETCH_BYTES,
     )
-    c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
     return (
         lambda: sum(len(v) for v in c.poll(timeout_ms=1000, max_records=POLL_RECORDS).values())
     ), c.close
@@ -80,31 +76,16 @@ def _kafka_python(bootstrap: str, topic: str) -> tuple[Any, Any]:
 
 
 def _confluent(bootstrap: str, topic: str) -> tuple[Any, Any]:
-    from confluent_kafka import Consumer, TopicPartition
-
     # librdkafka's own prefetch queue (queued.max.messages.kbytes, 64 MiB by default) is
     # its documented memory bound; the fetch sizes are set like the others'.
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench-mem",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "fetch.max.bytes": FETCH_MAX_BYTES,
-            "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
-            "log_level": 0,
-        }
-    )
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-
-    def step() -> int:
-        msgs = c.consume(num_messages=POLL_RECORDS, timeout=1.0)
-        for m in msgs:
-            if m.error():
-                raise RuntimeError(str(m.error()))
-        return len(msgs)
-
-    return step, c.close
+    settings = {
+        "group.id": "bench-mem",
+        "fetch.max.bytes": FETCH_MAX_BYTES,
+        "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
+    }
+    c = confluent_consumer(bootstrap, topic, PARTITIONS, **settings)
+    step = confluent_step(c, POLL_RECORDS, touch=False)
+    return (lambda: step()[0]), c.close
 
 
 CONSUMERS = {
@@ -122,7 +103,7 @@ def client_main(argv: list[str]) -> None:
     logging.disable(logging.CRITICAL)
     step, close = CONSUMERS[client](bootstrap, topic)
     try:
-        baseline = _status_kib("VmRSS")
+        baseline = status_kib("VmRSS")
         _reset_peak()
         count = 0
         deadline = time.monotonic() + 300
@@ -131,7 +112,7 @@ def client_main(argv: list[str]) -> None:
             time.sleep(APP_SLEEP_S)
         if count < int(total):
             raise RuntimeError(f"read {count} of {total}")
-        peak = _status_kib("VmHWM")
+        peak = status_kib("VmHWM")
     finally:
         close()
     print(json.dumps({"baseline_kib": baseline, "peak_kib": peak}))

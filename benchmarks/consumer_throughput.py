@@ -19,11 +19,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any
 
+from benchmarks._common import (
+    aiokafka_consumer,
+    confluent_consumer,
+    confluent_step,
+    kafka_python_api_consumer,
+    run_json_client,
+)
 from epochguard.testing import EmbeddedCluster
 from epochguard.testing.embedded.records import build_batch
 
@@ -56,77 +62,35 @@ API_NAMES = {
 
 
 def _consume_epochguard(bootstrap: str, topic: str, parts: int, total: int) -> float:
-    from kafka.structs import TopicPartition
-
     from epochguard.consumer import EpochConsumer
 
-    c = EpochConsumer(
-        bootstrap_servers=bootstrap,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        check_crcs=True,
-        max_poll_records=POLL_RECORDS,
+    c = kafka_python_api_consumer(
+        EpochConsumer, bootstrap, topic, parts, max_poll_records=POLL_RECORDS
     )
-    c.assign([TopicPartition(topic, p) for p in range(parts)])
     return _loop(lambda: sum(len(v) for v in c.poll(timeout_ms=1000).values()), total, c.close)
 
 
 def _consume_kafka_python(bootstrap: str, topic: str, parts: int, total: int) -> float:
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import KafkaConsumer
 
-    c = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        check_crcs=True,
-        max_poll_records=POLL_RECORDS,
+    c = kafka_python_api_consumer(
+        KafkaConsumer, bootstrap, topic, parts, max_poll_records=POLL_RECORDS
     )
-    c.assign([TopicPartition(topic, p) for p in range(parts)])
     return _loop(lambda: sum(len(v) for v in c.poll(timeout_ms=1000).values()), total, c.close)
 
 
 def _consume_confluent(bootstrap: str, topic: str, parts: int, total: int) -> float:
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "check.crcs": True,
-            "log_level": 0,
-        }
-    )
-    c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
-
-    def step() -> int:
-        msgs = c.consume(num_messages=POLL_RECORDS, timeout=1.0)
-        for m in msgs:
-            if m.error():
-                raise RuntimeError(str(m.error()))
-        return len(msgs)
-
-    return _loop(step, total, c.close)
+    c = confluent_consumer(bootstrap, topic, parts, **{"group.id": "bench", "check.crcs": True})
+    step = confluent_step(c, POLL_RECORDS, touch=False)
+    return _loop(lambda: step()[0], total, c.close)
 
 
 def _consume_aiokafka(bootstrap: str, topic: str, parts: int, total: int) -> float:
     import asyncio
 
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
     async def main() -> float:
-        c = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            check_crcs=True,
-        )
-        await c.start()
+        c = await aiokafka_consumer(bootstrap, topic, parts)
         try:
-            c.assign([TopicPartition(topic, p) for p in range(parts)])
-            for p in range(parts):
-                c.seek(TopicPartition(topic, p), 0)
             count = 0
             started = 0.0
             deadline = time.monotonic() + 300
@@ -204,27 +168,16 @@ def _run_client(
     env = {k: v for k, v in os.environ.items() if k != "EPOCHGUARD_PURE_PYTHON"}
     if client == "epochguard-pure-python":
         env["EPOCHGUARD_PURE_PYTHON"] = "1"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
+    try:
+        out = run_json_client(
             "benchmarks.consumer_throughput",
-            "--client",
-            client,
-            bootstrap,
-            topic,
-            str(parts),
-            str(total),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env=env,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{client} failed: {proc.stderr[-2000:]}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+            ["--client", client, bootstrap, topic, str(parts), str(total)],
+            400,
+            env=env,
+            tail=2000,
+        )
+    except RuntimeError as exc:
+        raise RuntimeError(f"{client} failed: {exc}") from None
     return float(out["elapsed_s"]), str(out["decoder"])
 
 

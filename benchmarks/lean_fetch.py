@@ -20,10 +20,11 @@ import json
 import multiprocessing as mp
 import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
+
+from benchmarks._common import run_json_client
 
 SCALE = float(os.environ.get("LEAN_FETCH_SCALE", "1.0"))
 REPEAT = int(os.environ.get("LEAN_FETCH_REPEAT", "3"))
@@ -105,18 +106,9 @@ def client_main(bootstrap: str, total: int) -> None:
 def _client(bootstrap: str, total: int, env_extra: dict[str, str]) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "EPOCHGUARD_KAFKA_PYTHON_IO"}
     env.update(env_extra)
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.lean_fetch", "--client", bootstrap, str(total)],
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env=env,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    return run_json_client(
+        "benchmarks.lean_fetch", ["--client", bootstrap, str(total)], 400, env=env, tail=2000
     )
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr[-2000:])
-    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return out
 
 
 def run() -> dict[str, Any]:

@@ -22,8 +22,9 @@ Method (also written into the JSON as ``method`` and ``settings``):
   records. A client near that rate is limited by the cluster, not by itself.
 * The load average is recorded before and after each case: the machine is shared.
 
-Cases: values of 100 B, 1 KB and 10 KB over 1, 8 and 100 partitions, uncompressed; 1 KB
-over 1 partition with gzip, snappy, lz4 and zstd batches. ``MATRIX_SCALE`` scales the
+Cases: values of 100 B, 1 KB and 10 KB over 1, 8 and 100 partitions, uncompressed; 100 B
+and 1 KB over 1,000 partitions, uncompressed; 1 KB over 1 partition with gzip, snappy, lz4
+and zstd batches. ``MATRIX_SCALE`` scales the
 record counts; ``MATRIX_CASES`` (e.g. ``100x1,1024x8,1024x1:lz4``) picks cases.
 """
 
@@ -34,11 +35,19 @@ import os
 import random
 import statistics
 import struct
-import subprocess
 import sys
-import time
 from typing import Any
 
+from benchmarks._common import (
+    aiokafka_consumer,
+    atimed_loop,
+    confluent_consumer,
+    confluent_step,
+    kafka_python_api_consumer,
+    run_json_client,
+    timed_loop,
+    touching_step,
+)
 from benchmarks.lean_fetch import stop_broker
 
 SCALE = float(os.environ.get("MATRIX_SCALE", "1.0"))
@@ -91,6 +100,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
 
 def all_cases() -> list[tuple[int, int, str]]:
     cases = [(size, parts, "none") for size in (100, 1024, 10240) for parts in (1, 8, 100)]
+    cases += [(size, 1000, "none") for size in (100, 1024)]
     cases += [(1024, 1, codec) for codec in ("gzip", "snappy", "lz4", "zstd")]
     wanted = os.environ.get("MATRIX_CASES")
     if not wanted:
@@ -156,98 +166,34 @@ def serve(size: int, parts: int, codec: str, total: int, conn: Any) -> None:
 
 
 def _epochguard(bootstrap: str, parts: int) -> Any:
-    from kafka.structs import TopicPartition
-
     from epochguard.consumer import EpochConsumer
 
-    c = EpochConsumer(
-        bootstrap_servers=bootstrap,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        check_crcs=True,
-        max_poll_records=POLL_RECORDS,
+    c = kafka_python_api_consumer(
+        EpochConsumer, bootstrap, TOPIC, parts, max_poll_records=POLL_RECORDS
     )
-    c.assign([TopicPartition(TOPIC, p) for p in range(parts)])
-
-    def step() -> tuple[int, int]:
-        n = touched = 0
-        for recs in c.poll(timeout_ms=1000).values():
-            n += len(recs)
-            for r in recs:
-                touched += len(r.key) + len(r.value)
-        return n, touched
-
-    return step, c.close
+    return touching_step(c), c.close
 
 
 def _kafka_python(bootstrap: str, parts: int) -> Any:
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import KafkaConsumer
 
-    c = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        check_crcs=True,
-        max_poll_records=POLL_RECORDS,
+    c = kafka_python_api_consumer(
+        KafkaConsumer, bootstrap, TOPIC, parts, max_poll_records=POLL_RECORDS
     )
-    c.assign([TopicPartition(TOPIC, p) for p in range(parts)])
-
-    def step() -> tuple[int, int]:
-        n = touched = 0
-        for recs in c.poll(timeout_ms=1000).values():
-            n += len(recs)
-            for r in recs:
-                touched += len(r.key) + len(r.value)
-        return n, touched
-
-    return step, c.close
+    return touching_step(c), c.close
 
 
 def _confluent(bootstrap: str, parts: int) -> Any:
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "matrix",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "check.crcs": True,
-            "log_level": 0,
-        }
-    )
-    c.assign([TopicPartition(TOPIC, p, 0) for p in range(parts)])
-
-    def step() -> tuple[int, int]:
-        touched = 0
-        msgs = c.consume(num_messages=POLL_RECORDS, timeout=1.0)
-        for m in msgs:
-            if m.error():
-                raise RuntimeError(str(m.error()))
-            touched += len(m.key()) + len(m.value())
-        return len(msgs), touched
-
-    return step, c.close
+    c = confluent_consumer(bootstrap, TOPIC, parts, **{"group.id": "matrix", "check.crcs": True})
+    return confluent_step(c, POLL_RECORDS, touch=True), c.close
 
 
 def _run_aiokafka(bootstrap: str, parts: int, total: int) -> dict[str, Any]:
     import asyncio
 
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
     async def main() -> dict[str, Any]:
-        c = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            check_crcs=True,
-        )
-        await c.start()
+        c = await aiokafka_consumer(bootstrap, TOPIC, parts)
         try:
-            tps = [TopicPartition(TOPIC, p) for p in range(parts)]
-            c.assign(tps)
-            for tp in tps:
-                c.seek(tp, 0)
 
             async def step() -> tuple[int, int]:
                 n = touched = 0
@@ -258,7 +204,7 @@ def _run_aiokafka(bootstrap: str, parts: int, total: int) -> dict[str, Any]:
                         touched += len(r.key) + len(r.value)
                 return n, touched
 
-            return await _aloop(step, total)
+            return await atimed_loop(step, total)
         finally:
             await c.stop()
 
@@ -323,41 +269,6 @@ FACTORIES = {
 }
 
 
-def _loop(step: Any, total: int) -> dict[str, Any]:
-    count = touched = 0
-    started, cpu0 = time.perf_counter(), time.process_time()
-    deadline = time.monotonic() + 600
-    while count < total and time.monotonic() < deadline:
-        n, t = step()
-        count += n
-        touched += t
-    if count < total:
-        raise RuntimeError(f"read {count} of {total}")
-    return _result(count, touched, started, cpu0)
-
-
-async def _aloop(step: Any, total: int) -> dict[str, Any]:
-    count = touched = 0
-    started, cpu0 = time.perf_counter(), time.process_time()
-    deadline = time.monotonic() + 600
-    while count < total and time.monotonic() < deadline:
-        n, t = await step()
-        count += n
-        touched += t
-    if count < total:
-        raise RuntimeError(f"read {count} of {total}")
-    return _result(count, touched, started, cpu0)
-
-
-def _result(count: int, touched: int, started: float, cpu0: float) -> dict[str, Any]:
-    return {
-        "records": count,
-        "bytes_touched": touched,
-        "elapsed_s": time.perf_counter() - started,
-        "cpu_s": time.process_time() - cpu0,
-    }
-
-
 def client_main(client: str, bootstrap: str, parts: int, total: int) -> None:
     import logging
 
@@ -367,7 +278,7 @@ def client_main(client: str, bootstrap: str, parts: int, total: int) -> None:
     else:
         step, close = FACTORIES[client](bootstrap, parts)
         try:
-            out = _loop(step, total)
+            out = timed_loop(step, total)
         finally:
             close()
     print(json.dumps(out))
@@ -377,26 +288,9 @@ def client_main(client: str, bootstrap: str, parts: int, total: int) -> None:
 
 
 def _run_client(client: str, bootstrap: str, parts: int, total: int) -> dict[str, Any]:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.matrix",
-            "--client",
-            client,
-            bootstrap,
-            str(parts),
-            str(total),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    return run_json_client(
+        "benchmarks.matrix", ["--client", client, bootstrap, str(parts), str(total)], 900
     )
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr[-1500:])
-    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return out
 
 
 def run_case(size: int, parts: int, codec: str) -> dict[str, Any]:

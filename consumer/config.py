@@ -27,6 +27,8 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "group_instance_id": None,
     "key_deserializer": None,
     "value_deserializer": None,
+    #: KIP-227 fetch sessions (incremental Fetch requests) with brokers of Fetch v7+.
+    #: kafka-python's name; the Java client and librdkafka always use sessions, no switch.
     "enable_incremental_fetch_sessions": True,
     "fetch_max_wait_ms": 500,
     "fetch_min_bytes": 1,
@@ -112,7 +114,6 @@ _CLASSIC_ONLY = ("partition_assignment_strategy", "session_timeout_ms", "heartbe
 #: Accepted for drop-in compatibility with kafka-python but without effect here.
 IGNORED_KEYS = frozenset(
     {
-        "enable_incremental_fetch_sessions",  # full fetches (no fetch sessions)
         "receive_buffer_bytes",
         "send_buffer_bytes",
         "socket_options",
@@ -150,6 +151,7 @@ _POSITIVE_INT = (
 # fetch loop that never waits (kafka-python and Java accept it too).
 _NON_NEGATIVE_INT = ("fetch_min_bytes", "fetch_max_wait_ms")
 _BOOL = (
+    "enable_incremental_fetch_sessions",
     "enable_auto_commit",
     "check_crcs",
     "allow_auto_create_topics",

@@ -34,6 +34,7 @@ from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.errors import CorruptRecordError, RecordDeserializationError
 from epochguard.consumer.metadata import Metadata
 from epochguard.consumer.records import ConsumerRecord, Deserializer, decode_records
+from epochguard.consumer.session import SESSION_ERRORS, SessionEvent, SessionPlan, SessionState
 from epochguard.consumer.source import MAX_FETCHES_PER_BROKER, Buffered, Prefetch, Source
 from epochguard.offsets.events import (
     Event,
@@ -99,6 +100,13 @@ class FetcherMetrics:
         self.fetches_from_followers = 0
         #: KIP-392: record bytes of those answers (``bytes_fetched`` counts every answer).
         self.bytes_fetched_from_followers = 0
+        #: KIP-227: fetches sent as incremental session requests, partitions carried by
+        #: fetches (all of them in a full fetch, the changed ones in an incremental one),
+        #: partitions forgotten, and sessions dropped back to a full fetch.
+        self.incremental_fetch_requests = 0
+        self.fetch_partitions_sent = 0
+        self.fetch_partitions_forgotten = 0
+        self.fetch_session_resets = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(vars(self))
@@ -176,6 +184,7 @@ class Fetcher:
         self._fetch_timeout_ms = config["request_timeout_ms"] + config["fetch_max_wait_ms"]
         # KIP-392: how long a leader's choice of read replica holds (Java: the metadata age).
         self._replica_ttl_s = float(config["metadata_max_age_ms"]) / 1000
+        self._sessions_enabled = bool(config.get("enable_incremental_fetch_sessions", True))
 
     # ------------------------------------------------------------------ metadata views
 
@@ -238,7 +247,7 @@ class Fetcher:
     def _source(self, node: int) -> Source:
         source = self._sources.get(node)
         if source is None:
-            source = self._sources[node] = Source(node)
+            source = self._sources[node] = Source(node, self._sessions_enabled)
         return source
 
     def _buffer(self, tp: TopicPartition) -> Buffered | None:
@@ -364,6 +373,7 @@ class Fetcher:
             if tracker is None:
                 continue
             replicas = self.metadata.replicas_of(tp)
+            before = (tracker.leader_id, tracker.leader_epoch)
             if not tracker.on_metadata(leader, epoch, topic_ids.get(tp.topic), replicas):
                 self.metrics.stale_metadata_ignored += 1
                 log.info(
@@ -373,9 +383,26 @@ class Fetcher:
                     leader_epoch=epoch,
                     known_leader_epoch=tracker.leader_epoch,
                 )
+            elif before[0] is not None and before != (tracker.leader_id, tracker.leader_epoch):
+                self._leader_changed(tp)
             self.after_input(tp)
         for listener in list(self.metadata_listeners):
             listener()
+
+    def _leader_changed(self, tp: TopicPartition) -> None:
+        """A new leader or leader epoch for ``tp``: the session it is in goes back to a full
+        fetch, so every partition of that broker is answered once more, under the epochs
+        the trackers now send."""
+        # The session holding it may be a follower's (KIP-392), not the old leader's.
+        for source in self._sources.values():
+            if source.session.holds(tp):
+                before = source.session.state
+                source.session.event(SessionEvent.LEADER_CHANGED)
+                self._session_event(source, before)
+
+    def _session_event(self, source: Source, before: SessionState) -> None:
+        if before is SessionState.OPEN and source.session.state is not SessionState.OPEN:
+            self.metrics.fetch_session_resets += 1
 
     def _apply_known_metadata(self, tp: TopicPartition) -> None:
         known = self.metadata.leaders.get(tp)
@@ -398,12 +425,33 @@ class Fetcher:
         resets: dict[int, list[ResetAction]] = {}
         ready: list[tuple[FetchAction, wire.FetchedPartition]] = []
         source_of = self._source_of
+        # Fetches that would only be made to be cancelled are not made (at 1,000 partitions
+        # that was most of each poll's CPU time): those to a broker with a request in
+        # flight, and, while a broker still has buffered records, those of its partitions
+        # at the end of their log, which go out only along with a partition that is not
+        # (see the deferral below). Held back ones are asked for after the loop if so.
+        sources = self._sources
+        busy = {node for node, s in sources.items() if not s.can_send}
+        draining = {node for node, s in sources.items() if s.buffers and node not in busy}
+        held_back: dict[int, list[TopicPartition]] = {}
         for tp, tracker in self.trackers.items():
             source = source_of.get(tp)
             if source is not None and tp in source.buffers:
                 continue
             if tp in self.corrupt:
                 continue
+            if (busy or draining) and (source is None or tp not in source.prefetches):
+                leader = tracker.fetch_leader(now)
+                if leader is not None:
+                    if leader in busy:
+                        continue
+                    if (
+                        leader in draining
+                        and sources[leader].caught_up.get(tp, False)
+                        and not metadata.held(tp.topic)
+                    ):
+                        held_back.setdefault(leader, []).append(tp)
+                        continue
             action = tracker.next_action(now)
             if action is None:
                 self._drain_events(tp)
@@ -432,6 +480,18 @@ class Fetcher:
             elif isinstance(action, ResetAction):
                 resets.setdefault(action.leader_id, []).append(action)
             self._drain_events(tp)
+        for node, tps in held_back.items():
+            going = fetches.get(node)
+            if not going:
+                continue
+            for tp in tps:
+                tracker = self.trackers[tp]
+                action = tracker.next_action(now)
+                if isinstance(action, FetchAction):
+                    going.append(action)
+                elif action is not None and not isinstance(action, WaitAction):
+                    tracker.cancel(action)
+                self._drain_events(tp)
         for node, actions in fetches.items():
             source = self._sources[node]
             if source.buffers and source.all_caught_up(actions):
@@ -454,11 +514,28 @@ class Fetcher:
         return wake_at
 
     def _send_fetch(self, source: Source, actions: list[FetchAction]) -> None:
-        request, names = wire.fetch_request(actions, self._fetch_params)
+        params = self._fetch_params
+        by_id = wire.uses_topic_ids(actions, params)
+        plan = source.session.plan(actions, by_id)
+        request, names = wire.fetch_request(
+            plan.entries,
+            params,
+            session_id=plan.session_id,
+            session_epoch=plan.epoch,
+            forgotten=plan.forgotten,
+            by_id=by_id,
+        )
+        if plan.names:
+            names = {**plan.names, **names}
         source.request_sent()
-        self.metrics.fetch_requests += 1
+        metrics = self.metrics
+        metrics.fetch_requests += 1
+        metrics.fetch_partitions_sent += len(plan.entries)
+        if plan.incremental:
+            metrics.incremental_fetch_requests += 1
+            metrics.fetch_partitions_forgotten += len(plan.forgotten)
         fut = self._client.send(source.node, request, self._fetch_timeout_ms)
-        self._complete(self._on_fetch, (source.node, {a.tp: a for a in actions}, names), fut)
+        self._complete(self._on_fetch, (source.node, {a.tp: a for a in actions}, names, plan), fut)
 
     def _send_prefetches(self) -> None:
         """For brokers with no fetch in flight: fetch what buffered partitions will ask for
@@ -521,10 +598,33 @@ class Fetcher:
             return None
 
     def _on_fetch(self, context: Any, future: Any) -> None:
-        node, actions, names = context
-        self._source(node).request_done()
+        node: int = context[0]
+        actions: dict[TopicPartition, FetchAction] = context[1]
+        names: dict[uuid.UUID, str] = context[2]
+        # (node, actions, names[, plan]): without a plan, a sessionless fetch.
+        plan: SessionPlan | None = context[3] if len(context) > 3 else None
+        source = self._source(node)
+        source.request_done()
         now = time.monotonic()
         answer = None if future.exception is not None else self._read_fetch(node, future, names)
+        if plan is not None:
+            session = source.session
+            before = session.state
+            if answer is None:
+                session.on_failure(plan)
+            else:
+                code = 0 if answer.error is None else answer.error.errno
+                session.on_answer(plan, code, answer.session_id, [p.tp for p in answer.partitions])
+            self._session_event(source, before)
+        if answer is not None and answer.error is not None and answer.error.errno in SESSION_ERRORS:
+            # About the session, not the partitions: the session now sends a full fetch,
+            # at once and without the partitions' error backoff.
+            log.info("fetch_session_error", node=node, error=answer.error.__name__)
+            for tp, action in actions.items():
+                tracker = self.trackers.get(tp)
+                if tracker is not None:
+                    tracker.cancel(action)
+            return
         if answer is None:
             self.metrics.request_failures += 1
             log.debug("fetch_failed", node=node, error=repr(future.exception))
@@ -542,10 +642,20 @@ class Fetcher:
                     self.after_input(tp)
             return
         for p in answer.partitions:
-            action = actions.pop(p.tp, None)
-            if action is not None:
-                self._apply_partition(action, p, now)
-        # Partitions the broker left out: hand the fetch out again.
+            answered = actions.pop(p.tp, None)
+            if answered is not None:
+                self._apply_partition(answered, p, now)
+        if plan is not None and plan.incremental:
+            # An incremental answer leaves out the partitions with nothing new (no records,
+            # same high watermark and log start, no error): an empty fetch each, whose
+            # position and epochs stay as they are.
+            for tp, action in actions.items():
+                tracker = self.trackers.get(tp)
+                if tracker is not None:
+                    tracker.on_empty_fetch(action)
+                    self.after_input(tp)
+            return
+        # Partitions a full answer left out: hand the fetch out again.
         for tp, action in actions.items():
             tracker = self.trackers.get(tp)
             if tracker is not None:

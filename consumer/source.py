@@ -1,7 +1,7 @@
 """One broker's side of fetching (franz-go's ``source``): the decoded records of the
 partitions fetched from it that the application has not taken yet, which of them reached the
-high watermark, the prefetches sent ahead of the trackers, and the count of fetch requests in
-flight to it.
+high watermark, the prefetches sent ahead of the trackers, the count of fetch requests in
+flight to it, and its fetch session (``session.py``).
 
 The partitions' cursors are their trackers (``PartitionTracker``: position, epochs, leader),
 which stay the only place for decisions; a source only holds what was fetched for them and
@@ -17,6 +17,7 @@ from kafka.structs import TopicPartition
 
 from epochguard.consumer import wire
 from epochguard.consumer.records import ConsumerRecord
+from epochguard.consumer.session import FetchSession
 from epochguard.offsets.events import FetchAction
 
 __all__ = ["MAX_FETCHES_PER_BROKER", "Buffered", "Prefetch", "Source"]
@@ -75,10 +76,13 @@ class Prefetch:
 class Source:
     """What is fetched from one broker and not yet delivered."""
 
-    __slots__ = ("buffers", "caught_up", "in_flight", "node", "prefetches")
+    __slots__ = ("buffers", "caught_up", "in_flight", "node", "prefetches", "session")
 
-    def __init__(self, node: int) -> None:
+    def __init__(self, node: int, sessions: bool = True) -> None:
         self.node = node
+        #: The KIP-227 fetch session of the tracker fetches (prefetches stay sessionless:
+        #: they name other partitions, and would churn the session back and forth).
+        self.session = FetchSession(node, sessions)
         self.in_flight = 0
         self.buffers: dict[TopicPartition, Buffered] = {}
         #: partitions whose last fetch from this broker reached the high watermark

@@ -103,6 +103,7 @@ __all__ = [
     "sync_group_request",
     "topic_id_from_wire",
     "topic_id_to_wire",
+    "uses_topic_ids",
 ]
 
 #: Kafka's "no topic id".
@@ -345,13 +346,34 @@ class FetchAnswer:
     error: type[ERR.KafkaError] | None
     partitions: tuple[FetchedPartition, ...]
     version: int
+    #: KIP-227 session id of the answer (v7+); 0: no session.
+    session_id: int = 0
+
+
+def uses_topic_ids(entries: Iterable[FetchTarget], params: FetchParams) -> bool:
+    """Whether a Fetch of ``entries`` names topics by id (v13+): only when every topic's id
+    is known, so a topic re-created under the same name is refused, never read."""
+    return params.max_version >= 13 and all(e.topic_id is not None for e in entries)
 
 
 def fetch_request(
-    entries: Iterable[FetchTarget], params: FetchParams
+    entries: Iterable[FetchTarget],
+    params: FetchParams,
+    *,
+    session_id: int = 0,
+    session_epoch: int = -1,
+    forgotten: Iterable[tuple[TopicPartition, str | None]] = (),
+    by_id: bool | None = None,
 ) -> tuple[Any, dict[uuid.UUID, str]]:
     """A Fetch for ``entries`` and the topic names by id (v13+ answers name topics by id
-    only). Falls back to v12 (by name) when any topic's id is unknown."""
+    only). Falls back to v12 (by name) when any topic's id is unknown.
+
+    The defaults make a sessionless full fetch (KIP-227 id 0, epoch -1); a fetch session
+    (``consumer/session.py``) passes its id, epoch, the partitions to forget (with their
+    topic ids) and ``by_id``, the addressing the whole session uses."""
+    entries = list(entries)
+    if by_id is None:
+        by_id = uses_topic_ids(entries, params)
     by_topic: dict[str, list[Any]] = {}
     ids: dict[str, uuid.UUID | None] = {}
     FP = FetchRequest.FetchTopic.FetchPartition
@@ -370,24 +392,38 @@ def fetch_request(
                 partition_max_bytes=pmax,
             )
         )
+    forget: dict[str, list[int]] = {}
+    forget_ids: dict[str, uuid.UUID | None] = {}
+    for tp, topic_id in forgotten:
+        forget.setdefault(tp.topic, []).append(tp.partition)
+        forget_ids.setdefault(tp.topic, topic_id_to_wire(topic_id))
     max_version = params.max_version
-    if any(tid is None for tid in ids.values()):
+    if not by_id:
         max_version = min(max_version, FETCH_MAX_VERSION_BY_NAME)
+    # A broker below Fetch v7 drops the session fields and answers in full without a session
+    # id, which the session reads as "no session": full fetches, as before.
     request = FetchRequest(
         replica_id=-1,
         max_wait_ms=params.max_wait_ms,
         min_bytes=params.min_bytes,
         max_bytes=params.max_bytes,
         isolation_level=1 if params.read_committed else 0,
-        session_id=0,
-        session_epoch=-1,
+        session_id=session_id,
+        session_epoch=session_epoch,
         topics=[
             FetchRequest.FetchTopic(
                 topic=t, topic_id=ZERO_UUID if ids[t] is None else ids[t], partitions=ps
             )
             for t, ps in by_topic.items()
         ],
-        forgotten_topics_data=[],
+        forgotten_topics_data=[
+            FetchRequest.ForgottenTopic(
+                topic=t,
+                topic_id=ZERO_UUID if forget_ids[t] is None else forget_ids[t],
+                partitions=ps,
+            )
+            for t, ps in forget.items()
+        ],
         rack_id=params.rack_id,
         min_version=FETCH_MIN_VERSION,
         max_version=max_version,
@@ -428,7 +464,8 @@ def read_fetch(response: Any, names: Mapping[uuid.UUID, str]) -> FetchAnswer:
                     preferred if preferred >= 0 else None,
                 )
             )
-    return FetchAnswer(top, tuple(out), version)
+    session_id = int(getattr(response, "session_id", 0) or 0) if version >= 7 else 0
+    return FetchAnswer(top, tuple(out), version, session_id)
 
 
 # ------------------------------------------------------------- Fetch: the lean response path
@@ -511,9 +548,11 @@ def _read_fetch_frame(frame: FetchFrame, names: Mapping[uuid.UUID, str]) -> Fetc
     try:
         pos = 4  # throttle_time_ms
         code = 0
+        session_id = 0
         if version >= 7:
             code = _I16(buf, pos)[0]
-            pos += 6  # error_code, session_id
+            session_id = _I32(buf, pos + 2)[0]
+            pos += 6
         if flexible:
             n_topics, pos = _uvarint(buf, pos)
             n_topics -= 1
@@ -620,7 +659,7 @@ def _read_fetch_frame(frame: FetchFrame, names: Mapping[uuid.UUID, str]) -> Fetc
         raise MalformedFetchResponse(
             f"Fetch response v{version} of {total} bytes claims {pos} bytes"
         )
-    return FetchAnswer(error_from_wire(code), tuple(out), version)
+    return FetchAnswer(error_from_wire(code), tuple(out), version, session_id)
 
 
 # ------------------------------------------------------------------- OffsetForLeaderEpoch

@@ -591,6 +591,22 @@ class PartitionTracker:
         assert state is S.AWAIT_RESET
         return ResetAction(self.tp, leader, self._reset_strategy, self._leader_epoch, self._gen)
 
+    def fetch_leader(self, now: float) -> int | None:
+        """The leader :meth:`next_action` would return a ``FetchAction`` for at ``now``, or
+        ``None`` when it would return anything else. Changes nothing: a driver that could
+        not send that fetch anyway (a request to that leader in flight) skips the tracker
+        instead of taking the action and cancelling it, which at 1,000 partitions was most
+        of each ``poll()``'s CPU time."""
+        if (
+            self._state is not _FETCHING
+            or self._paused
+            or self._in_flight
+            or now < self._retry_at
+            or self._metadata_blocked()
+        ):
+            return None
+        return self._leader_id
+
     # ----------------------------------------------------------------- commands from the app
 
     def restore(

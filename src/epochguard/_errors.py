@@ -77,6 +77,9 @@ class ErrorCode(enum.IntEnum):
     STALE_MEMBER_EPOCH = kerrors.StaleMemberEpochError.errno
     # kafka-python 3.0 has no class for it (Kafka 4's Errors.INVALID_REGULAR_EXPRESSION).
     INVALID_REGULAR_EXPRESSION = 128
+    FETCH_SESSION_ID_NOT_FOUND = kerrors.FetchSessionIdNotFoundError.errno
+    INVALID_FETCH_SESSION_EPOCH = kerrors.InvalidFetchSessionEpochError.errno
+    FETCH_SESSION_TOPIC_ID_ERROR = kerrors.FetchSessionTopicIdError.errno
 
 
 def error_name(code: int) -> str:

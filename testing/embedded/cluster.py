@@ -227,6 +227,10 @@ class EmbeddedCluster:
         """How many requests of each (api_key, version) the brokers decoded."""
         return self._call(lambda: dict(self._state.request_counts))
 
+    def request_bytes(self) -> dict[int, int]:
+        """Bytes of the requests the brokers decoded, per API key (size prefix included)."""
+        return self._call(lambda: dict(self._state.request_bytes))
+
     # -- topics ----------------------------------------------------------------------------
 
     def create_topic(
@@ -363,6 +367,35 @@ class EmbeddedCluster:
         self, topic: str, partition: int, broker_id: int, unclean: bool = False
     ) -> None:
         self._call(lambda: self._state.elect_leader(topic, partition, broker_id, unclean))
+
+    def fetch_sessions(self, broker_id: int) -> dict[int, dict[tuple[str, int], tuple[int, int]]]:
+        """The KIP-227 fetch sessions ``broker_id`` holds: ``{session id: {(topic, partition):
+        (fetch offset, current leader epoch)}}``, topics by name also in sessions that
+        address them by id."""
+
+        def read() -> dict[int, dict[tuple[str, int], tuple[int, int]]]:
+            b = self._state.broker(broker_id)
+            out: dict[int, dict[tuple[str, int], tuple[int, int]]] = {}
+            for sid, session in b.fetch_sessions.sessions().items():
+                parts: dict[tuple[str, int], tuple[int, int]] = {}
+                for (key, partition), t in session.partitions.items():
+                    if isinstance(key, str):
+                        name = key
+                    else:
+                        tv = b.view.topic_by_id(key)
+                        name = tv.name if tv is not None else str(key)
+                    parts[(name, partition)] = (t.fetch_offset, t.current_leader_epoch)
+                out[sid] = parts
+            return out
+
+        self._state.broker(broker_id)
+        return self._call(read)
+
+    def drop_fetch_sessions(self, broker_id: int) -> None:
+        """``broker_id`` forgets its fetch sessions, as a cache eviction does: the next
+        incremental fetch of each is answered FETCH_SESSION_ID_NOT_FOUND."""
+        self._state.broker(broker_id)
+        self._call(lambda: self._state.broker(broker_id).fetch_sessions.clear())
 
     def set_metadata_delay(self, broker_id: int, seconds: float) -> None:
         """``broker_id`` learns controller changes ``seconds`` late (stale leader staging).

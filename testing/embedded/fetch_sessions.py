@@ -1,7 +1,13 @@
 """KIP-227 incremental fetch sessions, as one broker keeps them.
 
 A client opens a session with a full fetch (epoch 0); later requests (epochs 1, 2, ...) name
-only partitions whose fetch state changed and topics to forget. Responses of an incremental
+only partitions whose fetch state changed and topics to forget. As Kafka's
+``FetchSession.scala``: a full fetch with a session id closes that session first; an
+incremental fetch that leaves the session empty closes it and is answered sessionless
+(session id 0); a session keeps the topic addressing it was opened with (ids from v13,
+names before) and refuses the other with FETCH_SESSION_TOPIC_ID_ERROR; partitions that
+returned records move to the end of the session, so the next answers start with the others
+(the response size limit is shared fairly). Responses of an incremental
 fetch carry only partitions with something to say: records, an error, a diverging epoch, or
 a high watermark / log start offset different from the last one sent. An idle partition is
 therefore absent from the response, as with a real broker, which is what keeps some clients'
@@ -21,6 +27,7 @@ INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
+FETCH_SESSION_TOPIC_ID_ERROR = 106
 MAX_SESSIONS_PER_BROKER = 1000
 
 TopicKey = str | uuid.UUID  # topic name before Fetch v13, topic id from v13
@@ -51,6 +58,13 @@ class FetchSession:
     session_id: int
     next_epoch: int
     partitions: OrderedDict[tuple[TopicKey, int], FetchTarget]
+    uses_topic_ids: bool = False
+
+    def served(self, target: FetchTarget) -> None:
+        """``target`` returned records: it goes last in the next answers."""
+        key = (target.topic, target.partition)
+        if key in self.partitions:
+            self.partitions.move_to_end(key)
 
 
 class SessionError(Exception):
@@ -76,6 +90,9 @@ class FetchSessionCache:
     def clear(self) -> None:
         self._sessions.clear()
 
+    def sessions(self) -> dict[int, FetchSession]:
+        return dict(self._sessions)
+
     def open(
         self,
         session_id: int,
@@ -83,11 +100,14 @@ class FetchSessionCache:
         requested: list[FetchTarget],
         forgotten: list[tuple[TopicKey, int]],
         create: bool = True,
+        uses_topic_ids: bool = False,
     ) -> tuple[FetchSession | None, list[FetchTarget], bool]:
-        """Resolve a request's session metadata (``create``: may open new sessions).
+        """Resolve a request's session metadata (``create``: may open new sessions;
+        ``uses_topic_ids``: the request is Fetch v13+).
 
         Returns (session or None, the partitions to answer, whether the answer is
-        incremental). Raises SessionError for an unknown session or a wrong epoch.
+        incremental). Raises SessionError for an unknown session, a wrong epoch or a
+        change of topic addressing.
         """
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if session_id:
@@ -95,7 +115,10 @@ class FetchSessionCache:
             if epoch == FINAL_EPOCH or not create:
                 return None, requested, False
             session = FetchSession(
-                next(self._ids), 1, OrderedDict(((t.topic, t.partition), t) for t in requested)
+                next(self._ids),
+                1,
+                OrderedDict(((t.topic, t.partition), t) for t in requested),
+                uses_topic_ids,
             )
             self._sessions[session.session_id] = session
             while len(self._sessions) > MAX_SESSIONS_PER_BROKER:
@@ -106,6 +129,8 @@ class FetchSessionCache:
             raise SessionError(FETCH_SESSION_ID_NOT_FOUND)
         if existing.next_epoch != epoch:
             raise SessionError(INVALID_FETCH_SESSION_EPOCH)
+        if existing.uses_topic_ids != uses_topic_ids:
+            raise SessionError(FETCH_SESSION_TOPIC_ID_ERROR)
         self._sessions.move_to_end(session_id)
         for target in requested:
             known = existing.partitions.get((target.topic, target.partition))
@@ -115,5 +140,9 @@ class FetchSessionCache:
                 known.update_from(target)
         for key in forgotten:
             existing.partitions.pop(key, None)
+        if not existing.partitions:
+            # Nothing left to fetch: Kafka closes the session and answers sessionless.
+            del self._sessions[session_id]
+            return None, requested, False
         existing.next_epoch = _next_epoch(epoch)
         return existing, list(existing.partitions.values()), True

@@ -324,6 +324,7 @@ class EmbeddedServer:
             )
             return False
         self.state.request_counts[api_key, version] += 1
+        self.state.request_bytes[api_key] += len(payload) + 4  # with the size prefix
         faults = self.state.faults
         if faults.take_disconnect(broker_id, api_key):
             return False

@@ -169,6 +169,8 @@ class ClusterState:
         self.elr_enabled = True
         # (api_key, version) -> number of requests decoded, for tests to assert on.
         self.request_counts: collections.Counter[tuple[int, int]] = collections.Counter()
+        #: bytes of requests received per API key (framing included)
+        self.request_bytes: collections.Counter[int] = collections.Counter()
         self.default_partitions = 1
         # Called with (topic, partition, broker, new log end offset) after a replica truncated.
         self.on_truncate: list[Callable[[str, int, int, int], None]] = []

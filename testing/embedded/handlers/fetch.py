@@ -247,6 +247,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 requested,
                 forgotten,
                 create=ctx.cluster.fetch_sessions_enabled,
+                uses_topic_ids=v >= 13,
             )
         except SessionError as e:
             return FetchResponse(
@@ -269,4 +270,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         for a in answers:
             a.target.sent_high_watermark = a.data.high_watermark
             a.target.sent_log_start_offset = a.data.log_start_offset
+            if incremental and a.size > 0:
+                session.served(a.target)
     return _response(ctx, answers, session.session_id if session is not None else 0)

@@ -15,7 +15,10 @@ For each event and protocol:
 
 Heartbeat intervals are the same for both protocols (500 ms; Kafka's defaults are 3 s
 classic, 5 s KIP-848), so the numbers compare the protocols, not their defaults.
-``PROTOCOLS`` is a table: another protocol (classic cooperative) is one more row.
+``PROTOCOLS`` is a table: classic eager (range), classic cooperative-sticky (KIP-429) and
+KIP-848. ``benchmarks/rebalance_pause.py`` measures the other side of the same events for
+the classic protocol: the longest gap between polls that returned records of kept
+partitions.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any
 from kafka import ConsumerRebalanceListener
 from kafka.structs import TopicPartition
 
-from epochguard.consumer import EpochConsumer
+from epochguard.consumer import CooperativeStickyAssignor, EpochConsumer
 from epochguard.testing import Cluster, EmbeddedCluster
 from epochguard.testing.embedded.consumer_groups import (
     ConsumerGroupCoordinator,
@@ -51,6 +54,12 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
         "group_protocol": "classic",
         "heartbeat_interval_ms": HEARTBEAT_MS,
         "session_timeout_ms": 10_000,
+    },
+    "classic_cooperative": {
+        "group_protocol": "classic",
+        "heartbeat_interval_ms": HEARTBEAT_MS,
+        "session_timeout_ms": 10_000,
+        "partition_assignment_strategy": [CooperativeStickyAssignor],
     },
     "kip848": {"group_protocol": "consumer"},
 }

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from kafka import ConsumerRebalanceListener
-from kafka.structs import TopicPartition
+from kafka.structs import MemberState, TopicPartition
 
 from epochguard.consumer import CooperativeStickyAssignor, EpochConsumer
 from epochguard.consumer.records import ConsumerRecord
@@ -96,6 +96,21 @@ class Member(threading.Thread):
         self.consumer.close()
 
 
+def _commit_when_stable(member: Member) -> None:
+    """Commit once the member is in a formed group: stopping a broker may move the group
+    coordinator, and the member then rejoins; a commit during that join is refused with
+    RebalanceInProgressError, as Java's."""
+
+    deadline = time.monotonic() + 60
+    while True:
+        with member._lock:
+            if member.consumer.group_metadata().state == MemberState.STABLE:
+                member.consumer.commit()  # an error here fails the test
+                return
+        assert time.monotonic() < deadline, "the member never got back to a stable group"
+        time.sleep(0.05)
+
+
 def _produce_all(cluster: Cluster, topic: str, parts: int, start: int, n: int) -> None:
     for p in range(parts):
         produce(cluster, topic, [f"{p}-{i}" for i in range(start, start + n)], partition=p)
@@ -168,8 +183,7 @@ def test_a_truncation_detected_by_one_member_is_detected_by_the_next_owner(
         wait_until("ISR shrank", lambda: follower not in cluster.isr(topic, 1))
         produce(cluster, topic, [f"lost-{i}" for i in range(5)], partition=1)
         wait_until("first reads the doomed records", lambda: len(first.records) == 25)
-        with first._lock:
-            first.consumer.commit()  # 15@e0 on partition 1: past the coming divergence
+        _commit_when_stable(first)  # 15@e0 on partition 1: past the coming divergence
         cluster.stop_broker(leader)
         cluster.start_broker(follower)
         cluster.elect_leader(topic, 1, follower, unclean=True)
@@ -223,8 +237,7 @@ def test_an_unclean_election_during_a_cooperative_rebalance_is_detected(cluster:
         wait_until("ISR shrank", lambda: follower not in cluster.isr(topic, 1))
         produce(cluster, topic, [f"lost-{i}" for i in range(5)], partition=1)
         wait_until("first reads the doomed records", lambda: len(first.records) == 25)
-        with first._lock:
-            first.consumer.commit()
+        _commit_when_stable(first)
         second = Member(cluster, topic, group, **kw)
         second.start()
         member2 = second

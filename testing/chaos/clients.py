@@ -23,7 +23,7 @@ from kafka.structs import TopicPartition
 
 from epochguard._log import get_logger
 from epochguard.testing.chaos.oracle import Assigned, Committed, Delivered, Reported, Seeked
-from epochguard.testing.chaos.runner import MemberContext
+from epochguard.testing.chaos.runner import ClientFactory, MemberContext
 
 __all__ = ["CLIENTS", "aiokafka", "confluent", "epoch_consumer", "kafka_python"]
 
@@ -169,12 +169,9 @@ class _EpochConsumerClient(_KafkaPythonLike):
         self._deliver(batch)
 
     def _offsets(self, done: dict[TopicPartition, tuple[int, int | None]]) -> Any:
-        from epochguard.offsets.position import EpochOffset
-
-        return {
-            tp: EpochOffset(o, e if e is not None and e >= 0 else None)
-            for tp, (o, e) in done.items()
-        }
+        # The consumer's own positions: what poll() handed out, with the leader epoch and
+        # the topic id (an explicit EpochOffset without one cannot show a re-created topic).
+        return None
 
     def close(self) -> None:
         try:
@@ -437,7 +434,7 @@ def aiokafka(ctx: MemberContext) -> _AioKafkaClient:
 
 aiokafka.client_name = "aiokafka"  # type: ignore[attr-defined]
 
-CLIENTS = {
+CLIENTS: dict[str, ClientFactory] = {
     "epochguard": epoch_consumer,
     "kafka-python": kafka_python,
     "confluent-kafka": confluent,

@@ -10,14 +10,18 @@ The rules (issue 11), per application (a consumer or a consumer group):
 
 * **silent re-read**: an offset delivered again while the application still holds it, with
   no report covering it in between. A new owner of a partition (a restart, a rebalance) may
-  re-read what was delivered but not committed (at-least-once), never below the commit.
+  re-read what was delivered but not committed (at-least-once), never below the commit; an
+  application's own seek allows re-reading from there. A topic deleted and re-created is
+  a new log: what was held of the old one is released by a report or a new assignment.
 * **silent loss**: a record held at the end that the final log does not hold at that offset
   with that epoch (it was replaced and nobody said so), or a record of the final log the
   application never received. Below the highest log start retention reached, nothing
   counts: those records are gone for every reader.
-* **spurious report**: a report whose first record held in the lost range was in the
-  leader's log, unchanged, from its delivery until the report (no snapshot in between shows
-  it gone or replaced; below a snapshot's log start nothing can be shown gone).
+* **spurious report**: a report whose divergence point holds a record the application
+  received that was in the leader's log, unchanged, from its delivery until the report (no
+  snapshot in between shows it gone or replaced; below a snapshot's log start nothing can be
+  shown gone); without a divergence, a report after which none of the records received
+  in the lost range was ever gone.
 * **raise breach**: with policy ``raise``, a record of the partition delivered after a report
   and before the application seeks.
 * **stall**: the application did not reach the end of a partition after healing.
@@ -36,6 +40,7 @@ __all__ = [
     "Event",
     "History",
     "LogSnapshot",
+    "Recreated",
     "Reported",
     "Seeked",
     "Stalled",
@@ -97,13 +102,23 @@ class Committed:
 
 
 @attrs.frozen
+class Recreated:
+    """The runner deleted and re-created the topic (a new topic id) during ``step``: what
+    the application holds of the old incarnation is gone once a report or a new assignment
+    of the partition tells it so (Kafka drops a deleted topic's commits)."""
+
+    step: int
+    app: str = "*"
+
+
+@attrs.frozen
 class Stalled:
     partition: int
     detail: str
     app: str = "app"
 
 
-Event = Delivered | Reported | Seeked | Assigned | Committed | Stalled
+Event = Delivered | Reported | Seeked | Assigned | Committed | Recreated | Stalled
 
 
 @attrs.frozen
@@ -163,6 +178,10 @@ class _Held:
     epoch: int | None
     step: int
     member: int
+    #: delivered past the last commit before a new session, or past a seek: may come again
+    reread_ok: bool = False
+    #: of a topic incarnation since deleted
+    old: bool = False
 
 
 @attrs.define
@@ -214,9 +233,17 @@ def judge(history: History, app: str | None = None) -> Verdict:
     view: dict[int, dict[int, _Held]] = {}
     committed: dict[int, int] = {}
     awaiting_seek: set[tuple[int, int]] = set()
+    #: the last record delivered at each offset, per partition: (value, step)
+    ever: dict[int, dict[int, tuple[bytes, int]]] = {}
     snaps = history.snapshots
     for ev in history.events:
-        if app is not None and ev.app != app:
+        if app is not None and ev.app not in (app, "*"):
+            continue
+        if isinstance(ev, Recreated):
+            for held in view.values():
+                for h in held.values():
+                    h.old = True
+            committed.clear()
             continue
         if isinstance(ev, Stalled):
             t.stalls += 1
@@ -232,7 +259,7 @@ def judge(history: History, app: str | None = None) -> Verdict:
                     f"{ev.member} after a report under policy raise, before any seek"
                 )
             old = held.get(ev.offset)
-            if old is not None:
+            if old is not None and not old.reread_ok:
                 t.rereads += 1
                 t.problems.append(
                     f"p{ev.partition} offset {ev.offset} delivered again without a report: "
@@ -240,46 +267,63 @@ def judge(history: History, app: str | None = None) -> Verdict:
                     f"{ev.value!r} at step {ev.step} (member {ev.member})"
                 )
             held[ev.offset] = _Held(ev.value, ev.epoch, ev.step, ev.member)
+            ever.setdefault(ev.partition, {})[ev.offset] = (ev.value, ev.step)
         elif isinstance(ev, Reported):
             t.reports += 1
             start = ev.divergence if ev.divergence is not None else 0
             end = ev.consumed_to
+            for o in [o for o, h in held.items() if h.old]:
+                del held[o]  # told: the topic it held them from is gone
             in_range = sorted(o for o in held if o >= start and (end is None or o < end))
-            if in_range:
-                # No divergence given: some record it held must be gone.
-                candidates = in_range[:1] if ev.divergence is not None else in_range
-                real = any(
-                    _gone(snaps, ev.partition, o, held[o].value, held[o].step, ev.step + 1)
-                    for o in candidates
+            # Judged on the last record delivered at each offset, held or already dropped by
+            # an earlier report: a restart from a commit older than that report validates
+            # again and may repeat it (real, if redundant).
+            got = ever.get(ev.partition, {})
+            candidates = sorted(o for o in got if o >= start and (end is None or o < end))
+            if ev.divergence is not None:
+                candidates = candidates[:1]  # the record at the divergence must be gone
+            # else: no divergence given: some record it received must be gone
+            if candidates and not any(
+                _gone(snaps, ev.partition, o, got[o][0], got[o][1], ev.step + 1) for o in candidates
+            ):
+                o = candidates[0]
+                t.spurious += 1
+                t.problems.append(
+                    f"spurious report on p{ev.partition} at step {ev.step} (divergence "
+                    f"{ev.divergence}, consumed to {ev.consumed_to}): {got[o][0]!r} at {o} "
+                    f"was in the leader's log from its delivery (step {got[o][1]}) on; "
+                    f"{ev.text}"
                 )
-                if not real:
-                    o = candidates[0]
-                    t.spurious += 1
-                    t.problems.append(
-                        f"spurious report on p{ev.partition} at step {ev.step} (divergence "
-                        f"{ev.divergence}, consumed to {ev.consumed_to}): {held[o].value!r} at "
-                        f"{o} was in the leader's log from its delivery (step {held[o].step}) "
-                        f"on {ev.text}"
-                    )
             for o in in_range if end is not None else [o for o in held if o >= start]:
                 del held[o]
             if history.policy == "raise":
                 awaiting_seek.add((ev.member, ev.partition))
         elif isinstance(ev, Seeked):
             awaiting_seek.discard((ev.member, ev.partition))
-            if ev.offset is None:
-                held.clear()
+            for o, h in held.items():
+                if ev.offset is None or o >= ev.offset:
+                    h.reread_ok = True
         elif isinstance(ev, Committed):
             committed[ev.partition] = ev.offset
         elif isinstance(ev, Assigned):
             # A new session: what was delivered past the last commit may come again.
             awaiting_seek.discard((ev.member, ev.partition))
-            c = committed.get(ev.partition, 0)
-            for o in [o for o in held if o >= c]:
+            for o in [o for o, h in held.items() if h.old]:
                 del held[o]
+            c = committed.get(ev.partition, 0)
+            for o, h in held.items():
+                if o >= c:
+                    h.reread_ok = True
+    # Retention of an earlier incarnation says nothing about the final topic's log.
+    since = max((ev.step for ev in history.events if isinstance(ev, Recreated)), default=0)
     for p, final in history.final.items():
         floor = max(
-            [final.log_start] + [snap[p].log_start for snap in snaps if snap.get(p) is not None]  # type: ignore[union-attr]
+            [final.log_start]
+            + [
+                snap[p].log_start  # type: ignore[union-attr]
+                for snap in snaps[since:]
+                if snap.get(p) is not None
+            ]
         )
         held = view.get(p, {})
         for o in sorted(held):

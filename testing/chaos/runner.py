@@ -25,6 +25,7 @@ from epochguard.testing.chaos.oracle import (
     Event,
     History,
     LogSnapshot,
+    Recreated,
     Stalled,
     Verdict,
     judge,
@@ -315,6 +316,8 @@ class _Run:
             c.delete_records(TOPIC, step.partition, before)
             return f"{step!r}: below {before}"
         if isinstance(step, RecreateTopic):
+            with self.lock:
+                self.events.append(Recreated(max(0, len(self.snapshots) - 1)))
             c.delete_topic(TOPIC)
             c.create_topic(TOPIC, partitions=self.schedule.partitions, replication_factor=3)
             return f"{step!r}: topic id {c.topic_id(TOPIC)}"

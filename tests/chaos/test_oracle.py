@@ -12,6 +12,7 @@ from epochguard.testing.chaos.oracle import (
     Event,
     History,
     LogSnapshot,
+    Recreated,
     Reported,
     Seeked,
     Stalled,
@@ -208,3 +209,55 @@ def test_applications_are_judged_apart() -> None:
     h = history(events, [final], final)
     assert judge(h, "one").ok and judge(h, "two").ok
     assert judge(h).silent_rereads == 1  # both together read a twice
+
+
+def test_an_uncommitted_tail_may_come_again_but_must_still_match_the_final_log() -> None:
+    # Member 0 read c past its commit; member 1 takes over at the commit (offset 2) after the
+    # log replaced c by x, and never delivers x: the application still holds c.
+    events: list[Event] = [
+        Assigned(0, 0, 0),
+        d(0, b"a", 0),
+        d(1, b"b", 0),
+        Committed(0, 0, 2, 0),
+        d(2, b"c", 0),
+        Assigned(1, 0, 1),
+    ]
+    v = judge(history(events, [BEFORE, AFTER], AFTER))
+    assert v.silent_losses == 1 and v.silent_rereads == 0
+    fixed = [*events, d(2, b"x", 1, epoch=1, member=1)]
+    assert judge(history(fixed, [BEFORE, AFTER], AFTER)).ok
+
+
+def test_a_recreated_topic_read_from_zero_needs_a_report_or_a_new_assignment() -> None:
+    new = log(0, (0, b"n0"), (0, b"n1"))
+    events: list[Event] = [Assigned(0, 0, 0), d(0, b"a", 0), d(1, b"b", 0), Recreated(1)]
+    silent = [*events, d(0, b"n0", 1), d(1, b"n1", 1)]
+    v = judge(history(silent, [BEFORE, new], new))
+    assert v.silent_rereads == 2
+    told = [*events, Reported(0, 0, 0, 2, 1), d(0, b"n0", 1), d(1, b"n1", 1)]
+    assert judge(history(told, [BEFORE, new], new)).ok
+    reassigned = [*events, Assigned(1, 0, 1), d(0, b"n0", 1, member=1), d(1, b"n1", 1, member=1)]
+    assert judge(history(reassigned, [BEFORE, new], new)).ok
+
+
+def test_a_report_repeated_after_a_restart_from_an_older_commit_is_real() -> None:
+    # The first report dropped c; the application committed 3 before it and restarts from
+    # there: validating 3 again finds the same truncation, without a divergence this time.
+    events: list[Event] = [
+        Assigned(0, 0, 0),
+        d(0, b"a", 0),
+        d(1, b"b", 0),
+        d(2, b"c", 0),
+        Committed(0, 0, 3, 0),
+        Reported(0, 0, 2, 3, 1),
+        Assigned(0, 0, 1),
+        Reported(0, 0, None, 3, 1),
+        d(0, b"a", 1),
+        d(1, b"b", 1),
+        d(2, b"x", 1, epoch=1),
+    ]
+    v = judge(history(events, [BEFORE, AFTER], AFTER))
+    assert v.ok, v.describe()
+    # Without any truncation the same pair of reports is spurious (twice).
+    unchanged = judge(history([*events[:-1], d(2, b"c", 1)], [BEFORE, BEFORE], BEFORE))
+    assert unchanged.spurious_reports == 2

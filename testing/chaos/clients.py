@@ -60,6 +60,7 @@ class _KafkaPythonLike:
         self.ctx = ctx
         self.tps = [TopicPartition(ctx.topic, p) for p in range(ctx.partitions)]
         self.done: dict[TopicPartition, tuple[int, int | None]] = {}
+        self.seen: set[int] = set()  # partitions with a delivery
 
     def _start(self) -> None:
         if self.ctx.subscribe:
@@ -95,6 +96,9 @@ class _KafkaPythonLike:
             self.consumer.commit(self._offsets(done))
         except Exception as exc:  # a rebalance, a fault: the next owner re-reads (allowed)
             log.info("chaos_commit_failed", error=repr(exc))
+            # As an application does: try again after the next poll (a coordinator that
+            # lags metadata refuses commits for a moment).
+            self.done = {**done, **self.done}
             return
         for tp, (offset, _epoch) in done.items():
             self.ctx.emit(Committed(-1, tp.partition, offset, -1))
@@ -136,6 +140,7 @@ class _EpochConsumerClient(_KafkaPythonLike):
             self.store = None
         if ctx.subscribe:
             cfg.update(_GROUP_KW)
+        self.positions: dict[TopicPartition, Any] = {}
         self.consumer = EpochConsumer(**cfg)
         self._start()
 
@@ -166,12 +171,27 @@ class _EpochConsumerClient(_KafkaPythonLike):
                     self.consumer.seek(tp, divergence)
                     self.ctx.emit(Seeked(-1, tp.partition, divergence.offset, -1))
             return
+        for tp, records in batch.items():
+            if records:
+                try:
+                    pos = self.consumer.position_with_epoch(tp, timeout_ms=1000)
+                except Exception as exc:  # moved on already: commit without the topic id
+                    log.info("chaos_position_unknown", error=repr(exc))
+                    self.positions.pop(tp, None)
+                    continue
+                self.positions[tp] = pos if pos.offset == records[-1].offset + 1 else None
         self._deliver(batch)
 
     def _offsets(self, done: dict[TopicPartition, tuple[int, int | None]]) -> Any:
-        # The consumer's own positions: what poll() handed out, with the leader epoch and
-        # the topic id (an explicit EpochOffset without one cannot show a re-created topic).
-        return None
+        # The position right after the records: with the leader epoch and the topic id (an
+        # EpochOffset without one cannot show a topic re-created since). Not commit() without
+        # offsets: it leaves out a partition under validation and still returns normally.
+        from epochguard.offsets.position import EpochOffset
+
+        return {
+            tp: self.positions.get(tp) or EpochOffset(o, e if e is not None and e >= 0 else None)
+            for tp, (o, e) in done.items()
+        }
 
     def close(self) -> None:
         try:
@@ -190,7 +210,35 @@ epoch_consumer.client_name = "epochguard"  # type: ignore[attr-defined]
 
 def _truncation_like(exc: BaseException) -> bool:
     name = type(exc).__name__.lower()
-    return "truncat" in name or "outofrange" in name or "out of range" in str(exc).lower()
+    return (
+        "truncat" in name
+        or "outofrange" in name
+        or "nooffset" in name
+        or "out of range" in str(exc).lower()
+    )
+
+
+def _signalled(exc: BaseException, assigned: Any) -> list[Any]:
+    """The partitions an out-of-range/truncation exception names (all assigned ones when
+    it names none): kafka-python and aiokafka put a ``{tp: offset}`` dict or one partition
+    in ``args[0]``."""
+    arg = exc.args[0] if exc.args else None
+    if isinstance(arg, dict):
+        return list(arg)
+    if isinstance(arg, tuple) and hasattr(arg, "partition"):
+        return [arg]
+    return list(assigned)
+
+
+def _on_signal(ctx: MemberContext, seen: set[int], tps: list[Any], text: str, seek: Any) -> None:
+    """The application's answer to a client's truncation signal: note it (a report with an
+    unknown divergence, unless nothing was delivered on the partition yet: the first
+    position of a consumer without a commit) and start over from the log start."""
+    for tp in tps:
+        if tp.partition in seen:
+            ctx.emit(Reported(-1, tp.partition, None, None, -1, text=text))
+        seek(tp)
+        ctx.emit(Seeked(-1, tp.partition, None, -1))
 
 
 class _KafkaPythonClient(_KafkaPythonLike):
@@ -201,7 +249,8 @@ class _KafkaPythonClient(_KafkaPythonLike):
         cfg: dict[str, Any] = {
             "bootstrap_servers": ctx.bootstrap,
             "group_id": ctx.group_id,
-            "auto_offset_reset": "earliest",
+            # "none": an out-of-range position raises instead of resetting silently
+            "auto_offset_reset": "none",
             "enable_auto_commit": False,
             "fetch_max_wait_ms": 50,
             "metadata_max_age_ms": 300,
@@ -221,11 +270,10 @@ class _KafkaPythonClient(_KafkaPythonLike):
             if not _truncation_like(exc):
                 log.info("chaos_kafka_python_error", error=repr(exc))
                 return
-            for tp in self.consumer.assignment():
-                self.ctx.emit(Reported(-1, tp.partition, None, None, -1, text=repr(exc)))
-                self.consumer.seek_to_beginning(tp)
-                self.ctx.emit(Seeked(-1, tp.partition, None, -1))
+            tps = _signalled(exc, self.consumer.assignment())
+            _on_signal(self.ctx, self.seen, tps, repr(exc), self.consumer.seek_to_beginning)
             return
+        self.seen.update(tp.partition for tp, recs in batch.items() if recs)
         self._deliver(batch)
 
 
@@ -248,7 +296,9 @@ class _ConfluentClient:
                 "bootstrap.servers": ctx.bootstrap,
                 "group.id": ctx.group_id or "chaos",
                 "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
+                # "error": a detected truncation or an out-of-range position is an error
+                # event (the divergence only in its text) instead of a silent reset
+                "auto.offset.reset": "error",
                 "topic.metadata.refresh.interval.ms": 300,
                 "fetch.wait.max.ms": 50,
                 "retry.backoff.ms": 20,
@@ -259,20 +309,42 @@ class _ConfluentClient:
             }
         )
         self.done: dict[int, tuple[int, int | None]] = {}
+        self.seen: set[int] = set()
         if ctx.subscribe:
             self.consumer.subscribe(
                 [ctx.topic], on_assign=self._on_assign, on_revoke=self._on_revoke
             )
         else:
-            from confluent_kafka import OFFSET_STORED
-
-            self.consumer.assign(
-                [CTopicPartition(ctx.topic, p, OFFSET_STORED) for p in range(ctx.partitions)]
+            self._on_assign(
+                self.consumer, [CTopicPartition(ctx.topic, p) for p in range(ctx.partitions)]
             )
-            for p in range(ctx.partitions):
-                ctx.emit(Assigned(-1, p, -1))
+
+    def _restart_at_0(self, tp: Any) -> None:
+        from confluent_kafka import OFFSET_BEGINNING
+
+        # After the error librdkafka stops fetching the partition and refuses a seek in
+        # that state: assigning it again at the log start restarts it.
+        start = self._tp(self.ctx.topic, tp.partition, OFFSET_BEGINNING)
+        try:
+            self.consumer.seek(start)
+        except Exception:
+            # Eager rebalancing allows only assign(): the whole assignment, at the current
+            # positions, the stopped partition at the log start.
+            current = self.consumer.position(self.consumer.assignment())
+            self.consumer.assign([start if c.partition == tp.partition else c for c in current])
 
     def _on_assign(self, _c: Any, parts: Any) -> None:
+        from confluent_kafka import OFFSET_BEGINNING
+
+        # With auto.offset.reset=error a partition without a commit needs its first
+        # position from the application: the log start.
+        committed = self.consumer.committed(parts, timeout=10)
+        self.consumer.assign(
+            [
+                c if c.offset >= 0 else self._tp(self.ctx.topic, c.partition, OFFSET_BEGINNING)
+                for c in committed
+            ]
+        )
         for tp in parts:
             self.ctx.emit(Assigned(-1, tp.partition, -1))
 
@@ -285,14 +357,15 @@ class _ConfluentClient:
             return
         offsets = []
         for p, (o, e) in done.items():
-            tp = self._tp(self.ctx.topic, p, o)
-            if e is not None:
-                tp.leader_epoch = e
-            offsets.append(tp)
+            if e is not None and e >= 0:
+                offsets.append(self._tp(self.ctx.topic, p, o, leader_epoch=e))
+            else:
+                offsets.append(self._tp(self.ctx.topic, p, o))
         try:
             self.consumer.commit(offsets=offsets, asynchronous=False)
         except Exception as exc:
             log.info("chaos_commit_failed", error=repr(exc))
+            self.done = {**done, **self.done}  # again after the next poll
             return
         for p, (o, _e) in done.items():
             self.ctx.emit(Committed(-1, p, o, -1))
@@ -300,6 +373,7 @@ class _ConfluentClient:
     def poll_once(self) -> None:
         m = self.consumer.poll(_POLL_MS / 1000)
         if m is None:
+            self.commit()  # a commit that failed before
             return
         err = m.error()
         if err is not None:
@@ -309,7 +383,8 @@ class _ConfluentClient:
             if "truncat" in text.lower() or name in ("_AUTO_OFFSET_RESET", "OFFSET_OUT_OF_RANGE"):
                 p = m.partition()
                 if p is not None and p >= 0:
-                    self.ctx.emit(Reported(-1, p, None, None, -1, text=f"{name}: {text}"))
+                    tp = self._tp(self.ctx.topic, p)
+                    _on_signal(self.ctx, self.seen, [tp], f"{name}: {text}", self._restart_at_0)
             return
         epoch = m.leader_epoch()
         partition, offset, value = m.partition(), m.offset(), m.value()
@@ -321,6 +396,7 @@ class _ConfluentClient:
             )
         )
         self.done[partition] = (offset + 1, epoch)
+        self.seen.add(partition)
         self.commit()
 
     def close(self) -> None:
@@ -342,12 +418,13 @@ class _AioKafkaClient:
         self.loop = asyncio.new_event_loop()
         self.tps = [ak.TopicPartition(ctx.topic, p) for p in range(ctx.partitions)]
         self.done: dict[Any, int] = {}
+        self.seen: set[int] = set()
 
         async def make() -> Any:
             c = ak.AIOKafkaConsumer(
                 bootstrap_servers=ctx.bootstrap,
                 group_id=ctx.group_id,
-                auto_offset_reset="earliest",
+                auto_offset_reset="none",
                 enable_auto_commit=False,
                 fetch_max_wait_ms=50,
                 metadata_max_age_ms=300,
@@ -358,7 +435,7 @@ class _AioKafkaClient:
             )
             await c.start()
             if ctx.subscribe:
-                c.subscribe([ctx.topic], listener=_AioListener(self))
+                c.subscribe([ctx.topic], listener=_aio_listener(self))
             else:
                 c.assign(self.tps)
                 for tp in self.tps:
@@ -375,6 +452,7 @@ class _AioKafkaClient:
             self.loop.run_until_complete(self.consumer.commit(done))
         except Exception as exc:
             log.info("chaos_commit_failed", error=repr(exc))
+            self.done = {**done, **self.done}  # again after the next poll
             return
         for tp, o in done.items():
             self.ctx.emit(Committed(-1, tp.partition, o, -1))
@@ -387,6 +465,7 @@ class _AioKafkaClient:
             await self.consumer.commit(done)
         except Exception as exc:
             log.info("chaos_commit_failed", error=repr(exc))
+            self.done = {**done, **self.done}  # again after the next poll
             return
         for tp, o in done.items():
             self.ctx.emit(Committed(-1, tp.partition, o, -1))
@@ -398,12 +477,12 @@ class _AioKafkaClient:
             if not _truncation_like(exc):
                 log.info("chaos_aiokafka_error", error=repr(exc))
                 return
-            for tp in self.consumer.assignment():
-                self.ctx.emit(Reported(-1, tp.partition, None, None, -1, text=repr(exc)))
-                self.consumer.seek_to_beginning(tp)
-                self.ctx.emit(Seeked(-1, tp.partition, None, -1))
+            tps = _signalled(exc, self.consumer.assignment())
+            _on_signal(self.ctx, self.seen, tps, repr(exc), self.consumer.seek_to_beginning)
             return
         for tp, records in batch.items():
+            if records:
+                self.seen.add(tp.partition)
             for r in records:
                 self.ctx.emit(Delivered(-1, tp.partition, r.offset, None, r.value, -1))
                 self.done[tp] = r.offset + 1
@@ -416,16 +495,18 @@ class _AioKafkaClient:
             self.loop.close()
 
 
-class _AioListener:
-    def __init__(self, adapter: _AioKafkaClient) -> None:
-        self.adapter = adapter
+def _aio_listener(adapter: _AioKafkaClient) -> Any:
+    import aiokafka as ak
 
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self.adapter._commit_async()
+    class Listener(ak.ConsumerRebalanceListener):  # type: ignore[misc]
+        async def on_partitions_revoked(self, revoked: Any) -> None:
+            await adapter._commit_async()
 
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        for tp in assigned:
-            self.adapter.ctx.emit(Assigned(-1, tp.partition, -1))
+        async def on_partitions_assigned(self, assigned: Any) -> None:
+            for tp in assigned:
+                adapter.ctx.emit(Assigned(-1, tp.partition, -1))
+
+    return Listener()
 
 
 def aiokafka(ctx: MemberContext) -> _AioKafkaClient:

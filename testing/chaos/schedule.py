@@ -271,7 +271,8 @@ def generate(
 ) -> Schedule:
     """The schedule of ``seed``: everything not given is drawn from ``seed`` too.
 
-    ``unclean=False`` leaves out unclean elections (a run that must see no report at all);
+    ``unclean=False`` leaves out what loses records (unclean elections, topic re-creation):
+    a run that must see no report at all;
     ``real_kafka`` keeps to the faults real brokers allow (stop/start, elections).
     """
     rng = random.Random(seed)
@@ -304,14 +305,20 @@ def generate(
             ("metadata", 1),
             ("fault", 2),
             ("retention", 1),
-            ("recreate", 0 if rng.random() < 0.7 else 1),
+            ("recreate", 0 if rng.random() < 0.7 or not unclean else 1),
         ]
     if n_members > 1:
         weights += [("join", 1), ("leave", 1)]
     kinds, ws = zip(*weights, strict=True)
     out: list[Step] = []
+    recreates = any(k == "recreate" and w > 0 for k, w in weights)
     for _ in range(steps):
         kind = rng.choices(kinds, ws)[0]
+        if kind == "metadata" and recreates:
+            # A broker serving a deleted topic's id after its re-creation makes the topic id
+            # flap between incarnations (a spurious "re-created" report, docs/reliability.md,
+            # known issues): kept apart until that is fixed.
+            kind = "idle"
         p = rng.randrange(n_parts)
         pick = rng.randrange(6)
         step: Step

@@ -131,7 +131,7 @@ class _EpochConsumerClient(_KafkaPythonLike):
             "reconnect_backoff_max_ms": 200,
             "on_truncation": ctx.policy,
             "on_truncation_report": self._report,
-            "group_id": ctx.group_id,
+            "group_id": None if ctx.store_path is not None else ctx.group_id,
         }
         if ctx.store_path is not None:
             self.store: SqliteOffsetStore | None = SqliteOffsetStore(ctx.store_path)
@@ -294,7 +294,7 @@ class _ConfluentClient:
         self.consumer = Consumer(
             {
                 "bootstrap.servers": ctx.bootstrap,
-                "group.id": ctx.group_id or "chaos",
+                "group.id": ctx.group_id,
                 "enable.auto.commit": False,
                 # "error": a detected truncation or an out-of-range position is an error
                 # event (the divergence only in its text) instead of a silent reset

@@ -14,6 +14,7 @@ import os
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
@@ -75,8 +76,9 @@ class MemberContext:
     partitions: int
     policy: str
     member: int
-    group_id: str | None  # commits go to this group (None: to store_path)
-    store_path: str | None  # a SqliteOffsetStore file (single consumer, offsets="store")
+    group_id: str  # commits go to this group, unless the client keeps them in store_path
+    store_path: str | None  # a SqliteOffsetStore file (single consumer, offsets="store"):
+    # EpochConsumer's offset_store; clients without one commit to the group instead
     subscribe: bool  # a consumer group (subscribe) rather than assign()
     emit: Callable[[Any], None]  # takes an event with step=-1; the runner stamps it
     app: str = "app"
@@ -123,6 +125,7 @@ class _Member(threading.Thread):
         self.stop_flag = threading.Event()
         self.started_ok = threading.Event()
         self.error: BaseException | None = None
+        self.trace = ""
 
     def run(self) -> None:
         r = self.run_
@@ -132,7 +135,7 @@ class _Member(threading.Thread):
             partitions=r.schedule.partitions,
             policy=r.schedule.policy,
             member=self.member,
-            group_id=None if r.schedule.offsets == "store" else f"chaos-{self.app}",
+            group_id=f"chaos-{self.app}",
             store_path=(
                 os.path.join(r.tmpdir, f"{self.app}.sqlite")
                 if r.schedule.offsets == "store"
@@ -150,6 +153,7 @@ class _Member(threading.Thread):
                 client.poll_once()
         except BaseException as exc:  # reported by the runner as the run's failure
             self.error = exc
+            self.trace = traceback.format_exc()
             log.warning("chaos_member_failed", member=self.member, error=repr(exc))
         finally:
             self.started_ok.set()
@@ -413,9 +417,9 @@ class _Run:
         for app, members in self.members.items():
             for m in members:
                 if m.error is not None:
-                    raise ChaosClientError(f"{app} member {m.member} failed: {m.error!r}") from (
-                        m.error
-                    )
+                    raise ChaosClientError(
+                        f"{app} member {m.member} failed: {m.error!r}\n{m.trace}"
+                    ) from m.error
 
     def close_members(self) -> None:
         for app in self.clients:

@@ -424,7 +424,9 @@ class _AioKafkaClient:
             c = ak.AIOKafkaConsumer(
                 bootstrap_servers=ctx.bootstrap,
                 group_id=ctx.group_id,
-                auto_offset_reset="none",
+                # aiokafka has no truncation signal: "none" only stops a consumer that has
+                # no commit yet, so it runs with its usual reset
+                auto_offset_reset="earliest",
                 enable_auto_commit=False,
                 fetch_max_wait_ms=50,
                 metadata_max_age_ms=300,

@@ -315,7 +315,7 @@ def judge(history: History, app: str | None = None) -> Verdict:
                 if o >= c:
                     h.reread_ok = True
     # Retention of an earlier incarnation says nothing about the final topic's log.
-    since = max((ev.step for ev in history.events if isinstance(ev, Recreated)), default=0)
+    since = max((ev.step + 1 for ev in history.events if isinstance(ev, Recreated)), default=0)
     for p, final in history.final.items():
         floor = max(
             [final.log_start]

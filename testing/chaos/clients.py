@@ -145,6 +145,16 @@ class _EpochConsumerClient(_KafkaPythonLike):
         self._start()
 
     def _report(self, report: Any) -> None:
+        from epochguard.offsets.position import EpochOffset
+
+        # The application dropped what the report says is gone: its commit goes back to the
+        # divergence (the start, when unknown), or a restart from the old commit would
+        # skip records that an election brings back later.
+        tp = TopicPartition(report.topic, report.partition)
+        div = report.divergence
+        back = EpochOffset(0) if div is None else EpochOffset(div.offset, div.leader_epoch)
+        self.done[tp] = (back.offset, back.leader_epoch)
+        self.positions[tp] = back
         self.ctx.emit(
             Reported(
                 -1,

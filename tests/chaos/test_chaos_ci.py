@@ -51,14 +51,33 @@ def _fail_with_replay(results: Iterable[RunResult]) -> None:
     )
 
 
+# Schedules of the set that fail for a reason still open (docs/reliability.md, "What the
+# chaos runs found"); each runs below as a strict xfail, so a fix shows up as a failure here.
+KNOWN_OPEN = {
+    # The leader lacks the committed epoch (1) and answers epoch 0 ending at 1: the report
+    # says the logs diverge at 1 (Java's answer too), but the record at 0 was replaced as
+    # well (a stale replica's epoch-0 record came back with the second unclean election).
+    92: "divergence from a leader that lacks the committed epoch is an upper bound",
+}
+
+
 @pytest.mark.parametrize("first", range(0, 250, CHUNK))
 def test_chaos_schedules(first: int) -> None:
-    results = list(run_many(map(generate, range(first, first + CHUNK)), workers=WORKERS))
-    assert len(results) == CHUNK
+    seeds = [s for s in range(first, first + CHUNK) if s not in KNOWN_OPEN]
+    results = list(run_many(map(generate, seeds), workers=WORKERS))
+    assert len(results) == len(seeds)
     _fail_with_replay(results)
     assert all(r.verdict.delivered > 0 for r in results)
     # The set must stage real truncations, not only pass: most chunks see several.
     assert sum(r.verdict.reports for r in results) > 0
+
+
+@pytest.mark.parametrize("seed", sorted(KNOWN_OPEN))
+def test_known_open_schedules_still_fail(seed: int) -> None:
+    result = run_schedule(generate(seed))
+    if not result.verdict.ok:
+        pytest.xfail(f"seed {seed}: {KNOWN_OPEN[seed]}: {result.verdict.problems[:1]}")
+    pytest.fail(f"seed {seed} passes now: move it back into the set ({KNOWN_OPEN[seed]})")
 
 
 def test_chaos_schedules_without_unclean_elections_report_nothing() -> None:

@@ -89,3 +89,17 @@ def test_shrink_drops_partitions_members_and_steps_while_it_still_fails() -> Non
     group = Schedule(3, (Join(), Produce(0, 1), Leave(0)), partitions=1, members=3)
     smaller, _ = shrink(group, lambda c: any(isinstance(x, Produce) for x in c.steps))
     assert smaller == Schedule(3, (Produce(0, 1),), partitions=1, members=1)
+
+
+def test_the_example_in_docs_testing_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
+    (block,) = [
+        b for b in re.findall(r"```python\n(.*?)```", doc, flags=re.S) if "run_schedule(" in b
+    ]
+    exec(compile(block, "docs/testing.md:chaos", "exec"), {})
+    out = capsys.readouterr().out
+    assert "silent losses 0, silent re-reads 0" in out
+    assert "Schedule(" in out and "seed=42" in out

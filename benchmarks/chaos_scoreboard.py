@@ -3,16 +3,18 @@ against EpochConsumer, kafka-python's KafkaConsumer, confluent-kafka and aiokafk
 EmbeddedCluster, judged by the same oracle (docs/reliability.md explains the method).
 
 ``EPOCHGUARD_SCOREBOARD_SCHEDULES`` (default 100) schedules per client, seeds 0..N-1, six
-at a time. Counts are summed over the schedules: silent losses and silent re-reads in
-records, spurious reports and stalls in events; ``schedules_failed`` counts schedules with
-any of them.
+at a time; the result also goes to ``benchmarks/results/chaos.json``. Counts are summed over
+the schedules: silent losses and silent re-reads in records, spurious reports and stalls in
+events; ``schedules_failed`` counts schedules with any of them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from epochguard.testing.chaos.clients import CLIENTS
@@ -67,14 +69,18 @@ def score(client: str, schedules: int = SCHEDULES, workers: int = WORKERS) -> di
 
 
 def run() -> dict[str, Any]:
-    return {
+    result = {
         "cluster": "EmbeddedCluster (3 brokers)",
         "seeds": f"0..{SCHEDULES - 1}",
+        "load_average_before": [round(x, 2) for x in os.getloadavg()],
         "clients": {name: score(name) for name in CLIENTS},
     }
+    # The scoreboard's own file (docs/reliability.md reads it), besides the runner's
+    # chaos_scoreboard.json with the host details.
+    out = Path(__file__).resolve().parent / "results" / "chaos.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return result
 
 
 if __name__ == "__main__":
-    import json
-
     print(json.dumps(run(), indent=2))

@@ -280,6 +280,20 @@ class _KafkaPythonClient(_KafkaPythonLike):
             if not _truncation_like(exc):
                 log.info("chaos_kafka_python_error", error=repr(exc))
                 return
+            divergent = getattr(exc, "divergent_offsets", None)
+            if isinstance(divergent, dict):
+                # kafka-python 3's LogTruncationError (KIP-320): the divergence per
+                # partition when the leader gave one; the application seeks there.
+                for tp, at in divergent.items():
+                    div = None if at is None else int(at.offset)
+                    if tp.partition in self.seen:
+                        self.ctx.emit(Reported(-1, tp.partition, div, None, -1, text=repr(exc)))
+                    if div is None:
+                        self.consumer.seek_to_beginning(tp)
+                    else:
+                        self.consumer.seek(tp, div)
+                    self.ctx.emit(Seeked(-1, tp.partition, div, -1))
+                return
             tps = _signalled(exc, self.consumer.assignment())
             _on_signal(self.ctx, self.seen, tps, repr(exc), self.consumer.seek_to_beginning)
             return

@@ -194,6 +194,10 @@ class GroupCoordinator:
                 kerrors.KafkaTimeoutError,
                 kerrors.RequestTimedOutError,
                 kerrors.UnknownBrokerIdError,
+                # The transport closed the connection on a frame it could not match (a
+                # correlation id out of order): the request is lost with the connection, as
+                # on a disconnect. The chaos schedules found it escaping poll() from a join.
+                kerrors.KafkaProtocolError,
             ) as exc:
                 self.coordinator_dead()
                 if time.monotonic() >= deadline or self._client.closed:

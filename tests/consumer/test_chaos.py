@@ -11,7 +11,7 @@ report, not in the partition leader's log at its offset (values are unique; a la
 election of a stale replica may bring it back, which the consumer must then read again).
 Without unclean elections there must be no report at all.
 
-``EPOCHGUARD_CHAOS_SEEDS=N`` (or ``make chaos SEEDS=N``) runs N seeds per mode instead of
+``EPOCHGUARD_CHAOS_SEEDS=N`` (or ``make chaos-legacy SEEDS=N``) runs N seeds per mode instead of
 the default few: seeds 1000, 1001, ... with unclean elections (both policies) and 2000,
 2001, ... without (``EPOCHGUARD_CHAOS_FIRST=K`` starts at 1000 + K and 2000 + K, to split a
 large run between processes). Test ids carry the seed itself (``[1072-rewind]``); a failing

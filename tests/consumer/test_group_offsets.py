@@ -68,3 +68,28 @@ def test_a_short_wait_does_not_shorten_the_coordinator_lookup(mocker: Any) -> No
     lookup.success(SimpleNamespace(error_code=0, node_id=7))
     assert coord.ensure_coordinator(time.monotonic() + 5) == 7
     assert client.send.call_count == 1
+
+
+def test_a_connection_closed_on_a_correlation_id_out_of_order_is_retried(mocker: Any) -> None:
+    """The transport closes a connection whose answer does not match the request in flight
+    (CorrelationIdError, a KafkaProtocolError): the coordinator call forgets the coordinator
+    and sends again, as after a disconnect (found by the chaos schedules, where it escaped
+    poll() from a group join)."""
+    from kafka.errors import CorrelationIdError
+
+    client = mocker.Mock(closed=False)
+    answers: list[Any] = [CorrelationIdError("sent 10, recv 11"), "answer"]
+
+    def request(*_a: Any) -> Any:
+        got = answers.pop(0)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    client.request.side_effect = request
+    coord = GroupCoordinator(client, build_config({"group_id": "g"}))
+    mocker.patch.object(coord, "ensure_coordinator", return_value=7)
+    dead = mocker.patch.object(coord, "coordinator_dead")
+    assert coord._call(object(), time.monotonic() + 5) == "answer"
+    assert client.request.call_count == 2
+    dead.assert_called_once()

@@ -330,6 +330,32 @@ def test_deleted_topic_drops_offsets(cluster: EmbeddedCluster) -> None:
         w.close()
 
 
+def test_a_coordinator_that_has_not_learnt_the_topic_still_returns_the_commit(
+    cluster: EmbeddedCluster,
+) -> None:
+    # Found by the chaos schedules (tests/chaos): a restarted coordinator with late metadata
+    # answered "no commit", and the restarted consumer re-read from the log start. Kafka's
+    # coordinator answers from its offsets store, whatever its metadata cache holds.
+    cluster.create_topic("t")
+    coord = coordinator_of(cluster, "g")
+    w = Wire.to(cluster, coord)
+    try:
+        assert commit(w, "g", "t", {0: (5, 0)}) == {0: 0}
+    finally:
+        w.close()
+    cluster.set_metadata_delay(coord, 5.0)
+    cluster.stop_broker(coord)
+    cluster.start_broker(coord)
+    assert cluster.broker_view("t", 0, coord) is None  # the restarted broker lags
+    w = Wire.to(cluster, coord)
+    try:
+        r = fetch_v7(w, 7, "g", "t", [0])
+        p = r.topics[0].partitions[0]
+        assert (p.committed_offset, p.committed_leader_epoch, p.error_code) == (5, 0, 0)
+    finally:
+        w.close()
+
+
 def join_request(version: int, member_id: str = "", instance: str | None = None) -> Any:
     P = JoinGroupRequest.JoinGroupRequestProtocol
     return JoinGroupRequest(

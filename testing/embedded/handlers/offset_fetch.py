@@ -2,7 +2,9 @@
 from v8, topic ids from v10.
 
 A partition without a commit answers offset -1, epoch -1, no error. Offsets committed to an
-earlier incarnation of a topic (deleted, then recreated with a new topic id) are not returned.
+earlier incarnation of a topic (deleted, then recreated with a new topic id) are not returned;
+a coordinator whose metadata view does not know the topic yet returns the commit by name, as
+Kafka's coordinator (it reads its offsets store only).
 """
 
 from __future__ import annotations
@@ -59,7 +61,10 @@ def _group_offsets(
         results = []
         for p in parts:
             c = stored.get((tname, p))
-            live = c is not None and tv is not None and c.topic_id in (None, tv.topic_id)
+            # Kafka's coordinator answers from its offsets store alone: a broker that has
+            # not learnt of the topic yet (a stale view after a restart) still returns the
+            # commit, or the consumer would reset and re-read what it committed.
+            live = c is not None and (tv is None or c.topic_id in (None, tv.topic_id))
             if c is not None and live:
                 results.append((p, c, 0))
             elif not only_committed:

@@ -1,0 +1,529 @@
+"""One runner applies a :class:`~epochguard.testing.chaos.schedule.Schedule` to an
+EmbeddedCluster while client adapters consume, and hands the :class:`History` to the oracle.
+
+Each consumer (group member) polls in its own thread, as applications do (a group join
+blocks until every member joins); the runner thread applies one step, snapshots every
+partition leader's log, and waits ``step_gap`` seconds before the next. After the last step
+it heals the cluster (faults cleared, brokers started, replication resumed), writes one end
+marker per partition and waits until every application has received every marker.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Protocol
+
+import attrs
+
+from epochguard._log import get_logger
+from epochguard.testing.chaos.oracle import (
+    Delivered,
+    Event,
+    History,
+    LogSnapshot,
+    Recreated,
+    Stalled,
+    Verdict,
+    judge,
+)
+from epochguard.testing.chaos.schedule import (
+    DeleteRecords,
+    Elect,
+    FetchFault,
+    Idle,
+    Join,
+    Leave,
+    MetadataDelay,
+    PauseReplication,
+    Produce,
+    RecreateTopic,
+    RestartConsumer,
+    ResumeReplication,
+    Schedule,
+    StartBroker,
+    Step,
+    StopBroker,
+)
+from epochguard.testing.embedded.cluster import EmbeddedCluster
+from epochguard.testing.embedded.state import EmbeddedClusterError
+
+__all__ = [
+    "ChaosClient",
+    "ChaosClientError",
+    "ClientFactory",
+    "MemberContext",
+    "RunResult",
+    "run_many",
+    "run_schedule",
+]
+
+log = get_logger(__name__)
+
+TOPIC = "chaos"
+
+
+@attrs.frozen
+class MemberContext:
+    """What a client adapter needs to start one consumer of a run."""
+
+    bootstrap: str
+    topic: str
+    partitions: int
+    policy: str
+    member: int
+    group_id: str  # commits go to this group, unless the client keeps them in store_path
+    store_path: str | None  # a SqliteOffsetStore file (single consumer, offsets="store"):
+    # EpochConsumer's offset_store; clients without one commit to the group instead
+    subscribe: bool  # a consumer group (subscribe) rather than assign()
+    emit: Callable[[Any], None]  # takes an event with step=-1; the runner stamps it
+    app: str = "app"
+
+
+class ChaosClient(Protocol):
+    """One consumer under chaos. Every method runs on the member's own thread."""
+
+    def poll_once(self) -> None:
+        """Poll once (briefly), emit what it delivered or reported, handle errors as the
+        policy says (seek after a report under ``raise``), commit what it delivered."""
+
+    def close(self) -> None: ...
+
+
+ClientFactory = Callable[[MemberContext], ChaosClient]
+
+
+@attrs.frozen
+class RunResult:
+    schedule: Schedule
+    client: str
+    history: History
+    verdict: Verdict
+    seconds: float
+    step_log: tuple[str, ...]
+
+    def describe(self) -> str:
+        steps = "\n".join(f"    {i}: {s}" for i, s in enumerate(self.step_log))
+        return (
+            f"schedule seed {self.schedule.seed} with {self.client}: "
+            f"{self.verdict.describe()}\n  steps as applied:\n{steps}\n"
+            f"  replay:\n{self.schedule.to_code()}"
+        )
+
+
+class _Member(threading.Thread):
+    def __init__(self, run: _Run, member: int, app: str, factory: ClientFactory) -> None:
+        super().__init__(daemon=True, name=f"chaos-member-{app}-{member}")
+        self.run_ = run
+        self.member = member
+        self.app = app
+        self.factory = factory
+        self.stop_flag = threading.Event()
+        self.started_ok = threading.Event()
+        self.error: BaseException | None = None
+        self.trace = ""
+
+    def run(self) -> None:
+        r = self.run_
+        ctx = MemberContext(
+            bootstrap=r.cluster.all_bootstrap_servers,
+            topic=TOPIC,
+            partitions=r.schedule.partitions,
+            policy=r.schedule.policy,
+            member=self.member,
+            group_id=f"chaos-{self.app}",
+            store_path=(
+                os.path.join(r.tmpdir, f"{self.app}.sqlite")
+                if r.schedule.offsets == "store"
+                else None
+            ),
+            subscribe=r.schedule.members > 1,
+            emit=lambda ev: r.emit(ev, self.app, self.member),
+            app=self.app,
+        )
+        client: ChaosClient | None = None
+        try:
+            client = self.factory(ctx)
+            self.started_ok.set()
+            while not self.stop_flag.is_set():
+                client.poll_once()
+        except BaseException as exc:  # reported by the runner as the run's failure
+            self.error = exc
+            self.trace = traceback.format_exc()
+            log.warning("chaos_member_failed", member=self.member, error=repr(exc))
+        finally:
+            self.started_ok.set()
+            if client is not None:
+                try:
+                    client.close()
+                except Exception as exc:  # a close that fails is not the oracle's business
+                    log.info("chaos_member_close_failed", error=repr(exc))
+
+    def halt(self, timeout: float = 15.0) -> None:
+        self.stop_flag.set()
+        self.join(timeout)
+
+
+class _Run:
+    def __init__(
+        self,
+        schedule: Schedule,
+        cluster: EmbeddedCluster,
+        clients: Mapping[str, ClientFactory],
+        tmpdir: str,
+        step_gap: float,
+    ) -> None:
+        self.schedule = schedule
+        self.cluster = cluster
+        self.clients = clients
+        self.tmpdir = tmpdir
+        self.step_gap = step_gap
+        self.lock = threading.Lock()
+        self.events: list[Event] = []
+        self.snapshots: list[dict[int, LogSnapshot | None]] = []
+        self.values: dict[str, set[bytes]] = {app: set() for app in clients}
+        self.members: dict[str, list[_Member]] = {app: [] for app in clients}
+        self.next_member = 0
+        self.seq = 0
+        self.step_log: list[str] = []
+
+    # -- events ------------------------------------------------------------------------------
+
+    def emit(self, ev: Any, app: str, member: int) -> None:
+        with self.lock:
+            ev = attrs.evolve(ev, step=max(0, len(self.snapshots) - 1), app=app, member=member)
+            self.events.append(ev)
+            if isinstance(ev, Delivered):
+                self.values[app].add(ev.value)
+
+    # -- members -----------------------------------------------------------------------------
+
+    def start_member(self, app: str, member: int | None = None) -> None:
+        if member is None:
+            member = self.next_member
+            self.next_member += 1
+        m = _Member(self, member, app, self.clients[app])
+        self.members[app].append(m)
+        m.start()
+        m.started_ok.wait(30)
+
+    def stop_member(self, app: str, m: _Member) -> None:
+        m.halt()
+        self.members[app].remove(m)
+
+    def alive(self, app: str) -> list[_Member]:
+        return [m for m in self.members[app] if m.is_alive()]
+
+    # -- the cluster -------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[int, LogSnapshot | None]:
+        from kafka.record.default_records import DefaultRecordBatch
+
+        def snap() -> dict[int, LogSnapshot | None]:
+            out: dict[int, LogSnapshot | None] = {}
+            state = self.cluster.state
+            for p in range(self.schedule.partitions):
+                try:
+                    part = state.partition(TOPIC, p)
+                except EmbeddedClusterError:
+                    out[p] = None
+                    continue
+                if part.leader is None:
+                    out[p] = None
+                    continue
+                log_ = part.logs[part.leader]
+                records: dict[int, tuple[int, bytes | None]] = {}
+                for raw in log_.batches_from(0):
+                    batch = DefaultRecordBatch(raw)
+                    for rec in batch:
+                        records[rec.offset] = (batch.leader_epoch, rec.value)
+                out[p] = LogSnapshot(log_.log_start_offset, records)
+            return out
+
+        return self.cluster.call(snap)
+
+    def apply(self, step: Step) -> str:
+        c = self.cluster
+        brokers = c.broker_ids
+        if isinstance(step, Produce):
+            if c.leader(TOPIC, step.partition) is None:
+                return f"{step!r}: no leader"
+            values = []
+            for _ in range(step.count):
+                values.append(b"%d:%d" % (self.schedule.seed, self.seq))
+                self.seq += 1
+            c.append(TOPIC, step.partition, values, batch_size=step.batch)
+            return f"{step!r}: {values[0]!r}..{values[-1]!r}"
+        if isinstance(step, Elect):
+            leader = c.leader(TOPIC, step.partition)
+            isr = c.isr(TOPIC, step.partition)
+            if step.unclean:
+                cands = [
+                    b for b in c.replicas(TOPIC, step.partition) if b not in isr and c.is_running(b)
+                ]
+            else:
+                cands = [b for b in isr if b != leader and c.is_running(b)]
+            if not cands:
+                return f"{step!r}: no candidate"
+            b = cands[step.pick % len(cands)]
+            c.elect_leader(TOPIC, step.partition, b, unclean=step.unclean)
+            return f"{step!r}: broker {b}, epoch {c.leader_epoch(TOPIC, step.partition)}"
+        if isinstance(step, StopBroker):
+            running = c.running_broker_ids
+            if len(running) <= 1:
+                return f"{step!r}: last broker"
+            b = running[step.pick % len(running)]
+            c.stop_broker(b)
+            return f"{step!r}: broker {b}"
+        if isinstance(step, StartBroker):
+            stopped = [b for b in brokers if not c.is_running(b)]
+            if not stopped:
+                return f"{step!r}: none stopped"
+            b = stopped[step.pick % len(stopped)]
+            c.start_broker(b)
+            return f"{step!r}: broker {b}"
+        if isinstance(step, PauseReplication):
+            leader = c.leader(TOPIC, step.partition)
+            followers = [b for b in c.replicas(TOPIC, step.partition) if b != leader]
+            b = followers[step.pick % len(followers)]
+            c.pause_replication(b)
+            return f"{step!r}: broker {b}"
+        if isinstance(step, ResumeReplication):
+            b = brokers[step.pick % len(brokers)]
+            c.resume_replication(b)
+            return f"{step!r}: broker {b}"
+        if isinstance(step, MetadataDelay):
+            b = brokers[step.pick % len(brokers)]
+            c.set_metadata_delay(b, step.seconds)
+            return f"{step!r}: broker {b}"
+        if isinstance(step, FetchFault):
+            if step.kind == "delay":
+                c.faults.delay_responses(step.seconds, api_key=step.api, count=1)
+            elif step.kind == "drop":
+                c.faults.drop_responses(api_key=step.api, count=1)
+            else:
+                c.faults.disconnect_on(api_key=step.api, count=1)
+            return repr(step)
+        if isinstance(step, DeleteRecords):
+            leader = c.leader(TOPIC, step.partition)
+            if leader is None:
+                return f"{step!r}: no leader"
+            start = c.log_start_offset(TOPIC, step.partition, leader)
+            hw = c.high_watermark(TOPIC, step.partition, leader)
+            if hw <= start:
+                return f"{step!r}: nothing to delete"
+            before = start + max(1, round((hw - start) * step.fraction))
+            c.delete_records(TOPIC, step.partition, before)
+            return f"{step!r}: below {before}"
+        if isinstance(step, RecreateTopic):
+            with self.lock:
+                self.events.append(Recreated(max(0, len(self.snapshots) - 1)))
+            c.delete_topic(TOPIC)
+            c.create_topic(TOPIC, partitions=self.schedule.partitions, replication_factor=3)
+            return f"{step!r}: topic id {c.topic_id(TOPIC)}"
+        if isinstance(step, RestartConsumer):
+            out = []
+            for app in self.clients:
+                alive = self.alive(app)
+                if not alive:
+                    continue
+                m = alive[step.member % len(alive)]
+                self.stop_member(app, m)
+                self.start_member(app, m.member)
+                out.append(f"{app} member {m.member}")
+            return f"{step!r}: {', '.join(out)}"
+        if isinstance(step, Join):
+            for app in self.clients:
+                self.start_member(app)
+            return repr(step)
+        if isinstance(step, Leave):
+            out = []
+            for app in self.clients:
+                alive = self.alive(app)
+                if len(alive) <= 1:
+                    continue
+                m = alive[step.member % len(alive)]
+                self.stop_member(app, m)
+                out.append(f"{app} member {m.member}")
+            return f"{step!r}: {', '.join(out) or 'the last member stays'}"
+        if isinstance(step, Idle):
+            time.sleep(step.seconds)
+            return repr(step)
+        raise TypeError(f"not a chaos step: {step!r}")
+
+    def heal(self) -> None:
+        c = self.cluster
+        c.faults.clear()
+        for b in c.broker_ids:
+            c.start_broker(b)
+            c.resume_replication(b)
+        c.settle()
+        deadline = time.monotonic() + 10
+        for p in range(self.schedule.partitions):
+            while c.leader(TOPIC, p) is None:
+                if time.monotonic() > deadline:
+                    raise EmbeddedClusterError(f"p{p} has no leader after healing")
+                time.sleep(0.02)
+
+    def execute(self, end_timeout: float) -> None:
+        s = self.schedule
+        self.cluster.create_topic(TOPIC, partitions=s.partitions, replication_factor=3)
+        with self.lock:
+            self.snapshots.append(self.snapshot())
+        for app in self.clients:
+            for _ in range(s.members):
+                self.start_member(app)
+        for step in s.steps:
+            try:
+                self.step_log.append(self.apply(step))
+            except EmbeddedClusterError as exc:  # e.g. electing a broker that just stopped
+                self.step_log.append(f"{step!r}: refused ({exc})")
+            snap = self.snapshot()
+            with self.lock:
+                self.snapshots.append(snap)
+            self.check_members()
+            time.sleep(self.step_gap)
+        self.heal()
+        markers = {}
+        for p in range(s.partitions):
+            markers[p] = b"end:%d:%d" % (s.seed, p)
+            self.cluster.append(TOPIC, p, [markers[p]])
+        snap = self.snapshot()
+        with self.lock:
+            self.snapshots.append(snap)
+        self.step_log.append("heal, end markers")
+        deadline = time.monotonic() + end_timeout
+        while time.monotonic() < deadline:
+            self.check_members()
+            with self.lock:
+                if all(set(markers.values()) <= v for v in self.values.values()):
+                    break
+            time.sleep(0.02)
+        # A client that is done must stay done: re-deliveries after the end still count.
+        time.sleep(min(0.3, 10 * self.step_gap))
+        with self.lock:
+            for app, got in self.values.items():
+                for p, marker in markers.items():
+                    if marker not in got:
+                        self.events.append(
+                            Stalled(p, f"end marker not received in {end_timeout} s", app)
+                        )
+
+    def check_members(self) -> None:
+        for app, members in self.members.items():
+            for m in members:
+                if m.error is not None:
+                    raise ChaosClientError(
+                        f"{app} member {m.member} failed: {m.error!r}\n{m.trace}"
+                    ) from m.error
+
+    def close_members(self) -> None:
+        for app in self.clients:
+            for m in list(self.members[app]):
+                m.halt()
+
+
+class ChaosClientError(RuntimeError):
+    """A client adapter raised (a bug in the adapter or the client, not a verdict)."""
+
+
+def run_schedule(
+    schedule: Schedule,
+    clients: Mapping[str, ClientFactory] | ClientFactory | None = None,
+    *,
+    step_gap: float = 0.03,
+    end_timeout: float = 15.0,
+) -> RunResult:
+    """Run ``schedule`` on a fresh 3-broker EmbeddedCluster.
+
+    ``clients``: one factory (default: EpochConsumer) or several by application name; every
+    application consumes the same run, and the verdict judges the first one (see
+    :func:`judge` with ``app=`` for the others).
+    """
+    if clients is None:
+        from epochguard.testing.chaos.clients import epoch_consumer
+
+        clients = {"epochguard": epoch_consumer}
+    elif callable(clients):
+        clients = {getattr(clients, "client_name", "app"): clients}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="chaos-") as tmpdir, EmbeddedCluster(brokers=3) as c:
+        run = _Run(schedule, c, clients, tmpdir, step_gap)
+        try:
+            run.execute(end_timeout)
+        finally:
+            run.close_members()
+        final = run.snapshot()
+    history = History(
+        tuple(run.events),
+        tuple(run.snapshots),
+        {p: s for p, s in final.items() if s is not None},
+        schedule.policy,
+    )
+    first = next(iter(clients))
+    return RunResult(
+        schedule,
+        first,
+        history,
+        judge(history, first),
+        time.monotonic() - started,
+        tuple(run.step_log),
+    )
+
+
+def run_many(
+    schedules: Iterable[Schedule],
+    clients: Mapping[str, ClientFactory] | ClientFactory | None = None,
+    *,
+    workers: int = 4,
+    step_gap: float = 0.03,
+    end_timeout: float = 15.0,
+) -> Iterator[RunResult]:
+    """Run schedules ``workers`` at a time, each on its own cluster (threads: a run mostly
+    waits on sockets and on the step gap). Results come in completion order; a run whose
+    client adapter or cluster raised yields a result with a stall naming the error."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    todo = iter(schedules)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chaos-run") as pool:
+        running: dict[Future[RunResult], Schedule] = {}
+
+        def submit() -> bool:
+            s = next(todo, None)
+            if s is None:
+                return False
+            running[
+                pool.submit(run_schedule, s, clients, step_gap=step_gap, end_timeout=end_timeout)
+            ] = s
+            return True
+
+        for _ in range(workers):
+            if not submit():
+                break
+        while running:
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in finished:
+                s = running.pop(f)
+                try:
+                    yield f.result()
+                except Exception as exc:
+                    yield _crashed(s, clients, exc)
+                submit()
+
+
+def _crashed(
+    schedule: Schedule, clients: Mapping[str, ClientFactory] | ClientFactory | None, exc: Exception
+) -> RunResult:
+    name = (
+        "epochguard"
+        if clients is None
+        else next(iter(clients))
+        if isinstance(clients, Mapping)
+        else getattr(clients, "client_name", "app")
+    )
+    history = History((Stalled(-1, f"the run raised {exc!r}", name),), (), {}, schedule.policy)
+    return RunResult(schedule, name, history, judge(history), 0.0, (f"raised {exc!r}",))

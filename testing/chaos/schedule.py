@@ -1,0 +1,361 @@
+"""Chaos schedules as data: small frozen steps, a frozen :class:`Schedule`, a seeded generator.
+
+A schedule says *what* happens, never *how a cluster answered*: steps that need a broker name
+an index (``pick``) that the runner resolves against the live cluster (``candidates[pick %
+len(candidates)]``), so a schedule with steps removed still replays (shrinking) and the same
+schedule drives any client. ``repr(schedule)`` is code: with ``from
+epochguard.testing.chaos.schedule import *`` it evaluates back to an equal schedule.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Literal
+
+import attrs
+
+__all__ = [
+    "DeleteRecords",
+    "Elect",
+    "FetchFault",
+    "Idle",
+    "Join",
+    "Leave",
+    "MetadataDelay",
+    "PauseReplication",
+    "Produce",
+    "RecreateTopic",
+    "RestartConsumer",
+    "ResumeReplication",
+    "Schedule",
+    "ScheduleError",
+    "StartBroker",
+    "Step",
+    "StopBroker",
+    "generate",
+]
+
+Policy = Literal["rewind", "raise"]
+OffsetSource = Literal["group", "store"]
+
+#: request kinds a response fault may hit (Kafka API keys: Fetch, ListOffsets, Metadata,
+#: OffsetForLeaderEpoch)
+FAULT_APIS = (1, 2, 3, 23)
+
+
+class ScheduleError(ValueError):
+    """A schedule or step that cannot describe a run (names the field and the value)."""
+
+
+def _non_negative(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ScheduleError(f"{attribute.name} must be an int >= 0, got {value!r}")
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ScheduleError(f"{attribute.name} must be an int >= 1, got {value!r}")
+
+
+def _seconds(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 30:
+        raise ScheduleError(f"{attribute.name} must be seconds in [0, 30], got {value!r}")
+
+
+@attrs.frozen
+class Produce:
+    """``count`` new records on the partition's leader, ``batch`` records per batch (acks=1)."""
+
+    partition: int = attrs.field(validator=_non_negative)
+    count: int = attrs.field(validator=_positive)
+    batch: int = attrs.field(default=1, validator=_positive)
+
+
+@attrs.frozen
+class Elect:
+    """Elect another replica: a clean election picks among running ISR members, an unclean
+    one among running replicas outside the ISR (the one that loses records)."""
+
+    partition: int = attrs.field(validator=_non_negative)
+    unclean: bool = False
+    pick: int = attrs.field(default=0, validator=_non_negative)
+
+
+@attrs.frozen
+class StopBroker:
+    pick: int = attrs.field(default=0, validator=_non_negative)
+
+
+@attrs.frozen
+class StartBroker:
+    pick: int = attrs.field(default=0, validator=_non_negative)
+
+
+@attrs.frozen
+class PauseReplication:
+    """A follower of the partition stops fetching (falls out of the ISR: a lagging replica)."""
+
+    partition: int = attrs.field(validator=_non_negative)
+    pick: int = attrs.field(default=0, validator=_non_negative)
+
+
+@attrs.frozen
+class ResumeReplication:
+    pick: int = attrs.field(default=0, validator=_non_negative)
+
+
+@attrs.frozen
+class MetadataDelay:
+    """A broker learns controller changes ``seconds`` late (a stale leader keeps serving)."""
+
+    pick: int = attrs.field(validator=_non_negative)
+    seconds: float = attrs.field(validator=_seconds)
+
+
+@attrs.frozen
+class FetchFault:
+    """Misbehaving responses to ``api`` (a Kafka API key): ``delay`` holds the next one for
+    ``seconds``, ``drop`` never sends it (the client times out), ``disconnect`` closes the
+    connection instead of answering."""
+
+    api: int
+    kind: Literal["delay", "drop", "disconnect"]
+    seconds: float = attrs.field(default=0.0, validator=_seconds)
+
+    def __attrs_post_init__(self) -> None:
+        if self.api not in FAULT_APIS:
+            raise ScheduleError(f"api must be one of {FAULT_APIS}, got {self.api!r}")
+        if self.kind not in ("delay", "drop", "disconnect"):
+            raise ScheduleError(f"kind must be delay, drop or disconnect, got {self.kind!r}")
+
+
+@attrs.frozen
+class DeleteRecords:
+    """Retention: move the log start to ``fraction`` of the way to the high watermark."""
+
+    partition: int = attrs.field(validator=_non_negative)
+    fraction: float = attrs.field(default=0.5)
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 < self.fraction <= 1:
+            raise ScheduleError(f"fraction must be in (0, 1], got {self.fraction!r}")
+
+
+@attrs.frozen
+class RecreateTopic:
+    """Delete the topic and create it again (same name and partitions, a new topic id)."""
+
+
+@attrs.frozen
+class RestartConsumer:
+    """Close a consumer after committing (group or offset store) and start a new one that
+    restores its positions from there."""
+
+    member: int = attrs.field(default=0, validator=_non_negative)
+
+
+@attrs.frozen
+class Join:
+    """A new group member joins (a rebalance)."""
+
+
+@attrs.frozen
+class Leave:
+    """A group member leaves after committing (a rebalance); the last one never leaves."""
+
+    member: int = attrs.field(default=0, validator=_non_negative)
+
+
+@attrs.frozen
+class Idle:
+    """Nothing happens for ``seconds``: the consumers catch up."""
+
+    seconds: float = attrs.field(default=0.1, validator=_seconds)
+
+
+Step = (
+    Produce
+    | Elect
+    | StopBroker
+    | StartBroker
+    | PauseReplication
+    | ResumeReplication
+    | MetadataDelay
+    | FetchFault
+    | DeleteRecords
+    | RecreateTopic
+    | RestartConsumer
+    | Join
+    | Leave
+    | Idle
+)
+
+_STEP_TYPES = Step.__args__
+
+
+def _steps(value: object) -> tuple[Step, ...]:
+    if not isinstance(value, tuple | list):
+        raise ScheduleError(f"steps must be a tuple of steps, got {type(value).__name__}")
+    for s in value:
+        if not isinstance(s, _STEP_TYPES):
+            raise ScheduleError(f"not a chaos step: {s!r}")
+    return tuple(value)
+
+
+@attrs.frozen
+class Schedule:
+    """One reproducible run: the consumers' set-up and the steps applied between polls.
+
+    ``members`` 1 is a single consumer on ``assign()`` that commits with its ``group`` or to a
+    ``SqliteOffsetStore`` (``offsets``); 2 or more is a consumer group on ``subscribe()``
+    (group commits), with :class:`Join`/:class:`Leave` rebalancing it.
+    """
+
+    seed: int
+    steps: tuple[Step, ...] = attrs.field(converter=_steps)
+    partitions: int = attrs.field(default=2, validator=_positive)
+    policy: Policy = "rewind"
+    members: int = attrs.field(default=1, validator=_positive)
+    offsets: OffsetSource = "group"
+
+    def __attrs_post_init__(self) -> None:
+        if self.policy not in ("rewind", "raise"):
+            raise ScheduleError(f"policy must be rewind or raise, got {self.policy!r}")
+        if self.offsets not in ("group", "store"):
+            raise ScheduleError(f"offsets must be group or store, got {self.offsets!r}")
+        if self.members > 1 and self.offsets != "group":
+            raise ScheduleError("a consumer group (members > 1) commits to its group")
+        for s in self.steps:
+            p = getattr(s, "partition", None)
+            if p is not None and p >= self.partitions:
+                raise ScheduleError(f"{s!r} names partition {p} of {self.partitions}")
+
+    @property
+    def unclean(self) -> bool:
+        return any(isinstance(s, Elect) and s.unclean for s in self.steps)
+
+    def replace(self, **changes: object) -> Schedule:
+        return attrs.evolve(self, **changes)  # type: ignore[arg-type]
+
+    def to_code(self) -> str:
+        """Python that replays this schedule (paste it into a test or a shell)."""
+        steps = "".join(f"\n        {s!r}," for s in self.steps)
+        return (
+            "from epochguard.testing.chaos import run_schedule\n"
+            "from epochguard.testing.chaos.schedule import *\n\n"
+            "verdict = run_schedule(\n"
+            "    Schedule(\n"
+            f"        seed={self.seed}, partitions={self.partitions}, policy={self.policy!r},\n"
+            f"        members={self.members}, offsets={self.offsets!r},\n"
+            f"        steps=({steps}\n        ),\n"
+            "    )\n"
+            ").verdict\n"
+            "assert verdict.ok, verdict.describe()\n"
+        )
+
+
+# What real Apache Kafka lets a test do to its brokers (ApacheKafkaCluster).
+REAL_KAFKA_STEPS = (Produce, StopBroker, StartBroker, Elect, Idle, RestartConsumer)
+
+
+def generate(
+    seed: int,
+    *,
+    steps: int = 24,
+    unclean: bool = True,
+    policy: Policy | None = None,
+    partitions: int | None = None,
+    members: int | None = None,
+    offsets: OffsetSource | None = None,
+    real_kafka: bool = False,
+) -> Schedule:
+    """The schedule of ``seed``: everything not given is drawn from ``seed`` too.
+
+    ``unclean=False`` leaves out what loses records (unclean elections, topic re-creation):
+    a run that must see no report at all;
+    ``real_kafka`` keeps to the faults real brokers allow (stop/start, elections).
+    """
+    rng = random.Random(seed)
+    n_parts = partitions if partitions is not None else rng.choice([1, 2, 2, 3, 4])
+    n_members = members if members is not None else rng.choice([1, 1, 1, 2, 3])
+    if real_kafka:  # the Java reference consumer reads one partition, alone
+        n_parts = partitions if partitions is not None else 1
+        n_members = 1
+    pol: Policy = policy if policy is not None else rng.choice(["rewind", "raise"])
+    src: OffsetSource = (
+        offsets
+        if offsets is not None
+        else ("group" if n_members > 1 or real_kafka else rng.choice(["group", "store"]))
+    )
+    weights: list[tuple[str, int]] = [
+        ("produce", 10),
+        ("stop", 1),
+        ("start", 2),
+        ("clean", 2),
+        ("idle", 1),
+        ("restart", 1),
+    ]
+    if unclean:
+        # On real Kafka a replica leaves the ISR only by stopping: elect more often.
+        weights.append(("unclean", 5 if real_kafka else 3))
+    if not real_kafka:
+        weights += [
+            ("pause", 3),
+            ("resume", 2),
+            ("metadata", 1),
+            ("fault", 2),
+            ("retention", 1),
+            # Not in a group: a group's re-created topic is an open question (docs/reliability.md)
+            ("recreate", 0 if rng.random() < 0.7 or not unclean or n_members > 1 else 1),
+        ]
+    if n_members > 1:
+        weights += [("join", 1), ("leave", 1)]
+    kinds, ws = zip(*weights, strict=True)
+    out: list[Step] = []
+    recreates = any(k == "recreate" and w > 0 for k, w in weights)
+    for _ in range(steps):
+        kind = rng.choices(kinds, ws)[0]
+        if kind == "metadata" and recreates:
+            # A broker serving a deleted topic's id after its re-creation makes the topic id
+            # flap between incarnations (a spurious "re-created" report, docs/reliability.md,
+            # known issues): kept apart until that is fixed.
+            kind = "idle"
+        p = rng.randrange(n_parts)
+        pick = rng.randrange(6)
+        step: Step
+        if kind == "produce":
+            n = rng.randint(1, 6)
+            step = Produce(p, n, rng.choice([1, 2, n]))
+        elif kind == "pause":
+            step = PauseReplication(p, pick)
+        elif kind == "resume":
+            step = ResumeReplication(pick)
+        elif kind == "stop":
+            step = StopBroker(pick)
+        elif kind == "start":
+            step = StartBroker(pick)
+        elif kind == "clean":
+            step = Elect(p, False, pick)
+        elif kind == "unclean":
+            step = Elect(p, True, pick)
+        elif kind == "idle":
+            step = Idle(rng.choice([0.05, 0.2]))
+        elif kind == "restart":
+            step = RestartConsumer(rng.randrange(n_members))
+        elif kind == "metadata":
+            step = MetadataDelay(pick, rng.choice([0.0, 0.2, 0.5]))
+        elif kind == "fault":
+            fk: Literal["delay", "drop", "disconnect"] = rng.choice(["delay", "drop", "disconnect"])
+            step = FetchFault(
+                rng.choice(FAULT_APIS), fk, rng.choice([0.1, 0.3]) if fk == "delay" else 0.0
+            )
+        elif kind == "retention":
+            step = DeleteRecords(p, rng.choice([0.25, 0.5, 1.0]))
+        elif kind == "recreate":
+            step = RecreateTopic()
+        elif kind == "join":
+            step = Join()
+        else:
+            step = Leave(rng.randrange(n_members))
+        out.append(step)
+    return Schedule(seed, tuple(out), n_parts, pol, n_members, src)

@@ -1,0 +1,156 @@
+"""The CI set: 300 fixed chaos schedules against EpochConsumer, judged by the oracle.
+
+250 schedules drawn whole from seeds 0..249 (partitions, a consumer group or a single
+consumer committing to its group or a SqliteOffsetStore, policy, every kind of fault) and 50
+without unclean elections or topic re-creation (seeds 5000..5049), which must bring no report
+at all. Six runs at a time, each on its own EmbeddedCluster. A failure is shrunk and printed
+as code that replays it. Larger runs: ``make chaos SEEDS=N FIRST=K`` (docs/testing.md);
+figures in docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+import pytest
+
+from epochguard.testing.chaos import RunResult, Schedule, generate, run_schedule
+from epochguard.testing.chaos.clients import epoch_consumer
+from epochguard.testing.chaos.oracle import Reported
+from epochguard.testing.chaos.runner import MemberContext, run_many
+from epochguard.testing.chaos.schedule import (
+    Elect,
+    Idle,
+    MetadataDelay,
+    PauseReplication,
+    Produce,
+    RestartConsumer,
+    StartBroker,
+    StopBroker,
+)
+from epochguard.testing.chaos.shrink import shrink
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+WORKERS = 6
+CHUNK = 50
+
+
+def _fail_with_replay(results: Iterable[RunResult]) -> None:
+    bad = sorted((r for r in results if not r.verdict.ok), key=lambda r: r.schedule.seed)
+    if not bad:
+        return
+    first = bad[0]
+    small, runs = shrink(first.schedule, lambda s: not run_schedule(s).verdict.ok, max_runs=40)
+    pytest.fail(
+        f"{len(bad)} schedule(s) failed (seeds {[r.schedule.seed for r in bad]}); the first:\n"
+        f"{first.describe()}\nshrunk in {runs} runs to {len(small.steps)} steps, replay:\n"
+        f"{small.to_code()}",
+        pytrace=False,
+    )
+
+
+# Schedules of the set that fail for a reason still open (docs/reliability.md, "What the
+# chaos runs found"); each runs below, and may fail only in the known way.
+KNOWN_OPEN = {
+    # The leader lacks the committed epoch (1) and answers epoch 0 ending at 1: the report
+    # says the logs diverge at 1 (Java's answer too), but the record at 0 was replaced as
+    # well (a stale replica's epoch-0 record came back with the second unclean election).
+    92: "divergence from a leader that lacks the committed epoch is an upper bound",
+}
+
+
+@pytest.mark.parametrize("first", range(0, 250, CHUNK))
+def test_chaos_schedules(first: int) -> None:
+    seeds = [s for s in range(first, first + CHUNK) if s not in KNOWN_OPEN]
+    results = list(run_many(map(generate, seeds), workers=WORKERS))
+    assert len(results) == len(seeds)
+    _fail_with_replay(results)
+    assert all(r.verdict.delivered > 0 for r in results)
+    # The set must stage real truncations, not only pass: most chunks see several.
+    assert sum(r.verdict.reports for r in results) > 0
+
+
+@pytest.mark.parametrize("seed", sorted(KNOWN_OPEN))
+def test_known_open_schedules_fail_only_in_the_known_way(seed: int) -> None:
+    # Timing decides whether the consumer learns of the truncation before or after its
+    # restart (before: its own history gives the exact divergence), so the seed passes in
+    # some runs. Either it passes or it fails the known way: records held below the
+    # reported divergence that the final log replaced, nothing else.
+    result = run_schedule(generate(seed))
+    v = result.verdict
+    if v.ok:
+        return
+    assert (v.silent_rereads, v.spurious_reports, v.stalls, v.raise_breaches) == (0, 0, 0, 0), (
+        result.describe()
+    )
+    assert all("but the final log has" in p for p in v.problems), result.describe()
+    pytest.xfail(f"seed {seed}: {KNOWN_OPEN[seed]}: {v.problems[:1]}")
+
+
+def test_chaos_schedules_without_unclean_elections_report_nothing() -> None:
+    schedules = [generate(seed, unclean=False) for seed in range(5000, 5000 + CHUNK)]
+    results = list(run_many(schedules, workers=WORKERS))
+    _fail_with_replay(results)
+    reported = [r.schedule.seed for r in results if r.verdict.reports]
+    assert not reported, f"reports without an unclean election: seeds {reported}"
+
+
+# Shrunk from seed 1 of the first CI set: the coordinator (broker 2) restarts with late
+# metadata, and the restarted consumer must resume at its commit (the EmbeddedCluster
+# answered "no commit" then, and the consumer re-read from the log start).
+RESTART_BEHIND_A_LATE_COORDINATOR = Schedule(
+    1,
+    (
+        Produce(0, 5, 1),
+        MetadataDelay(1, 0.5),
+        StopBroker(4),
+        StartBroker(0),
+        RestartConsumer(1),
+    ),
+    partitions=1,
+)
+
+
+def test_a_restart_behind_a_coordinator_with_late_metadata_resumes_at_the_commit() -> None:
+    result = run_schedule(RESTART_BEHIND_A_LATE_COORDINATOR)
+    assert result.verdict.ok, result.describe()
+    # 5 records and the end marker, some twice when the commit was refused before the restart
+    assert result.verdict.delivered >= 6
+
+
+# A known truncation: both followers lag, the leader alone takes 3 records that the consumer
+# reads, a stale follower is elected uncleanly and takes 2 new ones.
+KNOWN = Schedule(
+    1,
+    (
+        Produce(0, 5, 5),
+        Idle(0.3),
+        PauseReplication(0, 0),
+        PauseReplication(0, 1),
+        Produce(0, 3, 1),
+        Idle(0.5),
+        Elect(0, True, 0),
+        Produce(0, 2, 1),
+    ),
+    partitions=1,
+)
+
+
+def test_a_known_truncation_is_reported_and_a_deaf_client_is_caught() -> None:
+    result = run_schedule(KNOWN)
+    assert result.verdict.ok, result.describe()
+    assert result.verdict.reports >= 1
+
+    def deaf(ctx: MemberContext) -> object:
+        """EpochConsumer whose application never hears of truncations."""
+
+        def emit(ev: object) -> None:
+            if not isinstance(ev, Reported):
+                ctx.emit(ev)
+
+        return epoch_consumer(attrs.evolve(ctx, emit=emit))
+
+    caught = run_schedule(KNOWN, deaf)  # type: ignore[arg-type]
+    assert caught.verdict.silent_rereads + caught.verdict.silent_losses >= 1, caught.describe()

@@ -10,6 +10,7 @@ application thread, which is where listeners and commits-on-revoke run.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -57,6 +58,53 @@ _LOOKUP_BACKOFF = RetryBackoff(0.1, 1.0)
 _CALL_BACKOFF = RetryBackoff(0.05, 0.5)
 #: Before retrying a request the coordinator answered with a retriable error.
 _RETRY_S = 0.05
+
+#: Commit metadata that starts with this carries what OffsetCommit has no field for, written
+#: only when the application gave no metadata of its own: whether the committed epoch is the
+#: epoch of the record before the offset as this consumer read it (``epoch_exact``), and the
+#: topic's id. Without them a restart from the group validates by Java's looser rule and
+#: misses a truncation that began below the leader's answer (a leader that never had the
+#: committed epoch), or a topic re-created under the same name.
+PROVENANCE_PREFIX = "epochguard:"
+
+
+def provenance_metadata(position: EpochOffset, metadata: str) -> str:
+    """The metadata string to commit with ``position``: the application's, or (when it
+    gave none) the position's provenance."""
+    if metadata:
+        return metadata
+    fields: dict[str, object] = {}
+    if position.epoch_exact and position.leader_epoch is not None:
+        fields["epoch_exact"] = True
+    if position.topic_id is not None:
+        fields["topic_id"] = position.topic_id
+    if not fields:
+        return ""
+    return PROVENANCE_PREFIX + json.dumps(fields, sort_keys=True, separators=(",", ":"))
+
+
+def committed_position(
+    offset: int, leader_epoch: int | None, metadata: str | None
+) -> tuple[EpochOffset, str]:
+    """A committed offset as a position, with the provenance :func:`provenance_metadata`
+    stored (then the application's metadata is ``""``); other metadata is the
+    application's and passes through."""
+    if metadata and metadata.startswith(PROVENANCE_PREFIX):
+        try:
+            fields = json.loads(metadata[len(PROVENANCE_PREFIX) :])
+            if isinstance(fields, dict):
+                return (
+                    EpochOffset(
+                        offset,
+                        leader_epoch,
+                        topic_id=fields.get("topic_id"),
+                        epoch_exact=fields.get("epoch_exact") is True and leader_epoch is not None,
+                    ),
+                    "",
+                )
+        except (ValueError, TypeError):
+            pass  # someone else's metadata that happens to start alike
+    return EpochOffset(offset, leader_epoch), metadata or ""
 
 
 def _protocols(assignor: Any) -> list[Any]:
@@ -252,7 +300,7 @@ class GroupCoordinator:
                 out[p.tp] = (
                     None
                     if p.offset is None
-                    else (EpochOffset(p.offset, p.leader_epoch), p.metadata or "")
+                    else committed_position(p.offset, p.leader_epoch, p.metadata)
                 )
             if not retry:
                 return out
@@ -279,7 +327,7 @@ class GroupCoordinator:
         request = wire.offset_commit_request(
             self.group_id,
             [
-                (tp, pos.offset, pos.leader_epoch, metadata)
+                (tp, pos.offset, pos.leader_epoch, provenance_metadata(pos, metadata))
                 for tp, (pos, metadata) in offsets.items()
             ],
             generation if subscribed else None,

@@ -39,7 +39,12 @@ from kafka.structs import TopicPartition
 from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
-from epochguard.consumer.group import CommitFailedError, GroupCoordinator
+from epochguard.consumer.group import (
+    CommitFailedError,
+    GroupCoordinator,
+    committed_position,
+    provenance_metadata,
+)
 from epochguard.offsets.position import EpochOffset
 
 __all__ = ["ConsumerGroupMember"]
@@ -452,7 +457,7 @@ class ConsumerGroupMember(GroupCoordinator):
                 return {
                     p.tp: None
                     if p.offset is None
-                    else (EpochOffset(p.offset, p.leader_epoch), p.metadata or "")
+                    else committed_position(p.offset, p.leader_epoch, p.metadata)
                     for p in parts
                 }
             retriable = [e for e in errors if issubclass(e, _OFFSET_FETCH_RETRY)]
@@ -470,7 +475,10 @@ class ConsumerGroupMember(GroupCoordinator):
         """OffsetCommit v9 with ``committed_leader_epoch``, as this member at its epoch."""
         if not offsets:
             return
-        entries = [(tp, p.offset, p.leader_epoch, m) for tp, (p, m) in offsets.items()]
+        entries = [
+            (tp, p.offset, p.leader_epoch, provenance_metadata(p, m))
+            for tp, (p, m) in offsets.items()
+        ]
         while True:
             with self._cond:
                 epoch, in_group = self.member_epoch, self.member_epoch > 0

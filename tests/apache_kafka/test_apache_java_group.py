@@ -1,0 +1,367 @@
+"""The Java reference consumer as a group member beside EpochConsumer and librdkafka, on real
+Kafka 4.3.1, under each group protocol (issue 13):
+
+- a mixed group of all three reads each record exactly once through a member joining and a
+  member leaving;
+- a partition whose truncation one member detected (EpochConsumer with policy raise, or Java's
+  LogTruncationException) is detected again by the member of the other kind that gets it
+  next, from the committed offset and its leader epoch.
+
+``FLAVOURS`` names each group protocol once; the classic cooperative-sticky flavour is defined
+but not run: EpochConsumer rebalances eagerly and refuses a cooperative-only assignor, so the
+three clients would share no protocol. Once classic cooperative lands in consumer/group.py, add
+``COOPERATIVE`` to ``FLAVOURS`` (nothing else changes).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+import pytest
+from kafka.structs import TopicPartition
+
+from epochguard import EpochConsumer, EpochOffset, LogTruncationError
+from epochguard.testing import produce
+from epochguard.testing.apache_kafka import ApacheKafkaCluster, JavaGroupMember
+
+from ..kip848_scenarios import Runner, wait
+from .test_apache_unclean import B, drive_unclean_election, new_topic
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+
+PARTS = 4
+
+
+@attrs.frozen
+class Flavour:
+    """One group protocol as each of the three clients spells it."""
+
+    name: str
+    protocol: str  # group.protocol: "classic" or "consumer"
+    classic_assignor: str | None  # client-side, classic only: the protocol the members share
+
+    def epoch_config(self) -> dict[str, Any]:
+        if self.protocol == "consumer":
+            return {"group_protocol": "consumer"}
+        # kafka-python's assignor classes answer to the same protocol names as Java's.
+        from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+        assert self.classic_assignor == "range", "EpochConsumer: eager range only (for now)"
+        return {
+            "group_protocol": "classic",
+            "partition_assignment_strategy": [RangePartitionAssignor],
+            "heartbeat_interval_ms": 500,
+        }
+
+    def librdkafka_config(self) -> dict[str, Any]:
+        if self.protocol == "consumer":
+            return {"group.protocol": "consumer"}
+        return {
+            "group.protocol": "classic",
+            "partition.assignment.strategy": self.classic_assignor,
+            "heartbeat.interval.ms": 500,
+        }
+
+    def java_member(
+        self,
+        cluster: ApacheKafkaCluster,
+        group: str,
+        *,
+        auto_commit: bool = False,
+        auto_offset_reset: Literal["earliest", "none"] = "earliest",
+    ) -> JavaGroupMember:
+        return cluster.java_member(
+            group,
+            protocol="consumer" if self.protocol == "consumer" else "classic",
+            assignor=self.classic_assignor,
+            auto_commit=auto_commit,
+            auto_offset_reset=auto_offset_reset,
+        )
+
+
+KIP848 = Flavour("kip848", "consumer", None)
+EAGER_RANGE = Flavour("classic-range", "classic", "range")
+#: Switch on (add to FLAVOURS) when EpochConsumer speaks classic cooperative (KIP-429).
+COOPERATIVE = Flavour("classic-cooperative-sticky", "classic", "cooperative-sticky")
+FLAVOURS = [KIP848, EAGER_RANGE]
+
+
+@pytest.fixture(params=FLAVOURS, ids=lambda f: f.name)
+def flavour(request: pytest.FixtureRequest) -> Flavour:
+    flavour: Flavour = request.param
+    return flavour
+
+
+def epoch_member(
+    cluster: ApacheKafkaCluster, group: str, flavour: Flavour, **kw: Any
+) -> EpochConsumer:
+    cfg: dict[str, Any] = {
+        "bootstrap_servers": cluster.bootstrap_servers,
+        "group_id": group,
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+        "fetch_max_wait_ms": 100,
+        "metadata_max_age_ms": 500,
+        "retry_backoff_ms": 50,
+        "request_timeout_ms": 10000,
+        **flavour.epoch_config(),
+    }
+    cfg.update(kw)
+    return EpochConsumer(**cfg)
+
+
+def _produce(cluster: ApacheKafkaCluster, topic: str, first: int, last: int) -> None:
+    for p in range(PARTS):
+        produce(cluster, topic, [f"{p}-{i}" for i in range(first, last)], partition=p)
+
+
+class _Librdkafka:
+    """confluent-kafka's Consumer polled from the test thread, keeping what it reads."""
+
+    def __init__(self, cluster: ApacheKafkaCluster, group: str, flavour: Flavour) -> None:
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": True,
+                "auto.commit.interval.ms": 200,
+                **flavour.librdkafka_config(),
+            }
+        )
+        self.records: list[tuple[int, int]] = []
+        self.errors: list[str] = []
+
+    def poll(self) -> None:
+        msg = self.consumer.poll(0.1)
+        if msg is None:
+            return
+        if msg.error() is None:
+            self.records.append((msg.partition(), msg.offset()))
+        else:
+            self.errors.append(str(msg.error()))
+
+    def partitions(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+
+def _drive(
+    java: JavaGroupMember | None, rd: _Librdkafka, done: Callable[[], bool], what: str
+) -> None:
+    """Poll the Java member and librdkafka from this thread (EpochConsumer has its own) until
+    ``done``: members of a classic group must keep polling for a rebalance to finish."""
+    deadline = time.monotonic() + 90
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if java is not None:
+            java.poll(0, 200)
+        rd.poll()
+
+
+def test_mixed_group_reads_each_record_once_through_a_join_and_a_leave(
+    cluster: ApacheKafkaCluster, flavour: Flavour
+) -> None:
+    """EpochConsumer reads everything alone; the Java member and librdkafka join, the three
+    split the partitions and read what follows once; the Java member leaves (auto commit on
+    close), the other two take its partitions over from its commits and read the rest once."""
+    topic, group = new_topic(f"jmix-{flavour.name}"), new_topic(f"gjmix-{flavour.name}")
+    cluster.create_topic(topic, partitions=PARTS)
+    _produce(cluster, topic, 0, 5)
+    epoch = epoch_member(
+        cluster, group, flavour, enable_auto_commit=True, auto_commit_interval_ms=200
+    )
+    runner = Runner(epoch)
+    rd = _Librdkafka(cluster, group, flavour)
+    java: JavaGroupMember | None = None
+    everyone = set(range(PARTS))
+
+    def seen() -> list[tuple[int, int]]:
+        java_seen = [(r.partition, r.offset) for r in (java.records if java else [])]
+        return [(r.partition, r.offset) for r in runner.records] + java_seen + rd.records
+
+    def split(*held: set[int]) -> bool:
+        return all(held) and sum(map(len, held)) == PARTS and set().union(*held) == everyone
+
+    try:
+        epoch.subscribe([topic])
+        runner.start()
+        wait(lambda: len(runner.records) == 5 * PARTS, "EpochConsumer reads everything")
+        java = flavour.java_member(cluster, group, auto_commit=True)
+        java.subscribe([topic])
+        rd.consumer.subscribe([topic])
+
+        def three_way() -> bool:
+            assert java is not None
+            held = {tp.partition for tp in java.assignment}
+            ours = {tp.partition for tp in epoch.assignment()}
+            return split(ours, held, rd.partitions())
+
+        _drive(java, rd, three_way, "a three-way split")
+        _produce(cluster, topic, 5, 10)
+        _drive(java, rd, lambda: len(seen()) >= 10 * PARTS, "every record once")
+        assert java.records, "the Java member read its share"
+        assert {r.leader_epoch for r in java.records} == {0}
+        java.close()  # leaves; auto commit commits its positions first
+        _drive(
+            None,
+            rd,
+            lambda: split({tp.partition for tp in epoch.assignment()}, rd.partitions()),
+            "a two-way split",
+        )
+        _produce(cluster, topic, 10, 15)
+        _drive(None, rd, lambda: len(seen()) >= 15 * PARTS, "every record once")
+        got = seen()
+        assert len(got) == len(set(got)) == 15 * PARTS, sorted(got)
+        assert rd.errors == []
+        kinds = [r.kind for r in java.rebalances]
+        # What the Java member's listener saw: an assignment on joining, a revocation when
+        # it left (eager: also one revocation and one assignment per rebalance it lived
+        # through, when librdkafka joined after it).
+        assert kinds[0] == "assigned" and kinds[-1] == "revoked", java.rebalances
+        assert "lost" not in kinds
+    finally:
+        if runner.is_alive():
+            runner.finish()
+        epoch.close()
+        if java is not None:
+            java.close()
+        rd.consumer.close()
+
+
+@attrs.frozen
+class _Handover:
+    topic: str
+    group: str
+    tp: TopicPartition
+    first_epoch: int
+
+
+@pytest.fixture
+def handover(cluster: ApacheKafkaCluster, flavour: Flavour) -> Callable[..., _Handover]:
+    """Drives an unclean election (test_apache_unclean's steps) with ``before`` reading
+    a0..a4, d0..d2 and committing; elects B, produces b0, b1."""
+
+    def run(before: Callable[[str, str], None], name: str) -> _Handover:
+        topic, group = new_topic(f"{name}-{flavour.name}"), new_topic(f"g{name}-{flavour.name}")
+        t = drive_unclean_election(cluster, topic, before_election=lambda: before(topic, group))
+        cluster.elect_leader(topic, 0, B, unclean=True)
+        produce(cluster, topic, ["b0", "b1"])
+        return _Handover(topic, group, TopicPartition(topic, 0), t.first_epoch)
+
+    return run
+
+
+def _epoch_detects(consumer: EpochConsumer) -> LogTruncationError:
+    """Poll until LogTruncationError; reading any record first (b0, b1 taken for a
+    continuation) fails."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert time.monotonic() < deadline, "EpochConsumer never detected the truncation"
+        try:
+            got = consumer.poll(timeout_ms=100)
+        except LogTruncationError as exc:
+            return exc
+        assert not any(got.values()), got
+
+
+def test_truncation_epochconsumer_detected_is_detected_by_the_java_member(
+    cluster: ApacheKafkaCluster, flavour: Flavour, handover: Callable[..., _Handover]
+) -> None:
+    """EpochConsumer (policy raise) read d0..d2 under the first epoch and committed (8, e0);
+    after the unclean election it raises LogTruncationError and leaves without committing.
+    The Java member that gets the partition restores (8, e0), validates it and throws
+    LogTruncationException at the same divergence; it reads nothing from the new log.
+
+    Java throws only with ``auto.offset.reset=none``: with a reset policy it moves the position
+    to the divergence by itself and says so only in its log (measured on Kafka 4.3.1), so
+    ``none`` is Java's counterpart of policy raise."""
+    members: list[Any] = []
+
+    def read_and_commit(topic: str, group: str) -> None:
+        first = epoch_member(cluster, group, flavour, on_truncation="raise")
+        members.append(first)
+        first.subscribe([topic])
+        got: list[Any] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 8:
+            assert time.monotonic() < deadline, got
+            for recs in first.poll(timeout_ms=100).values():
+                got += recs
+        first.commit()
+
+    java: JavaGroupMember | None = None
+    try:
+        h = handover(read_and_commit, "e2j")
+        (first,) = members
+        detected = _epoch_detects(first)
+        assert detected.truncation_offsets() == {h.tp: EpochOffset(5, h.first_epoch)}
+        first.close()
+        java = flavour.java_member(cluster, h.group, auto_offset_reset="none")
+        java.subscribe([h.topic])
+        rounds = java.poll_until(lambda r: r.exception is not None, "the Java member's error")
+        assert [r for rnd in rounds for r in rnd.records] == []
+        exc = rounds[-1].exception
+        assert exc is not None and exc.type == "LogTruncationException", exc
+        assert exc.divergent_offsets == {h.tp: EpochOffset(5, h.first_epoch)}
+        assert exc.fetch_offsets == {h.tp: 8}
+        assert [r.kind for r in java.rebalances] == ["assigned"]
+        # Java keeps the partition stopped until the application seeks.
+        assert java.poll(1, 1000).records == ()
+    finally:
+        for m in members:
+            m.close()
+        if java is not None:
+            java.close()
+
+
+def test_truncation_the_java_member_detected_is_detected_by_epochconsumer(
+    cluster: ApacheKafkaCluster, flavour: Flavour, handover: Callable[..., _Handover]
+) -> None:
+    """The Java member read d0..d2 under the first epoch and committed (commitSync: (8, e0));
+    after the unclean election it throws LogTruncationException and leaves. EpochConsumer
+    (policy raise) gets the partition, restores (8, e0) and raises LogTruncationError at the
+    same divergence, 3 records lost, before fetching anything."""
+    javas: list[JavaGroupMember] = []
+    commits: list[Any] = []
+
+    def read_and_commit(topic: str, group: str) -> None:
+        java = flavour.java_member(cluster, group, auto_offset_reset="none")
+        javas.append(java)
+        java.subscribe([topic])
+        # A new group has no commit and reset policy none has nowhere to start: Java says so
+        # by class; the application seeks (what an app with policy none does).
+        (first,) = java.poll_until(lambda r: r.exception is not None, "no offset")[-1:]
+        assert first.exception is not None
+        assert first.exception.type == "NoOffsetForPartitionException", first.exception
+        java.seek(TopicPartition(topic, 0), 0)
+        java.poll_until(lambda _r: len(java.records) >= 8, "the Java member reads 8 records")
+        commits.append(java.commit())
+
+    epoch: EpochConsumer | None = None
+    try:
+        h = handover(read_and_commit, "j2e")
+        (java,) = javas
+        assert [(r.offset, r.leader_epoch, r.value) for r in java.records] == [
+            (i, h.first_epoch, f"a{i}") for i in range(5)
+        ] + [(5 + i, h.first_epoch, f"d{i}") for i in range(3)]
+        assert commits[0].offsets == {h.tp: EpochOffset(8, h.first_epoch)}
+        rounds = java.poll_until(lambda r: r.exception is not None, "the Java member's error")
+        exc = rounds[-1].exception
+        assert exc is not None and exc.type == "LogTruncationException", exc
+        assert exc.divergent_offsets == {h.tp: EpochOffset(5, h.first_epoch)}
+        java.close()
+        epoch = epoch_member(cluster, h.group, flavour, on_truncation="raise")
+        epoch.subscribe([h.topic])
+        detected = _epoch_detects(epoch)
+        assert detected.truncation_offsets() == {h.tp: EpochOffset(5, h.first_epoch)}
+        assert detected.truncations[h.tp].lost_count == 3
+    finally:
+        for j in javas:
+            j.close()
+        if epoch is not None:
+            epoch.close()

@@ -4,8 +4,10 @@ Kafka 4.3.1, under each group protocol (issue 13):
 - a mixed group of all three reads each record exactly once through a member joining and a
   member leaving;
 - a partition whose truncation one member detected (EpochConsumer with policy raise, or Java's
-  LogTruncationException) is detected again by the member of the other kind that gets it
-  next, from the committed offset and its leader epoch.
+  LogTruncationException) is detected again by each member of the other kind that gets it
+  next, from the committed offset and its leader epoch (one unclean election per protocol,
+  the partition handed along EpochConsumer -> Java -> EpochConsumer, or Java -> EpochConsumer
+  -> Java).
 
 ``FLAVOURS`` names each group protocol once; the classic cooperative-sticky flavour is defined
 but not run: EpochConsumer rebalances eagerly and refuses a cooperative-only assignor, so the
@@ -25,7 +27,7 @@ from kafka.structs import TopicPartition
 
 from epochguard import EpochConsumer, EpochOffset, LogTruncationError
 from epochguard.testing import produce
-from epochguard.testing.apache_kafka import ApacheKafkaCluster, JavaGroupMember
+from epochguard.testing.apache_kafka import ApacheKafkaCluster, JavaCommit, JavaGroupMember
 
 from ..kip848_scenarios import Runner, wait
 from .test_apache_unclean import B, drive_unclean_election, new_topic
@@ -269,99 +271,105 @@ def _epoch_detects(consumer: EpochConsumer) -> LogTruncationError:
         assert not any(got.values()), got
 
 
-def test_truncation_epochconsumer_detected_is_detected_by_the_java_member(
+def _java_detects(java: JavaGroupMember, h: _Handover) -> None:
+    """The Java member (auto.offset.reset=none) throws LogTruncationException at (5, e0),
+    having read nothing of the new log, and keeps the partition stopped."""
+    rounds = java.poll_until(lambda r: r.exception is not None, "the Java member's error")
+    assert [r for rnd in rounds for r in rnd.records] == []
+    exc = rounds[-1].exception
+    assert exc is not None and exc.type == "LogTruncationException", exc
+    assert exc.divergent_offsets == {h.tp: EpochOffset(5, h.first_epoch)}
+    assert exc.fetch_offsets == {h.tp: 8}
+    assert exc.java_class == "org.apache.kafka.clients.consumer.LogTruncationException"
+    # Java keeps the partition stopped until the application seeks.
+    assert java.poll(1, 500).records == ()
+
+
+def _epoch_detects_too(consumer: EpochConsumer, h: _Handover) -> None:
+    detected = _epoch_detects(consumer)
+    assert detected.truncation_offsets() == {h.tp: EpochOffset(5, h.first_epoch)}
+    assert detected.truncations[h.tp].lost_count == 3
+
+
+def _epoch_reads(cluster: ApacheKafkaCluster, flavour: Flavour, group: str) -> EpochConsumer:
+    return epoch_member(cluster, group, flavour, on_truncation="raise")
+
+
+def test_truncation_is_detected_by_every_next_owner_java_or_epochconsumer(
     cluster: ApacheKafkaCluster, flavour: Flavour, handover: Callable[..., _Handover]
 ) -> None:
-    """EpochConsumer (policy raise) read d0..d2 under the first epoch and committed (8, e0);
-    after the unclean election it raises LogTruncationError and leaves without committing.
-    The Java member that gets the partition restores (8, e0), validates it and throws
-    LogTruncationException at the same divergence; it reads nothing from the new log.
+    """One unclean election, the partition handed along a chain of members of both kinds,
+    each one restoring the previous owner's commit (8 under the first epoch) and detecting the
+    truncation at (5, e0) before reading anything of the new log:
 
-    Java throws only with ``auto.offset.reset=none``: with a reset policy it moves the position
-    to the divergence by itself and says so only in its log (measured on Kafka 4.3.1), so
-    ``none`` is Java's counterpart of policy raise."""
-    members: list[Any] = []
+    - KIP-848: EpochConsumer reads a0..a4, d0..d2, commits, detects (policy raise) and
+      leaves; the Java member gets the partition, throws LogTruncationException and leaves;
+      a second EpochConsumer gets it and raises LogTruncationError.
+    - classic eager: the Java member reads and commits (commitSync: (8, e0)), throws
+      LogTruncationException and leaves; EpochConsumer gets it and raises; a second Java
+      member gets it and throws again.
 
-    def read_and_commit(topic: str, group: str) -> None:
-        first = epoch_member(cluster, group, flavour, on_truncation="raise")
-        members.append(first)
-        first.subscribe([topic])
-        got: list[Any] = []
-        deadline = time.monotonic() + 60
-        while len(got) < 8:
-            assert time.monotonic() < deadline, got
-            for recs in first.poll(timeout_ms=100).values():
-                got += recs
-        first.commit()
-
-    java: JavaGroupMember | None = None
-    try:
-        h = handover(read_and_commit, "e2j")
-        (first,) = members
-        detected = _epoch_detects(first)
-        assert detected.truncation_offsets() == {h.tp: EpochOffset(5, h.first_epoch)}
-        first.close()
-        java = flavour.java_member(cluster, h.group, auto_offset_reset="none")
-        java.subscribe([h.topic])
-        rounds = java.poll_until(lambda r: r.exception is not None, "the Java member's error")
-        assert [r for rnd in rounds for r in rnd.records] == []
-        exc = rounds[-1].exception
-        assert exc is not None and exc.type == "LogTruncationException", exc
-        assert exc.divergent_offsets == {h.tp: EpochOffset(5, h.first_epoch)}
-        assert exc.fetch_offsets == {h.tp: 8}
-        assert [r.kind for r in java.rebalances] == ["assigned"]
-        # Java keeps the partition stopped until the application seeks.
-        assert java.poll(1, 1000).records == ()
-    finally:
-        for m in members:
-            m.close()
-        if java is not None:
-            java.close()
-
-
-def test_truncation_the_java_member_detected_is_detected_by_epochconsumer(
-    cluster: ApacheKafkaCluster, flavour: Flavour, handover: Callable[..., _Handover]
-) -> None:
-    """The Java member read d0..d2 under the first epoch and committed (commitSync: (8, e0));
-    after the unclean election it throws LogTruncationException and leaves. EpochConsumer
-    (policy raise) gets the partition, restores (8, e0) and raises LogTruncationError at the
-    same divergence, 3 records lost, before fetching anything."""
-    javas: list[JavaGroupMember] = []
+    The Java members use ``auto.offset.reset=none``: with a reset policy Java moves the
+    position to the divergence by itself and says so only in its log (measured on Kafka
+    4.3.1), so ``none`` is Java's counterpart of policy raise. A member detecting the
+    truncation commits nothing, so each next owner starts from the same commit."""
+    owners: list[Any] = []
+    java_first = flavour.protocol == "classic"
     commits: list[Any] = []
 
     def read_and_commit(topic: str, group: str) -> None:
-        java = flavour.java_member(cluster, group, auto_offset_reset="none")
-        javas.append(java)
-        java.subscribe([topic])
-        # A new group has no commit and reset policy none has nowhere to start: Java says so
-        # by class; the application seeks (what an app with policy none does).
-        (first,) = java.poll_until(lambda r: r.exception is not None, "no offset")[-1:]
-        assert first.exception is not None
-        assert first.exception.type == "NoOffsetForPartitionException", first.exception
-        java.seek(TopicPartition(topic, 0), 0)
-        java.poll_until(lambda _r: len(java.records) >= 8, "the Java member reads 8 records")
-        commits.append(java.commit())
+        if java_first:
+            java = flavour.java_member(cluster, group, auto_offset_reset="none")
+            owners.append(java)
+            java.subscribe([topic])
+            # A new group has no commit and policy none has nowhere to start: Java says so by
+            # class; the application seeks, as one with policy none does.
+            (first,) = java.poll_until(lambda r: r.exception is not None, "no offset")[-1:]
+            assert first.exception is not None
+            assert first.exception.type == "NoOffsetForPartitionException", first.exception
+            java.seek(TopicPartition(topic, 0), 0)
+            java.poll_until(lambda _r: len(java.records) >= 8, "the Java member reads 8")
+            commits.append(java.commit())
+        else:
+            epoch = _epoch_reads(cluster, flavour, group)
+            owners.append(epoch)
+            epoch.subscribe([topic])
+            got: list[Any] = []
+            deadline = time.monotonic() + 60
+            while len(got) < 8:
+                assert time.monotonic() < deadline, got
+                for recs in epoch.poll(timeout_ms=100).values():
+                    got += recs
+            epoch.commit()
+            commits.append(epoch.committed_with_epoch(TopicPartition(topic, 0)))
 
-    epoch: EpochConsumer | None = None
     try:
-        h = handover(read_and_commit, "j2e")
-        (java,) = javas
-        assert [(r.offset, r.leader_epoch, r.value) for r in java.records] == [
-            (i, h.first_epoch, f"a{i}") for i in range(5)
-        ] + [(5 + i, h.first_epoch, f"d{i}") for i in range(3)]
-        assert commits[0].offsets == {h.tp: EpochOffset(8, h.first_epoch)}
-        rounds = java.poll_until(lambda r: r.exception is not None, "the Java member's error")
-        exc = rounds[-1].exception
-        assert exc is not None and exc.type == "LogTruncationException", exc
-        assert exc.divergent_offsets == {h.tp: EpochOffset(5, h.first_epoch)}
-        java.close()
-        epoch = epoch_member(cluster, h.group, flavour, on_truncation="raise")
-        epoch.subscribe([h.topic])
-        detected = _epoch_detects(epoch)
-        assert detected.truncation_offsets() == {h.tp: EpochOffset(5, h.first_epoch)}
-        assert detected.truncations[h.tp].lost_count == 3
+        h = handover(read_and_commit, "chain")
+        (first,) = owners
+        if java_first:
+            assert [(r.offset, r.leader_epoch, r.value) for r in first.records] == [
+                (i, h.first_epoch, f"a{i}") for i in range(5)
+            ] + [(5 + i, h.first_epoch, f"d{i}") for i in range(3)]
+            assert commits == [JavaCommit({h.tp: EpochOffset(8, h.first_epoch)})]
+            _java_detects(first, h)
+        else:
+            assert commits == [EpochOffset(8, h.first_epoch)]
+            _epoch_detects_too(first, h)
+        first.close()
+        for kind in ("epoch", "java") if java_first else ("java", "epoch"):
+            if kind == "java":
+                java = flavour.java_member(cluster, h.group, auto_offset_reset="none")
+                owners.append(java)
+                java.subscribe([h.topic])
+                _java_detects(java, h)
+                assert [r.kind for r in java.rebalances] == ["assigned"]
+                java.close()
+            else:
+                epoch = _epoch_reads(cluster, flavour, h.group)
+                owners.append(epoch)
+                epoch.subscribe([h.topic])
+                _epoch_detects_too(epoch, h)
+                epoch.close()
     finally:
-        for j in javas:
-            j.close()
-        if epoch is not None:
-            epoch.close()
+        for owner in owners:
+            owner.close()

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
+import kafka.errors as kerrors
 import pytest
 from kafka.structs import TopicPartition
 
@@ -373,3 +374,40 @@ def test_truncation_is_detected_by_every_next_owner_java_or_epochconsumer(
     finally:
         for owner in owners:
             owner.close()
+
+
+def test_an_assignor_kafka_lacks_is_fatal_for_java_and_for_epochconsumer(
+    cluster: ApacheKafkaCluster,
+) -> None:
+    """UNSUPPORTED_ASSIGNOR is fatal for both KIP-848 members: neither retries. Java 4.3.1
+    throws UnsupportedAssignorException from one poll and then returns nothing (its member is
+    FATAL); EpochConsumer raises UnsupportedAssignorError from every poll until close, so an
+    application that swallowed the first one does not poll an empty consumer forever."""
+    topic, group = new_topic("fatal"), new_topic("gfatal")
+    cluster.create_topic(topic)
+    with cluster.java_member(f"{group}-java", protocol="consumer", assignor="nope") as java:
+        java.subscribe([topic])
+        rounds = java.poll_until(lambda r: r.exception is not None, "Java's error")
+        exc = rounds[-1].exception
+        assert exc is not None and exc.type == "UnsupportedAssignorException", exc
+        assert "nope" in (exc.message or "")
+        later = java.poll(0, 1000)
+        assert (later.exception, later.records, later.assignment) == (None, (), frozenset())
+    epoch = epoch_member(cluster, f"{group}-epoch", KIP848, group_remote_assignor="nope")
+    try:
+        epoch.subscribe([topic])
+        with pytest.raises(kerrors.UnsupportedAssignorError, match="nope"):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                epoch.poll(timeout_ms=100)
+        member = epoch._group
+        assert member is not None and member._hb_thread is not None
+        member._hb_thread.join(10)
+        assert not member._hb_thread.is_alive()
+        sent = member.heartbeats_sent
+        for _ in range(2):
+            with pytest.raises(kerrors.UnsupportedAssignorError, match="nope"):
+                epoch.poll(timeout_ms=100)
+        assert member.heartbeats_sent == sent
+    finally:
+        epoch.close()

@@ -208,7 +208,11 @@ def test_mixed_group_reads_each_record_once_through_a_join_and_a_leave(
         _produce(cluster, topic, 5, 10)
         _drive(java, rd, lambda: len(seen()) >= 10 * PARTS, "every record once")
         assert java.records, "the Java member read its share"
-        assert {r.leader_epoch for r in java.records} == {0}
+        # Every record comes with its batch's leader epoch (not always 0: on a loaded machine
+        # a broker can miss its session and the partition change leader meanwhile).
+        for r in java.records:
+            assert r.leader_epoch is not None
+            assert 0 <= r.leader_epoch <= cluster.leader_epoch(topic, r.partition), r
         java.close()  # leaves; auto commit commits its positions first
         _drive(
             None,

@@ -415,3 +415,37 @@ def test_an_assignor_kafka_lacks_is_fatal_for_java_and_for_epochconsumer(
         assert member.heartbeats_sent == sent
     finally:
         epoch.close()
+
+
+def test_an_instance_id_the_java_member_holds_is_refused_to_epochconsumer(
+    cluster: ApacheKafkaCluster,
+) -> None:
+    """The Java member joins as static member ``i1`` (KIP-848); EpochConsumer asking for the
+    same instance id gets UNRELEASED_INSTANCE_ID, which is fatal: it raises
+    UnreleasedInstanceIdError from every poll and stops heartbeating, and the Java member
+    keeps its partitions through it (no rebalance)."""
+    topic, group = new_topic("static"), new_topic("gstatic")
+    cluster.create_topic(topic, partitions=2)
+    instance = f"{group}-i1"
+    with cluster.java_member(group, protocol="consumer", instance_id=instance) as java:
+        java.subscribe([topic])
+        java.poll_until(lambda r: len(r.assignment) == 2, "both partitions")
+        epoch = epoch_member(cluster, group, KIP848, group_instance_id=instance)
+        try:
+            epoch.subscribe([topic])
+            with pytest.raises(kerrors.UnreleasedInstanceIdError):
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    epoch.poll(timeout_ms=100)
+            member = epoch._group
+            assert member is not None and member._hb_thread is not None
+            member._hb_thread.join(10)
+            assert not member._hb_thread.is_alive()
+            with pytest.raises(kerrors.UnreleasedInstanceIdError):
+                epoch.poll(timeout_ms=100)
+            assert epoch.assignment() == set()
+        finally:
+            epoch.close()
+        after = java.poll(0, 1000)
+        assert after.rebalances == () and len(after.assignment) == 2
+        assert [r.kind for r in java.rebalances] == ["assigned"] * len(java.rebalances)

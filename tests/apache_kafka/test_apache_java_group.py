@@ -10,9 +10,10 @@ Kafka 4.3.1, under each group protocol (issue 13):
   -> Java).
 
 ``FLAVOURS`` names each group protocol once; the classic cooperative-sticky flavour is defined
-but not run: EpochConsumer rebalances eagerly and refuses a cooperative-only assignor, so the
-three clients would share no protocol. Once classic cooperative lands in consumer/group.py, add
-``COOPERATIVE`` to ``FLAVOURS`` (nothing else changes).
+but not run on this branch: here EpochConsumer rebalances eagerly and refuses a cooperative-only
+assignor, so the three clients would share no protocol. Classic cooperative (KIP-429) landed on
+main meanwhile (consumer/assignors.py); once merged, add ``COOPERATIVE`` to ``FLAVOURS``
+(nothing else changes).
 """
 
 from __future__ import annotations
@@ -49,13 +50,24 @@ class Flavour:
     def epoch_config(self) -> dict[str, Any]:
         if self.protocol == "consumer":
             return {"group_protocol": "consumer"}
-        # kafka-python's assignor classes answer to the same protocol names as Java's.
-        from kafka.coordinator.assignors.range import RangePartitionAssignor
+        # The assignor classes answer to the same protocol names as Java's.
+        assignor: Any
+        if self.classic_assignor == "cooperative-sticky":
+            # Landed on main with the classic cooperative work (consumer/assignors.py), after
+            # this branch was cut: imported here so that this module loads without it.
+            from epochguard.consumer.assignors import (  # type: ignore[import-not-found]
+                CooperativeStickyAssignor,
+            )
 
-        assert self.classic_assignor == "range", "EpochConsumer: eager range only (for now)"
+            assignor = CooperativeStickyAssignor
+        else:
+            from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+            assert self.classic_assignor == "range", self.classic_assignor
+            assignor = RangePartitionAssignor
         return {
             "group_protocol": "classic",
-            "partition_assignment_strategy": [RangePartitionAssignor],
+            "partition_assignment_strategy": [assignor],
             "heartbeat_interval_ms": 500,
         }
 
@@ -87,7 +99,7 @@ class Flavour:
 
 KIP848 = Flavour("kip848", "consumer", None)
 EAGER_RANGE = Flavour("classic-range", "classic", "range")
-#: Switch on (add to FLAVOURS) when EpochConsumer speaks classic cooperative (KIP-429).
+#: Switch on (add to FLAVOURS) once main's classic cooperative work (KIP-429) is merged.
 COOPERATIVE = Flavour("classic-cooperative-sticky", "classic", "cooperative-sticky")
 FLAVOURS = [KIP848, EAGER_RANGE]
 

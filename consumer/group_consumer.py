@@ -17,7 +17,11 @@ that is where commits, rebalance listeners and positions live:
 3. FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID: every partition is lost: positions are dropped
    without a commit (another member may own them already), ``on_partitions_revoked`` runs
    (kafka-python's listener has no ``on_partitions_lost``; Java's default calls revoked),
-   and the member joins again with epoch 0 under the same member id.
+   and the member joins again with epoch 0 under the same member id;
+4. an error retrying cannot fix (UNSUPPORTED_ASSIGNOR, GROUP_AUTHORIZATION_FAILED,
+   INVALID_REGULAR_EXPRESSION, UNRELEASED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED, ...) stops the
+   member for good, as Java's FATAL state: no more heartbeats, its partitions are lost, and
+   every ``poll`` raises the error (kafka-python's class for the code) until ``close``.
 
 Commits carry the member id and member epoch (OffsetCommit v9); a STALE_MEMBER_EPOCH answer
 is retried with the epoch the heartbeat thread learnt since, else the commit fails with
@@ -150,11 +154,16 @@ class ConsumerGroupMember(GroupCoordinator):
                 self._subscription_sent = None
                 self._beat_now = True
                 self._cond.notify_all()
-            fatal, self._fatal = self._fatal, None
+            fatal = self._fatal
             fenced = self._fenced
             target = None if self._target is None else dict(self._target)
         if fatal is not None:
-            raise fatal
+            if host._assigned:
+                # Java's FATAL state: what the member owned is lost (no commit).
+                self._lose_all(host)
+            # The member stays stopped (no heartbeat restarts it) until close(); each poll
+            # raises a fresh instance so tracebacks do not pile up on one object.
+            raise type(fatal)(*fatal.args)
         if fenced:
             self._lose_all(host)
         thread = self._hb_thread
@@ -319,6 +328,11 @@ class ConsumerGroupMember(GroupCoordinator):
                     self.member_epoch = 0
                 return
             next_at = time.monotonic() + self._beat(hb, subscription)
+            with self._cond:
+                if self._fatal is not None:
+                    # Retrying cannot help (a missing assignor, no ACL): stop for good, as
+                    # Java's FATAL member state does, instead of asking again every second.
+                    return
 
     def _beat(
         self,
@@ -333,7 +347,7 @@ class ConsumerGroupMember(GroupCoordinator):
             except kerrors.KafkaError as exc:
                 if not exc.retriable:
                     with self._cond:
-                        self._fatal = exc
+                        self._set_fatal(exc)
                 log.debug("coordinator_lookup_failed", group=self.group_id, error=repr(exc))
                 return _FIRST_INTERVAL_S
         request = wire.consumer_group_heartbeat_request(hb)
@@ -383,8 +397,22 @@ class ConsumerGroupMember(GroupCoordinator):
                 return self._interval_s
             # UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION, UNRELEASED_INSTANCE_ID,
             # GROUP_MAX_SIZE_REACHED, authorization: the application has to act.
-            self._fatal = err(f"group {self.group_id!r}: {answer.error_message or err.__name__}")
-            return max(self._interval_s, 1.0)
+            self._set_fatal(err(f"group {self.group_id!r}: {answer.error_message or err.__name__}"))
+            return 0.0
+
+    def _set_fatal(self, error: kerrors.KafkaError) -> None:
+        """Under the lock: the member stops for good; poll() raises ``error`` from now on."""
+        log.error(
+            "member_fatal",
+            group=self.group_id,
+            member_id=self.member_id,
+            epoch=self.member_epoch,
+            error=repr(error),
+        )
+        self._fatal = error
+        # Not in the group any more: close() sends no leave, commits carry no member epoch.
+        self.member_epoch = 0
+        self._target = None
 
     def _send_leave(self) -> None:
         """Leave (epoch -1, or -2 for a static member), following the coordinator if it

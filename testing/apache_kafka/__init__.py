@@ -11,6 +11,15 @@ from epochguard.testing.apache_kafka.cluster import (
     OffsetAndEpoch,
     PartitionState,
 )
+from epochguard.testing.apache_kafka.group_member import (
+    JavaCommit,
+    JavaException,
+    JavaGroupMember,
+    JavaMemberConfigError,
+    JavaPoll,
+    JavaRebalance,
+    JavaRecord,
+)
 from epochguard.testing.apache_kafka.jars import (
     KafkaJars,
     KafkaUnavailableError,
@@ -26,6 +35,13 @@ __all__ = [
     "ClusterTimeoutError",
     "ElectionError",
     "EpochEndOffset",
+    "JavaCommit",
+    "JavaException",
+    "JavaGroupMember",
+    "JavaMemberConfigError",
+    "JavaPoll",
+    "JavaRebalance",
+    "JavaRecord",
     "JavaTruncationProbe",
     "KafkaJars",
     "KafkaUnavailableError",

@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 import attrs
 from kafka.protocol.admin import (
@@ -63,6 +63,7 @@ from kafka.protocol.metadata import (
 from epochguard._errors import ErrorCode
 from epochguard._log import get_logger
 from epochguard.testing.apache_kafka import process
+from epochguard.testing.apache_kafka.group_member import GroupProtocol, JavaGroupMember
 from epochguard.testing.apache_kafka.jars import KafkaJars, ensure_kafka_jars
 from epochguard.testing.apache_kafka.probe import JavaTruncationProbe
 from epochguard.testing.apache_kafka.wire import WireError, call, error_name
@@ -1242,6 +1243,31 @@ class ApacheKafkaCluster:
             topic,
             partition,
             auto_offset_reset,
+            props=props,
+            jars=self.jars,
+            log_dir=self.work_dir / "probes",
+        )
+
+    def java_member(
+        self,
+        group_id: str,
+        *,
+        protocol: GroupProtocol = "consumer",
+        assignor: str | None = None,
+        instance_id: str | None = None,
+        auto_offset_reset: Literal["earliest", "latest", "none"] = "earliest",
+        auto_commit: bool = False,
+        props: Mapping[str, str] | None = None,
+    ) -> JavaGroupMember:
+        """Start the reference Java consumer as a member of ``group_id`` (subscribe() next)."""
+        return JavaGroupMember(
+            self.all_bootstrap_servers,
+            group_id,
+            protocol=protocol,
+            assignor=assignor,
+            instance_id=instance_id,
+            auto_offset_reset=auto_offset_reset,
+            auto_commit=auto_commit,
             props=props,
             jars=self.jars,
             log_dir=self.work_dir / "probes",

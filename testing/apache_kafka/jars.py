@@ -34,7 +34,9 @@ CACHE_ENV = "EPOCHGUARD_KAFKA_CACHE"
 VERSION_ENV = "EPOCHGUARD_KAFKA_VERSION"
 REQUIRE_ENV = "EPOCHGUARD_REQUIRE_REAL_KAFKA"
 MARKER = ".resolved"
-PROBE_SOURCE = "TruncationProbe.java"
+#: The reference Java programs, compiled together (one digest over all of them): the
+#: single-partition truncation probe and the consumer-group member.
+PROBE_SOURCES = ("TruncationProbe.java", "GroupMemberProbe.java")
 
 
 class KafkaUnavailableError(RuntimeError):
@@ -178,34 +180,42 @@ def resolve_with_maven(home: Path, pom_text: str, properties: dict[str, str], wh
 
 
 def ensure_probe_classes(jars: KafkaJars) -> Path:
-    """Compile the reference Java client against the same kafka-clients jar, once per source."""
-    source = resources.files(__package__).joinpath(PROBE_SOURCE).read_text(encoding="utf-8")
-    out = jars.home / "probe" / hashlib.sha256(source.encode()).hexdigest()[:16]
-    if (out / "TruncationProbe.class").is_file():
+    """Compile the reference Java clients against the same kafka-clients jar, once per source."""
+    package = resources.files(__package__)
+    sources = {name: package.joinpath(name).read_text(encoding="utf-8") for name in PROBE_SOURCES}
+    digest = hashlib.sha256("\0".join(sources[n] for n in PROBE_SOURCES).encode()).hexdigest()
+    out = jars.home / "probe" / digest[:16]
+    if _compiled(out):
         return out
     if shutil.which("javac") is None:
-        raise KafkaUnavailableError("cannot compile the Java probe: javac not found")
+        raise KafkaUnavailableError("cannot compile the Java probes: javac not found")
     with _locked(jars.home):
-        if not (out / "TruncationProbe.class").is_file():
-            _compile_probe(jars, source, out)
+        if not _compiled(out):
+            _compile_probes(jars, sources, out)
     return out
 
 
-def _compile_probe(jars: KafkaJars, source: str, out: Path) -> None:
+def _compiled(out: Path) -> bool:
+    return all((out / name.replace(".java", ".class")).is_file() for name in PROBE_SOURCES)
+
+
+def _compile_probes(jars: KafkaJars, sources: dict[str, str], out: Path) -> None:
     staging = out.with_name(out.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    src = staging / PROBE_SOURCE
-    src.write_text(source, encoding="utf-8")
+    files = []
+    for name, text in sources.items():
+        (staging / name).write_text(text, encoding="utf-8")
+        files.append(str(staging / name))
     proc = subprocess.run(
-        ["javac", "-nowarn", "-cp", str(jars.clients_jar), "-d", str(staging), str(src)],
+        ["javac", "-nowarn", "-cp", str(jars.clients_jar), "-d", str(staging), *files],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     if proc.returncode != 0:
-        raise KafkaUnavailableError(f"javac failed on {PROBE_SOURCE}:\n{proc.stderr}")
+        raise KafkaUnavailableError(f"javac failed on {', '.join(sources)}:\n{proc.stderr}")
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
 

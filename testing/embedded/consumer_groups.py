@@ -316,14 +316,21 @@ class ConsumerGroupCoordinator:
             if req.member_epoch != JOIN_EPOCH:
                 raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID, f"group {req.group_id} is empty")
             group = self.groups[req.group_id] = ConsumerGroup(req.group_id)
+        if group.group_epoch == 0:
+            # Kafka 4.3.1 starts a group at epoch 1 (measured: a first member without a
+            # subscription is answered with epoch 1, one with topics with 2 after a single
+            # logged bump), so a member epoch is never the join epoch 0 once joined.
+            group.group_epoch = 1
         epoch_before = group.group_epoch
         member = self._member_for(group, req, now_ms)
         member.session_deadline_ms = now_ms + self.session_timeout_ms
         changed = self._update_member(member, req)
-        # One bump per heartbeat at most, whatever changed (a join, a subscription, topics).
-        joined = group.group_epoch != epoch_before
+        # One bump per heartbeat at most, and only when what the assignment depends on
+        # changed (a subscription, an assignor, a rack, the topics): a member joining with
+        # no subscription does not move the group epoch (Kafka 4.3.1 answers it at the
+        # current one).
         group.group_epoch = epoch_before
-        self._refresh_target(group, topics, bump=changed or joined)
+        self._refresh_target(group, topics, bump=changed)
         self._reconcile(group, member, req.owned, now_ms)
         assignment: frozenset[IdPartition] | None = None
         current = frozenset(member.assigned)

@@ -275,6 +275,53 @@ def test_unsupported_assignor_is_raised_by_poll(cluster: EmbeddedCluster) -> Non
             wait_polling(c1, lambda: False, timeout=10)
 
 
+def _stopped_for_good(c1: EpochConsumer, error: type[kerrors.KafkaError]) -> None:
+    """The heartbeat thread has ended by itself and nothing restarts it: every later poll
+    raises ``error`` again and sends no heartbeat."""
+    group = c1._group
+    assert isinstance(group, ConsumerGroupMember)
+    thread = group._hb_thread
+    assert thread is not None
+    thread.join(10)  # returns at once if it stopped; a retrying loop would still be alive
+    assert not thread.is_alive(), "the heartbeat thread keeps retrying a fatal error"
+    sent = group.heartbeats_sent
+    for _ in range(3):
+        with pytest.raises(error):
+            c1.poll(timeout_ms=20)
+    assert group.heartbeats_sent == sent
+    assert group._hb_thread is thread and group.member_epoch == 0
+    assert c1.assignment() == set()
+
+
+def test_unsupported_assignor_stops_the_member_for_good(cluster: EmbeddedCluster) -> None:
+    fast_coordinator(cluster)
+    cluster.create_topic(TOPIC, partitions=1, replication_factor=1)
+    with member(cluster, group_remote_assignor="nope") as c1:
+        c1.subscribe([TOPIC])
+        with pytest.raises(kerrors.UnsupportedAssignorError, match="nope"):
+            wait_polling(c1, lambda: False, timeout=10)
+        _stopped_for_good(c1, kerrors.UnsupportedAssignorError)
+
+
+def test_group_authorization_failure_loses_the_partitions_and_stops(
+    cluster: EmbeddedCluster,
+) -> None:
+    """GROUP_AUTHORIZATION_FAILED on a heartbeat of a member that owns partitions (an ACL
+    removed while it runs): they are lost (revoked without a commit), poll raises
+    GroupAuthorizationFailedError, and the member stays stopped until close."""
+    fast_coordinator(cluster)
+    cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=1)
+    events = Recorder()
+    with member(cluster) as c1:
+        c1.subscribe([TOPIC], listener=events)
+        wait_polling(c1, lambda: c1.assignment() == ALL)
+        cluster.faults.inject_error(68, 30, count=1)  # ConsumerGroupHeartbeat
+        with pytest.raises(kerrors.GroupAuthorizationFailedError):
+            wait_polling(c1, lambda: False, timeout=10)
+        assert events.events[-1] == ("revoked", ALL)
+        _stopped_for_good(c1, kerrors.GroupAuthorizationFailedError)
+
+
 def test_regex_the_broker_refuses_is_raised_by_poll(cluster: EmbeddedCluster) -> None:
     fast_coordinator(cluster)
     cluster.create_topic(TOPIC, partitions=1, replication_factor=1)

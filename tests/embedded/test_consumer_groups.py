@@ -70,11 +70,13 @@ def settle(members: list[Member], rounds: int = 6) -> None:
             assert all(len(v) == 1 for v in owners(members).values()), owners(members)
 
 
-def test_first_member_gets_everything_at_epoch_one() -> None:
+def test_first_member_gets_everything_at_epoch_two() -> None:
+    """Kafka 4.3.1 starts a group at epoch 1 and bumps it to 2 for the first subscription
+    (measured on a real coordinator: answers 2, one bump logged; 1 without a subscription)."""
     coord = ConsumerGroupCoordinator()
     a = Member(coord, "a")
     res = a.beat()
-    assert (res.error, res.member_id, res.member_epoch) == (0, "a", 1)
+    assert (res.error, res.member_id, res.member_epoch) == (0, "a", 2)
     assert res.assignment == {(T, p) for p in range(4)}
     assert res.heartbeat_interval_ms == coord.heartbeat_interval_ms
     # Nothing changed: the assignment is not sent again.
@@ -86,18 +88,18 @@ def test_a_partition_moves_only_after_its_owner_revoked_it() -> None:
     a, b = Member(coord, "a"), Member(coord, "b")
     a.beat()
     res = b.beat()
-    # b joined at group epoch 2; a still owns everything, so b gets nothing yet.
-    assert res.member_epoch == 2 and res.assignment == frozenset()
+    # b joined at group epoch 3; a still owns everything, so b gets nothing yet.
+    assert res.member_epoch == 3 and res.assignment == frozenset()
     d = coord.describe("g")
-    assert d is not None and d.group_epoch == 2 and d.state == "Reconciling"
-    # a is told to give up two partitions and stays at epoch 1 until it acknowledges.
+    assert d is not None and d.group_epoch == 3 and d.state == "Reconciling"
+    # a is told to give up two partitions and stays at epoch 2 until it acknowledges.
     res = a.beat(owned=a.owned)
-    assert res.member_epoch == 1 and res.assignment is not None and len(res.assignment) == 2
+    assert res.member_epoch == 2 and res.assignment is not None and len(res.assignment) == 2
     revoked = {(T, p) for p in range(4)} - res.assignment
     # b asks again before a acknowledged: still nothing (a still owns them).
     assert b.beat().assignment is None and b.owned == frozenset()
     a.owned = res.assignment  # a revoked
-    assert a.beat().member_epoch == 2
+    assert a.beat().member_epoch == 3
     assert b.beat().assignment == revoked
     settle([a, b])
     d = coord.describe("g")
@@ -155,14 +157,28 @@ def test_previous_epoch_is_accepted_when_the_answer_was_lost() -> None:
     res = a.beat(owned=a.owned)
     a.owned = res.assignment or a.owned
     res = a.beat()
-    assert res.member_epoch == 2
-    # The answer that moved a to epoch 2 was lost: it retries at epoch 1 with what it owns.
-    retry = coord.heartbeat(HeartbeatRequest("g", "a", 1, owned=a.owned), TOPICS, 0)
-    assert (retry.error, retry.member_epoch) == (0, 2)
+    assert res.member_epoch == 3
+    # The answer that moved a to epoch 3 was lost: it retries at epoch 2 with what it owns.
+    retry = coord.heartbeat(HeartbeatRequest("g", "a", 2, owned=a.owned), TOPICS, 0)
+    assert (retry.error, retry.member_epoch) == (0, 3)
     # Without its owned partitions the old epoch is fenced.
-    assert coord.heartbeat(HeartbeatRequest("g", "a", 1), TOPICS, 0).error == (
+    assert coord.heartbeat(HeartbeatRequest("g", "a", 2), TOPICS, 0).error == (
         ErrorCode.FENCED_MEMBER_EPOCH
     )
+
+
+def test_a_member_without_a_subscription_does_not_move_the_group_epoch() -> None:
+    """As Kafka 4.3.1 answered (measured): a group's first member joining with no topics
+    gets epoch 1, a second one too; a member subscribing then moves the group to 2."""
+    coord = ConsumerGroupCoordinator()
+    a = Member(coord, "a", subscribed_topic_names=())
+    assert a.beat().member_epoch == 1
+    b = Member(coord, "b", subscribed_topic_names=())
+    assert b.beat().member_epoch == 1
+    d = coord.describe("g")
+    assert d is not None and d.group_epoch == 1
+    c = Member(coord, "c")
+    assert c.beat().member_epoch == 2
 
 
 def test_rejoin_with_epoch_zero_after_fencing() -> None:
@@ -289,15 +305,15 @@ def test_commits_are_checked_by_member_epoch() -> None:
     a = Member(coord, "a")
     a.beat()
     off = {("t", 0): CommittedOffset(5, 2)}
-    assert coord.commit_offsets("g", 1, "a", off, 0, 9) == {("t", 0): 0}
+    assert coord.commit_offsets("g", 2, "a", off, 0, 9) == {("t", 0): 0}
     assert coord.fetch_offsets("g", [("t", 0)]) == off
-    assert coord.commit_offsets("g", 0, "a", off, 0, 9) == {("t", 0): ErrorCode.STALE_MEMBER_EPOCH}
-    assert coord.commit_offsets("g", 1, "b", off, 0, 9) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
-    assert coord.commit_offsets("g", 1, "a", off, 0, 8) == {("t", 0): ErrorCode.UNSUPPORTED_VERSION}
+    assert coord.commit_offsets("g", 1, "a", off, 0, 9) == {("t", 0): ErrorCode.STALE_MEMBER_EPOCH}
+    assert coord.commit_offsets("g", 2, "b", off, 0, 9) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert coord.commit_offsets("g", 2, "a", off, 0, 8) == {("t", 0): ErrorCode.UNSUPPORTED_VERSION}
     assert coord.commit_offsets("g", -1, "", off, 0, 8) == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
-    assert coord.fetch_error("g", "a", 1) == 0
-    assert coord.fetch_error("g", "a", 0) == ErrorCode.STALE_MEMBER_EPOCH
-    assert coord.fetch_error("g", "b", 1) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert coord.fetch_error("g", "a", 2) == 0
+    assert coord.fetch_error("g", "a", 1) == ErrorCode.STALE_MEMBER_EPOCH
+    assert coord.fetch_error("g", "b", 2) == ErrorCode.UNKNOWN_MEMBER_ID
     assert coord.fetch_error("g", None, -1) == 0
     coord.heartbeat(HeartbeatRequest("g", "a", -1), TOPICS, 0)
     # An empty group takes commits from outside group management.
@@ -328,7 +344,7 @@ def test_names_and_regex_are_separate_fields_and_an_empty_regex_is_none() -> Non
     assert a.beat().assignment == {(T, p) for p in range(4)}
     for _ in range(3):
         res = a.beat(subscribed_topic_names=("t",), subscribed_topic_regex="")
-        assert res.member_epoch == 1  # nothing changed: no new group epoch
+        assert res.member_epoch == 2  # nothing changed: no new group epoch
     # A regex adds its topics to the names (the union)...
     res = a.beat(subscribed_topic_regex="u")
     assert res.assignment == {(T, p) for p in range(4)} | {(U, 0), (U, 1)}

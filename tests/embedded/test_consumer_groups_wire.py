@@ -54,7 +54,8 @@ def test_heartbeat_join_assignment_and_describe(cluster: EmbeddedCluster) -> Non
     w = to_coordinator(cluster, "g")
     try:
         answer = join(w, "m1")
-        assert answer.error is None and answer.member_epoch == 1
+        # Kafka 4.3.1 answers a new group's first subscribed member with epoch 2.
+        assert answer.error is None and answer.member_epoch == 2
         assert answer.assignment == {cluster.topic_id("t"): frozenset({0, 1})}
         assert answer.heartbeat_interval_ms > 0
         request = wire.consumer_group_describe_request(["g", "nope"])
@@ -62,8 +63,8 @@ def test_heartbeat_join_assignment_and_describe(cluster: EmbeddedCluster) -> Non
         g, nope = wire.read_consumer_group_describe(w.call(request, ConsumerGroupDescribeResponse))
         assert (g.state, g.group_epoch, g.assignment_epoch, g.assignor) == (
             "Stable",
-            1,
-            1,
+            2,
+            2,
             "uniform",
         )
         (m,) = g.members
@@ -92,17 +93,17 @@ def test_heartbeat_to_another_broker_is_not_coordinator(cluster: EmbeddedCluster
 def test_member_offsets_checked_by_epoch(cluster: EmbeddedCluster) -> None:
     w = to_coordinator(cluster, "g")
     try:
-        assert join(w, "m1").member_epoch == 1
-        ok = commit(w, "g", "t", {0: (7, 0)}, version=9, generation=1, member="m1")
+        assert join(w, "m1").member_epoch == 2
+        ok = commit(w, "g", "t", {0: (7, 0)}, version=9, generation=2, member="m1")
         assert ok == {0: 0}
-        stale = commit(w, "g", "t", {0: (8, 0)}, version=9, generation=0, member="m1")
+        stale = commit(w, "g", "t", {0: (8, 0)}, version=9, generation=1, member="m1")
         assert stale == {0: ErrorCode.STALE_MEMBER_EPOCH}
-        old = commit(w, "g", "t", {0: (8, 0)}, version=8, generation=1, member="m1")
+        old = commit(w, "g", "t", {0: (8, 0)}, version=8, generation=2, member="m1")
         assert old == {0: ErrorCode.UNSUPPORTED_VERSION}
         for member, epoch, error in [
-            ("m1", 1, 0),
-            ("m1", 0, ErrorCode.STALE_MEMBER_EPOCH),
-            ("zz", 1, ErrorCode.UNKNOWN_MEMBER_ID),
+            ("m1", 2, 0),
+            ("m1", 1, ErrorCode.STALE_MEMBER_EPOCH),
+            ("zz", 2, ErrorCode.UNKNOWN_MEMBER_ID),
             (None, None, 0),
         ]:
             req = wire.member_offset_fetch_request("g", [TopicPartition("t", 0)], member, epoch)
@@ -120,8 +121,11 @@ def test_offsets_of_an_empty_classic_group_carry_over(cluster: EmbeddedCluster) 
     try:
         # Offsets only (an empty classic group): the consumer group takes them over.
         assert commit(w, "g", "t", {1: (3, 0)}) == {1: 0}
-        assert join(w, "m1").error is None
-        req = wire.member_offset_fetch_request("g", [TopicPartition("t", 1)], "m1", 1)
+        joined = join(w, "m1")
+        assert joined.error is None
+        req = wire.member_offset_fetch_request(
+            "g", [TopicPartition("t", 1)], "m1", joined.member_epoch
+        )
         req.API_VERSION = 9
         _top, parts = wire.read_member_offset_fetch(w.call(req, OffsetFetchResponse))
         assert [p.offset for p in parts] == [3]

@@ -1,0 +1,463 @@
+"""The Java reference consumer as a group member beside EpochConsumer and librdkafka, on real
+Kafka 4.3.1, under each group protocol (issue 13):
+
+- a mixed group of all three reads each record exactly once through a member joining and a
+  member leaving;
+- a partition whose truncation one member detected (EpochConsumer with policy raise, or Java's
+  LogTruncationException) is detected again by each member of the other kind that gets it
+  next, from the committed offset and its leader epoch (one unclean election per protocol,
+  the partition handed along EpochConsumer -> Java -> EpochConsumer, or Java -> EpochConsumer
+  -> Java).
+
+``FLAVOURS`` names each group protocol once; the classic cooperative-sticky flavour is defined
+but not run on this branch: here EpochConsumer rebalances eagerly and refuses a cooperative-only
+assignor, so the three clients would share no protocol. Classic cooperative (KIP-429) landed on
+main meanwhile (consumer/assignors.py); once merged, add ``COOPERATIVE`` to ``FLAVOURS``
+(nothing else changes).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+import kafka.errors as kerrors
+import pytest
+from kafka.structs import TopicPartition
+
+from epochguard import EpochConsumer, EpochOffset, LogTruncationError
+from epochguard.testing import produce
+from epochguard.testing.apache_kafka import ApacheKafkaCluster, JavaCommit, JavaGroupMember
+
+from ..kip848_scenarios import Runner, wait
+from .test_apache_unclean import B, drive_unclean_election, new_topic
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+
+PARTS = 4
+
+
+@attrs.frozen
+class Flavour:
+    """One group protocol as each of the three clients spells it."""
+
+    name: str
+    protocol: str  # group.protocol: "classic" or "consumer"
+    classic_assignor: str | None  # client-side, classic only: the protocol the members share
+
+    def epoch_config(self) -> dict[str, Any]:
+        if self.protocol == "consumer":
+            return {"group_protocol": "consumer"}
+        # The assignor classes answer to the same protocol names as Java's.
+        assignor: Any
+        if self.classic_assignor == "cooperative-sticky":
+            # Landed on main with the classic cooperative work (consumer/assignors.py), after
+            # this branch was cut: imported here so that this module loads without it.
+            from epochguard.consumer.assignors import (  # type: ignore[import-not-found]
+                CooperativeStickyAssignor,
+            )
+
+            assignor = CooperativeStickyAssignor
+        else:
+            from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+            assert self.classic_assignor == "range", self.classic_assignor
+            assignor = RangePartitionAssignor
+        return {
+            "group_protocol": "classic",
+            "partition_assignment_strategy": [assignor],
+            "heartbeat_interval_ms": 500,
+        }
+
+    def librdkafka_config(self) -> dict[str, Any]:
+        if self.protocol == "consumer":
+            return {"group.protocol": "consumer"}
+        return {
+            "group.protocol": "classic",
+            "partition.assignment.strategy": self.classic_assignor,
+            "heartbeat.interval.ms": 500,
+        }
+
+    def java_member(
+        self,
+        cluster: ApacheKafkaCluster,
+        group: str,
+        *,
+        auto_commit: bool = False,
+        auto_offset_reset: Literal["earliest", "none"] = "earliest",
+    ) -> JavaGroupMember:
+        return cluster.java_member(
+            group,
+            protocol="consumer" if self.protocol == "consumer" else "classic",
+            assignor=self.classic_assignor,
+            auto_commit=auto_commit,
+            auto_offset_reset=auto_offset_reset,
+        )
+
+
+KIP848 = Flavour("kip848", "consumer", None)
+EAGER_RANGE = Flavour("classic-range", "classic", "range")
+#: Switch on (add to FLAVOURS) once main's classic cooperative work (KIP-429) is merged.
+COOPERATIVE = Flavour("classic-cooperative-sticky", "classic", "cooperative-sticky")
+FLAVOURS = [KIP848, EAGER_RANGE]
+
+
+@pytest.fixture(params=FLAVOURS, ids=lambda f: f.name)
+def flavour(request: pytest.FixtureRequest) -> Flavour:
+    flavour: Flavour = request.param
+    return flavour
+
+
+def epoch_member(
+    cluster: ApacheKafkaCluster, group: str, flavour: Flavour, **kw: Any
+) -> EpochConsumer:
+    cfg: dict[str, Any] = {
+        "bootstrap_servers": cluster.bootstrap_servers,
+        "group_id": group,
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+        "fetch_max_wait_ms": 100,
+        "metadata_max_age_ms": 500,
+        "retry_backoff_ms": 50,
+        "request_timeout_ms": 10000,
+        **flavour.epoch_config(),
+    }
+    cfg.update(kw)
+    return EpochConsumer(**cfg)
+
+
+def _produce(cluster: ApacheKafkaCluster, topic: str, first: int, last: int) -> None:
+    for p in range(PARTS):
+        produce(cluster, topic, [f"{p}-{i}" for i in range(first, last)], partition=p)
+
+
+class _Librdkafka:
+    """confluent-kafka's Consumer polled from the test thread, keeping what it reads."""
+
+    def __init__(self, cluster: ApacheKafkaCluster, group: str, flavour: Flavour) -> None:
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": True,
+                "auto.commit.interval.ms": 200,
+                **flavour.librdkafka_config(),
+            }
+        )
+        self.records: list[tuple[int, int]] = []
+        self.errors: list[str] = []
+
+    def poll(self) -> None:
+        msg = self.consumer.poll(0.1)
+        if msg is None:
+            return
+        if msg.error() is None:
+            self.records.append((msg.partition(), msg.offset()))
+        else:
+            self.errors.append(str(msg.error()))
+
+    def partitions(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+
+def _drive(
+    java: JavaGroupMember | None, rd: _Librdkafka, done: Callable[[], bool], what: str
+) -> None:
+    """Poll the Java member and librdkafka from this thread (EpochConsumer has its own) until
+    ``done``: members of a classic group must keep polling for a rebalance to finish."""
+    deadline = time.monotonic() + 90
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if java is not None:
+            java.poll(0, 200)
+        rd.poll()
+
+
+def test_mixed_group_reads_each_record_once_through_a_join_and_a_leave(
+    cluster: ApacheKafkaCluster, flavour: Flavour
+) -> None:
+    """EpochConsumer reads everything alone; the Java member and librdkafka join, the three
+    split the partitions and read what follows once; the Java member leaves (auto commit on
+    close), the other two take its partitions over from its commits and read the rest once."""
+    topic, group = new_topic(f"jmix-{flavour.name}"), new_topic(f"gjmix-{flavour.name}")
+    cluster.create_topic(topic, partitions=PARTS)
+    _produce(cluster, topic, 0, 5)
+    epoch = epoch_member(
+        cluster, group, flavour, enable_auto_commit=True, auto_commit_interval_ms=200
+    )
+    runner = Runner(epoch)
+    rd = _Librdkafka(cluster, group, flavour)
+    java: JavaGroupMember | None = None
+    everyone = set(range(PARTS))
+
+    def seen() -> list[tuple[int, int]]:
+        java_seen = [(r.partition, r.offset) for r in (java.records if java else [])]
+        return [(r.partition, r.offset) for r in runner.records] + java_seen + rd.records
+
+    def split(*held: set[int]) -> bool:
+        return all(held) and sum(map(len, held)) == PARTS and set().union(*held) == everyone
+
+    try:
+        epoch.subscribe([topic])
+        runner.start()
+        wait(lambda: len(runner.records) == 5 * PARTS, "EpochConsumer reads everything")
+        java = flavour.java_member(cluster, group, auto_commit=True)
+        java.subscribe([topic])
+        rd.consumer.subscribe([topic])
+
+        def three_way() -> bool:
+            assert java is not None
+            held = {tp.partition for tp in java.assignment}
+            ours = {tp.partition for tp in epoch.assignment()}
+            return split(ours, held, rd.partitions())
+
+        _drive(java, rd, three_way, "a three-way split")
+        _produce(cluster, topic, 5, 10)
+        _drive(java, rd, lambda: len(seen()) >= 10 * PARTS, "every record once")
+        assert java.records, "the Java member read its share"
+        # Every record comes with its batch's leader epoch (not always 0: on a loaded machine
+        # a broker can miss its session and the partition change leader meanwhile).
+        for r in java.records:
+            assert r.leader_epoch is not None
+            assert 0 <= r.leader_epoch <= cluster.leader_epoch(topic, r.partition), r
+        java.close()  # leaves; auto commit commits its positions first
+        _drive(
+            None,
+            rd,
+            lambda: split({tp.partition for tp in epoch.assignment()}, rd.partitions()),
+            "a two-way split",
+        )
+        _produce(cluster, topic, 10, 15)
+        _drive(None, rd, lambda: len(seen()) >= 15 * PARTS, "every record once")
+        got = seen()
+        assert len(got) == len(set(got)) == 15 * PARTS, sorted(got)
+        assert rd.errors == []
+        kinds = [r.kind for r in java.rebalances]
+        # What the Java member's listener saw: an assignment on joining, a revocation when
+        # it left (eager: also one revocation and one assignment per rebalance it lived
+        # through, when librdkafka joined after it).
+        assert kinds[0] == "assigned" and kinds[-1] == "revoked", java.rebalances
+        assert "lost" not in kinds
+    finally:
+        if runner.is_alive():
+            runner.finish()
+        epoch.close()
+        if java is not None:
+            java.close()
+        rd.consumer.close()
+
+
+@attrs.frozen
+class _Handover:
+    topic: str
+    group: str
+    tp: TopicPartition
+    first_epoch: int
+
+
+@pytest.fixture
+def handover(cluster: ApacheKafkaCluster, flavour: Flavour) -> Callable[..., _Handover]:
+    """Drives an unclean election (test_apache_unclean's steps) with ``before`` reading
+    a0..a4, d0..d2 and committing; elects B, produces b0, b1."""
+
+    def run(before: Callable[[str, str], None], name: str) -> _Handover:
+        topic, group = new_topic(f"{name}-{flavour.name}"), new_topic(f"g{name}-{flavour.name}")
+        t = drive_unclean_election(cluster, topic, before_election=lambda: before(topic, group))
+        cluster.elect_leader(topic, 0, B, unclean=True)
+        produce(cluster, topic, ["b0", "b1"])
+        return _Handover(topic, group, TopicPartition(topic, 0), t.first_epoch)
+
+    return run
+
+
+def _epoch_detects(consumer: EpochConsumer) -> LogTruncationError:
+    """Poll until LogTruncationError; reading any record first (b0, b1 taken for a
+    continuation) fails."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert time.monotonic() < deadline, "EpochConsumer never detected the truncation"
+        try:
+            got = consumer.poll(timeout_ms=100)
+        except LogTruncationError as exc:
+            return exc
+        assert not any(got.values()), got
+
+
+def _java_detects(java: JavaGroupMember, h: _Handover) -> None:
+    """The Java member (auto.offset.reset=none) throws LogTruncationException at (5, e0),
+    having read nothing of the new log, and keeps the partition stopped."""
+    rounds = java.poll_until(lambda r: r.exception is not None, "the Java member's error")
+    assert [r for rnd in rounds for r in rnd.records] == []
+    exc = rounds[-1].exception
+    assert exc is not None and exc.type == "LogTruncationException", exc
+    assert exc.divergent_offsets == {h.tp: EpochOffset(5, h.first_epoch)}
+    assert exc.fetch_offsets == {h.tp: 8}
+    assert exc.java_class == "org.apache.kafka.clients.consumer.LogTruncationException"
+    # Java keeps the partition stopped until the application seeks.
+    assert java.poll(1, 500).records == ()
+
+
+def _epoch_detects_too(consumer: EpochConsumer, h: _Handover) -> None:
+    detected = _epoch_detects(consumer)
+    assert detected.truncation_offsets() == {h.tp: EpochOffset(5, h.first_epoch)}
+    assert detected.truncations[h.tp].lost_count == 3
+
+
+def _epoch_reads(cluster: ApacheKafkaCluster, flavour: Flavour, group: str) -> EpochConsumer:
+    return epoch_member(cluster, group, flavour, on_truncation="raise")
+
+
+def test_truncation_is_detected_by_every_next_owner_java_or_epochconsumer(
+    cluster: ApacheKafkaCluster, flavour: Flavour, handover: Callable[..., _Handover]
+) -> None:
+    """One unclean election, the partition handed along a chain of members of both kinds,
+    each one restoring the previous owner's commit (8 under the first epoch) and detecting the
+    truncation at (5, e0) before reading anything of the new log:
+
+    - KIP-848: EpochConsumer reads a0..a4, d0..d2, commits, detects (policy raise) and
+      leaves; the Java member gets the partition, throws LogTruncationException and leaves;
+      a second EpochConsumer gets it and raises LogTruncationError.
+    - classic eager: the Java member reads and commits (commitSync: (8, e0)), throws
+      LogTruncationException and leaves; EpochConsumer gets it and raises; a second Java
+      member gets it and throws again.
+
+    The Java members use ``auto.offset.reset=none``: with a reset policy Java moves the
+    position to the divergence by itself and says so only in its log (measured on Kafka
+    4.3.1), so ``none`` is Java's counterpart of policy raise. A member detecting the
+    truncation commits nothing, so each next owner starts from the same commit."""
+    owners: list[Any] = []
+    java_first = flavour.protocol == "classic"
+    commits: list[Any] = []
+
+    def read_and_commit(topic: str, group: str) -> None:
+        if java_first:
+            java = flavour.java_member(cluster, group, auto_offset_reset="none")
+            owners.append(java)
+            java.subscribe([topic])
+            # A new group has no commit and policy none has nowhere to start: Java says so by
+            # class; the application seeks, as one with policy none does.
+            (first,) = java.poll_until(lambda r: r.exception is not None, "no offset")[-1:]
+            assert first.exception is not None
+            assert first.exception.type == "NoOffsetForPartitionException", first.exception
+            java.seek(TopicPartition(topic, 0), 0)
+            java.poll_until(lambda _r: len(java.records) >= 8, "the Java member reads 8")
+            commits.append(java.commit())
+        else:
+            epoch = _epoch_reads(cluster, flavour, group)
+            owners.append(epoch)
+            epoch.subscribe([topic])
+            got: list[Any] = []
+            deadline = time.monotonic() + 60
+            while len(got) < 8:
+                assert time.monotonic() < deadline, got
+                for recs in epoch.poll(timeout_ms=100).values():
+                    got += recs
+            epoch.commit()
+            commits.append(epoch.committed_with_epoch(TopicPartition(topic, 0)))
+
+    try:
+        h = handover(read_and_commit, "chain")
+        (first,) = owners
+        if java_first:
+            assert [(r.offset, r.leader_epoch, r.value) for r in first.records] == [
+                (i, h.first_epoch, f"a{i}") for i in range(5)
+            ] + [(5 + i, h.first_epoch, f"d{i}") for i in range(3)]
+            assert commits == [JavaCommit({h.tp: EpochOffset(8, h.first_epoch)})]
+            _java_detects(first, h)
+        else:
+            assert commits == [EpochOffset(8, h.first_epoch)]
+            _epoch_detects_too(first, h)
+        first.close()
+        for kind in ("epoch", "java") if java_first else ("java", "epoch"):
+            if kind == "java":
+                java = flavour.java_member(cluster, h.group, auto_offset_reset="none")
+                owners.append(java)
+                java.subscribe([h.topic])
+                _java_detects(java, h)
+                assert [r.kind for r in java.rebalances] == ["assigned"]
+                java.close()
+            else:
+                epoch = _epoch_reads(cluster, flavour, h.group)
+                owners.append(epoch)
+                epoch.subscribe([h.topic])
+                _epoch_detects_too(epoch, h)
+                epoch.close()
+    finally:
+        for owner in owners:
+            owner.close()
+
+
+def test_an_assignor_kafka_lacks_is_fatal_for_java_and_for_epochconsumer(
+    cluster: ApacheKafkaCluster,
+) -> None:
+    """UNSUPPORTED_ASSIGNOR is fatal for both KIP-848 members: neither retries. Java 4.3.1
+    throws UnsupportedAssignorException from one poll and then returns nothing (its member is
+    FATAL); EpochConsumer raises UnsupportedAssignorError from every poll until close, so an
+    application that swallowed the first one does not poll an empty consumer forever."""
+    topic, group = new_topic("fatal"), new_topic("gfatal")
+    cluster.create_topic(topic)
+    with cluster.java_member(f"{group}-java", protocol="consumer", assignor="nope") as java:
+        java.subscribe([topic])
+        rounds = java.poll_until(lambda r: r.exception is not None, "Java's error")
+        exc = rounds[-1].exception
+        assert exc is not None and exc.type == "UnsupportedAssignorException", exc
+        assert "nope" in (exc.message or "")
+        later = java.poll(0, 1000)
+        assert (later.exception, later.records, later.assignment) == (None, (), frozenset())
+    epoch = epoch_member(cluster, f"{group}-epoch", KIP848, group_remote_assignor="nope")
+    try:
+        epoch.subscribe([topic])
+        with pytest.raises(kerrors.UnsupportedAssignorError, match="nope"):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                epoch.poll(timeout_ms=100)
+        member = epoch._group
+        assert member is not None and member._hb_thread is not None
+        member._hb_thread.join(10)
+        assert not member._hb_thread.is_alive()
+        sent = member.heartbeats_sent
+        for _ in range(2):
+            with pytest.raises(kerrors.UnsupportedAssignorError, match="nope"):
+                epoch.poll(timeout_ms=100)
+        assert member.heartbeats_sent == sent
+    finally:
+        epoch.close()
+
+
+def test_an_instance_id_the_java_member_holds_is_refused_to_epochconsumer(
+    cluster: ApacheKafkaCluster,
+) -> None:
+    """The Java member joins as static member ``i1`` (KIP-848); EpochConsumer asking for the
+    same instance id gets UNRELEASED_INSTANCE_ID, which is fatal: it raises
+    UnreleasedInstanceIdError from every poll and stops heartbeating, and the Java member
+    keeps its partitions through it (no rebalance)."""
+    topic, group = new_topic("static"), new_topic("gstatic")
+    cluster.create_topic(topic, partitions=2)
+    instance = f"{group}-i1"
+    with cluster.java_member(group, protocol="consumer", instance_id=instance) as java:
+        java.subscribe([topic])
+        java.poll_until(lambda r: len(r.assignment) == 2, "both partitions")
+        epoch = epoch_member(cluster, group, KIP848, group_instance_id=instance)
+        try:
+            epoch.subscribe([topic])
+            with pytest.raises(kerrors.UnreleasedInstanceIdError):
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    epoch.poll(timeout_ms=100)
+            member = epoch._group
+            assert member is not None and member._hb_thread is not None
+            member._hb_thread.join(10)
+            assert not member._hb_thread.is_alive()
+            with pytest.raises(kerrors.UnreleasedInstanceIdError):
+                epoch.poll(timeout_ms=100)
+            assert epoch.assignment() == set()
+        finally:
+            epoch.close()
+        after = java.poll(0, 1000)
+        assert after.rebalances == () and len(after.assignment) == 2
+        assert [r.kind for r in java.rebalances] == ["assigned"] * len(java.rebalances)

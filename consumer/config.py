@@ -98,6 +98,10 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "max_fetch_version": 13,
     #: Highest Metadata version (epochs need 7+). For tests of old-broker behaviour.
     "max_metadata_version": 12,
+    #: "records": ``poll()`` returns ``ConsumerRecord`` lists. "columns": fetched records
+    #: are decoded into column buffers instead and read with ``poll_columns()`` (Arrow
+    #: layouts, no Python object per record; keys and values stay bytes).
+    "record_format": "records",
 }
 
 #: Accepted for drop-in compatibility with kafka-python but without effect here.
@@ -244,6 +248,18 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
     _check_int("max_metadata_version", cfg["max_metadata_version"], 1)
     if cfg["max_metadata_version"] > 12:
         raise ConsumerConfigError("max_metadata_version", "must be <= 12")
+    if cfg["record_format"] not in ("records", "columns"):
+        raise ConsumerConfigError(
+            "record_format", f"must be 'records' or 'columns', got {cfg['record_format']!r}"
+        )
+    if cfg["record_format"] == "columns":
+        for key in ("key_deserializer", "value_deserializer"):
+            if cfg[key] is not None:
+                raise ConsumerConfigError(
+                    key,
+                    "is not supported with record_format='columns' (keys and values "
+                    "stay bytes in the column buffers)",
+                )
     if cfg["socks5_proxy"] is not None and cfg["proxy_url"] is None:
         cfg["proxy_url"] = cfg["socks5_proxy"]
     # The frame of a fetch response may exceed fetch_max_bytes by one partition's worth.

@@ -31,6 +31,7 @@ from kafka.structs import TopicPartition
 from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
+from epochguard.consumer.columns import decode_columns
 from epochguard.consumer.errors import CorruptRecordError
 from epochguard.consumer.metadata import Metadata
 from epochguard.consumer.records import ConsumerRecord, Deserializer, decode_records
@@ -164,6 +165,11 @@ class Fetcher:
             max_version=int(config.get("max_fetch_version", wire.FETCH_MAX_VERSION)),
         )
         self._fetch_timeout_ms = config["request_timeout_ms"] + config["fetch_max_wait_ms"]
+        # record_format="columns": buffers hold RecordColumns, which slice and measure as
+        # the record lists do (consumer/columns.py).
+        self._decode = (
+            decode_columns if config.get("record_format") == "columns" else decode_records
+        )
 
     # ------------------------------------------------------------------ metadata views
 
@@ -571,7 +577,7 @@ class Fetcher:
         if data:
             self.metrics.bytes_fetched += len(data)
             try:
-                decoded = decode_records(
+                decoded = self._decode(
                     data,
                     tp.topic,
                     tp.partition,

@@ -110,9 +110,19 @@ def test_consumers_are_reused_per_configuration(cluster: EmbeddedCluster) -> Non
     (pooled,) = [c for cs in datasource._POOL.values() for c in cs]
     assert read_all(opts, OffsetRange(TP, EpochOffset(2), EpochOffset(5, 0))).num_rows == 3
     assert [c for cs in datasource._POOL.values() for c in cs] == [pooled]
-    other = options(cluster, includeHeaders="true")  # same Kafka settings: same consumer
+    # includeHeaders reads ConsumerRecord tuples (the column buffers have no headers): a
+    # consumer of its own, reused in turn; the column consumer stays pooled.
+    other = options(cluster, includeHeaders="true")
     read_all(other, OffsetRange(TP, EpochOffset(0), EpochOffset(1, 0)))
-    assert [c for cs in datasource._POOL.values() for c in cs] == [pooled]
+    pool = [c for cs in datasource._POOL.values() for c in cs]
+    assert len(pool) == 2 and pooled in pool
+    (with_headers,) = [c for c in pool if c is not pooled]
+    assert with_headers.config["record_format"] == "records"
+    assert pooled.config["record_format"] == "columns"
+    read_all(other, OffsetRange(TP, EpochOffset(1), EpochOffset(2, 0)))
+    assert sorted(map(id, (c for cs in datasource._POOL.values() for c in cs))) == sorted(
+        map(id, pool)
+    )
 
 
 def test_truncation_between_planning_and_reading_is_caught_by_epochs(

@@ -21,6 +21,7 @@ reported.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import shutil
 import subprocess
@@ -30,11 +31,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.spark_source import _children, _produce
+from benchmarks.spark_source import _children, _durations, _produce
 
 ROWS_100B = int(os.environ.get("SPARK_PROFILE_ROWS_100B", "1000000"))
 ROWS_1KB = int(os.environ.get("SPARK_PROFILE_ROWS_1KB", "300000"))
 SOURCES = ["kafka", "epochguard"]
+#: More options for our source (JSON object), to compare settings: ``SPARK_PROFILE_OPTIONS``.
+EXTRA_OPTIONS: dict[str, str] = json.loads(os.environ.get("SPARK_PROFILE_OPTIONS", "{}"))
 _TICK = os.sysconf("SC_CLK_TCK")
 _RATE = 200
 
@@ -150,6 +153,9 @@ def _query(spark: Any, fmt: str, servers: str, topic: str) -> Any:
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
     )
+    if fmt == "epochguard":
+        for key, value in EXTRA_OPTIONS.items():
+            reader = reader.option(key, value)
     return reader.load().writeStream.format("noop").trigger(availableNow=True).start()
 
 
@@ -166,6 +172,7 @@ def _finish(query: Any, fmt: str, topic: str) -> dict[str, Any]:
         "rows": rows,
         "trigger_s": round(trigger_ms / 1000, 3),
         "rows_per_s": round(rows / (trigger_ms / 1000)) if trigger_ms else None,
+        "duration_ms": _durations(progress),
     }
 
 
@@ -272,6 +279,7 @@ def run() -> dict[str, Any]:
     return {
         "spark_kafka_connector": connector.version,
         "py_spy": spy is not None,
+        "extra_options_ours": EXTRA_OPTIONS,
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "runs": runs,

@@ -153,7 +153,18 @@ def _query(spark: Any, fmt: str, servers: str, topic: str, jvm_pid: int) -> dict
         "rows_per_s": round(rows / (trigger_ms / 1000)) if trigger_ms else None,
         "wall_s": round(wall, 3),
         "peak_rss_mb": round(mem.peak),
+        "duration_ms": _durations(progress),
     }
+
+
+def _durations(progress: list[dict[str, Any]]) -> dict[str, int]:
+    """Spark's ``durationMs`` parts summed over the query's batches (where a trigger's time
+    goes: latestOffset, queryPlanning, addBatch = the tasks, walCommit, commitOffsets)."""
+    out: dict[str, int] = {}
+    for p in progress:
+        for key, ms in p["durationMs"].items():
+            out[key] = out.get(key, 0) + int(ms)
+    return out
 
 
 def profile(servers: str, topic: str, top: int = 15) -> dict[str, Any]:

@@ -387,6 +387,28 @@ too_long:
     return NULL;
 }
 
+typedef PyObject *(*decode_fn)(PyObject *const *, const unsigned char *, Py_ssize_t);
+
+/* Run `fn` over args[0], which the caller's argument keeps alive: bytes as they are, or a
+   memoryview into a Fetch response frame (the lean response path), decoded in place so the
+   records section is never copied before its keys and values are. */
+static PyObject *
+over_buffer(PyObject *const *args, decode_fn fn)
+{
+    PyObject *data = args[0];
+    if (PyBytes_CheckExact(data))
+        return fn(args, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "buf must be bytes or a contiguous byte buffer");
+        return NULL;
+    }
+    PyObject *result = fn(args, (const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyObject *
 decode_batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -396,21 +418,7 @@ decode_batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                      nargs);
         return NULL;
     }
-    PyObject *data = args[0];
-    if (PyBytes_CheckExact(data))
-        return decode_in(args, (const unsigned char *)PyBytes_AS_STRING(data),
-                         PyBytes_GET_SIZE(data));
-    /* A memoryview into a Fetch response frame (the lean response path): decoded in place,
-       so the records section is never copied before its keys and values are. */
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "buf must be bytes or a contiguous byte buffer");
-        return NULL;
-    }
-    PyObject *result = decode_in(args, (const unsigned char *)view.buf, view.len);
-    PyBuffer_Release(&view);
-    return result;
+    return over_buffer(args, decode_in);
 }
 
 /* ------------------------------------------------------------------ column output */
@@ -713,19 +721,7 @@ decode_batch_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                      nargs);
         return NULL;
     }
-    PyObject *data = args[0];
-    if (PyBytes_CheckExact(data))
-        return columns_in(args, (const unsigned char *)PyBytes_AS_STRING(data),
-                          PyBytes_GET_SIZE(data));
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "buf must be bytes or a contiguous byte buffer");
-        return NULL;
-    }
-    PyObject *result = columns_in(args, (const unsigned char *)view.buf, view.len);
-    PyBuffer_Release(&view);
-    return result;
+    return over_buffer(args, columns_in);
 }
 
 static PyMethodDef methods[] = {

@@ -392,6 +392,14 @@ class RecordColumns(Sequence[RecordRef]):
                 out.append((lo - self.start, hi - 1 - self.start, epochs[k]))
         return out
 
+    def data_bytes(self) -> int:
+        """Bytes of keys and values in this view."""
+        koffs, voffs = self._cols[2], self._cols[5]
+        start, stop = 4 * self.start, 4 * self.stop
+        keys = _I32.unpack_from(koffs, stop)[0] - _I32.unpack_from(koffs, start)[0]
+        values = _I32.unpack_from(voffs, stop)[0] - _I32.unpack_from(voffs, start)[0]
+        return int(keys + values)
+
     def max_epoch(self) -> int | None:
         runs = self.epoch_runs()
         return max(r[2] for r in runs) if runs else None

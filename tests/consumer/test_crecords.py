@@ -556,6 +556,7 @@ def test_arrow_arrays_share_the_column_buffers() -> None:
     assert len(view) == 17 and view[0] == (15, 4) and view[-1] == (31, 5)
     assert view.epoch_runs() == [(0, 4, 4), (5, 16, 5)]  # batches 1 (epoch 4) and 2, 3 (5)
     assert view.max_epoch() == 5
+    assert view.data_bytes() == sum(len(b"x%d" % (i % 10)) for i in range(15, 32))
     assert view.rows_before(20) == 5 and view.rows_before(0) == 0 and view.rows_before(99) == 17
     sliced = view.to_arrow()
     assert sliced["offset"].to_pylist() == list(range(15, 32))

@@ -20,6 +20,7 @@ from epochguard.spark_connector.errors import SparkDataLossError, SparkLogTrunca
 from epochguard.spark_connector.options import SourceOptions, parse_options
 from epochguard.spark_connector.planning import OffsetRange
 from epochguard.testing import EmbeddedCluster
+from epochguard.testing.helpers import stage_unreplicated_tail, unclean_refill
 
 TP = TopicPartition("t", 0)
 
@@ -55,23 +56,11 @@ def options(cluster: EmbeddedCluster, **extra: str) -> SourceOptions:
 
 def staged(cluster: EmbeddedCluster) -> tuple[int, int]:
     """10 records on both replicas, then 5 (offsets 10..14, epoch 0) on the leader only."""
-    cluster.create_topic("t", replication_factor=2)
-    old = cluster.leader("t", 0)
-    assert old is not None
-    new = next(b for b in cluster.replicas("t", 0) if b != old)
-    cluster.append("t", 0, [b"kept-%d" % i for i in range(10)], batch_size=1)
-    cluster.stop_broker(new)
-    cluster.append("t", 0, [b"lost-%d" % i for i in range(5)], batch_size=1)
-    return old, new
+    return stage_unreplicated_tail(cluster, "t")
 
 
 def unclean(cluster: EmbeddedCluster, old: int, new: int, fresh: int) -> None:
-    cluster.stop_broker(old)
-    cluster.start_broker(new)
-    cluster.elect_leader("t", 0, new, unclean=True)
-    if fresh:
-        cluster.append("t", 0, [b"new-%d" % i for i in range(fresh)], batch_size=1)
-    cluster.start_broker(old)
+    unclean_refill(cluster, "t", old, new, [b"new-%d" % i for i in range(fresh)])
 
 
 def read_all(opts: SourceOptions, rng: OffsetRange) -> pa.Table:

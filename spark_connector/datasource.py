@@ -413,9 +413,13 @@ def _batch(
         pa.array(list(map(_STAMP_TYPES, recs)), pa.int32()),
     ]
     if include_headers:
+        # As Spark's source: null, not an empty list, for a record without headers.
         arrays.append(
             pa.array(
-                [[{"key": k, "value": v} for k, v in h] for h in map(_HEADERS, recs)],
+                [
+                    [{"key": k, "value": v} for k, v in h] if h else None
+                    for h in map(_HEADERS, recs)
+                ],
                 _HEADER_TYPE,
             )
         )

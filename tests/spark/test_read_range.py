@@ -91,6 +91,20 @@ def test_reads_exactly_the_range_in_arrow_batches(
     assert set(table.column("timestampType").to_pylist()) == {0}
 
 
+def test_headers_are_null_for_records_without_headers_as_in_sparks_source(
+    cluster: EmbeddedCluster,
+) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [(b"k0", b"v0", [("h", b"x"), ("n", None)]), (b"k1", b"v1", [])])
+    opts = options(cluster, includeHeaders="true")
+    table = read_all(opts, OffsetRange(TP, EpochOffset(0), EpochOffset(2, 0)))
+    assert table.column("headers").to_pylist() == [
+        [{"key": "h", "value": b"x"}, {"key": "n", "value": None}],
+        None,
+    ]
+    assert table.column("value").to_pylist() == [b"v0", b"v1"]
+
+
 def test_consumers_are_reused_per_configuration(cluster: EmbeddedCluster) -> None:
     cluster.create_topic("t", replication_factor=1)
     cluster.append("t", 0, [b"x"] * 5)

@@ -31,14 +31,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.spark_source import _children, _durations, _produce
+from benchmarks.spark_source import _durations, _produce, cpu_by_pid, tree_pids
 
 ROWS_100B = int(os.environ.get("SPARK_PROFILE_ROWS_100B", "1000000"))
 ROWS_1KB = int(os.environ.get("SPARK_PROFILE_ROWS_1KB", "300000"))
 SOURCES = ["kafka", "epochguard"]
 #: More options for our source (JSON object), to compare settings: ``SPARK_PROFILE_OPTIONS``.
 EXTRA_OPTIONS: dict[str, str] = json.loads(os.environ.get("SPARK_PROFILE_OPTIONS", "{}"))
-_TICK = os.sysconf("SC_CLK_TCK")
 _RATE = 200
 
 #: (bucket, substrings of a frame "function (file)" that put a sample in it), first match
@@ -56,29 +55,6 @@ BUCKETS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
-def _cpu_by_pid(pids: list[int]) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        # utime, stime, cutime, cstime (fields 14-17; 12-15 after the command name)
-        out[pid] = sum(int(x) for x in fields[11:15]) / _TICK
-    return out
-
-
-def _tree(root: int) -> list[int]:
-    tree, out, todo = _children(), [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(tree.get(pid, []))
-    return out
-
-
 def _cmd(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
@@ -89,19 +65,19 @@ def _cmd(pid: int) -> str:
 
 def _daemon(jvm: int) -> int:
     """The worker daemon under the JVM (it forks the processes that run ``read()``)."""
-    for pid in _tree(jvm):
+    for pid in tree_pids([jvm]):
         if "pyspark.daemon" in _cmd(pid):
             return pid
     raise RuntimeError("no pyspark.daemon process under the Spark JVM")
 
 
 def _groups(jvm: int, brokers: list[int]) -> dict[str, list[int]]:
-    under = _tree(jvm)
+    under = tree_pids([jvm])
     python = [p for p in under if p != jvm and "python" in _cmd(p)]
     return {
         "spark_jvm": [jvm],
         "spark_python": python,
-        "kafka_broker": [p for b in brokers for p in _tree(b)],
+        "kafka_broker": [p for b in brokers for p in tree_pids([b])],
     }
 
 
@@ -179,7 +155,7 @@ def _finish(query: Any, fmt: str, topic: str) -> dict[str, Any]:
 def _profiled(
     spark: Any, fmt: str, servers: str, topic: str, jvm: int, brokers: list[int], spy: str | None
 ) -> dict[str, Any]:
-    before = {k: _cpu_by_pid(v) for k, v in _groups(jvm, brokers).items()}
+    before = {k: cpu_by_pid(v) for k, v in _groups(jvm, brokers).items()}
     load = os.getloadavg()[0]
     started = time.monotonic()
     query = _query(spark, fmt, servers, topic)
@@ -218,7 +194,7 @@ def _profiled(
     # parent's cumulative child times keep it); Spark's workers are reused, so few end.
     cpu = {}
     for k, pids in _groups(jvm, brokers).items():
-        now = _cpu_by_pid(pids)
+        now = cpu_by_pid(pids)
         cpu[k] = round(sum(v - before[k].get(pid, 0.0) for pid, v in now.items()), 2)
     result["cpu_s"] = cpu
     result["load_average_1m_at_start"] = round(load, 2)

@@ -29,7 +29,7 @@ from epochguard.testing import produce
 from epochguard.testing.apache_kafka import ApacheKafkaCluster, KafkaUnavailableError
 from epochguard.testing.apache_kafka.pytest_support import _unavailable
 from epochguard.testing.apache_kafka.spark_kafka import ensure_spark_kafka_jars
-from epochguard.testing.spark_session import local_session
+from epochguard.testing.spark_session import finish_query, local_session
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
 
@@ -69,13 +69,7 @@ def run(spark: Any, fmt: str, servers: str, topic: str, ckpt: Path, out: Path, *
         .trigger(availableNow=True)
         .start()
     )
-    try:
-        query.awaitTermination(180)
-        error = query.exception()
-        if error is not None:
-            raise error
-    finally:
-        query.stop()
+    finish_query(query, 180)
 
 
 def output(spark: Any, out: Path) -> list[tuple[int, str]]:
@@ -178,14 +172,7 @@ def spark_kafka_program(
         .trigger(availableNow=True)
         .start()
     )
-    try:
-        query.awaitTermination(180)
-        error = query.exception()
-        if error is not None:
-            raise error
-        progress = query.recentProgress
-    finally:
-        query.stop()
+    progress = finish_query(query, 180)
     rows = [
         (r.k, r.v, r.topic, r.partition, r.offset, r.timestamp, r.timestampType,
          None if r.headers is None else [(h.key, bytes(h.value)) for h in r.headers])

@@ -23,7 +23,7 @@ import pytest
 from epochguard.spark_connector import register
 from epochguard.testing import EmbeddedCluster
 from epochguard.testing.helpers import KEPT, LOST, stage_unreplicated_tail, unclean_refill
-from epochguard.testing.spark_session import local_session
+from epochguard.testing.spark_session import finish_query, local_session
 
 pytestmark = pytest.mark.slow
 
@@ -122,13 +122,7 @@ def run_once(spark: Any, cluster: EmbeddedCluster, mode: str, ckpt: Path, out: P
         .trigger(availableNow=True)
         .start()
     )
-    try:
-        query.awaitTermination(120)
-        error = query.exception()
-        if error is not None:
-            raise error
-    finally:
-        query.stop()
+    finish_query(query, 120)
 
 
 def output(spark: Any, out: Path) -> list[tuple[int, bytes]]:

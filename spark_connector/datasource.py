@@ -366,10 +366,19 @@ def _pool_key(kw: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 EXECUTOR_FETCH_BYTES = 8 * 1024 * 1024
 
 
+#: ``fetch_max_wait_ms`` of executor reads unless ``kafka.fetch.max.wait.ms`` is given. A
+#: task reads records that existed when its batch was planned, so a Fetch only long-polls
+#: once the range is read: the consumer's prefetch past the planned end. That Fetch stays
+#: in flight into the next task of the worker, which reuses the consumer, and the broker
+#: answers that task's first request on the connection only after it.
+EXECUTOR_FETCH_WAIT_MS = 20
+
+
 def _executor_kwargs(opts: SourceOptions) -> dict[str, Any]:
     kw = opts.consumer_kwargs()
     kw["max_poll_records"] = _BATCH_ROWS
     kw.setdefault("max_partition_fetch_bytes", EXECUTOR_FETCH_BYTES)
+    kw.setdefault("fetch_max_wait_ms", EXECUTOR_FETCH_WAIT_MS)
     if not opts.include_headers:
         # The C decoder fills the Arrow buffers of every column but the headers: no Python
         # object per record (docs/spark.md, "Profile").

@@ -105,6 +105,23 @@ def test_headers_are_null_for_records_without_headers_as_in_sparks_source(
     assert table.column("value").to_pylist() == [b"v0", b"v1"]
 
 
+def test_executor_fetch_settings_default_to_large_fetches_and_short_waits() -> None:
+    base = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
+    kw = datasource._executor_kwargs(parse_options(base, streaming=True))
+    assert kw["max_partition_fetch_bytes"] == datasource.EXECUTOR_FETCH_BYTES == 8 << 20
+    assert kw["fetch_max_wait_ms"] == datasource.EXECUTOR_FETCH_WAIT_MS == 20
+    assert kw["record_format"] == "columns"
+    given = {
+        **base,
+        "kafka.max.partition.fetch.bytes": "1048576",
+        "kafka.fetch.max.wait.ms": "500",
+        "includeHeaders": "true",
+    }
+    kw = datasource._executor_kwargs(parse_options(given, streaming=True))
+    assert (kw["max_partition_fetch_bytes"], kw["fetch_max_wait_ms"]) == (1048576, 500)
+    assert "record_format" not in kw
+
+
 def test_consumers_are_reused_per_configuration(cluster: EmbeddedCluster) -> None:
     cluster.create_topic("t", replication_factor=1)
     cluster.append("t", 0, [b"x"] * 5)

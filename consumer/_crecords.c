@@ -12,6 +12,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define N_FIELDS 13
 
@@ -402,6 +403,28 @@ too_long:
     return NULL;
 }
 
+typedef PyObject *(*decode_fn)(PyObject *const *, const unsigned char *, Py_ssize_t);
+
+/* Run `fn` over args[0], which the caller's argument keeps alive: bytes as they are, or a
+   memoryview into a Fetch response frame (the lean response path), decoded in place so the
+   records section is never copied before its keys and values are. */
+static PyObject *
+over_buffer(PyObject *const *args, decode_fn fn)
+{
+    PyObject *data = args[0];
+    if (PyBytes_CheckExact(data))
+        return fn(args, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "buf must be bytes or a contiguous byte buffer");
+        return NULL;
+    }
+    PyObject *result = fn(args, (const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyObject *
 decode_batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -411,26 +434,331 @@ decode_batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                      nargs);
         return NULL;
     }
-    PyObject *data = args[0];
-    if (PyBytes_CheckExact(data))
-        return decode_in(args, (const unsigned char *)PyBytes_AS_STRING(data),
-                         PyBytes_GET_SIZE(data));
-    /* A memoryview into a Fetch response frame (the lean response path): decoded in place,
-       so the records section is never copied before its keys and values are. */
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "buf must be bytes or a contiguous byte buffer");
+    return over_buffer(args, decode_in);
+}
+
+/* ------------------------------------------------------------------ column output */
+
+/*
+ * The same records written into column buffers instead of tuples: no Python object per
+ * record or field. The caller (epochguard.consumer.columns) owns eight bytearrays whose
+ * contents are, after the call, the Arrow layouts of
+ *   0 offsets     int64 per row
+ *   1 timestamps  int64 per row (ms)
+ *   2 key offsets int32, rows + 1 entries (starts with one 0 written by the caller)
+ *   3 key data    the keys back to back
+ *   4 key valid   validity bitmap, one bit per row, least significant bit first
+ *   5..7          the same three for values
+ * so pyarrow wraps them with Array.from_buffers without copying. Each bytearray is grown
+ * once per batch to a bound (a record takes at least 7 bytes, keys and values at most the
+ * batch's bytes) and cut back to what was written at the end.
+ */
+#define N_COLS 8
+#define MIN_RECORD_BYTES 7
+
+static int
+grow(PyObject *ba, Py_ssize_t extra)
+{
+    return PyByteArray_Resize(ba, PyByteArray_GET_SIZE(ba) + extra);
+}
+
+static inline void
+set_bit(unsigned char *bitmap, Py_ssize_t row)
+{
+    bitmap[row >> 3] |= (unsigned char)(1u << (row & 7));
+}
+
+PyDoc_STRVAR(decode_batch_columns_doc,
+"decode_batch_columns(buf, pos, end, count, topic, partition, base_offset, base_ts,\n"
+"    log_append_ts, min_offset, cols)\n"
+"--\n\n"
+"Append the records of buf[pos:end] with offset >= min_offset to the eight column\n"
+"bytearrays in cols; returns (rows, null keys, null values). Raises CorruptRecordError\n"
+"on malformed input, with the messages of decode_batch_records.");
+
+static PyObject *
+columns_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
+{
+    PyObject *topic = args[4], *partition = args[5], *log_append_ts = args[8];
+    PyObject *cols_obj = args[10];
+    PyObject *cols[N_COLS];
+
+    if (!PyUnicode_Check(topic)) {
+        PyErr_SetString(PyExc_TypeError, "topic must be str");
         return NULL;
     }
-    PyObject *result = decode_in(args, (const unsigned char *)view.buf, view.len);
-    PyBuffer_Release(&view);
-    return result;
+    if (!PyList_Check(cols_obj) || PyList_GET_SIZE(cols_obj) != N_COLS) {
+        PyErr_SetString(PyExc_TypeError, "cols must be a list of 8 bytearrays");
+        return NULL;
+    }
+    for (int c = 0; c < N_COLS; c++) {
+        cols[c] = PyList_GET_ITEM(cols_obj, c);
+        if (!PyByteArray_CheckExact(cols[c])) {
+            PyErr_SetString(PyExc_TypeError, "cols must be a list of 8 bytearrays");
+            return NULL;
+        }
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    long long count = PyLong_AsLongLong(args[3]);
+    long long base_offset = PyLong_AsLongLong(args[6]);
+    long long base_ts = PyLong_AsLongLong(args[7]);
+    long long min_offset = PyLong_AsLongLong(args[9]);
+    long long append_ts = 0;
+    int use_append_ts = log_append_ts != Py_None;
+    if (use_append_ts)
+        append_ts = PyLong_AsLongLong(log_append_ts);
+    if (PyErr_Occurred())
+        return NULL;
+    if (end > size)
+        end = size;
+    if (pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "pos must not be negative");
+        return NULL;
+    }
+    Py_ssize_t rows0 = PyByteArray_GET_SIZE(cols[0]) / 8;
+    if (PyByteArray_GET_SIZE(cols[2]) != 4 * (rows0 + 1) ||
+        PyByteArray_GET_SIZE(cols[5]) != 4 * (rows0 + 1) ||
+        PyByteArray_GET_SIZE(cols[1]) != 8 * rows0 ||
+        PyByteArray_GET_SIZE(cols[4]) != (rows0 + 7) / 8 ||
+        PyByteArray_GET_SIZE(cols[7]) != (rows0 + 7) / 8) {
+        PyErr_SetString(PyExc_ValueError, "cols do not hold the same number of rows");
+        return NULL;
+    }
+    Py_ssize_t span = end > pos ? end - pos : 0;
+    Py_ssize_t cap = count < 0 ? 0 : (Py_ssize_t)count;
+    if (cap > span / MIN_RECORD_BYTES + 1)
+        cap = span / MIN_RECORD_BYTES + 1; /* more would be truncated anyway */
+    Py_ssize_t kdata0 = PyByteArray_GET_SIZE(cols[3]);
+    Py_ssize_t vdata0 = PyByteArray_GET_SIZE(cols[6]);
+    if (grow(cols[0], 8 * cap) < 0 || grow(cols[1], 8 * cap) < 0 || grow(cols[2], 4 * cap) < 0 ||
+        grow(cols[3], span) < 0 || grow(cols[5], 4 * cap) < 0 || grow(cols[6], span) < 0 ||
+        PyByteArray_Resize(cols[4], (rows0 + cap + 7) / 8) < 0 ||
+        PyByteArray_Resize(cols[7], (rows0 + cap + 7) / 8) < 0)
+        return NULL;
+    /* Bits past the rows written stay 0: both decoders write the same bytes. */
+    Py_ssize_t bitmap0 = (rows0 + 7) / 8, bitmap1 = (rows0 + cap + 7) / 8;
+    memset(PyByteArray_AS_STRING(cols[4]) + bitmap0, 0, (size_t)(bitmap1 - bitmap0));
+    memset(PyByteArray_AS_STRING(cols[7]) + bitmap0, 0, (size_t)(bitmap1 - bitmap0));
+    char *offsets = PyByteArray_AS_STRING(cols[0]);
+    char *stamps = PyByteArray_AS_STRING(cols[1]);
+    char *koffs = PyByteArray_AS_STRING(cols[2]);
+    char *kdata = PyByteArray_AS_STRING(cols[3]);
+    unsigned char *kvalid = (unsigned char *)PyByteArray_AS_STRING(cols[4]);
+    char *voffs = PyByteArray_AS_STRING(cols[5]);
+    char *vdata = PyByteArray_AS_STRING(cols[6]);
+    unsigned char *vvalid = (unsigned char *)PyByteArray_AS_STRING(cols[7]);
+    Py_ssize_t row = rows0, klen_total = kdata0, vlen_total = vdata0;
+    long long key_nulls = 0, value_nulls = 0;
+    int status = 0; /* 0 ok, -1 truncated, -2 varint too long, -3 Python error set */
+
+    for (long long i = 0; i < count; i++) {
+        int64_t size, ts_delta, off_delta, klen, vlen, nh;
+        Py_ssize_t kpos = 0, vpos = 0, record_start;
+        int rc;
+#define CVARINT(dst)                                                                        \
+    do {                                                                                    \
+        rc = read_varint(buf, &pos, end, &(dst));                                           \
+        if (rc != 0) {                                                                      \
+            status = rc;                                                                    \
+            goto done;                                                                      \
+        }                                                                                   \
+    } while (0)
+        CVARINT(size);
+        record_start = pos;
+        if (pos >= end) {
+            status = -1;
+            goto done;
+        }
+        pos++;
+        CVARINT(ts_delta);
+        CVARINT(off_delta);
+        CVARINT(klen);
+        if (klen >= 0) {
+            if (klen > end - pos) {
+                status = -1;
+                goto done;
+            }
+            kpos = pos;
+            pos += (Py_ssize_t)klen;
+        }
+        CVARINT(vlen);
+        if (vlen >= 0) {
+            if (vlen > end - pos) {
+                status = -1;
+                goto done;
+            }
+            vpos = pos;
+            pos += (Py_ssize_t)vlen;
+        }
+        if (pos >= end) {
+            status = -1;
+            goto done;
+        }
+        if (buf[pos] == 0) {
+            pos++;
+        }
+        else {
+            CVARINT(nh);
+            for (int64_t h = 0; h < nh; h++) {
+                int64_t hklen, hvlen;
+                CVARINT(hklen);
+                if (hklen < 0) {
+                    PyErr_Format(corrupt_error,
+                                 "%U-%S: negative header key length in batch at offset %lld",
+                                 topic, partition, base_offset);
+                    status = -3;
+                    goto done;
+                }
+                if (hklen > end - pos) {
+                    status = -1;
+                    goto done;
+                }
+                /* Header keys are checked as the tuple decoder checks them. */
+                PyObject *hkey =
+                    PyUnicode_DecodeUTF8((const char *)buf + pos, (Py_ssize_t)hklen, NULL);
+                if (hkey == NULL) {
+                    if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                        PyErr_Clear();
+                        PyErr_Format(corrupt_error,
+                                     "%U-%S: header key is not UTF-8 in batch at offset %lld",
+                                     topic, partition, base_offset);
+                    }
+                    status = -3;
+                    goto done;
+                }
+                Py_DECREF(hkey);
+                pos += (Py_ssize_t)hklen;
+                CVARINT(hvlen);
+                if (hvlen >= 0) {
+                    if (hvlen > end - pos) {
+                        status = -1;
+                        goto done;
+                    }
+                    pos += (Py_ssize_t)hvlen;
+                }
+            }
+        }
+#undef CVARINT
+        if (pos - record_start != size) {
+            PyErr_Format(corrupt_error,
+                         "%U-%S: record %lld of the batch at offset %lld declares %lld bytes "
+                         "but holds %zd",
+                         topic, partition, i, base_offset, (long long)size, pos - record_start);
+            status = -3;
+            goto done;
+        }
+        long long offset;
+        if (__builtin_add_overflow(base_offset, off_delta, &offset)) {
+            if (off_delta < 0)
+                continue;
+            PyErr_Format(corrupt_error, "%U-%S: record offset overflows in batch at offset %lld",
+                         topic, partition, base_offset);
+            status = -3;
+            goto done;
+        }
+        if (offset < min_offset)
+            continue;
+        long long ts;
+        if (use_append_ts)
+            ts = append_ts;
+        else if (__builtin_add_overflow(base_ts, ts_delta, &ts)) {
+            PyErr_Format(corrupt_error,
+                         "%U-%S: record timestamp overflows in batch at offset %lld", topic,
+                         partition, base_offset);
+            status = -3;
+            goto done;
+        }
+        if (row - rows0 >= cap) {
+            status = -1; /* cannot happen: each record took MIN_RECORD_BYTES or more */
+            goto done;
+        }
+        int64_t off64 = offset, ts64 = ts;
+        memcpy(offsets + 8 * row, &off64, 8);
+        memcpy(stamps + 8 * row, &ts64, 8);
+        if (klen >= 0) {
+            memcpy(kdata + klen_total, buf + kpos, (size_t)klen);
+            klen_total += (Py_ssize_t)klen;
+        }
+        else
+            key_nulls++;
+        if (vlen >= 0) {
+            memcpy(vdata + vlen_total, buf + vpos, (size_t)vlen);
+            vlen_total += (Py_ssize_t)vlen;
+        }
+        else
+            value_nulls++;
+        if (klen_total > INT32_MAX || vlen_total > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError,
+                            "column data of one fetch passes 2 GiB (Arrow binary offsets)");
+            status = -3;
+            goto done;
+        }
+        int32_t ko = (int32_t)klen_total, vo = (int32_t)vlen_total;
+        memcpy(koffs + 4 * (row + 1), &ko, 4);
+        memcpy(voffs + 4 * (row + 1), &vo, 4);
+        if (klen >= 0)
+            set_bit(kvalid, row);
+        if (vlen >= 0)
+            set_bit(vvalid, row);
+        row++;
+    }
+    if (pos > end)
+        status = -1;
+    else if (pos != end) {
+        PyErr_Format(corrupt_error,
+                     "%U-%S: the batch at offset %lld has %zd bytes after its %lld records",
+                     topic, partition, base_offset, end - pos, count);
+        status = -3;
+    }
+
+done:;
+    /* Cut every column back to the rows written (on error too: the caller discards). */
+    Py_ssize_t n = row;
+    PyObject *err_type = NULL, *err_value = NULL, *err_tb = NULL;
+    if (status == -3)
+        PyErr_Fetch(&err_type, &err_value, &err_tb);
+    int cut = PyByteArray_Resize(cols[0], 8 * n) < 0 || PyByteArray_Resize(cols[1], 8 * n) < 0 ||
+              PyByteArray_Resize(cols[2], 4 * (n + 1)) < 0 ||
+              PyByteArray_Resize(cols[3], klen_total) < 0 ||
+              PyByteArray_Resize(cols[4], (n + 7) / 8) < 0 ||
+              PyByteArray_Resize(cols[5], 4 * (n + 1)) < 0 ||
+              PyByteArray_Resize(cols[6], vlen_total) < 0 ||
+              PyByteArray_Resize(cols[7], (n + 7) / 8) < 0;
+    if (status == -3) {
+        PyErr_Restore(err_type, err_value, err_tb);
+        return NULL;
+    }
+    if (cut)
+        return NULL;
+    if (status == -1) {
+        raise_truncated(topic, partition, base_offset);
+        return NULL;
+    }
+    if (status == -2) {
+        PyErr_SetString(corrupt_error, "varint too long");
+        return NULL;
+    }
+    return Py_BuildValue("nLL", n - rows0, key_nulls, value_nulls);
+}
+
+static PyObject *
+decode_batch_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 11) {
+        PyErr_Format(PyExc_TypeError, "decode_batch_columns expects 11 arguments, got %zd",
+                     nargs);
+        return NULL;
+    }
+    return over_buffer(args, columns_in);
 }
 
 static PyMethodDef methods[] = {
     {"decode_batch_records", (PyCFunction)(void (*)(void))decode_batch_records, METH_FASTCALL,
      decode_batch_records_doc},
+    {"decode_batch_columns", (PyCFunction)(void (*)(void))decode_batch_columns, METH_FASTCALL,
+     decode_batch_columns_doc},
     {NULL, NULL, 0, NULL},
 };
 

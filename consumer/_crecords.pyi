@@ -19,3 +19,17 @@ def decode_batch_records(
     record_cls: type[tuple[Any, ...]],
     /,
 ) -> None: ...
+def decode_batch_columns(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    end: int,
+    count: int,
+    topic: str,
+    partition: int,
+    base_offset: int,
+    base_ts: int,
+    log_append_ts: int | None,
+    min_offset: int,
+    cols: list[bytearray],
+    /,
+) -> tuple[int, int, int]: ...

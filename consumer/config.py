@@ -106,6 +106,10 @@ DEFAULT_CONFIG: dict[str, Any] = {
     #: "consumer" protocol only: the broker-side assignor ("uniform", "range"); None: the
     #: broker's default (group.consumer.assignors).
     "group_remote_assignor": None,
+    #: "records": ``poll()`` returns ``ConsumerRecord`` lists. "columns": fetched records
+    #: are decoded into column buffers instead and read with ``poll_columns()`` (Arrow
+    #: layouts, no Python object per record; keys and values stay bytes).
+    "record_format": "records",
 }
 
 #: Keys the "consumer" group protocol leaves to the broker (Java refuses them too).
@@ -306,6 +310,18 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
     _check_int("max_metadata_version", cfg["max_metadata_version"], 1)
     if cfg["max_metadata_version"] > 12:
         raise ConsumerConfigError("max_metadata_version", "must be <= 12")
+    if cfg["record_format"] not in ("records", "columns"):
+        raise ConsumerConfigError(
+            "record_format", f"must be 'records' or 'columns', got {cfg['record_format']!r}"
+        )
+    if cfg["record_format"] == "columns":
+        for key in ("key_deserializer", "value_deserializer"):
+            if cfg[key] is not None:
+                raise ConsumerConfigError(
+                    key,
+                    "is not supported with record_format='columns' (keys and values "
+                    "stay bytes in the column buffers)",
+                )
     if cfg["socks5_proxy"] is not None and cfg["proxy_url"] is None:
         cfg["proxy_url"] = cfg["socks5_proxy"]
     # The frame of a fetch response may exceed fetch_max_bytes by one partition's worth.

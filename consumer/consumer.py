@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from types import MappingProxyType, TracebackType
-from typing import Any, Literal, Self, overload
+from typing import Any, Literal, Self, cast, overload
 
 import attrs
 import kafka.errors as kerrors
@@ -33,6 +33,7 @@ from kafka.util import ensure_valid_topic_name
 
 from epochguard._log import get_logger
 from epochguard.consumer.client import BrokerClient
+from epochguard.consumer.columns import RecordColumns
 from epochguard.consumer.config import DEFAULT_CONFIG, build_config
 from epochguard.consumer.errors import (
     ConsumerClosedError,
@@ -528,6 +529,34 @@ class EpochConsumer:
         self._ensure_open()
         if not update_offsets:
             raise NotImplementedError("update_offsets=False is not supported")
+        if self.config["record_format"] != "records":
+            raise ConsumerConfigError(
+                "record_format",
+                "is 'columns': this consumer's records are read with poll_columns(), "
+                "not poll() or iteration",
+            )
+        return self._poll(timeout_ms, max_records)
+
+    def poll_columns(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, RecordColumns]:
+        """:meth:`poll` for a consumer created with ``record_format="columns"``: each
+        partition's records as one :class:`~epochguard.consumer.columns.RecordColumns`
+        (column buffers, ``to_arrow()`` without copying). Positions, epochs and
+        truncation checks are exactly :meth:`poll`'s."""
+        self._ensure_open()
+        if self.config["record_format"] != "columns":
+            raise ConsumerConfigError(
+                "record_format",
+                "is 'records': poll_columns() needs a consumer created with "
+                "record_format='columns'",
+            )
+        # The fetcher holds RecordColumns in place of record lists in this mode.
+        return cast(dict[TopicPartition, RecordColumns], self._poll(timeout_ms, max_records))
+
+    def _poll(
+        self, timeout_ms: int, max_records: int | None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
         if timeout_ms < 0:
             raise ValueError(f"timeout_ms must not be negative, got {timeout_ms}")
         if max_records is None:

@@ -31,6 +31,7 @@ from kafka.structs import TopicPartition
 from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
+from epochguard.consumer.columns import decode_columns
 from epochguard.consumer.errors import CorruptRecordError, RecordDeserializationError
 from epochguard.consumer.metadata import Metadata
 from epochguard.consumer.records import ConsumerRecord, Deserializer, decode_records
@@ -185,6 +186,11 @@ class Fetcher:
         # KIP-392: how long a leader's choice of read replica holds (Java: the metadata age).
         self._replica_ttl_s = float(config["metadata_max_age_ms"]) / 1000
         self._sessions_enabled = bool(config.get("enable_incremental_fetch_sessions", True))
+        # record_format="columns": buffers hold RecordColumns, which slice and measure as
+        # the record lists do (consumer/columns.py).
+        self._decode = (
+            decode_columns if config.get("record_format") == "columns" else decode_records
+        )
 
     # ------------------------------------------------------------------ metadata views
 
@@ -702,7 +708,7 @@ class Fetcher:
             if action.read_replica is not None:
                 self.metrics.bytes_fetched_from_followers += len(data)
             try:
-                decoded = decode_records(
+                decoded = self._decode(
                     data,
                     tp.topic,
                     tp.partition,

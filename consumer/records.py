@@ -560,10 +560,90 @@ def _decode_into(
     if not data:
         return DecodedFetch(out, None, None, 0)
     native = _native
+
+    def v2(body: Any, bstart: int, bend: int, count: int, info: V2Batch) -> None:
+        args = (
+            body,
+            bstart,
+            bend,
+            count,
+            topic,
+            partition,
+            info.epoch,
+            info.base_offset,
+            info.base_ts,
+            info.ts_type,
+            info.log_append_ts,
+            fetch_offset,
+            out,
+            key_deserializer,
+            value_deserializer,
+        )
+        if native is not None:
+            native(*args, ConsumerRecord)
+        else:
+            _decode_batch_records(*args)
+
+    def legacy(chunk: bytes) -> tuple[int | None, int | None]:
+        return _decode_legacy(
+            chunk,
+            topic,
+            partition,
+            fetch_offset,
+            check_crcs,
+            out,
+            key_deserializer,
+            value_deserializer,
+        )
+
+    next_offset, last_epoch, size = walk_batches(
+        data,
+        topic,
+        partition,
+        fetch_offset,
+        check_crcs=check_crcs,
+        aborted_producers=aborted_producers,
+        read_committed=read_committed,
+        in_place=native is not None,
+        v2=v2,
+        legacy=legacy,
+    )
+    return DecodedFetch(out, next_offset, last_epoch, size)
+
+
+class V2Batch(NamedTuple):
+    """What a v2 batch's header says about the records in it."""
+
+    base_offset: int
+    epoch: int
+    base_ts: int
+    ts_type: int
+    #: the batch's max timestamp when its timestamps are the broker's (LogAppendTime)
+    log_append_ts: int | None
+
+
+def walk_batches(
+    data: bytes | bytearray | memoryview,
+    topic: str,
+    partition: int,
+    fetch_offset: int,
+    *,
+    check_crcs: bool,
+    aborted_producers: Sequence[tuple[int, int]] | None,
+    read_committed: bool,
+    in_place: bool,
+    v2: Callable[[Any, int, int, int, V2Batch], None],
+    legacy: Callable[[bytes], tuple[int | None, int | None]],
+) -> tuple[int | None, int | None, int]:
+    """The batch layer of one partition's fetched bytes: headers, CRCs, control and aborted
+    batches, decompression; each v2 batch's records go to ``v2(body, start, end, count,
+    info)`` and each legacy message set to ``legacy(chunk)``. Returns ``(next_offset,
+    last_epoch, size)`` as :class:`DecodedFetch` has them. ``in_place``: the record decoder
+    reads any contiguous buffer (the C ones), else ``data`` is copied to ``bytes`` once."""
     # The C decoder reads any contiguous buffer in place (the lean Fetch path hands it a
     # memoryview into the response frame); the pure-Python one slices keys and values,
     # which must come out as bytes, so it takes one copy of the section.
-    buf: Any = data if native is not None or isinstance(data, bytes) else bytes(data)
+    buf: Any = data if in_place or isinstance(data, bytes) else bytes(data)
     total = len(buf)
     pos = 0
     next_offset: int | None = None
@@ -593,16 +673,7 @@ def _decode_into(
                     f"{topic}-{partition}: record batch at offset {base_offset} has unknown "
                     f"magic {magic if magic < 128 else magic - 256}"
                 )
-            nxt, ep = _decode_legacy(
-                bytes(buf[pos:batch_end]),
-                topic,
-                partition,
-                fetch_offset,
-                check_crcs,
-                out,
-                key_deserializer,
-                value_deserializer,
-            )
+            nxt, ep = legacy(bytes(buf[pos:batch_end]))
             if nxt is not None:
                 next_offset = nxt
                 last_epoch = ep
@@ -667,33 +738,14 @@ def _decode_into(
         else:
             body = buf
             bstart, bend = body_start, batch_end
-        args = (
-            body,
-            bstart,
-            bend,
-            count,
-            topic,
-            partition,
-            epoch,
-            base_offset,
-            base_ts,
-            ts_type,
-            max_ts if ts_type == 1 else None,
-            fetch_offset,
-            out,
-            key_deserializer,
-            value_deserializer,
-        )
+        info = V2Batch(base_offset, epoch, base_ts, ts_type, max_ts if ts_type == 1 else None)
         try:
-            if native is not None:
-                native(*args, ConsumerRecord)
-            else:
-                _decode_batch_records(*args)
+            v2(body, bstart, bend, count, info)
         except IndexError as exc:
             raise CorruptRecordError(
                 f"{topic}-{partition}: truncated record in batch at offset {base_offset}"
             ) from exc
-    return DecodedFetch(out, next_offset, last_epoch, pos if next_offset is not None else 0)
+    return next_offset, last_epoch, pos if next_offset is not None else 0
 
 
 def _bound_legacy_wrapper(chunk: bytes, where: str) -> None:

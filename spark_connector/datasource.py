@@ -11,9 +11,10 @@ through EpochConsumer's public API.
 from __future__ import annotations
 
 import operator
+import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -41,6 +42,7 @@ from epochguard.consumer import (
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
 )
+from epochguard.consumer.columns import RecordColumns
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import TruncationReport
 from epochguard.spark_connector.errors import (
@@ -100,8 +102,10 @@ _ARROW_SCHEMA_HEADERS = pa.schema(
     [*_BASE_FIELDS, ("headers", _HEADER_TYPE), ("leaderEpoch", pa.int32())]
 )
 
-#: Rows per Arrow batch yielded by ``read()``.
+#: Rows per Arrow batch yielded by ``read()``, or fewer rows once their keys and values
+#: reach ``_BATCH_BYTES``.
 _BATCH_ROWS = 8192
+_BATCH_BYTES = 4 * 1024 * 1024
 #: Seconds between log-end checks while a read makes no progress below its planned end.
 _END_CHECK_INTERVAL = 1.0
 
@@ -183,6 +187,10 @@ class _Driver:
             return {}
         c = self.consumer
         c.assign(list(tps))
+        # The driver reads no records. Unpaused, a partition at its log end has a Fetch
+        # long-polling for fetch.max.wait.ms, and the broker answers the next lookup on that
+        # connection only after it: latestOffset took 0.5 or 1.0 s in Spark's progress.
+        c.pause(*tps)
         if end:
             c.seek_to_end(*tps)
         else:
@@ -351,14 +359,35 @@ def _pool_key(kw: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, repr(v)) for k, v in kw.items()))
 
 
+#: ``max_partition_fetch_bytes`` of executor reads unless ``kafka.max.partition.fetch.bytes``
+#: is given. A task reads one partition with one fetch in flight, so its rate is a fetch's
+#: size per round trip: measured in a Spark query (docs/spark.md), 8 MiB instead of Kafka's
+#: 1 MiB took 100 B x 1 partition from 0.21 M to 0.50 M rows/s.
+EXECUTOR_FETCH_BYTES = 8 * 1024 * 1024
+
+
+#: ``fetch_max_wait_ms`` of executor reads unless ``kafka.fetch.max.wait.ms`` is given. A
+#: task reads records that existed when its batch was planned, so a Fetch only long-polls
+#: once the range is read: the consumer's prefetch past the planned end. That Fetch stays
+#: in flight into the next task of the worker, which reuses the consumer, and the broker
+#: answers that task's first request on the connection only after it.
+EXECUTOR_FETCH_WAIT_MS = 20
+
+
 def _executor_kwargs(opts: SourceOptions) -> dict[str, Any]:
     kw = opts.consumer_kwargs()
-    # One poll, one Arrow batch.
     kw["max_poll_records"] = _BATCH_ROWS
+    kw.setdefault("max_partition_fetch_bytes", EXECUTOR_FETCH_BYTES)
+    kw.setdefault("fetch_max_wait_ms", EXECUTOR_FETCH_WAIT_MS)
+    if not opts.include_headers:
+        # The C decoder fills the Arrow buffers of every column but the headers: no Python
+        # object per record (docs/spark.md, "Profile").
+        kw["record_format"] = "columns"
     return kw
 
 
 _TS_MS = pa.timestamp("ms", tz="UTC")
+_TS = _BASE_FIELDS[5][1]
 
 
 # One C-level pass per column the schema needs (ConsumerRecord field positions); a full
@@ -371,12 +400,17 @@ _KEYS = operator.itemgetter(6)
 _VALUES = operator.itemgetter(7)
 _HEADERS = operator.itemgetter(8)
 
+#: What one poll yields for one partition: its records (``includeHeaders``) with their
+#: epoch column, or column buffers.
+_Piece = tuple[list[ConsumerRecord], list[int]] | RecordColumns
+
 
 def _batch(
     tp: TopicPartition, recs: Sequence[ConsumerRecord], epochs: list[int], include_headers: bool
 ) -> pa.RecordBatch:
-    """One Arrow batch from one poll's records: no Python object per field beyond what the
-    decoder made (``epochs`` is the column the caller already took for its check)."""
+    """One Arrow batch from ``ConsumerRecord`` tuples (``includeHeaders``: the headers
+    column is not in the column buffers). ``epochs`` is the column the caller already took
+    for its check."""
     n = len(recs)
     arrays = [
         pa.array(list(map(_KEYS, recs)), pa.binary()),
@@ -384,19 +418,45 @@ def _batch(
         pa.repeat(pa.scalar(tp.topic, pa.string()), n),
         pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
         pa.array(list(map(_OFFSETS, recs)), pa.int64()),
-        pa.array(list(map(_STAMPS, recs)), _TS_MS).cast(_BASE_FIELDS[5][1]),
+        pa.array(list(map(_STAMPS, recs)), _TS_MS).cast(_TS),
         pa.array(list(map(_STAMP_TYPES, recs)), pa.int32()),
     ]
     if include_headers:
+        # As Spark's source: null, not an empty list, for a record without headers.
         arrays.append(
             pa.array(
-                [[{"key": k, "value": v} for k, v in h] for h in map(_HEADERS, recs)],
+                [
+                    [{"key": k, "value": v} for k, v in h] if h else None
+                    for h in map(_HEADERS, recs)
+                ],
                 _HEADER_TYPE,
             )
         )
     arrays.append(pa.array(epochs, pa.int32()))
     schema = _ARROW_SCHEMA_HEADERS if include_headers else ARROW_SCHEMA
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _column_batch(tp: TopicPartition, pieces: list[RecordColumns]) -> pa.RecordBatch:
+    """One Arrow batch from column buffers: the buffers of a single piece are used as they
+    are; several pieces (polls joined) are concatenated, one copy."""
+    parts = [p.to_arrow() for p in pieces]
+    if len(parts) == 1:
+        cols = parts[0]
+    else:
+        cols = {name: pa.concat_arrays([p[name] for p in parts]) for name in parts[0]}
+    n = len(cols["offset"])
+    arrays = [
+        cols["key"],
+        cols["value"],
+        pa.repeat(pa.scalar(tp.topic, pa.string()), n),
+        pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
+        cols["offset"],
+        cols["timestamp"].cast(_TS),
+        cols["timestampType"],
+        cols["leaderEpoch"],
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -412,7 +472,8 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
         consumer = EpochConsumer(**kw)
     done = False
     try:
-        yield from _coalesced(rng.tp, _read_with(consumer, opts, rng), opts.include_headers)
+        pieces = _fetch_ahead(_read_with(consumer, opts, rng), f"{rng.tp.topic}-{rng.tp.partition}")
+        yield from _coalesced(rng.tp, pieces, opts.include_headers)
         done = True
     finally:
         if done:
@@ -423,10 +484,71 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
             consumer.close(autocommit=False)
 
 
+#: Polls read ahead of the Arrow batches being handed to Spark (each at most one fetch of
+#: ``max_partition_fetch_bytes``): bounds the memory a task holds.
+_AHEAD = 2
+_END = object()
+
+
+class _Failed:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _fetch_ahead(polls: Generator[_Piece, None, None], name: str) -> Iterator[_Piece]:
+    """``polls`` run on a thread of their own, up to ``_AHEAD`` pieces ahead.
+
+    The profile (docs/spark.md) showed the executor's one thread alternating between
+    waiting for the next Fetch answer and handing the previous batch to the JVM. Here the
+    consumer is polled (fetch answers applied, the next fetch sent, records decoded and
+    their epochs checked, all inside ``_read_with``) while this thread builds and hands
+    over batches. The consumer is only touched by the reading thread until it ends; an
+    error there is raised here, in order, after the pieces read before it."""
+    out: queue.Queue[Any] = queue.Queue(maxsize=_AHEAD)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for piece in polls:
+                if not put(piece):
+                    return
+        except BaseException as exc:  # handed to the consuming thread, raised there
+            put(_Failed(exc))
+            return
+        finally:
+            polls.close()
+        put(_END)
+
+    reader = threading.Thread(target=run, name=f"epochguard-read-{name}", daemon=True)
+    reader.start()
+    try:
+        while True:
+            item = out.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+    finally:
+        # Abandoned early (Spark stopped reading) or failed: stop the reader before the
+        # caller decides whether the consumer can be reused.
+        stop.set()
+        reader.join()
+
+
 def _coalesced(
-    tp: TopicPartition,
-    polls: Iterator[tuple[list[ConsumerRecord], list[int]]],
-    include_headers: bool,
+    tp: TopicPartition, polls: Iterator[_Piece], include_headers: bool
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of at least ``_BATCH_ROWS`` records (but the last), from the polls.
 
@@ -436,22 +558,85 @@ def _coalesced(
     """
     recs: list[ConsumerRecord] = []
     epochs: list[int] = []
-    for more, more_epochs in polls:
+    pieces: list[RecordColumns] = []
+    rows = size = 0
+    for piece in polls:
+        if isinstance(piece, RecordColumns):
+            pieces.append(piece)
+            rows += len(piece)
+            size += piece.data_bytes()
+            # Joining copies the data once: large values cross on their own.
+            if rows >= _BATCH_ROWS or size >= _BATCH_BYTES:
+                yield _column_batch(tp, pieces)
+                pieces, rows, size = [], 0, 0
+            continue
+        more, more_epochs = piece
         recs += more
         epochs += more_epochs
         if len(recs) >= _BATCH_ROWS:
             yield _batch(tp, recs, epochs, include_headers)
             recs, epochs = [], []
+    if pieces:
+        yield _column_batch(tp, pieces)
     if recs:
         yield _batch(tp, recs, epochs, include_headers)
 
 
+def _epoch_after_plan(
+    tp: TopicPartition, offset: int, epoch: int, planned: int, end: int, where: str
+) -> SparkLogTruncationError:
+    return SparkLogTruncationError(
+        f"topic {tp.topic} partition {tp.partition} ({tp.topic}-{tp.partition}): "
+        f"divergence at or before offset {offset}: the record there has "
+        f"leader epoch {epoch}, later than epoch {planned} "
+        f"planned for this range, so the log was truncated and rewritten after "
+        f"the batch was planned; lost range [{offset}, {end}) at most; {where}"
+    )
+
+
+def _piece(
+    tp: TopicPartition,
+    polled: Mapping[TopicPartition, Any],
+    end: int,
+    planned_epoch: int | None,
+    where: str,
+) -> _Piece | None:
+    """``tp``'s part of one poll, cut at the planned end, its epochs checked against the
+    plan: a record with a later epoch than planned means the log was rewritten."""
+    got = polled.get(tp)
+    if not got:
+        return None
+    if isinstance(got, RecordColumns):
+        cols = got
+        if cols.offset_at(len(cols) - 1) >= end:
+            cols = cols[: cols.rows_before(end)]
+        if not cols:
+            return None
+        if planned_epoch is not None:
+            for first, _last, epoch in cols.epoch_runs():
+                if epoch > planned_epoch:
+                    offset = cols.offset_at(first)
+                    raise _epoch_after_plan(tp, offset, epoch, planned_epoch, end, where)
+        return cols
+    recs: list[ConsumerRecord] = got
+    if recs[-1].offset >= end:
+        recs = [r for r in recs if r.offset < end]
+    if not recs:
+        return None
+    epochs = list(map(_EPOCHS, recs))
+    if planned_epoch is not None and max(epochs) > planned_epoch:
+        rec = next(r for r in recs if r.leader_epoch > planned_epoch)
+        raise _epoch_after_plan(tp, rec.offset, rec.leader_epoch, planned_epoch, end, where)
+    return recs, epochs
+
+
 def _read_with(
     consumer: EpochConsumer, opts: SourceOptions, rng: OffsetRange
-) -> Iterator[tuple[list[ConsumerRecord], list[int]]]:
+) -> Generator[_Piece, None, None]:
     tp, end = rng.tp, rng.end.offset
     planned_epoch = rng.end.leader_epoch
     where = f"while reading planned range [{rng.start}, {rng.end}) on an executor"
+    columns = consumer.config["record_format"] == "columns"
     consumer.assign([tp])
     consumer.seek(tp, rng.start)  # a position with an epoch is validated before fetching
     position = rng.start.offset
@@ -460,7 +645,9 @@ def _read_with(
     next_end_check = last_progress + _END_CHECK_INTERVAL
     while position < end:
         try:
-            polled = consumer.poll(timeout_ms=200)
+            polled: Mapping[TopicPartition, Any] = (
+                consumer.poll_columns(timeout_ms=200) if columns else consumer.poll(timeout_ms=200)
+            )
             now_at = consumer.position(tp)
         except LogTruncationError as exc:
             report = exc.truncations.get(tp) or exc.report
@@ -484,21 +671,9 @@ def _read_with(
             consumer.seek(tp, earliest)
             position = earliest
             continue
-        recs = polled.get(tp)
-        if recs and recs[-1].offset >= end:
-            recs = [r for r in recs if r.offset < end]
-        if recs:
-            epochs = list(map(_EPOCHS, recs))
-            if planned_epoch is not None and max(epochs) > planned_epoch:
-                rec = next(r for r in recs if r.leader_epoch > planned_epoch)
-                raise SparkLogTruncationError(
-                    f"topic {tp.topic} partition {tp.partition} ({tp.topic}-{tp.partition}): "
-                    f"divergence at or before offset {rec.offset}: the record there has "
-                    f"leader epoch {rec.leader_epoch}, later than epoch {planned_epoch} "
-                    f"planned for this range, so the log was truncated and rewritten after "
-                    f"the batch was planned; lost range [{rec.offset}, {end}) at most; {where}"
-                )
-            yield recs, epochs
+        piece = _piece(tp, polled, end, planned_epoch, where)
+        if piece is not None:
+            yield piece
         now = time.monotonic()
         if now_at > position:
             position, last_progress = now_at, now

@@ -4,13 +4,31 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kafka import KafkaProducer
 
 from epochguard.testing.cluster import Cluster
 
-__all__ = ["WaitTimeout", "describe_consumer", "produce", "recreate_topic", "wait_until"]
+if TYPE_CHECKING:
+    from epochguard.testing.embedded.cluster import EmbeddedCluster
+
+__all__ = [
+    "KEPT",
+    "LOST",
+    "WaitTimeout",
+    "describe_consumer",
+    "produce",
+    "recreate_topic",
+    "stage_unreplicated_tail",
+    "unclean_refill",
+    "wait_until",
+]
+
+#: What :func:`stage_unreplicated_tail` writes by default: kept-0..9 on both replicas, then
+#: lost-0..4 (offsets 10..14) on the leader alone.
+KEPT = [b"kept-%d" % i for i in range(10)]
+LOST = [b"lost-%d" % i for i in range(5)]
 
 T = TypeVar("T")
 
@@ -124,3 +142,38 @@ def describe_consumer(consumer: Any) -> str:
         f"metadata_ok_at={fetcher.metadata.ok_at:.1f} now={time.monotonic():.1f} "
         f"metrics={consumer.metrics(raw=True)}"
     )
+
+
+def stage_unreplicated_tail(
+    cluster: EmbeddedCluster,
+    topic: str,
+    kept: Sequence[bytes] = KEPT,
+    lost: Sequence[bytes] = LOST,
+) -> tuple[int, int]:
+    """The start of every unclean-election scenario on an ``EmbeddedCluster``: ``topic``
+    (one partition, two replicas) gets ``kept`` on both replicas, then the follower stops
+    and ``lost`` goes to the leader alone, one batch per record. Returns ``(leader,
+    stopped follower)``."""
+    cluster.create_topic(topic, partitions=1, replication_factor=2)
+    old = cluster.leader(topic, 0)
+    assert old is not None
+    new = next(b for b in cluster.replicas(topic, 0) if b != old)
+    if kept:
+        cluster.append(topic, 0, list(kept), batch_size=1)
+    cluster.stop_broker(new)
+    if lost:
+        cluster.append(topic, 0, list(lost), batch_size=1)
+    return old, new
+
+
+def unclean_refill(
+    cluster: EmbeddedCluster, topic: str, old: int, new: int, refill: Sequence[bytes]
+) -> None:
+    """``old`` stops; ``new`` (without the tail only ``old`` had) is elected uncleanly and
+    gets ``refill``; ``old`` comes back as its follower (and truncates to it)."""
+    cluster.stop_broker(old)
+    cluster.start_broker(new)
+    cluster.elect_leader(topic, 0, new, unclean=True)
+    if refill:
+        cluster.append(topic, 0, list(refill), batch_size=1)
+    cluster.start_broker(old)

@@ -81,3 +81,16 @@ def local_session(
     if launched:
         _JARS_OF_RUNNING_JVM = wanted
     return session
+
+
+def finish_query(query: Any, timeout_s: float) -> list[dict[str, Any]]:
+    """Wait (bounded) for a streaming query that ends by itself (``availableNow``), raise
+    its error if it failed, and stop it; returns its progress reports."""
+    try:
+        query.awaitTermination(timeout_s)
+        error = query.exception()
+        if error is not None:
+            raise error
+        return list(query.recentProgress)
+    finally:
+        query.stop()

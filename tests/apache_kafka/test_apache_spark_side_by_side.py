@@ -14,6 +14,7 @@ it is passed with ``spark.jars`` as the session's JVM starts.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -21,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka import KafkaProducer
 
 from epochguard.spark_connector import register
 from epochguard.testing import produce
 from epochguard.testing.apache_kafka import ApacheKafkaCluster, KafkaUnavailableError
 from epochguard.testing.apache_kafka.pytest_support import _unavailable
 from epochguard.testing.apache_kafka.spark_kafka import ensure_spark_kafka_jars
-from epochguard.testing.spark_session import local_session
+from epochguard.testing.spark_session import finish_query, local_session
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
 
@@ -67,13 +69,7 @@ def run(spark: Any, fmt: str, servers: str, topic: str, ckpt: Path, out: Path, *
         .trigger(availableNow=True)
         .start()
     )
-    try:
-        query.awaitTermination(180)
-        error = query.exception()
-        if error is not None:
-            raise error
-    finally:
-        query.stop()
+    finish_query(query, 180)
 
 
 def output(spark: Any, out: Path) -> list[tuple[int, str]]:
@@ -140,3 +136,80 @@ def test_refill_past_the_checkpoint_spark_reads_on_silently_ours_does_not(
     assert sorted(set(rewound) - set(before)) == [(5 + i, f"b{i}") for i in range(5)]
     assert sorted(rewound) == sorted(before + surviving[5:])
     assert set(surviving) <= set(rewound)
+
+
+def spark_kafka_program(
+    spark: Any, fmt: str, servers: str, topic: str, ckpt: Path, name: str
+) -> tuple[Any, list[tuple[Any, ...]]]:
+    """A program written for Spark's Kafka source, as its documentation shows one: only
+    ``fmt`` differs between the two runs. Returns the source's schema and the rows."""
+    df = (
+        spark.readStream.format(fmt)
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        # Spark's JSON form: partition 0 from offset 2, partition 1 from the earliest (-2).
+        .option("startingOffsets", json.dumps({topic: {"0": 2, "1": -2}}))
+        .option("maxOffsetsPerTrigger", "7")
+        .option("failOnDataLoss", "true")
+        .option("includeHeaders", "true")
+        .option("kafka.fetch.max.wait.ms", "100")
+        .load()
+    )
+    query = (
+        df.selectExpr(
+            "CAST(key AS STRING) AS k",
+            "CAST(value AS STRING) AS v",
+            "topic",
+            "partition",
+            "offset",
+            "timestamp",
+            "timestampType",
+            "headers",
+        )
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start()
+    )
+    progress = finish_query(query, 180)
+    rows = [
+        (r.k, r.v, r.topic, r.partition, r.offset, r.timestamp, r.timestampType,
+         None if r.headers is None else [(h.key, bytes(h.value)) for h in r.headers])
+        for r in spark.table(name).collect()
+    ]  # fmt: skip
+    # maxOffsetsPerTrigger held: no batch above 7 rows.
+    assert max(p["numInputRows"] for p in progress) <= 7, fmt
+    return df.schema, sorted(rows, key=lambda r: (r[3], r[4]))
+
+
+def test_a_program_for_sparks_source_runs_unchanged_with_only_the_format_name_changed(
+    spark: Any, cluster: ApacheKafkaCluster, tmp_path: Path
+) -> None:
+    topic = f"same-{os.getpid()}"
+    cluster.create_topic(topic, partitions=2, replication_factor=1)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
+    try:
+        for i in range(12):
+            headers = [("n", b"%d" % i)] if i % 2 else []
+            producer.send(topic, b"v%d" % i, key=b"k%d" % i, partition=i % 2, headers=headers).get(
+                timeout=15
+            )
+    finally:
+        producer.close(timeout=5)
+
+    spark_schema, spark_rows = spark_kafka_program(
+        spark, "kafka", cluster.bootstrap_servers, topic, tmp_path / "spark", "same_spark"
+    )
+    ours_schema, ours_rows = spark_kafka_program(
+        spark, "epochguard", cluster.bootstrap_servers, topic, tmp_path / "ours", "same_ours"
+    )
+    # The same columns and types, plus leaderEpoch at the end.
+    assert ours_schema.fields[:-1] == spark_schema.fields
+    assert ours_schema.fields[-1].name == "leaderEpoch"
+    # Partition 0 holds i = 0, 2, .. 10 at offsets 0..5 and starts at 2; partition 1 all.
+    expected = [(0, o, f"k{2 * o}") for o in range(2, 6)] + [
+        (1, o, f"k{2 * o + 1}") for o in range(6)
+    ]
+    assert [(r[3], r[4], r[0]) for r in spark_rows] == expected
+    assert ours_rows == spark_rows

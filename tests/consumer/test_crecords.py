@@ -15,12 +15,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import crc32c
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from epochguard.consumer import records
+from epochguard.consumer import columns, records
 from epochguard.consumer.errors import CorruptRecordError, RecordDeserializationError
 from epochguard.consumer.records import DecodedFetch, decode_records
 
@@ -430,3 +431,176 @@ def test_no_references_leak_on_success_or_error_paths() -> None:
         tracemalloc.stop()
     # A leaked record per decode would be 300 * (5 records * ~200 B) = 300 kB.
     assert grown < 64 * 1024, grown
+
+
+# ------------------------------------------------------------------ column output
+# decode_columns (consumer/columns.py) with the C loop (_crecords.decode_batch_columns) and
+# its pure-Python twin: the same bytes in every column buffer, the same errors, and the
+# same records as the tuple decoder.
+
+COLUMNS_NATIVE = columns._native
+
+
+def _columns_both(data: bytes, fetch_offset: int = 0, **kwargs: Any) -> tuple[Outcome, Outcome]:
+    def run(native: Any) -> Outcome:
+        saved = columns._native
+        columns._native = native
+        try:
+            out = columns.decode_columns(data, "topic", 3, fetch_offset, **kwargs)
+        except CorruptRecordError as exc:
+            return "error", str(exc)
+        finally:
+            columns._native = saved
+        cols = out.records
+        assert isinstance(cols, columns.RecordColumns)
+        raw = [bytes(c) for c in cols._cols]
+        runs = (cols._run_starts, cols._run_epochs, cols._run_ts_types)
+        return "ok", (raw, runs, len(cols), out.next_offset, out.last_epoch, out.size)
+
+    assert COLUMNS_NATIVE is not None
+    return run(COLUMNS_NATIVE), run(None)
+
+
+def _as_rows(data: bytes, fetch_offset: int = 0, **kwargs: Any) -> list[tuple[Any, ...]]:
+    cols = columns.decode_columns(data, "topic", 3, fetch_offset, **kwargs).records
+    assert isinstance(cols, columns.RecordColumns)
+    arrays = cols.to_arrow()
+    assert list(arrays) == list(columns.COLUMN_NAMES)
+    lists = [arrays[name].to_pylist() for name in ("offset", "leaderEpoch", "timestampType")]
+    stamps = arrays["timestamp"].cast("int64").to_pylist()
+    return list(
+        zip(
+            lists[0], lists[1], stamps, lists[2], arrays["key"].to_pylist(),
+            arrays["value"].to_pylist(), strict=True,
+        )
+    )  # fmt: skip
+
+
+def _tuple_rows(data: bytes, fetch_offset: int = 0, **kwargs: Any) -> list[tuple[Any, ...]]:
+    recs = decode_records(data, "topic", 3, fetch_offset, **kwargs).records
+    return [(r.offset, r.leader_epoch, r.timestamp, r.timestamp_type, r.key, r.value) for r in recs]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=_fetches(), skip=st.integers(0, 20), cut=st.integers(0, 30))
+def test_column_decoders_agree_with_each_other_and_the_tuple_decoder(
+    data: bytes, skip: int, cut: int
+) -> None:
+    first = struct.unpack_from(">q", data, 0)[0]
+    for fetch_offset in (0, first + skip):
+        for chunk in (data, data[: len(data) - cut]):
+            c, py = _columns_both(chunk, fetch_offset=fetch_offset)
+            assert c == py
+            assert c[0] == "ok"
+            assert _as_rows(chunk, fetch_offset) == _tuple_rows(chunk, fetch_offset)
+            fetched = decode_records(chunk, "topic", 3, fetch_offset)
+            assert c[1][3:] == (fetched.next_offset, fetched.last_epoch, fetched.size)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=_fetches())
+def test_column_decoders_skip_aborted_and_control_batches_as_the_tuple_decoder(
+    data: bytes,
+) -> None:
+    kw: dict[str, Any] = {"read_committed": True, "aborted_producers": [(7, 0)]}
+    c, py = _columns_both(data, **kw)
+    assert c == py
+    assert _as_rows(data, **kw) == _tuple_rows(data, **kw)
+
+
+def _assert_same_column_error(data: bytes) -> str:
+    c, py = _columns_both(data, check_crcs=False)
+    assert c == py
+    assert c[0] == "error", c
+    # The tuple decoder fails the same way.
+    assert _decode_both(data, check_crcs=False)[0] == c
+    return str(c[1])
+
+
+def test_column_decoders_report_corrupt_records_as_the_tuple_decoder() -> None:
+    batch = _uncompressed()
+    body = batch[61:]
+    for cut in range(len(body)):
+        msg = _assert_same_column_error(_with_body(batch, body[:cut]))
+        assert msg.endswith("topic-3: truncated record in batch at offset 100")
+    for bad in (b"\xff" * 10 + b"\x01", b"\xff" * 9 + b"\x02", b"\x80" * 11):
+        for field in range(5):
+            fields = [b"\x00", b"\x00", b"\x00", b"\x02", b"k", b"\x02", b"v", b"\x00"]
+            fields[[0, 2, 3, 5, 7][field]] = bad
+            _assert_same_column_error(_with_body(batch, b"".join(fields), count=1))
+    neg = _record(b"\x00\x00\x00", _varint(-1), _varint(-1), _varint(1), _varint(-3), b"abc")
+    assert "negative header key length" in _assert_same_column_error(
+        _with_body(batch, neg, count=1)
+    )
+    utf = _record(
+        b"\x00\x00\x00", _varint(-1), _varint(-1), _varint(1), _varint(2), b"\xff\xfe", _varint(-1)
+    )
+    assert "header key is not UTF-8" in _assert_same_column_error(_with_body(batch, utf, count=1))
+    _assert_same_column_error(_with_body(batch, batch[61:], count=6))
+    # A count far beyond what the bytes can hold is refused, not allocated for.
+    _assert_same_column_error(_with_body(batch, batch[61:], count=2**31 - 1))
+
+
+def test_column_decoders_refuse_offsets_and_timestamps_past_int64() -> None:
+    # The tuple decoder returns Python ints there; an int64 column cannot hold them.
+    batch = _uncompressed()
+    top = _varint(2**62)
+    for body, what in (
+        (_record(b"\x00", b"\x00", top, b"\x01", b"\x01", b"\x00"), "offset"),
+        (_record(b"\x00", top, b"\x00", b"\x01", b"\x01", b"\x00"), "timestamp"),
+    ):
+        raw = bytearray(_with_body(batch, body, count=1))
+        struct.pack_into(">q", raw, 0, 2**62 + 5)  # base offset
+        struct.pack_into(">q", raw, 27, 2**62 + 5)  # base timestamp
+        c, py = _columns_both(bytes(raw), check_crcs=False)
+        assert c == py
+        assert c[0] == "error" and f"record {what} overflows" in c[1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_corruption_gives_identical_column_outcomes(seed: int) -> None:
+    batch = _uncompressed(headers=seed % 2 == 0)
+    for data in _mutations(batch, seed):
+        c, py = _columns_both(data, check_crcs=False)
+        assert c == py
+        if c[0] == "ok":
+            assert _as_rows(data, check_crcs=False) == _tuple_rows(data, check_crcs=False)
+
+
+def test_arrow_arrays_share_the_column_buffers() -> None:
+    rows = [(i, 50 + i, None, b"x%d" % i, []) for i in range(10)]
+    data = b"".join(_build(10 * b, 4 + b // 2, 0, False, 0, rows) for b in range(4))
+    cols = columns.decode_columns(data, "t", 0, 0).records
+    assert isinstance(cols, columns.RecordColumns)
+    arrays = cols.to_arrow()
+    addresses = {pa.py_buffer(c).address for c in cols._cols}
+    for name in ("offset", "timestamp"):
+        assert arrays[name].buffers()[1].address in addresses
+    for name in ("key", "value"):
+        assert {b.address for b in arrays[name].buffers()[1:]} <= addresses
+    assert arrays["key"].null_count == 40 and arrays["value"].null_count == 0
+    # A view: no copy, its own rows, epochs and the fetcher's view of its ends.
+    view = cols[15:32]
+    assert len(view) == 17 and view[0] == (15, 4) and view[-1] == (31, 5)
+    assert view.epoch_runs() == [(0, 4, 4), (5, 16, 5)]  # batches 1 (epoch 4) and 2, 3 (5)
+    assert view.max_epoch() == 5
+    assert view.data_bytes() == sum(len(b"x%d" % (i % 10)) for i in range(15, 32))
+    assert view.rows_before(20) == 5 and view.rows_before(0) == 0 and view.rows_before(99) == 17
+    sliced = view.to_arrow()
+    assert sliced["offset"].to_pylist() == list(range(15, 32))
+    assert sliced["leaderEpoch"].to_pylist() == [4] * 5 + [5] * 12
+    assert sliced["value"].to_pylist() == [b"x%d" % (i % 10) for i in range(15, 32)]
+    assert [r.offset for r in view] == list(range(15, 32))
+    with pytest.raises(IndexError):
+        view[17]
+    with pytest.raises(ValueError, match="no step"):
+        view[::2]
+
+
+def test_env_var_forces_the_python_column_decoder() -> None:
+    code = "from epochguard.consumer import columns; print(columns.DECODER)"
+    env = {**os.environ, "EPOCHGUARD_PURE_PYTHON": "1"}
+    forced = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    assert (forced, columns.DECODER) == ("python", "c")

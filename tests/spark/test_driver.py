@@ -24,7 +24,7 @@ from epochguard.spark_connector.errors import (
 )
 from epochguard.spark_connector.options import parse_options
 from epochguard.testing import EmbeddedCluster
-from epochguard.testing.helpers import recreate_topic
+from epochguard.testing.helpers import recreate_topic, stage_unreplicated_tail, unclean_refill
 
 
 @pytest.fixture
@@ -196,22 +196,11 @@ def test_commit_to_group_commits_end_positions_with_epochs(cluster: EmbeddedClus
 
 def stage_truncation(cluster: EmbeddedCluster) -> tuple[int, int]:
     """10 records replicated, 5 more (offsets 10..14, epoch 0) on the leader only."""
-    cluster.create_topic("t", replication_factor=2)
-    old = cluster.leader("t", 0)
-    assert old is not None
-    new = next(b for b in cluster.replicas("t", 0) if b != old)
-    cluster.append("t", 0, [b"kept-%d" % i for i in range(10)], batch_size=1)
-    cluster.stop_broker(new)
-    cluster.append("t", 0, [b"lost-%d" % i for i in range(5)], batch_size=1)
-    return old, new
+    return stage_unreplicated_tail(cluster, "t")
 
 
 def elect_and_refill(cluster: EmbeddedCluster, old: int, new: int, fresh: int) -> None:
-    cluster.stop_broker(old)
-    cluster.start_broker(new)
-    cluster.elect_leader("t", 0, new, unclean=True)
-    cluster.append("t", 0, [b"new-%d" % i for i in range(fresh)], batch_size=1)
-    cluster.start_broker(old)
+    unclean_refill(cluster, "t", old, new, [b"new-%d" % i for i in range(fresh)])
 
 
 def read_values(r: datasource._StreamReader, start: Any, end: Any) -> list[tuple[int, bytes, int]]:
@@ -430,5 +419,22 @@ def test_a_truncation_between_the_start_check_and_the_end_lookup_is_named(
         raced["t"]["0"]["leader_epoch"] = cluster.leader_epoch("t", 0)
         with pytest.raises(SparkLogTruncationError, match=r"^KAFKA_LOG_TRUNCATION: topic t"):
             r.partitions(first, raced)
+    finally:
+        r.stop()
+
+
+def test_the_driver_sends_no_fetch_that_would_hold_up_its_lookups(cluster: EmbeddedCluster) -> None:
+    # A Fetch long-polling at the log end delays the next request on its connection by
+    # fetch.max.wait.ms: the driver's partitions stay paused, so it never sends one.
+    cluster.create_topic("t", partitions=2, replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 5)
+    r = reader(cluster, **{"kafka.fetch.max.wait.ms": "5000"})
+    try:
+        start = r.initialOffset()
+        r.prepareForTriggerAvailableNow()
+        end = r.latestOffset(start, ReadAllAvailable())
+        r.partitions(start, end)
+        assert offsets(end) == {0: (5, 0), 1: (0, None)}
+        assert r.driver.consumer.metrics(raw=True)["fetch_requests"] == 0
     finally:
         r.stop()

@@ -20,6 +20,7 @@ from epochguard.spark_connector.errors import SparkDataLossError, SparkLogTrunca
 from epochguard.spark_connector.options import SourceOptions, parse_options
 from epochguard.spark_connector.planning import OffsetRange
 from epochguard.testing import EmbeddedCluster
+from epochguard.testing.helpers import stage_unreplicated_tail, unclean_refill
 
 TP = TopicPartition("t", 0)
 
@@ -55,23 +56,11 @@ def options(cluster: EmbeddedCluster, **extra: str) -> SourceOptions:
 
 def staged(cluster: EmbeddedCluster) -> tuple[int, int]:
     """10 records on both replicas, then 5 (offsets 10..14, epoch 0) on the leader only."""
-    cluster.create_topic("t", replication_factor=2)
-    old = cluster.leader("t", 0)
-    assert old is not None
-    new = next(b for b in cluster.replicas("t", 0) if b != old)
-    cluster.append("t", 0, [b"kept-%d" % i for i in range(10)], batch_size=1)
-    cluster.stop_broker(new)
-    cluster.append("t", 0, [b"lost-%d" % i for i in range(5)], batch_size=1)
-    return old, new
+    return stage_unreplicated_tail(cluster, "t")
 
 
 def unclean(cluster: EmbeddedCluster, old: int, new: int, fresh: int) -> None:
-    cluster.stop_broker(old)
-    cluster.start_broker(new)
-    cluster.elect_leader("t", 0, new, unclean=True)
-    if fresh:
-        cluster.append("t", 0, [b"new-%d" % i for i in range(fresh)], batch_size=1)
-    cluster.start_broker(old)
+    unclean_refill(cluster, "t", old, new, [b"new-%d" % i for i in range(fresh)])
 
 
 def read_all(opts: SourceOptions, rng: OffsetRange) -> pa.Table:
@@ -102,6 +91,37 @@ def test_reads_exactly_the_range_in_arrow_batches(
     assert set(table.column("timestampType").to_pylist()) == {0}
 
 
+def test_headers_are_null_for_records_without_headers_as_in_sparks_source(
+    cluster: EmbeddedCluster,
+) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [(b"k0", b"v0", [("h", b"x"), ("n", None)]), (b"k1", b"v1", [])])
+    opts = options(cluster, includeHeaders="true")
+    table = read_all(opts, OffsetRange(TP, EpochOffset(0), EpochOffset(2, 0)))
+    assert table.column("headers").to_pylist() == [
+        [{"key": "h", "value": b"x"}, {"key": "n", "value": None}],
+        None,
+    ]
+    assert table.column("value").to_pylist() == [b"v0", b"v1"]
+
+
+def test_executor_fetch_settings_default_to_large_fetches_and_short_waits() -> None:
+    base = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
+    kw = datasource._executor_kwargs(parse_options(base, streaming=True))
+    assert kw["max_partition_fetch_bytes"] == datasource.EXECUTOR_FETCH_BYTES == 8 << 20
+    assert kw["fetch_max_wait_ms"] == datasource.EXECUTOR_FETCH_WAIT_MS == 20
+    assert kw["record_format"] == "columns"
+    given = {
+        **base,
+        "kafka.max.partition.fetch.bytes": "1048576",
+        "kafka.fetch.max.wait.ms": "500",
+        "includeHeaders": "true",
+    }
+    kw = datasource._executor_kwargs(parse_options(given, streaming=True))
+    assert (kw["max_partition_fetch_bytes"], kw["fetch_max_wait_ms"]) == (1048576, 500)
+    assert "record_format" not in kw
+
+
 def test_consumers_are_reused_per_configuration(cluster: EmbeddedCluster) -> None:
     cluster.create_topic("t", replication_factor=1)
     cluster.append("t", 0, [b"x"] * 5)
@@ -110,9 +130,19 @@ def test_consumers_are_reused_per_configuration(cluster: EmbeddedCluster) -> Non
     (pooled,) = [c for cs in datasource._POOL.values() for c in cs]
     assert read_all(opts, OffsetRange(TP, EpochOffset(2), EpochOffset(5, 0))).num_rows == 3
     assert [c for cs in datasource._POOL.values() for c in cs] == [pooled]
-    other = options(cluster, includeHeaders="true")  # same Kafka settings: same consumer
+    # includeHeaders reads ConsumerRecord tuples (the column buffers have no headers): a
+    # consumer of its own, reused in turn; the column consumer stays pooled.
+    other = options(cluster, includeHeaders="true")
     read_all(other, OffsetRange(TP, EpochOffset(0), EpochOffset(1, 0)))
-    assert [c for cs in datasource._POOL.values() for c in cs] == [pooled]
+    pool = [c for cs in datasource._POOL.values() for c in cs]
+    assert len(pool) == 2 and pooled in pool
+    (with_headers,) = [c for c in pool if c is not pooled]
+    assert with_headers.config["record_format"] == "records"
+    assert pooled.config["record_format"] == "columns"
+    read_all(other, OffsetRange(TP, EpochOffset(1), EpochOffset(2, 0)))
+    assert sorted(map(id, (c for cs in datasource._POOL.values() for c in cs))) == sorted(
+        map(id, pool)
+    )
 
 
 def test_truncation_between_planning_and_reading_is_caught_by_epochs(

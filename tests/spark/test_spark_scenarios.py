@@ -22,13 +22,12 @@ import pytest
 
 from epochguard.spark_connector import register
 from epochguard.testing import EmbeddedCluster
-from epochguard.testing.spark_session import local_session
+from epochguard.testing.helpers import KEPT, LOST, stage_unreplicated_tail, unclean_refill
+from epochguard.testing.spark_session import finish_query, local_session
 
 pytestmark = pytest.mark.slow
 
 TOPIC = "t"
-KEPT = [b"kept-%d" % i for i in range(10)]
-LOST = [b"lost-%d" % i for i in range(5)]
 BEFORE = [(i, v) for i, v in enumerate(KEPT + LOST)]
 
 
@@ -48,23 +47,12 @@ def cluster() -> Iterator[EmbeddedCluster]:
 
 def stage(cluster: EmbeddedCluster) -> tuple[int, int]:
     """kept-* on both replicas, lost-* on the leader only; returns (leader, other)."""
-    cluster.create_topic(TOPIC, partitions=1, replication_factor=2)
-    old = cluster.leader(TOPIC, 0)
-    assert old is not None
-    new = next(b for b in cluster.replicas(TOPIC, 0) if b != old)
-    cluster.append(TOPIC, 0, KEPT, batch_size=1)
-    cluster.stop_broker(new)
-    cluster.append(TOPIC, 0, LOST, batch_size=1)
-    return old, new
+    return stage_unreplicated_tail(cluster, TOPIC, KEPT, LOST)
 
 
 def unclean(cluster: EmbeddedCluster, old: int, new: int, refill: list[bytes]) -> None:
     """``new`` (without lost-*) elected uncleanly, refilled; ``old`` back as its follower."""
-    cluster.stop_broker(old)
-    cluster.start_broker(new)
-    cluster.elect_leader(TOPIC, 0, new, unclean=True)
-    cluster.append(TOPIC, 0, refill, batch_size=1)
-    cluster.start_broker(old)
+    unclean_refill(cluster, TOPIC, old, new, refill)
 
 
 def wait_in_sync(cluster: EmbeddedCluster, brokers: list[int]) -> None:
@@ -134,13 +122,7 @@ def run_once(spark: Any, cluster: EmbeddedCluster, mode: str, ckpt: Path, out: P
         .trigger(availableNow=True)
         .start()
     )
-    try:
-        query.awaitTermination(120)
-        error = query.exception()
-        if error is not None:
-            raise error
-    finally:
-        query.stop()
+    finish_query(query, 120)
 
 
 def output(spark: Any, out: Path) -> list[tuple[int, bytes]]:

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from epochguard.spark_connector import register
 from epochguard.testing import EmbeddedCluster
+from epochguard.testing.spark_session import finish_query
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -145,13 +146,7 @@ def test_streaming_query_on_a_standalone_cluster(master_url: str, tmp_path: Path
                 .trigger(availableNow=True)
                 .start()
             )
-            try:
-                query.awaitTermination(180)
-                error = query.exception()
-                if error is not None:
-                    raise error
-            finally:
-                query.stop()
+            finish_query(query, 180)
             got = sorted(
                 (r["partition"], r["offset"], bytes(r["value"]))
                 for r in spark.read.parquet(str(tmp_path / "out")).collect()

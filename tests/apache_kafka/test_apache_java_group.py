@@ -9,11 +9,8 @@ Kafka 4.3.1, under each group protocol (issue 13):
   the partition handed along EpochConsumer -> Java -> EpochConsumer, or Java -> EpochConsumer
   -> Java).
 
-``FLAVOURS`` names each group protocol once; the classic cooperative-sticky flavour is defined
-but not run on this branch: here EpochConsumer rebalances eagerly and refuses a cooperative-only
-assignor, so the three clients would share no protocol. Classic cooperative (KIP-429) landed on
-main meanwhile (consumer/assignors.py); once merged, add ``COOPERATIVE`` to ``FLAVOURS``
-(nothing else changes).
+``FLAVOURS`` names each group protocol once: KIP-848, classic eager (range) and classic
+cooperative-sticky (KIP-429; EpochConsumer with its ``CooperativeStickyAssignor``).
 """
 
 from __future__ import annotations
@@ -28,6 +25,7 @@ import pytest
 from kafka.structs import TopicPartition
 
 from epochguard import EpochConsumer, EpochOffset, LogTruncationError
+from epochguard.consumer import CooperativeStickyAssignor
 from epochguard.testing import produce
 from epochguard.testing.apache_kafka import ApacheKafkaCluster, JavaCommit, JavaGroupMember
 
@@ -53,12 +51,6 @@ class Flavour:
         # The assignor classes answer to the same protocol names as Java's.
         assignor: Any
         if self.classic_assignor == "cooperative-sticky":
-            # Landed on main with the classic cooperative work (consumer/assignors.py), after
-            # this branch was cut: imported here so that this module loads without it.
-            from epochguard.consumer.assignors import (  # type: ignore[import-not-found]
-                CooperativeStickyAssignor,
-            )
-
             assignor = CooperativeStickyAssignor
         else:
             from kafka.coordinator.assignors.range import RangePartitionAssignor
@@ -99,9 +91,8 @@ class Flavour:
 
 KIP848 = Flavour("kip848", "consumer", None)
 EAGER_RANGE = Flavour("classic-range", "classic", "range")
-#: Switch on (add to FLAVOURS) once main's classic cooperative work (KIP-429) is merged.
 COOPERATIVE = Flavour("classic-cooperative-sticky", "classic", "cooperative-sticky")
-FLAVOURS = [KIP848, EAGER_RANGE]
+FLAVOURS = [KIP848, EAGER_RANGE, COOPERATIVE]
 
 
 @pytest.fixture(params=FLAVOURS, ids=lambda f: f.name)

@@ -11,24 +11,17 @@ EpochConsumer did.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import queue
-import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any, Literal, Self
+from typing import Any, Literal
 
 import attrs
 from kafka.structs import TopicPartition
 
 from epochguard.offsets.position import EpochOffset
-from epochguard.testing.apache_kafka import process
-from epochguard.testing.apache_kafka.jars import KafkaJars, ensure_kafka_jars, ensure_probe_classes
-from epochguard.testing.apache_kafka.probe import DEFAULT_PROPS, PROBE_LOG4J2, ProbeError
+from epochguard.testing.apache_kafka.jars import KafkaJars
+from epochguard.testing.apache_kafka.probe import DEFAULT_PROPS, JavaProgram, ProbeError
 
 __all__ = [
     "CLASSIC_ASSIGNORS",
@@ -190,7 +183,7 @@ def _java_props(
     return props
 
 
-class JavaGroupMember:
+class JavaGroupMember(JavaProgram):
     """One Java ``KafkaConsumer`` in group ``group_id``, driven one command at a time.
 
     ``protocol="classic"`` takes ``assignor`` as a client-side assignor name
@@ -199,6 +192,9 @@ class JavaGroupMember:
     commits happen only when the test calls :meth:`commit`. Not thread-safe
     (nor is the consumer it drives).
     """
+
+    label = "Java member"
+    terminal = _TERMINAL
 
     def __init__(
         self,
@@ -243,46 +239,24 @@ class JavaGroupMember:
         }
         self.group_id = group_id
         self.protocol: GroupProtocol = protocol
-        self.jars = jars or ensure_kafka_jars()
-        classes = ensure_probe_classes(self.jars)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        config = log_dir / "probe-log4j2.properties"
-        config.write_text(PROBE_LOG4J2)
-        self.log_path = log_dir / f"member-{group_id}-{int(time.time() * 1000)}.log"
-        args = [
-            "java",
-            "-Xmx128m",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            "-XX:-UsePerfData",
-            f"-Dlog4j2.configurationFile={config}",
-            "-cp",
-            f"{classes}:{self.jars.classpath}",
+        self._launch(
             "GroupMemberProbe",
-            bootstrap_servers,
-            group_id,
-            auto_offset_reset,
-            *(f"{k}={v}" for k, v in settings.items()),
-        ]
-        self._stderr = open(self.log_path, "wb")  # noqa: SIM115 - closed in close()
-        self._proc = subprocess.Popen(
-            args,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            preexec_fn=process._child_setup,
+            [
+                bootstrap_servers,
+                group_id,
+                auto_offset_reset,
+                *(f"{k}={v}" for k, v in settings.items()),
+            ],
+            jars=jars,
+            log_dir=log_dir,
+            log_name=f"member-{group_id}-{int(time.time() * 1000)}.log",
         )
-        self._events: queue.Queue[Event | None] = queue.Queue()
-        #: Every event the member reported, in order (for assertion messages and docs).
-        self.history: list[Event] = []
         #: Every record it returned, across commands.
         self.records: list[JavaRecord] = []
         #: Every rebalance callback, across commands (including those run by close()).
         self.rebalances: list[JavaRebalance] = []
         self.assignment: frozenset[TopicPartition] = frozenset()
         self._closed = False
-        self._reader = threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True)
-        self._reader.start()
         first = self._until_terminal(60.0)[-1]
         if first["event"] == "error":
             self.close()
@@ -290,48 +264,13 @@ class JavaGroupMember:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _read(self, stream: IO[bytes] | None) -> None:
-        assert stream is not None
-        for raw in stream:
-            line = raw.decode("utf-8", "replace").strip()
-            if line:
-                try:
-                    self._events.put(json.loads(line))
-                except json.JSONDecodeError:
-                    self._events.put({"event": "garbage", "line": line})
-        self._events.put(None)
-
-    def _until_terminal(self, timeout: float) -> list[Event]:
-        deadline = time.monotonic() + timeout
-        events: list[Event] = []
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ProbeError(f"Java member did not answer in {timeout:.0f} s; got {events}")
-            try:
-                event = self._events.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if event is None:
-                raise ProbeError(
-                    f"Java member exited ({self._proc.wait()}); log: {self.log_text()[-3000:]}"
-                )
-            events.append(event)
-            self.history.append(event)
-            kind = event["event"]
-            if kind in ("assigned", "revoked", "lost"):
-                parts = frozenset(_tp(p) for p in event["partitions"])
-                self.rebalances.append(JavaRebalance(kind, parts))
-            if kind in _TERMINAL:
-                return events
+    def _on_event(self, event: Event) -> None:
+        if event["event"] in ("assigned", "revoked", "lost"):
+            parts = frozenset(_tp(p) for p in event["partitions"])
+            self.rebalances.append(JavaRebalance(event["event"], parts))
 
     def _command(self, line: str, timeout: float) -> list[Event]:
-        stdin = self._proc.stdin
-        if stdin is None or self._proc.poll() is not None:
-            raise ProbeError("Java member is not running")
-        stdin.write((line + "\n").encode())
-        stdin.flush()
-        events = self._until_terminal(timeout)
+        events = self._send(line, timeout)
         last = events[-1]
         if last["event"] == "error":
             raise ProbeError(f"{line!r} failed in Java: {last['type']}: {last.get('message')}")
@@ -401,34 +340,10 @@ class JavaGroupMember:
         self._command("unsubscribe", 30)
         self.assignment = frozenset()
 
-    def log_text(self) -> str:
-        if not self._stderr.closed:
-            self._stderr.flush()
-        return self.log_path.read_text(errors="replace")
-
     def close(self) -> None:
         """``close()``: the member leaves the group (its revoke callback runs first)."""
         if self._closed:
             return
         self._closed = True
-        if self._proc.poll() is None:
-            with contextlib.suppress(ProbeError):
-                self._command("quit", 30)
-            try:
-                self._proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(5)
+        self._stop(30)
         self.assignment = frozenset()
-        self._stderr.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -55,28 +55,30 @@ class ProbeError(RuntimeError):
 Event = dict[str, Any]
 
 
-class JavaTruncationProbe:
-    """One Java ``KafkaConsumer`` assigned to one partition, driven step by step (a ``group.id``
-    in ``props`` lets it commit and restore from the commit)."""
+class JavaProgram:
+    """One of our Java programs (compiled against the brokers' kafka-clients jar) as a child
+    process: commands on stdin, JSON-line events on stdout, its log on stderr. An answer ends
+    with an event whose kind is in ``terminal``; :meth:`_on_event` sees every event."""
 
-    def __init__(
+    #: How failures name the program.
+    label = "Java program"
+    terminal: frozenset[str] = frozenset()
+
+    def _launch(
         self,
-        bootstrap_servers: str,
-        topic: str,
-        partition: int,
-        auto_offset_reset: str,
+        main_class: str,
+        program_args: list[str],
         *,
-        props: Mapping[str, str] | None = None,
-        jars: KafkaJars | None = None,
+        jars: KafkaJars | None,
         log_dir: Path,
+        log_name: str,
     ) -> None:
         self.jars = jars or ensure_kafka_jars()
         classes = ensure_probe_classes(self.jars)
         log_dir.mkdir(parents=True, exist_ok=True)
         config = log_dir / "probe-log4j2.properties"
         config.write_text(PROBE_LOG4J2)
-        self.log_path = log_dir / f"probe-{topic}-{partition}-{int(time.time() * 1000)}.log"
-        settings = {**DEFAULT_PROPS, **(props or {})}
+        self.log_path = log_dir / log_name
         args = [
             "java",
             "-Xmx128m",
@@ -86,14 +88,10 @@ class JavaTruncationProbe:
             f"-Dlog4j2.configurationFile={config}",
             "-cp",
             f"{classes}:{self.jars.classpath}",
-            "TruncationProbe",
-            bootstrap_servers,
-            topic,
-            str(partition),
-            auto_offset_reset,
-            *(f"{k}={v}" for k, v in settings.items()),
+            main_class,
+            *program_args,
         ]
-        self._stderr = open(self.log_path, "wb")  # noqa: SIM115 - closed in close()
+        self._stderr = open(self.log_path, "wb")  # noqa: SIM115 - closed in _stop()
         self._proc = subprocess.Popen(
             args,
             stdin=subprocess.PIPE,
@@ -102,10 +100,10 @@ class JavaTruncationProbe:
             preexec_fn=process._child_setup,
         )
         self._events: queue.Queue[Event | None] = queue.Queue()
+        #: Every event the program reported, in order (for assertion messages and docs).
         self.history: list[Event] = []
         self._reader = threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True)
         self._reader.start()
-        self._until_terminal(60.0)
 
     def _read(self, stream: IO[bytes] | None) -> None:
         assert stream is not None
@@ -118,72 +116,57 @@ class JavaTruncationProbe:
                     self._events.put({"event": "garbage", "line": line})
         self._events.put(None)
 
+    def _on_event(self, event: Event) -> None:
+        """Every event, as it arrives (subclasses keep their own records of them)."""
+
     def _until_terminal(self, timeout: float) -> list[Event]:
         deadline = time.monotonic() + timeout
         events: list[Event] = []
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ProbeError(f"probe did not answer in {timeout:.0f} s; got {events}")
+                raise ProbeError(f"{self.label} did not answer in {timeout:.0f} s; got {events}")
             try:
                 event = self._events.get(timeout=remaining)
             except queue.Empty:
                 continue
             if event is None:
                 raise ProbeError(
-                    f"probe exited ({self._proc.wait()}); log: {self.log_text()[-3000:]}"
+                    f"{self.label} exited ({self._proc.wait()}); log: {self.log_text()[-3000:]}"
                 )
             events.append(event)
             self.history.append(event)
-            if event["event"] in TERMINAL_EVENTS:
+            self._on_event(event)
+            if event["event"] in self.terminal:
                 return events
 
-    def _command(self, line: str, timeout: float) -> list[Event]:
+    def _send(self, line: str, timeout: float) -> list[Event]:
         stdin = self._proc.stdin
         if stdin is None or self._proc.poll() is not None:
-            raise ProbeError("probe is not running")
+            raise ProbeError(f"{self.label} is not running")
         stdin.write((line + "\n").encode())
         stdin.flush()
         return self._until_terminal(timeout)
-
-    def poll(self, max_records: int, timeout_ms: int = 10000) -> list[Event]:
-        """Poll until ``max_records`` records, a truncation/out-of-range error, or the timeout."""
-        return self._command(f"poll {max_records} {timeout_ms}", timeout_ms / 1000 + 30)
-
-    def position(self) -> int:
-        events = self._command("position", 30)
-        last = events[-1]
-        if last["event"] != "position":
-            raise ProbeError(f"position failed: {last}")
-        return int(last["offset"])
-
-    def commit(self) -> tuple[int, int | None]:
-        """Commit the position (needs ``group.id`` in ``props``); the committed offset and
-        leader epoch as the group coordinator returns them."""
-        last = self._command("commit", 30)[-1]
-        if last["event"] != "committed" or last["offset"] is None:
-            raise ProbeError(f"commit failed: {last}")
-        return int(last["offset"]), last.get("leader_epoch")
-
-    def seek(self, offset: int, leader_epoch: int | None = None) -> list[Event]:
-        suffix = "" if leader_epoch is None else f" {leader_epoch}"
-        return self._command(f"seek {offset}{suffix}", 30)
 
     def log_text(self) -> str:
         if not self._stderr.closed:
             self._stderr.flush()
         return self.log_path.read_text(errors="replace")
 
-    def close(self) -> None:
+    def _stop(self, quit_timeout: float) -> None:
+        """``quit`` (the program closes its consumer), then wait; killed if it hangs."""
         if self._proc.poll() is None:
             with contextlib.suppress(ProbeError):
-                self._command("quit", 20)
+                self._send("quit", quit_timeout)
             try:
                 self._proc.wait(20)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait(5)
         self._stderr.close()
+
+    def close(self) -> None:
+        self._stop(20)
 
     def __enter__(self) -> Self:
         return self
@@ -195,6 +178,64 @@ class JavaTruncationProbe:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class JavaTruncationProbe(JavaProgram):
+    """One Java ``KafkaConsumer`` assigned to one partition, driven step by step (a ``group.id``
+    in ``props`` lets it commit and restore from the commit)."""
+
+    label = "probe"
+    terminal = TERMINAL_EVENTS
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        partition: int,
+        auto_offset_reset: str,
+        *,
+        props: Mapping[str, str] | None = None,
+        jars: KafkaJars | None = None,
+        log_dir: Path,
+    ) -> None:
+        settings = {**DEFAULT_PROPS, **(props or {})}
+        self._launch(
+            "TruncationProbe",
+            [
+                bootstrap_servers,
+                topic,
+                str(partition),
+                auto_offset_reset,
+                *(f"{k}={v}" for k, v in settings.items()),
+            ],
+            jars=jars,
+            log_dir=log_dir,
+            log_name=f"probe-{topic}-{partition}-{int(time.time() * 1000)}.log",
+        )
+        self._until_terminal(60.0)
+
+    def poll(self, max_records: int, timeout_ms: int = 10000) -> list[Event]:
+        """Poll until ``max_records`` records, a truncation/out-of-range error, or the timeout."""
+        return self._send(f"poll {max_records} {timeout_ms}", timeout_ms / 1000 + 30)
+
+    def position(self) -> int:
+        events = self._send("position", 30)
+        last = events[-1]
+        if last["event"] != "position":
+            raise ProbeError(f"position failed: {last}")
+        return int(last["offset"])
+
+    def commit(self) -> tuple[int, int | None]:
+        """Commit the position (needs ``group.id`` in ``props``); the committed offset and
+        leader epoch as the group coordinator returns them."""
+        last = self._send("commit", 30)[-1]
+        if last["event"] != "committed" or last["offset"] is None:
+            raise ProbeError(f"commit failed: {last}")
+        return int(last["offset"]), last.get("leader_epoch")
+
+    def seek(self, offset: int, leader_epoch: int | None = None) -> list[Event]:
+        suffix = "" if leader_epoch is None else f" {leader_epoch}"
+        return self._send(f"seek {offset}{suffix}", 30)
 
 
 def records(events: list[Event]) -> list[Event]:

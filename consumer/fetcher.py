@@ -67,7 +67,13 @@ _FETCHING = PartitionState.FETCHING
 FETCH_MAX_VERSION = wire.FETCH_MAX_VERSION
 FETCH_MAX_VERSION_BY_NAME = wire.FETCH_MAX_VERSION_BY_NAME
 METADATA_MAX_VERSION = wire.METADATA_MAX_VERSION
-_UNKNOWN_TOPIC_ERRORS = (wire.ERR.UnknownTopicOrPartitionError, wire.ERR.UnknownTopicIdError)
+#: INCONSISTENT_TOPIC_ID: a fetch session still holds a re-created topic's old id (real
+#: Kafka answers it to an incremental fetch; a full fetch gets UNKNOWN_TOPIC_ID).
+_UNKNOWN_TOPIC_ERRORS = (
+    wire.ERR.UnknownTopicOrPartitionError,
+    wire.ERR.UnknownTopicIdError,
+    wire.ERR.InconsistentTopicIdError,
+)
 #: Between rounds of a blocking ListOffsets lookup whose leaders did not all answer.
 _LOOKUP_BACKOFF = RetryBackoff(0.05, 0.5)
 #: Longest single wait inside :meth:`Fetcher.pump_until` (its predicate may depend on state

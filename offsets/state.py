@@ -284,6 +284,8 @@ ERROR_CLASSES: Final[Mapping[int, ErrorClass]] = {
     ErrorCode.LEADER_NOT_AVAILABLE: ErrorClass.STALE_METADATA,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorClass.STALE_METADATA,
     ErrorCode.UNKNOWN_TOPIC_ID: ErrorClass.STALE_METADATA,
+    # A fetch session still naming a re-created topic's old id (Java: refresh metadata).
+    ErrorCode.INCONSISTENT_TOPIC_ID: ErrorClass.STALE_METADATA,
     ErrorCode.REPLICA_NOT_AVAILABLE: ErrorClass.STALE_METADATA,
     ErrorCode.KAFKA_STORAGE_ERROR: ErrorClass.STALE_METADATA,
     ErrorCode.OFFSET_NOT_AVAILABLE: ErrorClass.STALE_METADATA,

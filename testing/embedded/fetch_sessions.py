@@ -45,6 +45,10 @@ class FetchTarget:
     partition_max_bytes: int
     sent_high_watermark: int | None = None
     sent_log_start_offset: int | None = None
+    #: In a session: the topic's name when the partition joined it. Kafka's session cache
+    #: resolves a topic id once; a partition whose topic was re-created since is then found
+    #: under that name with another id (INCONSISTENT_TOPIC_ID).
+    resolved_name: str | None = None
 
     def update_from(self, other: FetchTarget) -> None:
         self.current_leader_epoch = other.current_leader_epoch

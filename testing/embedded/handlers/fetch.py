@@ -56,9 +56,19 @@ def _answer(
     records = _EMPTY
     diverging = None
     name = _topic_name(view, target.topic)
+    if name is not None and target.resolved_name is None:
+        target.resolved_name = name
     preferred = -1
     local: Local | int
-    if name is None:
+    if name is None and target.resolved_name is not None:
+        # A session partition whose topic id no longer resolves (Kafka's session cache
+        # resolved it when the partition joined): the topic was re-created under the same
+        # name, a log with another id, or is gone.
+        recreated = target.resolved_name in view.topics
+        local = (
+            ErrorCode.INCONSISTENT_TOPIC_ID if recreated else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
+    elif name is None:
         local = ErrorCode.UNKNOWN_TOPIC_ID
     else:
         # KIP-392: from v11 on (client metadata present) a follower serves consumers too,

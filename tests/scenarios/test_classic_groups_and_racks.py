@@ -33,6 +33,7 @@ from epochguard.consumer import CooperativeStickyAssignor, EpochConsumer
 from epochguard.consumer.records import ConsumerRecord
 from epochguard.offsets import LogTruncationError
 from epochguard.testing import ApacheKafkaCluster, Cluster, EmbeddedCluster, produce, wait_until
+from epochguard.testing.helpers import WaitTimeout, describe_consumer
 from epochguard.testing.apache_kafka.pytest_support import require_real_kafka
 from epochguard.testing.embedded.state import RACK_AWARE_REPLICA_SELECTOR
 
@@ -401,22 +402,37 @@ def test_rolling_restart_of_a_static_group_causes_no_rebalance(cluster: Cluster)
     topic = f"static-{_kind(cluster)}-{os.getpid()}"
     group = f"g-{topic}"
     cluster.create_topic(topic, partitions=STATIC_PARTITIONS, replication_factor=1)
-    for p in range(STATIC_PARTITIONS):
-        produce(cluster, topic, [f"{p}-{i}" for i in range(5)], partition=p)
     members = [StaticMember(cluster, topic, group, f"instance-{k}") for k in range(STATIC_MEMBERS)]
     for m in members:
         m.start()
     all_tps = {TopicPartition(topic, p) for p in range(STATIC_PARTITIONS)}
 
     def settled() -> bool:
+        # Every member in the group with its share: a member whose join came late would
+        # otherwise rebalance the group after the first records, and the partitions it
+        # takes (nothing committed yet) would be read twice.
         sets = [m.assigned() for m in members]
-        return sum(map(len, sets)) == STATIC_PARTITIONS and set().union(*sets) == all_tps
+        share = STATIC_PARTITIONS // STATIC_MEMBERS
+        return all(len(s) == share for s in sets) and set().union(*sets) == all_tps
 
     wait_until("the group formed", settled, timeout=60)
-    wait_until(
-        "first records", lambda: sum(len(m.records) for m in members) == 5 * STATIC_PARTITIONS
-    )
     wait_until("one generation", lambda: len({m.state()[0] for m in members}) == 1)
+    # The records come once the group has formed: its forming is not what is under test.
+    for p in range(STATIC_PARTITIONS):
+        produce(cluster, topic, [f"{p}-{i}" for i in range(5)], partition=p)
+    try:
+        wait_until(
+            "first records", lambda: sum(len(m.records) for m in members) == 5 * STATIC_PARTITIONS
+        )
+    except WaitTimeout as exc:
+        detail = {
+            m.name: (sorted(str(tp) for tp in m.assigned()), len(m.records), repr(m.error))
+            for m in members
+        }
+        raise AssertionError(
+            f"{exc}: members (assignment, records, error) {detail}; "
+            + "; ".join(describe_consumer(m.consumer) for m in members)
+        ) from exc
     generation = members[0].state()[0]
     # How many joins each survivor went through while the group formed: must not grow.
     joins = {k: m.state()[1] for k, m in enumerate(members)}

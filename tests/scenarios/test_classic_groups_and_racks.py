@@ -33,9 +33,9 @@ from epochguard.consumer import CooperativeStickyAssignor, EpochConsumer
 from epochguard.consumer.records import ConsumerRecord
 from epochguard.offsets import LogTruncationError
 from epochguard.testing import ApacheKafkaCluster, Cluster, EmbeddedCluster, produce, wait_until
-from epochguard.testing.helpers import WaitTimeout, describe_consumer
 from epochguard.testing.apache_kafka.pytest_support import require_real_kafka
 from epochguard.testing.embedded.state import RACK_AWARE_REPLICA_SELECTOR
+from epochguard.testing.helpers import WaitTimeout, describe_consumer
 
 pytestmark = pytest.mark.timeout(300)
 

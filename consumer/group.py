@@ -404,26 +404,11 @@ class GroupCoordinator:
                     raise
                 time.sleep(_RETRY_S)
                 continue
-            err = wire.error_from_wire(resp.error_code)
-            if err is kerrors.MemberIdRequiredError:
-                self.member_id = resp.member_id
+            retry = self._accept_join(resp)
+            if retry is not None:
+                if issubclass(retry, _COORDINATOR_ERRORS):
+                    time.sleep(_RETRY_S)
                 continue
-            if err is not None and issubclass(err, _COORDINATOR_ERRORS):
-                self.coordinator_dead()
-                time.sleep(_RETRY_S)
-                continue
-            if err is kerrors.UnknownMemberIdError:
-                self.member_id = ""
-                self.partitions_lost = True
-                continue
-            if err is kerrors.RebalanceInProgressError:
-                continue
-            if err is not None:
-                raise err()
-            with self._lock:
-                self.member_id = resp.member_id
-                self.generation = resp.generation_id
-                self.protocol = resp.protocol_name
             if resp.leader == resp.member_id:
                 assignments = self._assign(resp, metadata_for, deadline)
             else:
@@ -534,25 +519,8 @@ class GroupCoordinator:
         deadline: float,
         wakeup: Callable[[], None],
     ) -> None:
-        err = wire.error_from_wire(resp.error_code)
-        if err is kerrors.MemberIdRequiredError:
-            self.member_id = resp.member_id
+        if self._accept_join(resp) is not None:
             return
-        if err is not None and issubclass(err, _COORDINATOR_ERRORS):
-            self.coordinator_dead()
-            return
-        if err is kerrors.UnknownMemberIdError:
-            self.member_id = ""
-            self.partitions_lost = True
-            return
-        if err is kerrors.RebalanceInProgressError:
-            return
-        if err is not None:
-            raise err()
-        with self._lock:
-            self.member_id = resp.member_id
-            self.generation = resp.generation_id
-            self.protocol = resp.protocol_name
         assignments = (
             self._assign(resp, metadata_for, deadline) if resp.leader == resp.member_id else []
         )
@@ -635,6 +603,30 @@ class GroupCoordinator:
             set_owned = getattr(assignor, "set_owned", None)
             if set_owned is not None:
                 set_owned(partitions)
+
+    def _accept_join(self, resp: Any) -> type[kerrors.KafkaError] | None:
+        """Apply a JoinGroup answer, for the eager and the cooperative join alike: ``None``
+        when this member joined (member id, generation and protocol taken); else the error
+        after the bookkeeping it calls for, and the join is sent again. Raises what
+        retrying cannot fix."""
+        err = wire.error_from_wire(resp.error_code)
+        if err is None:
+            with self._lock:
+                self.member_id = resp.member_id
+                self.generation = resp.generation_id
+                self.protocol = resp.protocol_name
+            return None
+        retry: type[kerrors.KafkaError] = err  # kept before the comparisons narrow it to Any
+        if err is kerrors.MemberIdRequiredError:
+            self.member_id = resp.member_id
+        elif issubclass(err, _COORDINATOR_ERRORS):
+            self.coordinator_dead()
+        elif err is kerrors.UnknownMemberIdError:
+            self.member_id = ""
+            self.partitions_lost = True
+        elif err is not kerrors.RebalanceInProgressError:
+            raise err()
+        return retry
 
     def leave(self, reason: str = "the consumer is being closed") -> None:
         self.stop_heartbeats()

@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv install test lint demo bench clean kafka-jars spark-jars chaos chaos-legacy fuzz soak
+.PHONY: all venv install test lint demo bench clean kafka-jars spark-jars chaos chaos-legacy fuzz explore soak
 
 all: test
 
@@ -59,7 +59,16 @@ chaos-legacy: $(STAMP)
 # property instead of make test's small defaults.
 FUZZ_EXAMPLES ?= 100000
 fuzz: $(STAMP)
-	EPOCHGUARD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -P -m pytest tests/fuzz -x -q -o timeout=0 $(PYTEST_ARGS)
+	EPOCHGUARD_HYPOTHESIS=explore EPOCHGUARD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -P -m pytest tests/fuzz -x -q -o timeout=0 $(PYTEST_ARGS)
+
+# New examples for the state machine's properties (docs/testing.md, "Property tests"):
+# make test replays fixed ones; this draws EXPLORE_EXAMPLES fresh ones per property.
+EXPLORE_EXAMPLES ?= 20000
+explore: $(STAMP)
+	EPOCHGUARD_HYPOTHESIS=explore EPOCHGUARD_MODEL_EXAMPLES=$(EXPLORE_EXAMPLES) \
+		EPOCHGUARD_FUZZ_EXAMPLES=$(EXPLORE_EXAMPLES) $(BIN)/python -P -m pytest \
+		tests/offsets/test_model_properties.py tests/offsets/test_transition_table.py \
+		-x -q -o timeout=0 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

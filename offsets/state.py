@@ -245,6 +245,10 @@ TRACKER_FIELDS: Final[Mapping[str, str]] = {
     "_hist": "(epoch, first offset read in it) pairs since the last seek",
     "_hist_epoch": "epoch of the last _hist entry",
     "_hist_inexact": "the first _hist entry's offset is only an upper bound",
+    "_splices": "offsets (ascending) where this consumer's reads moved to another log: the log "
+    "start it continued from after what it had read below diverged there and retention had "
+    "removed it; _hist entries below a splice belong to the earlier log, which a later leader "
+    "may hold again, so each stretch is validated against its own epochs",
     "_leader_id": "metadata: leader node (None: unknown)",
     "_leader_epoch": "metadata: leader epoch (None: unknown)",
     "_topic_id": "metadata: topic id as text (None: unknown)",
@@ -374,6 +378,7 @@ class PartitionTracker:
         "_reset_strategy",
         "_retry_at",
         "_source",
+        "_splices",
         "_state",
         "_topic_id",
         "_wait_reason",
@@ -407,6 +412,8 @@ class PartitionTracker:
         # True when the first entry's start offset is only an upper bound (it came from a
         # restored position, or older entries were dropped).
         self._hist_inexact = False
+        # Where the reads in _hist moved to another log (see TRACKER_FIELDS).
+        self._splices: list[int] = []
         # Metadata.
         self._leader_id: int | None = None
         self._leader_epoch: int | None = None
@@ -457,7 +464,7 @@ class PartitionTracker:
             self._offset,
             self._epoch,
             topic_id=self._topic_id,
-            epoch_exact=self._epoch is not None and bool(self._hist),
+            epoch_exact=self._epoch is not None and self._read_since_splice(),
         )
 
     @property
@@ -507,7 +514,7 @@ class PartitionTracker:
         this tracker (or promised by ``epoch_exact``), False when it is an upper bound (after
         a reset, or a rewind below what this tracker read). Drivers that can store this flag
         with the position pass it back to :meth:`restore`."""
-        return self._epoch is None or bool(self._hist)
+        return self._epoch is None or self._read_since_splice()
 
     @property
     def epoch_history(self) -> tuple[tuple[int, int], ...]:
@@ -878,7 +885,10 @@ class PartitionTracker:
             return True
         self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.DIVERGING_EPOCH)
         self._await_epoch = None  # the leader has just answered at our epoch
-        self._apply_epoch_answer(epoch, end_offset, fetch.current_leader_epoch)
+        if self._query_epoch == self._epoch:
+            self._apply_epoch_answer(epoch, end_offset, fetch.current_leader_epoch)
+        # Otherwise nothing was read since a splice: the answer is about the epoch the log
+        # start gave us, not about what we read; an OffsetForLeaderEpoch for that follows.
         return True
 
     # ---------------------------------------------------------- inputs: validation, reset
@@ -969,9 +979,10 @@ class PartitionTracker:
         if self._offset < log_start:
             self._no_valid_offset(ResetReason.LOG_START_MOVED_PAST_POSITION)
         elif self._offset == log_start:
-            # Nothing readable was lost: whatever preceded us is gone for everyone.
+            # Nothing readable was lost: whatever preceded us is gone from this leader's log.
+            # What we read below stays in the history: a later leader may hold it again.
             self._epoch = leader_epoch if offset > 0 else None
-            self._clear_history()
+            self._splice_at(log_start)
             self._validated(action.current_leader_epoch)
         elif pending is None:
             self._truncation(None, action.current_leader_epoch)
@@ -980,12 +991,8 @@ class PartitionTracker:
         else:
             # What we read in [pending, log start) diverged, but retention has removed it:
             # the loss starts at the log start. The leader's epoch there bounds the one before.
-            while self._hist and self._hist[-1][1] >= pending.offset:
-                self._hist.pop()
-            if self._hist:
-                self._hist_epoch = self._hist[-1][0]
-            else:
-                self._clear_history()
+            # A rewind continues there, in another log than the one we read below it.
+            self._splice_at(log_start)
             start = EpochOffset(log_start, leader_epoch if log_start > 0 else None)
             self._truncation(start, action.current_leader_epoch)
         return True
@@ -1096,6 +1103,7 @@ class PartitionTracker:
         self._hist.clear()
         self._hist_epoch = None
         self._hist_inexact = False
+        self._splices.clear()
 
     def _note_epoch(self, epoch: int | None, first_offset: int) -> None:
         if epoch is None:
@@ -1107,23 +1115,71 @@ class PartitionTracker:
         if len(self._hist) > MAX_EPOCH_HISTORY:
             del self._hist[0]
             self._hist_inexact = True
+            first = self._hist[0][1]
+            self._splices = [s for s in self._splices if s > first]
         self._hist_epoch = epoch
 
-    def _first_offset_after(self, epoch: int) -> int | None:
-        """First offset this consumer read under an epoch newer than ``epoch``."""
+    def _splice_at(self, offset: int) -> None:
+        """From ``offset`` on we read another log than the one ``_hist`` holds below it."""
+        if self._hist and (not self._splices or self._splices[-1] < offset):
+            self._splices.append(offset)
+        # The next record read starts an entry, whatever its epoch.
+        self._hist_epoch = None
+
+    def _truncate_history(self, offset: int) -> None:
+        """Forget what was read at ``offset`` and past it (a rewind to ``offset``)."""
+        while self._hist and self._hist[-1][1] >= offset:
+            self._hist.pop()
+        while self._splices and self._splices[-1] > offset:
+            self._splices.pop()
+        if not self._hist:
+            self._clear_history()
+        elif self._read_since_splice():
+            self._hist_epoch = self._hist[-1][0]
+        else:
+            self._hist_epoch = None
+
+    def _read_since_splice(self) -> bool:
+        """Whether the record before the position is in ``_hist``, read from the log the
+        position is in."""
+        hist = self._hist
+        return bool(hist) and (not self._splices or hist[-1][1] >= self._splices[-1])
+
+    def _segment_floor(self, bound: int) -> int | None:
+        """The splice where the log holding the record before ``bound`` starts in ``_hist``
+        (``None``: the oldest log we read)."""
+        floor: int | None = None
+        for s in self._splices:
+            if s >= bound:
+                break
+            floor = s
+        return floor
+
+    def _first_offset_after(self, epoch: int, floor: int | None) -> int | None:
+        """First offset this consumer read under an epoch newer than ``epoch``, from ``floor``
+        (a splice) on."""
         for e, start in self._hist:
-            if e > epoch:
+            if e > epoch and (floor is None or start >= floor):
                 return start
         return None
 
-    def _epoch_at(self, offset: int) -> int | None:
-        """Epoch of the record this consumer read at ``offset`` (None: not in history)."""
+    def _epoch_at(self, offset: int, floor: int | None) -> int | None:
+        """Epoch of the record this consumer read at ``offset`` in the log that starts at
+        ``floor`` (None: not in history)."""
         found: int | None = None
         for e, start in self._hist:
             if start > offset:
                 break
-            found = e
+            if floor is None or start >= floor:
+                found = e
         return found
+
+    def _validation_epoch(self) -> int | None:
+        """The epoch to ask the leader about first: the position's, unless nothing was read
+        since a splice at the position; then the epoch we last read, in the earlier log."""
+        if self._splices and self._offset == self._splices[-1] and self._hist:
+            return self._hist[-1][0]
+        return self._epoch
 
     def _begin_validation(
         self, trigger: Trigger, cause: DetectedBy, min_epoch: int | None = None
@@ -1142,7 +1198,7 @@ class PartitionTracker:
         )
 
     def _restart_validation(self) -> None:
-        self._query_epoch = self._epoch
+        self._query_epoch = self._validation_epoch()
         self._bound = None
         self._probe = False
         self._probe_divergence = None
@@ -1169,17 +1225,27 @@ class PartitionTracker:
                 self._truncation(None, current_leader_epoch)
             return
         bound = pos if self._bound is None else self._bound
+        # Judge the answer against the log (between splices) the record before ``bound`` was
+        # read from.
+        floor = self._segment_floor(bound)
         d = min(end_offset, bound)
-        first_newer = self._first_offset_after(end_epoch)
+        first_newer = self._first_offset_after(end_epoch, floor)
         if first_newer is not None and first_newer < d:
             d = first_newer
-        if self._hist_inexact and self._hist and self._hist[0][0] > end_epoch:
+        if floor is None and self._hist_inexact and self._hist and self._hist[0][0] > end_epoch:
             # We read records in an epoch this leader does not have, from an offset we do not
             # know (a restored position): truncated, divergence point unknown.
             self._truncation(None, current_leader_epoch)
             return
         if self._bound is None and d >= pos:
-            if self._epoch is not None and end_epoch < self._epoch:
+            at_splice = bool(self._splices) and self._splices[-1] == pos
+            if at_splice:
+                # The leader holds what we read before the splice, up to the position: the
+                # log we moved to at the splice is not this leader's, the earlier one is.
+                self._splices.pop()
+                self._epoch = end_epoch
+                self._hist_epoch = self._hist[-1][0] if self._hist else None
+            elif self._epoch is not None and end_epoch < self._epoch:
                 # Only reachable without own reads: our epoch was an upper bound. Adopt the
                 # leader's, so that Fetch LastFetchedEpoch stops reporting a divergence.
                 self._epoch = end_epoch
@@ -1189,7 +1255,16 @@ class PartitionTracker:
             else:
                 self._validated(current_leader_epoch)
             return
-        read_epoch = self._epoch_at(d - 1)
+        if floor is not None and d < floor:
+            # Nothing we read since the splice is in this leader's log; whether what we read
+            # before it is, only the epochs of that earlier log can tell.
+            earlier = self._epoch_at(floor - 1, self._segment_floor(floor))
+            if earlier is not None:
+                self._bound = floor
+                self._query_epoch = earlier
+                self._bump()
+                return
+        read_epoch = self._epoch_at(d - 1, floor)
         if read_epoch is not None and read_epoch < end_epoch:
             self._bound = d
             self._query_epoch = read_epoch
@@ -1253,12 +1328,7 @@ class PartitionTracker:
                 self._goto(T.TRUNCATION_REWOUND)
                 self._offset = target.offset
                 self._epoch = target.leader_epoch
-                while self._hist and self._hist[-1][1] >= target.offset:
-                    self._hist.pop()
-                if self._hist:
-                    self._hist_epoch = self._hist[-1][0]
-                else:
-                    self._clear_history()
+                self._truncate_history(target.offset)
                 self._source = PositionSource.REWIND
                 self._bump()
                 self._events.append(TruncationDetected(report, TruncationOutcome.REWIND, target))

@@ -789,8 +789,9 @@ def test_fetch_detects_divergence_still_validates_restored_positions() -> None:
 
 
 def test_reads_after_a_reset_end_the_nothing_read_exemption() -> None:
-    # Read after a reset, then a probe (UNDEFINED, position at log start) clears the history:
-    # a later truncation is still a report, since records were read.
+    # Read after a reset, then a probe (UNDEFINED, position at log start) moves the reads to
+    # another log (a splice; the earlier reads stay in the history, the position's epoch is an
+    # upper bound): a later truncation is still a report, since records were read.
     tr = PartitionTracker(TP, OffsetPolicy("earliest", "raise"))
     tr.on_metadata(1, 1)
     tr.restore(None)
@@ -798,7 +799,8 @@ def test_reads_after_a_reset_end_the_nothing_read_exemption() -> None:
     assert tr.on_records(fetch(tr), 0, 4, 1)
     tr.on_validation(elect(tr, 2), 0, -1, -1, 0.0)
     tr.on_list_offsets(list_offsets(tr), 5, 2)  # probe: log start == position
-    assert tr.state is S.FETCHING and tr.epoch_history == ()
+    assert tr.state is S.FETCHING and tr.epoch_history == ((1, 0),)
+    assert not tr.position_is_exact
     tr.on_validation(elect(tr, 3), 0, 1, 2, 0.0)
     assert tr.state is S.TRUNCATED
 
@@ -832,11 +834,92 @@ def test_divergence_below_the_log_start_is_reported_from_the_log_start() -> None
     assert ev.report.divergence == EpochOffset(2, 0)
     assert (ev.report.lost_from, ev.report.lost_to, ev.report.lost_count) == (2, 4, 2)
     assert ev.decision == "rewind"
-    # What we read in epoch 2 is forgotten: the next records start a fresh history.
+    # What we read in epoch 2 below the log start stays in the history as the earlier log's
+    # (a later leader may hold it again); the next records start an entry of their own.
     assert tr.state is S.FETCHING and tr.position == EpochOffset(2, 0)
-    assert tr.epoch_history == () and not tr.position_is_exact
+    assert tr.epoch_history == ((2, 0),) and not tr.position_is_exact
     assert tr.on_records(fetch(tr), 2, 6, 0)
-    assert tr.epoch_history == ((0, 2),)
+    assert tr.epoch_history == ((2, 0), (0, 2)) and tr.position_is_exact
+
+
+def spliced(policy: str = "rewind", fetch_detects: bool = False) -> PartitionTracker:
+    """Read offset 0 in epoch 1; an unclean leader (epoch 3) holds an older log whose epoch 0
+    reaches 2 but whose log start retention moved to 1: the tracker continues at 1 in that
+    log (a splice at 1), what it read at 0 kept in its history as the earlier log's."""
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", policy), fetch_detects)
+    tr.on_metadata(1, 1, "topic-a")
+    tr.seek(EpochOffset(0))
+    read_in(tr, (0, 0, 1))
+    if fetch_detects:
+        tr.on_metadata(0, 3, "topic-a")
+        assert tr.on_diverging_epoch(fetch(tr), 0, 2, 0.0)
+    else:
+        tr.on_validation(elect(tr, 3, leader=0), 0, 0, 2, 0.0)
+    tr.on_list_offsets(list_offsets(tr), 1, 0)
+    assert truncations(tr) == [] and tr.state is S.FETCHING
+    assert tr.position == EpochOffset(1, 0) and not tr.position_is_exact
+    assert tr.epoch_history == ((1, 0),)
+    return tr
+
+
+def test_a_later_leader_holding_the_earlier_log_is_judged_by_its_epochs() -> None:
+    # Found by the model property test in CI: after the splice the tracker read offset 1 in
+    # epoch 0; the next leader (epoch 4) is the one it read offset 0 from (epoch 1 there).
+    # Epoch 0 ends at 0 on it, but that only says the reads since the splice are gone: the
+    # tracker asks about epoch 1, which reaches 1, so only offset 1 is lost, not offset 0.
+    tr = spliced()
+    read_in(tr, (1, 1, 0))
+    assert tr.epoch_history == ((1, 0), (0, 1)) and tr.position_is_exact
+    first = elect(tr, 4, leader=1)
+    assert first.leader_epoch == 0
+    tr.on_validation(first, 0, 0, 0, 0.0)
+    assert truncations(tr) == []
+    second = validate(tr)
+    assert second.leader_epoch == 1
+    tr.on_validation(second, 0, 1, 1, 0.0)
+    (ev,) = truncations(tr)
+    assert ev.report.divergence == EpochOffset(1, 1)
+    assert (ev.report.lost_from, ev.report.lost_to) == (1, 2)
+    assert tr.position == EpochOffset(1, 1)
+
+
+def test_a_later_leader_holding_neither_log_loses_both() -> None:
+    tr = spliced()
+    read_in(tr, (1, 1, 0))
+    tr.on_validation(elect(tr, 4, leader=2), 0, 0, 0, 0.0)
+    second = validate(tr)
+    assert second.leader_epoch == 1
+    tr.on_validation(second, 0, 1, 0, 0.0)  # epoch 1 ends at 0 there: offset 0 differs too
+    (ev,) = truncations(tr)
+    assert ev.report.divergence == EpochOffset(0, None)
+    assert (ev.report.lost_from, ev.report.lost_to) == (0, 2)
+
+
+def test_at_the_splice_with_nothing_read_the_earlier_log_is_asked_about() -> None:
+    # Nothing read since the splice: the position's epoch came from the log start, so the
+    # leader is asked about the epoch the tracker did read (1); holding it, it validates the
+    # position in that log and the splice is gone.
+    tr = spliced()
+    v = elect(tr, 4, leader=1)
+    assert v.leader_epoch == 1
+    tr.on_validation(v, 0, 1, 1, 0.0)
+    assert truncations(tr) == [] and tr.state is S.FETCHING
+    assert tr.position == EpochOffset(1, 1) and tr.position_is_exact
+
+
+def test_at_the_splice_a_diverging_epoch_answer_is_checked_with_the_earlier_epoch() -> None:
+    # Fetch v12+: the fetch carries the log start's epoch (0); its DivergingEpoch answer is
+    # about that epoch, not about what was read, so the tracker asks about epoch 1 instead.
+    tr = spliced(fetch_detects=True)
+    tr.on_metadata(1, 4, "topic-a")
+    f = fetch(tr)
+    assert f.last_fetched_epoch == 0
+    assert tr.on_diverging_epoch(f, 0, 0, 0.0)
+    assert truncations(tr) == []
+    v = validate(tr)
+    assert v.leader_epoch == 1
+    tr.on_validation(v, 0, 1, 1, 0.0)
+    assert truncations(tr) == [] and tr.position == EpochOffset(1, 1)
 
 
 def test_divergence_from_own_reads_above_the_log_start_is_kept() -> None:

@@ -1255,7 +1255,7 @@ class PartitionTracker:
             else:
                 self._validated(current_leader_epoch)
             return
-        if floor is not None and d < floor:
+        if floor is not None and d <= floor:
             # Nothing we read since the splice is in this leader's log; whether what we read
             # before it is, only the epochs of that earlier log can tell.
             earlier = self._epoch_at(floor - 1, self._segment_floor(floor))

@@ -365,6 +365,30 @@ WEIGHTED_OPS = st.lists(OPS, min_size=4, max_size=40).filter(
     steps_per_op=2,
     fetch_detects=False,
 )
+# Found by make explore: the same splice, with the divergence exactly at the splice (so the
+# reads before it must be asked about too), on a pre-2.x epoch cache.
+@example(
+    ops=[
+        ("unclean", 1),
+        ("append", 1),
+        ("zombie_elect", 0),
+        ("zombie_elect", 2),
+        ("consume", 4),
+        ("retention", 1),
+        ("zombie_append", 1),
+        ("zombie_elect", 2),
+        ("append", 1),
+        ("consume", 5),
+        ("offline",),
+    ],
+    reset="earliest",
+    on_truncation="auto",
+    fetch_max=1,
+    modern=False,
+    diverging=False,
+    steps_per_op=0,
+    fetch_detects=False,
+)
 @given(
     ops=WEIGHTED_OPS,
     reset=st.sampled_from(["earliest", "latest", "none"]),

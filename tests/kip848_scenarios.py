@@ -194,3 +194,40 @@ def static_member_restart(cluster: Cluster, topic: str, group: str) -> None:
                 r.finish()
         c1.close()
         c2.close()
+
+
+def groups_are_listed_by_type(cluster: Cluster, topic: str, group: str) -> None:
+    """What Kafka 4.3.1 answers the classic admin APIs about a KIP-848 group (so that
+    ``kafka-consumer-groups --list`` and lag tools built on kafka-python see it): ListGroups
+    names it with type ``consumer`` (and filters by type), DescribeGroups refuses it with
+    GROUP_ID_NOT_FOUND ("not a classic group"); a classic group next to it is described."""
+    from kafka.admin import KafkaAdminClient
+
+    cluster.create_topic(topic, partitions=PARTS)
+    modern = member(cluster, group)
+    classic = member(cluster, group + "-classic", group_protocol="classic")
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        modern.subscribe([topic])
+        classic.subscribe([topic])
+
+        def both_assigned() -> bool:
+            modern.poll(timeout_ms=50)
+            classic.poll(timeout_ms=50)
+            return len(modern.assignment()) == len(classic.assignment()) == PARTS
+
+        wait(both_assigned, "both groups assigned")
+        listed = {g["group_id"]: g for g in admin.list_groups()}
+        assert listed[group]["group_type"] == "consumer", listed
+        assert listed[group]["protocol_type"] == "consumer"
+        assert listed[group]["group_state"] == "Stable"
+        assert listed[group + "-classic"]["group_type"] == "classic", listed
+        described = admin.describe_groups([group, group + "-classic"])
+        assert "GroupIdNotFoundError" in str(described[group]["error"]), described[group]
+        assert described[group]["group_state"] == "Dead"
+        assert described[group + "-classic"]["error"] is None
+        assert described[group + "-classic"]["group_state"] == "Stable"
+    finally:
+        admin.close()
+        modern.close()
+        classic.close()

@@ -197,6 +197,10 @@ def test_static_member_restart_causes_no_rebalance(cluster: ApacheKafkaCluster) 
     kip848_scenarios.static_member_restart(cluster, new_topic("static"), new_topic("gstatic"))
 
 
+def test_groups_are_listed_by_type(cluster: ApacheKafkaCluster) -> None:
+    kip848_scenarios.groups_are_listed_by_type(cluster, new_topic("listed"), new_topic("glisted"))
+
+
 def test_truncation_one_member_detected_is_detected_by_the_next(
     cluster: ApacheKafkaCluster,
 ) -> None:

@@ -397,6 +397,11 @@ def test_static_member_restart_as_on_real_kafka(cluster: EmbeddedCluster) -> Non
     kip848_scenarios.static_member_restart(cluster, "static", "gstatic")
 
 
+def test_groups_are_listed_by_type_as_on_real_kafka(cluster: EmbeddedCluster) -> None:
+    fast_coordinator(cluster)
+    kip848_scenarios.groups_are_listed_by_type(cluster, "listed", "glisted")
+
+
 def test_unsubscribe_leaves_and_subscribe_joins_again(cluster: EmbeddedCluster) -> None:
     coord = fast_coordinator(cluster)
     cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)

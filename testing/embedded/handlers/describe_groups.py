@@ -6,6 +6,8 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 
+from epochguard._errors import ErrorCode
+from epochguard.testing.embedded.consumer_groups import consumer_coordinator
 from epochguard.testing.embedded.groups import GroupState
 from epochguard.testing.embedded.handlers import RequestContext, handler
 from epochguard.testing.embedded.handlers._group_common import coordinator, coordinator_error
@@ -22,9 +24,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     v = ctx.version
     injected = ctx.injected_error()
     coord = coordinator(ctx.cluster)
+    modern = consumer_coordinator(ctx.cluster)
     out = []
     for gid in request.groups:
         error = injected or coordinator_error(ctx, gid)
+        if not error and modern is not None and gid in modern.groups:
+            # Kafka 4.3.1: "Group <id> is not a classic group." (ConsumerGroupDescribe is
+            # the API for these).
+            error = ErrorCode.GROUP_ID_NOT_FOUND
         d = None if error else coord.describe(gid)
         if d is None:
             # Kafka describes an unknown group as Dead, without an error, before v6.

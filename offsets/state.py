@@ -252,6 +252,8 @@ TRACKER_FIELDS: Final[Mapping[str, str]] = {
     "_leader_id": "metadata: leader node (None: unknown)",
     "_leader_epoch": "metadata: leader epoch (None: unknown)",
     "_topic_id": "metadata: topic id as text (None: unknown)",
+    "_old_topic_ids": "metadata: the ids this partition's topic had before it was re-created "
+    "(the last few): a broker that still names one is behind, not a second re-creation",
     "_replicas": "metadata: the partition's live replicas (None: not known)",
     "_replica": "KIP-392: the follower fetches go to (None: the leader); any change of the "
     "replica serving the partition validates the position with the leader",
@@ -303,6 +305,8 @@ def classify_error(code: int) -> ErrorClass:
 #: Bound on the remembered (epoch, first offset) history. Dropping old entries can only turn
 #: an exact divergence point far in the past into an unknown one, never into a wrong one.
 MAX_EPOCH_HISTORY: Final = 64
+#: Former topic ids a tracker remembers (metadata naming one of them is stale).
+MAX_OLD_TOPIC_IDS: Final = 8
 
 #: How many metadata refreshes to wait for the leader epoch to reach a position's epoch
 #: (KIP-232) before validating regardless.
@@ -364,6 +368,7 @@ class PartitionTracker:
         "_leader_epoch",
         "_leader_id",
         "_offset",
+        "_old_topic_ids",
         "_paused",
         "_policy",
         "_probe",
@@ -419,6 +424,7 @@ class PartitionTracker:
         self._leader_epoch: int | None = None
         # As text (``normalise_topic_id``): metadata gives ``uuid.UUID``, stored positions str.
         self._topic_id: str | None = None
+        self._old_topic_ids: tuple[str, ...] = ()
         self._replicas: frozenset[int] | None = None
         # KIP-392 follower fetching.
         self._replica: int | None = None
@@ -734,6 +740,10 @@ class PartitionTracker:
             leader_epoch = None
         topic_id = _id_text(topic_id)
         if topic_id is not None and self._topic_id is not None and topic_id != self._topic_id:
+            if topic_id in self._old_topic_ids:
+                # Topic ids are never reused: a broker that has not heard of the re-creation
+                # yet. Its leader and epoch are the old log's; ignore them like stale ones.
+                return False
             self._topic_recreated(leader_id, leader_epoch, topic_id)
             return True
         known = self._leader_epoch
@@ -1385,6 +1395,8 @@ class PartitionTracker:
         self, leader_id: int | None, leader_epoch: int | None, topic_id: str | None
     ) -> None:
         # A new topic id is a new log: its epochs restart, so the old ones must not block it.
+        if self._topic_id is not None:
+            self._old_topic_ids = (*self._old_topic_ids[-(MAX_OLD_TOPIC_IDS - 1) :], self._topic_id)
         self._topic_id = topic_id
         self._replica = None
         self._leader_id = leader_id

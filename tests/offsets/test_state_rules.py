@@ -610,6 +610,24 @@ def test_topic_recreated_with_raise() -> None:
     assert tr.state is S.TRUNCATED and tr.leader_epoch == 0
 
 
+def test_a_broker_still_naming_the_old_topic_id_is_stale_not_a_second_recreation() -> None:
+    # Metadata from a broker that has not heard of the re-creation yet names the old id
+    # again: ids are never reused, so that answer is behind. Reporting it would tell the
+    # application its new reads were lost, and send it back to the old log's offsets.
+    tr = fetching(10, 4, leader_epoch=4)
+    assert tr.on_metadata(2, 0, "topic-b")
+    assert len(truncations(tr)) == 1
+    assert tr.on_records(fetch(tr), 0, 2, 0)
+    assert not tr.on_metadata(1, 4, "topic-a")
+    assert truncations(tr) == [] and tr.topic_id == "topic-b" and tr.leader_epoch == 0
+    assert fetch(tr).offset == 3
+    assert tr.on_metadata(2, 0, "topic-b")
+    assert truncations(tr) == []
+    # A third id is a real re-creation again.
+    assert tr.on_metadata(2, 0, "topic-c")
+    assert len(truncations(tr)) == 1
+
+
 def test_topic_recreated_before_reading_anything_is_silent() -> None:
     tr = fetching(0, None, leader_epoch=4)
     tr.on_metadata(2, 0, "topic-b")

@@ -253,7 +253,11 @@ TRACKER_FIELDS: Final[Mapping[str, str]] = {
     "_leader_epoch": "metadata: leader epoch (None: unknown)",
     "_topic_id": "metadata: topic id as text (None: unknown)",
     "_old_topic_ids": "metadata: the ids this partition's topic had before it was re-created "
-    "(the last few): a broker that still names one is behind, not a second re-creation",
+    "(the last few): while _topic_confirmed, a broker that still names one is behind, not a "
+    "second re-creation",
+    "_topic_confirmed": "metadata: a leader has answered a fetch under _topic_id (records or "
+    "none) since it was adopted, so that id is live; an id adopted from a broker that was "
+    "itself behind is not, and the next metadata may take it back",
     "_replicas": "metadata: the partition's live replicas (None: not known)",
     "_replica": "KIP-392: the follower fetches go to (None: the leader); any change of the "
     "replica serving the partition validates the position with the leader",
@@ -385,6 +389,7 @@ class PartitionTracker:
         "_source",
         "_splices",
         "_state",
+        "_topic_confirmed",
         "_topic_id",
         "_wait_reason",
         "tp",
@@ -425,6 +430,7 @@ class PartitionTracker:
         # As text (``normalise_topic_id``): metadata gives ``uuid.UUID``, stored positions str.
         self._topic_id: str | None = None
         self._old_topic_ids: tuple[str, ...] = ()
+        self._topic_confirmed = False
         self._replicas: frozenset[int] | None = None
         # KIP-392 follower fetching.
         self._replica: int | None = None
@@ -740,9 +746,9 @@ class PartitionTracker:
             leader_epoch = None
         topic_id = _id_text(topic_id)
         if topic_id is not None and self._topic_id is not None and topic_id != self._topic_id:
-            if topic_id in self._old_topic_ids:
-                # Topic ids are never reused: a broker that has not heard of the re-creation
-                # yet. Its leader and epoch are the old log's; ignore them like stale ones.
+            if topic_id in self._old_topic_ids and self._topic_confirmed:
+                # Topic ids are never reused and a leader serves ours: a broker that has not
+                # heard of the re-creation yet. Ignore its old log's leader and epoch.
                 return False
             self._topic_recreated(leader_id, leader_epoch, topic_id)
             return True
@@ -810,6 +816,7 @@ class PartitionTracker:
             leader_epoch = None
         if leader_epoch != self._hist_epoch:
             self._note_epoch(leader_epoch, first_offset)
+        self._topic_confirmed = True
         self._offset = last_offset + 1 if next_offset is None else next_offset
         self._epoch = leader_epoch
         self._attempts = 0
@@ -821,6 +828,7 @@ class PartitionTracker:
             return False
         self._in_flight = False
         self._attempts = 0
+        self._topic_confirmed = True
         return True
 
     def on_fetch_error(self, fetch: FetchAction, error_code: int, now: float) -> bool:
@@ -1398,6 +1406,7 @@ class PartitionTracker:
         if self._topic_id is not None:
             self._old_topic_ids = (*self._old_topic_ids[-(MAX_OLD_TOPIC_IDS - 1) :], self._topic_id)
         self._topic_id = topic_id
+        self._topic_confirmed = False
         self._replica = None
         self._leader_id = leader_id
         self._leader_epoch = leader_epoch

@@ -389,6 +389,19 @@ WEIGHTED_OPS = st.lists(OPS, min_size=4, max_size=40).filter(
     steps_per_op=0,
     fetch_detects=False,
 )
+# Found by make explore once stale metadata could name the topic's former id: a restarted
+# consumer that never knew that id must not stick to it (the id it adopted from a broker
+# that was behind is taken back by the next metadata).
+@example(
+    ops=[("recreate",), ("append", 1), ("restart",), ("stale_metadata", 0)],
+    reset="earliest",
+    on_truncation="auto",
+    fetch_max=1,
+    modern=False,
+    diverging=False,
+    steps_per_op=0,
+    fetch_detects=False,
+)
 @given(
     ops=WEIGHTED_OPS,
     reset=st.sampled_from(["earliest", "latest", "none"]),
@@ -439,9 +452,9 @@ def test_tracker_against_replicated_log_model(
         elif name == "metadata":
             app.deliver_metadata()
         elif name == "stale_metadata":
-            # A lagging broker: any earlier snapshot of this topic.
-            same_topic = [h for h in cluster.history if h[2] == cluster.topic_id]
-            app.deliver_metadata(same_topic[op[1] % len(same_topic)])
+            # A lagging broker: any earlier snapshot, of this topic or of the one it replaced
+            # (a broker that has not heard of the re-creation yet).
+            app.deliver_metadata(cluster.history[op[1] % len(cluster.history)])
         elif name == "restart":
             stopped = (PartitionState.TRUNCATED, PartitionState.NO_VALID_OFFSET)
             # Positions carry their topic id: a restart from a position saved before the

@@ -628,6 +628,19 @@ def test_a_broker_still_naming_the_old_topic_id_is_stale_not_a_second_recreation
     assert len(truncations(tr)) == 1
 
 
+def test_an_id_no_leader_has_served_gives_way_to_the_next_metadata() -> None:
+    # A tracker that knew only topic-b hears topic-a from a broker that is behind: it cannot
+    # tell that from a re-creation, so it follows; but no leader served topic-a to it, so
+    # the next metadata naming topic-b takes it back instead of being ignored as stale.
+    tr = fetching(0, None, leader_epoch=0)
+    tr.on_metadata(1, 0, "topic-b")
+    tr.on_metadata(1, 0, "topic-a")
+    assert tr.topic_id == "topic-a"
+    assert tr.on_metadata(1, 0, "topic-b")
+    assert tr.topic_id == "topic-b" and truncations(tr) == []
+    assert fetch(tr).topic_id == "topic-b"
+
+
 def test_topic_recreated_before_reading_anything_is_silent() -> None:
     tr = fetching(0, None, leader_epoch=4)
     tr.on_metadata(2, 0, "topic-b")

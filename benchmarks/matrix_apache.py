@@ -1,0 +1,142 @@
+"""The matrix's headline cells on real Apache Kafka: the same four clients, the same
+reading loops, a broker that is not ours.
+
+Method (``benchmarks/matrix.py`` is the reference; what differs is said here):
+
+* One Apache Kafka 4.3.1 broker (KRaft, the jars ``make kafka-jars`` caches) runs as its
+  own JVM process (:class:`~epochguard.testing.apache_kafka.ApacheKafkaCluster`). Each
+  case's topic is written before any client starts, by confluent-kafka's producer
+  (``acks=1``, ``linger.ms`` 50, batches up to 1 MiB, the case's ``compression.type``),
+  with the matrix's 8-byte keys and text-like values. Batch sizes are therefore the
+  producer's, not the matrix's 500-record batches.
+* Each client run is a fresh process running ``benchmarks.matrix``'s own client code
+  (CRC checks on, every key and value touched and the byte total checked), timed from its
+  first poll to its last record; clients interleaved, ``MATRIX_REPEAT`` rounds, best rate
+  and median CPU kept. There is no ``embedded-alone`` row: the broker is not ours to walk.
+* The load average is recorded before and after each case.
+
+Cases: ``MATRIX_APACHE_CASES`` (default ``100x1,100x8,1024x1,1024x8,1024x1:lz4``), record
+counts from the matrix scaled by ``MATRIX_SCALE``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+from typing import Any
+
+from benchmarks import matrix
+
+CLIENTS = [c for c in matrix.CLIENTS if c != "embedded-alone"]
+DEFAULT_CASES = "100x1,100x8,1024x1,1024x8,1024x1:lz4"
+
+
+def cases() -> list[tuple[int, int, str]]:
+    out = []
+    for spec in os.environ.get("MATRIX_APACHE_CASES", DEFAULT_CASES).split(","):
+        shape, _, codec = spec.strip().partition(":")
+        size, _, parts = shape.partition("x")
+        out.append((int(size), int(parts), codec or "none"))
+    return out
+
+
+def preload(bootstrap: str, size: int, parts: int, codec: str, total: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": 1,
+            "linger.ms": 50,
+            "batch.size": 1024 * 1024,
+            "compression.type": codec,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    values = matrix._values(size, random.Random(0))
+    per_part = total // parts
+    for p in range(parts):
+        for i in range(per_part):
+            key = i.to_bytes(matrix.KEY_BYTES, "big")
+            while True:
+                try:
+                    producer.produce(matrix.TOPIC, values[i % len(values)], key, partition=p)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(0)
+    left = producer.flush(120)
+    if left:
+        raise RuntimeError(f"{left} records not acknowledged")
+
+
+def run_case(cluster: Any, size: int, parts: int, codec: str) -> dict[str, Any]:
+    total = int(matrix.RECORDS[size] * matrix.SCALE)
+    total -= total % parts
+    cluster.create_topic(matrix.TOPIC, partitions=parts, replication_factor=1)
+    try:
+        preload(cluster.bootstrap_servers, size, parts, codec, total)
+        row: dict[str, Any] = {
+            "value_bytes": size,
+            "key_bytes": matrix.KEY_BYTES,
+            "partitions": parts,
+            "compression": codec,
+            "records": total,
+            "load_avg_1m_before": round(os.getloadavg()[0], 2),
+        }
+        runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CLIENTS}
+        for _ in range(matrix.REPEAT):
+            for client in CLIENTS:
+                if f"{client}_error" in row:
+                    continue
+                try:
+                    out = matrix._run_client(client, cluster.bootstrap_servers, parts, total)
+                    expected = total * (size + matrix.KEY_BYTES)
+                    if out["bytes_touched"] != expected:
+                        raise RuntimeError(
+                            f"touched {out['bytes_touched']} bytes, expected {expected}"
+                        )
+                    runs[client].append(out)
+                except Exception as exc:
+                    row[f"{client}_error"] = repr(exc)[-400:]
+        row["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    finally:
+        cluster.delete_topic(matrix.TOPIC)
+    for client, outs in runs.items():
+        if not outs:
+            row[client] = None
+            continue
+        row[client] = round(total / min(o["elapsed_s"] for o in outs))
+        row[f"{client}_cpu_s_per_million"] = round(
+            statistics.median(o["cpu_s"] for o in outs) * 1e6 / total, 3
+        )
+    for other in ("kafka-python", "aiokafka", "confluent-kafka"):
+        if row.get("epochguard") and row.get(other):
+            row[f"epochguard_vs_{other}"] = round(row["epochguard"] / row[other], 2)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def run() -> dict[str, Any]:
+    import logging
+
+    from epochguard.testing.apache_kafka import ApacheKafkaCluster
+
+    logging.disable(logging.CRITICAL)
+    with ApacheKafkaCluster(brokers=1) as cluster:
+        rows = [run_case(cluster, *case) for case in cases()]
+        version = cluster.kafka_version
+    return {
+        "method": __doc__,
+        "broker": f"Apache Kafka {version}, one broker, KRaft",
+        "settings": {c: matrix.SETTINGS[c] for c in CLIENTS},
+        "repeat": matrix.REPEAT,
+        "scale": matrix.SCALE,
+        "cases": rows,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))

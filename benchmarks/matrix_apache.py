@@ -9,10 +9,8 @@ Method (``benchmarks/matrix.py`` is the reference; what differs is said here):
   (``acks=1``, ``linger.ms`` 50, ``batch.size`` ``PRELOAD_BATCH_BYTES``, default 1 MiB as
   librdkafka's, the case's ``compression.type``), with the matrix's 8-byte keys and
   text-like values. Batch sizes are therefore the producer's, not the matrix's 500-record
-  batches; they matter: librdkafka read 100 B records from the EmbeddedCluster at 443k/s
-  in the matrix's batches, 578k/s in 54 KB producer batches and 812k/s in 1 MiB ones (one
-  run each, load ~25), so the two benchmarks together say how much the batch shape moves
-  each client.
+  batches (whether the batch shape moves one client more than another was not settled:
+  single runs on the shared machine moved by 2x either way).
 * Each client run is a fresh process running ``benchmarks.matrix``'s own client code
   (CRC checks on, every key and value touched and the byte total checked), timed from its
   first poll to its last record; clients interleaved, ``MATRIX_REPEAT`` rounds, best rate

@@ -27,14 +27,26 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.spark_source import _durations, _produce, cpu_by_pid, tree_pids
+from benchmarks.spark_source import _TICK, _durations, _produce, cpu_by_pid, tree_pids
 
 ROWS_100B = int(os.environ.get("SPARK_PROFILE_ROWS_100B", "1000000"))
 ROWS_1KB = int(os.environ.get("SPARK_PROFILE_ROWS_1KB", "300000"))
+#: The topics profiled, ``<value bytes>x<partitions>`` comma-separated:
+#: ``SPARK_PROFILE_SHAPES`` (default ``100x1,1024x1``).
+SHAPES = [
+    (int(size), int(parts))
+    for size, parts in (
+        s.split("x") for s in os.environ.get("SPARK_PROFILE_SHAPES", "100x1,1024x1").split(",")
+    )
+]
+#: ``SPARK_PROFILE_JFR=1``: a Java Flight Recorder recording of the Spark JVM per query
+#: (``jcmd JFR.start``), summarised by thread, leaf method and bucket.
+JFR = os.environ.get("SPARK_PROFILE_JFR") == "1"
 SOURCES = ["kafka", "epochguard"]
 #: More options for our source (JSON object), to compare settings: ``SPARK_PROFILE_OPTIONS``.
 EXTRA_OPTIONS: dict[str, str] = json.loads(os.environ.get("SPARK_PROFILE_OPTIONS", "{}"))
@@ -122,6 +134,164 @@ def _summarise(raw: Path, rate: int, top: int = 12) -> dict[str, Any]:
     return {"rate_hz": rate, "threads": out}
 
 
+def _tid_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds and name of each live thread of ``pid`` (``/proc/<pid>/task``)."""
+    out: dict[int, tuple[str, float]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / _TICK)
+    return out
+
+
+class ThreadCpu:
+    """CPU seconds the threads of ``pid`` spend while the block runs, by thread name with
+    its number dropped (``GC Thread#1`` and ``GC Thread#0`` add up). Sampled every
+    ``interval`` so threads that start and end inside the block (a task's helper
+    threads) are counted up to their last sample."""
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        self.pid, self.interval = pid, interval
+        self._first = _tid_cpu(pid)
+        self._last: dict[int, tuple[str, float]] = dict(self._first)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._last.update(_tid_cpu(self.pid))
+
+    def __enter__(self) -> ThreadCpu:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._last.update(_tid_cpu(self.pid))
+
+    def by_name(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for tid, (name, cpu) in self._last.items():
+            spent = cpu - self._first.get(tid, (name, 0.0))[1]
+            key = name.rstrip("0123456789#-: ")
+            out[key] = out.get(key, 0.0) + spent
+        return dict(
+            sorted(((k, round(v, 2)) for k, v in out.items() if v >= 0.02), key=lambda kv: -kv[1])
+        )
+
+
+#: (bucket, substrings of a JVM frame "class.method") for JFR samples, checked from the
+#: leaf up, first match wins.
+JVM_BUCKETS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "Arrow IPC read (Python worker socket -> Arrow buffers)",
+        (
+            "org.apache.arrow.vector.ipc",
+            "org.apache.arrow.vector.VectorLoader",
+            "org.apache.arrow.memory",
+            "PythonArrowOutput",
+        ),
+    ),
+    (
+        "Arrow columns -> rows (ArrowColumnVector, UnsafeProjection)",
+        (
+            "ArrowColumnVector",
+            "UnsafeProjection",
+            "UnsafeRowWriter",
+            "ColumnarBatchRow",
+            "GeneratedClass",
+            "UnsafeWriter",
+        ),
+    ),
+    ("Kafka client (Spark's source)", ("org.apache.kafka",)),
+    ("Spark's Kafka source (rows from records)", ("org.apache.spark.sql.kafka010",)),
+    (
+        "writing to the Python worker / its socket",
+        ("PythonRunner$WriterThread", "BasePythonRunner"),
+    ),
+    ("noop sink / task", ("NoopWriter", "DataWritingSparkTask", "WriteToDataSourceV2")),
+]
+
+
+def _jfr(jvm: int, action: str, path: Path | None = None) -> None:
+    args = ["jcmd", str(jvm), f"JFR.{action}", "name=epochguard-profile"]
+    if action == "start":
+        args += ["settings=profile"]
+    if path is not None:
+        args += [f"filename={path}"]
+    subprocess.run(args, check=True, capture_output=True, timeout=60)
+
+
+def _jfr_summary(path: Path, top: int = 15) -> dict[str, Any]:
+    """Execution samples of a JFR recording by thread, by bucket and by leaf method."""
+    out = subprocess.run(
+        [
+            "jfr",
+            "print",
+            "--json",
+            "--events",
+            "jdk.ExecutionSample,jdk.GarbageCollection",
+            str(path),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    ).stdout
+    events = json.loads(out)["recording"]["events"]
+    threads: collections.Counter[str] = collections.Counter()
+    buckets: collections.Counter[str] = collections.Counter()
+    leaves: collections.Counter[str] = collections.Counter()
+    gc_pause_s = 0.0
+    samples = 0
+    for ev in events:
+        values = ev["values"]
+        if ev["type"] == "jdk.GarbageCollection":
+            gc_pause_s += _jfr_seconds(values.get("sumOfPauses", "0 s"))
+            continue
+        frames = [
+            f"{f['method']['type']['name']}.{f['method']['name']}"
+            for f in (values.get("stackTrace") or {}).get("frames", [])
+        ]
+        samples += 1
+        threads[(values.get("sampledThread") or {}).get("javaName", "?").rstrip("0123456789")] += 1
+        leaves[frames[0] if frames else "?"] += 1
+        for bucket, keys in JVM_BUCKETS:
+            if any(k in f for f in frames for k in keys):
+                buckets[bucket] += 1
+                break
+        else:
+            buckets["other"] += 1
+    share = lambda c: {k: round(v / samples, 3) for k, v in c.most_common(top)}  # noqa: E731
+    return {
+        "execution_samples": samples,
+        "gc_pauses_s": round(gc_pause_s, 3),
+        "by_thread": share(threads),
+        "by_bucket": share(buckets),
+        "top_leaf_methods": share(leaves),
+    }
+
+
+def _jfr_seconds(text: Any) -> float:
+    if isinstance(text, (int, float)):
+        return float(text)
+    number, _, unit = str(text).partition(" ")
+    scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}.get(unit.strip(), 1.0)
+    try:
+        return float(number) * scale
+    except ValueError:
+        return 0.0
+
+
 def _query(spark: Any, fmt: str, servers: str, topic: str) -> Any:
     reader = (
         spark.readStream.format(fmt)
@@ -157,6 +327,10 @@ def _profiled(
 ) -> dict[str, Any]:
     before = {k: cpu_by_pid(v) for k, v in _groups(jvm, brokers).items()}
     load = os.getloadavg()[0]
+    jvm_threads = ThreadCpu(jvm).__enter__()
+    jfr_file = Path(tempfile.mkdtemp()) / "query.jfr"
+    if JFR:
+        _jfr(jvm, "start")
     started = time.monotonic()
     query = _query(spark, fmt, servers, topic)
     recorder = None
@@ -190,6 +364,16 @@ def _profiled(
             recorder.send_signal(2)
             _, err = recorder.communicate(timeout=60)
     result["wall_s"] = round(time.monotonic() - started, 3)
+    if JFR:
+        _jfr(jvm, "stop", jfr_file)
+    jvm_threads.__exit__()
+    result["spark_jvm_cpu_s_by_thread"] = jvm_threads.by_name()
+    if JFR and jfr_file.exists():
+        result["jfr"] = _jfr_summary(jfr_file)
+        keep_jfr = os.environ.get("SPARK_PROFILE_KEEP_RAW")
+        if keep_jfr:
+            shutil.copy(jfr_file, Path(keep_jfr) / f"{fmt}-{topic}.jfr")
+    shutil.rmtree(jfr_file.parent, ignore_errors=True)
     # A process that ended during the query is missed unless its parent reaped it (the
     # parent's cumulative child times keep it); Spark's workers are reused, so few end.
     cpu = {}
@@ -226,10 +410,11 @@ def run() -> dict[str, Any]:
         servers = cluster.bootstrap_servers
         brokers = [p.pid for p in cluster._procs.values()]
         topics = []
-        for size, rows in [(100, ROWS_100B), (1024, ROWS_1KB)]:
-            topic = f"profile-{size}b"
-            cluster.create_topic(topic, partitions=1, replication_factor=1)
-            _produce(servers, topic, 1, size, rows)
+        for size, parts in SHAPES:
+            rows = ROWS_100B if size < 1024 else ROWS_1KB
+            topic = f"profile-{size}b-{parts}p"
+            cluster.create_topic(topic, partitions=parts, replication_factor=1)
+            _produce(servers, topic, parts, size, rows)
             topics.append((size, topic, rows))
         spark = local_session(
             "epochguard-profile",
@@ -245,7 +430,7 @@ def run() -> dict[str, Any]:
                 result = _profiled(spark, fmt, servers, topic, jvm, brokers, spy)
                 if result["rows"] != rows:
                     raise RuntimeError(f"{fmt} read {result['rows']} of {rows} rows")
-                result.update(source=fmt, value_bytes=size)
+                result.update(source=fmt, value_bytes=size, topic=topic)
                 runs.append(result)
                 print(
                     f"{size} B {fmt}: {result['rows_per_s']:,} rows/s cpu {result['cpu_s']}",

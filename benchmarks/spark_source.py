@@ -12,10 +12,17 @@ turns. Reported per run:
 - ``cpu_s`` / ``rows_per_cpu_s``: CPU seconds of the Spark JVM, every process under it and
   the broker while the query runs, and rows per such second (``ours_vs_spark_per_cpu``
   compares the medians: unlike rows/s, it does not depend on what else shares the cores);
+- ``cpu_s_by_part``: that CPU split into the JVM's own threads, the Python processes under
+  it (workers), the processes the JVM started and reaped during the query (a Python
+  source's runner and planner) and the broker;
 - ``peak_rss_mb``: the peak, sampled every 0.2 s while the query runs, of the resident memory
   of the Spark JVM and every process under it (the Python source runner and workers).
   The JVM keeps heap it grew for an earlier query, so this is the session's peak so far,
   not the query's own.
+
+A third source, ``ready_batches`` (``benchmarks/_ready_batches.py``), yields the same number
+of rows as ready Arrow batches without Kafka: the most a Python source reaches in the
+session (``ready_vs_spark``, ``ours_vs_ready``).
 
 A warm-up query per source runs first (the first query in a JVM pays 4-9 s of class loading
 and worker start). Then ``profile`` runs our executor read (``read_range``) of the 1-partition
@@ -42,6 +49,10 @@ ROWS_1KB = int(os.environ.get("SPARK_BENCH_ROWS_1KB", "300000"))
 REPS = int(os.environ.get("SPARK_BENCH_REPS", "2"))
 SHAPES = [(100, 1, ROWS_100B), (100, 8, ROWS_100B), (1024, 1, ROWS_1KB), (1024, 8, ROWS_1KB)]
 SOURCES = ["kafka", "epochguard"]
+#: Not a Kafka source: the same rows as ready Arrow batches (``benchmarks/_ready_batches.py``),
+#: the most any Python source reaches in the session (``SPARK_BENCH_READY=0`` leaves it out).
+READY = "ready_batches"
+RUN_READY = os.environ.get("SPARK_BENCH_READY", "1") != "0"
 
 
 def _children() -> dict[int, list[int]]:
@@ -158,11 +169,42 @@ def _cpu_s(roots: list[int]) -> dict[int, float]:
     return cpu_by_pid(tree_pids(roots))
 
 
+def _stat_fields(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return []
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def cpu_split(jvm: int, brokers: list[int]) -> dict[str, float]:
+    """CPU seconds so far by where they are spent: the Spark JVM's own threads; the Python
+    processes alive under it (the worker daemon and the workers running ``read()``, with
+    the workers they reaped); the processes the JVM itself started and reaped (a Python
+    source's runner and planner processes, which end with the query: counting them as
+    JVM time, as ``cpu_by_pid`` does, overstated the JVM before); the brokers."""
+    own = _stat_fields(jvm)
+    python = cpu_by_pid([p for p in tree_pids([jvm]) if p != jvm])
+    return {
+        "spark_jvm_own": sum(int(x) for x in own[11:13]) / _TICK if own else 0.0,
+        "spark_jvm_reaped_children": sum(int(x) for x in own[13:15]) / _TICK if own else 0.0,
+        "python_under_jvm": sum(python.values()),
+        "kafka_broker": sum(_cpu_s(brokers).values()),
+    }
+
+
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _query(
-    spark: Any, fmt: str, servers: str, topic: str, jvm_pid: int, brokers: list[int]
+    spark: Any,
+    fmt: str,
+    servers: str,
+    topic: str,
+    jvm_pid: int,
+    brokers: list[int],
+    shape: tuple[int, int, int] = (100, 1, ROWS_100B),
 ) -> dict[str, Any]:
     reader = (
         spark.readStream.format(fmt)
@@ -170,7 +212,15 @@ def _query(
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
     )
+    if fmt == READY:
+        reader = (
+            spark.readStream.format(READY)
+            .option("rows", str(shape[2]))
+            .option("value_bytes", str(shape[0]))
+            .option("parts", str(shape[1]))
+        )
     cpu_before = _cpu_s([jvm_pid, *brokers])
+    split_before = cpu_split(jvm_pid, brokers)
     started = time.monotonic()
     with PeakSampler(jvm_pid) as mem:
         query = reader.load().writeStream.format("noop").trigger(availableNow=True).start()
@@ -184,6 +234,7 @@ def _query(
             query.stop()
     wall = time.monotonic() - started
     cpu_after = _cpu_s([jvm_pid, *brokers])
+    split_after = cpu_split(jvm_pid, brokers)
     # Spark (JVM and Python workers) and the broker: the work the query cost, whatever
     # else runs on the machine (rows/s is not: other engineers' work shares the cores).
     cpu = sum(v - cpu_before.get(pid, 0.0) for pid, v in cpu_after.items())
@@ -198,6 +249,8 @@ def _query(
         "peak_rss_mb": round(mem.peak),
         "cpu_s": round(cpu, 2),
         "rows_per_cpu_s": round(rows / cpu) if cpu else None,
+        "cpu_s_by_part": {k: round(v - split_before[k], 2) for k, v in split_after.items()},
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "duration_ms": _durations(progress),
     }
 
@@ -295,22 +348,30 @@ def run() -> dict[str, Any]:
             conf={"spark.ui.showConsoleProgress": "false"},
         )
         register(spark)
+        sources = [*SOURCES, READY] if RUN_READY else list(SOURCES)
+        if RUN_READY:
+            from benchmarks._ready_batches import register as register_ready
+
+            register_ready(spark)
         jvm_pid = SparkContext._gateway.proc.pid
         brokers = [p.pid for p in cluster._procs.values()]
         idle_mb = round(tree_rss_mb(jvm_pid))
         warmup = {
             fmt: _query(spark, fmt, servers, topics[(100, 1)][0], jvm_pid, brokers)
-            for fmt in SOURCES
+            for fmt in sources
         }
         runs = []
         for (size, parts), (topic, rows) in topics.items():
             row: dict[str, Any] = {"value_bytes": size, "partitions": parts, "records": rows}
-            for fmt in SOURCES:
+            for fmt in sources:
                 row[fmt] = []
             for _ in range(REPS):
-                for fmt in SOURCES:
-                    result = _query(spark, fmt, servers, topic, jvm_pid, brokers)
-                    if result["rows"] != rows:
+                for fmt in sources:
+                    result = _query(
+                        spark, fmt, servers, topic, jvm_pid, brokers, (size, parts, rows)
+                    )
+                    # The ready batches repeat whole batches: a few rows more than asked.
+                    if result["rows"] != rows and fmt != READY:
                         raise RuntimeError(f"{fmt} read {result['rows']} of {rows} rows")
                     row[fmt].append(result)
             best = {f: max(r["rows_per_s"] or 0 for r in row[f]) for f in SOURCES}
@@ -321,18 +382,36 @@ def run() -> dict[str, Any]:
             }
             row["median_rows_per_cpu_s"] = per_cpu
             row["ours_vs_spark_per_cpu"] = round(per_cpu["epochguard"] / per_cpu["kafka"], 2)
+            if RUN_READY:
+                ready = max(r["rows_per_s"] or 0 for r in row[READY])
+                row["best_rows_per_s"][READY] = ready
+                # The most a Python source reached here, against Spark's source and ours.
+                row["ready_vs_spark"] = round(ready / best["kafka"], 2)
+                row["ours_vs_ready"] = round(best["epochguard"] / ready, 2)
+            row["median_cpu_s_by_part"] = {
+                f: {
+                    k: round(statistics.median(r["cpu_s_by_part"][k] for r in row[f]), 2)
+                    for k in row[f][0]["cpu_s_by_part"]
+                }
+                for f in sources
+            }
             runs.append(row)
             print(
                 f"{size} B x {parts} partitions: Spark {best['kafka']:,} rows/s, "
                 f"ours {best['epochguard']:,} rows/s ({row['ours_vs_spark']}x); rows per "
-                f"CPU-second {row['ours_vs_spark_per_cpu']}x",
+                f"CPU-second {row['ours_vs_spark_per_cpu']}x; ready batches "
+                f"{row['best_rows_per_s'].get(READY, '-')} rows/s",
                 flush=True,
             )
         spark.stop()
         prof = profile(servers, topics[(100, 1)][0])
     return {
         "spark_kafka_connector": connector.version,
-        "sources": {"kafka": "Spark's spark-sql-kafka-0-10", "epochguard": "ours"},
+        "sources": {
+            "kafka": "Spark's spark-sql-kafka-0-10",
+            "epochguard": "ours",
+            READY: "ready Arrow batches, no Kafka (benchmarks/_ready_batches.py)",
+        },
         "session": "local[2]",
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],

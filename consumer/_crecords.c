@@ -476,6 +476,295 @@ PyDoc_STRVAR(decode_batch_columns_doc,
 "bytearrays in cols; returns (rows, null keys, null values). Raises CorruptRecordError\n"
 "on malformed input, with the messages of decode_batch_records.");
 
+/*
+ * Batches of at least this many bytes are decoded with the GIL released: the loop below
+ * touches no Python object, and in a Spark executor the thread handing the previous
+ * batch to the JVM (and the consumer's IO thread) would otherwise wait for the whole
+ * copy of a fetch. Smaller batches keep the GIL: releasing and taking it back costs more
+ * than it frees. set_release_gil_bytes() changes it (tests run both paths).
+ */
+static Py_ssize_t release_gil_bytes = 64 * 1024;
+
+/* Why the loop stopped early, for the message written once the GIL is held again. */
+enum col_error {
+    COL_OK = 0,
+    COL_TRUNCATED,      /* a record runs past the batch */
+    COL_VARINT_LONG,    /* a varint of more than 10 bytes */
+    COL_NEG_HKEY,       /* a header key with a negative length */
+    COL_HKEY_UTF8,      /* a header key that is not UTF-8 */
+    COL_SIZE_MISMATCH,  /* a record's length field differs from what it holds */
+    COL_OFFSET_OVERFLOW,
+    COL_TS_OVERFLOW,
+    COL_DATA_2GIB,      /* keys or values of one fetch past Arrow's int32 offsets */
+    COL_TRAILING,       /* bytes after the batch's records */
+};
+
+struct col_loop {
+    /* in */
+    const unsigned char *buf;
+    Py_ssize_t pos, end;
+    long long count, base_offset, base_ts, min_offset, append_ts;
+    int use_append_ts;
+    Py_ssize_t cap;
+    char *offsets, *stamps, *koffs, *kdata, *voffs, *vdata;
+    unsigned char *kvalid, *vvalid;
+    /* in and out */
+    Py_ssize_t row, klen_total, vlen_total;
+    /* out */
+    long long key_nulls, value_nulls;
+    enum col_error error;
+    long long bad_record;        /* COL_SIZE_MISMATCH: the record's index in the batch */
+    long long declared, held;    /* COL_SIZE_MISMATCH: its length field, its bytes */
+};
+
+/* Strict UTF-8 (Unicode's well-formed sequences, as Python's "strict" decoder): no
+ * overlong forms, no surrogates, nothing past U+10FFFF. */
+static int
+utf8_valid(const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        Py_ssize_t len;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF)
+            len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0)
+                lo = 0xA0;
+            else if (c == 0xED)
+                hi = 0x9F;
+        }
+        else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0)
+                lo = 0x90;
+            else if (c == 0xF4)
+                hi = 0x8F;
+        }
+        else
+            return 0;
+        if (len > n - i)
+            return 0;
+        if (s[i + 1] < lo || s[i + 1] > hi)
+            return 0;
+        for (Py_ssize_t k = 2; k < len; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF)
+                return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* The per-record loop: no Python API, so it may run without the GIL. */
+static void
+columns_loop(struct col_loop *L)
+{
+    const unsigned char *buf = L->buf;
+    Py_ssize_t pos = L->pos, end = L->end;
+    Py_ssize_t row = L->row, rows0 = L->row, klen_total = L->klen_total,
+               vlen_total = L->vlen_total;
+    long long key_nulls = 0, value_nulls = 0;
+    enum col_error error = COL_OK;
+
+    for (long long i = 0; i < L->count; i++) {
+        int64_t size, ts_delta, off_delta, klen, vlen, nh;
+        Py_ssize_t kpos = 0, vpos = 0, record_start;
+        int rc;
+#define CVARINT(dst)                                                                        \
+    do {                                                                                    \
+        rc = read_varint(buf, &pos, end, &(dst));                                           \
+        if (rc != 0) {                                                                      \
+            error = rc == -1 ? COL_TRUNCATED : COL_VARINT_LONG;                             \
+            goto done;                                                                      \
+        }                                                                                   \
+    } while (0)
+        CVARINT(size);
+        record_start = pos;
+        if (pos >= end) {
+            error = COL_TRUNCATED;
+            goto done;
+        }
+        pos++;
+        CVARINT(ts_delta);
+        CVARINT(off_delta);
+        CVARINT(klen);
+        if (klen >= 0) {
+            if (klen > end - pos) {
+                error = COL_TRUNCATED;
+                goto done;
+            }
+            kpos = pos;
+            pos += (Py_ssize_t)klen;
+        }
+        CVARINT(vlen);
+        if (vlen >= 0) {
+            if (vlen > end - pos) {
+                error = COL_TRUNCATED;
+                goto done;
+            }
+            vpos = pos;
+            pos += (Py_ssize_t)vlen;
+        }
+        if (pos >= end) {
+            error = COL_TRUNCATED;
+            goto done;
+        }
+        if (buf[pos] == 0) {
+            pos++;
+        }
+        else {
+            CVARINT(nh);
+            for (int64_t h = 0; h < nh; h++) {
+                int64_t hklen, hvlen;
+                CVARINT(hklen);
+                if (hklen < 0) {
+                    error = COL_NEG_HKEY;
+                    goto done;
+                }
+                if (hklen > end - pos) {
+                    error = COL_TRUNCATED;
+                    goto done;
+                }
+                /* Header keys are checked as the tuple decoder checks them. */
+                if (!utf8_valid(buf + pos, (Py_ssize_t)hklen)) {
+                    error = COL_HKEY_UTF8;
+                    goto done;
+                }
+                pos += (Py_ssize_t)hklen;
+                CVARINT(hvlen);
+                if (hvlen >= 0) {
+                    if (hvlen > end - pos) {
+                        error = COL_TRUNCATED;
+                        goto done;
+                    }
+                    pos += (Py_ssize_t)hvlen;
+                }
+            }
+        }
+#undef CVARINT
+        if (pos - record_start != size) {
+            error = COL_SIZE_MISMATCH;
+            L->bad_record = i;
+            L->declared = (long long)size;
+            L->held = (long long)(pos - record_start);
+            goto done;
+        }
+        long long offset;
+        if (__builtin_add_overflow(L->base_offset, off_delta, &offset)) {
+            if (off_delta < 0)
+                continue;
+            error = COL_OFFSET_OVERFLOW;
+            goto done;
+        }
+        if (offset < L->min_offset)
+            continue;
+        long long ts;
+        if (L->use_append_ts)
+            ts = L->append_ts;
+        else if (__builtin_add_overflow(L->base_ts, ts_delta, &ts)) {
+            error = COL_TS_OVERFLOW;
+            goto done;
+        }
+        if (row - rows0 >= L->cap) {
+            error = COL_TRUNCATED; /* cannot happen: each record took MIN_RECORD_BYTES+ */
+            goto done;
+        }
+        int64_t off64 = offset, ts64 = ts;
+        memcpy(L->offsets + 8 * row, &off64, 8);
+        memcpy(L->stamps + 8 * row, &ts64, 8);
+        if (klen >= 0) {
+            memcpy(L->kdata + klen_total, buf + kpos, (size_t)klen);
+            klen_total += (Py_ssize_t)klen;
+        }
+        else
+            key_nulls++;
+        if (vlen >= 0) {
+            memcpy(L->vdata + vlen_total, buf + vpos, (size_t)vlen);
+            vlen_total += (Py_ssize_t)vlen;
+        }
+        else
+            value_nulls++;
+        if (klen_total > INT32_MAX || vlen_total > INT32_MAX) {
+            error = COL_DATA_2GIB;
+            goto done;
+        }
+        int32_t ko = (int32_t)klen_total, vo = (int32_t)vlen_total;
+        memcpy(L->koffs + 4 * (row + 1), &ko, 4);
+        memcpy(L->voffs + 4 * (row + 1), &vo, 4);
+        if (klen >= 0)
+            set_bit(L->kvalid, row);
+        if (vlen >= 0)
+            set_bit(L->vvalid, row);
+        row++;
+    }
+    if (pos > end)
+        error = COL_TRUNCATED;
+    else if (pos != end)
+        error = COL_TRAILING;
+
+done:
+    L->pos = pos;
+    L->row = row;
+    L->klen_total = klen_total;
+    L->vlen_total = vlen_total;
+    L->key_nulls = key_nulls;
+    L->value_nulls = value_nulls;
+    L->error = error;
+}
+
+static void
+raise_col_error(const struct col_loop *L, PyObject *topic, PyObject *partition)
+{
+    long long base = L->base_offset;
+    switch (L->error) {
+    case COL_OK:
+        return;
+    case COL_TRUNCATED:
+        raise_truncated(topic, partition, base);
+        return;
+    case COL_VARINT_LONG:
+        PyErr_SetString(corrupt_error, "varint too long");
+        return;
+    case COL_NEG_HKEY:
+        PyErr_Format(corrupt_error, "%U-%S: negative header key length in batch at offset %lld",
+                     topic, partition, base);
+        return;
+    case COL_HKEY_UTF8:
+        PyErr_Format(corrupt_error, "%U-%S: header key is not UTF-8 in batch at offset %lld",
+                     topic, partition, base);
+        return;
+    case COL_SIZE_MISMATCH:
+        PyErr_Format(corrupt_error,
+                     "%U-%S: record %lld of the batch at offset %lld declares %lld bytes "
+                     "but holds %zd",
+                     topic, partition, L->bad_record, base, L->declared, (Py_ssize_t)L->held);
+        return;
+    case COL_OFFSET_OVERFLOW:
+        PyErr_Format(corrupt_error, "%U-%S: record offset overflows in batch at offset %lld",
+                     topic, partition, base);
+        return;
+    case COL_TS_OVERFLOW:
+        PyErr_Format(corrupt_error, "%U-%S: record timestamp overflows in batch at offset %lld",
+                     topic, partition, base);
+        return;
+    case COL_DATA_2GIB:
+        PyErr_SetString(PyExc_OverflowError,
+                        "column data of one fetch passes 2 GiB (Arrow binary offsets)");
+        return;
+    case COL_TRAILING:
+        PyErr_Format(corrupt_error, "%U-%S: the batch at offset %lld has %zd bytes after its %lld "
+                     "records",
+                     topic, partition, base, L->end - L->pos, L->count);
+        return;
+    }
+}
+
 static PyObject *
 columns_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
 {
@@ -540,206 +829,91 @@ columns_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
     Py_ssize_t bitmap0 = (rows0 + 7) / 8, bitmap1 = (rows0 + cap + 7) / 8;
     memset(PyByteArray_AS_STRING(cols[4]) + bitmap0, 0, (size_t)(bitmap1 - bitmap0));
     memset(PyByteArray_AS_STRING(cols[7]) + bitmap0, 0, (size_t)(bitmap1 - bitmap0));
-    char *offsets = PyByteArray_AS_STRING(cols[0]);
-    char *stamps = PyByteArray_AS_STRING(cols[1]);
-    char *koffs = PyByteArray_AS_STRING(cols[2]);
-    char *kdata = PyByteArray_AS_STRING(cols[3]);
-    unsigned char *kvalid = (unsigned char *)PyByteArray_AS_STRING(cols[4]);
-    char *voffs = PyByteArray_AS_STRING(cols[5]);
-    char *vdata = PyByteArray_AS_STRING(cols[6]);
-    unsigned char *vvalid = (unsigned char *)PyByteArray_AS_STRING(cols[7]);
-    Py_ssize_t row = rows0, klen_total = kdata0, vlen_total = vdata0;
-    long long key_nulls = 0, value_nulls = 0;
-    int status = 0; /* 0 ok, -1 truncated, -2 varint too long, -3 Python error set */
-
-    for (long long i = 0; i < count; i++) {
-        int64_t size, ts_delta, off_delta, klen, vlen, nh;
-        Py_ssize_t kpos = 0, vpos = 0, record_start;
-        int rc;
-#define CVARINT(dst)                                                                        \
-    do {                                                                                    \
-        rc = read_varint(buf, &pos, end, &(dst));                                           \
-        if (rc != 0) {                                                                      \
-            status = rc;                                                                    \
-            goto done;                                                                      \
-        }                                                                                   \
-    } while (0)
-        CVARINT(size);
-        record_start = pos;
-        if (pos >= end) {
-            status = -1;
-            goto done;
+    struct col_loop L = {
+        .buf = buf,
+        .pos = pos,
+        .end = end,
+        .count = count,
+        .base_offset = base_offset,
+        .base_ts = base_ts,
+        .min_offset = min_offset,
+        .append_ts = append_ts,
+        .use_append_ts = use_append_ts,
+        .cap = cap,
+        .offsets = PyByteArray_AS_STRING(cols[0]),
+        .stamps = PyByteArray_AS_STRING(cols[1]),
+        .koffs = PyByteArray_AS_STRING(cols[2]),
+        .kdata = PyByteArray_AS_STRING(cols[3]),
+        .kvalid = (unsigned char *)PyByteArray_AS_STRING(cols[4]),
+        .voffs = PyByteArray_AS_STRING(cols[5]),
+        .vdata = PyByteArray_AS_STRING(cols[6]),
+        .vvalid = (unsigned char *)PyByteArray_AS_STRING(cols[7]),
+        .row = rows0,
+        .klen_total = kdata0,
+        .vlen_total = vdata0,
+    };
+    if (span >= release_gil_bytes) {
+        /* An export on each column keeps another thread from resizing (moving) it while
+         * the GIL is released: a resize raises BufferError instead. The input buffer is
+         * held by the caller's reference (bytes) or by over_buffer's export. */
+        Py_buffer views[N_COLS];
+        int held = 0;
+        for (; held < N_COLS; held++)
+            if (PyObject_GetBuffer(cols[held], &views[held], PyBUF_WRITABLE) < 0)
+                break;
+        if (held == N_COLS) {
+            Py_BEGIN_ALLOW_THREADS
+            columns_loop(&L);
+            Py_END_ALLOW_THREADS
         }
-        pos++;
-        CVARINT(ts_delta);
-        CVARINT(off_delta);
-        CVARINT(klen);
-        if (klen >= 0) {
-            if (klen > end - pos) {
-                status = -1;
-                goto done;
-            }
-            kpos = pos;
-            pos += (Py_ssize_t)klen;
-        }
-        CVARINT(vlen);
-        if (vlen >= 0) {
-            if (vlen > end - pos) {
-                status = -1;
-                goto done;
-            }
-            vpos = pos;
-            pos += (Py_ssize_t)vlen;
-        }
-        if (pos >= end) {
-            status = -1;
-            goto done;
-        }
-        if (buf[pos] == 0) {
-            pos++;
-        }
-        else {
-            CVARINT(nh);
-            for (int64_t h = 0; h < nh; h++) {
-                int64_t hklen, hvlen;
-                CVARINT(hklen);
-                if (hklen < 0) {
-                    PyErr_Format(corrupt_error,
-                                 "%U-%S: negative header key length in batch at offset %lld",
-                                 topic, partition, base_offset);
-                    status = -3;
-                    goto done;
-                }
-                if (hklen > end - pos) {
-                    status = -1;
-                    goto done;
-                }
-                /* Header keys are checked as the tuple decoder checks them. */
-                PyObject *hkey =
-                    PyUnicode_DecodeUTF8((const char *)buf + pos, (Py_ssize_t)hklen, NULL);
-                if (hkey == NULL) {
-                    if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
-                        PyErr_Clear();
-                        PyErr_Format(corrupt_error,
-                                     "%U-%S: header key is not UTF-8 in batch at offset %lld",
-                                     topic, partition, base_offset);
-                    }
-                    status = -3;
-                    goto done;
-                }
-                Py_DECREF(hkey);
-                pos += (Py_ssize_t)hklen;
-                CVARINT(hvlen);
-                if (hvlen >= 0) {
-                    if (hvlen > end - pos) {
-                        status = -1;
-                        goto done;
-                    }
-                    pos += (Py_ssize_t)hvlen;
-                }
-            }
-        }
-#undef CVARINT
-        if (pos - record_start != size) {
-            PyErr_Format(corrupt_error,
-                         "%U-%S: record %lld of the batch at offset %lld declares %lld bytes "
-                         "but holds %zd",
-                         topic, partition, i, base_offset, (long long)size, pos - record_start);
-            status = -3;
-            goto done;
-        }
-        long long offset;
-        if (__builtin_add_overflow(base_offset, off_delta, &offset)) {
-            if (off_delta < 0)
-                continue;
-            PyErr_Format(corrupt_error, "%U-%S: record offset overflows in batch at offset %lld",
-                         topic, partition, base_offset);
-            status = -3;
-            goto done;
-        }
-        if (offset < min_offset)
-            continue;
-        long long ts;
-        if (use_append_ts)
-            ts = append_ts;
-        else if (__builtin_add_overflow(base_ts, ts_delta, &ts)) {
-            PyErr_Format(corrupt_error,
-                         "%U-%S: record timestamp overflows in batch at offset %lld", topic,
-                         partition, base_offset);
-            status = -3;
-            goto done;
-        }
-        if (row - rows0 >= cap) {
-            status = -1; /* cannot happen: each record took MIN_RECORD_BYTES or more */
-            goto done;
-        }
-        int64_t off64 = offset, ts64 = ts;
-        memcpy(offsets + 8 * row, &off64, 8);
-        memcpy(stamps + 8 * row, &ts64, 8);
-        if (klen >= 0) {
-            memcpy(kdata + klen_total, buf + kpos, (size_t)klen);
-            klen_total += (Py_ssize_t)klen;
-        }
-        else
-            key_nulls++;
-        if (vlen >= 0) {
-            memcpy(vdata + vlen_total, buf + vpos, (size_t)vlen);
-            vlen_total += (Py_ssize_t)vlen;
-        }
-        else
-            value_nulls++;
-        if (klen_total > INT32_MAX || vlen_total > INT32_MAX) {
-            PyErr_SetString(PyExc_OverflowError,
-                            "column data of one fetch passes 2 GiB (Arrow binary offsets)");
-            status = -3;
-            goto done;
-        }
-        int32_t ko = (int32_t)klen_total, vo = (int32_t)vlen_total;
-        memcpy(koffs + 4 * (row + 1), &ko, 4);
-        memcpy(voffs + 4 * (row + 1), &vo, 4);
-        if (klen >= 0)
-            set_bit(kvalid, row);
-        if (vlen >= 0)
-            set_bit(vvalid, row);
-        row++;
+        for (int c = 0; c < held; c++)
+            PyBuffer_Release(&views[c]);
+        if (held != N_COLS)
+            return NULL;
     }
-    if (pos > end)
-        status = -1;
-    else if (pos != end) {
-        PyErr_Format(corrupt_error,
-                     "%U-%S: the batch at offset %lld has %zd bytes after its %lld records",
-                     topic, partition, base_offset, end - pos, count);
-        status = -3;
-    }
+    else
+        columns_loop(&L);
 
-done:;
     /* Cut every column back to the rows written (on error too: the caller discards). */
-    Py_ssize_t n = row;
-    PyObject *err_type = NULL, *err_value = NULL, *err_tb = NULL;
-    if (status == -3)
-        PyErr_Fetch(&err_type, &err_value, &err_tb);
+    Py_ssize_t n = L.row;
     int cut = PyByteArray_Resize(cols[0], 8 * n) < 0 || PyByteArray_Resize(cols[1], 8 * n) < 0 ||
               PyByteArray_Resize(cols[2], 4 * (n + 1)) < 0 ||
-              PyByteArray_Resize(cols[3], klen_total) < 0 ||
+              PyByteArray_Resize(cols[3], L.klen_total) < 0 ||
               PyByteArray_Resize(cols[4], (n + 7) / 8) < 0 ||
               PyByteArray_Resize(cols[5], 4 * (n + 1)) < 0 ||
-              PyByteArray_Resize(cols[6], vlen_total) < 0 ||
+              PyByteArray_Resize(cols[6], L.vlen_total) < 0 ||
               PyByteArray_Resize(cols[7], (n + 7) / 8) < 0;
-    if (status == -3) {
-        PyErr_Restore(err_type, err_value, err_tb);
+    if (L.error != COL_OK) {
+        if (cut)
+            PyErr_Clear(); /* the corrupt input is the error to report */
+        raise_col_error(&L, topic, partition);
         return NULL;
     }
     if (cut)
         return NULL;
-    if (status == -1) {
-        raise_truncated(topic, partition, base_offset);
+    return Py_BuildValue("nLL", n - rows0, L.key_nulls, L.value_nulls);
+}
+
+PyDoc_STRVAR(set_release_gil_bytes_doc,
+"set_release_gil_bytes(n)\n"
+"--\n\n"
+"decode_batch_columns releases the GIL for batches of n bytes or more; returns the\n"
+"previous value (tests set 0 to run that path on small batches).");
+
+static PyObject *
+set_release_gil_bytes(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "n must not be negative");
         return NULL;
     }
-    if (status == -2) {
-        PyErr_SetString(corrupt_error, "varint too long");
-        return NULL;
-    }
-    return Py_BuildValue("nLL", n - rows0, key_nulls, value_nulls);
+    Py_ssize_t old = release_gil_bytes;
+    release_gil_bytes = n;
+    return PyLong_FromSsize_t(old);
 }
 
 static PyObject *
@@ -759,6 +933,7 @@ static PyMethodDef methods[] = {
      decode_batch_records_doc},
     {"decode_batch_columns", (PyCFunction)(void (*)(void))decode_batch_columns, METH_FASTCALL,
      decode_batch_columns_doc},
+    {"set_release_gil_bytes", set_release_gil_bytes, METH_O, set_release_gil_bytes_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -441,6 +441,19 @@ def test_no_references_leak_on_success_or_error_paths() -> None:
 COLUMNS_NATIVE = columns._native
 
 
+@pytest.fixture(params=["gil", "nogil"])
+def gil_path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs a column test twice: as decode_batch_columns runs small batches (holding the
+    GIL) and as it runs large ones (the loop with the GIL released)."""
+    from epochguard.consumer import _crecords
+
+    old = _crecords.set_release_gil_bytes(0 if request.param == "nogil" else 2**62)
+    try:
+        yield request.param
+    finally:
+        _crecords.set_release_gil_bytes(old)
+
+
 def _columns_both(data: bytes, fetch_offset: int = 0, **kwargs: Any) -> tuple[Outcome, Outcome]:
     def run(native: Any) -> Outcome:
         saved = columns._native
@@ -481,10 +494,14 @@ def _tuple_rows(data: bytes, fetch_offset: int = 0, **kwargs: Any) -> list[tuple
     return [(r.offset, r.leader_epoch, r.timestamp, r.timestamp_type, r.key, r.value) for r in recs]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(data=_fetches(), skip=st.integers(0, 20), cut=st.integers(0, 30))
 def test_column_decoders_agree_with_each_other_and_the_tuple_decoder(
-    data: bytes, skip: int, cut: int
+    gil_path: str, data: bytes, skip: int, cut: int
 ) -> None:
     first = struct.unpack_from(">q", data, 0)[0]
     for fetch_offset in (0, first + skip):
@@ -517,7 +534,7 @@ def _assert_same_column_error(data: bytes) -> str:
     return str(c[1])
 
 
-def test_column_decoders_report_corrupt_records_as_the_tuple_decoder() -> None:
+def test_column_decoders_report_corrupt_records_as_the_tuple_decoder(gil_path: str) -> None:
     batch = _uncompressed()
     body = batch[61:]
     for cut in range(len(body)):
@@ -541,7 +558,7 @@ def test_column_decoders_report_corrupt_records_as_the_tuple_decoder() -> None:
     _assert_same_column_error(_with_body(batch, batch[61:], count=2**31 - 1))
 
 
-def test_column_decoders_refuse_offsets_and_timestamps_past_int64() -> None:
+def test_column_decoders_refuse_offsets_and_timestamps_past_int64(gil_path: str) -> None:
     # The tuple decoder returns Python ints there; an int64 column cannot hold them.
     batch = _uncompressed()
     top = _varint(2**62)
@@ -558,13 +575,68 @@ def test_column_decoders_refuse_offsets_and_timestamps_past_int64() -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_random_corruption_gives_identical_column_outcomes(seed: int) -> None:
+def test_random_corruption_gives_identical_column_outcomes(gil_path: str, seed: int) -> None:
     batch = _uncompressed(headers=seed % 2 == 0)
     for data in _mutations(batch, seed):
         c, py = _columns_both(data, check_crcs=False)
         assert c == py
         if c[0] == "ok":
             assert _as_rows(data, check_crcs=False) == _tuple_rows(data, check_crcs=False)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        b"ascii",
+        "\u00e9t\u00e9".encode(),  # 2-byte sequences
+        "\u20ac \uffff".encode(),  # 3-byte sequences
+        "\U0001f600 \U0010ffff".encode(),  # 4 bytes, up to the last code point
+        b"\xc0\x80",  # overlong NUL
+        b"\xc1\xbf",  # overlong 2-byte
+        b"\xe0\x9f\xbf",  # overlong 3-byte
+        b"\xf0\x8f\xbf\xbf",  # overlong 4-byte
+        b"\xed\xa0\x80",  # a surrogate (U+D800)
+        b"\xed\x9f\xbf",  # U+D7FF, just below the surrogates
+        b"\xf4\x90\x80\x80",  # past U+10FFFF
+        b"\xf5\x80\x80\x80",
+        b"\xe2\x82",  # cut short
+        b"\x80",  # a lone continuation byte
+        b"\xe2\x28\xa1",  # a bad continuation byte
+        b"\xff",
+    ],
+)
+def test_header_keys_are_checked_as_python_decodes_utf8(gil_path: str, key: bytes) -> None:
+    # Without the GIL the C loop checks UTF-8 itself instead of asking Python: both must
+    # accept and refuse the same keys.
+    rec = _record(
+        b"\x00\x00\x00", _varint(-1), _varint(1), b"v", _varint(1), _varint(len(key)), key,
+        _varint(-1),
+    )  # fmt: skip
+    data = _with_body(_uncompressed(), rec, count=1)
+    c, py = _columns_both(data, check_crcs=False)
+    assert c == py
+    try:
+        key.decode()
+    except UnicodeDecodeError:
+        assert c[0] == "error" and "header key is not UTF-8" in c[1]
+    else:
+        assert c[0] == "ok"
+
+
+def test_large_batches_decode_without_the_gil_by_default() -> None:
+    from epochguard.consumer import _crecords
+
+    old = _crecords.set_release_gil_bytes(64 * 1024)
+    _crecords.set_release_gil_bytes(old)
+    # 300 records of 1 KiB: past the default threshold, so the GIL-free loop runs.
+    value = b"x" * 1024
+    batch = _build(10, 3, 0, False, 0, [(i, 1000 + i, b"k%d" % i, value, []) for i in range(300)])
+    assert len(batch) > old
+    c, py = _columns_both(batch)
+    assert c == py and c[0] == "ok"
+    assert _as_rows(batch) == _tuple_rows(batch)
+    with pytest.raises(ValueError, match="negative"):
+        _crecords.set_release_gil_bytes(-1)
 
 
 def test_arrow_arrays_share_the_column_buffers() -> None:

@@ -86,12 +86,13 @@ __all__ = [
     "JavaChaosClient",
     "java_consumer",
     "read_log",
+    "replay_code",
     "run_apache_many",
     "run_apache_schedule",
     "verdicts",
 ]
 
-log = get_logger(__name__)
+log = get_logger("epochguard.testing.chaos.apache")  # also when run as __main__
 
 #: The brokers holding the partition (leader first at creation); broker 2 holds none.
 REPLICAS = (0, 1)
@@ -449,6 +450,19 @@ def run_apache_schedule(
     )
 
 
+def replay_code(schedule: Schedule) -> str:
+    """Python that replays ``schedule`` on a fresh cluster (paste it into a test or a shell)."""
+    return (
+        "from epochguard.testing.apache_kafka import ApacheKafkaCluster\n"
+        "from epochguard.testing.chaos.apache import run_apache_schedule, verdicts\n"
+        "from epochguard.testing.chaos.schedule import *\n\n"
+        "with ApacheKafkaCluster(brokers=3) as cluster:\n"
+        f"    result = run_apache_schedule({schedule!r}, cluster)\n"
+        "for app, verdict in verdicts(result, ('epochguard', 'java')).items():\n"
+        "    print(app, verdict.describe())\n"
+    )
+
+
 def verdicts(result: RunResult, apps: Iterable[str]) -> dict[str, Verdict]:
     """The oracle's verdict for each application of one run."""
     return {app: judge(result.history, app) for app in apps}
@@ -533,7 +547,10 @@ def score(
             line = ", ".join(f"{a}: {v.describe().splitlines()[0]}" for a, v in vs.items())
             print(f"seed {r.schedule.seed} ({r.seconds:.0f} s) {line}", flush=True)
             if not all(v.ok for v in vs.values()):
-                print(r.describe(), flush=True)
+                applied = "\n".join(f"    {i}: {s}" for i, s in enumerate(r.step_log))
+                problems = "\n".join(f"{a}: {v.describe()}" for a, v in vs.items() if not v.ok)
+                replay = replay_code(r.schedule)
+                print(f"{problems}\n  steps as applied:\n{applied}\n  replay:\n{replay}")
     clients = {}
     for app, t in totals.items():
         clients[app] = {

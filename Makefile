@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv install test lint demo bench clean kafka-jars spark-jars chaos chaos-legacy fuzz explore soak
+.PHONY: all venv install test lint demo bench clean kafka-jars spark-jars chaos chaos-apache chaos-legacy fuzz explore soak
 
 all: test
 
@@ -47,6 +47,15 @@ CHAOS_ARGS ?=
 chaos: $(STAMP)
 	$(BIN)/python -P -m epochguard.testing.chaos --seeds $(SEEDS) --first $(FIRST) \
 		--workers $(CHAOS_WORKERS) $(CHAOS_ARGS)
+
+# Chaos schedules on real Apache Kafka (docs/testing.md, "Chaos schedules on real Apache
+# Kafka"): `make chaos-apache SEEDS=30` (30 by default) runs the real-Kafka schedules of seeds
+# FIRST..FIRST+SEEDS-1 with EpochConsumer and the Java reference consumer side by side, one at
+# a time on one ApacheKafkaCluster (about 25 s each), and merges the figures into
+# benchmarks/results/chaos.json (the EmbeddedCluster rows stay).
+chaos-apache: $(STAMP) kafka-jars
+	$(BIN)/python -m benchmarks.chaos_scoreboard --apache-only \
+		--seeds $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),30) --first $(FIRST)
 
 # The first seeded chaos test (tests/consumer/test_chaos.py): SEEDS per mode from seed
 # index FIRST, about 3.5 s each, plus the issue 11 regression schedules. CI runs 3.

@@ -6,12 +6,21 @@ EmbeddedCluster, judged by the same oracle (docs/reliability.md explains the met
 at a time; the result also goes to ``benchmarks/results/chaos.json``. Counts are summed over
 the schedules: silent losses and silent re-reads in records, spurious reports and stalls in
 events; ``schedules_failed`` counts schedules with any of them.
+
+The real-Kafka rows (EpochConsumer and the Java reference consumer side by side on an
+ApacheKafkaCluster, ``epochguard.testing.chaos.apache``) are the file's ``apache_kafka``
+section: ``EPOCHGUARD_SCOREBOARD_APACHE_SCHEDULES=N`` runs N of them with the rest (default
+0: the section already in the file is kept), and ``python -m benchmarks.chaos_scoreboard
+--apache-only --seeds N`` (``make chaos-apache SEEDS=N``) runs only them and merges them
+into the file, keeping the EmbeddedCluster rows.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,7 +31,9 @@ from epochguard.testing.chaos.runner import run_many
 from epochguard.testing.chaos.schedule import generate
 
 SCHEDULES = int(os.environ.get("EPOCHGUARD_SCOREBOARD_SCHEDULES", "100"))
+APACHE_SCHEDULES = int(os.environ.get("EPOCHGUARD_SCOREBOARD_APACHE_SCHEDULES", "0"))
 WORKERS = 6
+OUT = Path(__file__).resolve().parent / "results" / "chaos.json"
 
 
 def score(client: str, schedules: int = SCHEDULES, workers: int = WORKERS) -> dict[str, Any]:
@@ -68,19 +79,63 @@ def score(client: str, schedules: int = SCHEDULES, workers: int = WORKERS) -> di
     }
 
 
+def _previous() -> dict[str, Any]:
+    try:
+        previous: dict[str, Any] = json.loads(OUT.read_text())
+    except (OSError, ValueError):
+        return {}
+    return previous
+
+
+def score_apache(schedules: int, first: int = 0) -> dict[str, Any]:
+    """The real-Kafka section: EpochConsumer and Java on the schedules of seeds
+    ``first..first+schedules-1`` (one ApacheKafkaCluster, one schedule at a time)."""
+    from epochguard.testing.chaos.apache import score as apache_score
+
+    return apache_score(range(first, first + schedules), echo=True)
+
+
 def run() -> dict[str, Any]:
-    result = {
+    result: dict[str, Any] = {
         "cluster": "EmbeddedCluster (3 brokers)",
         "seeds": f"0..{SCHEDULES - 1}",
         "load_average_before": [round(x, 2) for x in os.getloadavg()],
         "clients": {name: score(name) for name in CLIENTS},
     }
+    if APACHE_SCHEDULES > 0:
+        result["apache_kafka"] = score_apache(APACHE_SCHEDULES)
+    elif "apache_kafka" in (previous := _previous()):
+        result["apache_kafka"] = previous["apache_kafka"]
     # The scoreboard's own file (docs/reliability.md reads it), besides the runner's
     # chaos_scoreboard.json with the host details.
-    out = Path(__file__).resolve().parent / "results" / "chaos.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    OUT.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
+def run_apache_only(schedules: int, first: int = 0) -> dict[str, Any]:
+    """Run only the real-Kafka schedules and merge them into chaos.json (the EmbeddedCluster
+    rows stay as they are)."""
+    section = score_apache(schedules, first)
+    result = _previous()
+    result["apache_kafka"] = section
+    OUT.write_text(json.dumps(result, indent=2) + "\n")
+    return section
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.chaos_scoreboard")
+    ap.add_argument("--apache-only", action="store_true", help="only the real-Kafka rows")
+    ap.add_argument("--seeds", type=int, default=30, help="real-Kafka schedules (default 30)")
+    ap.add_argument("--first", type=int, default=0, help="the first real-Kafka seed")
+    args = ap.parse_args(argv)
+    if args.seeds < 1 or args.first < 0:
+        ap.error("--seeds must be >= 1 and --first >= 0")
+    if args.apache_only:
+        print(json.dumps(run_apache_only(args.seeds, args.first), indent=2))
+    else:
+        print(json.dumps(run(), indent=2))
+    return 0
+
+
 if __name__ == "__main__":
-    print(json.dumps(run(), indent=2))
+    sys.exit(main())

@@ -174,6 +174,19 @@ public final class TruncationProbe {
         }
     }
 
+    static String truncationJson(LogTruncationException ex) {
+        return "{\"event\":\"truncation\",\"divergent_offsets\":"
+            + divergentJson(ex.divergentOffsets()) + ",\"fetch_offsets\":"
+            + offsetsJson(ex.offsetOutOfRangePartitions()) + ",\"message\":"
+            + quote(ex.getMessage()) + "}";
+    }
+
+    static String outOfRangeJson(OffsetOutOfRangeException ex) {
+        return "{\"event\":\"out_of_range\",\"fetch_offsets\":"
+            + offsetsJson(ex.offsetOutOfRangePartitions()) + ",\"message\":"
+            + quote(ex.getMessage()) + "}";
+    }
+
     static void poll(KafkaConsumer<byte[], byte[]> consumer, TopicPartition tp, int max, long timeoutMs) {
         long deadline = System.currentTimeMillis() + timeoutMs;
         int count = 0;
@@ -184,16 +197,11 @@ public final class TruncationProbe {
                 records = consumer.poll(Duration.ofMillis(100));
             } catch (LogTruncationException ex) {
                 // Must precede OffsetOutOfRangeException, which it extends.
-                emit("{\"event\":\"truncation\",\"divergent_offsets\":"
-                    + divergentJson(ex.divergentOffsets()) + ",\"fetch_offsets\":"
-                    + offsetsJson(ex.offsetOutOfRangePartitions()) + ",\"message\":"
-                    + quote(ex.getMessage()) + "}");
+                emit(truncationJson(ex));
                 outcome = "truncation";
                 break;
             } catch (OffsetOutOfRangeException ex) {
-                emit("{\"event\":\"out_of_range\",\"fetch_offsets\":"
-                    + offsetsJson(ex.offsetOutOfRangePartitions()) + ",\"message\":"
-                    + quote(ex.getMessage()) + "}");
+                emit(outOfRangeJson(ex));
                 outcome = "out_of_range";
                 break;
             }
@@ -212,11 +220,19 @@ public final class TruncationProbe {
                 outcome = "enough";
             }
         }
-        String position;
+        String position = "null";
         try {
             position = Long.toString(consumer.position(tp, Duration.ofMillis(2000)));
+        } catch (LogTruncationException ex) {
+            // position() validates too, and the consumer throws a detected truncation only
+            // once: swallowing it here would hide it from the driver for good.
+            emit(truncationJson(ex));
+            outcome = "truncation";
+        } catch (OffsetOutOfRangeException ex) {
+            emit(outOfRangeJson(ex));
+            outcome = "out_of_range";
         } catch (KafkaException ex) {
-            position = "null";
+            // a position still being validated or reset after the timeout: reported as null
         }
         emit("{\"event\":\"polled\",\"count\":" + count + ",\"outcome\":" + quote(outcome)
             + ",\"position\":" + position + "}");

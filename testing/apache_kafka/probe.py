@@ -237,6 +237,9 @@ class JavaTruncationProbe(JavaProgram):
         suffix = "" if leader_epoch is None else f" {leader_epoch}"
         return self._send(f"seek {offset}{suffix}", 30)
 
+    def seek_to_beginning(self) -> list[Event]:
+        return self._send("seek_to_beginning", 30)
+
 
 def records(events: list[Event]) -> list[Event]:
     return [e for e in events if e["event"] == "record"]

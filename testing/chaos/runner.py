@@ -131,7 +131,7 @@ class _Member(threading.Thread):
         r = self.run_
         ctx = MemberContext(
             bootstrap=r.cluster.all_bootstrap_servers,
-            topic=TOPIC,
+            topic=r.topic,
             partitions=r.schedule.partitions,
             policy=r.schedule.policy,
             member=self.member,
@@ -169,10 +169,13 @@ class _Member(threading.Thread):
 
 
 class _Run:
+    #: The topic every member consumes (the real-Kafka runner names one per schedule).
+    topic = TOPIC
+
     def __init__(
         self,
         schedule: Schedule,
-        cluster: EmbeddedCluster,
+        cluster: Any,  # EmbeddedCluster here, ApacheKafkaCluster in chaos/apache.py
         clients: Mapping[str, ClientFactory],
         tmpdir: str,
         step_gap: float,
@@ -244,7 +247,8 @@ class _Run:
                 out[p] = LogSnapshot(log_.log_start_offset, records)
             return out
 
-        return self.cluster.call(snap)
+        snapshots: dict[int, LogSnapshot | None] = self.cluster.call(snap)
+        return snapshots
 
     def apply(self, step: Step) -> str:
         c = self.cluster
@@ -355,6 +359,12 @@ class _Run:
             return repr(step)
         raise TypeError(f"not a chaos step: {step!r}")
 
+    def create_topic(self) -> None:
+        self.cluster.create_topic(TOPIC, partitions=self.schedule.partitions, replication_factor=3)
+
+    def append(self, partition: int, values: list[bytes]) -> None:
+        self.cluster.append(TOPIC, partition, values)
+
     def heal(self) -> None:
         c = self.cluster
         c.faults.clear()
@@ -371,7 +381,7 @@ class _Run:
 
     def execute(self, end_timeout: float) -> None:
         s = self.schedule
-        self.cluster.create_topic(TOPIC, partitions=s.partitions, replication_factor=3)
+        self.create_topic()
         with self.lock:
             self.snapshots.append(self.snapshot())
         for app in self.clients:
@@ -391,7 +401,7 @@ class _Run:
         markers = {}
         for p in range(s.partitions):
             markers[p] = b"end:%d:%d" % (s.seed, p)
-            self.cluster.append(TOPIC, p, [markers[p]])
+            self.append(p, [markers[p]])
         snap = self.snapshot()
         with self.lock:
             self.snapshots.append(snap)

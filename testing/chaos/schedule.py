@@ -33,6 +33,7 @@ __all__ = [
     "Step",
     "StopBroker",
     "generate",
+    "generate_apache",
 ]
 
 Policy = Literal["rewind", "raise"]
@@ -359,3 +360,93 @@ def generate(
             step = Leave(rng.randrange(n_members))
         out.append(step)
     return Schedule(seed, tuple(out), n_parts, pol, n_members, src)
+
+
+#: The steps of :func:`generate_apache`: what an ApacheKafkaCluster run applies.
+APACHE_STEPS = (Produce, Elect, StopBroker, StartBroker, DeleteRecords, Idle, RestartConsumer)
+
+#: Steps that stop or start a broker JVM (seconds each on real Kafka): at most this many a
+#: schedule, so 30 schedules take minutes, not an hour.
+APACHE_HEAVY_MAX = 3
+
+
+def _heavy(step: Step) -> bool:
+    return isinstance(step, StopBroker | StartBroker) or (isinstance(step, Elect) and step.unclean)
+
+
+def generate_apache(
+    seed: int,
+    *,
+    steps: int = 8,
+    unclean: bool = True,
+    policy: Policy | None = None,
+) -> Schedule:
+    """The real-Kafka schedule of ``seed`` (``epochguard.testing.chaos.apache``): one
+    partition, one consumer per client on ``assign()`` committing to its group, and only the
+    faults real brokers allow through ApacheKafkaCluster's helpers.
+
+    What the steps mean there: :class:`Produce` writes with ``acks=1``, one record per
+    request (``batch`` is not used); a clean :class:`Elect` moves leadership to the other
+    in-sync replica; :class:`StopBroker`/:class:`StartBroker` stop (controlled shutdown) and
+    start a replica's broker; an unclean :class:`Elect` is the cluster's recipe (stop the
+    follower, write ``1 + pick % 3`` records that only the leader gets, stop the leader,
+    elect the follower with ElectLeaders(UNCLEAN)); :class:`DeleteRecords` moves the log
+    start. With ``unclean`` (the default) every schedule has at least one unclean election:
+    a real-Kafka run costs tens of seconds and should exercise a truncation; at most
+    :data:`APACHE_HEAVY_MAX` steps stop or start brokers.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ScheduleError(f"steps must be an int >= 1, got {steps!r}")
+    rng = random.Random(seed)
+    pol: Policy = policy if policy is not None else rng.choice(["rewind", "raise"])
+    weights: list[tuple[str, int]] = [
+        ("produce", 8),
+        ("clean", 2),
+        ("stop", 1),
+        ("start", 1),
+        ("retention", 1),
+        ("idle", 1),
+        ("restart", 1),
+    ]
+    if unclean:
+        weights.append(("unclean", 2))
+    kinds, ws = zip(*weights, strict=True)
+    out: list[Step] = []
+    heavy = 0
+    for _ in range(steps):
+        kind = rng.choices(kinds, ws)[0]
+        pick = rng.randrange(6)
+        step: Step
+        if kind == "clean":
+            step = Elect(0, False, pick)
+        elif kind == "unclean":
+            step = Elect(0, True, pick)
+        elif kind == "stop":
+            step = StopBroker(pick)
+        elif kind == "start":
+            step = StartBroker(pick)
+        elif kind == "retention":
+            step = DeleteRecords(0, rng.choice([0.25, 0.5, 1.0]))
+        elif kind == "idle":
+            step = Idle(rng.choice([0.2, 1.0]))
+        elif kind == "restart":
+            step = RestartConsumer(0)
+        else:
+            n = rng.randint(1, 6)
+            step = Produce(0, n)
+        if _heavy(step):
+            if heavy >= APACHE_HEAVY_MAX:
+                step = Produce(0, rng.randint(1, 6))
+            else:
+                heavy += 1
+        out.append(step)
+    if unclean and not any(isinstance(s, Elect) and s.unclean for s in out):
+        # Replace a light step (not the first when there is a choice: consumers should have
+        # read something), or a stop/start when the heavy budget is spent.
+        light = [i for i in range(len(out)) if not _heavy(out[i])]
+        if heavy >= APACHE_HEAVY_MAX or not light:
+            at = rng.choice([i for i in range(len(out)) if _heavy(out[i])])
+        else:
+            at = rng.choice([i for i in light if i > 0] or light)
+        out[at] = Elect(0, True, rng.randrange(6))
+    return Schedule(seed, tuple(out), 1, pol, 1, "group")

@@ -1,0 +1,621 @@
+"""Chaos schedules on real Apache Kafka: EpochConsumer and the Java reference consumer side by
+side through the same :func:`~epochguard.testing.chaos.schedule.generate_apache` schedule,
+judged by the same oracle as the EmbeddedCluster runs (docs/reliability.md, "Real Apache
+Kafka").
+
+Topology: one 3-broker :class:`ApacheKafkaCluster` serves a whole series of schedules (its
+start-up is the expensive part), each schedule on a topic of its own with one partition on
+brokers 0 and 1 (``min.insync.replicas=1``, so ``acks=1`` writes that only the leader got
+are lost by an unclean election). Broker 2 holds no replica and is never stopped: metadata,
+the group coordinator (``__consumer_offsets`` has a replica on every broker) and the runner's
+control calls always have a broker to go to.
+
+One partition, because the faults real Kafka allows are per broker and one partition on two
+replicas already sees every kind; and because the Java probe (``TruncationProbe.java``)
+drives exactly one partition with the stock ``KafkaConsumer`` and its own
+``LogTruncationException``, which is what the scoreboard compares.
+
+What the oracle needs is read from the brokers, never assumed: after every step the runner
+reads the current leader's log with a plain Fetch (replica id -1, the consumer's view, up to
+the high watermark, after giving the high watermark up to 3 s to reach the leader's log end)
+straight from the leader, epochs included; the final log is read the same way after healing
+(every broker started, both replicas in sync) and the end marker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from kafka.errors import KafkaError
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.record.memory_records import MemoryRecords
+
+from epochguard._log import get_logger
+from epochguard.testing.apache_kafka.cluster import (
+    EARLIEST,
+    ApacheKafkaCluster,
+    ClusterError,
+)
+from epochguard.testing.apache_kafka.jars import KafkaJars
+from epochguard.testing.apache_kafka.probe import Event as ProbeEvent
+from epochguard.testing.apache_kafka.probe import JavaTruncationProbe, ProbeError
+from epochguard.testing.apache_kafka.wire import WireError, call, error_name
+from epochguard.testing.chaos.oracle import (
+    Assigned,
+    Committed,
+    Delivered,
+    History,
+    LogSnapshot,
+    Reported,
+    Seeked,
+    Stalled,
+    Verdict,
+    judge,
+)
+from epochguard.testing.chaos.runner import (
+    ClientFactory,
+    MemberContext,
+    RunResult,
+    _Run,
+)
+from epochguard.testing.chaos.schedule import (
+    DeleteRecords,
+    Elect,
+    Idle,
+    Produce,
+    RestartConsumer,
+    Schedule,
+    StartBroker,
+    Step,
+    StopBroker,
+    generate_apache,
+)
+from epochguard.testing.helpers import produce
+
+__all__ = [
+    "REPLICAS",
+    "JavaChaosClient",
+    "java_consumer",
+    "read_log",
+    "replay_code",
+    "run_apache_many",
+    "run_apache_schedule",
+    "verdicts",
+]
+
+log = get_logger("epochguard.testing.chaos.apache")  # also when run as __main__
+
+#: The brokers holding the partition (leader first at creation); broker 2 holds none.
+REPLICAS = (0, 1)
+_topics = itertools.count()
+
+
+def read_log(
+    cluster: ApacheKafkaCluster, topic: str, partition: int, broker: int, leader_epoch: int
+) -> LogSnapshot:
+    """``broker``'s log of the partition as a plain consumer fetching from it reads it (log
+    start to high watermark), with each record's batch epoch. Raises :class:`ClusterError`
+    if ``broker`` is not the leader at ``leader_epoch`` any more."""
+    start = cluster.list_offsets(topic, partition, EARLIEST, broker=broker).offset
+    host, port = cluster.broker_address(broker).rsplit(":", 1)
+    records: dict[int, tuple[int, bytes | None]] = {}
+    offset = start
+    while True:
+        FP = FetchRequest.FetchTopic.FetchPartition
+        req = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=8 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                FetchRequest.FetchTopic(
+                    topic=topic,
+                    topic_id=uuid.UUID(int=0),
+                    partitions=[
+                        FP(
+                            partition=partition,
+                            current_leader_epoch=leader_epoch,
+                            fetch_offset=offset,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=4 << 20,
+                        )
+                    ],
+                )
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        resp = call((host, int(port)), req, FetchResponse, 12)
+        part = resp.responses[0].partitions[0]
+        if part.error_code != 0:
+            raise ClusterError(
+                f"fetch {topic}-{partition} at {offset} from broker {broker}: "
+                f"{error_name(part.error_code)}"
+            )
+        hw = int(part.high_watermark)
+        before = offset
+        if part.records:
+            batches = MemoryRecords(bytes(part.records))
+            while (batch := batches.next_batch()) is not None:
+                for rec in batch:
+                    if offset <= rec.offset < hw:
+                        records[rec.offset] = (batch.leader_epoch, rec.value)
+                        offset = rec.offset + 1
+        if offset >= hw or offset == before:
+            return LogSnapshot(int(part.log_start_offset), records)
+
+
+class _ApacheRun(_Run):
+    def __init__(
+        self,
+        schedule: Schedule,
+        cluster: ApacheKafkaCluster,
+        clients: Mapping[str, ClientFactory],
+        tmpdir: str,
+        step_gap: float,
+        topic: str,
+    ) -> None:
+        super().__init__(schedule, cluster, clients, tmpdir, step_gap)
+        self.topic = topic
+        self.kafka = cluster
+
+    def create_topic(self) -> None:
+        c = self.kafka
+        c.create_topic(
+            self.topic, assignments={0: list(REPLICAS)}, config={"min.insync.replicas": "1"}
+        )
+        c.wait_for_isr(self.topic, 0, list(REPLICAS))
+
+    def append(self, partition: int, values: list[bytes]) -> None:
+        produce(self.kafka, self.topic, values, partition=partition)
+
+    def snapshot(self) -> dict[int, LogSnapshot | None]:
+        c = self.kafka
+        for _ in range(10):
+            try:
+                state = c.partition_state(self.topic, 0)
+                if state.leader < 0 or not c.is_running(state.leader):
+                    return {0: None}
+                # acks=1: the high watermark trails the leader's log end until the follower
+                # fetches; the leader does hold those records, so give it a moment.
+                deadline = time.monotonic() + 3
+                while time.monotonic() < deadline and c.high_watermark(
+                    self.topic, 0
+                ) < c.log_end_offset(self.topic, 0, state.leader):
+                    time.sleep(0.05)
+                return {0: read_log(c, self.topic, 0, state.leader, state.leader_epoch)}
+            except (ClusterError, WireError) as exc:  # a leader that just moved: read again
+                log.info("chaos_apache_snapshot_retry", error=repr(exc))
+                time.sleep(0.2)
+        return {0: None}
+
+    def _values(self, count: int) -> list[bytes]:
+        values = []
+        for _ in range(count):
+            values.append(b"%d:%d" % (self.schedule.seed, self.seq))
+            self.seq += 1
+        return values
+
+    def _other(self, broker: int) -> int:
+        return next(b for b in REPLICAS if b != broker)
+
+    def apply(self, step: Step) -> str:
+        try:
+            return self._apply(step)
+        except (ClusterError, WireError, KafkaError) as exc:
+            # A broker that would not stop in time, an election the controller refused, a
+            # write that timed out: the step did what it did, the run goes on (the snapshot
+            # after it shows the leader's log as it is) and heal() starts what is stopped.
+            log.info("chaos_apache_step_refused", step=repr(step), error=repr(exc))
+            return f"{step!r}: refused ({exc!r})"
+
+    def _apply(self, step: Step) -> str:
+        c = self.kafka
+        t = self.topic
+        if isinstance(step, Produce):
+            if c.leader(t, 0) is None:
+                return f"{step!r}: no leader"
+            values = self._values(step.count)
+            produce(c, t, values)
+            return f"{step!r}: {values[0]!r}..{values[-1]!r}"
+        if isinstance(step, Elect) and not step.unclean:
+            state = c.partition_state(t, 0)
+            cands = [b for b in state.isr if b != state.leader and c.is_running(b)]
+            if not cands:
+                return f"{step!r}: no candidate"
+            b = cands[step.pick % len(cands)]
+            c.elect_leader(t, 0, b)
+            return f"{step!r}: broker {b}, epoch {c.leader_epoch(t, 0)}"
+        if isinstance(step, Elect):
+            return self._unclean(step)
+        if isinstance(step, StopBroker):
+            running = [b for b in REPLICAS if c.is_running(b)]
+            if not running:
+                return f"{step!r}: none running"
+            b = running[step.pick % len(running)]
+            c.stop_broker(b)
+            return f"{step!r}: broker {b}"
+        if isinstance(step, StartBroker):
+            stopped = [b for b in REPLICAS if not c.is_running(b)]
+            if not stopped:
+                return f"{step!r}: none stopped"
+            b = stopped[step.pick % len(stopped)]
+            c.start_broker(b)
+            return f"{step!r}: broker {b}"
+        if isinstance(step, DeleteRecords):
+            leader = c.leader(t, 0)
+            if leader is None:
+                return f"{step!r}: no leader"
+            start = c.list_offsets(t, 0, EARLIEST).offset
+            hw = c.high_watermark(t, 0)
+            if hw <= start:
+                return f"{step!r}: nothing to delete"
+            before = start + max(1, round((hw - start) * step.fraction))
+            c.delete_records(t, 0, before)
+            return f"{step!r}: below {before}"
+        if isinstance(step, Idle | RestartConsumer):
+            return super().apply(step)
+        raise TypeError(f"not a real-Kafka chaos step: {step!r}")
+
+    def _unclean(self, step: Elect) -> str:
+        """The cluster's recipe (tests/apache_kafka/test_apache_unclean.py): the follower
+        stops, the leader takes ``acks=1`` records alone, the leader stops, and the follower
+        (neither in the ISR nor in the ELR) is elected with ElectLeaders(UNCLEAN)."""
+        c = self.kafka
+        t = self.topic
+        state = c.partition_state(t, 0)
+        doomed: list[bytes] = []
+        if state.leader >= 0 and c.is_running(state.leader):
+            leader = state.leader
+            follower = self._other(leader)
+            if c.is_running(follower):
+                c.stop_broker(follower)
+                c.wait_for_isr(t, 0, [leader])
+            doomed = self._values(1 + step.pick % 3)
+            produce(c, t, doomed)
+            c.stop_broker(leader)
+            c.wait_for_partition(t, 0, lambda s: s.leader < 0, "no leader")
+            target = follower
+        else:
+            # No live leader already: elect a replica the controller would not pick itself.
+            cands = [b for b in REPLICAS if b not in state.isr and b not in state.elr]
+            if not cands:
+                return f"{step!r}: no replica outside the ISR and ELR"
+            target = cands[step.pick % len(cands)]
+        if not c.is_running(target):
+            c.start_broker(target)
+        c.elect_leader(t, 0, target, unclean=True)
+        lost = f", {doomed[0]!r}..{doomed[-1]!r} written to the old leader only" if doomed else ""
+        return f"{step!r}: broker {target}, epoch {c.leader_epoch(t, 0)}{lost}"
+
+    def heal(self) -> None:
+        c = self.kafka
+        for b in c.broker_ids:
+            if not c.is_running(b):
+                c.start_broker(b)
+        c.wait_for_partition(
+            self.topic,
+            0,
+            lambda s: s.leader >= 0 and sorted(s.isr) == sorted(REPLICAS),
+            "a leader and both replicas in sync",
+            timeout=60,
+        )
+
+
+class JavaChaosClient:
+    """The stock Java ``KafkaConsumer`` (``TruncationProbe.java``) as a chaos client.
+
+    ``auto.offset.reset=none``: Java then throws ``LogTruncationException`` with the
+    divergence instead of rewinding silently (with a reset policy it seeks to the divergence
+    and says so only in its log). The application does what Java's documentation says:
+    seek to the divergent offset with its epoch (to the beginning when the leader could not
+    say), commit (``commitSync``: the position with the last record's epoch) after each
+    poll that delivered, and start a partition without a commit at the beginning.
+    """
+
+    def __init__(self, ctx: MemberContext, cluster: ApacheKafkaCluster) -> None:
+        self.ctx = ctx
+        self.key = f"{ctx.topic}-0"
+        self.seen = False
+        self.uncommitted = False
+        self.probe: JavaTruncationProbe = cluster.java_probe(
+            ctx.topic, 0, "none", props={"group.id": ctx.group_id}
+        )
+        ctx.emit(Assigned(-1, 0, -1))
+
+    def _seek(self, divergence: Mapping[str, Any] | None) -> None:
+        if divergence is None:
+            self.probe.seek_to_beginning()
+            self.ctx.emit(Seeked(-1, 0, None, -1))
+        else:
+            self.probe.seek(int(divergence["offset"]), divergence.get("leader_epoch"))
+            self.ctx.emit(Seeked(-1, 0, int(divergence["offset"]), -1))
+
+    def _on(self, e: ProbeEvent) -> None:
+        kind = e["event"]
+        if kind == "record":
+            value = e["value"]
+            self.ctx.emit(
+                Delivered(
+                    -1,
+                    0,
+                    int(e["offset"]),
+                    e.get("leader_epoch"),
+                    b"" if value is None else str(value).encode(),
+                    -1,
+                )
+            )
+            self.seen = True
+            self.uncommitted = True
+        elif kind == "truncation":
+            div = e["divergent_offsets"].get(self.key)
+            fetch = e["fetch_offsets"].get(self.key)
+            self.ctx.emit(
+                Reported(
+                    -1,
+                    0,
+                    None if div is None else int(div["offset"]),
+                    None if fetch is None else int(fetch),
+                    -1,
+                    text=str(e.get("message", "")),
+                )
+            )
+            self._seek(div)
+        elif kind == "out_of_range":
+            # As for the other reference clients: a signal on a partition it delivered from
+            # counts as a report with no divergence; the application starts over.
+            if self.seen:
+                self.ctx.emit(Reported(-1, 0, None, None, -1, text=str(e.get("message", ""))))
+            self._seek(None)
+        elif kind == "error" and e.get("type") == "NoOffsetForPartitionException":
+            self.probe.seek_to_beginning()  # no commit yet: the first position
+        elif kind == "error":
+            log.info("chaos_java_error", error=e)
+
+    def poll_once(self) -> None:
+        for e in self.probe.poll(500, 200):
+            self._on(e)
+        if self.uncommitted:
+            try:
+                offset, _epoch = self.probe.commit()
+            except ProbeError as exc:  # the coordinator moved: again after the next poll
+                log.info("chaos_commit_failed", error=repr(exc))
+                return
+            self.uncommitted = False
+            self.ctx.emit(Committed(-1, 0, offset, -1))
+
+    def close(self) -> None:
+        self.probe.close()
+
+
+def java_consumer(cluster: ApacheKafkaCluster) -> ClientFactory:
+    """A factory of :class:`JavaChaosClient` on ``cluster``."""
+
+    def factory(ctx: MemberContext) -> JavaChaosClient:
+        return JavaChaosClient(ctx, cluster)
+
+    factory.client_name = "java"  # type: ignore[attr-defined]
+    return factory
+
+
+def default_clients(cluster: ApacheKafkaCluster) -> dict[str, ClientFactory]:
+    from epochguard.testing.chaos.clients import epoch_consumer
+
+    return {"epochguard": epoch_consumer, "java": java_consumer(cluster)}
+
+
+def run_apache_schedule(
+    schedule: Schedule,
+    cluster: ApacheKafkaCluster,
+    clients: Mapping[str, ClientFactory] | None = None,
+    *,
+    step_gap: float = 0.3,
+    end_timeout: float = 60.0,
+) -> RunResult:
+    """Run a one-partition ``schedule`` on ``cluster`` (a topic of its own), EpochConsumer
+    and the Java consumer side by side by default; :func:`verdicts` judges each."""
+    if schedule.partitions != 1 or schedule.members != 1 or schedule.offsets != "group":
+        raise ValueError(
+            "a real-Kafka schedule has one partition and one consumer committing to its "
+            f"group (generate_apache), got {schedule!r}"
+        )
+    if clients is None:
+        clients = default_clients(cluster)
+    topic = f"chaos-{schedule.seed}-{os.getpid()}-{next(_topics)}"
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="chaos-apache-") as tmpdir:
+        run = _ApacheRun(schedule, cluster, clients, tmpdir, step_gap, topic)
+        try:
+            run.execute(end_timeout)
+        finally:
+            run.close_members()
+        final = run.snapshot()
+        try:
+            # Partitions left behind would make every later broker stop slower (controlled
+            # shutdown moves each one's leadership): a series of schedules stays flat.
+            cluster.delete_topic(topic)
+        except (ClusterError, WireError) as exc:
+            log.info("chaos_apache_delete_failed", topic=topic, error=repr(exc))
+    history = History(
+        tuple(run.events),
+        tuple(run.snapshots),
+        {p: s for p, s in final.items() if s is not None},
+        schedule.policy,
+    )
+    first = next(iter(clients))
+    return RunResult(
+        schedule,
+        first,
+        history,
+        judge(history, first),
+        time.monotonic() - started,
+        tuple(run.step_log),
+    )
+
+
+def replay_code(schedule: Schedule) -> str:
+    """Python that replays ``schedule`` on a fresh cluster (paste it into a test or a shell)."""
+    return (
+        "from epochguard.testing.apache_kafka import ApacheKafkaCluster\n"
+        "from epochguard.testing.chaos.apache import run_apache_schedule, verdicts\n"
+        "from epochguard.testing.chaos.schedule import *\n\n"
+        "with ApacheKafkaCluster(brokers=3) as cluster:\n"
+        f"    result = run_apache_schedule({schedule!r}, cluster)\n"
+        "for app, verdict in verdicts(result, ('epochguard', 'java')).items():\n"
+        "    print(app, verdict.describe())\n"
+    )
+
+
+def verdicts(result: RunResult, apps: Iterable[str]) -> dict[str, Verdict]:
+    """The oracle's verdict for each application of one run."""
+    return {app: judge(result.history, app) for app in apps}
+
+
+def _recover(cluster: ApacheKafkaCluster) -> None:
+    for b in cluster.broker_ids:
+        if not cluster.is_running(b):
+            cluster.start_broker(b)
+
+
+def run_apache_many(
+    schedules: Iterable[Schedule],
+    *,
+    jars: KafkaJars | None = None,
+    apps: tuple[str, ...] = ("epochguard", "java"),
+    step_gap: float = 0.3,
+    end_timeout: float = 60.0,
+) -> Iterator[tuple[RunResult, dict[str, Verdict]]]:
+    """Run ``schedules`` one after another on one fresh ApacheKafkaCluster. A run that
+    raised (the cluster or a client adapter failed, not a client's verdict) comes with no
+    verdicts and its error as the step log, and the cluster's brokers are started again."""
+    with ApacheKafkaCluster(brokers=3, jars=jars) as cluster:
+        everyone = default_clients(cluster)
+        clients = {a: everyone[a] for a in apps}
+        for s in schedules:
+            try:
+                r = run_apache_schedule(
+                    s, cluster, clients, step_gap=step_gap, end_timeout=end_timeout
+                )
+            except Exception as exc:
+                log.warning("chaos_apache_run_failed", seed=s.seed, error=repr(exc))
+                _recover(cluster)
+                history = History((Stalled(-1, f"the run raised {exc!r}", "*"),), (), {}, s.policy)
+                r = RunResult(s, apps[0], history, judge(history), 0.0, (f"raised {exc!r}",))
+                yield r, {}
+                continue
+            yield r, verdicts(r, apps)
+
+
+_COUNTS = (
+    "silent_losses",
+    "silent_rereads",
+    "spurious_reports",
+    "stalls",
+    "raise_breaches",
+    "delivered",
+    "reports",
+)
+
+
+def score(
+    seeds: Iterable[int],
+    *,
+    steps: int = 8,
+    jars: KafkaJars | None = None,
+    echo: bool = False,
+) -> dict[str, Any]:
+    """Run the real-Kafka schedules of ``seeds`` and sum each client's verdicts (the
+    ``apache_kafka`` section of benchmarks/results/chaos.json)."""
+    seeds = list(seeds)
+    started = time.monotonic()
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    totals: dict[str, Counter[str]] = {}
+    failed: dict[str, list[int]] = {}
+    examples: dict[str, list[str]] = {}
+    seconds: list[float] = []
+    not_run: list[str] = []
+    schedules = (generate_apache(s, steps=steps) for s in seeds)
+    for r, vs in run_apache_many(schedules, jars=jars):
+        if not vs:  # the harness failed: no client is to blame, none is counted
+            not_run.append(f"seed {r.schedule.seed}: {r.step_log[0]}")
+            if echo:
+                print(f"seed {r.schedule.seed} did not run: {r.step_log[0]}", flush=True)
+            continue
+        seconds.append(round(r.seconds, 1))
+        for app, v in vs.items():
+            totals.setdefault(app, Counter()).update(
+                {k: getattr(v, k) for k in _COUNTS} | {"schedules": 1}
+            )
+            if not v.ok:
+                failed.setdefault(app, []).append(r.schedule.seed)
+                if len(examples.setdefault(app, [])) < 3 and v.problems:
+                    examples[app].append(f"seed {r.schedule.seed}: {v.problems[0]}")
+        if echo:
+            line = ", ".join(f"{a}: {v.describe().splitlines()[0]}" for a, v in vs.items())
+            print(f"seed {r.schedule.seed} ({r.seconds:.0f} s) {line}", flush=True)
+            if not all(v.ok for v in vs.values()):
+                applied = "\n".join(f"    {i}: {s}" for i, s in enumerate(r.step_log))
+                problems = "\n".join(f"{a}: {v.describe()}" for a, v in vs.items() if not v.ok)
+                replay = replay_code(r.schedule)
+                print(f"{problems}\n  steps as applied:\n{applied}\n  replay:\n{replay}")
+    clients = {}
+    for app, t in totals.items():
+        clients[app] = {
+            "schedules": t["schedules"],
+            "schedules_failed": len(failed.get(app, [])),
+            "silent_losses": t["silent_losses"],
+            "silent_rereads": t["silent_rereads"],
+            "spurious_reports": t["spurious_reports"],
+            "stalls": t["stalls"],
+            "raise_breaches": t["raise_breaches"],
+            "records_delivered": t["delivered"],
+            "reports": t["reports"],
+            "failed_seeds": sorted(failed.get(app, [])),
+            "examples": examples.get(app, []),
+        }
+    return {
+        "cluster": "ApacheKafkaCluster (3 KRaft brokers, one partition on brokers 0 and 1)",
+        "generator": f"generate_apache(seed, steps={steps})",
+        "seeds": f"{seeds[0]}..{seeds[-1]}" if seeds else "",
+        "seconds": round(time.monotonic() - started, 1),
+        "seconds_per_schedule": seconds,
+        "runs_that_raised": not_run,
+        "load_average_before": load_before,
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "clients": clients,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m epochguard.testing.chaos.apache")
+    ap.add_argument("--seeds", type=int, default=30, help="how many schedules (default 30)")
+    ap.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
+    ap.add_argument("--steps", type=int, default=8, help="steps per schedule (default 8)")
+    ap.add_argument("--json", help="write the figures to this file")
+    args = ap.parse_args(argv)
+    if args.seeds < 1 or args.first < 0 or args.steps < 1:
+        ap.error("--seeds and --steps must be >= 1, --first >= 0")
+    result = score(range(args.first, args.first + args.seeds), steps=args.steps, echo=True)
+    print(json.dumps(result, indent=2), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 1 if result["clients"].get("epochguard", {}).get("schedules_failed") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,7 +16,8 @@ Method (also written into the JSON as ``method`` and ``settings``):
   (all threads) over the same span.
 * Clients are interleaved within a case (one run side by side per round),
   ``MATRIX_REPEAT`` rounds (default 3); the best rate and the median CPU are kept, since
-  single runs on a shared machine move by tens of percent.
+  single runs on a shared machine move by tens of percent (each round's rate and CPU are
+  in the row too, ``<client>_rounds`` and ``<client>_cpu_rounds``).
 * ``embedded-alone`` is what the cluster serves with no record decoding: Fetch requests one
   at a time (as the consumers send them), answers only walked batch by batch to count
   records. A client near that rate is limited by the cluster, not by itself.
@@ -353,6 +354,9 @@ def run_case(size: int, parts: int, codec: str) -> dict[str, Any]:
         row[f"{client}_cpu_s_per_million"] = round(
             statistics.median(o["cpu_s"] for o in outs) * 1e6 / total, 3
         )
+        # Every round, so the spread (the machine is shared) can be read off the JSON.
+        row[f"{client}_rounds"] = [round(total / o["elapsed_s"]) for o in outs]
+        row[f"{client}_cpu_rounds"] = [round(o["cpu_s"] * 1e6 / total, 3) for o in outs]
     for other in ("kafka-python", "aiokafka", "confluent-kafka", "embedded-alone"):
         if row.get("epochguard") and row.get(other):
             row[f"epochguard_vs_{other}"] = round(row["epochguard"] / row[other], 2)

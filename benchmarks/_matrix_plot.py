@@ -30,17 +30,27 @@ def _rate(v: Any) -> str:
     return f"{v / 1e6:.2f}M" if v >= 1e6 else f"{v / 1e3:.0f}k"
 
 
+def _measured(row: dict[str, Any]) -> str:
+    """When (UTC) and at what scale and rounds: a partial run mixes rows of two runs."""
+    at = row.get("measured_at")
+    if not at:
+        return "-"
+    return f"{at[5:10]} {at[11:16]}, x{row.get('scale')}, {row.get('repeat')} rounds"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| case | load 1m | EpochConsumer | kafka-python | aiokafka | confluent-kafka "
-        "| cluster alone | vs kafka-python | vs aiokafka | vs confluent | CPU s/M: EpochConsumer "
+        "| case | measured (UTC) | load 1m | EpochConsumer | kafka-python | aiokafka "
+        "| confluent-kafka | cluster alone | vs kafka-python | vs aiokafka | vs confluent "
+        "| CPU s/M: EpochConsumer "
         "| kafka-python | aiokafka | confluent |"
     )
-    lines = [head, "|" + "---|" * 14]
+    lines = [head, "|" + "---|" * 15]
     for r in rows:
         cpu = [r.get(f"{c}_cpu_s_per_million") for c in CLIENTS[:4]]
         lines.append(
-            f"| {_label(r)} | {r.get('load_avg_1m_before')}-{r.get('load_avg_1m_after')} | "
+            f"| {_label(r)} | {_measured(r)} "
+            f"| {r.get('load_avg_1m_before')}-{r.get('load_avg_1m_after')} | "
             + " | ".join(_rate(r.get(c)) for c in CLIENTS)
             + " | "
             + " | ".join(

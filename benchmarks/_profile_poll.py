@@ -2,12 +2,17 @@
 bench``).
 
 The EmbeddedCluster runs in its own process (so the profile holds only the consumer); the
-consumer reads ``records`` values of ``size`` bytes from one partition in this process with
-every thread profiled by cProfile (the IO thread shares the GIL with ``poll``, so its cost is
-part of the consumer's).
+consumer reads ``records`` values of ``size`` bytes from ``partitions`` partitions (default
+1) in this process with every thread profiled by cProfile (the IO thread shares the GIL with
+``poll``, so its cost is part of the consumer's). ``codec`` (none, gzip, snappy, lz4, zstd)
+compresses the batches; the values are then the matrix's text-like ones
+(``benchmarks.matrix.build_batch``), which compress about 3x.
 
     python -m benchmarks._profile_poll 100 1000000
     python -m benchmarks._profile_poll 1024 300000
+    python -m benchmarks._profile_poll 100 1000000 1000          # 1,000 partitions
+    python -m benchmarks._profile_poll 1024 200000 1 snappy
+    python -m benchmarks._profile_poll 100 1000000 100 none noprof   # rate only
 """
 
 from __future__ import annotations
@@ -24,7 +29,21 @@ import time
 from typing import Any
 
 
-def _serve(size: int, total: int, conn: Any) -> None:
+def _per_batch(size: int, codec: str) -> int:
+    if codec == "none":
+        return 500
+    from benchmarks.matrix import batch_records
+
+    return batch_records(size)
+
+
+def _per_partition(size: int, total: int, parts: int, codec: str) -> int:
+    """Records per partition: whole batches, at least one."""
+    per_batch = _per_batch(size, codec)
+    return max(per_batch, total // parts // per_batch * per_batch)
+
+
+def _serve(size: int, total: int, parts: int, codec: str, conn: Any) -> None:
     import logging
 
     logging.disable(logging.CRITICAL)
@@ -32,18 +51,25 @@ def _serve(size: int, total: int, conn: Any) -> None:
     from epochguard.testing.embedded.records import build_batch
 
     with EmbeddedCluster(brokers=1) as cluster:
-        cluster.create_topic("prof", partitions=1, replication_factor=1)
-        batch = build_batch([b"x" * size] * 500)
-        left = total
-        while left > 0:
-            n = min(left, 500 * 50)
-            cluster.append_raw("prof", 0, batch * (n // 500))
-            left -= n
+        cluster.create_topic("prof", partitions=parts, replication_factor=1)
+        per_batch = _per_batch(size, codec)
+        if codec == "none":
+            batch = build_batch([b"x" * size] * per_batch)
+        else:
+            from benchmarks.matrix import build_batch as matrix_batch
+
+            batch = matrix_batch(size, codec)
+        for p in range(parts):
+            left = _per_partition(size, total, parts, codec)
+            while left > 0:
+                n = min(left, per_batch * 50)
+                cluster.append_raw("prof", p, batch * (n // per_batch))
+                left -= n
         conn.send(cluster.bootstrap_servers)
         conn.recv()  # until the consumer is done
 
 
-def main(size: int, total: int, profile: bool = True) -> None:
+def main(size: int, total: int, parts: int = 1, codec: str = "none", profile: bool = True) -> None:
     import logging
 
     logging.disable(logging.CRITICAL)
@@ -52,7 +78,7 @@ def main(size: int, total: int, profile: bool = True) -> None:
     from epochguard.consumer import EpochConsumer
 
     parent, child = mp.Pipe()
-    proc = mp.get_context("spawn").Process(target=_serve, args=(size, total, child))
+    proc = mp.get_context("spawn").Process(target=_serve, args=(size, total, parts, codec, child))
     proc.start()
     bootstrap = parent.recv()
     profiles: list[cProfile.Profile] = []
@@ -71,7 +97,7 @@ def main(size: int, total: int, profile: bool = True) -> None:
         check_crcs=True,
         max_poll_records=500,
     )
-    c.assign([TopicPartition("prof", 0)])
+    c.assign([TopicPartition("prof", p) for p in range(parts)])
     main_prof = cProfile.Profile()
     if profile:
         main_prof.enable()
@@ -79,6 +105,7 @@ def main(size: int, total: int, profile: bool = True) -> None:
     started = 0.0
     cpu0 = time.process_time()
     checksum = 0
+    total = _per_partition(size, total, parts, codec) * parts
     while n < total:
         for recs in c.poll(timeout_ms=1000).values():
             if not started:
@@ -96,8 +123,8 @@ def main(size: int, total: int, profile: bool = True) -> None:
     parent.send("done")
     proc.join(30)
     print(
-        f"size={size} records={n} rec/s={n / elapsed:,.0f} cpu_s={cpu:.2f} "
-        f"load={os.getloadavg()[0]:.2f} profiled={profile}"
+        f"size={size} partitions={parts} codec={codec} records={n} "
+        f"rec/s={n / elapsed:,.0f} cpu_s={cpu:.2f} load={os.getloadavg()[0]:.2f} profiled={profile}"
     )
     if profile:
         out = io.StringIO()
@@ -110,8 +137,13 @@ def main(size: int, total: int, profile: bool = True) -> None:
 
 
 if __name__ == "__main__":
+    args = sys.argv[1:]
+    noprof = "noprof" in args
+    args = [a for a in args if a != "noprof"]
     main(
-        int(sys.argv[1]),
-        int(sys.argv[2]),
-        profile=not (len(sys.argv) > 3 and sys.argv[3] == "noprof"),
+        int(args[0]),
+        int(args[1]),
+        int(args[2]) if len(args) > 2 else 1,
+        args[3] if len(args) > 3 else "none",
+        profile=not noprof,
     )

@@ -16,7 +16,8 @@ Method (also written into the JSON as ``method`` and ``settings``):
   (all threads) over the same span.
 * Clients are interleaved within a case (one run side by side per round),
   ``MATRIX_REPEAT`` rounds (default 3); the best rate and the median CPU are kept, since
-  single runs on a shared machine move by tens of percent.
+  single runs on a shared machine move by tens of percent (each round's rate and CPU are
+  in the row too, ``<client>_rounds`` and ``<client>_cpu_rounds``).
 * ``embedded-alone`` is what the cluster serves with no record decoding: Fetch requests one
   at a time (as the consumers send them), answers only walked batch by batch to count
   records. A client near that rate is limited by the cluster, not by itself.
@@ -25,7 +26,10 @@ Method (also written into the JSON as ``method`` and ``settings``):
 Cases: values of 100 B, 1 KB and 10 KB over 1, 8 and 100 partitions, uncompressed; 100 B
 and 1 KB over 1,000 partitions, uncompressed; 1 KB over 1 partition with gzip, snappy, lz4
 and zstd batches. ``MATRIX_SCALE`` scales the
-record counts; ``MATRIX_CASES`` (e.g. ``100x1,1024x8,1024x1:lz4``) picks cases.
+record counts; ``MATRIX_CASES`` (e.g. ``100x1,1024x8,1024x1:lz4``) picks cases. A run of
+picked cases replaces those rows of the existing ``benchmarks/results/matrix.json`` and keeps
+the others (a partial run); every row says when it was measured (``measured_at``) and at
+what ``scale`` and ``repeat``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ import random
 import statistics
 import struct
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from benchmarks._common import (
@@ -98,10 +104,15 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
-def all_cases() -> list[tuple[int, int, str]]:
+def full_matrix() -> list[tuple[int, int, str]]:
     cases = [(size, parts, "none") for size in (100, 1024, 10240) for parts in (1, 8, 100)]
     cases += [(size, 1000, "none") for size in (100, 1024)]
     cases += [(1024, 1, codec) for codec in ("gzip", "snappy", "lz4", "zstd")]
+    return cases
+
+
+def all_cases() -> list[tuple[int, int, str]]:
+    cases = full_matrix()
     wanted = os.environ.get("MATRIX_CASES")
     if not wanted:
         return cases
@@ -308,6 +319,9 @@ def run_case(size: int, parts: int, codec: str) -> dict[str, Any]:
         "partitions": parts,
         "compression": codec,
         "records": total,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "scale": SCALE,
+        "repeat": REPEAT,
     }
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CLIENTS}
     try:
@@ -340,6 +354,9 @@ def run_case(size: int, parts: int, codec: str) -> dict[str, Any]:
         row[f"{client}_cpu_s_per_million"] = round(
             statistics.median(o["cpu_s"] for o in outs) * 1e6 / total, 3
         )
+        # Every round, so the spread (the machine is shared) can be read off the JSON.
+        row[f"{client}_rounds"] = [round(total / o["elapsed_s"]) for o in outs]
+        row[f"{client}_cpu_rounds"] = [round(o["cpu_s"] * 1e6 / total, 3) for o in outs]
     for other in ("kafka-python", "aiokafka", "confluent-kafka", "embedded-alone"):
         if row.get("epochguard") and row.get(other):
             row[f"epochguard_vs_{other}"] = round(row["epochguard"] / row[other], 2)
@@ -347,8 +364,36 @@ def run_case(size: int, parts: int, codec: str) -> dict[str, Any]:
     return row
 
 
+RESULT = Path(__file__).resolve().parent / "results" / "matrix.json"
+
+
+def _key(row: dict[str, Any]) -> tuple[int, int, str]:
+    return (row["value_bytes"], row["partitions"], row["compression"])
+
+
+def merge(rows: list[dict[str, Any]], previous: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """``rows`` in place of the same cases of ``previous`` (a matrix.json record), the
+    others kept and stamped with the run they come from; in the order of the full matrix,
+    then any other cases."""
+    if not previous:
+        return rows
+    old = previous["result"]
+    kept = {}
+    for r in old["cases"]:
+        r = dict(r)
+        r.setdefault("measured_at", previous.get("started_at"))
+        r.setdefault("scale", old.get("scale"))
+        r.setdefault("repeat", old.get("repeat"))
+        kept[_key(r)] = r
+    kept.update((_key(r), r) for r in rows)
+    order = {case: i for i, case in enumerate(full_matrix())}
+    return sorted(kept.values(), key=lambda r: order.get(_key(r), len(order)))
+
+
 def run() -> dict[str, Any]:
     rows = [run_case(*case) for case in all_cases()]
+    if os.environ.get("MATRIX_CASES") and RESULT.exists():
+        rows = merge(rows, json.loads(RESULT.read_text()))
     result = {
         "method": __doc__,
         "settings": SETTINGS,

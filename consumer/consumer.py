@@ -245,6 +245,11 @@ class EpochConsumer:
     def _restore_positions(self, deadline: float) -> None:
         """Give every new partition its starting position: committed offset (with epoch,
         validated before the first fetch), the offset store's, or the reset policy."""
+        # _restored only holds assigned partitions (_set_assignment drops the others), so
+        # equal sizes mean nothing to do: the common case, checked without a walk over
+        # every partition on every poll.
+        if len(self._restored) >= len(self._assigned):
+            return
         todo = [tp for tp in self._assigned if tp not in self._restored]
         if not todo:
             return

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import collections
 import functools
+import heapq
+import itertools
 import threading
 import time
 import uuid
@@ -163,6 +165,25 @@ class Fetcher:
         # Delivery order across partitions (round robin), of partitions with a buffer.
         self._buffer_order: collections.deque[TopicPartition] = collections.deque()
         self._done: collections.deque[_Done] = collections.deque()
+        # The partitions send_requests() visits: each poll's work is proportional to the
+        # partitions with something to do, not to all assigned ones (at 1,000 partitions
+        # the walk over every tracker was most of each poll). A partition leaves the set
+        # when its visit finds it idle and comes back on whatever can end that:
+        # - any tracker input or command (after_input, add_partition, clear_corrupt, the
+        #   cancels below): in flight, paused, stopped, no position, corrupt;
+        # - the end of its buffer (fetched_records): buffered;
+        # - the time its WaitAction names (_timers): retry backoff, metadata wait;
+        # - its broker's request completing (_parked_busy) or its broker's buffers running
+        #   dry or a fetch going to it (_parked_held): see send_requests.
+        self._ready: dict[TopicPartition, None] = {}
+        self._timers: list[tuple[float, int, TopicPartition]] = []
+        self._timer_seq = itertools.count()
+        # Per broker: partitions whose fetch waits for that broker's request in flight, and
+        # caught-up partitions held back while the application drains that broker's
+        # buffers; _parked_at says which of those dicts holds a partition.
+        self._parked_busy: dict[int, dict[TopicPartition, None]] = {}
+        self._parked_held: dict[int, dict[TopicPartition, None]] = {}
+        self._parked_at: dict[TopicPartition, dict[TopicPartition, None]] = {}
         self._wake = threading.Event()
         self.metrics = FetcherMetrics()
         self.metadata_listeners: list[Callable[[], None]] = []
@@ -234,6 +255,8 @@ class Fetcher:
         if tracker is None:
             tracker = PartitionTracker(tp, self._policy)
             self.trackers[tp] = tracker
+            # Callers may command a new tracker (restore) without after_input.
+            self._ready[tp] = None
             if tp.topic not in self.metadata.topics:
                 self.metadata.topics.add(tp.topic)
                 self.request_metadata()
@@ -245,11 +268,16 @@ class Fetcher:
         self.trackers.pop(tp, None)
         self.highwaters.pop(tp, None)
         self.drop_buffer(tp)
+        self._ready.pop(tp, None)
+        box = self._parked_at.pop(tp, None)
+        if box is not None:
+            box.pop(tp, None)
 
     def clear_corrupt(self, tp: TopicPartition) -> None:
         """The application moved ``tp`` (seek): fetch it again."""
         self.corrupt.discard(tp)
         self.corrupt_errors.pop(tp, None)
+        self.mark_ready(tp)
 
     def drop_buffer(self, tp: TopicPartition) -> None:
         source = self._source_of.pop(tp, None)
@@ -271,9 +299,35 @@ class Fetcher:
         if source is not None and source.prefetches.pop(tp, None) is not None:
             self.metrics.prefetches_discarded += 1
 
+    def mark_ready(self, tp: TopicPartition) -> None:
+        """``tp``'s tracker may have something to send: the next ``send_requests`` asks it."""
+        if tp in self.trackers:
+            self._ready[tp] = None
+            box = self._parked_at.pop(tp, None)
+            if box is not None:
+                box.pop(tp, None)
+
+    def _park(
+        self, where: dict[int, dict[TopicPartition, None]], node: int, tp: TopicPartition
+    ) -> None:
+        box = where.get(node)
+        if box is None:
+            box = where[node] = {}
+        box[tp] = None
+        self._parked_at[tp] = box
+
+    def _release(self, box: dict[TopicPartition, None] | None) -> None:
+        if box:
+            parked_at = self._parked_at
+            for tp in box:
+                parked_at.pop(tp, None)
+            self._ready.update(box)
+            box.clear()
+
     def after_input(self, tp: TopicPartition) -> None:
         """Called after any command to a tracker: buffered records are only valid while the
         partition keeps fetching from the same position."""
+        self.mark_ready(tp)
         tracker = self.trackers.get(tp)
         if tracker is None or tracker.state is not _FETCHING or tracker.paused:
             source = self._source_of.get(tp)
@@ -428,48 +482,82 @@ class Fetcher:
     # ------------------------------------------------------------------ sending
 
     def send_requests(self, now: float) -> float:
-        """Send what the trackers ask for. Returns when something next needs doing."""
+        """Send what the trackers ask for. Returns when something next needs doing.
+
+        Only the partitions in the ready set are asked (see ``__init__``): the others are
+        known to be idle until an input, a timer or their broker wakes them."""
         self._maybe_send_metadata(now)
         metadata = self.metadata
         wake_at = metadata.wake_at(now, now + float(self._config["metadata_max_age_ms"]) / 1000)
+        ready_set = self._ready
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            tp = heapq.heappop(timers)[2]
+            if tp in self.trackers:
+                self.mark_ready(tp)
+        sources = self._sources
+        for node, s in sources.items():
+            if s.can_send:
+                self._release(self._parked_busy.get(node))
+                if not s.buffers:
+                    self._release(self._parked_held.get(node))
+        if timers:
+            wake_at = min(wake_at, timers[0][0])
+        if not ready_set:
+            if self._prefetch_enabled:
+                self._send_prefetches()
+            return wake_at
+        self._ready = {}
         fetches: dict[int, list[FetchAction]] = {}
         validations: dict[int, list[ValidateAction]] = {}
         resets: dict[int, list[ResetAction]] = {}
         ready: list[tuple[FetchAction, wire.FetchedPartition]] = []
         source_of = self._source_of
-        # Fetches that would only be made to be cancelled are not made (at 1,000 partitions
-        # that was most of each poll's CPU time): those to a broker with a request in
-        # flight, and, while a broker still has buffered records, those of its partitions
-        # at the end of their log, which go out only along with a partition that is not
-        # (see the deferral below). Held back ones are asked for after the loop if so.
-        sources = self._sources
+        trackers = self.trackers
+        corrupt = self.corrupt
+        # Fetches that would only be made to be cancelled are not made: those to a broker
+        # with a request in flight (parked until it completes), and, while a broker still
+        # has buffered records, those of its partitions at the end of their log, which go
+        # out only along with a partition that is not (held back, see the deferral below).
         busy = {node for node, s in sources.items() if not s.can_send}
         draining = {node for node, s in sources.items() if s.buffers and node not in busy}
         held_back: dict[int, list[TopicPartition]] = {}
-        for tp, tracker in self.trackers.items():
+        for tp in ready_set:
+            tracker = trackers.get(tp)
+            if tracker is None:
+                continue
             source = source_of.get(tp)
             if source is not None and tp in source.buffers:
-                continue
-            if tp in self.corrupt:
-                continue
-            if (busy or draining) and (source is None or tp not in source.prefetches):
-                leader = tracker.fetch_leader(now)
-                if leader is not None:
-                    if leader in busy:
-                        continue
-                    if (
-                        leader in draining
-                        and sources[leader].caught_up.get(tp, False)
-                        and not metadata.held(tp.topic)
-                    ):
-                        held_back.setdefault(leader, []).append(tp)
-                        continue
+                continue  # ready again when its buffer is drained or dropped
+            if tp in corrupt:
+                continue  # ready again on seek (clear_corrupt)
+            if (
+                (busy or draining)
+                and (source is None or tp not in source.prefetches)
+                and tracker.fetch_leader(now) is not None
+            ):
+                # fetch_node, not the leader: a KIP-392 follower serves the fetch.
+                to = tracker.fetch_node
+                assert to is not None
+                if to in busy:
+                    self._park(self._parked_busy, to, tp)
+                    continue
+                if (
+                    to in draining
+                    and sources[to].caught_up.get(tp, False)
+                    and not metadata.held(tp.topic)
+                ):
+                    held_back.setdefault(to, []).append(tp)
+                    continue
             action = tracker.next_action(now)
             if action is None:
+                # In flight, paused, stopped or without a position: an input wakes it.
                 self._drain_events(tp)
                 continue
             if isinstance(action, WaitAction):
-                wake_at = min(wake_at, action.until)
+                until = action.until
+                heapq.heappush(timers, (until, next(self._timer_seq), tp))
+                wake_at = min(wake_at, until)
             elif isinstance(action, FetchAction):
                 pf = None if source is None else source.prefetches.get(tp)
                 if source is not None and pf is not None:
@@ -483,8 +571,13 @@ class Fetcher:
                         continue
                     self._drop_prefetch(tp)
                 node = action.node_id
-                if metadata.held(tp.topic) or not self._source(node).can_send:
+                if metadata.held(tp.topic):
+                    # Until metadata settles the topic: asked again at the next poll.
                     tracker.cancel(action)
+                    self._ready[tp] = None
+                elif not self._source(node).can_send:
+                    tracker.cancel(action)
+                    self._park(self._parked_busy, node, tp)
                 else:
                     fetches.setdefault(node, []).append(action)
             elif isinstance(action, ValidateAction):
@@ -495,15 +588,10 @@ class Fetcher:
         for node, tps in held_back.items():
             going = fetches.get(node)
             if not going:
+                for tp in tps:
+                    self._park(self._parked_held, node, tp)
                 continue
-            for tp in tps:
-                tracker = self.trackers[tp]
-                action = tracker.next_action(now)
-                if isinstance(action, FetchAction):
-                    going.append(action)
-                elif action is not None and not isinstance(action, WaitAction):
-                    tracker.cancel(action)
-                self._drain_events(tp)
+            self._add_held_back(going, tps, now)
         for node, actions in fetches.items():
             source = self._sources[node]
             if source.buffers and source.all_caught_up(actions):
@@ -511,8 +599,17 @@ class Fetcher:
                 # fetch_max_wait_ms. Send them along with the partitions the application
                 # is still draining from this broker instead.
                 for a in actions:
-                    self.trackers[a.tp].cancel(a)
+                    trackers[a.tp].cancel(a)
+                    self._park(self._parked_held, node, a.tp)
                 continue
+            held = self._parked_held.get(node)
+            if held:
+                # Caught-up partitions held back earlier go out with this fetch.
+                tps = list(held)
+                held.clear()
+                for tp in tps:
+                    self._parked_at.pop(tp, None)
+                self._add_held_back(actions, tps, now)
             self._send_fetch(source, actions)
         for action, answer in ready:
             self.metrics.prefetches_used += 1
@@ -524,6 +621,24 @@ class Fetcher:
         for node, ractions in resets.items():
             self._send_list_offsets(node, ractions)
         return wake_at
+
+    def _add_held_back(
+        self, going: list[FetchAction], tps: list[TopicPartition], now: float
+    ) -> None:
+        """Add the fetches of held-back partitions to a fetch about to be sent to their
+        broker; any other action they ask for instead goes back to the ready set."""
+        for tp in tps:
+            tracker = self.trackers.get(tp)
+            if tracker is None:
+                continue
+            action = tracker.next_action(now)
+            if isinstance(action, FetchAction) and action.node_id == going[0].node_id:
+                going.append(action)
+            elif action is not None:
+                if not isinstance(action, WaitAction):
+                    tracker.cancel(action)
+                self._ready[tp] = None
+            self._drain_events(tp)
 
     def _send_fetch(self, source: Source, actions: list[FetchAction]) -> None:
         params = self._fetch_params
@@ -598,6 +713,7 @@ class Fetcher:
             tracker = self.trackers.get(tp)
             if pf.waiting is not None and tracker is not None:
                 tracker.cancel(pf.waiting)
+                self.mark_ready(tp)
 
     @staticmethod
     def _read_fetch(node: int, future: Any, names: dict[uuid.UUID, str]) -> wire.FetchAnswer | None:
@@ -636,6 +752,7 @@ class Fetcher:
                 tracker = self.trackers.get(tp)
                 if tracker is not None:
                     tracker.cancel(action)
+                    self.mark_ready(tp)
             return
         if answer is None:
             self.metrics.request_failures += 1
@@ -672,6 +789,7 @@ class Fetcher:
             tracker = self.trackers.get(tp)
             if tracker is not None:
                 tracker.cancel(action)
+                self.mark_ready(tp)
 
     def _apply_partition(self, action: FetchAction, p: wire.FetchedPartition, now: float) -> None:
         """One partition of a Fetch answer, for the action it answers."""
@@ -735,8 +853,8 @@ class Fetcher:
                 source.caught_up[tp] = decoded.next_offset >= p.high_watermark
                 if tp not in source.buffers:
                     self._buffer_order.append(tp)
-                source.buffers[tp] = Buffered(
-                    action, decoded.records, decoded.next_offset, decoded.last_epoch
+                source.add_buffer(
+                    tp, Buffered(action, decoded.records, decoded.next_offset, decoded.last_epoch)
                 )
                 return
         source.caught_up[tp] = action.offset >= p.high_watermark
@@ -804,8 +922,8 @@ class Fetcher:
             source.caught_up[tp] = False
             if tp not in source.buffers:
                 self._buffer_order.append(tp)
-            source.buffers[tp] = Buffered(
-                action, exc.records, exc.offset, epoch if epoch >= 0 else None
+            source.add_buffer(
+                tp, Buffered(action, exc.records, exc.offset, epoch if epoch >= 0 else None)
             )
             return
         self.metrics.fetch_errors += 1
@@ -943,6 +1061,7 @@ class Fetcher:
             if last_chunk:
                 del source.buffers[tp]
                 order.popleft()
+                self._ready[tp] = None  # its next fetch
             else:
                 order.rotate(-1)
             self._drain_events(tp)

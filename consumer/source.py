@@ -76,7 +76,15 @@ class Prefetch:
 class Source:
     """What is fetched from one broker and not yet delivered."""
 
-    __slots__ = ("buffers", "caught_up", "in_flight", "node", "prefetches", "session")
+    __slots__ = (
+        "buffers",
+        "caught_up",
+        "in_flight",
+        "node",
+        "prefetches",
+        "session",
+        "unprefetched",
+    )
 
     def __init__(self, node: int, sessions: bool = True) -> None:
         self.node = node
@@ -88,6 +96,9 @@ class Source:
         #: partitions whose last fetch from this broker reached the high watermark
         self.caught_up: dict[TopicPartition, bool] = {}
         self.prefetches: dict[TopicPartition, Prefetch] = {}
+        #: buffered partitions not yet looked at for a prefetch (``prefetch_entries`` looks
+        #: at each buffer once, not at every buffer on every poll)
+        self.unprefetched: dict[TopicPartition, None] = {}
 
     @property
     def can_send(self) -> bool:
@@ -104,9 +115,14 @@ class Source:
         caught_up = self.caught_up
         return all(caught_up.get(a.tp, False) for a in actions)
 
+    def add_buffer(self, tp: TopicPartition, buffered: Buffered) -> None:
+        self.buffers[tp] = buffered
+        self.unprefetched[tp] = None
+
     def drop(self, tp: TopicPartition) -> bool:
         """Forget ``tp``'s buffer, flag and prefetch; True if a prefetch was discarded."""
         self.buffers.pop(tp, None)
+        self.unprefetched.pop(tp, None)
         self.caught_up.pop(tp, None)
         return self.prefetches.pop(tp, None) is not None
 
@@ -115,12 +131,16 @@ class Source:
     ) -> list[tuple[TopicPartition, Prefetch]]:
         """Prefetches for buffered partitions still fetching from this broker: what their
         trackers will ask for once the application has drained them. Only when no fetch is
-        in flight to this broker, and not for partitions at the end of their log."""
-        if self.in_flight > 0:
+        in flight to this broker, and not for partitions at the end of their log. Each buffer
+        is considered once, the first time no fetch is in flight after it was filled."""
+        if self.in_flight > 0 or not self.unprefetched:
             return []
         out: list[tuple[TopicPartition, Prefetch]] = []
-        for tp, buf in self.buffers.items():
-            if tp in self.prefetches or self.caught_up.get(tp, False):
+        todo = self.unprefetched
+        self.unprefetched = {}
+        for tp in todo:
+            buf = self.buffers.get(tp)
+            if buf is None or tp in self.prefetches or self.caught_up.get(tp, False):
                 continue
             tracker = cursors.get(tp)
             if tracker is None or tracker.state is not fetching or tracker.paused:

@@ -133,10 +133,50 @@ def test_decoder_ignores_partial_trailing_batch_and_detects_corruption() -> None
     assert decode_records(bytes(bad), "t", 0, 0, check_crcs=False).records[2].value == b"y"
 
 
-@pytest.mark.parametrize("codec", [1, 3, 4])  # gzip, lz4, zstd (snappy lib not installed)
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])  # gzip, snappy, lz4, zstd
 def test_decoder_handles_compression(codec: int) -> None:
     out = decode_records(_batch([b"z%d" % i for i in range(50)], codec=codec), "t", 0, 0)
     assert [r.value for r in out.records] == [b"z%d" % i for i in range(50)]
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+@pytest.mark.parametrize("codec", [2, 4], ids=["snappy", "zstd"])
+def test_large_compressed_batches_decode_in_place(
+    codec: int, native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 200 KB of values: kafka-python writes snappy as xerial blocks of 32 KB, each inflated
+    # into its slot of one buffer; the codecs read the batch from the fetched bytes.
+    from epochguard.consumer import records
+
+    if not native:
+        monkeypatch.setattr(records, "_native", None)
+    values = [(b"%05d-" % i) * 200 for i in range(170)]
+    data = memoryview(bytearray(_batch(values, codec=codec)))
+    out = decode_records(data, "t", 0, 0)
+    assert [r.value for r in out.records] == values
+    assert all(type(r.value) is bytes for r in out.records)
+
+
+def test_snappy_block_not_matching_its_length_is_corrupt() -> None:
+    import struct
+
+    import cramjam
+
+    from epochguard.consumer import records
+
+    raw = b"hello world " * 100
+    block = bytes(cramjam.snappy.compress_raw(raw))
+    assert block[:2] == bytes([0xB0, 0x09])  # varint 1200
+    lying = bytes([0xB1, 0x09]) + block[2:]  # says 1201
+    head = records._XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+
+    def xerial(*blocks: bytes) -> bytes:
+        return head + b"".join(struct.pack(">i", len(b)) + b for b in blocks)
+
+    assert bytes(records._decompress(2, xerial(block, block), "b")) == raw * 2
+    for data in (xerial(block, lying), lying, xerial(block[:-3])):
+        with pytest.raises(CorruptRecordError, match="at 7: snappy data does not decompress"):
+            records._decompress(2, memoryview(data), "at 7")
 
 
 def test_deserializers_both_styles() -> None:

@@ -1,0 +1,130 @@
+"""The fetcher's ready set: ``send_requests`` asks only the partitions that may have
+something to send, and no partition is ever left out while it does.
+
+Two checks: a poll of a caught-up consumer asks a handful of trackers, not every assigned
+one (the O(partitions) walk this replaced); and, through pauses, resumes, seeks, leader
+changes and unclean elections, every partition outside the ready set is really idle: a
+copy of its tracker asked for its next action answers nothing, or a wait whose end is on
+the fetcher's timer heap.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import pytest
+from kafka.structs import TopicPartition
+
+from epochguard.consumer import EpochConsumer
+from epochguard.consumer.fetcher import Fetcher
+from epochguard.offsets.events import WaitAction
+from epochguard.offsets.state import PartitionTracker
+from epochguard.testing import EmbeddedCluster
+
+from .conftest import make_consumer, poll_until
+
+
+def _forgotten(fetcher: Fetcher) -> list[str]:
+    """Partitions outside the ready set whose tracker would act now: each one a bug (it
+    would never be asked again, or only when some unrelated input wakes it)."""
+    now = time.monotonic()
+    timers = {tp: until for until, _seq, tp in fetcher._timers}
+    out = []
+    for tp, tracker in fetcher.trackers.items():
+        if tp in fetcher._ready or tp in fetcher._parked_at or tp in fetcher.corrupt:
+            continue
+        source = fetcher._source_of.get(tp)
+        if source is not None and tp in source.buffers:
+            continue
+        probe = copy.copy(tracker)
+        probe._events = []  # next_action may queue events: keep them off the real tracker
+        action = probe.next_action(now)
+        if action is None:
+            continue
+        if isinstance(action, WaitAction) and tp in timers and timers[tp] <= action.until:
+            continue
+        out.append(f"{tp}: {action!r} ({tracker!r})")
+    return out
+
+
+def _checked_poll(consumer: EpochConsumer, sink: list[Any], timeout_ms: int = 50) -> None:
+    for recs in consumer.poll(timeout_ms=timeout_ms).values():
+        sink += recs
+    forgotten = _forgotten(consumer._fetcher)
+    assert not forgotten, "partitions left out of the ready set:\n" + "\n".join(forgotten)
+
+
+def test_caught_up_polls_ask_only_partitions_with_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parts = 300
+    with EmbeddedCluster(brokers=1) as cluster:
+        cluster.create_topic("t", partitions=parts, replication_factor=1)
+        for p in range(0, parts, 30):
+            cluster.append("t", p, [b"v-%d" % i for i in range(5)])
+        c = make_consumer(cluster, fetch_max_wait_ms=500)
+        try:
+            c.assign([TopicPartition("t", p) for p in range(parts)])
+            got: list[Any] = []
+            poll_until(c, lambda: len(got) >= 50, sink=got)
+            assert len(got) == 50
+            asked = {"next_action": 0, "fetch_leader": 0}
+            for name in asked:
+                original = getattr(PartitionTracker, name)
+
+                def counting(self: Any, now: float, _f: Any = original, _n: str = name) -> Any:
+                    asked[_n] += 1
+                    return _f(self, now)
+
+                monkeypatch.setattr(PartitionTracker, name, counting)
+            for _ in range(40):
+                assert c.poll(timeout_ms=0) == {}
+            # The walk this replaced asked every tracker on every poll: 40 x 300. Now the
+            # caught-up partitions sit in the fetch in flight (long-polling) and nothing
+            # asks them until it is answered: at most one round over them.
+            total = asked["next_action"] + asked["fetch_leader"]
+            assert total <= parts, asked
+        finally:
+            c.close()
+
+
+def test_no_partition_is_left_out_through_pauses_seeks_and_elections() -> None:
+    parts = 12
+    with EmbeddedCluster(brokers=3) as cluster:
+        cluster.create_topic("t", partitions=parts, replication_factor=3)
+        tps = [TopicPartition("t", p) for p in range(parts)]
+        for p in range(parts):
+            cluster.append("t", p, [b"a-%d" % i for i in range(40)], batch_size=10)
+        c = make_consumer(cluster, max_poll_records=25)
+        try:
+            c.assign(tps)
+            got: list[Any] = []
+            deadline = time.monotonic() + 20
+            while len(got) < 100:
+                assert time.monotonic() < deadline, f"{len(got)} records"
+                _checked_poll(c, got)
+            c.pause(*tps[:4])
+            for p in range(parts):
+                cluster.append("t", p, [b"b-%d" % i for i in range(10)])
+            for _ in range(5):
+                _checked_poll(c, got)
+            c.resume(*tps[:4])
+            c.seek(tps[5], 3)
+            cluster.settle()  # followers caught up: clean elections lose nothing
+            for p in (1, 6):
+                leader = cluster.leader("t", p)
+                other = next(b for b in cluster.replicas("t", p) if b != leader)
+                cluster.elect_leader("t", p, other)
+            # Every record, partition 5's from offset 3 twice: wait for the positions.
+            deadline = time.monotonic() + 30
+            while any(c.position(tp) < 50 for tp in tps):
+                assert time.monotonic() < deadline, {str(tp): c.position(tp) for tp in tps}
+                _checked_poll(c, got)
+            seen = {(r.partition, r.offset) for r in got}
+            assert seen == {(p, o) for p in range(parts) for o in range(50)}
+            metrics = c.metrics(raw=True)
+            assert metrics is not None and metrics["truncations_detected"] == 0
+        finally:
+            c.close()

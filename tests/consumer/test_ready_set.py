@@ -64,7 +64,15 @@ def test_caught_up_polls_ask_only_partitions_with_work(
         cluster.create_topic("t", partitions=parts, replication_factor=1)
         for p in range(0, parts, 30):
             cluster.append("t", p, [b"v-%d" % i for i in range(5)])
-        c = make_consumer(cluster, fetch_max_wait_ms=500)
+        # Nothing may answer or refresh during the 40 polls, however slowly they run on a
+        # loaded machine: a long poll the broker holds, and no metadata refresh (each one
+        # rightly puts every partition back in the ready set once).
+        c = make_consumer(
+            cluster,
+            fetch_max_wait_ms=20_000,
+            request_timeout_ms=40_000,
+            metadata_max_age_ms=300_000,
+        )
         try:
             c.assign([TopicPartition("t", p) for p in range(parts)])
             got: list[Any] = []
@@ -111,6 +119,9 @@ def test_no_partition_is_left_out_through_pauses_seeks_and_elections() -> None:
             for _ in range(5):
                 _checked_poll(c, got)
             c.resume(*tps[:4])
+            # Partition 5 may not have been reached yet (which partitions fill the first
+            # polls depends on timing): what it skips below 3 is then never delivered.
+            skipped = {(5, o) for o in range(3)} - {(r.partition, r.offset) for r in got}
             c.seek(tps[5], 3)
             cluster.settle()  # followers caught up: clean elections lose nothing
             for p in (1, 6):
@@ -123,7 +134,7 @@ def test_no_partition_is_left_out_through_pauses_seeks_and_elections() -> None:
                 assert time.monotonic() < deadline, {str(tp): c.position(tp) for tp in tps}
                 _checked_poll(c, got)
             seen = {(r.partition, r.offset) for r in got}
-            assert seen == {(p, o) for p in range(parts) for o in range(50)}
+            assert seen == {(p, o) for p in range(parts) for o in range(50)} - skipped
             metrics = c.metrics(raw=True)
             assert metrics is not None and metrics["truncations_detected"] == 0
         finally:

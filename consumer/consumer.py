@@ -49,7 +49,7 @@ from epochguard.consumer.records import ConsumerRecord, as_deserializer, log_dec
 from epochguard.offsets.errors import EpochGuardError, InvalidPolicyError
 from epochguard.offsets.events import Event, NoValidOffset, TruncationDetected
 from epochguard.offsets.policy import OffsetPolicy, RetryBackoff
-from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.position import EpochOffset, normalise_topic_id
 from epochguard.offsets.report import TruncationReport
 from epochguard.offsets.state import PartitionState, PartitionTracker
 
@@ -137,6 +137,11 @@ class EpochConsumer:
         self._pending_truncations: dict[TopicPartition, TruncationReport] = {}
         self._pending_errors: dict[TopicPartition, EpochGuardError] = {}
         self._restored: set[TopicPartition] = set()
+        # Where this consumer stood, with the topic id, in partitions it gave up (a topic
+        # deleted from under a group revokes them). A partition that comes back under another
+        # topic id with no committed offset (Kafka deletes a deleted topic's commits) starts
+        # from here, so the re-creation is reported instead of a silent start over.
+        self._left_positions: dict[TopicPartition, EpochOffset] = {}
         self._next_auto_commit = time.monotonic() + cfg["auto_commit_interval_ms"] / 1000
         self._iterator: Iterator[ConsumerRecord] | None = None
         # Iteration: the batch being handed out one record at a time, and (while the
@@ -232,6 +237,9 @@ class EpochConsumer:
     def _set_assignment(self, parts: list[TopicPartition]) -> None:
         for tp in list(self._fetcher.trackers):
             if tp not in parts:
+                left = self._fetcher.trackers[tp].position
+                if left is not None and left.offset > 0 and left.topic_id is not None:
+                    self._left_positions[tp] = left
                 self._fetcher.remove_partition(tp)
                 self._paused.discard(tp)
                 self._pending_truncations.pop(tp, None)
@@ -276,10 +284,22 @@ class EpochConsumer:
                 return
         else:
             stored = {}
+        topic_ids = self._fetcher.metadata.topic_ids
         for tp in todo:
             tracker = self._fetcher.trackers[tp]
+            position, from_ = stored.get(tp), source
+            left = self._left_positions.pop(tp, None)
+            if (
+                position is None
+                and left is not None
+                and normalise_topic_id(topic_ids.get(tp.topic)) not in (None, left.topic_id)
+            ):
+                # Nothing committed, and the topic is another incarnation than the one this
+                # consumer read: its commits went with the deleted topic. Start from where
+                # we stood in the old log; the tracker reports the re-creation.
+                position, from_ = left, "left_position"
             if tracker.state is PartitionState.INITIALIZING:
-                tracker.restore(stored.get(tp), source=source)
+                tracker.restore(position, source=from_)
                 self._fetcher.after_input(tp)
             self._restored.add(tp)
 
@@ -342,6 +362,7 @@ class EpochConsumer:
         self._manual = False
         self._fetcher.want_all_topics(False)
         self._set_assignment([])
+        self._left_positions.clear()  # the application let go of those partitions itself
 
     def _update_pattern(self) -> None:
         if self._pattern is None or self._fetcher.all_topics is None:

@@ -231,3 +231,44 @@ def groups_are_listed_by_type(cluster: Cluster, topic: str, group: str) -> None:
         admin.close()
         modern.close()
         classic.close()
+
+
+def deleted_topic_re_creation_is_reported(cluster: Cluster, topic: str, group: str) -> None:
+    """Found by the 5,000-schedule chaos run: a topic deleted from under a KIP-848 group is
+    revoked at once and Kafka deletes the group's commits with it (both measured on Kafka
+    4.3.1). When the re-created topic came back there was nothing committed, and the member
+    started over at the reset position as if the records it had read still existed. It now
+    starts from where it stood in the old log, so the re-creation is reported first."""
+    from kafka.structs import TopicPartition
+
+    from epochguard.offsets.position import EpochOffset
+    from epochguard.offsets.report import DetectedBy
+
+    tp = TopicPartition(topic, 0)
+    cluster.create_topic(topic, partitions=1)
+    produce(cluster, topic, [f"old-{i}" for i in range(5)])
+    c = member(cluster, group, on_truncation="rewind", allow_auto_create_topics=False)
+    try:
+        c.subscribe([topic])
+        got: list[Any] = []
+
+        def read(n: int) -> bool:
+            for recs in c.poll(timeout_ms=50).values():
+                got.extend(recs)
+            return len(got) >= n
+
+        wait(lambda: read(5), "the old records")
+        c.commit()
+        cluster.delete_topic(topic)
+        wait(lambda: not read(6) and not c.assignment(), "the deleted topic revoked")
+        assert c.committed(tp) is None  # gone with the topic
+        cluster.create_topic(topic, partitions=1)
+        produce(cluster, topic, [f"new-{i}" for i in range(8)])
+        got.clear()
+        wait(lambda: read(8), "the new records")
+        assert [(r.offset, r.value) for r in got] == [(i, b"new-%d" % i) for i in range(8)]
+        [rep] = c.truncation_reports()
+        assert rep.detected_by is DetectedBy.TOPIC_RECREATED
+        assert (rep.divergence, rep.lost_count) == (EpochOffset(0, None), 5)
+    finally:
+        c.close()

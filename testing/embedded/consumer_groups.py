@@ -695,6 +695,12 @@ class ConsumerGroupCoordinator:
 
     # -- admin -----------------------------------------------------------------------------
 
+    def topic_deleted(self, topic: str) -> None:
+        """Drop every group's offsets of ``topic`` (Kafka does when a topic is deleted)."""
+        for group in self.groups.values():
+            for tp in [tp for tp in group.offsets if tp[0] == topic]:
+                del group.offsets[tp]
+
     def describe(self, group_id: str) -> GroupDescription | None:
         group = self.groups.get(group_id)
         if group is None:

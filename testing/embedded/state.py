@@ -327,6 +327,11 @@ class ClusterState:
         del self.topics[name]
         if self.groups is not None:
             self.groups.topic_deleted(name)
+        from epochguard.testing.embedded.consumer_groups import consumer_coordinator
+
+        modern = consumer_coordinator(self)
+        if modern is not None:
+            modern.topic_deleted(name)
         log.info("topic_deleted", topic=name)
         self.publish()
         self.notify_data()

@@ -197,6 +197,12 @@ def test_static_member_restart_causes_no_rebalance(cluster: ApacheKafkaCluster) 
     kip848_scenarios.static_member_restart(cluster, new_topic("static"), new_topic("gstatic"))
 
 
+def test_deleted_topic_re_creation_is_reported(cluster: ApacheKafkaCluster) -> None:
+    kip848_scenarios.deleted_topic_re_creation_is_reported(
+        cluster, new_topic("gone"), new_topic("ggone")
+    )
+
+
 def test_groups_are_listed_by_type(cluster: ApacheKafkaCluster) -> None:
     kip848_scenarios.groups_are_listed_by_type(cluster, new_topic("listed"), new_topic("glisted"))
 

@@ -397,6 +397,13 @@ def test_static_member_restart_as_on_real_kafka(cluster: EmbeddedCluster) -> Non
     kip848_scenarios.static_member_restart(cluster, "static", "gstatic")
 
 
+def test_deleted_topic_re_creation_is_reported_as_on_real_kafka(
+    cluster: EmbeddedCluster,
+) -> None:
+    fast_coordinator(cluster)
+    kip848_scenarios.deleted_topic_re_creation_is_reported(cluster, "gone", "ggone")
+
+
 def test_groups_are_listed_by_type_as_on_real_kafka(cluster: EmbeddedCluster) -> None:
     fast_coordinator(cluster)
     kip848_scenarios.groups_are_listed_by_type(cluster, "listed", "glisted")

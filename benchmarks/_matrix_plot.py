@@ -75,6 +75,12 @@ def plot(rows: list[dict[str, Any]], out: Path = PNG) -> Path:
     import matplotlib.pyplot as plt
 
     labels = [_label(r) for r in rows]
+    runs = {(r.get("measured_at") or "")[:16] for r in rows}
+    if len(runs) > 1:  # a partial run merged into an older one: say which is which
+        labels = [
+            f"{label} ({(r.get('measured_at') or '?')[11:16]})"
+            for label, r in zip(labels, rows, strict=True)
+        ]
     width = 0.16
     fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(rows)), 4.5))
     for i, client in enumerate(CLIENTS):
@@ -84,7 +90,10 @@ def plot(rows: list[dict[str, Any]], out: Path = PNG) -> Path:
     ax.set_ylabel("records/s (log)")
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(labels, rotation=30, ha="right")
-    ax.set_title("Consumer throughput, CRC on, keys and values read (benchmarks/matrix.py)")
+    title = "Consumer throughput, CRC on, keys and values read (benchmarks/matrix.py)"
+    if len(runs) > 1:
+        title += "; rows of several runs (UTC time of each)"
+    ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,21 +1,27 @@
 """Where a Spark query's time goes, ours and Spark's own Kafka source, on real Kafka.
 
 One Apache Kafka broker, one ``local[2]`` session with Spark's connector (as
-``spark_source``), one 1-partition topic per value size (``SPARK_PROFILE_ROWS_100B``
-records of 100 B, ``SPARK_PROFILE_ROWS_1KB`` of 1 KB). After a warm-up query per source,
+``spark_source``), one topic per shape of ``SPARK_PROFILE_SHAPES`` (``<value bytes>x<
+partitions>``, default ``100x1,1024x1``; ``SPARK_PROFILE_ROWS_100B`` records of less than
+1 KB, ``SPARK_PROFILE_ROWS_1KB`` of 1 KB or more). After a warm-up query per source,
 each source reads each topic once with ``Trigger.AvailableNow`` into the ``noop`` sink,
 and for each query this records:
 
 - the CPU seconds of each process group while the query runs: the Spark JVM, the Python
   processes under it (source runner, worker daemon and its forked workers) and the Kafka
-  broker (``/proc/<pid>/stat``, children included);
+  broker (``/proc/<pid>/stat``, children included: the JVM's figure holds the Python
+  source runner and planner processes it reaped when the query ended);
+- the CPU seconds of each thread of the Spark JVM by name (task threads, JIT compilers, GC;
+  sampled every 50 ms, so threads that end during the query count);
+- with ``SPARK_PROFILE_JFR=1``, a Java Flight Recorder recording of the JVM per query
+  (``jcmd JFR.start``, ``jfr print``), summed by thread, by bucket and by leaf method;
 - for our source, a ``py-spy`` sampling profile of every Python process under the JVM
   (``--subprocesses``, idle samples included), summed by leaf function and by the buckets
   that matter for the executor read (waiting for a Fetch answer, decoding, building Arrow,
   handing batches to the JVM).
 
-``py-spy`` must be installed (``pip install py-spy``); without it only CPU seconds are
-reported.
+``py-spy`` must be installed (the ``dev`` extra has it); without it only CPU seconds are
+reported. ``SPARK_PROFILE_KEEP_RAW=<dir>`` keeps py-spy's raw samples and the JFR files.
 """
 
 from __future__ import annotations

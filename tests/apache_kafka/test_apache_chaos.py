@@ -27,9 +27,14 @@ SCHEDULE = Schedule(
         Produce(0, 4),
         Elect(0, False, 0),  # a clean move: nothing lost, nothing to report
         Produce(0, 3),
-        Elect(0, True, 1),  # 2 records on the old leader only, then the unclean election
+        Elect(0, True, 1),  # 1-2 records on the old leader only, then the unclean election
         Produce(0, 3),  # refills the diverged offsets under the new epoch
         RestartConsumer(0),  # from the commits, which may lie past the divergence
+        # The old leader comes back by an unclean election, its lost records still in its
+        # log where the consumers read the refill: a leader that never had the epoch they
+        # read answers an older one (Java lost records to this in seeds 2 and 54).
+        Elect(0, True, 0),
+        Produce(0, 2),
         DeleteRecords(0, 0.25),
         Produce(0, 2),
     ),
@@ -42,6 +47,7 @@ def test_one_schedule_with_an_unclean_election_side_by_side(
     result = run_apache_schedule(SCHEDULE, cluster)
     log = "\n".join(result.step_log)
     assert "written to the old leader only" in result.step_log[3], log
+    assert "written to the old leader only" in result.step_log[6], log
     vs = verdicts(result, ("epochguard", "java"))
     # The project's promise, on real brokers.
     assert vs["epochguard"].ok, f"{vs['epochguard'].describe()}\n{log}"
@@ -60,16 +66,16 @@ def test_one_schedule_with_an_unclean_election_side_by_side(
     assert len(result.history.snapshots) == len(SCHEDULE.steps) + 2
     assert all(s.get(0) is not None for s in result.history.snapshots)
 
-    # The Java adapter: records with their epochs, no stall, every final record received,
-    # and its reports (LogTruncationException, seek to the divergence) judged real.
+    # The Java adapter works: records with their epochs, the end marker reached, and each
+    # LogTruncationException mapped to a report followed by the application's seek to the
+    # divergence it named. What Java lost is the scoreboard's business (it does lose records
+    # in this schedule when it read the refill before the old leader came back).
     java = [e for e in result.history.events if e.app == "java"]
     delivered = [e for e in java if isinstance(e, Delivered)]
     assert delivered and all(e.epoch is not None for e in delivered)
-    got = {(e.offset, e.value) for e in delivered}
-    assert {(o, v) for o, (_, v) in final.records.items()} <= got
+    assert b"end:%d:0" % SCHEDULE.seed in {e.value for e in delivered}
     v = vs["java"]
     assert (v.stalls, v.spurious_reports) == (0, 0), v.describe()
     for report in (e for e in java if isinstance(e, Reported)):
-        assert report.divergence is not None, report  # a real leader gives the divergence
         seek = java[java.index(report) + 1]
         assert isinstance(seek, Seeked) and seek.offset == report.divergence, (report, seek)

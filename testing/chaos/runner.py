@@ -126,6 +126,7 @@ class _Member(threading.Thread):
         self.started_ok = threading.Event()
         self.error: BaseException | None = None
         self.trace = ""
+        self.client: ChaosClient | None = None
 
     def run(self) -> None:
         r = self.run_
@@ -147,7 +148,7 @@ class _Member(threading.Thread):
         )
         client: ChaosClient | None = None
         try:
-            client = self.factory(ctx)
+            client = self.client = self.factory(ctx)
             self.started_ok.set()
             while not self.stop_flag.is_set():
                 client.poll_once()
@@ -419,9 +420,24 @@ class _Run:
             for app, got in self.values.items():
                 for p, marker in markers.items():
                     if marker not in got:
-                        self.events.append(
-                            Stalled(p, f"end marker not received in {end_timeout} s", app)
-                        )
+                        detail = f"end marker not received in {end_timeout} s"
+                        self.events.append(Stalled(p, detail + self.inner_state(app), app))
+
+    def inner_state(self, app: str) -> str:
+        """What the app's EpochConsumer members hold, for a stall's report (a stall that
+        does not replay can only be read from this)."""
+        from epochguard.consumer import EpochConsumer
+        from epochguard.testing.helpers import describe_consumer
+
+        out = []
+        for m in self.members[app]:
+            consumer = getattr(m.client, "consumer", None)
+            if isinstance(consumer, EpochConsumer):
+                try:
+                    out.append(f"\n    member {m.member}: {describe_consumer(consumer)}")
+                except Exception as exc:  # a closed consumer: say so, do not hide the stall
+                    out.append(f"\n    member {m.member}: not described ({exc!r})")
+        return "".join(out)
 
     def check_members(self) -> None:
         for app, members in self.members.items():

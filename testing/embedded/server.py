@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
+import random
 import ssl
 import struct
 import threading
@@ -37,6 +39,35 @@ FAILED_AUTHENTICATION_DELAY_S = 0.1
 SASL_AUTHENTICATE = 36
 # What a SASL connection may send before it has authenticated (as Kafka's authenticator).
 _BEFORE_AUTHENTICATION = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+async def _start_server(callback: Any, host: str, port: int, **kw: Any) -> asyncio.Server:
+    """Listen on ``port``, or on a free port *below* the ephemeral range when it is 0.
+
+    A stopped broker starts again on the same port. An ephemeral port can meanwhile be
+    taken as the local end of some client's connection (chaos runs start many clusters at
+    once), and the restart then failed with "address already in use"; ports below the
+    ephemeral range are never handed out that way."""
+    if port:
+        return await asyncio.start_server(callback, host, port, reuse_address=True, **kw)
+    rng = random.Random()
+    low = _ephemeral_low()
+    for _ in range(20):
+        candidate = rng.randrange(10_000, low) if low > 10_100 else 0
+        try:
+            return await asyncio.start_server(callback, host, candidate, reuse_address=True, **kw)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or candidate == 0:
+                raise
+    return await asyncio.start_server(callback, host, 0, reuse_address=True, **kw)
 
 
 def api_versions_error_response(correlation_id: int) -> bytes:
@@ -172,9 +203,7 @@ class EmbeddedServer:
 
             return on_connect
 
-        server = await asyncio.start_server(
-            on_connect_to(PLAINTEXT), broker.host, broker.port, reuse_address=True
-        )
+        server = await _start_server(on_connect_to(PLAINTEXT), broker.host, broker.port)
         broker.port = server.sockets[0].getsockname()[1]
         self._servers[broker_id] = server
         self._conns.setdefault(broker_id, set())
@@ -183,11 +212,10 @@ class EmbeddedServer:
         try:
             for listener in security.listeners:
                 tls = security.ssl_context if listener in (SSL, SASL_SSL) else None
-                extra = await asyncio.start_server(
+                extra = await _start_server(
                     on_connect_to(listener),
                     broker.host,
                     broker.listener_ports.get(listener, 0),
-                    reuse_address=True,
                     ssl=tls,
                 )
                 secured.append(extra)

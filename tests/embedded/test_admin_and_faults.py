@@ -258,3 +258,17 @@ def test_injected_fetch_errors_are_retried_by_clients(cluster: EmbeddedCluster) 
     # The three fenced answers were served: more Fetches than the one that succeeded.
     assert sum(n for (k, _), n in cluster.requests_seen().items() if k == 1) >= 4
     assert cluster.faults.take_error(broker=1, api_key=1) == 0  # no rule left
+
+
+def test_brokers_listen_below_the_ephemeral_range_and_restart_on_their_port() -> None:
+    # A restarted broker binds its old port again; an ephemeral port may meanwhile be the
+    # local end of another process's connection (a chaos run of 5,000 schedules, six
+    # clusters at a time, once failed "address already in use").
+    from epochguard.testing.embedded.server import _ephemeral_low
+
+    with EmbeddedCluster(brokers=2) as c:
+        ports = [int(s.rsplit(":", 1)[1]) for s in c.all_bootstrap_servers.split(",")]
+        assert all(10_000 <= p < _ephemeral_low() for p in ports), ports
+        c.stop_broker(1)
+        c.start_broker(1)
+        assert [int(s.rsplit(":", 1)[1]) for s in c.all_bootstrap_servers.split(",")] == ports

@@ -13,11 +13,15 @@ import os
 import sys
 import time
 from collections import Counter
+from typing import Any
 
 from epochguard.testing.chaos.clients import CLIENTS
 from epochguard.testing.chaos.runner import run_many, run_schedule
 from epochguard.testing.chaos.schedule import generate
 from epochguard.testing.chaos.shrink import shrink
+
+#: A progress line (totals so far) every this many schedules.
+PROGRESS_EVERY = 250
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,26 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[int] = []
     seeds = range(args.first, args.first + args.seeds)
     schedules = (generate(s, unclean=not args.clean) for s in seeds)
-    for r in run_many(schedules, {args.client: factory}, workers=args.workers):
-        v = r.verdict
-        totals.update(
-            schedules=1,
-            silent_losses=v.silent_losses,
-            silent_rereads=v.silent_rereads,
-            spurious_reports=v.spurious_reports,
-            stalls=v.stalls,
-            raise_breaches=v.raise_breaches,
-            delivered=v.delivered,
-            reports=v.reports,
-        )
-        if not v.ok:
-            failed.append(r.schedule.seed)
-            print(r.describe(), flush=True)
-            if args.shrink:
-                small, runs = shrink(
-                    r.schedule, lambda s: not run_schedule(s, {args.client: factory}).verdict.ok
-                )
-                print(f"shrunk in {runs} runs:\n{small.to_code()}", flush=True)
+    interrupted = False
+    try:
+        for r in run_many(schedules, {args.client: factory}, workers=args.workers):
+            _count(r, totals, failed, args, factory)
+            if totals["schedules"] % PROGRESS_EVERY == 0:
+                # A long run says how far it got: stopped early, it still has figures.
+                print(json.dumps({"progress": dict(totals), "failed_seeds": failed}), flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
     summary = {
         "client": args.client,
         "first": args.first,
@@ -65,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         "clean": args.clean,
         **dict(totals),
         "failed_seeds": sorted(failed),
+        "interrupted": interrupted,
         "seconds": round(time.monotonic() - started, 1),
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
@@ -73,6 +67,28 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)
     return 1 if failed else 0
+
+
+def _count(r: Any, totals: Counter[str], failed: list[int], args: Any, factory: Any) -> None:
+    v = r.verdict
+    totals.update(
+        schedules=1,
+        silent_losses=v.silent_losses,
+        silent_rereads=v.silent_rereads,
+        spurious_reports=v.spurious_reports,
+        stalls=v.stalls,
+        raise_breaches=v.raise_breaches,
+        delivered=v.delivered,
+        reports=v.reports,
+    )
+    if not v.ok:
+        failed.append(r.schedule.seed)
+        print(r.describe(), flush=True)
+        if args.shrink:
+            small, runs = shrink(
+                r.schedule, lambda s: not run_schedule(s, {args.client: factory}).verdict.ok
+            )
+            print(f"shrunk in {runs} runs:\n{small.to_code()}", flush=True)
 
 
 if __name__ == "__main__":

@@ -162,6 +162,13 @@ class _Events(ConsumerRebalanceListener):  # type: ignore[misc]
     def on_partitions_assigned(self, assigned: Any) -> None:
         self.events.append(("assigned", set(assigned)))
 
+    def replayed(self) -> set[Any]:
+        """The assignment the callbacks so far describe (whole or incremental)."""
+        held: set[Any] = set()
+        for kind, parts in list(self.events):
+            held = held | parts if kind == "assigned" else held - parts
+        return held
+
 
 def static_member_restart(cluster: Cluster, topic: str, group: str) -> None:
     """A static member (group_instance_id) closes and comes back within the session: it gets
@@ -176,7 +183,16 @@ def static_member_restart(cluster: Cluster, topic: str, group: str) -> None:
         c2.subscribe([topic], listener=other)
         r1.start()
         r2.start()
-        wait(lambda: len(c1.assignment()) == 2 and len(c2.assignment()) == 2, "a 2/2 split")
+        # The split, and c2's listener caught up with it: its callbacks run on its poll
+        # thread after the assignment changes, and one landing late is no rebalance.
+        wait(
+            lambda: (
+                len(c1.assignment()) == 2
+                and len(c2.assignment()) == 2
+                and other.replayed() == c2.assignment()
+            ),
+            "a 2/2 split, c2's listener told",
+        )
         held, events = c1.assignment(), len(other.events)
         r1.finish()
         c1.close()  # leaves with epoch -2: the coordinator keeps its partitions for it

@@ -142,6 +142,8 @@ class EpochConsumer:
         # topic id with no committed offset (Kafka deletes a deleted topic's commits) starts
         # from here, so the re-creation is reported instead of a silent start over.
         self._left_positions: dict[TopicPartition, EpochOffset] = {}
+        # When such a partition came back under the same id: decided on metadata asked after.
+        self._left_checked: dict[TopicPartition, float] = {}
         self._next_auto_commit = time.monotonic() + cfg["auto_commit_interval_ms"] / 1000
         self._iterator: Iterator[ConsumerRecord] | None = None
         # Iteration: the batch being handed out one record at a time, and (while the
@@ -241,6 +243,7 @@ class EpochConsumer:
                 if left is not None and left.offset > 0 and left.topic_id is not None:
                     self._left_positions[tp] = left
                 self._fetcher.remove_partition(tp)
+                self._left_checked.pop(tp, None)
                 self._paused.discard(tp)
                 self._pending_truncations.pop(tp, None)
                 self._pending_errors.pop(tp, None)
@@ -288,16 +291,23 @@ class EpochConsumer:
         for tp in todo:
             tracker = self._fetcher.trackers[tp]
             position, from_ = stored.get(tp), source
-            left = self._left_positions.pop(tp, None)
-            if (
-                position is None
-                and left is not None
-                and normalise_topic_id(topic_ids.get(tp.topic)) not in (None, left.topic_id)
-            ):
-                # Nothing committed, and the topic is another incarnation than the one this
-                # consumer read: its commits went with the deleted topic. Start from where
-                # we stood in the old log; the tracker reports the re-creation.
-                position, from_ = left, "left_position"
+            left = self._left_positions.get(tp)
+            if position is None and left is not None:
+                current = normalise_topic_id(topic_ids.get(tp.topic))
+                if current is not None and current != left.topic_id:
+                    # Nothing committed, and the topic is another incarnation than the one
+                    # this consumer read: its commits went with the deleted topic. Start
+                    # from where we stood in the old log; the tracker reports the re-creation.
+                    position, from_ = left, "left_position"
+                else:
+                    since = self._left_checked.setdefault(tp, time.monotonic())
+                    if not self._fetcher.metadata.fresh_since(since):
+                        # Metadata from before the deletion still names the old id: decide
+                        # on an answer asked for now (the next poll, or the one after).
+                        self._fetcher.request_metadata()
+                        continue
+            self._left_positions.pop(tp, None)
+            self._left_checked.pop(tp, None)
             if tracker.state is PartitionState.INITIALIZING:
                 tracker.restore(position, source=from_)
                 self._fetcher.after_input(tp)
@@ -363,6 +373,7 @@ class EpochConsumer:
         self._fetcher.want_all_topics(False)
         self._set_assignment([])
         self._left_positions.clear()  # the application let go of those partitions itself
+        self._left_checked.clear()
 
     def _update_pattern(self) -> None:
         if self._pattern is None or self._fetcher.all_topics is None:

@@ -797,6 +797,12 @@ class Fetcher:
         tracker = self.trackers.get(tp)
         if tracker is None:
             return
+        if tracker.paused:
+            # Paused while the fetch was out: its records would sit in a buffer nobody drains,
+            # and a broker with buffers holds back its caught-up partitions. Read again on
+            # resume (pause() already handed the fetch back).
+            self.mark_ready(tp)
+            return
         if action.read_replica is not None:
             self.metrics.fetches_from_followers += 1
         source = self._source(action.node_id)

@@ -695,6 +695,8 @@ class PartitionTracker:
             self._begin_validation(T.SEEK_UNVALIDATED, DetectedBy.RESTORE)
         if other_topic:
             # A position in a log that no longer exists: the topic was re-created since.
+            assert wanted is not None
+            self._retire_topic_id(wanted)
             self._topic_recreated(self._leader_id, self._leader_epoch, self._topic_id)
 
     def request_reset(
@@ -1137,9 +1139,16 @@ class PartitionTracker:
             self._splices = [s for s in self._splices if s > first]
         self._hist_epoch = epoch
 
+    def _retire_topic_id(self, topic_id: str) -> None:
+        if topic_id not in self._old_topic_ids:
+            self._old_topic_ids = (*self._old_topic_ids[-(MAX_OLD_TOPIC_IDS - 1) :], topic_id)
+
     def _splice_at(self, offset: int) -> None:
         """From ``offset`` on we read another log than the one ``_hist`` holds below it."""
-        if self._hist and (not self._splices or self._splices[-1] < offset):
+        # A splice above the new one belonged to reads the log start now lies below.
+        while self._splices and self._splices[-1] >= offset:
+            self._splices.pop()
+        if any(start < offset for _, start in self._hist):
             self._splices.append(offset)
         # The next record read starts an entry, whatever its epoch.
         self._hist_epoch = None
@@ -1403,8 +1412,8 @@ class PartitionTracker:
         self, leader_id: int | None, leader_epoch: int | None, topic_id: str | None
     ) -> None:
         # A new topic id is a new log: its epochs restart, so the old ones must not block it.
-        if self._topic_id is not None:
-            self._old_topic_ids = (*self._old_topic_ids[-(MAX_OLD_TOPIC_IDS - 1) :], self._topic_id)
+        if self._topic_id is not None and self._topic_id != topic_id:
+            self._retire_topic_id(self._topic_id)
         self._topic_id = topic_id
         self._topic_confirmed = False
         self._replica = None

@@ -291,3 +291,90 @@ def test_metadata_failures_back_off_with_retry_backoff(mocker: Any) -> None:
         delays.append(round(m.next_at - 50.0, 3))
     assert delays == [0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
     assert m.due(m.next_at) is not None  # still asking
+
+
+def test_an_answer_for_a_partition_paused_meanwhile_does_not_hold_up_its_broker() -> None:
+    """Found in review: the answer of a fetch in flight when its partition was paused was
+    buffered and never drained, and a broker with buffered records holds back its caught-up
+    partitions until those buffers empty: q was never fetched again until p was resumed."""
+    import uuid
+    from types import SimpleNamespace as NS
+    from unittest import mock
+
+    from kafka.future import Future
+    from kafka.record import MemoryRecordsBuilder
+
+    from epochguard.consumer.config import build_config
+    from epochguard.offsets.policy import OffsetPolicy
+
+    p, q = TopicPartition("t", 0), TopicPartition("t", 1)
+    client = mock.Mock()
+    client.send.return_value = Future()
+    f = Fetcher(
+        client,
+        build_config({}),
+        OffsetPolicy(auto_offset_reset="earliest"),
+        None,
+        None,
+        lambda e: None,
+    )
+    sent: list[Any] = []
+    f._complete = lambda h, ctx, fut: sent.append((h, ctx))  # type: ignore[method-assign]
+    parts = [NS(partition_index=i, leader_id=1, leader_epoch=0, error_code=0) for i in (0, 1)]
+    topic = NS(name="t", error_code=0, topic_id=uuid.uuid4(), is_internal=False, partitions=parts)
+    for tp in (p, q):
+        f.add_partition(tp)
+    f._on_metadata((0.0, ["t"]), Future().success(NS(topics=[topic], brokers=[])))
+    for tp in (p, q):
+        f.trackers[tp].seek(0)
+        f.after_input(tp)
+
+    def records(start: int, n: int) -> bytes:
+        b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=10**6, offset=start)
+        for i in range(n):
+            b.append(timestamp=i, key=None, value=b"v", headers=[])
+        b.close()
+        return bytes(b.buffer())
+
+    def part(i: int, recs: bytes, hw: int) -> Any:
+        return NS(
+            partition_index=i,
+            error_code=0,
+            diverging_epoch=None,
+            records=recs,
+            high_watermark=hw,
+            last_stable_offset=hw,
+            log_start_offset=0,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+        )
+
+    def answer(ctx: Any, answered: list[Any]) -> None:
+        resp = NS(
+            API_VERSION=12,
+            error_code=0,
+            session_id=0,
+            throttle_time_ms=0,
+            responses=[NS(topic="t", partitions=answered)],
+        )
+        f._on_fetch(ctx, Future().success(resp))
+
+    def fetches() -> list[Any]:
+        return [ctx for h, ctx in sent if h == f._on_fetch]
+
+    now = 1.0
+    f.send_requests(now)
+    answer(fetches()[-1], [part(0, records(0, 10), 100), part(1, b"", 0)])
+    assert len(f.fetched_records(500, lambda tp: True)[p]) == 10
+    f.send_requests(now)
+    in_flight = fetches()[-1]
+    f.trackers[p].pause()  # EpochConsumer.pause(p) while that fetch is out
+    f.after_input(p)
+    answer(in_flight, [part(0, records(10, 10), 100), part(1, b"", 0)])
+    before = len(fetches())
+    for _ in range(20):
+        now += 1.0
+        f.fetched_records(500, lambda tp: tp != p)
+        f.send_requests(now)
+    assert len(fetches()) > before, "q was never fetched again"
+    assert p not in f._sources[1].buffers

@@ -1008,3 +1008,39 @@ def test_a_leader_change_during_the_log_start_probe_starts_validation_over() -> 
     tr.on_validation(again, 0, 2, 9, 0.0)  # the newest leader has all we read
     assert truncations(tr) == [] and tr.state is S.FETCHING
     assert tr.position == EpochOffset(4, 2)
+
+
+def test_a_restored_position_on_a_former_topic_id_retires_that_id() -> None:
+    # Found in review: restoring a position of topic id X when metadata already names Y
+    # reported the re-creation but retired Y instead of X, so a broker still naming X later
+    # sent the tracker back to the deleted log with a second report.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "rewind"))
+    tr.on_metadata(1, 0, "topic-y")
+    tr.restore(EpochOffset(10, 3, topic_id="topic-x"), source="left_position")
+    (ev,) = truncations(tr)
+    assert ev.report.detected_by is DetectedBy.TOPIC_RECREATED
+    assert tr.on_records(fetch(tr), 0, 4, 0)
+    assert not tr.on_metadata(1, 3, "topic-x")  # a broker behind the re-creation
+    assert truncations(tr) == [] and tr.topic_id == "topic-y" and tr.position == EpochOffset(5, 0)
+
+
+def test_a_log_start_below_an_older_splice_replaces_it() -> None:
+    # Found in review: reads from log A [0, 10) and log B [10, 20) (a splice at 10); leader C
+    # has its log start at 8 and the divergence at 5. The rewind goes to 8 in C's log: the
+    # splice must move to 8 (it was dropped, and A's diverged entries then shared a stretch
+    # with C's records). The history is set directly: reaching it through answers takes
+    # three leaders.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "rewind"))
+    tr.on_metadata(1, 5, "topic-a")
+    tr.seek(EpochOffset(20, 3))
+    tr._hist[:] = [(1, 0), (2, 5), (3, 10)]
+    tr._hist_epoch, tr._hist_inexact = 3, False
+    tr._splices[:] = [10]
+    tr._probe, tr._probe_divergence = True, EpochOffset(5, 2)
+    tr.on_list_offsets(list_offsets(tr), 8, 4)
+    (ev,) = truncations(tr)
+    assert ev.report.divergence == EpochOffset(8, 4)
+    assert tr.position == EpochOffset(8, 4) and tr.epoch_history == ((1, 0), (2, 5))
+    assert not tr.position_is_exact  # nothing read in C's log yet
+    assert tr.on_records(fetch(tr), 8, 9, 4)
+    assert tr.epoch_history == ((1, 0), (2, 5), (4, 8))

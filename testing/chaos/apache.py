@@ -440,16 +440,19 @@ def run_apache_schedule(
     with tempfile.TemporaryDirectory(prefix="chaos-apache-") as tmpdir:
         run = _ApacheRun(schedule, cluster, clients, tmpdir, step_gap, topic)
         try:
-            run.execute(end_timeout)
+            try:
+                run.execute(end_timeout)
+            finally:
+                run.close_members()
+            final = run.snapshot()
         finally:
-            run.close_members()
-        final = run.snapshot()
-        try:
-            # Partitions left behind would make every later broker stop slower (controlled
-            # shutdown moves each one's leadership): a series of schedules stays flat.
-            cluster.delete_topic(topic)
-        except (ClusterError, WireError) as exc:
-            log.info("chaos_apache_delete_failed", topic=topic, error=repr(exc))
+            try:
+                # Partitions left behind would make every later broker stop slower
+                # (controlled shutdown moves each one's leadership), a failed run's too: a
+                # series of schedules stays flat.
+                cluster.delete_topic(topic)
+            except (ClusterError, WireError) as exc:
+                log.info("chaos_apache_delete_failed", topic=topic, error=repr(exc))
     history = History(
         tuple(run.events),
         tuple(run.snapshots),

@@ -49,24 +49,45 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-async def _start_server(callback: Any, host: str, port: int, **kw: Any) -> asyncio.Server:
-    """Listen on ``port``, or on a free port *below* the ephemeral range when it is 0.
+#: Ports the clusters of this process hold, their brokers stopped or not (released when the
+#: cluster closes): another cluster must not take a stopped broker's port.
+_RESERVED: set[int] = set()
+_RESERVED_LOCK = threading.Lock()
+
+
+async def _start_server(
+    callback: Any, host: str, port: int, owned: set[int], **kw: Any
+) -> asyncio.Server:
+    """Listen on ``port``, or on a free port *below* the ephemeral range when it is 0,
+    reserved for the cluster (``owned``) until it closes.
 
     A stopped broker starts again on the same port. An ephemeral port can meanwhile be
     taken as the local end of some client's connection (chaos runs start many clusters at
     once), and the restart then failed with "address already in use"; ports below the
-    ephemeral range are never handed out that way."""
+    ephemeral range are never handed out that way, and the reservation keeps the other
+    clusters of this process off them."""
     if port:
         return await asyncio.start_server(callback, host, port, reuse_address=True, **kw)
     rng = random.Random()
     low = _ephemeral_low()
-    for _ in range(20):
-        candidate = rng.randrange(10_000, low) if low > 10_100 else 0
+    for _ in range(50):
+        if low <= 10_100:
+            break
+        candidate = rng.randrange(10_000, low)
+        with _RESERVED_LOCK:
+            if candidate in _RESERVED:
+                continue
+            _RESERVED.add(candidate)
         try:
-            return await asyncio.start_server(callback, host, candidate, reuse_address=True, **kw)
+            server = await asyncio.start_server(callback, host, candidate, reuse_address=True, **kw)
         except OSError as exc:
-            if exc.errno != errno.EADDRINUSE or candidate == 0:
+            with _RESERVED_LOCK:
+                _RESERVED.discard(candidate)
+            if exc.errno != errno.EADDRINUSE:
                 raise
+            continue
+        owned.add(candidate)
+        return server
     return await asyncio.start_server(callback, host, 0, reuse_address=True, **kw)
 
 
@@ -131,6 +152,7 @@ class EmbeddedServer:
         self._conns: dict[int, set[asyncio.StreamWriter]] = {}
         self._tasks: dict[int, set[asyncio.Task[Any]]] = {}
         self._closed = False
+        self._ports: set[int] = set()
         state.loop = self.loop
 
     def _run(self) -> None:
@@ -152,6 +174,8 @@ class EmbeddedServer:
         for broker_id in list(self._servers):
             self.call(self.stop_listener(broker_id))
         self.call(self._cancel_tasks())
+        with _RESERVED_LOCK:
+            _RESERVED.difference_update(self._ports)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()
@@ -203,7 +227,9 @@ class EmbeddedServer:
 
             return on_connect
 
-        server = await _start_server(on_connect_to(PLAINTEXT), broker.host, broker.port)
+        server = await _start_server(
+            on_connect_to(PLAINTEXT), broker.host, broker.port, self._ports
+        )
         broker.port = server.sockets[0].getsockname()[1]
         self._servers[broker_id] = server
         self._conns.setdefault(broker_id, set())
@@ -216,6 +242,7 @@ class EmbeddedServer:
                     on_connect_to(listener),
                     broker.host,
                     broker.listener_ports.get(listener, 0),
+                    self._ports,
                     ssl=tls,
                 )
                 secured.append(extra)

@@ -49,15 +49,7 @@ def score(client: str, schedules: int = SCHEDULES, workers: int = WORKERS) -> di
     )
     for r in runs:
         v = r.verdict
-        totals.update(
-            silent_losses=v.silent_losses,
-            silent_rereads=v.silent_rereads,
-            spurious_reports=v.spurious_reports,
-            stalls=v.stalls,
-            raise_breaches=v.raise_breaches,
-            delivered=v.delivered,
-            reports=v.reports,
-        )
+        totals.update(v.counts())
         if not v.ok:
             failed.append(r.schedule.seed)
             if len(examples) < 3 and v.problems:

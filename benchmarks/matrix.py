@@ -346,20 +346,7 @@ def run_case(size: int, parts: int, codec: str) -> dict[str, Any]:
         row["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
     finally:
         stop_broker(proc, parent)
-    for client, outs in runs.items():
-        if not outs:
-            row[client] = None
-            continue
-        row[client] = round(total / min(o["elapsed_s"] for o in outs))
-        row[f"{client}_cpu_s_per_million"] = round(
-            statistics.median(o["cpu_s"] for o in outs) * 1e6 / total, 3
-        )
-        # Every round, so the spread (the machine is shared) can be read off the JSON.
-        row[f"{client}_rounds"] = [round(total / o["elapsed_s"]) for o in outs]
-        row[f"{client}_cpu_rounds"] = [round(o["cpu_s"] * 1e6 / total, 3) for o in outs]
-    for other in ("kafka-python", "aiokafka", "confluent-kafka", "embedded-alone"):
-        if row.get("epochguard") and row.get(other):
-            row[f"epochguard_vs_{other}"] = round(row["epochguard"] / row[other], 2)
+    summarise(row, runs, total)
     print(json.dumps(row), flush=True)
     return row
 
@@ -388,6 +375,25 @@ def merge(rows: list[dict[str, Any]], previous: dict[str, Any] | None) -> list[d
     kept.update((_key(r), r) for r in rows)
     order = {case: i for i, case in enumerate(full_matrix())}
     return sorted(kept.values(), key=lambda r: order.get(_key(r), len(order)))
+
+
+def summarise(row: dict[str, Any], runs: dict[str, list[dict[str, Any]]], total: int) -> None:
+    """Each client's best rate, median CPU per million records and every round, and the
+    ratios of EpochConsumer to the others, into ``row``."""
+    for client, outs in runs.items():
+        if not outs:
+            row[client] = None
+            continue
+        row[client] = round(total / min(o["elapsed_s"] for o in outs))
+        row[f"{client}_cpu_s_per_million"] = round(
+            statistics.median(o["cpu_s"] for o in outs) * 1e6 / total, 3
+        )
+        # Every round, so the spread (the machine is shared) can be read off the JSON.
+        row[f"{client}_rounds"] = [round(total / o["elapsed_s"]) for o in outs]
+        row[f"{client}_cpu_rounds"] = [round(o["cpu_s"] * 1e6 / total, 3) for o in outs]
+    for other in runs:
+        if other != "epochguard" and row.get("epochguard") and row.get(other):
+            row[f"epochguard_vs_{other}"] = round(row["epochguard"] / row[other], 2)
 
 
 def run() -> dict[str, Any]:

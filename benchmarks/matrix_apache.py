@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import statistics
 from typing import Any
 
 from benchmarks import matrix
@@ -106,17 +105,7 @@ def run_case(cluster: Any, size: int, parts: int, codec: str) -> dict[str, Any]:
         row["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
     finally:
         cluster.delete_topic(matrix.TOPIC)
-    for client, outs in runs.items():
-        if not outs:
-            row[client] = None
-            continue
-        row[client] = round(total / min(o["elapsed_s"] for o in outs))
-        row[f"{client}_cpu_s_per_million"] = round(
-            statistics.median(o["cpu_s"] for o in outs) * 1e6 / total, 3
-        )
-    for other in ("kafka-python", "aiokafka", "confluent-kafka"):
-        if row.get("epochguard") and row.get(other):
-            row[f"epochguard_vs_{other}"] = round(row["epochguard"] / row[other], 2)
+    matrix.summarise(row, runs, total)
     print(json.dumps(row), flush=True)
     return row
 

@@ -71,16 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _count(r: Any, totals: Counter[str], failed: list[int], args: Any, factory: Any) -> None:
     v = r.verdict
-    totals.update(
-        schedules=1,
-        silent_losses=v.silent_losses,
-        silent_rereads=v.silent_rereads,
-        spurious_reports=v.spurious_reports,
-        stalls=v.stalls,
-        raise_breaches=v.raise_breaches,
-        delivered=v.delivered,
-        reports=v.reports,
-    )
+    totals.update(schedules=1, **v.counts())
     if not v.ok:
         failed.append(r.schedule.seed)
         print(r.describe(), flush=True)

@@ -453,21 +453,7 @@ def run_apache_schedule(
                 cluster.delete_topic(topic)
             except (ClusterError, WireError) as exc:
                 log.info("chaos_apache_delete_failed", topic=topic, error=repr(exc))
-    history = History(
-        tuple(run.events),
-        tuple(run.snapshots),
-        {p: s for p, s in final.items() if s is not None},
-        schedule.policy,
-    )
-    first = next(iter(clients))
-    return RunResult(
-        schedule,
-        first,
-        history,
-        judge(history, first),
-        time.monotonic() - started,
-        tuple(run.step_log),
-    )
+    return run.result(final, started)
 
 
 def replay_code(schedule: Schedule) -> str:

@@ -163,6 +163,18 @@ class Verdict:
             or self.raise_breaches
         )
 
+    def counts(self) -> dict[str, int]:
+        """The counters, by name (totals over many runs add these up)."""
+        return {
+            "silent_losses": self.silent_losses,
+            "silent_rereads": self.silent_rereads,
+            "spurious_reports": self.spurious_reports,
+            "stalls": self.stalls,
+            "raise_breaches": self.raise_breaches,
+            "delivered": self.delivered,
+            "reports": self.reports,
+        }
+
     def describe(self) -> str:
         head = (
             f"silent losses {self.silent_losses}, silent re-reads {self.silent_rereads}, "

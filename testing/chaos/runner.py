@@ -195,6 +195,24 @@ class _Run:
         self.seq = 0
         self.step_log: list[str] = []
 
+    def result(self, final: dict[int, LogSnapshot | None], started: float) -> RunResult:
+        """The run as the oracle's History, judged for the first client."""
+        history = History(
+            tuple(self.events),
+            tuple(self.snapshots),
+            {p: s for p, s in final.items() if s is not None},
+            self.schedule.policy,
+        )
+        first = next(iter(self.clients))
+        return RunResult(
+            self.schedule,
+            first,
+            history,
+            judge(history, first),
+            time.monotonic() - started,
+            tuple(self.step_log),
+        )
+
     # -- events ------------------------------------------------------------------------------
 
     def emit(self, ev: Any, app: str, member: int) -> None:
@@ -484,21 +502,7 @@ def run_schedule(
         finally:
             run.close_members()
         final = run.snapshot()
-    history = History(
-        tuple(run.events),
-        tuple(run.snapshots),
-        {p: s for p, s in final.items() if s is not None},
-        schedule.policy,
-    )
-    first = next(iter(clients))
-    return RunResult(
-        schedule,
-        first,
-        history,
-        judge(history, first),
-        time.monotonic() - started,
-        tuple(run.step_log),
-    )
+    return run.result(final, started)
 
 
 def run_many(

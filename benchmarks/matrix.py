@@ -323,27 +323,10 @@ def run_case(size: int, parts: int, codec: str) -> dict[str, Any]:
         "scale": SCALE,
         "repeat": REPEAT,
     }
-    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CLIENTS}
     try:
         if not parent.poll(600):
             raise RuntimeError("the broker process did not come up")
-        bootstrap = parent.recv()
-        row["load_avg_1m_before"] = round(os.getloadavg()[0], 2)
-        for _ in range(REPEAT):
-            for client in CLIENTS:
-                if f"{client}_error" in row:
-                    continue
-                try:
-                    out = _run_client(client, bootstrap, parts, total)
-                    expected = total * (size + KEY_BYTES)
-                    if client != "embedded-alone" and out["bytes_touched"] != expected:
-                        raise RuntimeError(
-                            f"touched {out['bytes_touched']} bytes, expected {expected}"
-                        )
-                    runs[client].append(out)
-                except Exception as exc:
-                    row[f"{client}_error"] = repr(exc)[-400:]
-        row["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+        runs = run_rounds(CLIENTS, parent.recv(), size, parts, total, row)
     finally:
         stop_broker(proc, parent)
     summarise(row, runs, total)
@@ -375,6 +358,29 @@ def merge(rows: list[dict[str, Any]], previous: dict[str, Any] | None) -> list[d
     kept.update((_key(r), r) for r in rows)
     order = {case: i for i, case in enumerate(full_matrix())}
     return sorted(kept.values(), key=lambda r: order.get(_key(r), len(order)))
+
+
+def run_rounds(
+    clients: list[str], bootstrap: str, size: int, parts: int, total: int, row: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """``REPEAT`` rounds of every client, interleaved; a client that fails (or touches the
+    wrong number of bytes) is left out of the later rounds, its error kept in ``row``."""
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in clients}
+    row["load_avg_1m_before"] = round(os.getloadavg()[0], 2)
+    expected = total * (size + KEY_BYTES)
+    for _ in range(REPEAT):
+        for client in clients:
+            if f"{client}_error" in row:
+                continue
+            try:
+                out = _run_client(client, bootstrap, parts, total)
+                if client != "embedded-alone" and out["bytes_touched"] != expected:
+                    raise RuntimeError(f"touched {out['bytes_touched']} bytes, expected {expected}")
+                runs[client].append(out)
+            except Exception as exc:
+                row[f"{client}_error"] = repr(exc)[-400:]
+    row["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    return runs
 
 
 def summarise(row: dict[str, Any], runs: dict[str, list[dict[str, Any]]], total: int) -> None:

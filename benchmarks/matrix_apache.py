@@ -85,24 +85,8 @@ def run_case(cluster: Any, size: int, parts: int, codec: str) -> dict[str, Any]:
             "partitions": parts,
             "compression": codec,
             "records": total,
-            "load_avg_1m_before": round(os.getloadavg()[0], 2),
         }
-        runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CLIENTS}
-        for _ in range(matrix.REPEAT):
-            for client in CLIENTS:
-                if f"{client}_error" in row:
-                    continue
-                try:
-                    out = matrix._run_client(client, cluster.bootstrap_servers, parts, total)
-                    expected = total * (size + matrix.KEY_BYTES)
-                    if out["bytes_touched"] != expected:
-                        raise RuntimeError(
-                            f"touched {out['bytes_touched']} bytes, expected {expected}"
-                        )
-                    runs[client].append(out)
-                except Exception as exc:
-                    row[f"{client}_error"] = repr(exc)[-400:]
-        row["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+        runs = matrix.run_rounds(CLIENTS, cluster.bootstrap_servers, size, parts, total, row)
     finally:
         cluster.delete_topic(matrix.TOPIC)
     matrix.summarise(row, runs, total)

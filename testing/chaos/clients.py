@@ -48,7 +48,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         for tp in assigned:
-            self.adapter.ctx.emit(Assigned(-1, tp.partition, -1))
+            self.adapter.session_started(tp)
 
 
 class _KafkaPythonLike:
@@ -68,7 +68,11 @@ class _KafkaPythonLike:
         else:
             self.consumer.assign(self.tps)
             for tp in self.tps:
-                self.ctx.emit(Assigned(-1, tp.partition, -1))
+                self.session_started(tp)
+
+    def session_started(self, tp: TopicPartition) -> None:
+        """The client starts a session on ``tp`` (the oracle's Assigned)."""
+        self.ctx.emit(Assigned(-1, tp.partition, -1))
 
     def _deliver(self, batch: Any) -> None:
         for tp, records in batch.items():
@@ -141,6 +145,7 @@ class _EpochConsumerClient(_KafkaPythonLike):
         if ctx.subscribe:
             cfg.update(_GROUP_KW)
         self.positions: dict[TopicPartition, Any] = {}
+        self.unannounced: set[TopicPartition] = set()
         self.consumer = EpochConsumer(**cfg)
         self._start()
 
@@ -166,11 +171,25 @@ class _EpochConsumerClient(_KafkaPythonLike):
             )
         )
 
+    def session_started(self, tp: TopicPartition) -> None:
+        # A session starts where it reads its commit, not at the assignment: a topic deleted
+        # in between takes the group's commits with it (Kafka deletes them), and then no
+        # client can know what the application had read. Announced once the consumer has
+        # read the commit (its restore is done).
+        self.unannounced.add(tp)
+
+    def _announce(self) -> None:
+        restored = self.consumer._restored  # the partitions whose commit has been read
+        for tp in [tp for tp in self.unannounced if tp in restored]:
+            self.unannounced.discard(tp)
+            self.ctx.emit(Assigned(-1, tp.partition, -1))
+
     def poll_once(self) -> None:
         from epochguard.consumer import LogTruncationError
 
         try:
             batch = self.consumer.poll(timeout_ms=_POLL_MS)
+            self._announce()
         except LogTruncationError as exc:
             # Policy raise: the callback reported it; resume at the divergence point.
             for tp, divergence in exc.truncation_offsets().items():

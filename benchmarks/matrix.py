@@ -114,11 +114,14 @@ def full_matrix() -> list[tuple[int, int, str]]:
 def all_cases() -> list[tuple[int, int, str]]:
     cases = full_matrix()
     wanted = os.environ.get("MATRIX_CASES")
-    if not wanted:
-        return cases
+    return parse_cases(wanted) if wanted else cases
+
+
+def parse_cases(specs: str) -> list[tuple[int, int, str]]:
+    """``"100x1,1024x8,1024x1:lz4"`` as (value bytes, partitions, codec) cases."""
     out = []
-    for spec in wanted.split(","):
-        shape, _, codec = spec.partition(":")
+    for spec in specs.split(","):
+        shape, _, codec = spec.strip().partition(":")
         size, _, parts = shape.partition("x")
         out.append((int(size), int(parts), codec or "none"))
     return out

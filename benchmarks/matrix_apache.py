@@ -35,12 +35,7 @@ DEFAULT_CASES = "100x1,100x8,1024x1,1024x8,1024x1:lz4"
 
 
 def cases() -> list[tuple[int, int, str]]:
-    out = []
-    for spec in os.environ.get("MATRIX_APACHE_CASES", DEFAULT_CASES).split(","):
-        shape, _, codec = spec.strip().partition(":")
-        size, _, parts = shape.partition("x")
-        out.append((int(size), int(parts), codec or "none"))
-    return out
+    return matrix.parse_cases(os.environ.get("MATRIX_APACHE_CASES", DEFAULT_CASES))
 
 
 def preload(bootstrap: str, size: int, parts: int, codec: str, total: int) -> None:

@@ -1201,12 +1201,14 @@ class PartitionTracker:
                 found = e
         return found
 
+    def _at_splice(self) -> bool:
+        """Nothing read since a splice at the position (a splice always has reads below)."""
+        return bool(self._splices) and self._splices[-1] == self._offset
+
     def _validation_epoch(self) -> int | None:
         """The epoch to ask the leader about first: the position's, unless nothing was read
         since a splice at the position; then the epoch we last read, in the earlier log."""
-        if self._splices and self._offset == self._splices[-1] and self._hist:
-            return self._hist[-1][0]
-        return self._epoch
+        return self._hist[-1][0] if self._at_splice() else self._epoch
 
     def _begin_validation(
         self, trigger: Trigger, cause: DetectedBy, min_epoch: int | None = None
@@ -1265,13 +1267,12 @@ class PartitionTracker:
             self._truncation(None, current_leader_epoch)
             return
         if self._bound is None and d >= pos:
-            at_splice = bool(self._splices) and self._splices[-1] == pos
-            if at_splice:
+            if self._at_splice():
                 # The leader holds what we read before the splice, up to the position: the
                 # log we moved to at the splice is not this leader's, the earlier one is.
                 self._splices.pop()
                 self._epoch = end_epoch
-                self._hist_epoch = self._hist[-1][0] if self._hist else None
+                self._hist_epoch = self._hist[-1][0]
             elif self._epoch is not None and end_epoch < self._epoch:
                 # Only reachable without own reads: our epoch was an upper bound. Adopt the
                 # leader's, so that Fetch LastFetchedEpoch stops reporting a divergence.

@@ -62,15 +62,29 @@ def _fail_with_replay(results: Iterable[RunResult]) -> None:
 RESTORED_EXACT_COMMITS = (92, 685, 867, 1199, 2039, 2277, 2354, 3570, 4483, 4647)
 
 
+#: Open (docs/reliability.md, "Found and left open"): under some timings a member restored
+#: from a group commit reports a truncation (divergence unknown) whose records the leader
+#: still holds. Seen in 2 of many CI runs; run on its own below, where its outcome shows as
+#: xfail/xpass in every report instead of failing an unrelated change.
+SPURIOUS_RESTORE_REPORT = (72,)
+
+
 @pytest.mark.parametrize("first", range(0, 250, CHUNK))
 def test_chaos_schedules(first: int) -> None:
-    seeds = [s for s in range(first, first + CHUNK) if s not in RESTORED_EXACT_COMMITS]
+    left_out = RESTORED_EXACT_COMMITS + SPURIOUS_RESTORE_REPORT
+    seeds = [s for s in range(first, first + CHUNK) if s not in left_out]
     results = list(run_many(map(generate, seeds), workers=WORKERS))
     assert len(results) == len(seeds)
     _fail_with_replay(results)
     assert all(r.verdict.delivered > 0 for r in results)
     # The set must stage real truncations, not only pass: most chunks see several.
     assert sum(r.verdict.reports for r in results) > 0
+
+
+@pytest.mark.xfail(strict=False, reason="open: spurious restore report (docs/reliability.md)")
+def test_the_open_spurious_restore_report() -> None:
+    results = list(run_many(map(generate, SPURIOUS_RESTORE_REPORT), workers=WORKERS))
+    _fail_with_replay(results)
 
 
 def test_restarts_from_exact_commits_report_what_they_cannot_place() -> None:

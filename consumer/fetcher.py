@@ -797,10 +797,12 @@ class Fetcher:
         tracker = self.trackers.get(tp)
         if tracker is None:
             return
-        if tracker.paused:
-            # Paused while the fetch was out: its records would sit in a buffer nobody drains,
-            # and a broker with buffers holds back its caught-up partitions. Read again on
-            # resume (pause() already handed the fetch back).
+        if not tracker.awaits(action):
+            # Stale: a former leader's late answer, or one for a partition paused, moved or
+            # seeked meanwhile (pause() and the rest handed the fetch back). Touch nothing:
+            # the broker that now serves the partition may hold the current fetch's
+            # records in a buffer, and a paused partition's records would sit in a buffer
+            # nobody drains while its broker holds back its caught-up partitions.
             self.mark_ready(tp)
             return
         if action.read_replica is not None:

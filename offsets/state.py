@@ -725,6 +725,16 @@ class PartitionTracker:
     def resume(self) -> None:
         self._paused = False
 
+    def awaits(self, action: Action) -> bool:
+        """Whether ``action`` is the request this tracker is waiting on, so that its answer
+        is current. The ``on_*`` inputs ignore a stale answer themselves; a driver asks
+        first when it keeps state of its own per answer (buffers, which broker serves the
+        partition): a former leader's late answer must not disturb what the current
+        request brought."""
+        if isinstance(action, WaitAction) or action.token != self._gen or not self._in_flight:
+            return False
+        return not isinstance(action, FetchAction) or self._state is _FETCHING
+
     def cancel(self, action: Action) -> None:
         """The driver did not send ``action`` after all: hand it out again, no backoff."""
         if not isinstance(action, WaitAction) and action.token == self._gen:

@@ -378,3 +378,38 @@ def test_an_answer_for_a_partition_paused_meanwhile_does_not_hold_up_its_broker(
         f.send_requests(now)
     assert len(fetches()) > before, "q was never fetched again"
     assert p not in f._sources[1].buffers
+
+
+def test_a_former_leaders_late_answer_does_not_discard_the_current_fetchs_records(
+    mocker: Any,
+) -> None:
+    """Found by the chaos runs (seeds 194, 211, 2982 stalled): the leader moves while a
+    fetch to the old leader is out; the new leader's answer is buffered, then the old
+    leader's late FENCED answer came in. Applying it took the partition from the new
+    leader's source, buffered records included, while the tracker went on waiting for
+    them: the partition was never fetched again."""
+    f, _client, tracker, futures = _fetching(mocker)
+    f.send_requests(0.0)
+    assert [args[0] for args, _fut in futures] == [1]
+    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=2, epoch=1))
+    f.send_requests(0.0)
+    assert [args[0] for args, _fut in futures] == [1, 2]
+    futures[1][1].success(_fetch_answer(0, 10, hw=10))
+    fenced = NS(
+        partition_index=0,
+        error_code=74,  # FENCED_LEADER_EPOCH: the old leader heard of the new epoch
+        diverging_epoch=None,
+        records=b"",
+        high_watermark=-1,
+        aborted_transactions=None,
+    )
+    futures[0][1].success(
+        NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[fenced])])
+    )
+    f.process_completions()
+    got = f.fetched_records(100, lambda tp: True)
+    assert [r.offset for r in got[TP]] == list(range(10))
+    assert tracker.position == EpochOffset(10, 0)
+    f.send_requests(0.0)
+    assert [args[0] for args, _fut in futures] == [1, 2, 2], "not fetched again"
+    assert f.metrics.fetch_errors == 0  # the stale answer is no error of the partition's

@@ -1044,3 +1044,23 @@ def test_a_log_start_below_an_older_splice_replaces_it() -> None:
     assert not tr.position_is_exact  # nothing read in C's log yet
     assert tr.on_records(fetch(tr), 8, 9, 4)
     assert tr.epoch_history == ((1, 0), (2, 5), (4, 8))
+
+
+def test_awaits_names_only_the_request_in_flight() -> None:
+    """A driver asks ``awaits`` before touching its own state for an answer: only the
+    request handed out last, not yet answered, at the tracker's generation is current."""
+    tr = fetching(10, 1)
+    old = fetch(tr)
+    assert tr.awaits(old)
+    tr.on_metadata(2, 2, "topic-a")  # a new leader: the fetch to the old one is stale
+    assert not tr.awaits(old)
+    asked = validate(tr)
+    assert tr.awaits(asked)
+    assert tr.on_validation(asked, 0, 1, 10, 0.0)
+    assert not tr.awaits(asked)  # answered
+    current = fetch(tr)
+    assert tr.awaits(current) and not tr.awaits(old)
+    tr.cancel(current)
+    assert not tr.awaits(current)
+    again = fetch(tr)  # handed out once more after the cancel, at the same generation
+    assert tr.awaits(again) and tr.awaits(current)

@@ -199,6 +199,12 @@ class _EpochConsumerClient(_KafkaPythonLike):
                 else:
                     self.consumer.seek(tp, divergence)
                     self.ctx.emit(Seeked(-1, tp.partition, divergence.offset, -1))
+            # The application dropped what the report says is gone: its commit goes back
+            # now (the report callback queued it), before anything else can happen. Left to
+            # the next poll, a restart in between restored the old commit past the dropped
+            # records, and records an election brought back were never read again (seed
+            # 2084).
+            self.commit()
             return
         for tp, records in batch.items():
             if records:

@@ -19,6 +19,7 @@ picture of what can happen to a partition.
 from __future__ import annotations
 
 import enum
+import itertools
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -268,7 +269,8 @@ TRACKER_FIELDS: Final[Mapping[str, str]] = {
     "_retry_at": "retry schedule: nothing is sent before this time",
     "_attempts": "retry schedule: failures in a row (RetryBackoff attempt)",
     "_wait_reason": "retry schedule: WaitReason of the current wait",
-    "_gen": "generation: the token of valid actions; bumped to make answers stale",
+    "_gen": "generation: the token of valid actions, unique in the process; bumped to make "
+    "answers stale",
     "_in_flight": "a request action was handed out and not answered",
     "_paused": "fetches suppressed (validation and resets go on)",
     "_report": "the last TruncationReport",
@@ -315,6 +317,14 @@ MAX_OLD_TOPIC_IDS: Final = 8
 #: How many metadata refreshes to wait for the leader epoch to reach a position's epoch
 #: (KIP-232) before validating regardless.
 MAX_EPOCH_WAITS: Final = 5
+
+#: Tokens come from one counter for the whole process, not one per tracker. A driver finds
+#: the tracker an answer is for by its partition; a tracker made again for the same
+#: partition (revoked and assigned back, a consumer group's everyday hand-over) numbered
+#: its generations from the start again and took its predecessor's answers as its own: an
+#: OffsetForLeaderEpoch answer about another position made it report a truncation that never
+#: happened (the chaos runs' seed 72).
+_GENERATIONS: Final = itertools.count(1)
 
 _FETCHING = S.FETCHING
 
@@ -407,7 +417,7 @@ class PartitionTracker:
         self._fetch_detects = fetch_detects_divergence
         self._policy = OffsetPolicy() if policy is None else policy
         self._state = S.INITIALIZING
-        self._gen = 0
+        self._gen = next(_GENERATIONS)
         self._in_flight = False
         self._paused = False
         # Position, kept as two plain attributes for the records hot path.
@@ -1086,7 +1096,7 @@ class PartitionTracker:
 
     def _bump(self) -> None:
         """Invalidate every request in flight: their answers will be ignored."""
-        self._gen += 1
+        self._gen = next(_GENERATIONS)
         self._in_flight = False
 
     def _metadata_blocked(self) -> bool:

@@ -62,16 +62,16 @@ def _fail_with_replay(results: Iterable[RunResult]) -> None:
 RESTORED_EXACT_COMMITS = (92, 685, 867, 1199, 2039, 2277, 2354, 3570, 4483, 4647)
 
 
-#: Open (docs/reliability.md, "Found and left open"): under some timings a member restored
-#: from a group commit reports a truncation (divergence unknown) whose records the leader
-#: still holds. Seen in 2 of many CI runs; run on its own below, where its outcome shows as
-#: xfail/xpass in every report instead of failing an unrelated change.
-SPURIOUS_RESTORE_REPORT = (72,)
+#: Seed 72 failed the CI set in sessions 4 and 5 (about one run in fifty): a group member
+#: handed a partition back took the answer to its former tracker's OffsetForLeaderEpoch as
+#: its own and reported a truncation that never happened. Tracker tokens are unique in the
+#: process since; it runs here with the rest again, and on its own below, many times over.
+HANDED_BACK_PARTITION = 72
 
 
 @pytest.mark.parametrize("first", range(0, 250, CHUNK))
 def test_chaos_schedules(first: int) -> None:
-    left_out = RESTORED_EXACT_COMMITS + SPURIOUS_RESTORE_REPORT
+    left_out = RESTORED_EXACT_COMMITS
     seeds = [s for s in range(first, first + CHUNK) if s not in left_out]
     results = list(run_many(map(generate, seeds), workers=WORKERS))
     assert len(results) == len(seeds)
@@ -81,9 +81,8 @@ def test_chaos_schedules(first: int) -> None:
     assert sum(r.verdict.reports for r in results) > 0
 
 
-@pytest.mark.xfail(strict=False, reason="open: spurious restore report (docs/reliability.md)")
-def test_the_open_spurious_restore_report() -> None:
-    results = list(run_many(map(generate, SPURIOUS_RESTORE_REPORT), workers=WORKERS))
+def test_a_partition_handed_back_takes_no_answer_meant_for_its_former_tracker() -> None:
+    results = list(run_many([generate(HANDED_BACK_PARTITION)] * 12, workers=WORKERS))
     _fail_with_replay(results)
 
 

@@ -1064,3 +1064,24 @@ def test_awaits_names_only_the_request_in_flight() -> None:
     assert not tr.awaits(current)
     again = fetch(tr)  # handed out once more after the cancel, at the same generation
     assert tr.awaits(again) and tr.awaits(current)
+
+
+def test_a_tracker_made_again_for_a_partition_ignores_its_predecessors_answers() -> None:
+    """Chaos seed 72: a group member gave a partition up and got it back; the answer to the
+    first tracker's OffsetForLeaderEpoch (about 5@e0, from the old leader) reached the new
+    tracker (restored at 23@e1), whose generation counter had started over at the same
+    number: it took the answer and reported a truncation of [0, 23) that never happened."""
+    policy = OffsetPolicy("earliest", "auto")
+    first = PartitionTracker(TP, policy)
+    first.on_metadata(1, 0, "topic-a")
+    first.seek(EpochOffset(5, 0))
+    asked = validate(first)
+    again = PartitionTracker(TP, policy)
+    again.on_metadata(2, 1, "topic-a")
+    again.restore(EpochOffset(23, 1))
+    mine = validate(again)
+    assert not again.awaits(asked) and again.awaits(mine)
+    assert not again.on_validation(asked, 0, 0, 5, 0.0)
+    assert again.state is S.AWAIT_VALIDATION and again.last_report is None
+    assert again.on_validation(mine, 0, 1, 30, 0.0)
+    assert again.state is S.FETCHING and again.position == EpochOffset(23, 1)

@@ -31,6 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=6, help="runs at a time (default 6)")
     ap.add_argument("--client", choices=sorted(CLIENTS), default="epochguard")
     ap.add_argument("--clean", action="store_true", help="no unclean elections")
+    ap.add_argument(
+        "--group-recreate",
+        action="store_true",
+        help="consumer groups see topic re-creation too (other seeds, other schedules)",
+    )
     ap.add_argument("--shrink", action="store_true", help="shrink every failure")
     ap.add_argument("--json", help="write the totals (and failing seeds) to this file")
     args = ap.parse_args(argv)
@@ -41,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     totals: Counter[str] = Counter()
     failed: list[int] = []
     seeds = range(args.first, args.first + args.seeds)
-    schedules = (generate(s, unclean=not args.clean) for s in seeds)
+    schedules = (
+        generate(s, unclean=not args.clean, group_recreate=args.group_recreate) for s in seeds
+    )
     interrupted = False
     try:
         for r in run_many(schedules, {args.client: factory}, workers=args.workers):
@@ -56,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         "first": args.first,
         "seeds": args.seeds,
         "clean": args.clean,
+        "group_recreate": args.group_recreate,
         **dict(totals),
         "failed_seeds": sorted(failed),
         "interrupted": interrupted,

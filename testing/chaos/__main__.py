@@ -36,12 +36,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="consumer groups see topic re-creation too (other seeds, other schedules)",
     )
+    ap.add_argument(
+        "--trail",
+        action="store_true",
+        help="record every tracker's inputs and outputs; a stall's report shows its partition's",
+    )
     ap.add_argument("--shrink", action="store_true", help="shrink every failure")
     ap.add_argument("--json", help="write the totals (and failing seeds) to this file")
     args = ap.parse_args(argv)
     if args.seeds < 1 or args.first < 0 or args.workers < 1:
         ap.error("--seeds and --workers must be >= 1, --first >= 0")
     factory = CLIENTS[args.client]
+    if args.trail:
+        from epochguard.testing.chaos import trail
+
+        trail.install()
     started = time.monotonic()
     totals: Counter[str] = Counter()
     failed: list[int] = []

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import attrs
+from kafka.structs import TopicPartition
 
 from epochguard._log import get_logger
 from epochguard.testing.chaos.oracle import (
@@ -63,6 +64,9 @@ __all__ = [
 ]
 
 log = get_logger(__name__)
+
+#: Trail entries shown per tracker in a stall's report (with ``--trail``).
+TRAIL_SHOWN = 60
 
 TOPIC = "chaos"
 
@@ -439,12 +443,14 @@ class _Run:
                 for p, marker in markers.items():
                     if marker not in got:
                         detail = f"end marker not received in {end_timeout} s"
-                        self.events.append(Stalled(p, detail + self.inner_state(app), app))
+                        self.events.append(Stalled(p, detail + self.inner_state(app, p), app))
 
-    def inner_state(self, app: str) -> str:
+    def inner_state(self, app: str, partition: int | None = None) -> str:
         """What the app's EpochConsumer members hold, for a stall's report (a stall that
-        does not replay can only be read from this)."""
+        does not replay can only be read from this); with trails installed (``--trail``,
+        ``trail.py``) also the last entries of ``partition``'s trackers."""
         from epochguard.consumer import EpochConsumer
+        from epochguard.testing.chaos import trail
         from epochguard.testing.helpers import describe_consumer
 
         out = []
@@ -455,6 +461,14 @@ class _Run:
                     out.append(f"\n    member {m.member}: {describe_consumer(consumer)}")
                 except Exception as exc:  # a closed consumer: say so, do not hide the stall
                     out.append(f"\n    member {m.member}: not described ({exc!r})")
+                if trail.installed() and partition is not None:
+                    tracker = consumer._fetcher.trackers.get(TopicPartition(self.topic, partition))
+                    if tracker is not None:
+                        entries = trail.trail_of(tracker)[-TRAIL_SHOWN:]
+                        out.append(
+                            f"\n    member {m.member} p{partition} trail (last {len(entries)}):"
+                        )
+                        out.extend(f"\n      {e}" for e in entries)
         return "".join(out)
 
     def check_members(self) -> None:

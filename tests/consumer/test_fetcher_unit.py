@@ -413,3 +413,33 @@ def test_a_former_leaders_late_answer_does_not_discard_the_current_fetchs_record
     f.send_requests(0.0)
     assert [args[0] for args, _fut in futures] == [1, 2, 2], "not fetched again"
     assert f.metrics.fetch_errors == 0  # the stale answer is no error of the partition's
+
+
+def test_a_partition_handed_back_takes_no_answer_meant_for_its_former_tracker(
+    mocker: Any,
+) -> None:
+    """Chaos seed 72 through the driver: answers find their tracker by partition, so the
+    OffsetForLeaderEpoch answer to a tracker since removed (a rebalance took the partition)
+    reached the tracker made when the partition came back. It must be ignored there."""
+    events: list[Any] = []
+    f, client = _fetcher(mocker, events)
+    sent: list[Any] = []
+    f._complete = lambda h, ctx, fut: sent.append((h, ctx))  # type: ignore[method-assign]
+    client.send.return_value = Future()
+    first = f.add_partition(TP)
+    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=0))
+    first.seek(EpochOffset(5, 0))
+    f.after_input(TP)
+    f.send_requests(0.0)
+    [(handler, old_actions)] = sent
+    assert handler == f._on_validation
+    f.remove_partition(TP)  # revoked with the request out
+    again = f.add_partition(TP)
+    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=0))
+    again.restore(EpochOffset(23, 0))
+    f.after_input(TP)
+    end = NS(partition=0, error_code=0, leader_epoch=0, end_offset=5)  # about 5@e0, not 23
+    answer = NS(topics=[NS(topic="t", partitions=[end])])
+    f._on_validation(old_actions, Future().success(answer))
+    assert again.state is PartitionState.AWAIT_VALIDATION and again.last_report is None
+    assert not [e for e in events if e.name == "truncation_detected"]

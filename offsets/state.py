@@ -675,13 +675,30 @@ class PartitionTracker:
         if not isinstance(position, EpochOffset):
             position = EpochOffset(position)
         epoch_exact = epoch_exact or position.epoch_exact
+        report = self._report
+        # The application resumes where this tracker's own report said the logs part (the
+        # documented answer to LogTruncationError). What it read below that point stays
+        # known, as a rewind keeps it: cleared, the reported epoch would be an upper bound
+        # only, and a later election replacing records below it went unseen (found by
+        # `make explore`).
+        resumes_at_report = (
+            self._state is S.TRUNCATED
+            and report is not None
+            and report.divergence is not None
+            and position.offset == report.divergence.offset
+            and position.leader_epoch == report.divergence.leader_epoch
+            and position.topic_id in (None, self._topic_id)
+        )
         self._error = None
         self._source = source
         self._from_reset = False
         self._offset = position.offset
         # The epoch is that of the record before the offset; at 0 there is none.
         self._epoch = position.leader_epoch if position.offset > 0 else None
-        self._clear_history()
+        if resumes_at_report:
+            self._truncate_history(position.offset)
+        else:
+            self._clear_history()
         wanted = position.topic_id
         other_topic = False
         if wanted is not None:
@@ -689,7 +706,7 @@ class PartitionTracker:
                 self._topic_id = wanted  # metadata will be compared with it
             else:
                 other_topic = self._topic_id != wanted
-        if self._epoch is not None and epoch_exact:
+        if self._epoch is not None and epoch_exact and not resumes_at_report:
             # What the position itself says: offset-1 was read in this epoch. Where the
             # reader entered that epoch is unknown (``_hist_inexact``).
             self._hist.append((self._epoch, position.offset - 1))

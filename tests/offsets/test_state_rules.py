@@ -1085,3 +1085,49 @@ def test_a_tracker_made_again_for_a_partition_ignores_its_predecessors_answers()
     assert again.state is S.AWAIT_VALIDATION and again.last_report is None
     assert again.on_validation(mine, 0, 1, 30, 0.0)
     assert again.state is S.FETCHING and again.position == EpochOffset(23, 1)
+
+
+def test_a_seek_to_the_reported_divergence_keeps_what_was_read_below_it() -> None:
+    """Found by `make explore`: the application seeks to the divergence of the tracker's own
+    report (policy raise, the documented answer). The seek cleared the epochs read below it,
+    so the reported epoch was an upper bound only, and a later leader answering an older
+    epoch ending at the position validated it, although the record below had been read in
+    an epoch that leader never had."""
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "raise"))
+    tr.on_metadata(2, 2, "topic-a")
+    tr.seek(EpochOffset(0))
+    assert tr.on_records(fetch(tr), 0, 1, 2)  # 0..1 read in epoch 2
+    tr.on_metadata(1, 3, "topic-a")  # an unclean election kept only offset 0
+    tr.on_validation(validate(tr), 0, 2, 1, 0.0)
+    report = tr.last_report
+    assert tr.state is S.TRUNCATED and report is not None
+    assert report.divergence == EpochOffset(1, 2)
+    tr.seek(report.divergence)  # the application resumes there
+    assert tr.on_validation(validate(tr), 0, 2, 1, 0.0)  # the same leader agrees
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(1, 2)
+    tr.drain_events()
+    # Another unclean election: this leader has offset 0 in epoch 0 and never had epoch 2.
+    tr.on_metadata(0, 4, "topic-a")
+    tr.on_validation(validate(tr), 0, 0, 1, 0.0)
+    while tr.state is S.AWAIT_VALIDATION:  # a log start probe, if the tracker asks for one
+        probe = tr.next_action(0.0)
+        assert isinstance(probe, ResetAction)
+        tr.on_list_offsets(probe, 0, 0)
+    assert tr.state is S.TRUNCATED
+    again = tr.last_report
+    assert again is not None and again is not report
+    assert again.divergence is None or again.divergence.offset == 0
+
+
+def test_a_seek_elsewhere_after_a_report_starts_afresh() -> None:
+    """Only the reported divergence keeps the history: a seek anywhere else is a new
+    position whose epoch is an upper bound, as before."""
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "raise"))
+    tr.on_metadata(2, 2, "topic-a")
+    tr.seek(EpochOffset(0))
+    assert tr.on_records(fetch(tr), 0, 1, 2)
+    tr.on_metadata(1, 3, "topic-a")
+    tr.on_validation(validate(tr), 0, 2, 1, 0.0)
+    assert tr.state is S.TRUNCATED
+    tr.seek(EpochOffset(1, 1))  # not the report's divergence (1@e2)
+    assert tr.epoch_history == ()

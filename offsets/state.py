@@ -758,9 +758,13 @@ class PartitionTracker:
         first when it keeps state of its own per answer (buffers, which broker serves the
         partition): a former leader's late answer must not disturb what the current
         request brought."""
-        if isinstance(action, WaitAction) or action.token != self._gen or not self._in_flight:
+        if not self._in_flight_now(action):
             return False
         return not isinstance(action, FetchAction) or self._state is _FETCHING
+
+    def _in_flight_now(self, action: Action) -> bool:
+        """``action`` is the request handed out last, still unanswered, at this generation."""
+        return not isinstance(action, WaitAction) and action.token == self._gen and self._in_flight
 
     def cancel(self, action: Action) -> None:
         """The driver did not send ``action`` after all: hand it out again, no backoff."""
@@ -1056,7 +1060,7 @@ class PartitionTracker:
 
     def on_request_failed(self, action: Action, now: float) -> bool:
         """Transport failure (timeout, connection lost) for ``action``: retry with backoff."""
-        if isinstance(action, WaitAction) or action.token != self._gen or not self._in_flight:
+        if not self._in_flight_now(action):
             return False
         self._in_flight = False
         if isinstance(action, FetchAction) and action.read_replica is not None:

@@ -69,6 +69,16 @@ def _serve(size: int, total: int, parts: int, codec: str, conn: Any) -> None:
         conn.recv()  # until the consumer is done
 
 
+def _process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of another process so far; NaN where /proc is missing."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main(size: int, total: int, parts: int = 1, codec: str = "none", profile: bool = True) -> None:
     import logging
 
@@ -104,6 +114,7 @@ def main(size: int, total: int, parts: int = 1, codec: str = "none", profile: bo
     n = 0
     started = 0.0
     cpu0 = time.process_time()
+    cluster_cpu0 = _process_cpu_s(proc.pid)
     checksum = 0
     total = _per_partition(size, total, parts, codec) * parts
     while n < total:
@@ -115,6 +126,7 @@ def main(size: int, total: int, parts: int = 1, codec: str = "none", profile: bo
             n += len(recs)
     elapsed = time.perf_counter() - started
     cpu = time.process_time() - cpu0
+    cluster_cpu = _process_cpu_s(proc.pid) - cluster_cpu0
     main_prof.disable()
     threading.setprofile(None)  # type: ignore[arg-type]
     for p in profiles:
@@ -124,7 +136,8 @@ def main(size: int, total: int, parts: int = 1, codec: str = "none", profile: bo
     proc.join(30)
     print(
         f"size={size} partitions={parts} codec={codec} records={n} "
-        f"rec/s={n / elapsed:,.0f} cpu_s={cpu:.2f} load={os.getloadavg()[0]:.2f} profiled={profile}"
+        f"rec/s={n / elapsed:,.0f} cpu_s={cpu:.2f} cluster_cpu_s={cluster_cpu:.2f} "
+        f"load={os.getloadavg()[0]:.2f} profiled={profile}"
     )
     if profile:
         out = io.StringIO()

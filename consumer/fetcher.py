@@ -36,7 +36,7 @@ from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.columns import decode_columns
 from epochguard.consumer.errors import CorruptRecordError, RecordDeserializationError
 from epochguard.consumer.metadata import Metadata
-from epochguard.consumer.records import ConsumerRecord, Deserializer, decode_records
+from epochguard.consumer.records import ConsumerRecord, Deserializer, decode_records, fetch_end
 from epochguard.consumer.session import SESSION_ERRORS, SessionEvent, SessionPlan, SessionState
 from epochguard.consumer.source import MAX_FETCHES_PER_BROKER, Buffered, Prefetch, Source
 from epochguard.offsets.events import (
@@ -671,16 +671,50 @@ class Fetcher:
             if not source.buffers:
                 continue
             items = source.prefetch_entries(self.trackers, _FETCHING)
-            if not items:
-                continue
-            for tp, pf in items:
-                source.prefetches[tp] = pf
-                self._source_of[tp] = source
-            request, names = wire.fetch_request([pf.entry for _tp, pf in items], self._fetch_params)
-            source.request_sent()
-            self.metrics.fetch_requests += 1
-            fut = self._client.send(source.node, request, self._fetch_timeout_ms)
-            self._complete(self._on_prefetch, (source.node, dict(items), names), fut)
+            if items:
+                self._send_prefetch_request(source, items)
+
+    def _send_prefetch_request(
+        self, source: Source, items: list[tuple[TopicPartition, Prefetch]]
+    ) -> None:
+        for tp, pf in items:
+            source.prefetches[tp] = pf
+            self._source_of[tp] = source
+        request, names = wire.fetch_request([pf.entry for _tp, pf in items], self._fetch_params)
+        source.request_sent()
+        self.metrics.fetch_requests += 1
+        fut = self._client.send(source.node, request, self._fetch_timeout_ms)
+        self._complete(self._on_prefetch, (source.node, dict(items), names), fut)
+
+    def _prefetch_ahead(
+        self, source: Source, tracker: PartitionTracker, data: Any, high_watermark: int
+    ) -> Prefetch | None:
+        """Send the prefetch for what follows ``data`` before decoding it: its end is in the
+        batch headers, so the broker serves the next answer while this one is decoded and
+        handed out (with one fetch in flight per broker, the round trip otherwise waits for
+        the decoding). The same conditions as :meth:`Source.prefetch_entries`, the same
+        request, and the same rule for using it: only as the answer to a tracker fetch that
+        asks for exactly this."""
+        tp = tracker.tp
+        if not source.may_prefetch_ahead(tp, tracker, _FETCHING):
+            return None
+        end = fetch_end(data)
+        if end is None or end[0] >= high_watermark:
+            return None  # undecidable here, or at the end of the log (held back instead)
+        pf = source.prefetch(tp, tracker, end[0], end[1])
+        self._send_prefetch_request(source, [(tp, pf)])
+        return pf
+
+    @staticmethod
+    def _ahead_holds(ahead: Prefetch, decoded: Any, offset: int) -> bool:
+        """Whether the decoded answer ends where its early prefetch assumed."""
+        if decoded.next_offset is None or decoded.next_offset <= offset:
+            return False
+        if decoded.next_offset != ahead.entry.offset:
+            return False
+        records = decoded.records
+        last = records[-1].leader_epoch if len(records) else decoded.last_epoch
+        return (None if last is None or last < 0 else last) == ahead.entry.last_fetched_epoch
 
     def _on_prefetch(self, context: Any, future: Any) -> None:
         node: int = context[0]
@@ -839,6 +873,11 @@ class Fetcher:
             self.bytes_by_node[action.node_id] += len(data)
             if action.read_replica is not None:
                 self.metrics.bytes_fetched_from_followers += len(data)
+            ahead = (
+                self._prefetch_ahead(source, tracker, data, p.high_watermark)
+                if self._prefetch_enabled
+                else None
+            )
             try:
                 decoded = self._decode(
                     data,
@@ -852,11 +891,17 @@ class Fetcher:
                     read_committed=self._read_committed,
                 )
             except CorruptRecordError as exc:
+                if ahead is not None:
+                    self._drop_prefetch(tp)
                 self._on_corrupt(action, exc)
                 return
             except RecordDeserializationError as exc:
+                if ahead is not None:
+                    self._drop_prefetch(tp)
                 self._on_undeserializable(action, exc, source)
                 return
+            if ahead is not None and not self._ahead_holds(ahead, decoded, action.offset):
+                self._drop_prefetch(tp)
             if decoded.next_offset is not None and decoded.next_offset > action.offset:
                 source.caught_up[tp] = decoded.next_offset >= p.high_watermark
                 if tp not in source.buffers:

@@ -29,6 +29,7 @@ __all__ = [
     "DecodedFetch",
     "as_deserializer",
     "decode_records",
+    "fetch_end",
 ]
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
@@ -37,6 +38,9 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _HEADER_SIZE = _HEADER.size  # 61
 _LOG_OVERHEAD = 12  # baseOffset + batchLength
 _MAGIC_OFFSET = 16
+_END_FIELDS = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
+_LAST_DELTA = struct.Struct(">i").unpack_from
+_LAST_DELTA_OFFSET = 23
 _CRC_START = 21
 # crc, magic, attributes, key and value lengths: the smallest v0 message after the offset
 # and size fields (Java's LegacyRecord.RECORD_OVERHEAD_V0).
@@ -643,6 +647,33 @@ class V2Batch(NamedTuple):
     ts_type: int
     #: the batch's max timestamp when its timestamps are the broker's (LogAppendTime)
     log_append_ts: int | None
+
+
+def fetch_end(data: Any) -> tuple[int, int | None] | None:
+    """``(next_offset, last_epoch)`` that decoding ``data`` will return, read from the batch
+    headers alone (no CRC, no records): what the fetch after this one asks for, known before
+    the records are decoded. ``None`` when it cannot be told that way (legacy message sets,
+    no complete batch, a header that does not parse: the decoder has the last word)."""
+    total = len(data)
+    pos = 0
+    next_offset: int | None = None
+    last_epoch: int | None = None
+    unpack = _END_FIELDS.unpack_from
+    try:
+        while pos + _HEADER_SIZE <= total:
+            base_offset, length, epoch, magic = unpack(data, pos)
+            if magic != 2 or length + _LOG_OVERHEAD < _HEADER_SIZE:
+                return None
+            end = pos + _LOG_OVERHEAD + length
+            if end > total:
+                break  # partial batch at the end, as the decoder skips it
+            next_offset = base_offset + _LAST_DELTA(data, pos + _LAST_DELTA_OFFSET)[0] + 1
+            if epoch >= 0:
+                last_epoch = epoch
+            pos = end
+    except struct.error:
+        return None
+    return None if next_offset is None else (next_offset, last_epoch)
 
 
 def walk_batches(

@@ -148,12 +148,31 @@ class Source:
             if tracker.fetch_node != self.node:
                 continue
             last = buf.records[-1].leader_epoch if buf.records else buf.last_epoch
-            entry = wire.FetchEntry(
-                tp,
-                buf.next_offset,
-                tracker.leader_epoch,
-                None if last is None or last < 0 else last,
-                tracker.topic_id,
-            )
-            out.append((tp, Prefetch(self.node, entry)))
+            out.append((tp, self.prefetch(tp, tracker, buf.next_offset, last)))
         return out
+
+    def prefetch(
+        self, tp: TopicPartition, tracker: Any, offset: int, last_epoch: int | None
+    ) -> Prefetch:
+        """The fetch ``tracker`` will ask this broker for at ``offset`` once the records
+        before it are delivered, ``last_epoch`` being the epoch of the last of them."""
+        entry = wire.FetchEntry(
+            tp,
+            offset,
+            tracker.leader_epoch,
+            None if last_epoch is None or last_epoch < 0 else last_epoch,
+            tracker.topic_id,
+        )
+        return Prefetch(self.node, entry)
+
+    def may_prefetch_ahead(self, tp: TopicPartition, tracker: Any, fetching: Any) -> bool:
+        """Whether a prefetch for ``tp`` may go out before its answer in hand is decoded:
+        the conditions of :meth:`prefetch_entries`, checked while the tracker still awaits
+        that answer."""
+        return (
+            self.in_flight == 0
+            and tp not in self.prefetches
+            and tracker.state is fetching
+            and not tracker.paused
+            and tracker.fetch_node == self.node
+        )

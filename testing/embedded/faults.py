@@ -166,6 +166,13 @@ class Faults:
         with self._lock:
             return self._take(self._drops, broker, api_key) is not None
 
+    def corrupts(self, broker: int, topic: str, partition: int) -> bool:
+        """Whether a :meth:`corrupt_fetches` rule would damage this partition's records."""
+        if not self._corruptions:
+            return False  # the common case, without taking the lock
+        with self._lock:
+            return any(rule.matches(broker, topic, partition) for rule in self._corruptions)
+
     def corrupt_records(self, broker: int, topic: str, partition: int, records: bytes) -> bytes:
         """The record bytes to serve for one partition of a Fetch answer (``records``
         itself unless a :meth:`corrupt_fetches` rule matches)."""

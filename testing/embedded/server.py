@@ -21,7 +21,11 @@ from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from epochguard._log import get_logger
-from epochguard.testing.embedded.fetch_frame import fetch_response_parts
+from epochguard.testing.embedded.fetch_frame import (
+    fetch_response_parts,
+    join_stored_batches,
+    send_parts,
+)
 from epochguard.testing.embedded.handlers import REGISTRY, RequestContext, load_all
 from epochguard.testing.embedded.security import PLAINTEXT, SASL_SSL, SSL, Connection
 from epochguard.testing.embedded.state import ClusterState
@@ -413,8 +417,10 @@ class EmbeddedServer:
             else None
         )
         if parts is not None:
-            writer.writelines(parts)
+            send_parts(writer.transport, parts)
         else:
+            if isinstance(response, FetchResponse):
+                join_stored_batches(response)
             response.with_header(correlation_id=correlation_id)
             writer.write(response.encode(header=True, framed=True))
         await writer.drain()

@@ -218,6 +218,78 @@ def test_prefetch_is_discarded_after_a_seek(mocker: Any) -> None:
     assert f.metrics.prefetches_used == 0 and f.metrics.prefetches_discarded == 1
 
 
+def test_the_prefetch_goes_out_before_the_answer_is_decoded(mocker: Any) -> None:
+    # With one fetch in flight per broker, the broker serves the next answer while this
+    # one is decoded and handed out only if the next fetch is sent first.
+    f, _client, _tracker, futures = _fetching(mocker)
+    sent_before_decoding: list[int] = []
+    decode = f._decode
+
+    def watching(*args: Any, **kwargs: Any) -> Any:
+        sent_before_decoding.append(len(futures))
+        return decode(*args, **kwargs)
+
+    f._decode = watching  # type: ignore[method-assign]
+    f.send_requests(0.0)
+    futures[0][1].success(_fetch_answer(0, 10, hw=30))
+    f.process_completions()
+    assert sent_before_decoding == [2]
+    part = futures[1][0][1].topics[0].partitions[0]
+    assert (part.fetch_offset, part.last_fetched_epoch, part.current_leader_epoch) == (10, 0, 0)
+    futures[1][1].success(_fetch_answer(10, 10, hw=30))
+    f.process_completions()
+    assert [r.offset for r in f.fetched_records(100, lambda tp: True)[TP]] == list(range(10))
+    f.send_requests(0.0)
+    assert f.metrics.prefetches_used == 1
+    assert [r.offset for r in f.fetched_records(100, lambda tp: True)[TP]] == list(range(10, 20))
+
+
+def _control_batch(base: int, epoch: int) -> bytes:
+    import crc32c
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    b = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=True,
+        producer_id=7,
+        producer_epoch=0,
+        base_sequence=0,
+        batch_size=10**6,
+    )
+    b.append(0, timestamp=1, key=b"\x00\x00\x00\x01", value=b"\x00\x00\x00\x00\x00\x00", headers=[])
+    raw = bytearray(b.build())
+    raw[0:8] = base.to_bytes(8, "big")
+    raw[12:16] = epoch.to_bytes(4, "big", signed=True)
+    raw[21:23] = (int.from_bytes(raw[21:23], "big") | 0x20).to_bytes(2, "big")  # control
+    raw[17:21] = crc32c.crc32c(bytes(raw[21:])).to_bytes(4, "big")
+    return bytes(raw)
+
+
+def test_an_early_prefetch_that_guessed_wrong_is_replaced(mocker: Any) -> None:
+    # The headers end with a control batch of a later epoch than the last record's: the
+    # tracker will ask with the record's epoch, so the early prefetch never matches; it is
+    # dropped once the answer is decoded and the usual prefetch goes out instead.
+    f, _client, _tracker, futures = _fetching(mocker)
+    f.send_requests(0.0)
+    answer = _fetch_answer(0, 10, hw=30)
+    part = answer.responses[0].partitions[0]
+    part.records = part.records + _control_batch(10, epoch=1)
+    futures[0][1].success(answer)
+    f.process_completions()
+    early = futures[1][0][1].topics[0].partitions[0]
+    assert (early.fetch_offset, early.last_fetched_epoch) == (11, 1)
+    assert f.metrics.prefetches_discarded == 1
+    f.send_requests(0.0)
+    assert len(futures) == 2  # the dropped prefetch's request is still in flight
+    futures[1][1].success(_fetch_answer(11, 5, hw=30))
+    f.process_completions()
+    f.send_requests(0.0)
+    again = futures[2][0][1].topics[0].partitions[0]
+    assert (again.fetch_offset, again.last_fetched_epoch) == (11, 0)
+    assert [r.offset for r in f.fetched_records(100, lambda tp: True)[TP]] == list(range(10))
+
+
 def test_caught_up_partitions_are_not_prefetched(mocker: Any) -> None:
     f, _client, _tracker, futures = _fetching(mocker)
     f.send_requests(0.0)

@@ -3,6 +3,8 @@ every version it serves, and leaves what it does not write to kafka-python."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import uuid
 from typing import Any
 
@@ -11,7 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.consumer import FetchResponse
 
-from epochguard.testing.embedded.fetch_frame import fetch_response_parts
+from epochguard.testing.embedded.fetch_frame import (
+    StoredBatches,
+    fetch_response_parts,
+    join_stored_batches,
+    send_parts,
+)
 
 R = FetchResponse
 T = R.FetchableTopicResponse
@@ -148,3 +155,120 @@ def test_node_endpoints_are_left_to_kafka_python() -> None:
     response = _with(16)
     response.node_endpoints = [R.NodeEndpoint(version=16, node_id=1, host="h", port=1, rack=None)]
     assert fetch_response_parts(response, 16, 1) is None
+
+
+stored = st.lists(st.binary(min_size=1, max_size=6000), min_size=1, max_size=4).map(StoredBatches)
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 13, 16])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), correlation_id=i32)
+def test_stored_batches_give_the_bytes_of_their_join(
+    version: int, data: Any, correlation_id: int
+) -> None:
+    response = data.draw(answers(version))
+    for topic in response.responses:
+        for p in topic.partitions:
+            if data.draw(st.booleans()):
+                p.records = data.draw(stored)
+    parts = fetch_response_parts(response, version, correlation_id)
+    assert parts is not None
+    framed = b"".join(parts)
+    join_stored_batches(response)  # what the server does before kafka-python's encoder
+    assert not any(
+        isinstance(p.records, StoredBatches) for t in response.responses for p in t.partitions
+    )
+    assert framed == _reference(response, correlation_id)
+
+
+def test_stored_batches_are_handed_on_uncopied() -> None:
+    batches = [b"a" * 50_000, b"b" * 60_000]
+    response = _with(12, records=StoredBatches(batches))
+    parts = fetch_response_parts(response, 12, 1)
+    assert parts is not None
+    assert [p for p in parts if len(p) >= 50_000] == batches
+    assert all(any(p is b for p in parts) for b in batches)
+
+
+async def _send_and_read(
+    chunks_before: list[bytes], parts: list[bytes], sndbuf: int | None
+) -> tuple[bytes, int]:
+    """Write ``chunks_before`` through the transport, then ``parts`` with ``send_parts``,
+    on a real loopback connection whose reader starts late; the bytes read and how many
+    went out with ``writev`` directly."""
+    received = bytearray()
+    expected = sum(map(len, chunks_before)) + sum(map(len, parts))
+    got_all = asyncio.Event()
+    start_reading = asyncio.Event()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await start_reading.wait()
+        while len(received) < expected:
+            received.extend(await reader.read(65536))
+        got_all.set()
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    if sndbuf is not None:
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    for chunk in chunks_before:
+        writer.write(chunk)
+    queued = writer.transport.get_write_buffer_size()
+    send_parts(writer.transport, parts)
+    direct = (
+        expected
+        - sum(map(len, chunks_before))
+        - (writer.transport.get_write_buffer_size() - queued)
+    )
+    start_reading.set()
+    await asyncio.wait_for(got_all.wait(), 30)
+    writer.close()
+    server.close()
+    await server.wait_closed()
+    return bytes(received), direct
+
+
+def test_send_parts_writes_every_byte_in_order_when_the_socket_takes_only_part() -> None:
+    # A small send buffer and a reader that has not started: writev takes a part, the
+    # transport gets the rest (cut inside a part), and the peer reads the parts in order.
+    parts = [bytes([i]) * 300_000 for i in range(1, 9)]
+    got, direct = asyncio.run(_send_and_read([], parts, sndbuf=4096))
+    assert got == b"".join(parts)
+    assert 0 < direct < len(got)
+
+
+def test_send_parts_goes_behind_what_the_transport_still_holds() -> None:
+    # Bytes queued in the transport go first: writev would overtake them, so it is not used.
+    before = [b"\x07" * 2_000_000]
+    parts = [b"p" * 10, b"q" * 70_000]
+    got, direct = asyncio.run(_send_and_read(before, parts, sndbuf=4096))
+    assert got == before[0] + b"".join(parts)
+    assert direct == 0
+
+
+def test_send_parts_leaves_tls_to_the_transport() -> None:
+    class _Tls:
+        def __init__(self, sock: socket.socket) -> None:
+            self.written: list[bytes] = []
+            self.extra = {"socket": sock, "sslcontext": object()}
+
+        def get_extra_info(self, name: str) -> Any:
+            return self.extra[name]
+
+        def is_closing(self) -> bool:
+            return False
+
+        def get_write_buffer_size(self) -> int:
+            return 0
+
+        def writelines(self, parts: list[bytes]) -> None:
+            self.written.extend(parts)
+
+    # A connected socket, which writev would write to: the TLS layer must not be bypassed.
+    sock, peer = socket.socketpair()
+    with sock, peer:
+        transport = _Tls(sock)
+        send_parts(transport, [b"a", b"b"])  # type: ignore[arg-type]
+    assert transport.written == [b"a", b"b"]

@@ -15,6 +15,7 @@ import attrs
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from epochguard._errors import ErrorCode
+from epochguard.testing.embedded.fetch_frame import StoredBatches
 from epochguard.testing.embedded.fetch_sessions import FetchTarget, SessionError, TopicKey
 from epochguard.testing.embedded.handlers import RequestContext, handler
 from epochguard.testing.embedded.handlers._common import (
@@ -53,7 +54,7 @@ def _answer(
     P = FetchResponse.FetchableTopicResponse.PartitionData
     v = ctx.version
     hw = lso = start = -1
-    records = _EMPTY
+    records: bytes | StoredBatches = _EMPTY
     diverging = None
     name = _topic_name(view, target.topic)
     if name is not None and target.resolved_name is None:
@@ -110,10 +111,14 @@ def _answer(
                 if budget == -1
                 else min(target.partition_max_bytes, budget)
             )
-            records = log.read(offset, max(limit, 1), upper=hw)
-            records = ctx.cluster.faults.corrupt_records(
-                ctx.broker_id, name, target.partition, records
-            )
+            batches = log.read_batches(offset, max(limit, 1), upper=hw)
+            faults = ctx.cluster.faults
+            if faults.corrupts(ctx.broker_id, name, target.partition):
+                records = faults.corrupt_records(
+                    ctx.broker_id, name, target.partition, b"".join(batches)
+                )
+            elif batches:
+                records = StoredBatches(batches)
     if error:
         hw = lso = start = -1  # as Kafka: offsets are unknown with an error
     data = P(

@@ -1,0 +1,84 @@
+"""``records.fetch_end`` reads from batch headers alone what decoding will return as
+``(next_offset, last_epoch)``: the fetcher sends the next fetch on it before decoding."""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+from epochguard.consumer.records import decode_records, fetch_end
+
+_CONTROL = 0x20
+
+
+def _batch(base: int, epoch: int, deltas: list[int], codec: int, control: bool) -> bytes:
+    b = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=control,
+        producer_id=7 if control else -1,
+        producer_epoch=0 if control else -1,
+        base_sequence=0 if control else -1,
+        batch_size=10**8,
+    )
+    for d in deltas:
+        b.append(d, timestamp=1, key=None, value=b"v" * 30, headers=[])
+    raw = bytearray(b.build())
+    struct.pack_into(">q", raw, 0, base)
+    struct.pack_into(">i", raw, 12, epoch)  # outside the CRC
+    if control:
+        attrs = struct.unpack_from(">h", raw, 21)[0] | _CONTROL
+        struct.pack_into(">h", raw, 21, attrs)
+        struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[21:])))
+    return bytes(raw)
+
+
+@st.composite
+def _fetches(draw: st.DrawFn) -> bytes:
+    out = b""
+    base = draw(st.integers(0, 2**40))
+    for _ in range(draw(st.integers(1, 4))):
+        n = draw(st.integers(1, 5))
+        deltas = sorted(draw(st.sets(st.integers(0, 40), min_size=n, max_size=n)))
+        out += _batch(
+            base,
+            draw(st.integers(-1, 5)),
+            deltas,
+            draw(st.sampled_from([0, 0, 1, 3])),
+            draw(st.booleans()),
+        )
+        base += deltas[-1] + 1 + draw(st.integers(0, 3))
+    return out
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=_fetches(), cut=st.integers(0, 200), skip=st.integers(0, 50))
+def test_fetch_end_is_what_decoding_returns(data: bytes, cut: int, skip: int) -> None:
+    chunk = data[: max(0, len(data) - cut)]
+    first = struct.unpack_from(">q", data, 0)[0]
+    decoded = decode_records(chunk, "t", 0, first + skip)
+    end = fetch_end(memoryview(chunk))
+    if decoded.next_offset is None:
+        assert end is None  # no complete batch
+    else:
+        assert end == (decoded.next_offset, decoded.last_epoch)
+
+
+def test_legacy_message_sets_are_left_to_the_decoder() -> None:
+    b = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=10**6)
+    b.append(0, timestamp=1, key=None, value=b"v")
+    assert fetch_end(bytes(b.build())) is None
+
+
+def test_a_batch_cut_short_is_not_counted() -> None:
+    one = _batch(10, 3, [0, 1], 0, False)
+    two = _batch(12, 4, [0], 0, False)
+    assert fetch_end(one + two) == (13, 4)
+    assert fetch_end(one + two[:-1]) == (12, 3)
+    assert fetch_end(one[:-1]) is None
+    assert fetch_end(b"") is None

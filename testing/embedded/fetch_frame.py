@@ -91,7 +91,7 @@ def send_parts(transport: asyncio.WriteTransport, parts: list[bytes | memoryview
     i = 0
     if direct:
         fd = sock.fileno()
-        pending: list[bytes | memoryview] = parts
+        pending = [part for part in parts if len(part)]  # an empty buffer would stall writev
         while i < len(pending):
             try:
                 sent = os.writev(fd, pending[i : i + _IOV_MAX])
@@ -99,16 +99,15 @@ def send_parts(transport: asyncio.WriteTransport, parts: list[bytes | memoryview
                 break
             except OSError:
                 break  # the transport meets the same error on its write and reports it
-            while sent and i < len(pending):
+            if sent <= 0:
+                break
+            while sent:
                 n = len(pending[i])
-                if sent >= n:
-                    sent -= n
-                    i += 1
-                else:
-                    if pending is parts:
-                        pending = list(parts)
+                if sent < n:
                     pending[i] = memoryview(pending[i])[sent:]
-                    sent = 0
+                    break
+                sent -= n
+                i += 1
         parts = pending
     if i < len(parts):
         transport.writelines(parts[i:])

@@ -300,3 +300,36 @@ def test_snappy_batches_pass_through_with_or_without_a_codec_on_the_broker(
     finally:
         consumer.close()
     assert got == [b"value-%d" % i for i in range(150, 200)]
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 13])
+def test_large_batches_are_served_to_every_fetch_version(
+    cluster: EmbeddedCluster, version: int
+) -> None:
+    # Records sections of 4 KiB and more travel as the stored batches themselves (written
+    # with writev); below v12 nothing follows the last of them in the answer.
+    from kafka.structs import TopicPartition as KTopicPartition
+
+    from epochguard.consumer import EpochConsumer
+    from epochguard.testing.embedded.records import build_batch
+
+    cluster.create_topic("big")
+    values = [bytes([i % 256]) * 6_000 for i in range(40)]
+    for start in range(0, 40, 10):
+        cluster.append_raw("big", 0, build_batch(values[start : start + 10], base_offset=start))
+    consumer = EpochConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_fetch_version=version,
+    )
+    got: list[bytes] = []
+    try:
+        consumer.assign([KTopicPartition("big", 0)])
+        deadline = time.monotonic() + 20
+        while len(got) < 40 and time.monotonic() < deadline:
+            for recs in consumer.poll(timeout_ms=200).values():
+                got += [r.value for r in recs]
+    finally:
+        consumer.close()
+    assert got == values

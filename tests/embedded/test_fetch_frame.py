@@ -272,3 +272,41 @@ def test_send_parts_leaves_tls_to_the_transport() -> None:
         transport = _Tls(sock)
         send_parts(transport, [b"a", b"b"])  # type: ignore[arg-type]
     assert transport.written == [b"a", b"b"]
+
+
+def test_send_parts_skips_empty_buffers() -> None:
+    # Answers below Fetch v12 end in an empty buffer after a large records section (no
+    # tagged fields follow it); writev of only empty buffers returns 0 and must not spin.
+    import threading
+
+    class _Plain:
+        def __init__(self, sock: socket.socket) -> None:
+            self.written: list[Any] = []
+            self.extra = {"socket": sock, "sslcontext": None}
+
+        def get_extra_info(self, name: str) -> Any:
+            return self.extra[name]
+
+        def is_closing(self) -> bool:
+            return False
+
+        def get_write_buffer_size(self) -> int:
+            return 0
+
+        def writelines(self, parts: list[Any]) -> None:
+            self.written.extend(parts)
+
+    parts = [b"", b"head", b"r" * 70_000, b""]
+    sock, peer = socket.socketpair()
+    with sock, peer:
+        sock.setblocking(False)
+        transport = _Plain(sock)
+        worker = threading.Thread(target=send_parts, args=(transport, parts), daemon=True)
+        worker.start()
+        worker.join(10)
+        assert not worker.is_alive(), "send_parts kept calling writev"
+        got = bytearray()
+        peer.settimeout(5)
+        while len(got) < 70_004 - sum(len(bytes(p)) for p in transport.written):
+            got += peer.recv(1 << 20)
+    assert bytes(got) + b"".join(bytes(p) for p in transport.written) == b"head" + b"r" * 70_000

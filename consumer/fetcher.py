@@ -611,9 +611,9 @@ class Fetcher:
                     self._parked_at.pop(tp, None)
                 self._add_held_back(actions, tps, now)
             self._send_fetch(source, actions)
-        for action, answer in ready:
-            self.metrics.prefetches_used += 1
-            self._apply_partition(action, answer, now)
+        if ready:
+            self.metrics.prefetches_used += len(ready)
+            self._apply_answers(ready, now)
         if self._prefetch_enabled:
             self._send_prefetches()
         for node, vactions in validations.items():
@@ -687,23 +687,39 @@ class Fetcher:
         self._complete(self._on_prefetch, (source.node, dict(items), names), fut)
 
     def _prefetch_ahead(
-        self, source: Source, tracker: PartitionTracker, data: Any, high_watermark: int
-    ) -> Prefetch | None:
-        """Send the prefetch for what follows ``data`` before decoding it: its end is in the
-        batch headers, so the broker serves the next answer while this one is decoded and
-        handed out (with one fetch in flight per broker, the round trip otherwise waits for
-        the decoding). The same conditions as :meth:`Source.prefetch_entries`, the same
-        request, and the same rule for using it: only as the answer to a tracker fetch that
-        asks for exactly this."""
-        tp = tracker.tp
-        if not source.may_prefetch_ahead(tp, tracker, _FETCHING):
-            return None
-        end = fetch_end(data)
-        if end is None or end[0] >= high_watermark:
-            return None  # undecidable here, or at the end of the log (held back instead)
-        pf = source.prefetch(tp, tracker, end[0], end[1])
-        self._send_prefetch_request(source, [(tp, pf)])
-        return pf
+        self, pairs: list[tuple[FetchAction, wire.FetchedPartition]]
+    ) -> dict[TopicPartition, Prefetch]:
+        """Send the prefetches for what follows these answers before decoding them: where
+        each ends is in its batch headers, so the broker serves the next answer while these
+        are decoded and handed out (with one fetch in flight per broker, the round trip
+        otherwise waits for the decoding). One request per broker for all of its
+        partitions; the conditions of :meth:`Source.prefetch_entries`; the same rule for
+        using them: only as the answer to a tracker fetch that asks for exactly this."""
+        by_node: dict[int, list[tuple[TopicPartition, Prefetch]]] = {}
+        for action, p in pairs:
+            data = p.records
+            if p.error is not None or p.diverging is not None or not data:
+                continue
+            tp = action.tp
+            tracker = self.trackers.get(tp)
+            if tracker is None or not tracker.awaits(action):
+                continue
+            source = self._source(action.node_id)
+            if self._source_of.get(tp, source) is not source:
+                continue  # moved brokers: applying the answer first drops what the old one holds
+            if not source.may_prefetch_ahead(tp, tracker, _FETCHING):
+                continue
+            end = fetch_end(data)
+            if end is None or end[0] >= p.high_watermark:
+                continue  # undecidable here, or at the end of the log (held back instead)
+            by_node.setdefault(action.node_id, []).append(
+                (tp, source.prefetch(tp, tracker, end[0], end[1]))
+            )
+        ahead: dict[TopicPartition, Prefetch] = {}
+        for node, items in by_node.items():
+            self._send_prefetch_request(self._sources[node], items)
+            ahead.update(items)
+        return ahead
 
     @staticmethod
     def _ahead_holds(ahead: Prefetch, decoded: Any, offset: int) -> bool:
@@ -724,6 +740,7 @@ class Fetcher:
         source.request_done()
         now = time.monotonic()
         answer = None if future.exception is not None else self._read_fetch(node, future, names)
+        waited: list[tuple[FetchAction, wire.FetchedPartition]] = []
         if answer is not None and answer.error is None:
             prefetches = source.prefetches
             for p in answer.partitions:
@@ -734,7 +751,7 @@ class Fetcher:
                 if found.waiting is not None:
                     del prefetches[tp]
                     self.metrics.prefetches_used += 1
-                    self._apply_partition(found.waiting, p, now)
+                    waited.append((found.waiting, p))
                 else:
                     found.answer = p
         else:
@@ -748,6 +765,8 @@ class Fetcher:
             if pf.waiting is not None and tracker is not None:
                 tracker.cancel(pf.waiting)
                 self.mark_ready(tp)
+        if waited:
+            self._apply_answers(waited, now)
 
     @staticmethod
     def _read_fetch(node: int, future: Any, names: dict[uuid.UUID, str]) -> wire.FetchAnswer | None:
@@ -804,10 +823,12 @@ class Fetcher:
                     tracker.on_fetch_error(action, answer.error.errno, now)
                     self.after_input(tp)
             return
+        pairs = []
         for p in answer.partitions:
             answered = actions.pop(p.tp, None)
             if answered is not None:
-                self._apply_partition(answered, p, now)
+                pairs.append((answered, p))
+        self._apply_answers(pairs, now)
         if plan is not None and plan.incremental:
             # An incremental answer leaves out the partitions with nothing new (no records,
             # same high watermark and log start, no error): an empty fetch each, whose
@@ -825,8 +846,26 @@ class Fetcher:
                 tracker.cancel(action)
                 self.mark_ready(tp)
 
-    def _apply_partition(self, action: FetchAction, p: wire.FetchedPartition, now: float) -> None:
-        """One partition of a Fetch answer, for the action it answers."""
+    def _apply_answers(
+        self, pairs: list[tuple[FetchAction, wire.FetchedPartition]], now: float
+    ) -> None:
+        """Partitions of Fetch answers, each for the action it answers: first the fetches
+        of what follows them go out (one request per broker, before anything is decoded),
+        then each is applied."""
+        ahead = self._prefetch_ahead(pairs) if self._prefetch_enabled else {}
+        for action, p in pairs:
+            self._apply_partition(action, p, now, ahead.get(action.tp))
+
+    def _apply_partition(
+        self,
+        action: FetchAction,
+        p: wire.FetchedPartition,
+        now: float,
+        ahead: Prefetch | None = None,
+    ) -> None:
+        """One partition of a Fetch answer, for the action it answers; ``ahead`` is the
+        prefetch sent for what follows it before it was decoded (see
+        :meth:`_prefetch_ahead`)."""
         tp = action.tp
         tracker = self.trackers.get(tp)
         if tracker is None:
@@ -873,11 +912,6 @@ class Fetcher:
             self.bytes_by_node[action.node_id] += len(data)
             if action.read_replica is not None:
                 self.metrics.bytes_fetched_from_followers += len(data)
-            ahead = (
-                self._prefetch_ahead(source, tracker, data, p.high_watermark)
-                if self._prefetch_enabled
-                else None
-            )
             try:
                 decoded = self._decode(
                     data,

@@ -244,6 +244,38 @@ def test_the_prefetch_goes_out_before_the_answer_is_decoded(mocker: Any) -> None
     assert [r.offset for r in f.fetched_records(100, lambda tp: True)[TP]] == list(range(10, 20))
 
 
+def test_early_prefetches_of_one_answer_go_out_in_one_request(mocker: Any) -> None:
+    # A prefetch per partition, each its own request, would hold the others back (one
+    # request in flight per broker) and multiply the per-request cost.
+    f, client = _fetcher(mocker)
+    tps = [TopicPartition("t", 0), TopicPartition("t", 1)]
+    trackers = [f.add_partition(tp) for tp in tps]
+    parts = [NS(partition_index=i, leader_id=1, leader_epoch=0, error_code=0) for i in (0, 1)]
+    topic = NS(name="t", error_code=0, topic_id=TID, is_internal=False, partitions=parts)
+    _answer(f, f._on_metadata, (0.0, ["t"]), NS(topics=[topic], brokers=[]))
+    for tp, tracker in zip(tps, trackers, strict=True):
+        tracker.seek(0)
+        f.after_input(tp)
+    futures: list[Any] = []
+
+    def send(*args: Any) -> Future:
+        futures.append((args, Future()))
+        return futures[-1][1]
+
+    client.send.side_effect = send
+    f.send_requests(0.0)
+    assert len(futures) == 1
+    answer = _fetch_answer(0, 10, hw=30)
+    second = NS(**vars(answer.responses[0].partitions[0]))
+    second.partition_index = 1
+    answer.responses[0].partitions.append(second)
+    futures[0][1].success(answer)
+    f.process_completions()
+    assert len(futures) == 2
+    early = futures[1][0][1].topics[0].partitions
+    assert sorted((q.partition, q.fetch_offset) for q in early) == [(0, 10), (1, 10)]
+
+
 def _control_batch(base: int, epoch: int) -> bytes:
     import crc32c
     from kafka.record.default_records import DefaultRecordBatchBuilder

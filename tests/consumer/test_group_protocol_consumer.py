@@ -210,6 +210,51 @@ def test_truncation_seen_by_one_member_is_seen_by_the_next(cluster: EmbeddedClus
             c2.close()
 
 
+def test_unclean_election_during_a_rebalance(cluster: EmbeddedCluster) -> None:
+    """As on real Kafka (tests/apache_kafka/test_apache_kip848.py): the partition moves
+    from c1 to c2 while it has no leader and its log is about to be truncated; c2 starts
+    from c1's commit (15 under epoch 0), finds the divergence at 10 and reads the new
+    leader's records there (policy rewind) instead of waiting at 15 or reading the new log
+    as a continuation."""
+    from epochguard.offsets.report import TruncationReport
+
+    fast_coordinator(cluster)
+    old, new = setup_topic(cluster)
+    reports: list[TruncationReport] = []
+    c1 = member(cluster)
+    c2 = member(cluster, on_truncation="rewind", on_truncation_report=reports.append)
+    r2 = Runner(c2)
+    try:
+        c1.subscribe(["t"])
+        assert len(read(c1, 10)) == 10
+        diverge(cluster, old, new)  # old alone appends 5 more
+        assert len(read(c1, 5)) == 5
+        c1.commit()
+        c2.subscribe(["t"])
+        r2.start()
+        wait(lambda: c2._group is not None and c2._group.generation > 0)
+        cluster.stop_broker(old)  # no leader now
+        c1.close()  # the rebalance: t-0 moves to c2
+        cluster.start_broker(new)
+        cluster.elect_leader("t", 0, new, unclean=True)
+        cluster.append("t", 0, [b"new-%d" % i for i in range(8)], batch_size=1)
+        cluster.start_broker(old)
+        wait(lambda: len(r2.records) >= 8)
+        r2.finish()
+        assert [(r.offset, r.value) for r in r2.records] == [
+            (10 + i, b"new-%d" % i) for i in range(8)
+        ]
+        (report,) = reports
+        assert report.divergence == EpochOffset(10, 0)
+        assert report.lost_count == 5
+    finally:
+        if r2.is_alive():
+            r2.stop.set()
+            r2.join(10)
+        c1.close()
+        c2.close()
+
+
 def test_fenced_member_drops_its_partitions_and_rejoins(cluster: EmbeddedCluster) -> None:
     coord = fast_coordinator(cluster)
     cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)

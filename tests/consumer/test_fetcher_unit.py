@@ -158,12 +158,8 @@ def _fetch_answer(base: int, n: int, hw: int) -> Any:
     return NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
 
 
-def _fetching(mocker: Any) -> tuple[Fetcher, Any, Any, list[Any]]:
-    f, client = _fetcher(mocker)
-    tracker = f.add_partition(TP)
-    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=0))
-    tracker.seek(0)
-    f.after_input(TP)
+def _recording_sends(client: Any) -> list[Any]:
+    """Every ``client.send``: its arguments and the future handed back."""
     futures: list[Any] = []
 
     def send(*args: Any) -> Future:
@@ -171,7 +167,16 @@ def _fetching(mocker: Any) -> tuple[Fetcher, Any, Any, list[Any]]:
         return futures[-1][1]
 
     client.send.side_effect = send
-    return f, client, tracker, futures
+    return futures
+
+
+def _fetching(mocker: Any) -> tuple[Fetcher, Any, Any, list[Any]]:
+    f, client = _fetcher(mocker)
+    tracker = f.add_partition(TP)
+    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=0))
+    tracker.seek(0)
+    f.after_input(TP)
+    return f, client, tracker, _recording_sends(client)
 
 
 def test_prefetch_answers_the_trackers_next_fetch(mocker: Any) -> None:
@@ -256,13 +261,7 @@ def test_early_prefetches_of_one_answer_go_out_in_one_request(mocker: Any) -> No
     for tp, tracker in zip(tps, trackers, strict=True):
         tracker.seek(0)
         f.after_input(tp)
-    futures: list[Any] = []
-
-    def send(*args: Any) -> Future:
-        futures.append((args, Future()))
-        return futures[-1][1]
-
-    client.send.side_effect = send
+    futures = _recording_sends(client)
     f.send_requests(0.0)
     assert len(futures) == 1
     answer = _fetch_answer(0, 10, hw=30)

@@ -248,28 +248,32 @@ def test_send_parts_goes_behind_what_the_transport_still_holds() -> None:
     assert direct == 0
 
 
+class _Transport:
+    """What ``send_parts`` asks of an asyncio transport, over a given socket; ``tls``
+    makes it a TLS transport (an ``sslcontext`` extra)."""
+
+    def __init__(self, sock: socket.socket, tls: bool) -> None:
+        self.written: list[Any] = []
+        self.extra = {"socket": sock, "sslcontext": object() if tls else None}
+
+    def get_extra_info(self, name: str) -> Any:
+        return self.extra[name]
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def writelines(self, parts: list[Any]) -> None:
+        self.written.extend(parts)
+
+
 def test_send_parts_leaves_tls_to_the_transport() -> None:
-    class _Tls:
-        def __init__(self, sock: socket.socket) -> None:
-            self.written: list[bytes] = []
-            self.extra = {"socket": sock, "sslcontext": object()}
-
-        def get_extra_info(self, name: str) -> Any:
-            return self.extra[name]
-
-        def is_closing(self) -> bool:
-            return False
-
-        def get_write_buffer_size(self) -> int:
-            return 0
-
-        def writelines(self, parts: list[bytes]) -> None:
-            self.written.extend(parts)
-
     # A connected socket, which writev would write to: the TLS layer must not be bypassed.
     sock, peer = socket.socketpair()
     with sock, peer:
-        transport = _Tls(sock)
+        transport = _Transport(sock, tls=True)
         send_parts(transport, [b"a", b"b"])  # type: ignore[arg-type]
     assert transport.written == [b"a", b"b"]
 
@@ -279,28 +283,11 @@ def test_send_parts_skips_empty_buffers() -> None:
     # tagged fields follow it); writev of only empty buffers returns 0 and must not spin.
     import threading
 
-    class _Plain:
-        def __init__(self, sock: socket.socket) -> None:
-            self.written: list[Any] = []
-            self.extra = {"socket": sock, "sslcontext": None}
-
-        def get_extra_info(self, name: str) -> Any:
-            return self.extra[name]
-
-        def is_closing(self) -> bool:
-            return False
-
-        def get_write_buffer_size(self) -> int:
-            return 0
-
-        def writelines(self, parts: list[Any]) -> None:
-            self.written.extend(parts)
-
     parts = [b"", b"head", b"r" * 70_000, b""]
     sock, peer = socket.socketpair()
     with sock, peer:
         sock.setblocking(False)
-        transport = _Plain(sock)
+        transport = _Transport(sock, tls=False)
         worker = threading.Thread(target=send_parts, args=(transport, parts), daemon=True)
         worker.start()
         worker.join(10)

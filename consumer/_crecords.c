@@ -452,9 +452,23 @@ decode_batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * so pyarrow wraps them with Array.from_buffers without copying. Each bytearray is grown
  * once per batch to a bound (a record takes at least 7 bytes, keys and values at most the
  * batch's bytes) and cut back to what was written at the end.
+ *
+ * With fifteen bytearrays the headers are kept too, as Arrow's
+ * list<struct<key: string, value: binary>> (Spark's Kafka source's headers column):
+ *   8  header list offsets  int32, rows + 1 entries (starts with one 0)
+ *   9  header list valid    one bit per row: set when the record has headers (a record
+ *                           without headers is a null list, as in Spark's source)
+ *   10 header key offsets   int32, headers + 1 entries (starts with one 0)
+ *   11 header key data
+ *   12 header value offsets int32, headers + 1 entries (starts with one 0)
+ *   13 header value data
+ *   14 header value valid   one bit per header
+ * A header takes at least 2 bytes (its two lengths), which bounds their number.
  */
 #define N_COLS 8
+#define N_COLS_HEADERS 15
 #define MIN_RECORD_BYTES 7
+#define MIN_HEADER_BYTES 2
 
 static int
 grow(PyObject *ba, Py_ssize_t extra)
@@ -473,8 +487,8 @@ PyDoc_STRVAR(decode_batch_columns_doc,
 "    log_append_ts, min_offset, cols)\n"
 "--\n\n"
 "Append the records of buf[pos:end] with offset >= min_offset to the eight column\n"
-"bytearrays in cols; returns (rows, null keys, null values). Raises CorruptRecordError\n"
-"on malformed input, with the messages of decode_batch_records.");
+"bytearrays in cols (fifteen: the headers too); returns (rows, null keys, null values).\n"
+"Raises CorruptRecordError on malformed input, with the messages of decode_batch_records.");
 
 /*
  * Batches of at least this many bytes are decoded with the GIL released: the loop below
@@ -508,8 +522,13 @@ struct col_loop {
     Py_ssize_t cap;
     char *offsets, *stamps, *koffs, *kdata, *voffs, *vdata;
     unsigned char *kvalid, *vvalid;
+    int with_headers;
+    Py_ssize_t hcap;
+    char *hoffs, *hkoffs, *hkdata, *hvoffs, *hvdata;
+    unsigned char *hvalid, *hvvalid;
     /* in and out */
     Py_ssize_t row, klen_total, vlen_total;
+    Py_ssize_t hrow, hklen_total, hvlen_total; /* headers written, their key/value bytes */
     /* out */
     long long key_nulls, value_nulls;
     enum col_error error;
@@ -569,12 +588,14 @@ columns_loop(struct col_loop *L)
     Py_ssize_t pos = L->pos, end = L->end;
     Py_ssize_t row = L->row, rows0 = L->row, klen_total = L->klen_total,
                vlen_total = L->vlen_total;
+    Py_ssize_t hrow = L->hrow, hrows0 = L->hrow, hklen_total = L->hklen_total,
+               hvlen_total = L->hvlen_total;
     long long key_nulls = 0, value_nulls = 0;
     enum col_error error = COL_OK;
 
     for (long long i = 0; i < L->count; i++) {
-        int64_t size, ts_delta, off_delta, klen, vlen, nh;
-        Py_ssize_t kpos = 0, vpos = 0, record_start;
+        int64_t size, ts_delta, off_delta, klen, vlen, nh = 0;
+        Py_ssize_t kpos = 0, vpos = 0, hpos, record_start;
         int rc;
 #define CVARINT(dst)                                                                        \
     do {                                                                                    \
@@ -615,6 +636,7 @@ columns_loop(struct col_loop *L)
             error = COL_TRUNCATED;
             goto done;
         }
+        hpos = pos;
         if (buf[pos] == 0) {
             pos++;
         }
@@ -701,6 +723,47 @@ columns_loop(struct col_loop *L)
             set_bit(L->kvalid, row);
         if (vlen >= 0)
             set_bit(L->vvalid, row);
+        if (L->with_headers) {
+            if (nh > 0) {
+                /* The second walk over headers the first one checked: only kept records
+                 * are written, and a record below min_offset is known only after them. */
+                Py_ssize_t p = hpos;
+                int64_t count_again = 0, hklen = 0, hvlen = 0;
+                read_varint(buf, &p, end, &count_again);
+                if (hrow - hrows0 + nh > L->hcap) {
+                    error = COL_TRUNCATED; /* cannot happen: a header takes 2 bytes+ */
+                    goto done;
+                }
+                for (int64_t h = 0; h < nh; h++) {
+                    read_varint(buf, &p, end, &hklen);
+                    memcpy(L->hkdata + hklen_total, buf + p, (size_t)hklen);
+                    hklen_total += (Py_ssize_t)hklen;
+                    p += (Py_ssize_t)hklen;
+                    read_varint(buf, &p, end, &hvlen);
+                    if (hvlen >= 0) {
+                        memcpy(L->hvdata + hvlen_total, buf + p, (size_t)hvlen);
+                        hvlen_total += (Py_ssize_t)hvlen;
+                        p += (Py_ssize_t)hvlen;
+                        set_bit(L->hvvalid, hrow);
+                    }
+                    if (hklen_total > INT32_MAX || hvlen_total > INT32_MAX) {
+                        error = COL_DATA_2GIB;
+                        goto done;
+                    }
+                    int32_t hko = (int32_t)hklen_total, hvo = (int32_t)hvlen_total;
+                    memcpy(L->hkoffs + 4 * (hrow + 1), &hko, 4);
+                    memcpy(L->hvoffs + 4 * (hrow + 1), &hvo, 4);
+                    hrow++;
+                }
+                if (hrow > INT32_MAX) {
+                    error = COL_DATA_2GIB;
+                    goto done;
+                }
+                set_bit(L->hvalid, row);
+            }
+            int32_t ho = (int32_t)hrow;
+            memcpy(L->hoffs + 4 * (row + 1), &ho, 4);
+        }
         row++;
     }
     if (pos > end)
@@ -713,6 +776,9 @@ done:
     L->row = row;
     L->klen_total = klen_total;
     L->vlen_total = vlen_total;
+    L->hrow = hrow;
+    L->hklen_total = hklen_total;
+    L->hvlen_total = hvlen_total;
     L->key_nulls = key_nulls;
     L->value_nulls = value_nulls;
     L->error = error;
@@ -770,23 +836,27 @@ columns_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
 {
     PyObject *topic = args[4], *partition = args[5], *log_append_ts = args[8];
     PyObject *cols_obj = args[10];
-    PyObject *cols[N_COLS];
+    PyObject *cols[N_COLS_HEADERS];
+    int n_cols;
 
     if (!PyUnicode_Check(topic)) {
         PyErr_SetString(PyExc_TypeError, "topic must be str");
         return NULL;
     }
-    if (!PyList_Check(cols_obj) || PyList_GET_SIZE(cols_obj) != N_COLS) {
-        PyErr_SetString(PyExc_TypeError, "cols must be a list of 8 bytearrays");
+    if (!PyList_Check(cols_obj) || (PyList_GET_SIZE(cols_obj) != N_COLS &&
+                                    PyList_GET_SIZE(cols_obj) != N_COLS_HEADERS)) {
+        PyErr_SetString(PyExc_TypeError, "cols must be a list of 8 or 15 bytearrays");
         return NULL;
     }
-    for (int c = 0; c < N_COLS; c++) {
+    n_cols = (int)PyList_GET_SIZE(cols_obj);
+    for (int c = 0; c < n_cols; c++) {
         cols[c] = PyList_GET_ITEM(cols_obj, c);
         if (!PyByteArray_CheckExact(cols[c])) {
-            PyErr_SetString(PyExc_TypeError, "cols must be a list of 8 bytearrays");
+            PyErr_SetString(PyExc_TypeError, "cols must be a list of 8 or 15 bytearrays");
             return NULL;
         }
     }
+    int with_headers = n_cols == N_COLS_HEADERS;
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     Py_ssize_t end = PyLong_AsSsize_t(args[2]);
     long long count = PyLong_AsLongLong(args[3]);
@@ -814,6 +884,18 @@ columns_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
         PyErr_SetString(PyExc_ValueError, "cols do not hold the same number of rows");
         return NULL;
     }
+    Py_ssize_t hrows0 = 0;
+    if (with_headers) {
+        hrows0 = PyByteArray_GET_SIZE(cols[10]) / 4 - 1;
+        if (PyByteArray_GET_SIZE(cols[8]) != 4 * (rows0 + 1) ||
+            PyByteArray_GET_SIZE(cols[9]) != (rows0 + 7) / 8 || hrows0 < 0 ||
+            PyByteArray_GET_SIZE(cols[10]) != 4 * (hrows0 + 1) ||
+            PyByteArray_GET_SIZE(cols[12]) != 4 * (hrows0 + 1) ||
+            PyByteArray_GET_SIZE(cols[14]) != (hrows0 + 7) / 8) {
+            PyErr_SetString(PyExc_ValueError, "header cols do not hold the same number of rows");
+            return NULL;
+        }
+    }
     Py_ssize_t span = end > pos ? end - pos : 0;
     Py_ssize_t cap = count < 0 ? 0 : (Py_ssize_t)count;
     if (cap > span / MIN_RECORD_BYTES + 1)
@@ -829,6 +911,20 @@ columns_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
     Py_ssize_t bitmap0 = (rows0 + 7) / 8, bitmap1 = (rows0 + cap + 7) / 8;
     memset(PyByteArray_AS_STRING(cols[4]) + bitmap0, 0, (size_t)(bitmap1 - bitmap0));
     memset(PyByteArray_AS_STRING(cols[7]) + bitmap0, 0, (size_t)(bitmap1 - bitmap0));
+    Py_ssize_t hcap = 0, hkdata0 = 0, hvdata0 = 0;
+    if (with_headers) {
+        hcap = span / MIN_HEADER_BYTES + 1;
+        hkdata0 = PyByteArray_GET_SIZE(cols[11]);
+        hvdata0 = PyByteArray_GET_SIZE(cols[13]);
+        Py_ssize_t hbitmap0 = (hrows0 + 7) / 8, hbitmap1 = (hrows0 + hcap + 7) / 8;
+        if (grow(cols[8], 4 * cap) < 0 || PyByteArray_Resize(cols[9], bitmap1) < 0 ||
+            grow(cols[10], 4 * hcap) < 0 || grow(cols[11], span) < 0 ||
+            grow(cols[12], 4 * hcap) < 0 || grow(cols[13], span) < 0 ||
+            PyByteArray_Resize(cols[14], hbitmap1) < 0)
+            return NULL;
+        memset(PyByteArray_AS_STRING(cols[9]) + bitmap0, 0, (size_t)(bitmap1 - bitmap0));
+        memset(PyByteArray_AS_STRING(cols[14]) + hbitmap0, 0, (size_t)(hbitmap1 - hbitmap0));
+    }
     struct col_loop L = {
         .buf = buf,
         .pos = pos,
@@ -848,27 +944,41 @@ columns_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
         .voffs = PyByteArray_AS_STRING(cols[5]),
         .vdata = PyByteArray_AS_STRING(cols[6]),
         .vvalid = (unsigned char *)PyByteArray_AS_STRING(cols[7]),
+        .with_headers = with_headers,
+        .hcap = hcap,
         .row = rows0,
         .klen_total = kdata0,
         .vlen_total = vdata0,
+        .hrow = hrows0,
+        .hklen_total = hkdata0,
+        .hvlen_total = hvdata0,
     };
+    if (with_headers) {
+        L.hoffs = PyByteArray_AS_STRING(cols[8]);
+        L.hvalid = (unsigned char *)PyByteArray_AS_STRING(cols[9]);
+        L.hkoffs = PyByteArray_AS_STRING(cols[10]);
+        L.hkdata = PyByteArray_AS_STRING(cols[11]);
+        L.hvoffs = PyByteArray_AS_STRING(cols[12]);
+        L.hvdata = PyByteArray_AS_STRING(cols[13]);
+        L.hvvalid = (unsigned char *)PyByteArray_AS_STRING(cols[14]);
+    }
     if (span >= release_gil_bytes) {
         /* An export on each column keeps another thread from resizing (moving) it while
          * the GIL is released: a resize raises BufferError instead. The input buffer is
          * held by the caller's reference (bytes) or by over_buffer's export. */
-        Py_buffer views[N_COLS];
+        Py_buffer views[N_COLS_HEADERS];
         int held = 0;
-        for (; held < N_COLS; held++)
+        for (; held < n_cols; held++)
             if (PyObject_GetBuffer(cols[held], &views[held], PyBUF_WRITABLE) < 0)
                 break;
-        if (held == N_COLS) {
+        if (held == n_cols) {
             Py_BEGIN_ALLOW_THREADS
             columns_loop(&L);
             Py_END_ALLOW_THREADS
         }
         for (int c = 0; c < held; c++)
             PyBuffer_Release(&views[c]);
-        if (held != N_COLS)
+        if (held != n_cols)
             return NULL;
     }
     else
@@ -883,6 +993,16 @@ columns_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
               PyByteArray_Resize(cols[5], 4 * (n + 1)) < 0 ||
               PyByteArray_Resize(cols[6], L.vlen_total) < 0 ||
               PyByteArray_Resize(cols[7], (n + 7) / 8) < 0;
+    if (with_headers) {
+        Py_ssize_t hn = L.hrow;
+        cut = cut || PyByteArray_Resize(cols[8], 4 * (n + 1)) < 0 ||
+              PyByteArray_Resize(cols[9], (n + 7) / 8) < 0 ||
+              PyByteArray_Resize(cols[10], 4 * (hn + 1)) < 0 ||
+              PyByteArray_Resize(cols[11], L.hklen_total) < 0 ||
+              PyByteArray_Resize(cols[12], 4 * (hn + 1)) < 0 ||
+              PyByteArray_Resize(cols[13], L.hvlen_total) < 0 ||
+              PyByteArray_Resize(cols[14], (hn + 7) / 8) < 0;
+    }
     if (L.error != COL_OK) {
         if (cut)
             PyErr_Clear(); /* the corrupt input is the error to report */

@@ -4,6 +4,9 @@ A consumer created with ``record_format="columns"`` decodes each partition's par
 Fetch answer into one :class:`RecordColumns`: offsets and timestamps as int64 buffers, keys
 and values each as one data buffer plus int32 offsets and a validity bitmap (Arrow's binary
 layout), and the leader epoch and timestamp type of each run of rows from the same batch.
+With ``column_headers=True`` the headers are kept as well, in the buffers of Arrow's
+``list<struct<key: string, value: binary>>`` (a record without headers is a null list, as
+in Spark's Kafka source).
 No Python object is made per record or field; :meth:`RecordColumns.to_arrow` wraps the
 buffers with ``pyarrow.Array.from_buffers`` without copying them. The batch layer (CRCs,
 control and aborted batches, decompression, legacy formats) is ``records.walk_batches``,
@@ -35,9 +38,17 @@ from epochguard.consumer.records import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["COLUMN_NAMES", "DECODER", "RecordColumns", "RecordRef", "decode_columns"]
+__all__ = [
+    "COLUMN_NAMES",
+    "DECODER",
+    "RecordColumns",
+    "RecordRef",
+    "decode_columns",
+    "header_type",
+]
 
-#: The arrays :meth:`RecordColumns.to_arrow` returns, in this order.
+#: The arrays :meth:`RecordColumns.to_arrow` returns, in this order (``headers`` too, last,
+#: when the columns were decoded with headers).
 COLUMN_NAMES = ("key", "value", "offset", "timestamp", "timestampType", "leaderEpoch")
 
 _NATIVE_ORDER = "="  # Arrow buffers are the host's byte order (little-endian in practice)
@@ -46,6 +57,7 @@ _I32 = struct.Struct(_NATIVE_ORDER + "i")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
 _N_COLS = 8
+_N_COLS_HEADERS = 15
 # A record takes at least 7 bytes (length, attributes, two deltas, key and value lengths,
 # header count): the C decoder sizes its columns by this bound.
 _MIN_RECORD_BYTES = 7
@@ -65,6 +77,14 @@ _native = _load_native()
 DECODER = "c" if _native is not None else "python"
 
 
+def header_type() -> pa.DataType:
+    """The Arrow type of the ``headers`` column: Spark's Kafka source's
+    ``array<struct<key: string, value: binary>>``."""
+    import pyarrow as pa
+
+    return pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
 class RecordRef(NamedTuple):
     """One row's offset and leader epoch: what the fetcher reads off a chunk's ends."""
 
@@ -73,15 +93,20 @@ class RecordRef(NamedTuple):
 
 
 class _Builder:
-    """The eight growing column bytearrays of one fetch, and its runs of rows per batch."""
+    """The eight (with headers: fifteen) growing column bytearrays of one fetch, and its
+    runs of rows per batch."""
 
     __slots__ = ("cols", "key_nulls", "rows", "runs", "value_nulls")
 
-    def __init__(self) -> None:
+    def __init__(self, headers: bool = False) -> None:
         zero = _I32.pack(0)
         # offsets, timestamps, key offsets, key data, key valid, value offsets/data/valid
         self.cols = [bytearray(), bytearray(), bytearray(zero), bytearray(), bytearray()]
         self.cols += [bytearray(zero), bytearray(), bytearray()]
+        if headers:
+            # list offsets, list valid; header key offsets, key data; value offsets, data, valid
+            self.cols += [bytearray(zero), bytearray(), bytearray(zero), bytearray()]
+            self.cols += [bytearray(zero), bytearray(), bytearray()]
         self.rows = 0
         self.key_nulls = 0
         self.value_nulls = 0
@@ -100,14 +125,22 @@ class _Builder:
     def append_record(self, rec: ConsumerRecord) -> None:
         """One decoded record (legacy message sets, which kafka-python decodes)."""
         row = self.rows
-        _append_row(self.cols, row, rec.offset, rec.timestamp, rec.key, rec.value)
+        _append_row(self.cols, row, rec.offset, rec.timestamp, rec.key, rec.value, rec.headers)
         self.add(1, rec.key is None, rec.value is None, rec.leader_epoch, rec.timestamp_type)
 
 
 def _append_row(
-    cols: list[bytearray], row: int, offset: int, ts: int, key: Any, value: Any
+    cols: list[bytearray],
+    row: int,
+    offset: int,
+    ts: int,
+    key: Any,
+    value: Any,
+    headers: Sequence[tuple[bytes | str, bytes | None]] | None = None,
 ) -> None:
-    offsets, stamps, koffs, kdata, kvalid, voffs, vdata, vvalid = cols
+    """One row; ``headers`` as ``(key as UTF-8 bytes or str, value)`` pairs, written only
+    when ``cols`` has the header buffers."""
+    offsets, stamps, koffs, kdata, kvalid, voffs, vdata, vvalid = cols[:_N_COLS]
     offsets += _I64.pack(offset)
     stamps += _I64.pack(ts)
     if row % 8 == 0:
@@ -123,6 +156,32 @@ def _append_row(
         raise OverflowError("column data of one fetch passes 2 GiB (Arrow binary offsets)")
     koffs += _I32.pack(len(kdata))
     voffs += _I32.pack(len(vdata))
+    if len(cols) == _N_COLS_HEADERS:
+        _append_headers(cols, row, headers or ())
+
+
+def _append_headers(
+    cols: list[bytearray], row: int, headers: Sequence[tuple[bytes | str, bytes | None]]
+) -> None:
+    hoffs, hvalid, hkoffs, hkdata, hvoffs, hvdata, hvvalid = cols[_N_COLS:]
+    if row % 8 == 0:
+        hvalid.append(0)
+    if headers:
+        hvalid[row >> 3] |= 1 << (row & 7)
+    hrow = len(hkoffs) // 4 - 1
+    for hkey, hvalue in headers:
+        hkdata += hkey.encode() if isinstance(hkey, str) else hkey
+        if hrow % 8 == 0:
+            hvvalid.append(0)
+        if hvalue is not None:
+            hvdata += hvalue
+            hvvalid[hrow >> 3] |= 1 << (hrow & 7)
+        if len(hkdata) > _INT32_MAX or len(hvdata) > _INT32_MAX:
+            raise OverflowError("column data of one fetch passes 2 GiB (Arrow binary offsets)")
+        hkoffs += _I32.pack(len(hkdata))
+        hvoffs += _I32.pack(len(hvdata))
+        hrow += 1
+    hoffs += _I32.pack(hrow)
 
 
 def _decode_batch_columns(
@@ -169,6 +228,7 @@ def _decode_batch_columns(
                 pos += vlen
             if pos >= end:
                 raise IndexError("headers past the end of the batch")
+            headers: list[tuple[bytes, bytes | None]] = []
             if buf[pos] == 0:
                 pos += 1
             else:
@@ -182,8 +242,9 @@ def _decode_batch_columns(
                         )
                     if hklen > end - pos:
                         raise IndexError("header key past the end of the batch")
+                    hkey = bytes(buf[pos : pos + hklen])
                     try:
-                        bytes(buf[pos : pos + hklen]).decode("utf-8")
+                        hkey.decode("utf-8")
                     except UnicodeDecodeError:
                         raise CorruptRecordError(
                             f"{topic}-{partition}: header key is not UTF-8 in batch at offset "
@@ -191,10 +252,13 @@ def _decode_batch_columns(
                         ) from None
                     pos += hklen
                     hvlen, pos = read_varint(buf, pos, end)
+                    hvalue = None
                     if hvlen >= 0:
                         if hvlen > end - pos:
                             raise IndexError("header value past the end of the batch")
+                        hvalue = bytes(buf[pos : pos + hvlen])
                         pos += hvlen
+                    headers.append((hkey, hvalue))
             if pos - record_start != size:
                 raise CorruptRecordError(
                     f"{topic}-{partition}: record {i} of the batch at offset {base_offset} "
@@ -215,7 +279,7 @@ def _decode_batch_columns(
                 )
             if row - rows0 >= cap:
                 raise IndexError("more records than the batch's bytes can hold")
-            _append_row(cols, row, offset, ts, key, value)
+            _append_row(cols, row, offset, ts, key, value, headers)
             key_nulls += key is None
             value_nulls += value is None
             row += 1
@@ -242,15 +306,18 @@ def decode_columns(
     value_deserializer: Deserializer | None = None,
     aborted_producers: Sequence[tuple[int, int]] | None = None,
     read_committed: bool = False,
+    headers: bool = False,
 ) -> DecodedFetch:
     """:func:`~epochguard.consumer.records.decode_records`, with the records as one
     :class:`RecordColumns` (``DecodedFetch.records``). Keys and values stay bytes: the
-    consumer refuses deserializers with ``record_format="columns"``."""
+    consumer refuses deserializers with ``record_format="columns"``. ``headers``: keep the
+    records' headers too (``to_arrow()["headers"]``)."""
     if key_deserializer is not None or value_deserializer is not None:
         raise TypeError("decode_columns takes no deserializers (keys and values stay bytes)")
-    builder = _Builder()
+    builder = _Builder(headers)
     if not data:
-        return DecodedFetch(_empty(topic, partition), None, None, 0)  # type: ignore[arg-type]
+        empty = RecordColumns(topic, partition, builder)
+        return DecodedFetch(empty, None, None, 0)  # type: ignore[arg-type]
     native = _native
 
     def v2(body: Any, bstart: int, bend: int, count: int, info: V2Batch) -> None:
@@ -294,10 +361,6 @@ def decode_columns(
     columns = RecordColumns(topic, partition, builder)
     # DecodedFetch.records is typed for tuples; the fetcher only slices and measures it.
     return DecodedFetch(columns, next_offset, last_epoch, size)  # type: ignore[arg-type]
-
-
-def _empty(topic: str, partition: int) -> RecordColumns:
-    return RecordColumns(topic, partition, _Builder())
 
 
 class RecordColumns(Sequence[RecordRef]):
@@ -403,13 +466,24 @@ class RecordColumns(Sequence[RecordRef]):
                 out.append((lo - self.start, hi - 1 - self.start, epochs[k]))
         return out
 
+    @property
+    def has_headers(self) -> bool:
+        """Whether these columns were decoded with the records' headers."""
+        return len(self._cols) == _N_COLS_HEADERS
+
     def data_bytes(self) -> int:
-        """Bytes of keys and values in this view."""
-        koffs, voffs = self._cols[2], self._cols[5]
-        start, stop = 4 * self.start, 4 * self.stop
-        keys = _I32.unpack_from(koffs, stop)[0] - _I32.unpack_from(koffs, start)[0]
-        values = _I32.unpack_from(voffs, stop)[0] - _I32.unpack_from(voffs, start)[0]
-        return int(keys + values)
+        """Bytes of keys and values (and header keys and values) in this view."""
+        cols = self._cols
+
+        def span(offs: bytearray, lo: int, hi: int) -> int:
+            return int(_I32.unpack_from(offs, 4 * hi)[0] - _I32.unpack_from(offs, 4 * lo)[0])
+
+        total = span(cols[2], self.start, self.stop) + span(cols[5], self.start, self.stop)
+        if len(cols) == _N_COLS_HEADERS:
+            # Rows start..stop hold headers first..last (the list offsets).
+            first, last = (_I32.unpack_from(cols[8], 4 * r)[0] for r in (self.start, self.stop))
+            total += span(cols[10], first, last) + span(cols[12], first, last)
+        return total
 
     def max_epoch(self) -> int | None:
         runs = self.epoch_runs()
@@ -424,14 +498,15 @@ class RecordColumns(Sequence[RecordRef]):
         """``{name: pyarrow.Array}`` for :data:`COLUMN_NAMES` over this view's rows: the
         offsets, timestamps, keys and values share this object's buffers (no copy);
         ``leaderEpoch`` and ``timestampType`` are filled from the runs. ``timestamp`` is
-        ``timestamp[ms, tz=UTC]``."""
+        ``timestamp[ms, tz=UTC]``. With headers, ``headers`` (last) is
+        ``list<struct<key: string, value: binary>>`` over the header buffers, no copy."""
         import pyarrow as pa
 
         if sys.byteorder != "little":  # pragma: no cover - no big-endian pyarrow builds
             raise RuntimeError("Arrow column buffers need a little-endian host")
         n_all = self._rows
         cols = [pa.py_buffer(c) for c in self._cols]
-        offsets, stamps, koffs, kdata, kvalid, voffs, vdata, vvalid = cols
+        offsets, stamps, koffs, kdata, kvalid, voffs, vdata, vvalid = cols[:_N_COLS]
         start, n = self.start, self.stop - self.start
 
         def binary(offs: pa.Buffer, data: pa.Buffer, valid: pa.Buffer, nulls: int) -> pa.Array:
@@ -449,7 +524,23 @@ class RecordColumns(Sequence[RecordRef]):
         }
         out["timestampType"] = self._per_run(self._run_ts_types, start, n)
         out["leaderEpoch"] = self._per_run(self._run_epochs, start, n)
+        if len(cols) == _N_COLS_HEADERS:
+            out["headers"] = self._headers_array(cols[_N_COLS:], n_all).slice(start, n)
         return out
+
+    def _headers_array(self, bufs: list[pa.Buffer], n_all: int) -> pa.Array:
+        import pyarrow as pa
+
+        hoffs, hvalid, hkoffs, hkdata, hvoffs, hvdata, hvvalid = bufs
+        n_headers = len(self._cols[10]) // 4 - 1
+        # null_count=-1: Arrow counts the nulls from the bitmaps when asked.
+        keys = pa.Array.from_buffers(pa.string(), n_headers, [None, hkoffs, hkdata])
+        values = pa.Array.from_buffers(
+            pa.binary(), n_headers, [hvvalid, hvoffs, hvdata], null_count=-1
+        )
+        htype = header_type()
+        pairs = pa.StructArray.from_arrays([keys, values], fields=list(htype.value_type))
+        return pa.Array.from_buffers(htype, n_all, [hvalid, hoffs], null_count=-1, children=[pairs])
 
     def _per_run(self, values: list[int], start: int, n: int) -> pa.Array:
         import pyarrow as pa

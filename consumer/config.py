@@ -110,6 +110,10 @@ DEFAULT_CONFIG: dict[str, Any] = {
     #: are decoded into column buffers instead and read with ``poll_columns()`` (Arrow
     #: layouts, no Python object per record; keys and values stay bytes).
     "record_format": "records",
+    #: ``record_format="columns"`` only: keep the records' headers in the column buffers
+    #: too (``RecordColumns.to_arrow()["headers"]``, Arrow's
+    #: ``list<struct<key: string, value: binary>>``); off, they are checked but not kept.
+    "column_headers": False,
 }
 
 #: Keys the "consumer" group protocol leaves to the broker (Java refuses them too).
@@ -155,6 +159,7 @@ _POSITIVE_INT = (
 # fetch loop that never waits (kafka-python and Java accept it too).
 _NON_NEGATIVE_INT = ("fetch_min_bytes", "fetch_max_wait_ms")
 _BOOL = (
+    "column_headers",
     "enable_incremental_fetch_sessions",
     "enable_auto_commit",
     "check_crcs",
@@ -313,6 +318,10 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
     if cfg["record_format"] not in ("records", "columns"):
         raise ConsumerConfigError(
             "record_format", f"must be 'records' or 'columns', got {cfg['record_format']!r}"
+        )
+    if cfg["column_headers"] and cfg["record_format"] != "columns":
+        raise ConsumerConfigError(
+            "column_headers", "needs record_format='columns' (records always carry headers)"
         )
     if cfg["record_format"] == "columns":
         for key in ("key_deserializer", "value_deserializer"):

@@ -215,9 +215,11 @@ class Fetcher:
         self._sessions_enabled = bool(config.get("enable_incremental_fetch_sessions", True))
         # record_format="columns": buffers hold RecordColumns, which slice and measure as
         # the record lists do (consumer/columns.py).
-        self._decode = (
-            decode_columns if config.get("record_format") == "columns" else decode_records
-        )
+        self._decode: Callable[..., Any] = decode_records
+        if config.get("record_format") == "columns":
+            self._decode = functools.partial(
+                decode_columns, headers=bool(config.get("column_headers", False))
+            )
 
     # ------------------------------------------------------------------ metadata views
 

@@ -10,7 +10,6 @@ through EpochConsumer's public API.
 
 from __future__ import annotations
 
-import operator
 import queue
 import threading
 import time
@@ -36,13 +35,12 @@ from pyspark.sql.types import StructType
 
 from epochguard._log import get_logger
 from epochguard.consumer import (
-    ConsumerRecord,
     EpochConsumer,
     LogTruncationError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
 )
-from epochguard.consumer.columns import RecordColumns
+from epochguard.consumer.columns import RecordColumns, header_type
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import TruncationReport
 from epochguard.spark_connector.errors import (
@@ -87,7 +85,7 @@ _BASE_COLUMNS = (
 )
 _HEADERS_COLUMN = "headers array<struct<key: string, value: binary>>"
 
-_HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+_HEADER_TYPE = header_type()
 _BASE_FIELDS = [
     ("key", pa.binary()),
     ("value", pa.binary()),
@@ -379,10 +377,11 @@ def _executor_kwargs(opts: SourceOptions) -> dict[str, Any]:
     kw["max_poll_records"] = _BATCH_ROWS
     kw.setdefault("max_partition_fetch_bytes", EXECUTOR_FETCH_BYTES)
     kw.setdefault("fetch_max_wait_ms", EXECUTOR_FETCH_WAIT_MS)
-    if not opts.include_headers:
-        # The C decoder fills the Arrow buffers of every column but the headers: no Python
-        # object per record (docs/spark.md, "Profile").
-        kw["record_format"] = "columns"
+    # The C decoder fills the Arrow buffers of every column, headers included when asked:
+    # no Python object per record or field (docs/spark.md, "Profile").
+    kw["record_format"] = "columns"
+    if opts.include_headers:
+        kw["column_headers"] = True
     return kw
 
 
@@ -390,56 +389,11 @@ _TS_MS = pa.timestamp("ms", tz="UTC")
 _TS = _BASE_FIELDS[5][1]
 
 
-# One C-level pass per column the schema needs (ConsumerRecord field positions); a full
-# transpose (``zip(*records)``) built all 13 fields and cost 3-4x as much (see docs/spark.md).
-_EPOCHS = operator.itemgetter(2)
-_OFFSETS = operator.itemgetter(3)
-_STAMPS = operator.itemgetter(4)
-_STAMP_TYPES = operator.itemgetter(5)
-_KEYS = operator.itemgetter(6)
-_VALUES = operator.itemgetter(7)
-_HEADERS = operator.itemgetter(8)
-
-#: What one poll yields for one partition: its records (``includeHeaders``) with their
-#: epoch column, or column buffers.
-_Piece = tuple[list[ConsumerRecord], list[int]] | RecordColumns
-
-
-def _batch(
-    tp: TopicPartition, recs: Sequence[ConsumerRecord], epochs: list[int], include_headers: bool
-) -> pa.RecordBatch:
-    """One Arrow batch from ``ConsumerRecord`` tuples (``includeHeaders``: the headers
-    column is not in the column buffers). ``epochs`` is the column the caller already took
-    for its check."""
-    n = len(recs)
-    arrays = [
-        pa.array(list(map(_KEYS, recs)), pa.binary()),
-        pa.array(list(map(_VALUES, recs)), pa.binary()),
-        pa.repeat(pa.scalar(tp.topic, pa.string()), n),
-        pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-        pa.array(list(map(_OFFSETS, recs)), pa.int64()),
-        pa.array(list(map(_STAMPS, recs)), _TS_MS).cast(_TS),
-        pa.array(list(map(_STAMP_TYPES, recs)), pa.int32()),
-    ]
-    if include_headers:
-        # As Spark's source: null, not an empty list, for a record without headers.
-        arrays.append(
-            pa.array(
-                [
-                    [{"key": k, "value": v} for k, v in h] if h else None
-                    for h in map(_HEADERS, recs)
-                ],
-                _HEADER_TYPE,
-            )
-        )
-    arrays.append(pa.array(epochs, pa.int32()))
-    schema = _ARROW_SCHEMA_HEADERS if include_headers else ARROW_SCHEMA
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
 def _column_batch(tp: TopicPartition, pieces: list[RecordColumns]) -> pa.RecordBatch:
     """One Arrow batch from column buffers: the buffers of a single piece are used as they
-    are; several pieces (polls joined) are concatenated, one copy."""
+    are; several pieces (polls joined) are concatenated, one copy. The headers column
+    (``includeHeaders``) comes from the buffers too: a record without headers is a null
+    list, as in Spark's source."""
     parts = [p.to_arrow() for p in pieces]
     if len(parts) == 1:
         cols = parts[0]
@@ -454,9 +408,14 @@ def _column_batch(tp: TopicPartition, pieces: list[RecordColumns]) -> pa.RecordB
         cols["offset"],
         cols["timestamp"].cast(_TS),
         cols["timestampType"],
-        cols["leaderEpoch"],
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    if "headers" in cols:
+        arrays.append(cols["headers"])
+        schema = _ARROW_SCHEMA_HEADERS
+    else:
+        schema = ARROW_SCHEMA
+    arrays.append(cols["leaderEpoch"])
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -473,7 +432,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     done = False
     try:
         pieces = _fetch_ahead(_read_with(consumer, opts, rng), f"{rng.tp.topic}-{rng.tp.partition}")
-        yield from _coalesced(rng.tp, pieces, opts.include_headers)
+        yield from _coalesced(rng.tp, pieces)
         done = True
     finally:
         if done:
@@ -497,7 +456,7 @@ class _Failed:
         self.error = error
 
 
-def _fetch_ahead(polls: Generator[_Piece, None, None], name: str) -> Iterator[_Piece]:
+def _fetch_ahead(polls: Generator[RecordColumns, None, None], name: str) -> Iterator[RecordColumns]:
     """``polls`` run on a thread of their own, up to ``_AHEAD`` pieces ahead.
 
     The profile (docs/spark.md) showed the executor's one thread alternating between
@@ -547,39 +506,25 @@ def _fetch_ahead(polls: Generator[_Piece, None, None], name: str) -> Iterator[_P
         reader.join()
 
 
-def _coalesced(
-    tp: TopicPartition, polls: Iterator[_Piece], include_headers: bool
-) -> Iterator[pa.RecordBatch]:
+def _coalesced(tp: TopicPartition, polls: Iterator[RecordColumns]) -> Iterator[pa.RecordBatch]:
     """Arrow batches of at least ``_BATCH_ROWS`` records (but the last), from the polls.
 
     A poll returns at most one fetch's worth per partition (about 1,000 records of 1 KB at
     the default 1 MiB): Spark pays per batch it takes from the Python worker, so small
     polls are joined before they cross.
     """
-    recs: list[ConsumerRecord] = []
-    epochs: list[int] = []
     pieces: list[RecordColumns] = []
     rows = size = 0
     for piece in polls:
-        if isinstance(piece, RecordColumns):
-            pieces.append(piece)
-            rows += len(piece)
-            size += piece.data_bytes()
-            # Joining copies the data once: large values cross on their own.
-            if rows >= _BATCH_ROWS or size >= _BATCH_BYTES:
-                yield _column_batch(tp, pieces)
-                pieces, rows, size = [], 0, 0
-            continue
-        more, more_epochs = piece
-        recs += more
-        epochs += more_epochs
-        if len(recs) >= _BATCH_ROWS:
-            yield _batch(tp, recs, epochs, include_headers)
-            recs, epochs = [], []
+        pieces.append(piece)
+        rows += len(piece)
+        size += piece.data_bytes()
+        # Joining copies the data once: large values cross on their own.
+        if rows >= _BATCH_ROWS or size >= _BATCH_BYTES:
+            yield _column_batch(tp, pieces)
+            pieces, rows, size = [], 0, 0
     if pieces:
         yield _column_batch(tp, pieces)
-    if recs:
-        yield _batch(tp, recs, epochs, include_headers)
 
 
 def _epoch_after_plan(
@@ -596,47 +541,34 @@ def _epoch_after_plan(
 
 def _piece(
     tp: TopicPartition,
-    polled: Mapping[TopicPartition, Any],
+    polled: Mapping[TopicPartition, RecordColumns],
     end: int,
     planned_epoch: int | None,
     where: str,
-) -> _Piece | None:
+) -> RecordColumns | None:
     """``tp``'s part of one poll, cut at the planned end, its epochs checked against the
     plan: a record with a later epoch than planned means the log was rewritten."""
-    got = polled.get(tp)
-    if not got:
+    cols = polled.get(tp)
+    if not cols:
         return None
-    if isinstance(got, RecordColumns):
-        cols = got
-        if cols.offset_at(len(cols) - 1) >= end:
-            cols = cols[: cols.rows_before(end)]
-        if not cols:
-            return None
-        if planned_epoch is not None:
-            for first, _last, epoch in cols.epoch_runs():
-                if epoch > planned_epoch:
-                    offset = cols.offset_at(first)
-                    raise _epoch_after_plan(tp, offset, epoch, planned_epoch, end, where)
-        return cols
-    recs: list[ConsumerRecord] = got
-    if recs[-1].offset >= end:
-        recs = [r for r in recs if r.offset < end]
-    if not recs:
+    if cols.offset_at(len(cols) - 1) >= end:
+        cols = cols[: cols.rows_before(end)]
+    if not cols:
         return None
-    epochs = list(map(_EPOCHS, recs))
-    if planned_epoch is not None and max(epochs) > planned_epoch:
-        rec = next(r for r in recs if r.leader_epoch > planned_epoch)
-        raise _epoch_after_plan(tp, rec.offset, rec.leader_epoch, planned_epoch, end, where)
-    return recs, epochs
+    if planned_epoch is not None:
+        for first, _last, epoch in cols.epoch_runs():
+            if epoch > planned_epoch:
+                offset = cols.offset_at(first)
+                raise _epoch_after_plan(tp, offset, epoch, planned_epoch, end, where)
+    return cols
 
 
 def _read_with(
     consumer: EpochConsumer, opts: SourceOptions, rng: OffsetRange
-) -> Generator[_Piece, None, None]:
+) -> Generator[RecordColumns, None, None]:
     tp, end = rng.tp, rng.end.offset
     planned_epoch = rng.end.leader_epoch
     where = f"while reading planned range [{rng.start}, {rng.end}) on an executor"
-    columns = consumer.config["record_format"] == "columns"
     consumer.assign([tp])
     consumer.seek(tp, rng.start)  # a position with an epoch is validated before fetching
     position = rng.start.offset
@@ -645,9 +577,7 @@ def _read_with(
     next_end_check = last_progress + _END_CHECK_INTERVAL
     while position < end:
         try:
-            polled: Mapping[TopicPartition, Any] = (
-                consumer.poll_columns(timeout_ms=200) if columns else consumer.poll(timeout_ms=200)
-            )
+            polled = consumer.poll_columns(timeout_ms=200)
             now_at = consumer.position(tp)
         except LogTruncationError as exc:
             report = exc.truncations.get(tp) or exc.report

@@ -67,9 +67,29 @@ def test_columns_carry_epochs_through_an_unclean_election(cluster: EmbeddedClust
         plain.poll_columns()
 
 
+def test_column_headers_come_from_the_fetch_with_their_rows(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    headers = [[("h", b"x"), ("n", None)], [], [("\u00e9", b"")]]
+    cluster.append("t", 0, [(b"k%d" % i, b"v%d" % i, h) for i, h in enumerate(headers)] * 4)
+    with make_consumer(cluster, record_format="columns", column_headers=True) as consumer:
+        consumer.assign([TP0])
+        got: list[Any] = []
+        deadline = time.monotonic() + 10
+        while len(got) < 12 and time.monotonic() < deadline:
+            for cols in consumer.poll_columns(timeout_ms=100, max_records=5).values():
+                arrays = cols.to_arrow()
+                got += zip(arrays["offset"].to_pylist(), arrays["headers"].to_pylist(), strict=True)
+    expected = [[{"key": k, "value": v} for k, v in h] or None for h in headers] * 4
+    assert got == list(enumerate(expected))
+
+
 def test_record_format_is_checked_before_connecting() -> None:
     with pytest.raises(ConsumerConfigError, match=r"record_format.*'rows'"):
         EpochConsumer(bootstrap_servers="127.0.0.1:1", record_format="rows")
+    with pytest.raises(ConsumerConfigError, match=r"column_headers.*record_format='columns'"):
+        EpochConsumer(bootstrap_servers="127.0.0.1:1", column_headers=True)
+    with pytest.raises(ConsumerConfigError, match=r"column_headers.*True or False"):
+        EpochConsumer(bootstrap_servers="127.0.0.1:1", record_format="columns", column_headers=1)
     with pytest.raises(ConsumerConfigError, match=r"value_deserializer.*columns"):
         EpochConsumer(
             bootstrap_servers="127.0.0.1:1", record_format="columns", value_deserializer=bytes

@@ -455,6 +455,9 @@ def gil_path(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def _columns_both(data: bytes, fetch_offset: int = 0, **kwargs: Any) -> tuple[Outcome, Outcome]:
+    """The C and the Python column decoder on ``data`` (``headers=True`` among the kwargs:
+    the fifteen buffers with headers)."""
+
     def run(native: Any) -> Outcome:
         saved = columns._native
         columns._native = native
@@ -474,24 +477,40 @@ def _columns_both(data: bytes, fetch_offset: int = 0, **kwargs: Any) -> tuple[Ou
     return run(COLUMNS_NATIVE), run(None)
 
 
-def _as_rows(data: bytes, fetch_offset: int = 0, **kwargs: Any) -> list[tuple[Any, ...]]:
-    cols = columns.decode_columns(data, "topic", 3, fetch_offset, **kwargs).records
-    assert isinstance(cols, columns.RecordColumns)
-    arrays = cols.to_arrow()
-    assert list(arrays) == list(columns.COLUMN_NAMES)
+def _as_rows(
+    data: bytes, fetch_offset: int = 0, headers: bool = False, **kwargs: Any
+) -> list[tuple[Any, ...]]:
+    cols = columns.decode_columns(data, "topic", 3, fetch_offset, headers=headers, **kwargs)
+    assert isinstance(cols.records, columns.RecordColumns)
+    arrays = cols.records.to_arrow()
+    assert list(arrays) == list(columns.COLUMN_NAMES) + (["headers"] if headers else [])
     lists = [arrays[name].to_pylist() for name in ("offset", "leaderEpoch", "timestampType")]
     stamps = arrays["timestamp"].cast("int64").to_pylist()
-    return list(
+    rows = list(
         zip(
             lists[0], lists[1], stamps, lists[2], arrays["key"].to_pylist(),
             arrays["value"].to_pylist(), strict=True,
         )
     )  # fmt: skip
+    if not headers:
+        return rows
+    arrays["headers"].validate(full=True)
+    pairs = [
+        None if h is None else [(kv["key"], kv["value"]) for kv in h]
+        for h in arrays["headers"].to_pylist()
+    ]
+    return [(*row, h) for row, h in zip(rows, pairs, strict=True)]
 
 
-def _tuple_rows(data: bytes, fetch_offset: int = 0, **kwargs: Any) -> list[tuple[Any, ...]]:
+def _tuple_rows(
+    data: bytes, fetch_offset: int = 0, headers: bool = False, **kwargs: Any
+) -> list[tuple[Any, ...]]:
     recs = decode_records(data, "topic", 3, fetch_offset, **kwargs).records
-    return [(r.offset, r.leader_epoch, r.timestamp, r.timestamp_type, r.key, r.value) for r in recs]
+    rows = [(r.offset, r.leader_epoch, r.timestamp, r.timestamp_type, r.key, r.value) for r in recs]
+    if not headers:
+        return rows
+    # Spark's source's convention, which the headers column follows: no headers is null.
+    return [(*row, list(r.headers) or None) for row, r in zip(rows, recs, strict=True)]
 
 
 @settings(
@@ -499,17 +518,22 @@ def _tuple_rows(data: bytes, fetch_offset: int = 0, **kwargs: Any) -> list[tuple
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(data=_fetches(), skip=st.integers(0, 20), cut=st.integers(0, 30))
+@given(
+    data=_fetches(), skip=st.integers(0, 20), cut=st.integers(0, 30), headers=st.booleans()
+)
 def test_column_decoders_agree_with_each_other_and_the_tuple_decoder(
-    gil_path: str, data: bytes, skip: int, cut: int
+    gil_path: str, data: bytes, skip: int, cut: int, headers: bool
 ) -> None:
     first = struct.unpack_from(">q", data, 0)[0]
     for fetch_offset in (0, first + skip):
         for chunk in (data, data[: len(data) - cut]):
-            c, py = _columns_both(chunk, fetch_offset=fetch_offset)
+            c, py = _columns_both(chunk, fetch_offset=fetch_offset, headers=headers)
             assert c == py
             assert c[0] == "ok"
-            assert _as_rows(chunk, fetch_offset) == _tuple_rows(chunk, fetch_offset)
+            assert len(c[1][0]) == (15 if headers else 8)
+            assert _as_rows(chunk, fetch_offset, headers) == _tuple_rows(
+                chunk, fetch_offset, headers
+            )
             fetched = decode_records(chunk, "topic", 3, fetch_offset)
             assert c[1][3:] == (fetched.next_offset, fetched.last_epoch, fetched.size)
 
@@ -520,15 +544,16 @@ def test_column_decoders_skip_aborted_and_control_batches_as_the_tuple_decoder(
     data: bytes,
 ) -> None:
     kw: dict[str, Any] = {"read_committed": True, "aborted_producers": [(7, 0)]}
-    c, py = _columns_both(data, **kw)
+    c, py = _columns_both(data, headers=True, **kw)
     assert c == py
-    assert _as_rows(data, **kw) == _tuple_rows(data, **kw)
+    assert _as_rows(data, headers=True, **kw) == _tuple_rows(data, headers=True, **kw)
 
 
 def _assert_same_column_error(data: bytes) -> str:
     c, py = _columns_both(data, check_crcs=False)
     assert c == py
     assert c[0] == "error", c
+    assert _columns_both(data, check_crcs=False, headers=True) == (c, py)
     # The tuple decoder fails the same way.
     assert _decode_both(data, check_crcs=False)[0] == c
     return str(c[1])
@@ -578,10 +603,13 @@ def test_column_decoders_refuse_offsets_and_timestamps_past_int64(gil_path: str)
 def test_random_corruption_gives_identical_column_outcomes(gil_path: str, seed: int) -> None:
     batch = _uncompressed(headers=seed % 2 == 0)
     for data in _mutations(batch, seed):
-        c, py = _columns_both(data, check_crcs=False)
-        assert c == py
-        if c[0] == "ok":
-            assert _as_rows(data, check_crcs=False) == _tuple_rows(data, check_crcs=False)
+        for headers in (False, True):
+            c, py = _columns_both(data, check_crcs=False, headers=headers)
+            assert c == py
+            if c[0] == "ok":
+                assert _as_rows(data, headers=headers, check_crcs=False) == _tuple_rows(
+                    data, headers=headers, check_crcs=False
+                )
 
 
 @pytest.mark.parametrize(
@@ -615,12 +643,15 @@ def test_header_keys_are_checked_as_python_decodes_utf8(gil_path: str, key: byte
     data = _with_body(_uncompressed(), rec, count=1)
     c, py = _columns_both(data, check_crcs=False)
     assert c == py
+    assert _columns_both(data, check_crcs=False, headers=True)[0][0] == c[0]
     try:
         key.decode()
     except UnicodeDecodeError:
         assert c[0] == "error" and "header key is not UTF-8" in c[1]
     else:
         assert c[0] == "ok"
+        rows = _as_rows(data, headers=True, check_crcs=False)
+        assert rows[0][-1] == [(key.decode(), None)]
 
 
 def test_large_batches_decode_without_the_gil_by_default() -> None:
@@ -676,3 +707,71 @@ def test_env_var_forces_the_python_column_decoder() -> None:
         [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
     ).stdout.strip()
     assert (forced, columns.DECODER) == ("python", "c")
+
+
+def test_header_arrays_share_the_column_buffers_and_slice_with_their_rows() -> None:
+    rows = [
+        (i, 50 + i, b"k", b"v", [("h%d" % j, None if j == 1 else b"x" * j) for j in range(i % 3)])
+        for i in range(10)
+    ]
+    data = b"".join(_build(10 * b, 4, 0, False, 0, rows) for b in range(3))
+    cols = columns.decode_columns(data, "t", 0, 0, headers=True).records
+    assert isinstance(cols, columns.RecordColumns) and cols.has_headers
+    headers = cols.to_arrow()["headers"]
+    assert headers.type == columns.header_type()
+    addresses = {pa.py_buffer(c).address for c in cols._cols}
+    pairs = headers.values
+    used = [headers.buffers()[1], pairs.field(0).buffers()[1], pairs.field(0).buffers()[2]]
+    used += pairs.field(1).buffers()
+    assert {b.address for b in used if b is not None} <= addresses
+    expected = [
+        [{"key": "h%d" % j, "value": None if j == 1 else b"x" * j} for j in range(i % 3)] or None
+        for _ in range(3)
+        for i in range(10)
+    ]
+    assert headers.to_pylist() == expected
+    assert headers.null_count == sum(1 for e in expected if e is None)
+    view = cols[7:23]
+    assert view.to_arrow()["headers"].to_pylist() == expected[7:23]
+    header_bytes = sum(len(h["key"]) + len(h["value"] or b"") for e in expected[7:23] for h in e or [])
+    assert view.data_bytes() == 16 * 2 + header_bytes
+    # Without headers asked for, the same fetch has no headers column and fewer bytes.
+    plain = columns.decode_columns(data, "t", 0, 0).records
+    assert isinstance(plain, columns.RecordColumns) and not plain.has_headers
+    assert "headers" not in plain.to_arrow() and plain[7:23].data_bytes() == 32
+
+
+def test_legacy_message_sets_have_null_headers_in_the_columns() -> None:
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    b = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=10**6)
+    for i in range(3):
+        b.append(i, timestamp=1000 + i, key=None, value=b"old-%d" % i)
+    data = bytes(b.build())
+    for native in (COLUMNS_NATIVE, None):
+        saved, columns._native = columns._native, native
+        try:
+            assert _as_rows(data, headers=True) == _tuple_rows(data, headers=True)
+            assert [r[-1] for r in _as_rows(data, headers=True)] == [None] * 3
+        finally:
+            columns._native = saved
+
+
+def test_headers_decode_without_the_gil_and_refuse_impossible_counts() -> None:
+    from epochguard.consumer import _crecords
+
+    old = _crecords.set_release_gil_bytes(0)
+    try:
+        value = b"x" * 100
+        recs = [(i, 1000 + i, None, value, [("a", b"1"), ("b", None)] * (i % 4)) for i in range(300)]
+        batch = _build(10, 3, 0, False, 0, recs)
+        c, py = _columns_both(batch, headers=True)
+        assert c == py and c[0] == "ok"
+        assert _as_rows(batch, headers=True) == _tuple_rows(batch, headers=True)
+        # A header count the bytes cannot hold is a truncated record, not an allocation.
+        huge = _record(b"\x00\x00\x00", _varint(-1), _varint(1), b"v", _varint(2**31 - 1))
+        data = _with_body(_uncompressed(), huge, count=1)
+        c, py = _columns_both(data, check_crcs=False, headers=True)
+        assert c == py and c[0] == "error" and "truncated record" in c[1]
+    finally:
+        _crecords.set_release_gil_bytes(old)

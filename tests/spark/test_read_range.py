@@ -119,7 +119,7 @@ def test_executor_fetch_settings_default_to_large_fetches_and_short_waits() -> N
     }
     kw = datasource._executor_kwargs(parse_options(given, streaming=True))
     assert (kw["max_partition_fetch_bytes"], kw["fetch_max_wait_ms"]) == (1048576, 500)
-    assert "record_format" not in kw
+    assert (kw["record_format"], kw["column_headers"]) == ("columns", True)
 
 
 def test_consumers_are_reused_per_configuration(cluster: EmbeddedCluster) -> None:
@@ -130,15 +130,15 @@ def test_consumers_are_reused_per_configuration(cluster: EmbeddedCluster) -> Non
     (pooled,) = [c for cs in datasource._POOL.values() for c in cs]
     assert read_all(opts, OffsetRange(TP, EpochOffset(2), EpochOffset(5, 0))).num_rows == 3
     assert [c for cs in datasource._POOL.values() for c in cs] == [pooled]
-    # includeHeaders reads ConsumerRecord tuples (the column buffers have no headers): a
-    # consumer of its own, reused in turn; the column consumer stays pooled.
+    # includeHeaders decodes the headers into the column buffers too: a consumer of its
+    # own, reused in turn; the one without headers stays pooled.
     other = options(cluster, includeHeaders="true")
     read_all(other, OffsetRange(TP, EpochOffset(0), EpochOffset(1, 0)))
     pool = [c for cs in datasource._POOL.values() for c in cs]
     assert len(pool) == 2 and pooled in pool
     (with_headers,) = [c for c in pool if c is not pooled]
-    assert with_headers.config["record_format"] == "records"
-    assert pooled.config["record_format"] == "columns"
+    assert with_headers.config["record_format"] == pooled.config["record_format"] == "columns"
+    assert (with_headers.config["column_headers"], pooled.config["column_headers"]) == (True, False)
     read_all(other, OffsetRange(TP, EpochOffset(1), EpochOffset(2, 0)))
     assert sorted(map(id, (c for cs in datasource._POOL.values() for c in cs))) == sorted(
         map(id, pool)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from epochguard.testing import EmbeddedCluster
+from epochguard.testing.helpers import stage_unreplicated_tail, unclean_refill
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -119,10 +120,93 @@ def test_streaming_query_through_spark_connect(cluster: EmbeddedCluster, tmp_pat
         + [[1, 4, "b4", epoch_1, "conn"]]
     )
     assert sorted(result["rows"]) == sorted(expected)
-    # Errors reach the client with their condition, but the Connect server (pyspark 4.3.0)
-    # abbreviates their text in the middle, cutting the source's message out of both
-    # (docs/spark.md, "Spark Connect"); the classic session's tests check that text.
+    # Errors reach the client with their condition and the source's whole message: the
+    # client fetches it with FetchErrorDetails (docs/spark.md, "Spark Connect"). The
+    # message names the option as Spark hands it over, lower-cased.
+    option_error = (
+        "option 'startingofsets': unknown option for the epochguard source"
+        " (did you mean 'startingOffsets'?)"
+    )
     assert result["bad"] is not None
     assert result["bad"].startswith("[PYTHON_DATA_SOURCE_ERROR] Failed to initialize")
+    assert option_error in result["bad"]
     assert result["bad_stream"] is not None
     assert result["bad_stream"].startswith("[STREAM_FAILED]")
+    assert option_error in result["bad_stream"]
+
+
+TRUNCATION_CLIENT = r"""
+import json, sys
+from pyspark.sql import SparkSession
+from epochguard.spark_connector import register
+
+servers, ckpt, out, phase = sys.argv[1:5]
+spark = SparkSession.builder.remote("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+register(spark)
+query = (
+    spark.readStream.format("epochguard")
+    .option("kafka.bootstrap.servers", servers)
+    .option("subscribe", "t")
+    .option("startingOffsets", "earliest")
+    .load()
+    .writeStream.format("parquet")
+    .option("path", out)
+    .option("checkpointLocation", ckpt)
+    .trigger(availableNow=True)
+    .start()
+)
+result = {"phase": phase}
+try:
+    query.awaitTermination(120)
+    result["raised"] = None
+except Exception as exc:
+    result["raised"] = str(exc)
+    result["condition"] = exc.getCondition()
+    result["parameter"] = exc.getMessageParameters().get("message")
+error = query.exception()
+result["exception"] = None if error is None else str(error)
+print("RESULT " + json.dumps(result))
+spark.stop()
+"""
+
+
+def test_truncation_message_reaches_the_connect_client(tmp_path: str) -> None:
+    """A query restarted after an unclean election fails with ``KAFKA_LOG_TRUNCATION:``, and a
+    Connect client sees that text in what ``awaitTermination()`` raises, in its ``message``
+    parameter and in ``query.exception()``."""
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
+
+    def run(servers: str, phase: str) -> dict[str, str | None]:
+        args = [servers, f"{tmp_path}/ckpt", f"{tmp_path}/out", phase]
+        proc = subprocess.run(
+            [sys.executable, "-P", "-c", TRUNCATION_CLIENT, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=240,
+            check=False,
+        )
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-6000:]
+        result: dict[str, str | None] = json.loads(lines[-1][len("RESULT ") :])
+        return result
+
+    with EmbeddedCluster(brokers=2) as cluster:
+        old, new = stage_unreplicated_tail(cluster, "t")  # offsets 10..14 on `old` only
+        first = run(cluster.bootstrap_servers, "first")
+        assert first["raised"] is None and first["exception"] is None
+        unclean_refill(cluster, "t", old, new, [b"new-0", b"new-1"])
+        second = run(cluster.bootstrap_servers, "second")
+    expected = "KAFKA_LOG_TRUNCATION: topic t partition 0 (t-0): divergence at 10"
+    raised, exception, parameter = second["raised"], second["exception"], second["parameter"]
+    assert raised is not None and exception is not None and parameter is not None
+    assert raised.startswith("[STREAM_FAILED]")
+    assert second["condition"] == "STREAM_FAILED"
+    assert expected in raised
+    assert expected in parameter
+    assert expected in exception

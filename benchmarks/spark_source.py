@@ -29,7 +29,10 @@ and worker start). Then ``profile`` runs our executor read (``read_range``) of t
 100 B topic under cProfile in this process and lists where the time goes.
 
 Sizes: ``SPARK_BENCH_ROWS_100B`` (default 1,000,000), ``SPARK_BENCH_ROWS_1KB`` (300,000),
-``SPARK_BENCH_REPS`` (2).
+``SPARK_BENCH_REPS`` (2). ``SPARK_BENCH_SHAPES`` picks the shapes (default
+``100x1,100x8,1024x1,1024x8,1024x1h``): ``<value bytes>x<partitions>``, and a trailing ``h``
+for records with three headers each, read with ``includeHeaders=true`` by both Kafka
+sources (the ready batches, which have no headers column, are left out of those shapes).
 """
 
 from __future__ import annotations
@@ -47,7 +50,20 @@ from typing import Any
 ROWS_100B = int(os.environ.get("SPARK_BENCH_ROWS_100B", "1000000"))
 ROWS_1KB = int(os.environ.get("SPARK_BENCH_ROWS_1KB", "300000"))
 REPS = int(os.environ.get("SPARK_BENCH_REPS", "2"))
-SHAPES = [(100, 1, ROWS_100B), (100, 8, ROWS_100B), (1024, 1, ROWS_1KB), (1024, 8, ROWS_1KB)]
+
+
+def _shapes(spec: str) -> list[tuple[int, int, int, bool]]:
+    """``(value bytes, partitions, rows, headers)`` per ``<size>x<parts>[h]`` of ``spec``."""
+    out = []
+    for item in spec.split(","):
+        item = item.strip()
+        size, _, parts = item.rstrip("h").partition("x")
+        rows = ROWS_100B if int(size) < 1024 else ROWS_1KB
+        out.append((int(size), int(parts), rows, item.endswith("h")))
+    return out
+
+
+SHAPES = _shapes(os.environ.get("SPARK_BENCH_SHAPES", "100x1,100x8,1024x1,1024x8,1024x1h"))
 SOURCES = ["kafka", "epochguard"]
 #: Not a Kafka source: the same rows as ready Arrow batches (``benchmarks/_ready_batches.py``),
 #: the most any Python source reaches in the session (``SPARK_BENCH_READY=0`` leaves it out).
@@ -114,7 +130,14 @@ class PeakSampler:
         self.peak = max(self.peak, tree_rss_mb(self.root))
 
 
-def _produce(servers: str, topic: str, partitions: int, size: int, rows: int) -> None:
+def _headers(i: int) -> list[tuple[str, bytes]]:
+    """Three headers per record in the headers shapes (a trace id, a name, a counter)."""
+    return [("trace-id", b"%016x" % i), ("source", b"bench"), ("seq", b"%d" % i)]
+
+
+def _produce(
+    servers: str, topic: str, partitions: int, size: int, rows: int, headers: bool = False
+) -> None:
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -131,7 +154,13 @@ def _produce(servers: str, topic: str, partitions: int, size: int, rows: int) ->
     for i in range(rows):
         while True:
             try:
-                producer.produce(topic, value=value, key=b"%d" % i, partition=i % partitions)
+                producer.produce(
+                    topic,
+                    value=value,
+                    key=b"%d" % i,
+                    partition=i % partitions,
+                    headers=_headers(i) if headers else None,
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -204,13 +233,14 @@ def _query(
     topic: str,
     jvm_pid: int,
     brokers: list[int],
-    shape: tuple[int, int, int] = (100, 1, ROWS_100B),
+    shape: tuple[int, int, int, bool] = (100, 1, ROWS_100B, False),
 ) -> dict[str, Any]:
     reader = (
         spark.readStream.format(fmt)
         .option("kafka.bootstrap.servers", servers)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
+        .option("includeHeaders", str(shape[3]).lower())
     )
     if fmt == READY:
         reader = (
@@ -337,11 +367,12 @@ def run() -> dict[str, Any]:
     with ApacheKafkaCluster(brokers=1, jars=ensure_kafka_jars()) as cluster:
         servers = cluster.bootstrap_servers
         topics = {}
-        for size, parts, rows in SHAPES:
-            topic = f"bench-{size}b-{parts}p"
+        for size, parts, rows, headers in SHAPES:
+            topic = f"bench-{size}b-{parts}p" + ("-headers" if headers else "")
             cluster.create_topic(topic, partitions=parts, replication_factor=1)
-            _produce(servers, topic, parts, size, rows)
-            topics[(size, parts)] = (topic, rows)
+            _produce(servers, topic, parts, size, rows, headers)
+            topics[(size, parts, headers)] = (topic, rows)
+        warmup_topic = next(iter(topics.values()))[0]
         spark = local_session(
             "epochguard-bench",
             jars=connector.extra,
@@ -357,18 +388,23 @@ def run() -> dict[str, Any]:
         brokers = [p.pid for p in cluster._procs.values()]
         idle_mb = round(tree_rss_mb(jvm_pid))
         warmup = {
-            fmt: _query(spark, fmt, servers, topics[(100, 1)][0], jvm_pid, brokers)
-            for fmt in sources
+            fmt: _query(spark, fmt, servers, warmup_topic, jvm_pid, brokers) for fmt in sources
         }
         runs = []
-        for (size, parts), (topic, rows) in topics.items():
-            row: dict[str, Any] = {"value_bytes": size, "partitions": parts, "records": rows}
-            for fmt in sources:
+        for (size, parts, headers), (topic, rows) in topics.items():
+            row: dict[str, Any] = {
+                "value_bytes": size,
+                "partitions": parts,
+                "records": rows,
+                "include_headers": headers,
+            }
+            shape_sources = list(SOURCES) if headers else sources
+            for fmt in shape_sources:
                 row[fmt] = []
             for _ in range(REPS):
-                for fmt in sources:
+                for fmt in shape_sources:
                     result = _query(
-                        spark, fmt, servers, topic, jvm_pid, brokers, (size, parts, rows)
+                        spark, fmt, servers, topic, jvm_pid, brokers, (size, parts, rows, headers)
                     )
                     # The ready batches repeat whole batches: a few rows more than asked.
                     if result["rows"] != rows and fmt != READY:
@@ -382,7 +418,7 @@ def run() -> dict[str, Any]:
             }
             row["median_rows_per_cpu_s"] = per_cpu
             row["ours_vs_spark_per_cpu"] = round(per_cpu["epochguard"] / per_cpu["kafka"], 2)
-            if RUN_READY:
+            if READY in shape_sources:
                 ready = max(r["rows_per_s"] or 0 for r in row[READY])
                 row["best_rows_per_s"][READY] = ready
                 # The most a Python source reached here, against Spark's source and ours.
@@ -393,18 +429,20 @@ def run() -> dict[str, Any]:
                     k: round(statistics.median(r["cpu_s_by_part"][k] for r in row[f]), 2)
                     for k in row[f][0]["cpu_s_by_part"]
                 }
-                for f in sources
+                for f in shape_sources
             }
             runs.append(row)
             print(
-                f"{size} B x {parts} partitions: Spark {best['kafka']:,} rows/s, "
+                f"{size} B x {parts} partitions{' with headers' if headers else ''}: "
+                f"Spark {best['kafka']:,} rows/s, "
                 f"ours {best['epochguard']:,} rows/s ({row['ours_vs_spark']}x); rows per "
                 f"CPU-second {row['ours_vs_spark_per_cpu']}x; ready batches "
                 f"{row['best_rows_per_s'].get(READY, '-')} rows/s",
                 flush=True,
             )
         spark.stop()
-        prof = profile(servers, topics[(100, 1)][0])
+        first_plain = next((t for (_s, _p, h), (t, _r) in topics.items() if not h), None)
+        prof = profile(servers, first_plain) if first_plain else None
     return {
         "spark_kafka_connector": connector.version,
         "sources": {

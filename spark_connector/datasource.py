@@ -147,6 +147,8 @@ class _Driver:
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._consumer: EpochConsumer | None = None
+        # The last listing of the partitions read, and when it was made (monotonic).
+        self._listed: tuple[float, list[TopicPartition]] | None = None
 
     @property
     def consumer(self) -> EpochConsumer:
@@ -163,10 +165,18 @@ class _Driver:
             self._consumer = None
 
     def partitions(self) -> list[TopicPartition]:
+        """The partitions the query reads, listed again from fresh metadata, except within
+        ``retry_backoff_ms`` of the last listing: the consumer does not ask for metadata
+        more often than that, so a second listing right after the first (Spark calls
+        ``prepareForTriggerAvailableNow`` and then ``initialOffset``, each listing) waited
+        out the backoff: 93 ms of every availableNow query in its progress."""
         strategy: Strategy = self.opts.strategy
         if isinstance(strategy, Assign):
             return sorted(strategy.partitions)
         c = self.consumer
+        now = time.monotonic()
+        if self._listed is not None and now - self._listed[0] < c.config["retry_backoff_ms"] / 1000:
+            return list(self._listed[1])
         topics = (
             strategy.topics
             if isinstance(strategy, Subscribe)
@@ -176,7 +186,8 @@ class _Driver:
         for topic in topics:
             parts = c.partitions_for_topic(topic) or set()
             out.extend(TopicPartition(topic, p) for p in sorted(parts))
-        return out
+        self._listed = (time.monotonic(), out)
+        return list(out)
 
     def _reset_positions(
         self, tps: Sequence[TopicPartition], end: bool
@@ -673,6 +684,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now: dict[TopicPartition, EpochOffset] | None = None
         self._latest: dict[TopicPartition, EpochOffset] | None = None
         self._committer: EpochConsumer | None = None
+        self._initial: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get only the options: driver clients and state stay on the driver.
@@ -693,8 +705,13 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return off.as_dict()
 
     def initialOffset(self) -> dict[str, Any]:
-        tps = self.driver.partitions()
-        return SourceOffset(self.driver.resolve(self.opts.starting, tps)).to_json()
+        """Resolved once per query, as Spark's source does (its initial offsets are a lazy
+        value): Spark asks twice for a query's first batch, for its plan and again for its
+        start, and with ``latest`` or a timestamp two lookups could differ."""
+        if self._initial is None:
+            tps = self.driver.partitions()
+            self._initial = SourceOffset(self.driver.resolve(self.opts.starting, tps)).to_json()
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         # No composite limit in PySpark: with both options, the minimum is applied in

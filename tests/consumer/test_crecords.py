@@ -518,9 +518,7 @@ def _tuple_rows(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(
-    data=_fetches(), skip=st.integers(0, 20), cut=st.integers(0, 30), headers=st.booleans()
-)
+@given(data=_fetches(), skip=st.integers(0, 20), cut=st.integers(0, 30), headers=st.booleans())
 def test_column_decoders_agree_with_each_other_and_the_tuple_decoder(
     gil_path: str, data: bytes, skip: int, cut: int, headers: bool
 ) -> None:
@@ -711,7 +709,7 @@ def test_env_var_forces_the_python_column_decoder() -> None:
 
 def test_header_arrays_share_the_column_buffers_and_slice_with_their_rows() -> None:
     rows = [
-        (i, 50 + i, b"k", b"v", [("h%d" % j, None if j == 1 else b"x" * j) for j in range(i % 3)])
+        (i, 50 + i, b"k", b"v", [(f"h{j}", None if j == 1 else b"x" * j) for j in range(i % 3)])
         for i in range(10)
     ]
     data = b"".join(_build(10 * b, 4, 0, False, 0, rows) for b in range(3))
@@ -725,7 +723,7 @@ def test_header_arrays_share_the_column_buffers_and_slice_with_their_rows() -> N
     used += pairs.field(1).buffers()
     assert {b.address for b in used if b is not None} <= addresses
     expected = [
-        [{"key": "h%d" % j, "value": None if j == 1 else b"x" * j} for j in range(i % 3)] or None
+        [{"key": f"h{j}", "value": None if j == 1 else b"x" * j} for j in range(i % 3)] or None
         for _ in range(3)
         for i in range(10)
     ]
@@ -733,7 +731,9 @@ def test_header_arrays_share_the_column_buffers_and_slice_with_their_rows() -> N
     assert headers.null_count == sum(1 for e in expected if e is None)
     view = cols[7:23]
     assert view.to_arrow()["headers"].to_pylist() == expected[7:23]
-    header_bytes = sum(len(h["key"]) + len(h["value"] or b"") for e in expected[7:23] for h in e or [])
+    header_bytes = sum(
+        len(h["key"]) + len(h["value"] or b"") for e in expected[7:23] for h in e or []
+    )
     assert view.data_bytes() == 16 * 2 + header_bytes
     # Without headers asked for, the same fetch has no headers column and fewer bytes.
     plain = columns.decode_columns(data, "t", 0, 0).records
@@ -763,7 +763,8 @@ def test_headers_decode_without_the_gil_and_refuse_impossible_counts() -> None:
     old = _crecords.set_release_gil_bytes(0)
     try:
         value = b"x" * 100
-        recs = [(i, 1000 + i, None, value, [("a", b"1"), ("b", None)] * (i % 4)) for i in range(300)]
+        pairs: list[tuple[str, bytes | None]] = [("a", b"1"), ("b", None)]
+        recs = [(i, 1000 + i, None, value, pairs * (i % 4)) for i in range(300)]
         batch = _build(10, 3, 0, False, 0, recs)
         c, py = _columns_both(batch, headers=True)
         assert c == py and c[0] == "ok"

@@ -7,6 +7,7 @@ happens between two batches (or while the query is stopped) deterministically.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -375,6 +376,7 @@ def test_subscribe_pattern_picks_up_topics_created_while_running(
             "subscribePattern": "p-[0-9]+",
             "startingOffsets": "earliest",
             "kafka.metadata.max.age.ms": "300",
+            "kafka.retry.backoff.ms": "20",
         },
         streaming=True,
     )
@@ -385,6 +387,7 @@ def test_subscribe_pattern_picks_up_topics_created_while_running(
         cluster.create_topic("p-2", replication_factor=1)
         cluster.create_topic("other", replication_factor=1)
         cluster.append("p-2", 0, [b"y"] * 5)
+        time.sleep(0.05)  # past retry.backoff.ms: the next listing asks the brokers again
         end = r.latestOffset(start, ReadAllAvailable())
         assert {t: {p: v["offset"] for p, v in parts.items()} for t, parts in end.items()} == {
             "p-1": {"0": 3},
@@ -438,3 +441,50 @@ def test_the_driver_sends_no_fetch_that_would_hold_up_its_lookups(cluster: Embed
         assert r.driver.consumer.metrics(raw=True)["fetch_requests"] == 0
     finally:
         r.stop()
+
+
+def test_the_initial_offset_is_resolved_once_per_query(cluster: EmbeddedCluster) -> None:
+    # Spark asks for it twice for the first batch (its plan, then its start): with
+    # "latest", two lookups around new records would start the batch past its plan.
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 3)
+    r = reader(cluster, startingOffsets="latest")
+    try:
+        first = r.initialOffset()
+        cluster.append("t", 0, [b"y"] * 4)
+        assert r.initialOffset() == first
+        assert offsets(first) == {0: (3, 0)}
+    finally:
+        r.stop()
+    again = reader(cluster, startingOffsets="latest")
+    try:
+        assert offsets(again.initialOffset()) == {0: (7, 0)}  # a new query looks again
+    finally:
+        again.stop()
+
+
+def test_listings_within_the_metadata_backoff_reuse_the_last_one(cluster: EmbeddedCluster) -> None:
+    """prepareForTriggerAvailableNow and initialOffset both list the partitions; the second
+    listing right after the first waited out the consumer's metadata backoff (93 ms a
+    query). Within ``retry.backoff.ms`` the last listing is reused; past it, the brokers
+    are asked again and a new partition is found."""
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 3)
+    r = reader(cluster, **{"kafka.retry.backoff.ms": "1000"})
+    try:
+        r.prepareForTriggerAvailableNow()
+        metrics = r.driver.consumer.metrics(raw=True)
+        asked = metrics["metadata_requests"]
+        start = r.initialOffset()
+        assert r.driver.consumer.metrics(raw=True)["metadata_requests"] == asked
+        assert offsets(start) == {0: (0, None)}
+    finally:
+        r.stop()
+    quick = reader(cluster, **{"kafka.retry.backoff.ms": "20"})
+    try:
+        assert quick.driver.partitions() == [TopicPartition("t", 0)]
+        cluster.create_partitions("t", 2)
+        time.sleep(0.05)
+        assert quick.driver.partitions() == [TopicPartition("t", 0), TopicPartition("t", 1)]
+    finally:
+        quick.stop()

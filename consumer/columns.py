@@ -138,26 +138,29 @@ def _append_row(
     value: Any,
     headers: Sequence[tuple[bytes | str, bytes | None]] | None = None,
 ) -> None:
-    """One row; ``headers`` as ``(key as UTF-8 bytes or str, value)`` pairs, written only
-    when ``cols`` has the header buffers."""
+    """One row; ``headers`` as ``(key, value)`` pairs (the key as str or UTF-8 bytes),
+    written only when ``cols`` has the header buffers."""
     offsets, stamps, koffs, kdata, kvalid, voffs, vdata, vvalid = cols[:_N_COLS]
     offsets += _I64.pack(offset)
     stamps += _I64.pack(ts)
-    if row % 8 == 0:
-        kvalid.append(0)
-        vvalid.append(0)
-    if key is not None:
-        kdata += key
-        kvalid[row >> 3] |= 1 << (row & 7)
-    if value is not None:
-        vdata += value
-        vvalid[row >> 3] |= 1 << (row & 7)
-    if len(kdata) > _INT32_MAX or len(vdata) > _INT32_MAX:
-        raise OverflowError("column data of one fetch passes 2 GiB (Arrow binary offsets)")
-    koffs += _I32.pack(len(kdata))
-    voffs += _I32.pack(len(vdata))
+    _append_binary(koffs, kdata, kvalid, row, key)
+    _append_binary(voffs, vdata, vvalid, row, value)
     if len(cols) == _N_COLS_HEADERS:
         _append_headers(cols, row, headers or ())
+
+
+def _append_binary(
+    offs: bytearray, data: bytearray, valid: bytearray, row: int, value: bytes | None
+) -> None:
+    """Row ``row`` of one Arrow binary column (offsets, data, validity bitmap)."""
+    if row % 8 == 0:
+        valid.append(0)
+    if value is not None:
+        data += value
+        valid[row >> 3] |= 1 << (row & 7)
+    if len(data) > _INT32_MAX:
+        raise OverflowError("column data of one fetch passes 2 GiB (Arrow binary offsets)")
+    offs += _I32.pack(len(data))
 
 
 def _append_headers(
@@ -171,15 +174,10 @@ def _append_headers(
     hrow = len(hkoffs) // 4 - 1
     for hkey, hvalue in headers:
         hkdata += hkey.encode() if isinstance(hkey, str) else hkey
-        if hrow % 8 == 0:
-            hvvalid.append(0)
-        if hvalue is not None:
-            hvdata += hvalue
-            hvvalid[hrow >> 3] |= 1 << (hrow & 7)
-        if len(hkdata) > _INT32_MAX or len(hvdata) > _INT32_MAX:
+        if len(hkdata) > _INT32_MAX:
             raise OverflowError("column data of one fetch passes 2 GiB (Arrow binary offsets)")
         hkoffs += _I32.pack(len(hkdata))
-        hvoffs += _I32.pack(len(hvdata))
+        _append_binary(hvoffs, hvdata, hvvalid, hrow, hvalue)
         hrow += 1
     hoffs += _I32.pack(hrow)
 

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -78,6 +79,29 @@ spark.stop()
 """
 
 
+def run_client(code: str, *args: str) -> dict[str, Any]:
+    """Runs a Connect client program (its own process, which starts a local Connect server)
+    and returns the JSON it printed after ``RESULT``."""
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        check=False,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-6000:]
+    result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
+    return result
+
+
 @pytest.fixture
 def cluster() -> Iterator[EmbeddedCluster]:
     with EmbeddedCluster(brokers=1) as c:
@@ -95,23 +119,7 @@ def test_streaming_query_through_spark_connect(cluster: EmbeddedCluster, tmp_pat
     cluster.append("conn", 1, [b"b4"])
     epoch_0 = cluster.leader_epoch("conn", 0)
     epoch_1 = cluster.leader_epoch("conn", 1)
-    env = dict(
-        os.environ,
-        PYSPARK_PYTHON=sys.executable,
-        PYSPARK_DRIVER_PYTHON=sys.executable,
-        SPARK_LOCAL_IP="127.0.0.1",
-    )
-    proc = subprocess.run(
-        [sys.executable, "-P", "-c", CLIENT, cluster.bootstrap_servers, "conn", f"{tmp_path}/ckpt"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-        check=False,
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-6000:]
-    result = json.loads(lines[-1][len("RESULT ") :])
+    result = run_client(CLIENT, cluster.bootstrap_servers, "conn", f"{tmp_path}/ckpt")
     assert result["error"] is None
     assert epoch_1 > epoch_before
     expected = (
@@ -174,27 +182,9 @@ def test_truncation_message_reaches_the_connect_client(tmp_path: str) -> None:
     """A query restarted after an unclean election fails with ``KAFKA_LOG_TRUNCATION:``, and a
     Connect client sees that text in what ``awaitTermination()`` raises, in its ``message``
     parameter and in ``query.exception()``."""
-    env = dict(
-        os.environ,
-        PYSPARK_PYTHON=sys.executable,
-        PYSPARK_DRIVER_PYTHON=sys.executable,
-        SPARK_LOCAL_IP="127.0.0.1",
-    )
 
-    def run(servers: str, phase: str) -> dict[str, str | None]:
-        args = [servers, f"{tmp_path}/ckpt", f"{tmp_path}/out", phase]
-        proc = subprocess.run(
-            [sys.executable, "-P", "-c", TRUNCATION_CLIENT, *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=240,
-            check=False,
-        )
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-6000:]
-        result: dict[str, str | None] = json.loads(lines[-1][len("RESULT ") :])
-        return result
+    def run(servers: str, phase: str) -> dict[str, Any]:
+        return run_client(TRUNCATION_CLIENT, servers, f"{tmp_path}/ckpt", f"{tmp_path}/out", phase)
 
     with EmbeddedCluster(brokers=2) as cluster:
         old, new = stage_unreplicated_tail(cluster, "t")  # offsets 10..14 on `old` only

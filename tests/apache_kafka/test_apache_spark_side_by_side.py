@@ -29,6 +29,7 @@ from epochguard.testing import produce
 from epochguard.testing.apache_kafka import ApacheKafkaCluster, KafkaUnavailableError
 from epochguard.testing.apache_kafka.pytest_support import _unavailable
 from epochguard.testing.apache_kafka.spark_kafka import ensure_spark_kafka_jars
+from epochguard.testing.helpers import recreate_topic
 from epochguard.testing.spark_session import finish_query, local_session
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
@@ -136,6 +137,43 @@ def test_refill_past_the_checkpoint_spark_reads_on_silently_ours_does_not(
     assert sorted(set(rewound) - set(before)) == [(5 + i, f"b{i}") for i in range(5)]
     assert sorted(rewound) == sorted(before + surviving[5:])
     assert set(surviving) <= set(rewound)
+
+
+def test_recreated_topic_spark_reads_on_silently_ours_does_not(
+    spark: Any, cluster: ApacheKafkaCluster, tmp_path: Path
+) -> None:
+    """The topic is deleted and created again while the queries are stopped, and the new
+    topic is filled past their checkpoint (5): Spark's source, whose offsets are bare,
+    reads the new topic's offsets 5 and 6 as if nothing happened; ours sees the new topic id
+    and fails, or with ``onTruncation=rewind`` reads the new topic from its start."""
+    topic = f"recreated-{os.getpid()}"
+    servers = cluster.bootstrap_servers
+    cluster.create_topic(topic, replication_factor=1)
+    produce(cluster, topic, [f"old{i}" for i in range(5)])
+    queries = {
+        "spark": ("kafka", {}),
+        "fail": ("epochguard", {}),
+        "rewind": ("epochguard", {"onTruncation": "rewind"}),
+    }
+    dirs = {name: (tmp_path / f"{name}-ckpt", tmp_path / f"{name}-out") for name in queries}
+    before = [(i, f"old{i}") for i in range(5)]
+    for name, (fmt, opts) in queries.items():
+        run(spark, fmt, servers, topic, *dirs[name], **opts)
+        assert output(spark, dirs[name][1]) == before, name
+
+    recreate_topic(cluster, topic, replication_factor=1)
+    produce(cluster, topic, [f"new{i}" for i in range(7)])  # offsets 0..6: past 5
+
+    run(spark, "kafka", servers, topic, *dirs["spark"])
+    assert output(spark, dirs["spark"][1]) == [*before, (5, "new5"), (6, "new6")]
+
+    with pytest.raises(Exception) as info:
+        run(spark, "epochguard", servers, topic, *dirs["fail"])
+    assert f"KAFKA_LOG_TRUNCATION: topic {topic} partition 0" in str(info.value)
+    assert output(spark, dirs["fail"][1]) == before
+
+    run(spark, "epochguard", servers, topic, *dirs["rewind"], onTruncation="rewind")
+    assert output(spark, dirs["rewind"][1]) == sorted(before + [(i, f"new{i}") for i in range(7)])
 
 
 def spark_kafka_program(

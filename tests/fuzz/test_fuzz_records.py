@@ -20,11 +20,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from epochguard.consumer import records
+from epochguard.consumer import columns, records
 from epochguard.consumer.errors import CorruptRecordError
 from epochguard.consumer.records import DecodedFetch, decode_records
 
-from ..consumer.test_crecords import _build, _fetches
+from ..consumer.test_crecords import _as_rows, _build, _fetches, _tuple_rows
 from .conftest import fuzz
 
 NATIVE = records._native
@@ -131,6 +131,54 @@ def test_mutated_valid_fetches(case: bytes, fetch_offset: int) -> None:
     data = case
     _same(data, fetch_offset, check_crcs=True)
     _same(data, fetch_offset, check_crcs=False)
+
+
+def _columns(native: Any, data: bytes, fetch_offset: int, check: bool, headers: bool) -> Outcome:
+    saved = columns._native
+    columns._native = native
+    try:
+        out = columns.decode_columns(data, "fz", 7, fetch_offset, check_crcs=check, headers=headers)
+    except CorruptRecordError as exc:
+        assert str(exc), "CorruptRecordError without a message"
+        return "error", str(exc)
+    finally:
+        columns._native = saved
+    cols = out.records
+    assert isinstance(cols, columns.RecordColumns)
+    runs = (cols._run_starts, cols._run_epochs, cols._run_ts_types)
+    return "ok", ([bytes(c) for c in cols._cols], runs, out.next_offset, out.last_epoch, out.size)
+
+
+def _same_columns(data: bytes, fetch_offset: int, check: bool, headers: bool) -> None:
+    """The C and Python column decoders write the same bytes in every buffer (headers
+    included) or raise the same error; whatever they decode, the tuple decoder decodes
+    the same (the reverse does not hold: offsets or timestamps past int64 are an error
+    in columns only)."""
+    c = _run_columns_pair(data, fetch_offset, check, headers)
+    if c[0] == "ok":
+        kw: dict[str, Any] = {"check_crcs": check}
+        assert _as_rows(data, fetch_offset, headers, **kw) == _tuple_rows(
+            data, fetch_offset, headers, **kw
+        )
+
+
+def _run_columns_pair(data: bytes, fetch_offset: int, check: bool, headers: bool) -> Outcome:
+    c = _columns(columns._native, data, fetch_offset, check, headers)
+    assert c == _columns(None, data, fetch_offset, check, headers)
+    return c
+
+
+@fuzz(300)
+@given(data=st.binary(max_size=400), check=st.booleans(), headers=st.booleans())
+def test_random_bytes_in_columns(data: bytes, check: bool, headers: bool) -> None:
+    _run_columns_pair(data, 0, check, headers)
+
+
+@fuzz(150)
+@given(case=_mutated(), fetch_offset=st.sampled_from([0, 5, 2**40]), headers=st.booleans())
+def test_mutated_valid_fetches_in_columns(case: bytes, fetch_offset: int, headers: bool) -> None:
+    _same_columns(case, fetch_offset, True, headers)
+    _same_columns(case, fetch_offset, False, headers)
 
 
 @fuzz(100)

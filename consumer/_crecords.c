@@ -580,9 +580,12 @@ utf8_valid(const unsigned char *s, Py_ssize_t n)
     return 1;
 }
 
-/* The per-record loop: no Python API, so it may run without the GIL. */
-static void
-columns_loop(struct col_loop *L)
+/* The per-record loop: no Python API, so it may run without the GIL. Compiled twice
+ * (columns_loop below), with and without headers: with the choice a run-time test, the
+ * loop without headers ran 10% slower than before headers existed (100 B records:
+ * 183 us per 20,000 before, 205 with the test, 190 compiled twice). */
+static inline __attribute__((always_inline)) void
+columns_loop_impl(struct col_loop *L, const int with_headers)
 {
     const unsigned char *buf = L->buf;
     Py_ssize_t pos = L->pos, end = L->end;
@@ -723,7 +726,7 @@ columns_loop(struct col_loop *L)
             set_bit(L->kvalid, row);
         if (vlen >= 0)
             set_bit(L->vvalid, row);
-        if (L->with_headers) {
+        if (with_headers) {
             if (nh > 0) {
                 /* The second walk over headers the first one checked: only kept records
                  * are written, and a record below min_offset is known only after them. */
@@ -782,6 +785,27 @@ done:
     L->key_nulls = key_nulls;
     L->value_nulls = value_nulls;
     L->error = error;
+}
+
+static void
+columns_loop_plain(struct col_loop *L)
+{
+    columns_loop_impl(L, 0);
+}
+
+static void
+columns_loop_headers(struct col_loop *L)
+{
+    columns_loop_impl(L, 1);
+}
+
+static void
+columns_loop(struct col_loop *L)
+{
+    if (L->with_headers)
+        columns_loop_headers(L);
+    else
+        columns_loop_plain(L);
 }
 
 static void

@@ -855,15 +855,16 @@ raise_col_error(const struct col_loop *L, PyObject *topic, PyObject *partition)
     }
 }
 
+static PyObject *columns_into(PyObject *const *args, const unsigned char *buf, Py_ssize_t size,
+                              PyObject **cols, int n_cols);
+
 static PyObject *
 columns_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
 {
-    PyObject *topic = args[4], *partition = args[5], *log_append_ts = args[8];
     PyObject *cols_obj = args[10];
     PyObject *cols[N_COLS_HEADERS];
-    int n_cols;
 
-    if (!PyUnicode_Check(topic)) {
+    if (!PyUnicode_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError, "topic must be str");
         return NULL;
     }
@@ -872,14 +873,36 @@ columns_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
         PyErr_SetString(PyExc_TypeError, "cols must be a list of 8 or 15 bytearrays");
         return NULL;
     }
-    n_cols = (int)PyList_GET_SIZE(cols_obj);
+    int n_cols = (int)PyList_GET_SIZE(cols_obj);
     for (int c = 0; c < n_cols; c++) {
         cols[c] = PyList_GET_ITEM(cols_obj, c);
         if (!PyByteArray_CheckExact(cols[c])) {
             PyErr_SetString(PyExc_TypeError, "cols must be a list of 8 or 15 bytearrays");
             return NULL;
         }
+        /* Each column is sized for its own layout: one bytearray in two places would be
+         * written past its end. */
+        for (int d = 0; d < c; d++)
+            if (cols[d] == cols[c]) {
+                PyErr_Format(PyExc_ValueError, "cols %d and %d are the same bytearray", d, c);
+                return NULL;
+            }
     }
+    /* Owned while they are used: the loop may run without the GIL, and another thread could
+     * meanwhile replace an item of the list. */
+    for (int c = 0; c < n_cols; c++)
+        Py_INCREF(cols[c]);
+    PyObject *result = columns_into(args, buf, size, cols, n_cols);
+    for (int c = 0; c < n_cols; c++)
+        Py_DECREF(cols[c]);
+    return result;
+}
+
+static PyObject *
+columns_into(PyObject *const *args, const unsigned char *buf, Py_ssize_t size, PyObject **cols,
+             int n_cols)
+{
+    PyObject *topic = args[4], *partition = args[5], *log_append_ts = args[8];
     int with_headers = n_cols == N_COLS_HEADERS;
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     Py_ssize_t end = PyLong_AsSsize_t(args[2]);

@@ -705,9 +705,12 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return off.as_dict()
 
     def initialOffset(self) -> dict[str, Any]:
-        """Resolved once per query, as Spark's source does (its initial offsets are a lazy
-        value): Spark asks twice for a query's first batch, for its plan and again for its
-        start, and with ``latest`` or a timestamp two lookups could differ."""
+        """Resolved once per reader: Spark asks twice for a query's first batch, for its
+        plan and again for its start, and with ``latest`` or a timestamp two lookups could
+        differ. Spark's own source also writes them to its checkpoint (``sources/0``), so a
+        restart that replays the first batch starts where it was planned; a Python source
+        is not given the checkpoint's location, so a restart before the first batch has
+        committed resolves them again (docs/spark.md, "Status")."""
         if self._initial is None:
             tps = self.driver.partitions()
             self._initial = SourceOffset(self.driver.resolve(self.opts.starting, tps)).to_json()
@@ -723,6 +726,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        # The start first, then the snapshot (as Spark's source): Spark calls this before
+        # initialOffset, and a "latest" start resolved after the snapshot would lie past
+        # the snapshot's end when records arrive in between.
+        self.initialOffset()
         self._available_now = self.driver.latest(self.driver.partitions())
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:

@@ -776,3 +776,16 @@ def test_headers_decode_without_the_gil_and_refuse_impossible_counts() -> None:
         assert c == py and c[0] == "error" and "truncated record" in c[1]
     finally:
         _crecords.set_release_gil_bytes(old)
+
+
+def test_one_bytearray_in_two_column_places_is_refused() -> None:
+    # Each buffer is grown for its own layout: the same bytearray twice would be written
+    # past its end (a heap overflow under AddressSanitizer before the check).
+    from epochguard.consumer import _crecords
+
+    batch = _uncompressed()
+    for n in (8, 15):
+        cols = columns._Builder(headers=n == 15).cols
+        cols[n - 1] = cols[3]
+        with pytest.raises(ValueError, match=f"cols 3 and {n - 1} are the same bytearray"):
+            _crecords.decode_batch_columns(batch, 61, len(batch), 5, "t", 0, 0, 0, None, 0, cols)

@@ -488,3 +488,23 @@ def test_listings_within_the_metadata_backoff_reuse_the_last_one(cluster: Embedd
         assert quick.driver.partitions() == [TopicPartition("t", 0), TopicPartition("t", 1)]
     finally:
         quick.stop()
+
+
+def test_available_now_resolves_a_latest_start_before_its_snapshot(
+    cluster: EmbeddedCluster,
+) -> None:
+    """Spark calls prepareForTriggerAvailableNow before initialOffset: records arriving
+    between the two must not put a ``latest`` start past the snapshot's end (the first
+    batch then failed as data lost)."""
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 3)
+    r = reader(cluster, startingOffsets="latest")
+    try:
+        r.prepareForTriggerAvailableNow()
+        cluster.append("t", 0, [b"y"] * 4)
+        start = r.initialOffset()
+        end = r.latestOffset(start, ReadAllAvailable())
+        assert offsets(start) == offsets(end) == {0: (3, 0)}
+        assert [p.range().size for p in r.partitions(start, end)] == []
+    finally:
+        r.stop()

@@ -20,6 +20,7 @@ write the same bytes and that they hold what the tuple decoder returns.
 from __future__ import annotations
 
 import bisect
+import functools
 import struct
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -77,6 +78,7 @@ _native = _load_native()
 DECODER = "c" if _native is not None else "python"
 
 
+@functools.cache
 def header_type() -> pa.DataType:
     """The Arrow type of the ``headers`` column: Spark's Kafka source's
     ``array<struct<key: string, value: binary>>``."""
@@ -198,6 +200,7 @@ def _decode_batch_columns(
     """Pure-Python twin of ``_crecords.decode_batch_columns``: same bytes, same errors."""
     rows0 = len(cols[0]) // 8
     row = rows0
+    keep_headers = len(cols) == _N_COLS_HEADERS
     key_nulls = value_nulls = 0
     read_varint = _records._read_varint
     cap = max(0, min(count, (max(0, end - pos)) // _MIN_RECORD_BYTES + 1))
@@ -242,7 +245,7 @@ def _decode_batch_columns(
                         raise IndexError("header key past the end of the batch")
                     hkey = bytes(buf[pos : pos + hklen])
                     try:
-                        hkey.decode("utf-8")
+                        hkey.decode("utf-8")  # checked whether kept or not
                     except UnicodeDecodeError:
                         raise CorruptRecordError(
                             f"{topic}-{partition}: header key is not UTF-8 in batch at offset "
@@ -250,13 +253,13 @@ def _decode_batch_columns(
                         ) from None
                     pos += hklen
                     hvlen, pos = read_varint(buf, pos, end)
-                    hvalue = None
-                    if hvlen >= 0:
-                        if hvlen > end - pos:
-                            raise IndexError("header value past the end of the batch")
-                        hvalue = bytes(buf[pos : pos + hvlen])
-                        pos += hvlen
-                    headers.append((hkey, hvalue))
+                    if hvlen >= 0 and hvlen > end - pos:
+                        raise IndexError("header value past the end of the batch")
+                    if keep_headers:
+                        headers.append(
+                            (hkey, bytes(buf[pos : pos + hvlen]) if hvlen >= 0 else None)
+                        )
+                    pos += max(hvlen, 0)
             if pos - record_start != size:
                 raise CorruptRecordError(
                     f"{topic}-{partition}: record {i} of the batch at offset {base_offset} "

@@ -85,7 +85,6 @@ _BASE_COLUMNS = (
 )
 _HEADERS_COLUMN = "headers array<struct<key: string, value: binary>>"
 
-_HEADER_TYPE = header_type()
 _BASE_FIELDS = [
     ("key", pa.binary()),
     ("value", pa.binary()),
@@ -97,7 +96,7 @@ _BASE_FIELDS = [
 ]
 ARROW_SCHEMA = pa.schema([*_BASE_FIELDS, ("leaderEpoch", pa.int32())])
 _ARROW_SCHEMA_HEADERS = pa.schema(
-    [*_BASE_FIELDS, ("headers", _HEADER_TYPE), ("leaderEpoch", pa.int32())]
+    [*_BASE_FIELDS, ("headers", header_type()), ("leaderEpoch", pa.int32())]
 )
 
 #: Rows per Arrow batch yielded by ``read()``, or fewer rows once their keys and values
@@ -396,7 +395,6 @@ def _executor_kwargs(opts: SourceOptions) -> dict[str, Any]:
     return kw
 
 
-_TS_MS = pa.timestamp("ms", tz="UTC")
 _TS = _BASE_FIELDS[5][1]
 
 

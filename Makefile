@@ -17,7 +17,7 @@ $(BIN)/python:
 
 # setuptools>=77 (PEP 639 license fields) and wheel in the venv itself, so builds need no
 # network: pip install --no-build-isolation -e . and python -m build --no-isolation.
-$(STAMP): pyproject.toml setup.py consumer/_crecords.c | $(BIN)/python
+$(STAMP): pyproject.toml setup.py src/epochguard/consumer/_crecords.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade 'setuptools>=77' wheel
 	$(BIN)/python -m pip install --quiet --no-build-isolation -e '.[dev]'
 	touch $(STAMP)

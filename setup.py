@@ -6,7 +6,7 @@ setup(
     ext_modules=[
         Extension(
             "epochguard.consumer._crecords",
-            sources=["consumer/_crecords.c"],
+            sources=["src/epochguard/consumer/_crecords.c"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror=implicit"],
             # Without a compiler the install still succeeds; the pure-Python decoder is used.
             optional=True,

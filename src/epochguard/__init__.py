@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from epochguard.consumer import EpochConsumer, LogTruncationError, LogTruncationException
+from epochguard.consumer import (
+    AIOEpochConsumer,
+    EpochConsumer,
+    LogTruncationError,
+    LogTruncationException,
+)
 from epochguard.offsets import (
     DetectedBy,
     EpochGuardError,
@@ -28,6 +33,7 @@ from epochguard.offsets import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AIOEpochConsumer",
     "DetectedBy",
     "EpochConsumer",
     "EpochGuardError",

@@ -407,10 +407,10 @@ def test_an_assignor_kafka_lacks_is_fatal_for_java_and_for_epochconsumer(
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 epoch.poll(timeout_ms=100)
-        member = epoch._group
-        assert member is not None and member._hb_thread is not None
-        member._hb_thread.join(10)
-        assert not member._hb_thread.is_alive()
+        member = epoch._engine.group
+        assert member is not None and member._hb_task is not None
+        member._hb_task.join(10)
+        assert not member._hb_task.is_alive()
         sent = member.heartbeats_sent
         for _ in range(2):
             with pytest.raises(kerrors.UnsupportedAssignorError, match="nope"):
@@ -440,10 +440,10 @@ def test_an_instance_id_the_java_member_holds_is_refused_to_epochconsumer(
                 deadline = time.monotonic() + 60
                 while time.monotonic() < deadline:
                     epoch.poll(timeout_ms=100)
-            member = epoch._group
-            assert member is not None and member._hb_thread is not None
-            member._hb_thread.join(10)
-            assert not member._hb_thread.is_alive()
+            member = epoch._engine.group
+            assert member is not None and member._hb_task is not None
+            member._hb_task.join(10)
+            assert not member._hb_task.is_alive()
             with pytest.raises(kerrors.UnreleasedInstanceIdError):
                 epoch.poll(timeout_ms=100)
             assert epoch.assignment() == set()

@@ -256,7 +256,7 @@ def test_unclean_election_during_a_rebalance(cluster: ApacheKafkaCluster) -> Non
         c1.commit()
         c2.subscribe([topic])
         r2.start()
-        wait(lambda: c2._group is not None and c2._group.generation > 0, "c2 joins")
+        wait(lambda: c2._engine.group is not None and c2._engine.group.generation > 0, "c2 joins")
 
     try:
         t = drive_unclean_election(cluster, topic, before_election=consume_then_second_member)

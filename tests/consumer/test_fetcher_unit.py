@@ -11,6 +11,7 @@ from kafka.future import Future
 from kafka.structs import TopicPartition
 
 from epochguard.consumer.config import build_config
+from epochguard.consumer.effects import run_blocking
 from epochguard.consumer.fetcher import Fetcher
 from epochguard.offsets.events import FetchAction, ValidateAction
 from epochguard.offsets.policy import OffsetPolicy
@@ -353,7 +354,7 @@ def test_list_offsets_lookup_at_leader_epoch_0_is_fenced_at_0(mocker: Any) -> No
 
     client.send.side_effect = send
     client.wait.side_effect = lambda fut, timeout: fut.value
-    assert f.list_offsets({TP: -1}, 1.0) == {TP: (7, 0, -1)}
+    assert run_blocking(f.list_offsets({TP: -1}, 1.0)) == {TP: (7, 0, -1)}
     (node, request) = sent[0]
     assert node == 1
     assert request.topics[0].partitions[0].current_leader_epoch == 0
@@ -370,14 +371,14 @@ def test_pump_until_applies_answers_and_stops_at_the_predicate(mocker: Any) -> N
 
     client.send.side_effect = send
     # A deadline already past ends it at once, with the predicate's value, sending nothing.
-    assert not f.pump_until(lambda: False, 0.0)
-    assert f.pump_until(lambda: True, 0.0)
+    assert not run_blocking(f.pump_until(lambda: False, 0.0))
+    assert run_blocking(f.pump_until(lambda: True, 0.0))
     assert pending == []
     # Otherwise it sends what is due (the metadata request) until the predicate holds.
-    assert f.pump_until(lambda: bool(pending), time.monotonic() + 60)
+    assert run_blocking(f.pump_until(lambda: bool(pending), time.monotonic() + 60))
     assert len(pending) == 1
     pending[0].success(_metadata(leader=1, epoch=0))
-    assert f.pump_until(lambda: f.metadata.leader_of(TP) == 1, 0.0)
+    assert run_blocking(f.pump_until(lambda: f.metadata.leader_of(TP) == 1, 0.0))
     assert f.metadata.epoch_of(TP) == 0  # epoch 0 is kept as 0, not "unknown"
 
 

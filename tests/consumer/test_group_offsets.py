@@ -14,6 +14,7 @@ from kafka.structs import TopicPartition
 
 from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.config import build_config
+from epochguard.consumer.effects import Step, run_blocking
 from epochguard.consumer.group import GroupCoordinator
 from epochguard.offsets.position import EpochOffset
 
@@ -35,21 +36,31 @@ def _offset_fetch(error_code: int, offset: int = 5, epoch: int = 0) -> Any:
     )
 
 
+def _answered(value: Any) -> Step[Any]:
+    """A coordinator call that answers ``value`` at once."""
+    return value
+    yield  # a generator: what the engine's steps are
+
+
 def test_unstable_offset_commit_is_asked_again(mocker: Any) -> None:
     """UNSTABLE_OFFSET_COMMIT (88: a transaction is committing offsets) is retried, and the
     committed epoch 0 comes back as 0."""
     coord = GroupCoordinator(mocker.Mock(), build_config({"group_id": "g"}))
     answers = [_offset_fetch(88), _offset_fetch(0)]
-    call = mocker.patch.object(coord, "_call", side_effect=lambda *_a, **_k: answers.pop(0))
-    got = coord.fetch_committed([TP], time.monotonic() + 60)
+    call = mocker.patch.object(
+        coord, "_call", side_effect=lambda *_a, **_k: _answered(answers.pop(0))
+    )
+    got = run_blocking(coord.fetch_committed([TP], time.monotonic() + 60))
     assert got == {TP: EpochOffset(5, 0)}
     assert call.call_count == 2
 
 
 def test_nothing_committed_is_none(mocker: Any) -> None:
     coord = GroupCoordinator(mocker.Mock(), build_config({"group_id": "g"}))
-    mocker.patch.object(coord, "_call", return_value=_offset_fetch(0, offset=-1, epoch=-1))
-    assert coord.fetch_committed([TP], time.monotonic() + 60) == {TP: None}
+    mocker.patch.object(
+        coord, "_call", side_effect=lambda *_a, **_k: _answered(_offset_fetch(0, -1, -1))
+    )
+    assert run_blocking(coord.fetch_committed([TP], time.monotonic() + 60)) == {TP: None}
 
 
 def test_a_short_wait_does_not_shorten_the_coordinator_lookup(mocker: Any) -> None:
@@ -62,11 +73,11 @@ def test_a_short_wait_does_not_shorten_the_coordinator_lookup(mocker: Any) -> No
     client.wait = BrokerClient.wait
     coord = GroupCoordinator(client, build_config({"group_id": "g", "request_timeout_ms": 30000}))
     with pytest.raises(KafkaTimeoutError, match="no coordinator found in time"):
-        coord.ensure_coordinator(time.monotonic() + 0.01)
+        run_blocking(coord.ensure_coordinator(time.monotonic() + 0.01))
     assert client.send.call_count == 1
     assert client.send.call_args.args[2] == 30000  # timeout_ms: the full request timeout
     lookup.success(SimpleNamespace(error_code=0, node_id=7))
-    assert coord.ensure_coordinator(time.monotonic() + 5) == 7
+    assert run_blocking(coord.ensure_coordinator(time.monotonic() + 5)) == 7
     assert client.send.call_count == 1
 
 
@@ -78,18 +89,14 @@ def test_a_connection_closed_on_a_correlation_id_out_of_order_is_retried(mocker:
     from kafka.errors import CorrelationIdError
 
     client = mocker.Mock(closed=False)
-    answers: list[Any] = [CorrelationIdError("sent 10, recv 11"), "answer"]
-
-    def request(*_a: Any) -> Any:
-        got = answers.pop(0)
-        if isinstance(got, Exception):
-            raise got
-        return got
-
-    client.request.side_effect = request
+    answers: list[Any] = [
+        Future().failure(CorrelationIdError("sent 10, recv 11")),
+        Future().success("answer"),
+    ]
+    client.send.side_effect = lambda *_a: answers.pop(0)
     coord = GroupCoordinator(client, build_config({"group_id": "g"}))
-    mocker.patch.object(coord, "ensure_coordinator", return_value=7)
+    mocker.patch.object(coord, "ensure_coordinator", side_effect=lambda *_a: _answered(7))
     dead = mocker.patch.object(coord, "coordinator_dead")
-    assert coord._call(object(), time.monotonic() + 5) == "answer"
-    assert client.request.call_count == 2
+    assert run_blocking(coord._call(object(), time.monotonic() + 5)) == "answer"
+    assert client.send.call_count == 2
     dead.assert_called_once()

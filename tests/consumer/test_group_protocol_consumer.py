@@ -119,7 +119,7 @@ def test_a_joining_member_takes_partitions_without_stopping_the_other(
     l1, l2 = Recorder(), Recorder()
     c1 = member(cluster, enable_auto_commit=True, auto_commit_interval_ms=200)
     c1.subscribe([TOPIC], listener=l1)
-    assert isinstance(c1._group, ConsumerGroupMember)
+    assert isinstance(c1._engine.group, ConsumerGroupMember)
     r1 = Runner(c1)
     r1.start()
     c2 = None
@@ -232,7 +232,7 @@ def test_unclean_election_during_a_rebalance(cluster: EmbeddedCluster) -> None:
         c1.commit()
         c2.subscribe(["t"])
         r2.start()
-        wait(lambda: c2._group is not None and c2._group.generation > 0)
+        wait(lambda: c2._engine.group is not None and c2._engine.group.generation > 0)
         cluster.stop_broker(old)  # no leader now
         c1.close()  # the rebalance: t-0 moves to c2
         cluster.start_broker(new)
@@ -263,7 +263,7 @@ def test_fenced_member_drops_its_partitions_and_rejoins(cluster: EmbeddedCluster
     with member(cluster) as c1:
         c1.subscribe([TOPIC], listener=listener)
         assert len(read(c1, 3 * N_PARTS)) == 3 * N_PARTS
-        group = c1._group
+        group = c1._engine.group
         assert isinstance(group, ConsumerGroupMember)
         first_epoch = group.member_epoch
         # The coordinator forgets the member (as after a session expiry it did not see).
@@ -323,9 +323,9 @@ def test_unsupported_assignor_is_raised_by_poll(cluster: EmbeddedCluster) -> Non
 def _stopped_for_good(c1: EpochConsumer, error: type[kerrors.KafkaError]) -> None:
     """The heartbeat thread has ended by itself and nothing restarts it: every later poll
     raises ``error`` again and sends no heartbeat."""
-    group = c1._group
+    group = c1._engine.group
     assert isinstance(group, ConsumerGroupMember)
-    thread = group._hb_thread
+    thread = group._hb_task
     assert thread is not None
     thread.join(10)  # returns at once if it stopped; a retrying loop would still be alive
     assert not thread.is_alive(), "the heartbeat thread keeps retrying a fatal error"
@@ -334,7 +334,7 @@ def _stopped_for_good(c1: EpochConsumer, error: type[kerrors.KafkaError]) -> Non
         with pytest.raises(error):
             c1.poll(timeout_ms=20)
     assert group.heartbeats_sent == sent
-    assert group._hb_thread is thread and group.member_epoch == 0
+    assert group._hb_task is thread and group.member_epoch == 0
     assert c1.assignment() == set()
 
 
@@ -428,7 +428,7 @@ def test_member_that_stops_polling_leaves_and_rejoins_on_the_next_poll(
     with member(cluster, max_poll_interval_ms=1000) as c1:
         c1.subscribe([TOPIC], listener=listener)
         wait_polling(c1, lambda: c1.assignment() == ALL)
-        group = c1._group
+        group = c1._engine.group
         assert isinstance(group, ConsumerGroupMember)
         # No poll() for longer than max_poll_interval_ms: the heartbeat thread leaves.
         wait(lambda: not cluster.call(lambda: coord.groups["kg"].members), timeout=10)

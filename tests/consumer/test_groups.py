@@ -242,7 +242,7 @@ def test_max_poll_interval_exceeded_leaves_and_rejoins(cluster: Any) -> None:
         c.subscribe([TOPIC])
         wait(lambda: bool(c.poll(timeout_ms=50) or c.assignment()))
         time.sleep(1.8)  # longer than max_poll_interval_ms: the heartbeat thread leaves
-        assert c._group is not None and c._group.member_id == ""
+        assert c._engine.group is not None and c._engine.group.member_id == ""
         wait(lambda: bool(c.poll(timeout_ms=50) or c.assignment()))
         assert len(c.assignment()) == 2
         assert c.metrics(raw=True)["rebalances"] == 2

@@ -62,7 +62,7 @@ def _forgotten(fetcher: Fetcher) -> list[str]:
 def _checked_poll(consumer: EpochConsumer, sink: list[Any], timeout_ms: int = 50) -> None:
     for recs in consumer.poll(timeout_ms=timeout_ms).values():
         sink += recs
-    forgotten = _forgotten(consumer._fetcher)
+    forgotten = _forgotten(consumer._engine.fetcher)
     assert not forgotten, "partitions left out of the ready set:\n" + "\n".join(forgotten)
 
 

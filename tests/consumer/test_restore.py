@@ -146,7 +146,7 @@ def test_stale_metadata_is_ignored(cluster) -> None:
         t_end = time.monotonic() + 1.5
         while time.monotonic() < t_end:
             consumer.poll(timeout_ms=50)
-            epochs.add(consumer._fetcher.trackers[TP0].leader_epoch)
+            epochs.add(consumer._engine.fetcher.trackers[TP0].leader_epoch)
         # Whichever broker answered, the known epoch never went back.
         assert epochs == {cluster.leader_epoch("t", 0)}
         assert consumer.truncation_reports() == []

@@ -120,7 +120,7 @@ def _mid_stream(cluster, consumer: EpochConsumer) -> tuple[int, int]:
     consumer.assign([TP0])
     got = read(consumer, 700, max_records=50)
     assert [r.offset for r in got] == list(range(700))
-    assert consumer._fetcher.has_buffered()
+    assert consumer._engine.fetcher.has_buffered()
     return old, new
 
 
@@ -132,7 +132,7 @@ def test_mid_stream_unclean_election_drops_buffered_old_records(cluster, policy:
         # The consumer learns the new leader epoch (a metadata refresh) while 300 records of
         # the old leader are still buffered or prefetched: none of them may be returned.
         assert consumer.partitions_for_topic("t") == {0}
-        assert not consumer._fetcher.has_buffered()
+        assert not consumer._engine.fetcher.has_buffered()
         got: list = []
         if policy == "raise":
             with pytest.raises(LogTruncationError) as info:

@@ -72,7 +72,7 @@ def test_a_partition_stopped_by_a_truncation_is_logged_every_interval_until_seek
     with make_consumer(
         cluster, on_truncation="raise", awaiting_seek_log_interval_ms=1000
     ) as consumer:
-        consumer._clock = lambda: now[0]
+        consumer._engine._clock = lambda: now[0]
         old, new = setup_topic(cluster)
         consumer.assign([TP0])
         assert len(read(consumer, 10)) == 10
@@ -115,7 +115,7 @@ def test_a_partition_without_a_valid_offset_is_logged_until_seek(
     with make_consumer(
         cluster, auto_offset_reset="none", awaiting_seek_log_interval_ms=30000
     ) as consumer:
-        consumer._clock = lambda: now[0]
+        consumer._engine._clock = lambda: now[0]
         consumer.assign([TP0])
         with pytest.raises(NoOffsetForPartitionError):
             consumer.poll(timeout_ms=1000)

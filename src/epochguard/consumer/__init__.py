@@ -1,5 +1,7 @@
-"""epochguard.consumer: ``EpochConsumer``, a truncation-safe Kafka consumer."""
+"""epochguard.consumer: ``EpochConsumer`` (threads) and ``AIOEpochConsumer`` (asyncio),
+truncation-safe Kafka consumers on one engine."""
 
+from epochguard.consumer.aio import AIOEpochConsumer
 from epochguard.consumer.assignors import CooperativeStickyAssignor
 from epochguard.consumer.consumer import EpochConsumer, ValidationResult
 from epochguard.consumer.errors import (
@@ -17,6 +19,7 @@ from epochguard.consumer.errors import (
 from epochguard.consumer.records import ConsumerRecord
 
 __all__ = [
+    "AIOEpochConsumer",
     "ConsumerClosedError",
     "ConsumerConfigError",
     "ConsumerRecord",

@@ -7,12 +7,16 @@ What we do not reuse: its ``ClusterMetadata`` partition view (it lets older lead
 replace newer ones) — the consumer keeps its own metadata and only lends kafka-python the
 broker addresses.
 
-Requests are sent from the application thread; their futures complete on the IO thread.
-Every epoch decision happens on the application thread (the consumer's ``poll``).
+Where the connections are served: on kafka-python's IO thread (``EpochConsumer``), or
+stepped by an asyncio event loop (``AIOEpochConsumer``, with ``io_thread=False``: see
+:mod:`epochguard.consumer.aio`). Requests are sent from the consumer's strand; their futures
+complete where the connections are served. Every epoch decision happens on the consumer's
+strand (the engine's steps).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import ssl
@@ -30,6 +34,7 @@ from kafka.protocol.parser import KafkaProtocol
 
 from epochguard._log import get_logger
 from epochguard.consumer import wire
+from epochguard.consumer.effects import Await, Step, run_blocking
 from epochguard.consumer.errors import SslAuthenticationError
 
 __all__ = ["BrokerClient"]
@@ -324,7 +329,7 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
 class BrokerClient:
     """Thread-safe request sending to broker ids; responses arrive as kafka ``Future``s."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], io_thread: bool = True) -> None:
         cfg = {k: config[k] for k in PASSTHROUGH_KEYS if k in config and config[k] is not None}
         if isinstance(cfg.get("api_version"), str):
             cfg["api_version"] = tuple(int(p) for p in str(cfg["api_version"]).split("."))
@@ -332,7 +337,14 @@ class BrokerClient:
         self._manager: Any = _ConnectionManager(self._net, **cfg)
         self._closed = False
         self._lock = threading.Lock()
-        self._net.start()
+        self.io_thread = io_thread
+        if io_thread:
+            self._net.start()
+
+    @property
+    def selector(self) -> Any:
+        """kafka-python's ``NetworkSelector`` (a driver without the IO thread steps it)."""
+        return self._net
 
     @property
     def closed(self) -> bool:
@@ -343,22 +355,26 @@ class BrokerClient:
         return self._manager
 
     def bootstrap(self, timeout_ms: float) -> None:
-        """Connect to a bootstrap server and learn the brokers (blocking, bounded).
+        """Connect to a bootstrap server and learn the brokers (blocking, bounded)."""
+        run_blocking(self.bootstrap_step(timeout_ms))
+
+    def bootstrap_step(self, timeout_ms: float) -> Step[None]:
+        """Connect to a bootstrap server and learn the brokers (bounded).
 
         Raises the connection error itself when retrying cannot help (authentication,
         authorization, an unsupported SASL mechanism), and otherwise a timeout that names
         the last error seen."""
         fut = self._manager.call_soon(self._manager.bootstrap_async, timeout_ms)
-        done = threading.Event()
-        fut.add_both(lambda _v: done.set())
         deadline = time.monotonic() + timeout_ms / 1000 + 1.0
         manager = self._manager
-        while not done.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
-            if (
-                isinstance(manager.last_connection_error, FATAL_CONNECTION_ERRORS)
-                or time.monotonic() >= deadline
-            ):
+        while not fut.is_done:
+            remaining = deadline - time.monotonic()
+            fatal = isinstance(manager.last_connection_error, FATAL_CONNECTION_ERRORS)
+            if fatal or remaining <= 0:
                 break
+            # Its outcome is read below, with the last connection error.
+            with contextlib.suppress(Exception):
+                yield Await(fut, min(0.05, remaining))
         if fut.is_done and fut.exception is None:
             return
         error = manager.last_connection_error
@@ -446,6 +462,19 @@ class BrokerClient:
     def connection_failed(self, node_id: int) -> bool:
         """True while kafka-python is backing off reconnecting to ``node_id``."""
         return bool(self._manager.connection_delay(node_id) > 0)
+
+    def close_step(self, timeout_s: float = 5.0) -> Step[None]:
+        """Close every connection (a driver without the IO thread: its selector is closed
+        by that driver after)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            fut = self._manager.call_soon(self._manager.close)
+            yield Await(fut, max(0.1, min(2.0, timeout_s)))
+        except Exception as exc:  # closing must not fail
+            log.debug("client_close_error", error=repr(exc))
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Close every connection and stop the IO thread; never blocks longer than

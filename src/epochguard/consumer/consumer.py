@@ -1,15 +1,15 @@
 """``EpochConsumer``: kafka-python's ``KafkaConsumer`` API, truncation-safe.
 
-Every position carries the leader epoch of the record before it. Positions are validated
-with the partition leader (Fetch v12 ``DivergingEpoch`` or OffsetForLeaderEpoch) whenever
-the leader or its epoch changes, a fetch is fenced, or a position is restored (committed
-offsets, an offset store, ``seek`` with an epoch). The decisions are made by
-:class:`epochguard.offsets.state.PartitionTracker`; this class is the I/O driver.
+The threaded driver of the consumer engine (:mod:`epochguard.consumer.engine`): its calls
+block the application's thread, connections are served by kafka-python's IO thread, and the
+group heartbeats on a thread of their own. Everything the consumer decides is the engine's;
+this class holds the public API, runs the engine's steps
+(:func:`~epochguard.consumer.effects.run_blocking`) and owns what only threads have
+(``commit_async``'s worker, the record iterator).
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -24,58 +24,31 @@ from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.future import Future as KafkaFuture
 from kafka.structs import (
     ConsumerGroupMetadata,
-    MemberState,
     OffsetAndMetadata,
     OffsetAndTimestamp,
     TopicPartition,
 )
-from kafka.util import ensure_valid_topic_name
 
 from epochguard._log import get_logger
 from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.columns import RecordColumns
 from epochguard.consumer.config import DEFAULT_CONFIG, build_config
-from epochguard.consumer.errors import (
-    ConsumerClosedError,
-    ConsumerConfigError,
-    LogTruncationError,
-    UnassignedPartitionError,
-    as_consumer_error,
+from epochguard.consumer.effects import Step, run_blocking, spawn_thread
+from epochguard.consumer.engine import (
+    ConsumerEngine,
+    IterCursor,
+    ValidationResult,
+    as_offsets_and_metadata,
+    make_policy,
 )
-from epochguard.consumer.fetcher import Fetcher
-from epochguard.consumer.group import GroupCoordinator
-from epochguard.consumer.group_consumer import ConsumerGroupMember
-from epochguard.consumer.records import ConsumerRecord, as_deserializer, log_decoder_once
-from epochguard.offsets.errors import EpochGuardError, InvalidPolicyError
-from epochguard.offsets.events import Event, NoValidOffset, TruncationDetected
-from epochguard.offsets.policy import OffsetPolicy, RetryBackoff
-from epochguard.offsets.position import EpochOffset, normalise_topic_id
+from epochguard.consumer.errors import ConsumerClosedError
+from epochguard.consumer.records import ConsumerRecord, log_decoder_once
+from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import TruncationReport
-from epochguard.offsets.state import PartitionState, PartitionTracker
 
 __all__ = ["EpochConsumer", "ValidationResult"]
 
 log = get_logger("epochguard.consumer")
-
-_STOPPED = (PartitionState.TRUNCATED, PartitionState.NO_VALID_OFFSET)
-
-
-@attrs.frozen
-class ValidationResult:
-    """The answer of :meth:`EpochConsumer.validate_offsets` for one partition.
-
-    ``valid``: the position exists in the leader's log as it was read. Otherwise
-    ``report`` says what was truncated (``report.divergence`` is where to resume), or
-    ``error`` names why no judgement was possible (e.g. the position is below the log start).
-    """
-
-    tp: TopicPartition
-    position: EpochOffset
-    valid: bool
-    report: TruncationReport | None = None
-    error: str | None = None
-    #: The position to resume from: ``position`` if valid, else the divergence point.
-    safe_position: EpochOffset | None = None
 
 
 class EpochConsumer:
@@ -94,77 +67,17 @@ class EpochConsumer:
 
     def __init__(self, *topics: str, **configs: Any) -> None:
         cfg = build_config(configs)
-        try:
-            self._policy = OffsetPolicy(
-                auto_offset_reset=cfg["auto_offset_reset"],
-                on_truncation=cfg["on_truncation"],
-                retry_backoff=RetryBackoff(
-                    initial=cfg["retry_backoff_ms"] / 1000,
-                    maximum=max(cfg["retry_backoff_ms"], 1000) / 1000,
-                ),
-            )
-        except InvalidPolicyError as exc:
-            raise ConsumerConfigError("on_truncation", str(exc)) from exc
+        policy = make_policy(cfg)
         self.config = cfg
-        self._closed = False
         log_decoder_once()
         self._client = BrokerClient(cfg)
-        self._fetcher = Fetcher(
-            self._client,
-            cfg,
-            self._policy,
-            as_deserializer(cfg["key_deserializer"]),
-            as_deserializer(cfg["value_deserializer"]),
-            self._on_event,
-        )
-        self._fetcher.metadata_listeners.append(self._on_metadata_answer)
-        self._store = cfg["offset_store"]
-        membership = (
-            ConsumerGroupMember if cfg["group_protocol"] == "consumer" else GroupCoordinator
-        )
-        self._group: GroupCoordinator | None = (
-            membership(self._client, cfg) if cfg["group_id"] is not None else None
-        )
-        self._assigned: list[TopicPartition] = []
-        self._manual = False
-        self._join_prepared = False
-        # subscribe() without a group_id: recompute the assignment after metadata answers.
-        self._subscribed_metadata_seen = False
-        self._subscription: set[str] | None = None
-        self._pattern: re.Pattern[str] | None = None
-        self._listener: ConsumerRebalanceListener | None = None
-        self._paused: set[TopicPartition] = set()
-        self._pending_truncations: dict[TopicPartition, TruncationReport] = {}
-        self._pending_errors: dict[TopicPartition, EpochGuardError] = {}
-        self._restored: set[TopicPartition] = set()
-        # Where this consumer stood, with the topic id, in partitions it gave up (a topic
-        # deleted from under a group revokes them). A partition that comes back under another
-        # topic id with no committed offset (Kafka deletes a deleted topic's commits) starts
-        # from here, so the re-creation is reported instead of a silent start over.
-        self._left_positions: dict[TopicPartition, EpochOffset] = {}
-        # When such a partition came back under the same id: decided on metadata asked after.
-        self._left_checked: dict[TopicPartition, float] = {}
-        self._next_auto_commit = time.monotonic() + cfg["auto_commit_interval_ms"] / 1000
+        self._engine = ConsumerEngine(cfg, policy, self._client, spawn_thread)
+        self._engine.before_commit = self._finish_async_commits
+        self._engine.on_poll_round = self._run_commit_callbacks
+        self._engine.iterator_reset = self._forget_iterator
         self._iterator: Iterator[ConsumerRecord] | None = None
-        # Iteration: the batch being handed out one record at a time, and (while the
-        # iterator's own poll runs) each partition's position before its records were taken.
-        self._iter_cursor: _IterCursor | None = None
-        self._iter_capture: dict[TopicPartition, EpochOffset | None] | None = None
-        # Positions moved back by _settle_iterator, still being validated: still committed.
-        self._rewound: dict[TopicPartition, EpochOffset] = {}
-        self._report_callback: Callable[[TruncationReport], Any] | None = cfg[
-            "on_truncation_report"
-        ]
-        self._truncation_reports: list[TruncationReport] = []
-        # Stopped partitions (truncation under "raise", no valid offset) the application has
-        # not sought yet, and when each is next due a ``partition_awaiting_seek`` warning.
-        self._awaiting_seek: dict[TopicPartition, float] = {}
-        # Tests replace this to drive the awaiting-seek warnings without sleeping.
-        self._clock: Callable[[], float] = time.monotonic
-        # Subscribed topics (or the pattern) already warned about matching nothing.
-        self._warned_unmatched: set[str] = set()
         # commit_async: one worker keeps commits in the order they were made; callbacks run
-        # on the application's thread (in poll, commit or close), in that order too.
+        # on the application thread (in poll, commit or close), in that order too.
         self._commit_worker: ThreadPoolExecutor | None = None
         self._async_commits: deque[_AsyncCommit] = deque()
         try:
@@ -175,143 +88,17 @@ class EpochConsumer:
         if topics:
             self.subscribe(topics=list(topics))
 
-    # ------------------------------------------------------------------ helpers
-
-    def _ensure_open(self) -> None:
-        if self._closed:
-            raise ConsumerClosedError("the EpochConsumer is closed")
-
-    def _timeout(self) -> float:
-        return float(self.config["request_timeout_ms"]) / 1000
-
-    def _on_event(self, event: Event) -> None:
-        if isinstance(event, TruncationDetected):
-            report = event.report
-            self._truncation_reports.append(report)
-            log.warning("truncation_detected", **event.to_dict())
-            if event.decision == "raise":
-                self._pending_truncations[report.tp] = report
-                self._await_seek(report.tp)
-            if self._report_callback is not None:
-                self._report_callback(report)
-            return
-        if isinstance(event, NoValidOffset):
-            tracker = self._fetcher.trackers.get(event.tp)
-            if tracker is not None and tracker.error is not None:
-                self._pending_errors[event.tp] = tracker.error
-            self._await_seek(event.tp)
-            log.warning(event.name, **event.to_dict())
-            return
-        name = getattr(event, "name", "tracker_event")
-        to_dict = getattr(event, "to_dict", None)
-        log.debug(name, **(to_dict() if to_dict is not None else {}))
-
-    def _tracker(self, tp: TopicPartition) -> PartitionTracker:
-        if not isinstance(tp, TopicPartition):
-            raise TypeError(f"partition must be a kafka TopicPartition, got {tp!r}")
-        tracker = self._fetcher.trackers.get(tp)
-        if tracker is None:
-            raise UnassignedPartitionError(f"partition {tp} is not assigned to this consumer")
-        return tracker
+    def _run(self, step: Step[Any]) -> Any:
+        return run_blocking(step)
 
     # ------------------------------------------------------------------ assignment
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Manually assign partitions (no group management)."""
-        self._ensure_open()
-        if self._subscription is not None:
-            raise kerrors.IllegalStateError("assign() after subscribe(): call unsubscribe()")
-        parts = list(dict.fromkeys(partitions))
-        if not parts:
-            # kafka-python: an empty assignment is unsubscribe().
-            self.unsubscribe()
-            return
-        for tp in parts:
-            if not isinstance(tp, TopicPartition):
-                raise TypeError(f"assign() needs kafka TopicPartitions, got {tp!r}")
-        self._settle_iterator()
-        self._manual = True
-        self._set_assignment(parts)
+        self._engine.assign(partitions)
 
     def assignment(self) -> set[TopicPartition]:
-        return set(self._assigned)
-
-    def _set_assignment(self, parts: list[TopicPartition]) -> None:
-        for tp in list(self._fetcher.trackers):
-            if tp not in parts:
-                left = self._fetcher.trackers[tp].position
-                if left is not None and left.offset > 0 and left.topic_id is not None:
-                    self._left_positions[tp] = left
-                self._fetcher.remove_partition(tp)
-                self._left_checked.pop(tp, None)
-                self._paused.discard(tp)
-                self._pending_truncations.pop(tp, None)
-                self._pending_errors.pop(tp, None)
-                self._awaiting_seek.pop(tp, None)
-                self._restored.discard(tp)
-        for tp in parts:
-            self._fetcher.add_partition(tp)
-        self._assigned = parts
-
-    def _restore_positions(self, deadline: float) -> None:
-        """Give every new partition its starting position: committed offset (with epoch,
-        validated before the first fetch), the offset store's, or the reset policy."""
-        # _restored only holds assigned partitions (_set_assignment drops the others), so
-        # equal sizes mean nothing to do: the common case, checked without a walk over
-        # every partition on every poll.
-        if len(self._restored) >= len(self._assigned):
-            return
-        todo = [tp for tp in self._assigned if tp not in self._restored]
-        if not todo:
-            return
-        stored: Mapping[TopicPartition, EpochOffset | None]
-        source = "committed"
-        if self._store is not None:
-            stored = self._store.load()
-            source = "offset_store"
-        elif self._group is not None:
-            try:
-                stored = self._group.fetch_committed(todo, deadline)
-            except (
-                kerrors.GroupAuthorizationFailedError,
-                kerrors.TopicAuthorizationFailedError,
-            ):
-                # A refusal is the application's to handle: asking again each poll() would
-                # hide it behind partitions that never get a position.
-                raise
-            except kerrors.KafkaError as exc:
-                # No coordinator answer in time: stay without a position, try next poll().
-                log.debug(
-                    "committed_offsets_unavailable", group=self._group.group_id, error=repr(exc)
-                )
-                return
-        else:
-            stored = {}
-        topic_ids = self._fetcher.metadata.topic_ids
-        for tp in todo:
-            tracker = self._fetcher.trackers[tp]
-            position, from_ = stored.get(tp), source
-            left = self._left_positions.get(tp)
-            if position is None and left is not None:
-                current = normalise_topic_id(topic_ids.get(tp.topic))
-                if current is not None and current != left.topic_id:
-                    # Nothing committed, and the topic is another incarnation than the one
-                    # this consumer read: its commits went with the deleted topic. Start
-                    # from where we stood in the old log; the tracker reports the re-creation.
-                    position, from_ = left, "left_position"
-                else:
-                    since = self._left_checked.setdefault(tp, time.monotonic())
-                    if not self._fetcher.metadata.fresh_since(since):
-                        # Metadata from before the deletion still names the old id: decide
-                        # on an answer asked for now (the next poll, or the one after).
-                        self._fetcher.request_metadata()
-                        continue
-            self._left_positions.pop(tp, None)
-            self._left_checked.pop(tp, None)
-            if tracker.state is PartitionState.INITIALIZING:
-                tracker.restore(position, source=from_)
-                self._fetcher.after_input(tp)
-            self._restored.add(tp)
+        return self._engine.assignment()
 
     def subscribe(
         self,
@@ -322,236 +109,17 @@ class EpochConsumer:
         """Subscribe to topics (or a regex ``pattern``): with a ``group_id`` through group
         management; without one, as kafka-python, every partition of those topics is
         assigned to this consumer (following metadata, no commits to a group)."""
-        self._ensure_open()
-        if self._manual:
-            raise kerrors.IllegalStateError("subscribe() after assign(): call unsubscribe()")
-        topic_list = [topics] if isinstance(topics, str) else list(topics)
-        # The error classes are kafka-python's for the same mistakes.
-        if not topic_list and not pattern:
-            raise ValueError("subscribe() needs topics or a pattern")
-        if topic_list and pattern:
-            raise kerrors.IllegalStateError("subscribe() takes topics or a pattern, not both")
-        for topic in topic_list:
-            ensure_valid_topic_name(topic)
         if listener is not None and not isinstance(listener, ConsumerRebalanceListener):
             raise TypeError("listener must be a kafka ConsumerRebalanceListener")
-        self._listener = listener
-        self._warned_unmatched.clear()
-        self._settle_iterator()
-        self._subscribed_metadata_seen = bool(self._fetcher.topic_partitions)
-        if pattern is not None:
-            self._pattern = re.compile(pattern)
-            self._subscription = set()
-            self._fetcher.want_all_topics(True)
-        else:
-            self._pattern = None
-            self._subscription = set(topic_list)
-            self._fetcher.metadata_topics.update(topic_list)
-            self._fetcher.request_metadata()
-        if self._group is not None:
-            self._group.rejoin_needed = True
+        self._engine.subscribe(topics, pattern, listener)
 
     def subscription(self) -> set[str] | None:
-        return None if self._subscription is None else set(self._subscription)
+        return self._engine.subscription()
 
     def unsubscribe(self) -> None:
         """Drop the subscription and the assignment. As in kafka-python 3.0, positions are
         committed first (if auto commit) and the rebalance listener is not called."""
-        self._ensure_open()
-        self._settle_iterator()
-        if self._group is not None and self._subscription is not None:
-            if self.config["enable_auto_commit"] and self._assigned:
-                try:
-                    self.commit()
-                except kerrors.KafkaError as exc:
-                    log.warning("commit_on_unsubscribe_failed", error=repr(exc))
-            self._group.leave("unsubscribed")
-        self._join_prepared = False
-        self._subscription = None
-        self._pattern = None
-        self._manual = False
-        self._fetcher.want_all_topics(False)
-        self._set_assignment([])
-        self._left_positions.clear()  # the application let go of those partitions itself
-        self._left_checked.clear()
-
-    def _update_pattern(self) -> None:
-        if self._pattern is None or self._fetcher.all_topics is None:
-            return
-        matched = {t for t in self._fetcher.all_topics if self._pattern.match(t)}
-        if matched != self._subscription:
-            self._subscription = matched
-            self._fetcher.metadata_topics.update(matched)
-            if self._group is not None:
-                self._group.rejoin_needed = True
-
-    def _on_metadata_answer(self) -> None:
-        self._subscribed_metadata_seen = True
-
-    def _assign_all_subscribed(self) -> None:
-        """``subscribe()`` without a ``group_id``: as kafka-python, every partition of the
-        subscribed topics (or of the topics the pattern matches) is assigned here, following
-        metadata; there is no group and no rebalance listener call."""
-        if not self._subscribed_metadata_seen:
-            return
-        self._subscribed_metadata_seen = False
-        self._update_pattern()
-        subscription = self._subscription
-        if subscription is None:
-            return
-        known = self._fetcher.topic_partitions
-        parts = [
-            TopicPartition(topic, p)
-            for topic in sorted(subscription)
-            for p in sorted(known.get(topic, ()))
-        ]
-        if set(parts) != set(self._assigned):
-            self._set_assignment(parts)
-
-    def _revoke(self, commit: bool) -> None:
-        """Before a (re)join: eager rebalancing gives up every partition. As kafka-python,
-        the listener hears about it even when nothing is assigned yet."""
-        if commit and self._assigned:
-            try:
-                self.commit()
-            except kerrors.KafkaError as exc:
-                log.warning("commit_on_revoke_failed", error=repr(exc))
-        if self._listener is not None:
-            self._listener.on_partitions_revoked(set(self._assigned))
-        if self._assigned:
-            self._set_assignment([])
-
-    def _metadata_for(self, topics: set[str], deadline: float) -> dict[str, set[int]]:
-        self._fetcher.metadata_topics.update(topics)
-        self._fetcher.request_metadata()
-        start = time.monotonic()
-
-        def answered() -> bool:
-            if not self._fetcher.metadata_fresh_since(start):
-                return False
-            known = all(t in self._fetcher.topic_partitions for t in topics)
-            return known or time.monotonic() - start > 1.0
-
-        self._fetcher.pump_until(answered, deadline)
-        return {
-            t: self._fetcher.topic_partitions[t]
-            for t in topics
-            if t in self._fetcher.topic_partitions
-        }
-
-    def _ensure_group(self, deadline: float) -> None:
-        group = self._group
-        if self._subscription is None:
-            return
-        if group is None:
-            self._assign_all_subscribed()
-            return
-        group.polled()
-        self._update_pattern()
-        if isinstance(group, ConsumerGroupMember):
-            group.reconcile(self, deadline)  # KIP-848: incremental, broker-assigned
-            return
-        if not group.rejoin_needed:
-            return
-        if not self._subscription:
-            return
-        if group.cooperative:
-            if group.partitions_lost:
-                self._lose_partitions()
-            try:
-                joined = group.poll_join(
-                    set(self._subscription),
-                    self._metadata_for,
-                    max(deadline, time.monotonic() + 0.05),
-                    self._fetcher.wakeup,
-                )
-            except kerrors.KafkaTimeoutError as exc:
-                log.debug("group_join_deferred", group=group.group_id, error=repr(exc))
-                return
-            if joined is not None:
-                now = time.monotonic()
-                self._cooperative_assignment(
-                    group, joined, max(deadline, now + self.config["request_timeout_ms"] / 1000)
-                )
-            return
-        if not self._join_prepared:
-            # Once per rebalance, not again for each poll() a deferred join spans.
-            self._revoke(commit=self.config["enable_auto_commit"])
-            self._join_prepared = True
-        now = time.monotonic()
-        join_deadline = max(deadline, now + self.config["max_poll_interval_ms"] / 1000 + 5)
-        try:
-            parts = group.join(
-                set(self._subscription),
-                self._metadata_for,
-                join_deadline,
-                lookup_deadline=max(deadline, now + 0.05),
-            )
-        except kerrors.KafkaTimeoutError as exc:
-            log.debug("group_join_deferred", group=group.group_id, error=repr(exc))
-            return
-        self._join_prepared = False
-        self._set_assignment(parts)
-        self._restore_positions(join_deadline)
-        if self._listener is not None:
-            self._listener.on_partitions_assigned(set(parts))
-
-    def _cooperative_assignment(
-        self, group: GroupCoordinator, parts: list[TopicPartition], deadline: float
-    ) -> None:
-        """KIP-429: only what changed moves. Partitions kept keep their trackers (position,
-        buffered records, validation under way); revoked ones commit their positions with
-        epochs before anyone else can get them (the next owner only gets them in the next
-        generation, which waits for this member's rejoin); new ones restore their committed
-        positions, epochs included, and are validated before the first fetch."""
-        before = set(self._assigned)
-        revoked = before - set(parts)
-        added = set(parts) - before
-        if revoked:
-            if self.config["enable_auto_commit"]:
-                positions = {
-                    tp: (pos, "") for tp, pos in self._current_positions().items() if tp in revoked
-                }
-                try:
-                    group.commit(positions, deadline)
-                except kerrors.KafkaError as exc:
-                    log.warning("commit_on_revoke_failed", error=repr(exc))
-            if self._listener is not None:
-                self._listener.on_partitions_revoked(revoked)
-            log.info(
-                "partitions_revoked",
-                group=group.group_id,
-                partitions=sorted(str(tp) for tp in revoked),
-                kept=len(before - revoked),
-            )
-        self._set_assignment(parts)
-        group.set_owned(parts)
-        if revoked:
-            # Their next owner gets them in a follow-up rebalance (KIP-429).
-            group.rejoin_needed = True
-        self._restore_positions(deadline)
-        if self._listener is not None:
-            self._listener.on_partitions_assigned(added)
-
-    def _lose_partitions(self) -> None:
-        """The group moved on without this member: drop every partition without a commit
-        (another member may own them already) before joining again."""
-        group = self._group
-        assert group is not None
-        group.partitions_lost = False
-        lost = set(self._assigned)
-        if lost:
-            log.warning(
-                "partitions_lost", group=group.group_id, partitions=sorted(str(tp) for tp in lost)
-            )
-            if self._listener is not None:
-                on_lost = getattr(self._listener, "on_partitions_lost", None)
-                if callable(on_lost):
-                    on_lost(lost)
-                else:
-                    self._listener.on_partitions_revoked(lost)
-            self._set_assignment([])
-        group.set_owned([])
+        self._run(self._engine.unsubscribe())
 
     # ------------------------------------------------------------------ polling
 
@@ -563,16 +131,13 @@ class EpochConsumer:
         Raises :class:`LogTruncationError` (policy ``"raise"``) once per detected truncation;
         those partitions stay stopped until :meth:`seek`, the others keep flowing.
         """
-        self._ensure_open()
+        self._engine._ensure_open()
         if not update_offsets:
             raise NotImplementedError("update_offsets=False is not supported")
-        if self.config["record_format"] != "records":
-            raise ConsumerConfigError(
-                "record_format",
-                "is 'columns': this consumer's records are read with poll_columns(), "
-                "not poll() or iteration",
-            )
-        return self._poll(timeout_ms, max_records)
+        return cast(
+            dict[TopicPartition, list[ConsumerRecord]],
+            self._run(self._engine.poll(timeout_ms, max_records)),
+        )
 
     def poll_columns(
         self, timeout_ms: int = 0, max_records: int | None = None
@@ -581,185 +146,16 @@ class EpochConsumer:
         partition's records as one :class:`~epochguard.consumer.columns.RecordColumns`
         (column buffers, ``to_arrow()`` without copying). Positions, epochs and
         truncation checks are exactly :meth:`poll`'s."""
-        self._ensure_open()
-        if self.config["record_format"] != "columns":
-            raise ConsumerConfigError(
-                "record_format",
-                "is 'records': poll_columns() needs a consumer created with "
-                "record_format='columns'",
-            )
-        # The fetcher holds RecordColumns in place of record lists in this mode.
-        return cast(dict[TopicPartition, RecordColumns], self._poll(timeout_ms, max_records))
-
-    def _poll(
-        self, timeout_ms: int, max_records: int | None
-    ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        if timeout_ms < 0:
-            raise ValueError(f"timeout_ms must not be negative, got {timeout_ms}")
-        if max_records is None:
-            max_records = self.config["max_poll_records"]
-        if isinstance(max_records, bool) or not isinstance(max_records, int):
-            raise TypeError(f"max_records must be an int, got {max_records!r}")
-        if max_records < 1:
-            raise ValueError("max_records must be positive")
-        self._settle_iterator()
-        # Nothing assigned or subscribed: wait out the timeout and return {}, as kafka-python.
-        fetcher = self._fetcher
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            self._ensure_group(deadline)
-            self._warn_unmatched_subscription()
-            # Bounded by the poll timeout (at least one round trip): with the coordinator
-            # down, poll() still returns on time and the next one tries again.
-            self._restore_positions(max(deadline, time.monotonic() + 1.0))
-            self._maybe_auto_commit()
-            self._run_commit_callbacks()
-            fetcher.process_completions()
-            self._warn_awaiting_seek()
-            self._raise_pending()
-            records = fetcher.fetched_records(max_records, self._eligible)
-            now = time.monotonic()
-            wake_at = fetcher.send_requests(now)
-            if records:
-                return records
-            if now >= deadline:
-                return {}
-            fetcher.wait(min(deadline, wake_at) - now)
-
-    def _eligible(self, tp: TopicPartition) -> bool:
-        if tp in self._paused:
-            return False
-        capture = self._iter_capture
-        if capture is not None and tp not in capture:
-            # The fetcher asks right before it hands out (and moves past) tp's records: this
-            # is where the iterator rewinds tp to if the application stops before them.
-            tracker = self._fetcher.trackers.get(tp)
-            capture[tp] = None if tracker is None else tracker.position
-        return True
-
-    def _raise_pending(self) -> None:
-        denied = self._fetcher.take_authorization_error()
-        if denied is not None:
-            raise denied
-        if self._pending_truncations:
-            truncations, self._pending_truncations = self._pending_truncations, {}
-            raise LogTruncationError(truncations)
-        if self._pending_errors:
-            tp, error = next(iter(self._pending_errors.items()))
-            del self._pending_errors[tp]
-            raise as_consumer_error(error)
-        corrupt = self._fetcher.corrupt_errors
-        if corrupt:
-            tp = next(iter(corrupt))
-            raise corrupt.pop(tp)
-
-    def _await_seek(self, tp: TopicPartition) -> None:
-        """A partition just stopped until a seek: its first ``partition_awaiting_seek`` is due
-        one interval from now (the error itself is logged as it happens)."""
-        interval = self.config["awaiting_seek_log_interval_ms"] / 1000
-        self._awaiting_seek[tp] = self._clock() + interval
-
-    def _warn_awaiting_seek(self) -> None:
-        """Log ``partition_awaiting_seek`` for each stopped partition every
-        ``awaiting_seek_log_interval_ms``: an application that catches the error and carries
-        on without seeking would otherwise stall that partition without a trace."""
-        if not self._awaiting_seek:
-            return
-        now = self._clock()
-        interval = self.config["awaiting_seek_log_interval_ms"] / 1000
-        for tp, due in list(self._awaiting_seek.items()):
-            tracker = self._fetcher.trackers.get(tp)
-            if tracker is None or tracker.state not in _STOPPED:
-                del self._awaiting_seek[tp]
-                continue
-            if now < due:
-                continue
-            self._awaiting_seek[tp] = now + interval
-            report = tracker.last_report if tracker.state is PartitionState.TRUNCATED else None
-            divergence = None if report is None else report.divergence
-            log.warning(
-                "partition_awaiting_seek",
-                topic=tp.topic,
-                partition=tp.partition,
-                state=tracker.state.name.lower(),
-                divergence=None if divergence is None else str(divergence),
-                divergence_offset=None if divergence is None else divergence.offset,
-                error=None if tracker.error is None else str(tracker.error),
-                hint="call seek() on this partition to resume it",
-            )
-
-    def _warn_unmatched_subscription(self) -> None:
-        """Warn once per subscribed topic the cluster does not have, or once per pattern that
-        matches no topic (kafka-python stays silent and simply gets no records)."""
-        fetcher = self._fetcher
-        if self._subscription is None:
-            return
-        if self._pattern is not None:
-            key = "pattern:" + self._pattern.pattern
-            if (
-                fetcher.all_topics is not None
-                and not self._subscription
-                and key not in self._warned_unmatched
-            ):
-                self._warned_unmatched.add(key)
-                log.warning(
-                    "subscription_matches_nothing",
-                    pattern=self._pattern.pattern,
-                    topics_in_cluster=len(fetcher.all_topics),
-                )
-            return
-        for topic in sorted(self._subscription & fetcher.unknown_topics):
-            if topic not in self._warned_unmatched:
-                self._warned_unmatched.add(topic)
-                log.warning("subscribed_topic_missing", topic=topic)
-
-    def _settle_iterator(self) -> None:
-        """End the iteration in progress. ``poll()`` moved the positions past the whole
-        batch the iterator hands out one by one; records not handed out yet must be read
-        again, as with kafka-python's iterator (it moves a position only as each record is
-        handed out). So each partition with such records is moved back: after the last
-        record handed out (its epoch exact), or where its records of the batch began."""
-        if self._iter_capture is not None:
-            return  # called from within the iterator's own poll(): nothing is left over
-        cursor, self._iter_cursor = self._iter_cursor, None
-        self._iterator = None
-        if cursor is None:
-            return
-        for k, (tp, records) in enumerate(cursor.items):
-            if k < cursor.k or (k == cursor.k and cursor.i + 1 >= len(records)):
-                continue
-            if k == cursor.k:
-                last = records[cursor.i]
-                epoch = last.leader_epoch if last.leader_epoch >= 0 else None
-                position: EpochOffset | None = EpochOffset(
-                    last.offset + 1, epoch, epoch_exact=epoch is not None
-                )
-            else:
-                position = cursor.before.get(tp)
-            tracker = self._fetcher.trackers.get(tp)
-            if tracker is None or tracker.state is not PartitionState.FETCHING:
-                continue  # revoked, stopped or being validated: it gets a new position anyway
-            if position is None:
-                # Not expected: the fetcher asks _eligible before handing records out.
-                log.warning("iterator_rewind_unknown", topic=tp.topic, partition=tp.partition)
-                continue
-            tracker.seek(position, source="iterator_rewind")
-            self._rewound[tp] = position
-            self._fetcher.drop_buffer(tp)
-            self._fetcher.after_input(tp)
-            log.debug(
-                "iterator_rewound",
-                topic=tp.topic,
-                partition=tp.partition,
-                position=str(position),
-                records=len(records) - (cursor.i + 1 if k == cursor.k else 0),
-            )
+        return cast(
+            dict[TopicPartition, RecordColumns],
+            self._run(self._engine.poll(timeout_ms, max_records, columns=True)),
+        )
 
     def __iter__(self) -> Self:
         return self
 
     def __next__(self) -> ConsumerRecord:
-        if self._closed:
+        if self._engine.closed:
             raise StopIteration("the EpochConsumer is closed")
         if self._iterator is None:
             self._iterator = self._message_generator()
@@ -771,24 +167,28 @@ class EpochConsumer:
             self._iterator = None
             raise
 
+    def _forget_iterator(self) -> None:
+        self._iterator = None
+
     def _message_generator(self) -> Iterator[ConsumerRecord]:
+        engine = self._engine
         timeout = self.config["consumer_timeout_ms"]
         last = time.monotonic()
         while True:
-            self._iter_capture = {}
+            engine.iter_capture = {}
             try:
                 batch = self.poll(timeout_ms=200)
             finally:
-                before, self._iter_capture = self._iter_capture, None
+                before, engine.iter_capture = engine.iter_capture, None
             if batch:
-                cursor = _IterCursor(list(batch.items()), before or {})
-                self._iter_cursor = cursor
+                cursor = IterCursor(list(batch.items()), before or {})
+                engine.iter_cursor = cursor
                 for k, (_tp, records) in enumerate(cursor.items):
                     cursor.k = k
                     for i, record in enumerate(records):
                         cursor.i = i
                         yield record
-                self._iter_cursor = None
+                engine.iter_cursor = None
                 # As kafka-python, consumer_timeout_ms counts from when the application asks
                 # for the next record, not from the batch's arrival (its processing time).
                 last = time.monotonic()
@@ -802,77 +202,13 @@ class EpochConsumer:
     ) -> None:
         """Move the position. With an epoch (``EpochOffset`` or ``OffsetAndMetadata`` with a
         ``leader_epoch``) the position is validated before fetching from it."""
-        self._ensure_open()
-        tracker = self._tracker(partition)
-        position: EpochOffset | int
-        if isinstance(offset, OffsetAndMetadata):
-            epoch = offset.leader_epoch
-            position = EpochOffset(
-                offset.offset, epoch if epoch is not None and epoch >= 0 else None
-            )
-        elif isinstance(offset, EpochOffset) or (
-            isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0
-        ):
-            position = offset
-        else:
-            raise ValueError(f"seek needs an offset >= 0 or an EpochOffset, got {offset!r}")
-        self._settle_iterator()
-        tracker.seek(position)
-        self._restored.add(partition)
-        self._pending_truncations.pop(partition, None)
-        self._pending_errors.pop(partition, None)
-        self._fetcher.clear_corrupt(partition)
-        self._fetcher.drop_buffer(partition)
-        self._fetcher.after_input(partition)
+        self._engine.seek(partition, offset)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
-        self._seek_reset(partitions, "earliest")
+        self._engine.seek_to_beginning(*partitions)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
-        self._seek_reset(partitions, "latest")
-
-    def _seek_reset(self, partitions: tuple[TopicPartition, ...], strategy: str) -> None:
-        self._ensure_open()
-        if not partitions and not self._assigned:
-            raise UnassignedPartitionError("no partitions are currently assigned")
-        trackers = [(tp, self._tracker(tp)) for tp in partitions or tuple(self._assigned)]
-        self._settle_iterator()
-        for tp, tracker in trackers:
-            tracker.request_reset(strategy, reason=f"seek_to_{strategy}")
-            self._restored.add(tp)
-            self._pending_truncations.pop(tp, None)
-            self._pending_errors.pop(tp, None)
-            self._fetcher.clear_corrupt(tp)
-            self._fetcher.drop_buffer(tp)
-            self._fetcher.after_input(tp)
-
-    def _wait_position(self, tp: TopicPartition, timeout_ms: int | None) -> EpochOffset:
-        tracker = self._tracker(tp)
-        self._settle_iterator()
-        timeout = self._timeout() if timeout_ms is None else timeout_ms / 1000
-        start = time.monotonic()
-        deadline = start + timeout
-        if tp.partition not in self._fetcher.topic_partitions.get(tp.topic, ()):
-            # Not known to exist: ask now rather than at the next periodic refresh.
-            self._fetcher.request_metadata()
-
-        def settled() -> bool:
-            # Restoring (committed offsets) is part of getting a position: keep at it.
-            self._restore_positions(deadline)
-            self._fetcher.process_completions()
-            if tracker.state is PartitionState.FETCHING and tracker.position is not None:
-                return True
-            if tracker.state in _STOPPED and tracker.error is not None:
-                return True
-            self._raise_if_missing([tp], since=start)
-            return False
-
-        if not self._fetcher.pump_until(settled, deadline):
-            raise kerrors.KafkaTimeoutError(f"no valid position for {tp} within {timeout}s")
-        if tracker.state is PartitionState.FETCHING and tracker.position is not None:
-            return tracker.position
-        assert tracker.error is not None
-        raise as_consumer_error(tracker.error)
+        self._engine.seek_to_end(*partitions)
 
     def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
         """The offset of the next record to be returned (waits for a validated position).
@@ -880,22 +216,19 @@ class EpochConsumer:
         Raises ``UnknownTopicOrPartitionError`` as soon as metadata says the partition does
         not exist, and ``KafkaTimeoutError`` if no position is known within ``timeout_ms``
         (default ``request_timeout_ms``)."""
-        self._ensure_open()
-        return self._wait_position(partition, timeout_ms).offset
+        position: EpochOffset = self._run(self._engine.position_with_epoch(partition, timeout_ms))
+        return position.offset
 
     def position_with_epoch(
         self, partition: TopicPartition, timeout_ms: int | None = None
     ) -> EpochOffset:
         """Like :meth:`position`, with the leader epoch of the record before it."""
-        self._ensure_open()
-        return self._wait_position(partition, timeout_ms)
+        return cast(EpochOffset, self._run(self._engine.position_with_epoch(partition, timeout_ms)))
 
     def highwater(self, partition: TopicPartition) -> int | None:
         """The high watermark from the last fetch answer for ``partition`` (``None`` before
         the first one), as kafka-python: compare with :meth:`position` for the lag."""
-        self._ensure_open()
-        self._tracker(partition)
-        return self._fetcher.highwaters.get(partition)
+        return self._engine.highwater(partition)
 
     @overload
     def committed(
@@ -923,75 +256,21 @@ class EpochConsumer:
         With ``metadata=True``: kafka's ``OffsetAndMetadata(offset, metadata, leader_epoch)``
         with the stored metadata string and the committed leader epoch (-1 if none). For the
         position as an :class:`EpochOffset` use :meth:`committed_with_epoch`."""
-        got = self._committed(partition, timeout_ms)
+        got = self._run(self._engine.committed(partition, timeout_ms))
         if got is None:
             return None
         pos, meta = got
         if metadata:
             return OffsetAndMetadata(pos.offset, meta, pos.wire_epoch)
-        return pos.offset
+        return cast(int, pos.offset)
 
     def committed_with_epoch(
         self, partition: TopicPartition, timeout_ms: int | None = None
     ) -> EpochOffset | None:
         """Like :meth:`committed`, as the :class:`EpochOffset` a restart resumes from (what
         :meth:`seek` accepts), or ``None`` if nothing was committed."""
-        got = self._committed(partition, timeout_ms)
-        return None if got is None else got[0]
-
-    def _committed(
-        self, partition: TopicPartition, timeout_ms: int | None
-    ) -> tuple[EpochOffset, str] | None:
-        self._ensure_open()
-        if not isinstance(partition, TopicPartition):
-            raise TypeError(f"partition must be a kafka TopicPartition, got {partition!r}")
-        deadline = time.monotonic() + (self._timeout() if timeout_ms is None else timeout_ms / 1000)
-        if self._store is not None:
-            stored: EpochOffset | None = self._store.load().get(partition)
-            return None if stored is None else (stored, "")
-        if self._group is None:
-            raise kerrors.IllegalStateError("committed() needs a group_id or an offset_store")
-        return self._group.fetch_committed_metadata([partition], deadline).get(partition)
-
-    def _current_positions(self) -> dict[TopicPartition, EpochOffset]:
-        self._settle_iterator()
-        out = {}
-        for tp, rewound in list(self._rewound.items()):
-            tracker = self._fetcher.trackers.get(tp)
-            if tracker is None or tracker.state in _STOPPED or tracker.position != rewound:
-                del self._rewound[tp]
-            elif tracker.state is not PartitionState.FETCHING:
-                out[tp] = rewound  # consumed up to here; its validation is still under way
-            else:
-                del self._rewound[tp]
-        for tp in self._assigned:
-            tracker = self._fetcher.trackers.get(tp)
-            if tracker is not None and tracker.state is PartitionState.FETCHING:
-                pos = tracker.position
-                if pos is not None:
-                    out[tp] = pos
-        return out
-
-    def _normalise_offsets(
-        self, offsets: Mapping[TopicPartition, Any] | None
-    ) -> dict[TopicPartition, tuple[EpochOffset, str]]:
-        if offsets is None:
-            return {tp: (pos, "") for tp, pos in self._current_positions().items()}
-        out: dict[TopicPartition, tuple[EpochOffset, str]] = {}
-        for tp, value in offsets.items():
-            if isinstance(value, EpochOffset):
-                out[tp] = (value, "")
-            elif isinstance(value, OffsetAndMetadata):
-                epoch = value.leader_epoch if value.leader_epoch is not None else -1
-                out[tp] = (
-                    EpochOffset(value.offset, epoch if epoch >= 0 else None),
-                    value.metadata or "",
-                )
-            elif isinstance(value, int) and not isinstance(value, bool):
-                out[tp] = (EpochOffset(value), "")
-            else:
-                raise TypeError(f"cannot commit {value!r} for {tp}")
-        return out
+        got = self._run(self._engine.committed(partition, timeout_ms))
+        return None if got is None else cast(EpochOffset, got[0])
 
     def commit(
         self, offsets: Mapping[TopicPartition, Any] | None = None, timeout_ms: int | None = None
@@ -1001,22 +280,7 @@ class EpochConsumer:
         Commits made earlier with :meth:`commit_async` complete first (their callbacks run
         before this returns), so a synchronous commit is never overtaken by an older one.
         ``timeout_ms`` (default ``request_timeout_ms``) bounds the whole call."""
-        self._ensure_open()
-        timeout = self._timeout() if timeout_ms is None else timeout_ms / 1000
-        deadline = time.monotonic() + timeout
-        norm = self._normalise_offsets(offsets)
-        self._finish_async_commits(deadline)
-        if not norm:
-            return
-        if self._store is not None:
-            self._store.save({tp: pos for tp, (pos, _m) in norm.items()})
-            return
-        if self._group is None:
-            raise kerrors.IllegalStateError("commit() needs a group_id or an offset_store")
-        self._group.commit(norm, deadline)
-        cb = self.config["default_offset_commit_callback"]
-        if cb is not None:
-            cb(_as_offsets_and_metadata(norm), None)
+        self._run(self._engine.commit(offsets, timeout_ms))
 
     def commit_async(
         self,
@@ -1033,18 +297,18 @@ class EpochConsumer:
         :meth:`poll`, :meth:`commit` or :meth:`close`. Commits complete in call order; a
         failed one is not retried (a later commit supersedes it), as in kafka-python and Java.
         """
-        self._ensure_open()
-        norm = self._normalise_offsets(offsets)
+        self._engine._ensure_open()
+        norm = self._engine.normalise_offsets(offsets)
         done = self.config["default_offset_commit_callback"] if callback is None else callback
-        committed = _as_offsets_and_metadata(norm)
+        committed = as_offsets_and_metadata(norm)
         result = KafkaFuture()
         future: Future[None]
-        if self._store is not None or not norm:
+        if self._engine.store is not None or not norm:
             # Offset stores are local (and SQLite connections belong to their thread).
             future = Future()
             try:
-                if norm and self._store is not None:
-                    self._store.save({tp: pos for tp, (pos, _m) in norm.items()})
+                if norm and self._engine.store is not None:
+                    self._engine.store.save({tp: pos for tp, (pos, _m) in norm.items()})
             except Exception as exc:
                 future.set_exception(exc)
                 result.failure(exc)
@@ -1052,15 +316,18 @@ class EpochConsumer:
                 future.set_result(None)
                 result.success(None)
         else:
-            if self._group is None:
+            if self._engine.group is None:
                 raise kerrors.IllegalStateError(
                     "commit_async() needs a group_id or an offset_store"
                 )
-            group, deadline = self._group, time.monotonic() + self._timeout()
+            group, deadline = (
+                self._engine.group,
+                time.monotonic() + self._engine.request_timeout_s(),
+            )
 
             def send() -> None:
                 try:
-                    group.commit(norm, deadline)
+                    run_blocking(group.commit(norm, deadline))
                 except Exception as exc:
                     result.failure(exc)
                     raise
@@ -1097,199 +364,62 @@ class EpochConsumer:
                 break
         self._run_commit_callbacks()
 
-    def _maybe_auto_commit(self) -> None:
-        if not self.config["enable_auto_commit"] or (self._group is None and self._store is None):
-            return
-        now = time.monotonic()
-        if now < self._next_auto_commit:
-            return
-        if self._group is not None and self._group.rebalancing:
-            # A cooperative join is under way: the generation is about to change, so the
-            # commit would be refused. The next interval after the join commits instead.
-            return
-        self._next_auto_commit = now + self.config["auto_commit_interval_ms"] / 1000
-        try:
-            self.commit()
-        except kerrors.KafkaError as exc:
-            log.warning("auto_commit_failed", error=repr(exc))
-
     # ------------------------------------------------------------------ pause/resume
 
     def pause(self, *partitions: TopicPartition) -> None:
-        trackers = [self._tracker(tp) for tp in partitions]
-        # The iterator must not hand out more of a paused partition's records (kafka-python
-        # checks each record); what it has not handed out is read again after resume().
-        self._settle_iterator()
-        for tp, tracker in zip(partitions, trackers, strict=True):
-            tracker.pause()
-            self._paused.add(tp)
-            self._fetcher.after_input(tp)
+        self._engine.pause(*partitions)
 
     def resume(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
-            self._tracker(tp).resume()
-            self._paused.discard(tp)
-            self._fetcher.after_input(tp)
+        self._engine.resume(*partitions)
 
     def paused(self) -> set[TopicPartition]:
-        return set(self._paused)
+        return self._engine.paused()
 
     # ------------------------------------------------------------------ offsets lookup
 
     def beginning_offsets(
         self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
     ) -> dict[TopicPartition, int]:
-        res = self._list(partitions, -2, timeout_ms)
-        return {tp: v[0] for tp, v in res.items()}
+        return cast(
+            dict[TopicPartition, int],
+            self._run(self._engine.beginning_offsets(partitions, timeout_ms)),
+        )
 
     def end_offsets(
         self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
     ) -> dict[TopicPartition, int]:
-        res = self._list(partitions, -1, timeout_ms)
-        return {tp: v[0] for tp, v in res.items()}
+        return cast(
+            dict[TopicPartition, int], self._run(self._engine.end_offsets(partitions, timeout_ms))
+        )
 
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int], timeout_ms: int | None = None
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """Earliest offset with timestamp >= the given one, with its leader epoch (kafka's
         ``OffsetAndTimestamp(offset, timestamp, leader_epoch)``); ``None`` if none."""
-        self._ensure_open()
-        for tp, ts in timestamps.items():
-            if ts < 0:
-                raise ValueError(f"timestamp for {tp} must be >= 0, got {ts}")
-        timeout = self._timeout() if timeout_ms is None else timeout_ms / 1000
-        self._check_partitions_exist(list(timestamps), time.monotonic() + timeout)
-        res = self._fetcher.list_offsets(dict(timestamps), timeout)
-        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
-        for tp in timestamps:
-            offset, epoch, ts = res[tp]
-            out[tp] = (
-                None
-                if offset < 0
-                else OffsetAndTimestamp(offset, ts, -1 if epoch is None else epoch)
-            )
-        return out
-
-    def _list(
-        self, partitions: Iterable[TopicPartition], ts: int, timeout_ms: int | None
-    ) -> dict[TopicPartition, tuple[int, int | None, int]]:
-        self._ensure_open()
-        tps = list(partitions)
-        timeout = self._timeout() if timeout_ms is None else timeout_ms / 1000
-        self._check_partitions_exist(tps, time.monotonic() + timeout)
-        return self._fetcher.list_offsets({tp: ts for tp in tps}, timeout)
-
-    def _check_partitions_exist(self, tps: list[TopicPartition], deadline: float) -> None:
-        """Raise ``UnknownTopicOrPartitionError`` for partitions metadata says do not exist,
-        instead of retrying ListOffsets until the timeout (one metadata round trip, and only
-        for topics or partitions not seen yet)."""
-        for tp in tps:
-            if not isinstance(tp, TopicPartition):
-                raise TypeError(f"partitions must be kafka TopicPartitions, got {tp!r}")
-        fetcher = self._fetcher
-        unseen = {
-            tp.topic for tp in tps if tp.partition not in fetcher.topic_partitions.get(tp.topic, ())
-        }
-        if not unseen:
-            return
-        start = time.monotonic()
-        fetcher.metadata_topics.update(unseen)
-        fetcher.request_metadata()
-        while not fetcher.metadata_fresh_since(start) and time.monotonic() < deadline:
-            fetcher.send_requests(time.monotonic())
-            fetcher.wait(min(0.05, max(0.0, deadline - time.monotonic())))
-            fetcher.process_completions()
-        self._raise_if_missing(tps, since=start)
-
-    def _raise_if_missing(self, tps: Iterable[TopicPartition], since: float) -> None:
-        """Fail fast (as kafka-python's ``position()``) once metadata requested after
-        ``since`` says a topic is unknown or has no such partition."""
-        fetcher = self._fetcher
-        if not fetcher.metadata_fresh_since(since):
-            return
-        for tp in tps:
-            partitions = fetcher.topic_partitions.get(tp.topic)
-            if tp.topic in fetcher.unknown_topics:
-                raise kerrors.UnknownTopicOrPartitionError(f"topic {tp.topic!r} does not exist")
-            if tp.topic in fetcher.unauthorized_topics:
-                raise kerrors.TopicAuthorizationFailedError(
-                    f"not authorized to access topic {tp.topic!r}"
-                )
-            if partitions is not None and tp.partition not in partitions:
-                raise kerrors.UnknownTopicOrPartitionError(
-                    f"topic {tp.topic!r} has no partition {tp.partition} "
-                    f"(partitions: {sorted(partitions)})"
-                )
-
-    # ------------------------------------------------------------------ validation
+        return cast(
+            dict[TopicPartition, OffsetAndTimestamp | None],
+            self._run(self._engine.offsets_for_times(timestamps, timeout_ms)),
+        )
 
     def validate_offsets(
         self, offsets: Mapping[TopicPartition, EpochOffset], timeout_ms: int | None = None
     ) -> dict[TopicPartition, ValidationResult]:
         """Check positions kept outside Kafka against the leaders' logs, without assigning
         anything: one :class:`ValidationResult` per partition."""
-        self._ensure_open()
-        timeout = self._timeout() if timeout_ms is None else timeout_ms / 1000
-        deadline = time.monotonic() + timeout
-        policy = OffsetPolicy(
-            auto_offset_reset="none",
-            on_truncation="raise",
-            retry_backoff=self._policy.retry_backoff,
+        return cast(
+            dict[TopicPartition, ValidationResult],
+            self._run(self._engine.validate_offsets(offsets, timeout_ms)),
         )
-        probe = Fetcher(self._client, self.config, policy, None, None, lambda _e: None)
-        results: dict[TopicPartition, ValidationResult] = {}
-        for tp, pos in offsets.items():
-            if not isinstance(pos, EpochOffset):
-                raise TypeError(f"validate_offsets needs EpochOffset values, got {pos!r}")
-            probe.add_partition(tp).restore(pos, source="validate_offsets")
-
-        def settled() -> bool:
-            for tp, tracker in list(probe.trackers.items()):
-                pos = offsets[tp]
-                if tracker.state is PartitionState.FETCHING:
-                    valid_pos = tracker.position
-                    results[tp] = ValidationResult(tp, pos, True, safe_position=valid_pos)
-                    probe.remove_partition(tp)
-                elif tracker.state is PartitionState.TRUNCATED:
-                    report = tracker.last_report
-                    results[tp] = ValidationResult(
-                        tp,
-                        pos,
-                        False,
-                        report=report,
-                        safe_position=None if report is None else report.divergence,
-                    )
-                    probe.remove_partition(tp)
-                elif tracker.state is PartitionState.NO_VALID_OFFSET:
-                    results[tp] = ValidationResult(tp, pos, False, error=str(tracker.error))
-                    probe.remove_partition(tp)
-            return not probe.trackers
-
-        if not probe.pump_until(settled, deadline):
-            raise kerrors.KafkaTimeoutError(
-                f"validate_offsets: no answer for {sorted(probe.trackers)} in {timeout}s"
-            )
-        return results
 
     # ------------------------------------------------------------------ metadata
 
     def partitions_for_topic(self, topic: str) -> set[int]:
         """The topic's partition ids; ``set()`` if the topic does not exist (kafka-python)."""
-        self._ensure_open()
-        parts = self._metadata_for({topic}, time.monotonic() + self._timeout())
-        return set(parts.get(topic, ()))
+        return cast(set[int], self._run(self._engine.partitions_for_topic(topic)))
 
     def topics(self) -> set[str]:
-        self._ensure_open()
-        fetcher = self._fetcher
-        prev = fetcher.metadata.want_all
-        fetcher.want_all_topics(True)
-        start = time.monotonic()
-        deadline = start + self._timeout()
-        fetcher.request_metadata()
-        fetcher.pump_until(lambda: fetcher.metadata_fresh_since(start), deadline)
-        fetcher.want_all_topics(prev)
-        return set(fetcher.all_topics or ())
+        return cast(set[str], self._run(self._engine.topics()))
 
     def metrics(self, raw: bool = False) -> dict[str, Any] | None:
         """Counters, shaped as kafka-python's: ``{group: {name: value}}``; ``None`` when
@@ -1300,31 +430,7 @@ class EpochConsumer:
         epochguard counter (truncations, records lost, validations, partitions awaiting a
         seek, ...). ``raw=True`` returns the epochguard counters as one flat
         ``{name: value}`` dict (kafka-python returns its internal metric objects there)."""
-        if not self.config["metrics_enabled"]:
-            return None
-        m: dict[str, Any] = self._fetcher.metrics.as_dict()
-        if self._group is not None:
-            m["heartbeats_sent"] = self._group.heartbeats_sent
-            m["rebalances"] = self._group.rebalances
-        m["assigned_partitions"] = len(self._assigned)
-        m["partitions_awaiting_seek"] = sum(
-            1 for t in self._fetcher.trackers.values() if t.state in _STOPPED
-        )
-        if raw:
-            return m
-        groups: dict[str, dict[str, Any]] = {
-            "consumer-fetch-manager-metrics": {
-                "records-consumed-total": m["records_consumed"],
-                "bytes-consumed-total": m["bytes_fetched"],
-                "fetch-total": m["fetch_requests"],
-            },
-            "consumer-coordinator-metrics": {"assigned-partitions": len(self._assigned)},
-            "epochguard-metrics": {k.replace("_", "-"): v for k, v in m.items()},
-        }
-        if self._group is not None:
-            groups["consumer-coordinator-metrics"]["heartbeat-total"] = m["heartbeats_sent"]
-            groups["consumer-coordinator-metrics"]["join-total"] = m["rebalances"]
-        return groups
+        return self._engine.metrics(raw)
 
     def bootstrap_connected(self) -> bool:
         """kafka-python 3.0's meaning: a bootstrap is in progress. ``EpochConsumer``
@@ -1337,7 +443,7 @@ class EpochConsumer:
         """Block until cluster metadata is bootstrapped (done by the constructor already);
         ``refresh=True`` bootstraps again. ``timeout_ms`` defaults to
         ``bootstrap_timeout_ms``; raises ``KafkaTimeoutError`` when it passes."""
-        self._ensure_open()
+        self._engine._ensure_open()
         if refresh:
             timeout = self.config["bootstrap_timeout_ms"] if timeout_ms is None else timeout_ms
             self._client.bootstrap(timeout)
@@ -1345,35 +451,21 @@ class EpochConsumer:
     def group_metadata(self) -> ConsumerGroupMetadata:
         """A snapshot of the group membership (kafka's ``ConsumerGroupMetadata``), e.g. for
         ``KafkaProducer.send_offsets_to_transaction``; ``group_id=None`` without a group."""
-        group = self._group
-        if group is None:
-            return ConsumerGroupMetadata(group_id=None)
-        if group.generation < 0:
-            state = MemberState.UNJOINED
-        elif group.rejoin_needed:
-            state = MemberState.REBALANCING
-        else:
-            state = MemberState.STABLE
-        return ConsumerGroupMetadata(
-            group_id=group.group_id,
-            generation_id=group.generation,
-            member_id=group.member_id,
-            group_instance_id=self.config["group_instance_id"],
-            state=state,
-        )
+        return self._engine.group_metadata()
 
     def truncation_reports(self) -> list[TruncationReport]:
         """Every truncation report seen so far (oldest first)."""
-        return list(self._truncation_reports)
+        return self._engine.truncation_reports()
 
     # ------------------------------------------------------------------ closing
 
     def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
         """Commit (if auto commit), leave the group and close connections. Bounded by
         ``timeout_ms`` (default ``close_timeout_ms``) even when every broker is down."""
-        if self._closed:
+        engine = self._engine
+        if engine.closed:
             return
-        self._closed = True
+        engine.closed = True
         timeout = (self.config["close_timeout_ms"] if timeout_ms is None else timeout_ms) / 1000
         deadline = time.monotonic() + timeout
         try:
@@ -1386,42 +478,9 @@ class EpochConsumer:
         for pending in self._async_commits:
             if pending.future.cancelled() and not pending.result.is_done:
                 pending.result.failure(ConsumerClosedError("closed before the commit was sent"))
-        if self._group is not None:
-            self._group.abandon_join()
-        try:
-            if (
-                autocommit
-                and self.config["enable_auto_commit"]
-                and (self._group is not None or self._store is not None)
-            ):
-                positions = self._current_positions()
-                if positions and self._store is not None:
-                    self._store.save(positions)
-                elif (
-                    positions and self._group is not None and self._group.coordinator_id is not None
-                ):
-                    self._group.commit(
-                        {tp: (p, "") for tp, p in positions.items()},
-                        time.monotonic() + max(0.1, timeout / 2),
-                    )
-        except Exception as exc:
-            log.warning("close_commit_failed", error=repr(exc))
-        if self._group is not None:
-            try:
-                if self._listener is not None and self._assigned:
-                    self._listener.on_partitions_revoked(set(self._assigned))
-            except Exception as exc:
-                log.warning("close_listener_failed", error=repr(exc))
-            self._group.leave()
+        self._run(engine.close(autocommit, deadline))
         self._client.close(max(0.2, deadline - time.monotonic()))
-        for key in ("key_deserializer", "value_deserializer"):
-            # kafka-python closes Deserializer objects that have a close(); so do we.
-            closer = getattr(self.config[key], "close", None)
-            if callable(closer):
-                try:
-                    closer()
-                except Exception as exc:
-                    log.warning("deserializer_close_failed", key=key, error=repr(exc))
+        engine.close_deserializers()
         log.debug("consumer_closed")
 
     def __enter__(self) -> Self:
@@ -1438,31 +497,9 @@ class EpochConsumer:
         self.close(autocommit=exc_type is None)
 
 
-class _IterCursor:
-    """Where the iterator is in the batch it hands out: partition ``k``, record ``i``."""
-
-    __slots__ = ("before", "i", "items", "k")
-
-    def __init__(
-        self,
-        items: list[tuple[TopicPartition, list[ConsumerRecord]]],
-        before: dict[TopicPartition, EpochOffset | None],
-    ) -> None:
-        self.items = items
-        self.before = before
-        self.k = 0
-        self.i = -1
-
-
 @attrs.frozen
 class _AsyncCommit:
     future: Future[None]
     result: KafkaFuture
     offsets: dict[TopicPartition, OffsetAndMetadata]
     callback: Callable[[Any, Any], Any] | None
-
-
-def _as_offsets_and_metadata(
-    norm: Mapping[TopicPartition, tuple[EpochOffset, str]],
-) -> dict[TopicPartition, OffsetAndMetadata]:
-    return {tp: OffsetAndMetadata(p.offset, m, p.wire_epoch) for tp, (p, m) in norm.items()}

@@ -1,17 +1,18 @@
-"""The I/O driver: turns ``PartitionTracker`` actions into requests and answers back into
-tracker inputs. It decides nothing about epochs itself.
+"""The engine's fetching half: turns ``PartitionTracker`` actions into requests and answers
+back into tracker inputs. It decides nothing about epochs itself, and it never waits.
 
 Layout: requests are built and answers parsed in :mod:`~epochguard.consumer.wire` (the only
 place that converts wire values), the consumer's metadata lives in
 :mod:`~epochguard.consumer.metadata`, and what was fetched from each broker but not yet
 delivered (buffers, prefetches, the request in flight) in :mod:`~epochguard.consumer.source`.
 This module drives them: :meth:`Fetcher.send_requests`, the answer handlers, delivery
-(:meth:`Fetcher.fetched_records`) and :meth:`Fetcher.pump_until`, the one loop that waits for
-answers.
+(:meth:`Fetcher.fetched_records`) and :meth:`Fetcher.pump_until`, the one step that waits for
+answers (by yielding :class:`~epochguard.consumer.effects.Pump` to the driver).
 
-Threading: every method runs on the application thread (inside ``EpochConsumer`` calls).
-Request futures complete on kafka-python's IO thread; their callbacks only append to a
-deque and set an event, and the answers are applied here, in order, by
+Threading: every method runs on the driver's thread (the application thread inside
+``EpochConsumer`` calls, the event loop for ``AIOEpochConsumer``). Request futures complete
+where the connections are served; their callbacks only append to a deque and set
+:attr:`Fetcher.wake_signal`, and the answers are applied here, in order, by
 :meth:`Fetcher.process_completions`.
 """
 
@@ -21,7 +22,6 @@ import collections
 import functools
 import heapq
 import itertools
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -34,6 +34,7 @@ from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.columns import decode_columns
+from epochguard.consumer.effects import Pump, Signal, Step
 from epochguard.consumer.errors import CorruptRecordError, RecordDeserializationError
 from epochguard.consumer.metadata import Metadata
 from epochguard.consumer.records import ConsumerRecord, Deserializer, decode_records, fetch_end
@@ -184,13 +185,18 @@ class Fetcher:
         self._parked_busy: dict[int, dict[TopicPartition, None]] = {}
         self._parked_held: dict[int, dict[TopicPartition, None]] = {}
         self._parked_at: dict[TopicPartition, dict[TopicPartition, None]] = {}
-        self._wake = threading.Event()
+        #: Set when an answer arrives or a request should go out now; drivers wait on it.
+        self.wake_signal = self._wake = Signal()
         self.metrics = FetcherMetrics()
         self.metadata_listeners: list[Callable[[], None]] = []
         #: record bytes fetched per broker (KIP-392 diagnostics: what crossed racks)
         self.bytes_by_node: collections.Counter[int] = collections.Counter()
         #: the high watermark of each partition's last fetch answer (``highwater()``)
         self.highwaters: dict[TopicPartition, int] = {}
+        #: the last stable offset and the wall-clock time (ms) of that answer
+        #: (``AIOEpochConsumer.last_stable_offset`` / ``last_poll_timestamp``)
+        self.last_stable_offsets: dict[TopicPartition, int] = {}
+        self.last_fetch_ms: dict[TopicPartition, int] = {}
         # Partitions whose fetched bytes did not decode: left out of fetching until the
         # application seeks them (a re-fetch would fail the same way and starve poll), and
         # the errors the next polls raise, one each.
@@ -269,6 +275,8 @@ class Fetcher:
         self.clear_corrupt(tp)
         self.trackers.pop(tp, None)
         self.highwaters.pop(tp, None)
+        self.last_stable_offsets.pop(tp, None)
+        self.last_fetch_ms.pop(tp, None)
         self.drop_buffer(tp)
         self._ready.pop(tp, None)
         box = self._parked_at.pop(tp, None)
@@ -355,11 +363,15 @@ class Fetcher:
         if self._done:
             return
         if timeout_s > 0:
-            self._wake.wait(timeout_s)
+            self._wake.wait_blocking(timeout_s)
         self._wake.clear()
 
     def wakeup(self) -> None:
         self._wake.set()
+
+    def has_completions(self) -> bool:
+        """Answers arrived that :meth:`process_completions` has not applied yet."""
+        return bool(self._done)
 
     def process_completions(self) -> None:
         done = self._done
@@ -367,11 +379,11 @@ class Fetcher:
             item = done.popleft()
             item.handler(item.context, item.future)
 
-    def pump_until(self, predicate: Callable[[], bool], deadline: float) -> bool:
+    def pump_until(self, predicate: Callable[[], bool], deadline: float) -> Step[bool]:
         """Apply answers, send what the trackers and metadata need, and wait for more, until
         ``predicate()`` holds or ``deadline`` (``time.monotonic()``) passes. Returns the
-        predicate's last value. Every blocking wait of the consumer goes through here, so
-        trackers keep moving (validations, resets, metadata) whatever the caller waits for."""
+        predicate's last value. Every wait of the consumer goes through here, so trackers
+        keep moving (validations, resets, metadata) whatever the caller waits for."""
         while True:
             self.process_completions()
             if predicate():
@@ -379,8 +391,7 @@ class Fetcher:
             now = time.monotonic()
             if now >= deadline:
                 return False
-            wake_at = self.send_requests(now)
-            self.wait(max(0.0, min(deadline, wake_at, now + _PUMP_MAX_WAIT_S) - now))
+            yield Pump(self, min(deadline, now + _PUMP_MAX_WAIT_S))
 
     # ------------------------------------------------------------------ events
 
@@ -890,6 +901,8 @@ class Fetcher:
         source.caught_up[tp] = False
         if p.error is None:
             self.highwaters[tp] = p.high_watermark
+            self.last_stable_offsets[tp] = p.last_stable_offset
+            self.last_fetch_ms[tp] = int(time.time() * 1000)
         else:
             self.metrics.fetch_errors += 1
             if issubclass(p.error, _UNKNOWN_TOPIC_ERRORS):
@@ -1198,8 +1211,8 @@ class Fetcher:
 
     def list_offsets(
         self, timestamps: dict[TopicPartition, int], timeout_s: float
-    ) -> dict[TopicPartition, tuple[int, int | None, int]]:
-        """Blocking ListOffsets for arbitrary partitions (not their trackers):
+    ) -> Step[dict[TopicPartition, tuple[int, int | None, int]]]:
+        """ListOffsets for arbitrary partitions (not their trackers):
         ``{tp: (offset, leader_epoch, timestamp)}``; offset -1 when there is none."""
         deadline = time.monotonic() + timeout_s
         result: dict[TopicPartition, tuple[int, int | None, int]] = {}
@@ -1211,7 +1224,7 @@ class Fetcher:
                 self.request_metadata()
         attempt = 0
         while pending:
-            self.ensure_metadata(pending, deadline)
+            yield from self.ensure_metadata(pending, deadline)
             by_node: dict[int, list[tuple[TopicPartition, int, int | None]]] = {}
             for tp, ts in pending.items():
                 leader = metadata.leader_of(tp)
@@ -1227,7 +1240,7 @@ class Fetcher:
                 fut = self._client.send(node, request)
                 self._complete(_ignore, None, fut)
                 futures.append(fut)
-            self.pump_until(functools.partial(_all_done, futures), deadline)
+            yield from self.pump_until(functools.partial(_all_done, futures), deadline)
             for fut in futures:
                 if not fut.is_done or fut.exception is not None:
                     log.debug("list_offsets_failed", error=repr(fut.exception))
@@ -1248,11 +1261,13 @@ class Fetcher:
                 attempt += 1
                 # A refused lookup (FENCED, NOT_LEADER, ...) means our leaders or epochs were
                 # stale: ask again with metadata sent after it, and not before the backoff.
-                self.pump_until(functools.partial(_refreshed, metadata, asked, retry_at), deadline)
+                yield from self.pump_until(
+                    functools.partial(_refreshed, metadata, asked, retry_at), deadline
+                )
         return result
 
-    def ensure_metadata(self, tps: Iterable[TopicPartition], deadline: float) -> None:
-        """Block (bounded) until every partition's leader is known."""
+    def ensure_metadata(self, tps: Iterable[TopicPartition], deadline: float) -> Step[bool]:
+        """Wait (bounded) until every partition's leader is known."""
         tps = list(tps)
         leader_of = self.metadata.leader_of
 
@@ -1262,7 +1277,7 @@ class Fetcher:
             self.request_metadata()
             return False
 
-        self.pump_until(known, deadline)
+        return (yield from self.pump_until(known, deadline))
 
     def position_of(self, tp: TopicPartition) -> EpochOffset | None:
         tracker = self.trackers.get(tp)

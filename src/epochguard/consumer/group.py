@@ -1,11 +1,15 @@
 """Classic consumer-group protocol: coordinator lookup, join/sync with kafka-python's
-assignors, a background heartbeat thread, and offset commit/fetch carrying leader epochs.
+assignors, background heartbeats, and offset commit/fetch carrying leader epochs.
 
-Heartbeats: like kafka-python and the Java client, a daemon thread heartbeats while the
-application is between polls. It also enforces ``max_poll_interval_ms``: if ``poll`` is not
-called for that long, the thread leaves the group so the partitions move to a live member,
-and the next ``poll`` rejoins. Joining and syncing happen inside ``poll`` on the
-application thread, which is where listeners and commits-on-revoke run.
+Every call that waits is a :data:`~epochguard.consumer.effects.Step` run by the consumer's
+driver (threads or asyncio); nothing here sleeps or blocks.
+
+Heartbeats: like kafka-python and the Java client, a background step (a daemon thread under
+the threaded driver, a task under asyncio) heartbeats while the application is between
+polls. It also enforces ``max_poll_interval_ms``: if ``poll`` is not called for that long,
+the heartbeat step leaves the group so the partitions move to a live member, and the next
+``poll`` rejoins. Joining and syncing happen inside ``poll`` on the application's strand,
+which is where listeners and commits-on-revoke run.
 """
 
 from __future__ import annotations
@@ -27,6 +31,16 @@ from kafka.structs import TopicPartition
 from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
+from epochguard.consumer.effects import (
+    Await,
+    Signal,
+    Sleep,
+    Step,
+    TaskHandle,
+    WaitSignal,
+    request,
+    spawn_thread,
+)
 from epochguard.offsets.policy import RetryBackoff
 from epochguard.offsets.position import EpochOffset
 
@@ -133,8 +147,14 @@ class _ClusterView:
 class GroupCoordinator:
     """One member of one classic group (plus offset APIs for ``assign()`` users)."""
 
-    def __init__(self, client: BrokerClient, config: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        client: BrokerClient,
+        config: dict[str, Any],
+        spawn: Callable[[Step[None], str], TaskHandle] = spawn_thread,
+    ) -> None:
         self._client = client
+        self._spawn = spawn
         self._config = config
         self.group_id: str = config["group_id"]
         self._instance_id: str | None = config.get("group_instance_id")
@@ -159,8 +179,8 @@ class GroupCoordinator:
         self._join_step: tuple[str, Any] | None = None
         self._lock = threading.Lock()
         self.rejoin_needed = True
-        self._hb_thread: threading.Thread | None = None
-        self._hb_stop = threading.Event()
+        self._hb_task: TaskHandle | None = None
+        self._hb_stop = Signal()
         self._last_poll = time.monotonic()
         self._closed = False
         self.heartbeats_sent = 0
@@ -171,7 +191,7 @@ class GroupCoordinator:
     def _timeout_s(self) -> float:
         return float(self._config["request_timeout_ms"]) / 1000
 
-    def ensure_coordinator(self, deadline: float) -> int:
+    def ensure_coordinator(self, deadline: float) -> Step[int]:
         attempt = 0
         while self.coordinator_id is None:
             if self._client.closed:
@@ -191,7 +211,7 @@ class GroupCoordinator:
                     None, wire.find_coordinator_request(self.group_id), self._timeout_s() * 1000
                 )
             try:
-                resp = self._client.wait(lookup, remaining)
+                resp = yield Await(lookup, remaining)
             except kerrors.KafkaError as exc:
                 if not lookup.is_done:
                     raise kerrors.KafkaTimeoutError(
@@ -212,7 +232,7 @@ class GroupCoordinator:
                 raise err(f"group {self.group_id!r}: FindCoordinator refused")
             delay = _LOOKUP_BACKOFF.delay(attempt)
             attempt += 1
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            yield Sleep(min(delay, max(0.0, deadline - time.monotonic())))
         return self.coordinator_id
 
     def coordinator_dead(self) -> None:
@@ -220,22 +240,22 @@ class GroupCoordinator:
 
     def _call(
         self,
-        request: Any,
+        req: Any,
         deadline: float,
         timeout_s: float | None = None,
         lookup_deadline: float | None = None,
-    ) -> Any:
+    ) -> Step[Any]:
         """Send to the coordinator; on transport errors find the coordinator again and retry
         until ``deadline`` (looking the coordinator up until ``lookup_deadline``)."""
         t = self._timeout_s() if timeout_s is None else timeout_s
         attempt = 0
         while True:
-            node = self.ensure_coordinator(
+            node = yield from self.ensure_coordinator(
                 deadline if lookup_deadline is None else min(deadline, lookup_deadline)
             )
             remaining = max(0.05, deadline - time.monotonic())
             try:
-                return self._client.request(node, request, min(t, remaining))
+                return (yield from request(self._client, node, req, min(t, remaining)))
             except (
                 kerrors.KafkaConnectionError,
                 kerrors.NodeNotReadyError,
@@ -253,39 +273,37 @@ class GroupCoordinator:
                 log.debug("coordinator_request_failed", group=self.group_id, error=repr(exc))
                 delay = _CALL_BACKOFF.delay(attempt)
                 attempt += 1
-                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                yield Sleep(min(delay, max(0.0, deadline - time.monotonic())))
 
     # ------------------------------------------------------------------ offsets
 
     def fetch_committed(
         self, partitions: Sequence[TopicPartition], deadline: float
-    ) -> dict[TopicPartition, EpochOffset | None]:
+    ) -> Step[dict[TopicPartition, EpochOffset | None]]:
         """OffsetFetch (v5+ returns the committed leader epoch)."""
-        return {
-            tp: None if got is None else got[0]
-            for tp, got in self.fetch_committed_metadata(partitions, deadline).items()
-        }
+        got = yield from self.fetch_committed_metadata(partitions, deadline)
+        return {tp: None if g is None else g[0] for tp, g in got.items()}
 
     def fetch_committed_metadata(
         self, partitions: Sequence[TopicPartition], deadline: float
-    ) -> dict[TopicPartition, tuple[EpochOffset, str] | None]:
+    ) -> Step[dict[TopicPartition, tuple[EpochOffset, str] | None]]:
         """Like :meth:`fetch_committed`, with the metadata string stored by the commit."""
-        request = wire.offset_fetch_request(self.group_id, partitions)
+        req = wire.offset_fetch_request(self.group_id, partitions)
         while True:
             try:
-                resp = self._call(request, deadline)
+                resp = yield from self._call(req, deadline)
             except kerrors.KafkaError as exc:
                 # Not retriable (GROUP_AUTHORIZATION_FAILED): asking again changes nothing.
                 if not exc.retriable or time.monotonic() >= deadline:
                     raise
-                time.sleep(_RETRY_S)
+                yield Sleep(_RETRY_S)
                 continue
             top, parts = wire.read_offset_fetch(resp)
             if top is not None and issubclass(top, _COORDINATOR_ERRORS):
                 self.coordinator_dead()
                 if time.monotonic() >= deadline:
                     raise top()
-                time.sleep(_RETRY_S)
+                yield Sleep(_RETRY_S)
                 continue
             if top is not None:
                 raise top()
@@ -306,11 +324,11 @@ class GroupCoordinator:
                 return out
             if time.monotonic() >= deadline:
                 raise kerrors.KafkaTimeoutError("OffsetFetch: offsets unstable")
-            time.sleep(_RETRY_S)
+            yield Sleep(_RETRY_S)
 
     def commit(
         self, offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], deadline: float
-    ) -> None:
+    ) -> Step[None]:
         """OffsetCommit v6+ with ``committed_leader_epoch``."""
         if not offsets:
             return
@@ -324,7 +342,7 @@ class GroupCoordinator:
         with self._lock:
             generation, member = self.generation, self.member_id
         subscribed = self.protocol is not None
-        request = wire.offset_commit_request(
+        req = wire.offset_commit_request(
             self.group_id,
             [
                 (tp, pos.offset, pos.leader_epoch, provenance_metadata(pos, metadata))
@@ -335,7 +353,7 @@ class GroupCoordinator:
             self._instance_id if subscribed else None,
         )
         while True:
-            resp = self._call(request, deadline)
+            resp = yield from self._call(req, deadline)
             errors = wire.commit_errors(resp)
             if not errors:
                 log.debug(
@@ -347,7 +365,7 @@ class GroupCoordinator:
             if any(issubclass(e, _COORDINATOR_ERRORS) for e in errors):
                 self.coordinator_dead()
                 if time.monotonic() < deadline:
-                    time.sleep(_RETRY_S)
+                    yield Sleep(_RETRY_S)
                     continue
             if any(issubclass(e, (*_REJOIN_ERRORS, kerrors.FencedInstanceIdError)) for e in errors):
                 self.rejoin_needed = True
@@ -368,10 +386,10 @@ class GroupCoordinator:
     def join(
         self,
         topics: set[str],
-        metadata_for: Callable[[set[str], float], Mapping[str, set[int]]],
+        metadata_for: Callable[[set[str], float], Step[Mapping[str, set[int]]]],
         deadline: float,
         lookup_deadline: float | None = None,
-    ) -> list[TopicPartition]:
+    ) -> Step[list[TopicPartition]]:
         """JoinGroup + SyncGroup until a generation is formed; returns our assignment.
 
         Raises ``KafkaTimeoutError`` if no coordinator answers by ``lookup_deadline`` (so
@@ -384,7 +402,7 @@ class GroupCoordinator:
         while True:
             if time.monotonic() >= deadline:
                 raise kerrors.KafkaTimeoutError(f"group {self.group_id!r}: join timed out")
-            request = wire.join_group_request(
+            req = wire.join_group_request(
                 self.group_id,
                 self._config["session_timeout_ms"],
                 rebalance_timeout,
@@ -393,8 +411,8 @@ class GroupCoordinator:
                 protocols,
             )
             try:
-                resp = self._call(
-                    request, deadline, rebalance_timeout / 1000 + 5, lookup_deadline=lookup_deadline
+                resp = yield from self._call(
+                    req, deadline, rebalance_timeout / 1000 + 5, lookup_deadline=lookup_deadline
                 )
             except kerrors.KafkaError as exc:
                 log.debug("join_group_failed", group=self.group_id, error=repr(exc))
@@ -402,15 +420,15 @@ class GroupCoordinator:
                     raise  # GROUP_AUTHORIZATION_FAILED: joining again changes nothing
                 if lookup_deadline is not None and time.monotonic() >= lookup_deadline:
                     raise
-                time.sleep(_RETRY_S)
+                yield Sleep(_RETRY_S)
                 continue
             retry = self._accept_join(resp)
             if retry is not None:
                 if issubclass(retry, _COORDINATOR_ERRORS):
-                    time.sleep(_RETRY_S)
+                    yield Sleep(_RETRY_S)
                 continue
             if resp.leader == resp.member_id:
-                assignments = self._assign(resp, metadata_for, deadline)
+                assignments = yield from self._assign(resp, metadata_for, deadline)
             else:
                 assignments = []
             sync = wire.sync_group_request(
@@ -422,7 +440,7 @@ class GroupCoordinator:
                 assignments,
             )
             try:
-                sresp = self._call(sync, deadline, rebalance_timeout / 1000 + 5)
+                sresp = yield from self._call(sync, deadline, rebalance_timeout / 1000 + 5)
             except kerrors.KafkaError as exc:
                 log.debug("sync_group_failed", group=self.group_id, error=repr(exc))
                 continue
@@ -465,10 +483,10 @@ class GroupCoordinator:
     def poll_join(
         self,
         topics: set[str],
-        metadata_for: Callable[[set[str], float], Mapping[str, set[int]]],
+        metadata_for: Callable[[set[str], float], Step[Mapping[str, set[int]]]],
         deadline: float,
         wakeup: Callable[[], None],
-    ) -> list[TopicPartition] | None:
+    ) -> Step[list[TopicPartition] | None]:
         """One step of a cooperative (KIP-429) join, without waiting for the coordinator:
         sends JoinGroup, then SyncGroup, as their answers arrive. Returns the new assignment
         once SyncGroup answered, else ``None`` (call again from the next poll). Meanwhile
@@ -478,13 +496,13 @@ class GroupCoordinator:
         step = self._join_step
         if step is None:
             self.stop_heartbeats()
-            node = self.ensure_coordinator(deadline)
+            node = yield from self.ensure_coordinator(deadline)
             protocols = [
                 (name, assignor.metadata(topics).encode())
                 for name, assignor in self._assignors.items()
             ]
             rebalance_timeout = int(self._config["max_poll_interval_ms"])
-            request = wire.join_group_request(
+            req = wire.join_group_request(
                 self.group_id,
                 self._config["session_timeout_ms"],
                 rebalance_timeout,
@@ -492,7 +510,7 @@ class GroupCoordinator:
                 self._instance_id,
                 protocols,
             )
-            future = self._client.send(node, request, rebalance_timeout + 5000)
+            future = self._client.send(node, req, rebalance_timeout + 5000)
             future.add_both(lambda _v: wakeup())
             self._join_step = ("join", future)
             return None
@@ -508,21 +526,23 @@ class GroupCoordinator:
             return None
         resp = future.value
         if kind == "join":
-            self._on_join_answer(resp, metadata_for, deadline, wakeup)
+            yield from self._on_join_answer(resp, metadata_for, deadline, wakeup)
             return None
         return self._on_sync_answer(resp)
 
     def _on_join_answer(
         self,
         resp: Any,
-        metadata_for: Callable[[set[str], float], Mapping[str, set[int]]],
+        metadata_for: Callable[[set[str], float], Step[Mapping[str, set[int]]]],
         deadline: float,
         wakeup: Callable[[], None],
-    ) -> None:
+    ) -> Step[None]:
         if self._accept_join(resp) is not None:
             return
         assignments = (
-            self._assign(resp, metadata_for, deadline) if resp.leader == resp.member_id else []
+            (yield from self._assign(resp, metadata_for, deadline))
+            if resp.leader == resp.member_id
+            else []
         )
         sync = wire.sync_group_request(
             self.group_id,
@@ -574,15 +594,15 @@ class GroupCoordinator:
     def _assign(
         self,
         resp: Any,
-        metadata_for: Callable[[set[str], float], Mapping[str, set[int]]],
+        metadata_for: Callable[[set[str], float], Step[Mapping[str, set[int]]]],
         deadline: float,
-    ) -> list[tuple[str, bytes]]:
+    ) -> Step[list[tuple[str, bytes]]]:
         assignor = self._assignors[resp.protocol_name]
         all_topics: set[str] = set()
         for member in resp.members:
             member.metadata = ConsumerProtocolSubscription.decode(member.metadata)
             all_topics.update(member.metadata.topics)
-        partitions = metadata_for(all_topics, deadline)
+        partitions = yield from metadata_for(all_topics, deadline)
         result = assignor.assign(_ClusterView(partitions), resp.members)
         return [(m, a.encode()) for m, a in result.items()]
 
@@ -628,7 +648,7 @@ class GroupCoordinator:
             raise err()
         return retry
 
-    def leave(self, reason: str = "the consumer is being closed") -> None:
+    def leave(self, reason: str = "the consumer is being closed") -> Step[None]:
         self.stop_heartbeats()
         self._join_step = None
         with self._lock:
@@ -639,9 +659,9 @@ class GroupCoordinator:
         self.rejoin_needed = True
         if not member or self.coordinator_id is None or self._instance_id is not None:
             return
-        request = wire.leave_group_request(self.group_id, member, reason)
+        req = wire.leave_group_request(self.group_id, member, reason)
         try:
-            self._client.request(self.coordinator_id, request, min(self._timeout_s(), 2.0))
+            yield from request(self._client, self.coordinator_id, req, min(self._timeout_s(), 2.0))
             log.info("group_left", group=self.group_id, member_id=member, reason=reason)
         except kerrors.KafkaError as exc:
             log.debug("leave_group_failed", group=self.group_id, error=repr(exc))
@@ -652,43 +672,40 @@ class GroupCoordinator:
         self._last_poll = time.monotonic()
 
     def start_heartbeats(self) -> None:
-        self._hb_stop = threading.Event()
-        t = threading.Thread(
-            target=self._heartbeat_loop,
-            args=(self._hb_stop,),
-            name=f"epochguard-heartbeat-{self.group_id}",
-            daemon=True,
+        self._hb_stop = Signal()
+        self._hb_task = self._spawn(
+            self._heartbeat_loop(self._hb_stop), f"epochguard-heartbeat-{self.group_id}"
         )
-        self._hb_thread = t
-        t.start()
 
     def stop_heartbeats(self) -> None:
         self._hb_stop.set()
-        t = self._hb_thread
-        self._hb_thread = None
-        if t is not None and t is not threading.current_thread():
-            t.join(timeout=2.0)
+        task = self._hb_task
+        self._hb_task = None
+        if task is not None:
+            task.join(2.0)
 
-    def _heartbeat_loop(self, stop: threading.Event) -> None:
+    def _heartbeat_loop(self, stop: Signal) -> Step[None]:
         interval = self._config["heartbeat_interval_ms"] / 1000
         max_poll = self._config["max_poll_interval_ms"] / 1000
-        while not stop.wait(interval):
+        while not (yield WaitSignal(stop, interval)):
             if time.monotonic() - self._last_poll > max_poll:
                 log.warning(
                     "max_poll_interval_exceeded",
                     group=self.group_id,
                     max_poll_interval_ms=self._config["max_poll_interval_ms"],
                 )
-                self.leave("max_poll_interval_ms exceeded")
+                yield from self.leave("max_poll_interval_ms exceeded")
                 return
             with self._lock:
                 generation, member = self.generation, self.member_id
             node = self.coordinator_id
             if node is None or not member:
                 continue
-            request = wire.heartbeat_request(self.group_id, generation, member, self._instance_id)
+            req = wire.heartbeat_request(self.group_id, generation, member, self._instance_id)
             try:
-                resp = self._client.request(node, request, min(self._timeout_s(), interval * 3))
+                resp = yield from request(
+                    self._client, node, req, min(self._timeout_s(), interval * 3)
+                )
             except kerrors.KafkaError as exc:
                 log.debug("heartbeat_failed", group=self.group_id, error=repr(exc))
                 self.coordinator_dead()

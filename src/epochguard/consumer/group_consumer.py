@@ -1,10 +1,11 @@
 """KIP-848 group membership (``group_protocol="consumer"``): the broker assigns, the member
 converges on its assignment one heartbeat at a time.
 
-Threads, as in the Java client's new consumer: a heartbeat thread sends
-ConsumerGroupHeartbeat (joining with epoch 0, then every ``heartbeat_interval_ms`` the
-coordinator names, and at once after the application thread acknowledged a change); the
-application thread reconciles inside ``poll`` (:meth:`ConsumerGroupMember.reconcile`), because
+Two strands, as in the Java client's new consumer: a background heartbeat step (a thread
+under the threaded driver, a task under asyncio) sends ConsumerGroupHeartbeat (joining with
+epoch 0, then every ``heartbeat_interval_ms`` the coordinator names, and at once after the
+application's strand acknowledged a change); the application's strand reconciles inside
+``poll`` (:meth:`ConsumerGroupMember.reconcile`), because
 that is where commits, rebalance listeners and positions live:
 
 1. partitions the coordinator no longer assigns are **revoked first**: their positions are
@@ -30,19 +31,26 @@ is retried with the epoch the heartbeat thread learnt since, else the commit fai
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import kafka.errors as kerrors
-from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import TopicPartition
 
 from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
+from epochguard.consumer.effects import (
+    Signal,
+    Sleep,
+    Step,
+    TaskHandle,
+    WaitSignal,
+    request,
+    spawn_thread,
+)
 from epochguard.consumer.group import (
     CommitFailedError,
     GroupCoordinator,
@@ -74,36 +82,42 @@ _FIRST_INTERVAL_S = 0.1
 
 
 class _Host(Protocol):
-    """What reconciliation reads and drives on the ``EpochConsumer`` (its poll thread)."""
+    """What reconciliation reads and drives on the consumer engine (its poll strand)."""
 
     config: dict[str, Any]
-    _assigned: list[TopicPartition]
-    _listener: ConsumerRebalanceListener | None
-    _subscription: set[str] | None
-    _fetcher: Any
+    assigned: list[TopicPartition]
+    subscription_topics: set[str] | None
+    fetcher: Any
 
     @property
-    def _pattern(self) -> Any: ...
+    def pattern(self) -> Any: ...
     def commit(
         self, offsets: Mapping[TopicPartition, Any] | None = None, timeout_ms: int | None = None
-    ) -> None: ...
-    def _current_positions(self) -> dict[TopicPartition, EpochOffset]: ...
-    def _set_assignment(self, parts: list[TopicPartition]) -> None: ...
-    def _restore_positions(self, deadline: float) -> None: ...
+    ) -> Step[None]: ...
+    def current_positions(self) -> dict[TopicPartition, EpochOffset]: ...
+    def set_assignment(self, parts: list[TopicPartition]) -> None: ...
+    def restore_positions(self, deadline: float) -> Step[None]: ...
+    def call_listener(self, method: str, partitions: set[TopicPartition]) -> Step[None]: ...
 
 
 class ConsumerGroupMember(GroupCoordinator):
     """One member of one KIP-848 group. Coordinator lookup is the classic one's."""
 
-    def __init__(self, client: BrokerClient, config: dict[str, Any]) -> None:
-        super().__init__(client, config)
+    def __init__(
+        self,
+        client: BrokerClient,
+        config: dict[str, Any],
+        spawn: Callable[[Step[None], str], TaskHandle] = spawn_thread,
+    ) -> None:
+        super().__init__(client, config, spawn)
         # KIP-1082: the member makes up its id once and keeps it for its whole life.
         self.member_id = str(uuid.uuid4())
         self.member_epoch = 0
         self._assignor: str | None = config.get("group_remote_assignor")
         self._rack: str | None = config.get("client_rack") or None
-        self._cond = threading.Condition(self._lock)
-        # Written by the heartbeat thread, read by reconcile (under the lock):
+        # Set whenever the heartbeat strand should look again (a change to send, stopping).
+        self._wake = Signal()
+        # Written by the heartbeat strand, read by reconcile (under the lock):
         self._target: dict[str, frozenset[int]] | None = None
         self._fenced = False
         self._fatal: kerrors.KafkaError | None = None
@@ -125,11 +139,11 @@ class ConsumerGroupMember(GroupCoordinator):
 
     @rejoin_needed.setter
     def rejoin_needed(self, value: bool) -> None:
-        if value and hasattr(self, "_cond"):
-            with self._cond:
+        if value and hasattr(self, "_wake"):
+            with self._lock:
                 self._subscription_sent = None
                 self._beat_now = True
-                self._cond.notify_all()
+            self._wake.set()
 
     @property
     def generation(self) -> int:
@@ -144,35 +158,35 @@ class ConsumerGroupMember(GroupCoordinator):
 
     # ------------------------------------------------------------------ reconciliation
 
-    def reconcile(self, host: _Host, deadline: float) -> None:
-        """Bring the assignment in line with the coordinator's (the poll thread)."""
-        topics = None if host._pattern is not None else tuple(sorted(host._subscription or ()))
-        regex = None if host._pattern is None else str(host._pattern.pattern)
-        with self._cond:
+    def reconcile(self, host: _Host, deadline: float) -> Step[None]:
+        """Bring the assignment in line with the coordinator's (the poll strand)."""
+        topics = None if host.pattern is not None else tuple(sorted(host.subscription_topics or ()))
+        regex = None if host.pattern is None else str(host.pattern.pattern)
+        with self._lock:
             if (topics, regex) != (self._topics, self._regex):
                 self._topics, self._regex = topics, regex
                 self._subscription_sent = None
                 self._beat_now = True
-                self._cond.notify_all()
+                self._wake.set()
             fatal = self._fatal
             fenced = self._fenced
             target = None if self._target is None else dict(self._target)
         if fatal is not None:
-            if host._assigned:
+            if host.assigned:
                 # Java's FATAL state: what the member owned is lost (no commit).
-                self._lose_all(host)
+                yield from self._lose_all(host)
             # The member stays stopped (no heartbeat restarts it) until close(); each poll
             # raises a fresh instance so tracebacks do not pile up on one object.
             raise type(fatal)(*fatal.args)
         if fenced:
-            self._lose_all(host)
-        thread = self._hb_thread
-        if (thread is None or not thread.is_alive()) and (topics or regex):
+            yield from self._lose_all(host)
+        task = self._hb_task
+        if (task is None or not task.is_alive()) and (topics or regex):
             self._in_group = True
             self.start_heartbeats()
         if target is None or fenced:
             return
-        ids = host._fetcher.topic_ids
+        ids = host.fetcher.topic_ids
         names = {tid: name for name, tid in ids.items() if tid is not None}
         wanted = {
             TopicPartition(names[tid], p)
@@ -182,23 +196,22 @@ class ConsumerGroupMember(GroupCoordinator):
         }
         if len(names.keys() & target.keys()) < len(target):
             # A topic of the assignment this consumer has no metadata for yet.
-            host._fetcher.request_metadata()
-        owned = set(host._assigned)
+            host.fetcher.request_metadata()
+        owned = set(host.assigned)
         revoked = owned - wanted
         added = wanted - owned
         if not revoked and not added:
             return
         if revoked:
             if host.config["enable_auto_commit"]:
-                positions = {tp: p for tp, p in host._current_positions().items() if tp in revoked}
+                positions = {tp: p for tp, p in host.current_positions().items() if tp in revoked}
                 try:
                     if positions:
-                        host.commit(positions)
+                        yield from host.commit(positions)
                 except kerrors.KafkaError as exc:
                     log.warning("commit_on_revoke_failed", group=self.group_id, error=repr(exc))
-            if host._listener is not None:
-                host._listener.on_partitions_revoked(set(revoked))
-            host._set_assignment([tp for tp in host._assigned if tp not in revoked])
+            yield from host.call_listener("on_partitions_revoked", set(revoked))
+            host.set_assignment([tp for tp in host.assigned if tp not in revoked])
             log.info(
                 "partitions_revoked",
                 group=self.group_id,
@@ -206,10 +219,9 @@ class ConsumerGroupMember(GroupCoordinator):
                 partitions=sorted(str(tp) for tp in revoked),
             )
         if added:
-            host._set_assignment([*host._assigned, *sorted(added)])
-            host._restore_positions(deadline)
-            if host._listener is not None:
-                host._listener.on_partitions_assigned(set(added))
+            host.set_assignment([*host.assigned, *sorted(added)])
+            yield from host.restore_positions(deadline)
+            yield from host.call_listener("on_partitions_assigned", set(added))
             log.info(
                 "partitions_assigned",
                 group=self.group_id,
@@ -220,20 +232,20 @@ class ConsumerGroupMember(GroupCoordinator):
         self._set_owned(host)
 
     def _set_owned(self, host: _Host) -> None:
-        ids = host._fetcher.topic_ids
+        ids = host.fetcher.topic_ids
         owned: dict[str, set[int]] = {}
-        for tp in host._assigned:
+        for tp in host.assigned:
             tid = ids.get(tp.topic)
             if tid is not None:
                 owned.setdefault(tid, set()).add(tp.partition)
-        with self._cond:
+        with self._lock:
             self._owned = {t: frozenset(ps) for t, ps in owned.items()}
             # Acknowledge at once: another member may be waiting for what we released.
             self._beat_now = True
-            self._cond.notify_all()
+        self._wake.set()
 
-    def _lose_all(self, host: _Host) -> None:
-        lost = set(host._assigned)
+    def _lose_all(self, host: _Host) -> Step[None]:
+        lost = set(host.assigned)
         log.warning(
             "partitions_lost",
             group=self.group_id,
@@ -241,41 +253,35 @@ class ConsumerGroupMember(GroupCoordinator):
             partitions=sorted(str(tp) for tp in lost),
         )
         # No commit: another member may own these partitions already.
-        host._set_assignment([])
-        if lost and host._listener is not None:
-            host._listener.on_partitions_revoked(lost)
-        with self._cond:
+        host.set_assignment([])
+        if lost:
+            yield from host.call_listener("on_partitions_revoked", lost)
+        with self._lock:
             self._owned = {}
             self._fenced = False
             self._target = None
             self._subscription_sent = None
             self._beat_now = True
-            self._cond.notify_all()
+        self._wake.set()
 
     # ------------------------------------------------------------------ heartbeats
 
-    def join(self, *args: Any, **kwargs: Any) -> list[TopicPartition]:
+    def join(
+        self,
+        topics: set[str],
+        metadata_for: Callable[[set[str], float], Step[Mapping[str, set[int]]]],
+        deadline: float,
+        lookup_deadline: float | None = None,
+    ) -> Step[list[TopicPartition]]:
         raise NotImplementedError("KIP-848 members are assigned through reconcile()")
-
-    def start_heartbeats(self) -> None:
-        self._hb_stop = threading.Event()
-        t = threading.Thread(
-            target=self._heartbeat_loop,
-            args=(self._hb_stop,),
-            name=f"epochguard-heartbeat-{self.group_id}",
-            daemon=True,
-        )
-        self._hb_thread = t
-        t.start()
 
     def stop_heartbeats(self) -> None:
         self._hb_stop.set()
-        with self._cond:
-            self._cond.notify_all()
-        t = self._hb_thread
-        self._hb_thread = None
-        if t is not None and t is not threading.current_thread():
-            t.join(timeout=2.0)
+        self._wake.set()
+        task = self._hb_task
+        self._hb_task = None
+        if task is not None:
+            task.join(2.0)
 
     def _next_heartbeat(self) -> wire.MemberHeartbeat:
         """Under the lock: the heartbeat to send now (full fields when joining or after the
@@ -297,22 +303,25 @@ class ConsumerGroupMember(GroupCoordinator):
             owned=dict(self._owned),
         )
 
-    def _heartbeat_loop(self, stop: threading.Event) -> None:
+    def _heartbeat_loop(self, stop: Signal) -> Step[None]:
         max_poll = self._config["max_poll_interval_ms"] / 1000
         next_at = 0.0
         while not stop.is_set():
-            with self._cond:
-                while not stop.is_set() and not self._beat_now:
-                    wait = next_at - time.monotonic()
-                    if wait <= 0:
-                        break
-                    self._cond.wait(wait)
-                if stop.is_set():
-                    return
-                if self._fenced:
-                    # Wait for the poll thread to drop the lost partitions before rejoining.
-                    self._cond.wait(0.1)
-                    continue
+            with self._lock:
+                # Cleared before looking, so a change made after the look wakes the wait.
+                self._wake.clear()
+                fenced = self._fenced
+                wait = 0.0 if self._beat_now else next_at - time.monotonic()
+            if stop.is_set():
+                return
+            if fenced:
+                # Wait for the poll strand to drop the lost partitions before rejoining.
+                yield WaitSignal(self._wake, 0.1)
+                continue
+            if wait > 0:
+                yield WaitSignal(self._wake, wait)
+                continue
+            with self._lock:
                 self._beat_now = False
                 hb = self._next_heartbeat()
                 subscription = (self._topics, self._regex)
@@ -322,13 +331,13 @@ class ConsumerGroupMember(GroupCoordinator):
                     group=self.group_id,
                     max_poll_interval_ms=self._config["max_poll_interval_ms"],
                 )
-                self._send_leave()
-                with self._cond:
+                yield from self._send_leave()
+                with self._lock:
                     self._fenced = True  # the partitions are lost; poll() rejoins
                     self.member_epoch = 0
                 return
-            next_at = time.monotonic() + self._beat(hb, subscription)
-            with self._cond:
+            next_at = time.monotonic() + (yield from self._beat(hb, subscription))
+            with self._lock:
                 if self._fatal is not None:
                     # Retrying cannot help (a missing assignor, no ACL): stop for good, as
                     # Java's FATAL member state does, instead of asking again every second.
@@ -338,21 +347,21 @@ class ConsumerGroupMember(GroupCoordinator):
         self,
         hb: wire.MemberHeartbeat,
         subscription: tuple[tuple[str, ...] | None, str | None],
-    ) -> float:
+    ) -> Step[float]:
         """Send one heartbeat and apply the answer; the seconds until the next one."""
         node = self.coordinator_id
         if node is None:
             try:
-                node = self.ensure_coordinator(time.monotonic() + self._timeout_s())
+                node = yield from self.ensure_coordinator(time.monotonic() + self._timeout_s())
             except kerrors.KafkaError as exc:
                 if not exc.retriable:
-                    with self._cond:
+                    with self._lock:
                         self._set_fatal(exc)
                 log.debug("coordinator_lookup_failed", group=self.group_id, error=repr(exc))
                 return _FIRST_INTERVAL_S
-        request = wire.consumer_group_heartbeat_request(hb)
+        req = wire.consumer_group_heartbeat_request(hb)
         try:
-            resp = self._client.request(node, request, self._timeout_s())
+            resp = yield from request(self._client, node, req, self._timeout_s())
         except kerrors.KafkaError as exc:
             log.debug("heartbeat_failed", group=self.group_id, error=repr(exc))
             self.coordinator_dead()
@@ -360,7 +369,7 @@ class ConsumerGroupMember(GroupCoordinator):
         self.heartbeats_sent += 1
         answer = wire.read_consumer_group_heartbeat(resp)
         err = answer.error
-        with self._cond:
+        with self._lock:
             if err is None:
                 if answer.member_epoch is not None:
                     if answer.member_epoch != self.member_epoch:
@@ -414,11 +423,11 @@ class ConsumerGroupMember(GroupCoordinator):
         self.member_epoch = 0
         self._target = None
 
-    def _send_leave(self) -> None:
+    def _send_leave(self) -> Step[None]:
         """Leave (epoch -1, or -2 for a static member), following the coordinator if it
         moved: a leave that misses it keeps the partitions from the others until the
         session times out."""
-        with self._cond:
+        with self._lock:
             epoch = self.member_epoch
         if epoch <= 0:
             return
@@ -432,7 +441,7 @@ class ConsumerGroupMember(GroupCoordinator):
         deadline = time.monotonic() + min(self._timeout_s(), 2.0)
         while True:
             try:
-                resp = self._call(wire.consumer_group_heartbeat_request(hb), deadline)
+                resp = yield from self._call(wire.consumer_group_heartbeat_request(hb), deadline)
             except kerrors.KafkaError as exc:
                 log.debug("leave_group_failed", group=self.group_id, error=repr(exc))
                 return
@@ -440,7 +449,7 @@ class ConsumerGroupMember(GroupCoordinator):
             if err is not None and issubclass(err, _COORDINATOR_ERRORS):
                 self.coordinator_dead()
                 if time.monotonic() < deadline:
-                    time.sleep(_RETRY_S)
+                    yield Sleep(_RETRY_S)
                     continue
             if err is None:
                 log.info("group_left", group=self.group_id, member_id=self.member_id)
@@ -448,10 +457,10 @@ class ConsumerGroupMember(GroupCoordinator):
                 log.debug("leave_group_failed", group=self.group_id, error=err.__name__)
             return
 
-    def leave(self, reason: str = "the consumer is being closed") -> None:
+    def leave(self, reason: str = "the consumer is being closed") -> Step[None]:
         self.stop_heartbeats()
-        self._send_leave()
-        with self._cond:
+        yield from self._send_leave()
+        with self._lock:
             self.member_epoch = 0
             self._in_group = False
             self._owned = {}
@@ -463,20 +472,20 @@ class ConsumerGroupMember(GroupCoordinator):
 
     def fetch_committed_metadata(
         self, partitions: Sequence[TopicPartition], deadline: float
-    ) -> dict[TopicPartition, tuple[EpochOffset, str] | None]:
+    ) -> Step[dict[TopicPartition, tuple[EpochOffset, str] | None]]:
         """OffsetFetch v9 as this member at its current epoch (the coordinator refuses a
         stale one; asked again with the epoch the heartbeat thread learnt since)."""
         while True:
-            with self._cond:
+            with self._lock:
                 member = self.member_id if self.member_epoch > 0 else None
                 epoch = self.member_epoch if self.member_epoch > 0 else None
-            request = wire.member_offset_fetch_request(self.group_id, partitions, member, epoch)
+            req = wire.member_offset_fetch_request(self.group_id, partitions, member, epoch)
             try:
-                resp = self._call(request, deadline)
+                resp = yield from self._call(req, deadline)
             except kerrors.KafkaError as exc:
                 if not exc.retriable or time.monotonic() >= deadline:
                     raise
-                time.sleep(_RETRY_S)
+                yield Sleep(_RETRY_S)
                 continue
             top, parts = wire.read_member_offset_fetch(resp)
             errors = [top] if top is not None else []
@@ -495,11 +504,11 @@ class ConsumerGroupMember(GroupCoordinator):
                 self.coordinator_dead()
             if time.monotonic() >= deadline:
                 raise retriable[0]()
-            time.sleep(_RETRY_S)
+            yield Sleep(_RETRY_S)
 
     def commit(
         self, offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], deadline: float
-    ) -> None:
+    ) -> Step[None]:
         """OffsetCommit v9 with ``committed_leader_epoch``, as this member at its epoch."""
         if not offsets:
             return
@@ -508,16 +517,16 @@ class ConsumerGroupMember(GroupCoordinator):
             for tp, (p, m) in offsets.items()
         ]
         while True:
-            with self._cond:
+            with self._lock:
                 epoch, in_group = self.member_epoch, self.member_epoch > 0
             if in_group:
-                request = wire.member_offset_commit_request(
+                req = wire.member_offset_commit_request(
                     self.group_id, entries, self.member_id, epoch
                 )
             else:
                 # Not a member (yet): the coordinator takes it only while the group is empty.
-                request = wire.offset_commit_request(self.group_id, entries, None, "", None)
-            resp = self._call(request, deadline)
+                req = wire.offset_commit_request(self.group_id, entries, None, "", None)
+            resp = yield from self._call(req, deadline)
             errors = wire.commit_errors(resp)
             if not errors:
                 log.debug(
@@ -530,10 +539,10 @@ class ConsumerGroupMember(GroupCoordinator):
             if any(issubclass(e, _COORDINATOR_ERRORS) for e in errors):
                 self.coordinator_dead()
                 if time.monotonic() < deadline:
-                    time.sleep(_RETRY_S)
+                    yield Sleep(_RETRY_S)
                     continue
             if errors == {kerrors.StaleMemberEpochError}:
-                with self._cond:
+                with self._lock:
                     moved_on = self.member_epoch != epoch
                 if moved_on and time.monotonic() < deadline:
                     continue

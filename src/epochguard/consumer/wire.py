@@ -334,6 +334,8 @@ class FetchedPartition:
     #: KIP-392 (v11+): the replica the leader wants this consumer to fetch from next
     #: (``None``: no preference, Kafka's -1).
     preferred_read_replica: int | None = None
+    #: The last stable offset (read_committed reads stop there); -1 when unknown.
+    last_stable_offset: int = -1
 
     @property
     def error_code(self) -> int:
@@ -462,6 +464,7 @@ def read_fetch(response: Any, names: Mapping[uuid.UUID, str]) -> FetchAnswer:
                     p.records,
                     [(a.producer_id, a.first_offset) for a in aborted] if aborted else None,
                     preferred if preferred >= 0 else None,
+                    int(getattr(p, "last_stable_offset", -1)),
                 )
             )
     session_id = int(getattr(response, "session_id", 0) or 0) if version >= 7 else 0
@@ -645,6 +648,7 @@ def _read_fetch_frame(frame: FetchFrame, names: Mapping[uuid.UUID, str]) -> Fetc
                         records,
                         aborted,
                         preferred if preferred >= 0 else None,
+                        fields[3],
                     )
                 )
             if flexible:

@@ -117,7 +117,7 @@ def describe_consumer(consumer: Any) -> str:
     """An ``EpochConsumer``'s inner state, for a test's failure message when it stops
     moving: each partition's tracker, what each broker's fetch source holds (requests in
     flight, buffers, prefetches), the metadata view and the counters."""
-    fetcher = consumer._fetcher
+    fetcher = consumer._engine.fetcher
     sources = {
         node: {
             "in_flight": src.in_flight,

@@ -179,7 +179,7 @@ class _EpochConsumerClient(_KafkaPythonLike):
         self.unannounced.add(tp)
 
     def _announce(self) -> None:
-        restored = self.consumer._restored  # the partitions whose commit has been read
+        restored = self.consumer._engine._restored  # the partitions whose commit has been read
         for tp in [tp for tp in self.unannounced if tp in restored]:
             self.unannounced.discard(tp)
             self.ctx.emit(Assigned(-1, tp.partition, -1))

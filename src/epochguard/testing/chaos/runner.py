@@ -462,7 +462,9 @@ class _Run:
                 except Exception as exc:  # a closed consumer: say so, do not hide the stall
                     out.append(f"\n    member {m.member}: not described ({exc!r})")
                 if trail.installed() and partition is not None:
-                    tracker = consumer._fetcher.trackers.get(TopicPartition(self.topic, partition))
+                    tracker = consumer._engine.fetcher.trackers.get(
+                        TopicPartition(self.topic, partition)
+                    )
                     if tracker is not None:
                         entries = trail.trail_of(tracker)[-TRAIL_SHOWN:]
                         out.append(

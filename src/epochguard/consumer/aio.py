@@ -1,0 +1,602 @@
+"""``AIOEpochConsumer``: aiokafka's ``AIOKafkaConsumer`` API, truncation-safe, on asyncio.
+
+The asyncio driver of the consumer engine (:mod:`epochguard.consumer.engine`), the same
+engine ``EpochConsumer`` drives with threads. Nothing runs on another thread:
+
+- the connections (kafka-python's connection layer: ApiVersions, SASL, TLS, reconnect
+  backoff) are served from the application's event loop. Their selector has no thread of
+  its own; the loop watches the selector's descriptor (readable whenever a socket is) and
+  steps it without blocking, and calls it again when its next timer is due;
+- the engine's steps (:data:`~epochguard.consumer.effects.Step`) run as coroutines: each
+  effect they yield is awaited on the loop (:func:`run_async`);
+- group heartbeats are a task on the same loop.
+
+So every call is a coroutine on the caller's loop with no thread hop, and a coroutine
+cancelled while it waits (``asyncio.wait_for`` around ``getmany``) leaves nothing half
+done: records are taken from the buffers only in the same step that returns them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Self
+
+import kafka.errors as kerrors
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+from kafka.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+
+from epochguard._log import get_logger
+from epochguard.consumer.client import BrokerClient
+from epochguard.consumer.config import build_config
+from epochguard.consumer.effects import (
+    Await,
+    Call,
+    Effect,
+    Pump,
+    Signal,
+    Sleep,
+    Step,
+    TaskHandle,
+    WaitSignal,
+    timeout_error,
+)
+from epochguard.consumer.engine import ConsumerEngine, ValidationResult, make_policy
+from epochguard.consumer.errors import LogTruncationError
+from epochguard.consumer.records import ConsumerRecord, log_decoder_once
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.report import TruncationReport
+
+__all__ = ["AIOEpochConsumer", "run_async"]
+
+log = get_logger("epochguard.consumer")
+
+#: aiokafka 0.14's defaults where they differ from kafka-python's (``EpochConsumer``'s).
+AIOKAFKA_DEFAULTS: Mapping[str, Any] = {
+    "request_timeout_ms": 40000,
+    "session_timeout_ms": 10000,
+    "max_poll_records": None,
+    "sasl_mechanism": "PLAIN",
+    "partition_assignment_strategy": (RoundRobinPartitionAssignor,),
+}
+#: aiokafka's assignors are its own copies of kafka-python's: the same protocol names.
+_ASSIGNORS_BY_NAME = {
+    "range": RangePartitionAssignor,
+    "roundrobin": RoundRobinPartitionAssignor,
+    "sticky": StickyPartitionAssignor,
+}
+#: ``getmany(max_records=None)`` (aiokafka: everything buffered).
+_UNBOUNDED = 2**31 - 1
+
+
+class _LoopIO:
+    """Serves a ``BrokerClient``'s connections from an event loop and performs effects."""
+
+    def __init__(self, client: BrokerClient, loop: asyncio.AbstractEventLoop) -> None:
+        self._net = client.selector
+        self._loop = loop
+        self._thread = threading.get_ident()
+        self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._fd: int = self._net._selector.fileno()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        loop.add_reader(self._fd, self._step)
+        loop.call_soon(self._step)
+
+    # ------------------------------------------------------------------ the selector
+
+    def _step(self) -> None:
+        net = self._net
+        if net._closed:
+            return
+        # Never blocks: the loop only calls this when a socket (or the selector's wake-up
+        # pipe) is ready or a timer of the selector is due.
+        net.poll(timeout_ms=0)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        net = self._net
+        if net._ready:
+            self._timer = self._loop.call_soon(self._step)
+            return
+        due = net._next_scheduled_timeout(time.monotonic())
+        if due is not None:
+            self._timer = self._loop.call_later(max(0.0, due), self._step)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        try:
+            self._loop.remove_reader(self._fd)
+        except Exception as exc:  # the loop is closing already
+            log.debug("loop_reader_remove_failed", error=repr(exc))
+        for task in list(self._tasks):
+            task.cancel()
+        try:
+            self._net.close()
+        except Exception as exc:
+            log.debug("client_selector_close_error", error=repr(exc))
+
+    # ------------------------------------------------------------------ effects
+
+    def _wake_from_any_thread(self, future: asyncio.Future[None]) -> None:
+        def settle() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        if threading.get_ident() == self._thread:
+            settle()
+        else:
+            self._loop.call_soon_threadsafe(settle)
+
+    async def wait_signal(self, signal: Signal, timeout_s: float) -> bool:
+        if signal.is_set():
+            return True
+        if timeout_s <= 0:
+            return False
+        future: asyncio.Future[None] = self._loop.create_future()
+
+        def wake() -> None:
+            self._wake_from_any_thread(future)
+
+        signal.add_waker(wake)
+        try:
+            await asyncio.wait([future], timeout=timeout_s)
+        finally:
+            signal.remove_waker(wake)
+            future.cancel()
+        return signal.is_set()
+
+    async def perform(self, effect: Effect) -> Any:
+        if isinstance(effect, Pump):
+            fetcher = effect.fetcher
+            now = time.monotonic()
+            wake_at = fetcher.send_requests(now)
+            signal = fetcher.wake_signal
+            if not fetcher.has_completions():
+                await self.wait_signal(signal, min(effect.until, wake_at) - now)
+            signal.clear()
+            fetcher.process_completions()
+            return None
+        if isinstance(effect, Await):
+            kfuture = effect.future
+            if not kfuture.is_done:
+                done: asyncio.Future[None] = self._loop.create_future()
+                kfuture.add_both(lambda _v: self._wake_from_any_thread(done))
+                try:
+                    await asyncio.wait([done], timeout=max(0.0, effect.timeout_s))
+                finally:
+                    done.cancel()
+                if not kfuture.is_done:
+                    raise timeout_error(effect.timeout_s)
+            if kfuture.exception is not None:
+                raise kfuture.exception
+            return kfuture.value
+        if isinstance(effect, Sleep):
+            await asyncio.sleep(max(0.0, effect.seconds))
+            return None
+        if isinstance(effect, WaitSignal):
+            return await self.wait_signal(effect.signal, effect.timeout_s)
+        if isinstance(effect, Call):
+            result = effect.fn(*effect.args)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        raise TypeError(f"not an effect: {effect!r}")
+
+    def spawn(self, step: Step[None], name: str) -> TaskHandle:
+        task = self._loop.create_task(run_async(step, self), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        # A task cannot be joined from synchronous code; its step ends at its next wake-up
+        # once its stop signal is set (or it is cancelled when the consumer stops).
+        return TaskHandle(lambda _timeout: None, lambda: not task.done())
+
+
+async def run_async(step: Step[Any], io: _LoopIO) -> Any:
+    """Run ``step`` to its end on the event loop, awaiting each effect."""
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                effect = step.send(value) if error is None else step.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            value, error = None, None
+            try:
+                value = await io.perform(effect)
+            except Exception as exc:
+                error = exc
+    except BaseException:
+        # Cancelled (or interrupted) while waiting: the step's own cleanup runs now.
+        step.close()
+        raise
+
+
+def _as_tp(tp: Any) -> TopicPartition:
+    """aiokafka's ``TopicPartition`` is its own named tuple with the same fields."""
+    if isinstance(tp, TopicPartition):
+        return tp
+    topic, partition = getattr(tp, "topic", None), getattr(tp, "partition", None)
+    if isinstance(topic, str) and isinstance(partition, int):
+        return TopicPartition(topic, partition)
+    raise TypeError(f"partition must be a TopicPartition, got {tp!r}")
+
+
+def _aiokafka_config(configs: dict[str, Any]) -> dict[str, Any]:
+    """aiokafka's keyword arguments as the engine's configuration."""
+    cfg = {**AIOKAFKA_DEFAULTS, **configs}
+    cfg.pop("loop", None)  # deprecated in aiokafka: the running loop is used
+    # aiokafka's own meaning (the background fetcher's wait), not kafka-python's iterator
+    # timeout: an ``async for`` over AIOEpochConsumer runs until stop(), as aiokafka's.
+    cfg.pop("consumer_timeout_ms", None)
+    rebalance_timeout = cfg.pop("rebalance_timeout_ms", None)
+    if rebalance_timeout is not None:
+        # The engine sends max_poll_interval_ms as the rebalance timeout (as kafka-python).
+        cfg.setdefault("max_poll_interval_ms", rebalance_timeout)
+    if cfg.get("api_version") == "auto":
+        cfg["api_version"] = None
+    if cfg.get("max_poll_records", 0) is None:
+        cfg["max_poll_records"] = _UNBOUNDED
+    if cfg.get("client_rack", "") is None:
+        cfg["client_rack"] = ""
+    strategies = cfg.get("partition_assignment_strategy")
+    if strategies is not None:
+        cfg["partition_assignment_strategy"] = tuple(
+            _ASSIGNORS_BY_NAME.get(getattr(s, "name", ""), s)
+            if getattr(s, "__module__", "").startswith("aiokafka")
+            else s
+            for s in strategies
+        )
+    if str(cfg.get("group_protocol", "classic")).lower() == "consumer":
+        # The broker assigns (KIP-848); the classic-only defaults are not sent.
+        for key in ("partition_assignment_strategy", "session_timeout_ms"):
+            if key not in configs:
+                del cfg[key]
+    return cfg
+
+
+def _aiokafka_truncation_error() -> type[LogTruncationError] | None:
+    try:
+        from aiokafka.errors import OffsetOutOfRangeError as AIOOffsetOutOfRangeError
+    except ImportError:
+        return None
+
+    class AIOLogTruncationError(LogTruncationError, AIOOffsetOutOfRangeError):  # type: ignore[misc]
+        """``LogTruncationError`` that aiokafka code also catches as its own
+        ``OffsetOutOfRangeError``."""
+
+    return AIOLogTruncationError
+
+
+_AIO_TRUNCATION_ERROR = _aiokafka_truncation_error()
+
+
+class AIOEpochConsumer:
+    """A Kafka consumer for asyncio that detects log truncation (KIP-320) instead of hiding it.
+
+    aiokafka's ``AIOKafkaConsumer`` API (the same methods, arguments and defaults), plus
+    what ``EpochConsumer`` adds: ``on_truncation`` policies, ``LogTruncationError``,
+    ``seek`` with an ``EpochOffset``, ``position_with_epoch``, ``validate_offsets``,
+    commits with leader epochs, KIP-848 and cooperative groups, ``offset_store``. See
+    ``docs/asyncio.md``.
+    """
+
+    def __init__(self, *topics: str, **configs: Any) -> None:
+        cfg = build_config(_aiokafka_config(configs))
+        self._policy = make_policy(cfg)
+        self.config = cfg
+        self._topics = topics
+        self._engine: ConsumerEngine | None = None
+        self._client: BrokerClient | None = None
+        self._io: _LoopIO | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Connect to the cluster (bootstrap) and, with topics given, subscribe."""
+        if self._engine is not None:
+            return
+        loop = asyncio.get_running_loop()
+        log_decoder_once()
+        client = BrokerClient(self.config, io_thread=False)
+        io = _LoopIO(client, loop)
+        engine = ConsumerEngine(self.config, self._policy, client, io.spawn)
+        engine.kind = "AIOEpochConsumer"
+        try:
+            await run_async(client.bootstrap_step(self.config["bootstrap_timeout_ms"]), io)
+        except BaseException:
+            await run_async(client.close_step(1.0), io)
+            io.close()
+            raise
+        self._client, self._io, self._engine = client, io, engine
+        if self._topics:
+            self.subscribe(topics=list(self._topics))
+
+    async def stop(self) -> None:
+        """Commit (with auto commit), leave the group (static members stay) and close."""
+        engine, io, client = self._engine, self._io, self._client
+        if engine is None or io is None or client is None or engine.closed:
+            return
+        deadline = time.monotonic() + self.config["close_timeout_ms"] / 1000
+        try:
+            # As aiokafka: the rebalance listener is not called on stop().
+            await run_async(engine.close(True, deadline, tell_listener=False), io)
+        finally:
+            await run_async(client.close_step(max(0.2, deadline - time.monotonic())), io)
+            io.close()
+            engine.close_deserializers()
+            log.debug("consumer_closed")
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def _started(self) -> tuple[ConsumerEngine, _LoopIO]:
+        if self._engine is None or self._io is None:
+            raise kerrors.IllegalStateError("AIOEpochConsumer is not started: await start()")
+        return self._engine, self._io
+
+    async def _run(self, step: Step[Any]) -> Any:
+        _engine, io = self._started()
+        try:
+            return await run_async(step, io)
+        except LogTruncationError as exc:
+            if _AIO_TRUNCATION_ERROR is not None and not isinstance(exc, _AIO_TRUNCATION_ERROR):
+                raise _AIO_TRUNCATION_ERROR(exc.truncations) from None
+            raise
+
+    # ------------------------------------------------------------------ assignment
+
+    def subscribe(
+        self, topics: Iterable[str] = (), pattern: str | None = None, listener: Any = None
+    ) -> None:
+        """Subscribe to topics (or a regex ``pattern``); ``listener`` is aiokafka's
+        ``ConsumerRebalanceListener`` (its methods may be coroutine functions)."""
+        engine, _io = self._started()
+        if listener is not None and not (
+            callable(getattr(listener, "on_partitions_revoked", None))
+            and callable(getattr(listener, "on_partitions_assigned", None))
+        ):
+            raise TypeError("listener must be a ConsumerRebalanceListener")
+        engine.subscribe(topics, pattern, listener)
+
+    def subscription(self) -> set[str]:
+        engine, _io = self._started()
+        return engine.subscription() or set()
+
+    def unsubscribe(self) -> None:
+        """Drop the subscription and the assignment (positions are committed first with
+        auto commit, and the group is left, in a task on the loop, as aiokafka does)."""
+        engine, io = self._started()
+        io.spawn(engine.unsubscribe_now(), "epochguard-unsubscribe")
+
+    def assign(self, partitions: Iterable[Any]) -> None:
+        engine, _io = self._started()
+        engine.assign([_as_tp(tp) for tp in partitions])
+
+    def assignment(self) -> set[TopicPartition]:
+        engine, _io = self._started()
+        return engine.assignment()
+
+    # ------------------------------------------------------------------ records
+
+    async def getmany(
+        self, *partitions: Any, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records of every assigned partition (or of ``partitions``) that arrive within
+        ``timeout_ms``; ``{}`` when none did."""
+        engine, _io = self._started()
+        only = [_as_tp(tp) for tp in partitions] or None
+        limit = _UNBOUNDED if max_records is None else max_records
+        got: dict[TopicPartition, list[ConsumerRecord]] = await self._run(
+            engine.poll(timeout_ms, limit, only=only)
+        )
+        return got
+
+    async def getmany_columns(
+        self, *partitions: Any, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, Any]:
+        """:meth:`getmany` for ``record_format="columns"``: one ``RecordColumns`` per
+        partition (``to_arrow()`` without copying)."""
+        engine, _io = self._started()
+        only = [_as_tp(tp) for tp in partitions] or None
+        limit = _UNBOUNDED if max_records is None else max_records
+        got: dict[TopicPartition, Any] = await self._run(
+            engine.poll(timeout_ms, limit, columns=True, only=only)
+        )
+        return got
+
+    async def getone(self, *partitions: Any) -> ConsumerRecord:
+        """The next record (of ``partitions``, if given); waits until there is one."""
+        engine, _io = self._started()
+        only = [_as_tp(tp) for tp in partitions] or None
+        while True:
+            got: dict[TopicPartition, list[ConsumerRecord]] = await self._run(
+                engine.poll(60_000, 1, only=only)
+            )
+            for records in got.values():
+                return records[0]
+
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        if self._closed or (self._engine is not None and self._engine.closed):
+            raise StopAsyncIteration
+        return await self.getone()
+
+    # ------------------------------------------------------------------ positions
+
+    def seek(self, partition: Any, offset: int | EpochOffset | OffsetAndMetadata) -> None:
+        """Move the position; with an epoch (``EpochOffset``, or ``OffsetAndMetadata`` with a
+        ``leader_epoch``) it is validated before fetching from it."""
+        engine, _io = self._started()
+        engine.seek(_as_tp(partition), offset)
+
+    async def seek_to_beginning(self, *partitions: Any) -> None:
+        engine, _io = self._started()
+        engine.seek_to_beginning(*(_as_tp(tp) for tp in partitions))
+
+    async def seek_to_end(self, *partitions: Any) -> None:
+        engine, _io = self._started()
+        engine.seek_to_end(*(_as_tp(tp) for tp in partitions))
+
+    async def seek_to_committed(self, *partitions: Any) -> dict[TopicPartition, int | None]:
+        """Move each partition (default: all assigned) to its committed offset, with the
+        committed leader epoch (validated before the next fetch); returns the offsets."""
+        engine, _io = self._started()
+        tps = [_as_tp(tp) for tp in partitions] or sorted(engine.assignment())
+        out: dict[TopicPartition, int | None] = {}
+        for tp in tps:
+            got = await self._run(engine.committed(tp, None))
+            if got is None:
+                out[tp] = None
+                continue
+            position: EpochOffset = got[0]
+            engine.seek(tp, position)
+            out[tp] = position.offset
+        return out
+
+    async def position(self, partition: Any) -> int:
+        engine, _io = self._started()
+        got: EpochOffset = await self._run(engine.position_with_epoch(_as_tp(partition), None))
+        return got.offset
+
+    async def position_with_epoch(
+        self, partition: Any, timeout_ms: int | None = None
+    ) -> EpochOffset:
+        """The validated position with the leader epoch of the record before it."""
+        engine, _io = self._started()
+        got: EpochOffset = await self._run(
+            engine.position_with_epoch(_as_tp(partition), timeout_ms)
+        )
+        return got
+
+    async def committed(self, partition: Any) -> int | None:
+        engine, _io = self._started()
+        got = await self._run(engine.committed(_as_tp(partition), None))
+        return None if got is None else int(got[0].offset)
+
+    async def committed_with_epoch(self, partition: Any) -> EpochOffset | None:
+        engine, _io = self._started()
+        got = await self._run(engine.committed(_as_tp(partition), None))
+        return None if got is None else got[0]
+
+    async def commit(self, offsets: Mapping[Any, Any] | None = None) -> None:
+        """Commit positions (default: the current ones) with their leader epochs. Values
+        may be offsets, ``(offset, metadata)`` pairs (aiokafka), ``OffsetAndMetadata`` or
+        ``EpochOffset``."""
+        engine, _io = self._started()
+        norm: dict[TopicPartition, Any] | None = None
+        if offsets is not None:
+            norm = {}
+            for tp, value in offsets.items():
+                if isinstance(value, tuple) and not isinstance(value, OffsetAndMetadata):
+                    value = OffsetAndMetadata(value[0], value[1], -1)
+                norm[_as_tp(tp)] = value
+        await self._run(engine.commit(norm))
+
+    def highwater(self, partition: Any) -> int | None:
+        engine, _io = self._started()
+        return engine.highwater(_as_tp(partition))
+
+    def last_stable_offset(self, partition: Any) -> int | None:
+        engine, _io = self._started()
+        tp = _as_tp(partition)
+        engine.highwater(tp)  # raises for a partition not assigned, as highwater()
+        return engine.fetcher.last_stable_offsets.get(tp)
+
+    def last_poll_timestamp(self, partition: Any) -> int | None:
+        engine, _io = self._started()
+        tp = _as_tp(partition)
+        engine.highwater(tp)
+        return engine.fetcher.last_fetch_ms.get(tp)
+
+    def pause(self, *partitions: Any) -> None:
+        engine, _io = self._started()
+        engine.pause(*(_as_tp(tp) for tp in partitions))
+
+    def resume(self, *partitions: Any) -> None:
+        engine, _io = self._started()
+        engine.resume(*(_as_tp(tp) for tp in partitions))
+
+    def paused(self) -> set[TopicPartition]:
+        engine, _io = self._started()
+        return engine.paused()
+
+    # ------------------------------------------------------------------ lookups
+
+    async def beginning_offsets(self, partitions: Iterable[Any]) -> dict[TopicPartition, int]:
+        engine, _io = self._started()
+        got: dict[TopicPartition, int] = await self._run(
+            engine.beginning_offsets([_as_tp(tp) for tp in partitions])
+        )
+        return got
+
+    async def end_offsets(self, partitions: Iterable[Any]) -> dict[TopicPartition, int]:
+        engine, _io = self._started()
+        got: dict[TopicPartition, int] = await self._run(
+            engine.end_offsets([_as_tp(tp) for tp in partitions])
+        )
+        return got
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[Any, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        engine, _io = self._started()
+        got: dict[TopicPartition, OffsetAndTimestamp | None] = await self._run(
+            engine.offsets_for_times({_as_tp(tp): ts for tp, ts in timestamps.items()})
+        )
+        return got
+
+    async def validate_offsets(
+        self, offsets: Mapping[Any, EpochOffset], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, ValidationResult]:
+        """Check positions kept outside Kafka against the leaders' logs (see
+        ``EpochConsumer.validate_offsets``)."""
+        engine, _io = self._started()
+        got: dict[TopicPartition, ValidationResult] = await self._run(
+            engine.validate_offsets({_as_tp(tp): p for tp, p in offsets.items()}, timeout_ms)
+        )
+        return got
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The topic's partitions from the metadata at hand (``None`` if unknown), as
+        aiokafka."""
+        engine, _io = self._started()
+        parts = engine.fetcher.topic_partitions.get(topic)
+        return None if parts is None else set(parts)
+
+    async def topics(self) -> set[str]:
+        engine, _io = self._started()
+        got: set[str] = await self._run(engine.topics())
+        return got
+
+    def truncation_reports(self) -> list[TruncationReport]:
+        """Every truncation report seen so far (oldest first)."""
+        engine, _io = self._started()
+        return engine.truncation_reports()
+
+    def metrics(self, raw: bool = False) -> dict[str, Any] | None:
+        engine, _io = self._started()
+        return engine.metrics(raw)

@@ -1,0 +1,240 @@
+"""AIOEpochConsumer on the EmbeddedCluster: the asyncio driver of the engine EpochConsumer
+drives with threads. Same staging as test_truncation.py (offsets 0..9 replicated, 10..14 on
+the old leader only, an unclean election appends 8 records at 10..17)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from kafka import KafkaProducer
+from kafka.structs import TopicPartition
+
+from epochguard import AIOEpochConsumer, EpochConsumer
+from epochguard.consumer import LogTruncationError
+from epochguard.consumer.records import ConsumerRecord
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.report import TruncationReport
+from epochguard.testing import EmbeddedCluster
+
+from .conftest import TP0, diverge, setup_topic, unclean_elect
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _config(cluster: EmbeddedCluster, **kw: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "bootstrap_servers": cluster.bootstrap_servers,
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+        "fetch_max_wait_ms": 100,
+        "metadata_max_age_ms": 300,
+        "retry_backoff_ms": 20,
+        "request_timeout_ms": 5000,
+    }
+    cfg.update(kw)
+    return cfg
+
+
+async def _read(consumer: AIOEpochConsumer, n: int, timeout: float = 10.0) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        for records in (await consumer.getmany(timeout_ms=100)).values():
+            got += records
+    return got
+
+
+def _run(coro: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(coro())  # type: ignore[arg-type]
+
+
+def test_no_thread_serves_the_connections(cluster: EmbeddedCluster) -> None:
+    """Every socket is served from the event loop: starting the consumer starts no thread
+    (kafka-python's IO thread is not there, heartbeats are tasks)."""
+    cluster.create_topic("t", partitions=2, replication_factor=1)
+    cluster.append("t", 0, [b"a", b"b"])
+
+    async def main() -> None:
+        before = set(threading.enumerate())
+        async with AIOEpochConsumer(
+            "t", **_config(cluster, group_id="g", heartbeat_interval_ms=50)
+        ) as c:
+            got = await _read(c, 2)
+            assert [r.value for r in got] == [b"a", b"b"]
+            assert set(threading.enumerate()) - before == set()
+
+    _run(main)
+
+
+def test_group_consume_commit_and_lookups(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", partitions=2, replication_factor=3)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers)
+    for i in range(100):
+        producer.send("t", b"v%d" % i, partition=i % 2)
+    producer.flush()
+    producer.close()
+    tp1 = TopicPartition("t", 1)
+
+    async def main() -> None:
+        async with AIOEpochConsumer("t", **_config(cluster, group_id="g")) as c:
+            got = await _read(c, 100)
+            assert sorted(int(r.value[1:]) for r in got) == list(range(100))
+            assert c.assignment() == {TP0, tp1}
+            assert await c.position(TP0) == 50
+            assert await c.position_with_epoch(TP0) == EpochOffset(50, 0)
+            await c.commit()
+            assert await c.committed(TP0) == 50
+            assert await c.committed_with_epoch(tp1) == EpochOffset(50, 0)
+            assert await c.end_offsets([TP0]) == {TP0: 50}
+            assert await c.beginning_offsets([TP0]) == {TP0: 0}
+            assert c.highwater(TP0) == 50 and c.last_stable_offset(TP0) == 50
+            stamp = c.last_poll_timestamp(TP0)
+            assert stamp is not None and abs(stamp / 1000 - time.time()) < 60
+            assert await c.topics() >= {"t"}
+            assert c.partitions_for_topic("t") == {0, 1}
+            assert c.partitions_for_topic("nope") is None
+            # seek_to_committed puts back the committed position with its epoch.
+            c.seek(TP0, 3)
+            assert await c.position(TP0) == 3
+            assert await c.seek_to_committed(TP0) == {TP0: 50}
+            assert await c.position_with_epoch(TP0) == EpochOffset(50, 0)
+
+        # A new member of the group starts from the commit (with its epoch).
+        async with AIOEpochConsumer("t", **_config(cluster, group_id="g")) as c2:
+            assert await c2.getmany(timeout_ms=300) == {}
+            assert await c2.position_with_epoch(TP0) == EpochOffset(50, 0)
+
+    _run(main)
+
+
+def test_raise_policy_reports_the_truncation_exactly(cluster: EmbeddedCluster) -> None:
+    reports: list[TruncationReport] = []
+
+    async def main() -> None:
+        config = _config(cluster, on_truncation="raise", on_truncation_report=reports.append)
+        async with AIOEpochConsumer(**config) as c:
+            old, new = setup_topic(cluster)
+            c.assign([TP0])
+            assert [r.offset for r in await _read(c, 10)] == list(range(10))
+            diverge(cluster, old, new)
+            assert [r.offset for r in await _read(c, 5)] == list(range(10, 15))
+            unclean_elect(cluster, old, new)
+            with pytest.raises(LogTruncationError) as info:
+                await _read(c, 1, timeout=10)
+            err = info.value
+            assert err.truncation_offsets() == {TP0: EpochOffset(10, 0)}
+            assert err.truncations[TP0].lost_count == 5
+            # aiokafka code catches it as aiokafka's own OffsetOutOfRangeError.
+            from aiokafka.errors import OffsetOutOfRangeError
+
+            assert isinstance(err, OffsetOutOfRangeError)
+            assert await c.getmany(timeout_ms=300) == {}  # stopped until a seek
+            c.seek(TP0, err.truncation_offsets()[TP0])
+            got = await _read(c, 8)
+            assert [r.value for r in got] == [b"new-%d" % i for i in range(8)]
+
+    _run(main)
+    assert len(reports) == 1 and reports[0].divergence == EpochOffset(10, 0)
+
+
+def test_cancelled_getmany_loses_and_repeats_nothing(cluster: EmbeddedCluster) -> None:
+    """getmany cancelled again and again by timeouts shorter than its own, while records
+    keep arriving: every record is delivered exactly once, in order."""
+    cluster.create_topic("t", partitions=1, replication_factor=1)
+    total = 400
+
+    async def main() -> None:
+        async with AIOEpochConsumer(**_config(cluster, fetch_max_wait_ms=50)) as c:
+            c.assign([TP0])
+            loop = asyncio.get_running_loop()
+            feeder = loop.run_in_executor(
+                None,
+                lambda: [
+                    (
+                        cluster.append("t", 0, [b"%d" % i for i in range(k, k + 20)]),
+                        time.sleep(0.01),
+                    )
+                    for k in range(0, total, 20)
+                ],
+            )
+            got: list[ConsumerRecord] = []
+            deadline = time.monotonic() + 30
+            cancelled = 0
+            while len(got) < total and time.monotonic() < deadline:
+                try:
+                    batch = await asyncio.wait_for(c.getmany(timeout_ms=1000, max_records=7), 0.003)
+                except TimeoutError:
+                    cancelled += 1
+                    continue
+                for records in batch.values():
+                    got += records
+            await feeder
+            assert cancelled > 0
+            assert [r.offset for r in got] == list(range(total))
+            assert await c.position(TP0) == total
+
+    _run(main)
+
+
+class _AsyncListener:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, set[TopicPartition]]] = []
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await asyncio.sleep(0)
+        self.events.append(("revoked", set(revoked)))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await asyncio.sleep(0)
+        self.events.append(("assigned", set(assigned)))
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_asyncio_and_threaded_members_share_a_group(
+    cluster: EmbeddedCluster, protocol: str
+) -> None:
+    """An AIOEpochConsumer and an EpochConsumer in one group: the partitions are split, each
+    record is read once, and the asyncio member's async listener is awaited."""
+    cluster.create_topic("t", partitions=4, replication_factor=1)
+    for p in range(4):
+        cluster.append("t", p, [b"%d-%d" % (p, i) for i in range(25)])
+    extra = (
+        {"group_protocol": "consumer"}
+        if protocol == "consumer"
+        else {"heartbeat_interval_ms": 100, "session_timeout_ms": 6000}
+    )
+    config = _config(cluster, group_id="mixed", enable_auto_commit=True, **extra)
+    listener = _AsyncListener()
+    seen: list[bytes] = []
+    stop = threading.Event()
+
+    def threaded() -> None:
+        with EpochConsumer("t", **config) as c:
+            while not stop.is_set():
+                for records in c.poll(timeout_ms=50).values():
+                    seen.extend(r.value for r in records)
+
+    async def main() -> None:
+        thread = threading.Thread(target=threaded, daemon=True)
+        thread.start()
+        async with AIOEpochConsumer(**config) as c:
+            c.subscribe(["t"], listener=listener)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                for records in (await c.getmany(timeout_ms=100)).values():
+                    seen.extend(r.value for r in records)
+                owned = c.assignment()
+                if len(seen) >= 100 and owned and len(owned) < 4:
+                    break
+            assert 0 < len(c.assignment()) < 4
+        stop.set()
+        thread.join(10)
+
+    _run(main)
+    assert sorted(seen) == sorted(b"%d-%d" % (p, i) for p in range(4) for i in range(25))
+    assert any(kind == "assigned" and parts for kind, parts in listener.events)

@@ -54,7 +54,9 @@ PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = (
 
 # 7-40 hex digits with at least one digit and one letter, not part of a UUID, a longer
 # word, a hex literal or a path.
-_HASH = re.compile(r"(?<![\w\-./])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?![\w\-])")
+_HASH = re.compile(
+    r"(?<![\w\-./])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?![\w\-]|\.\w)"
+)
 
 
 #: Sections written by ``python -m benchmarks._tables`` from the result files.
@@ -112,7 +114,7 @@ def test_no_development_journal_in_user_docs(path: Path) -> None:
         "measured before and after the lean path",
         "the fetcher before this change delivered nothing",
         "On the code of `34285fe`",
-        "commit 894a666 and fedd86c",
+        "commit 894a666 and fedd86c.",
         "at 17:05 the rows were",
         "measured on 2026-11-25, all passing",
     ],

@@ -54,9 +54,7 @@ PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = (
 
 # 7-40 hex digits with at least one digit and one letter, not part of a UUID, a longer
 # word, a hex literal or a path.
-_HASH = re.compile(
-    r"(?<![\w\-./])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?![\w\-]|\.\w)"
-)
+_HASH = re.compile(r"(?<![\w\-./])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?![\w\-]|\.\w)")
 
 
 #: Sections written by ``python -m benchmarks._tables`` from the result files.

@@ -65,7 +65,7 @@ def test_relative_links_resolve(path: Path) -> None:
 
 
 def test_anchor_follows_github() -> None:
-    assert anchor("Column output (`record_format=\"columns\"`)") == (
+    assert anchor('Column output (`record_format="columns"`)') == (
         "column-output-record_formatcolumns"
     )
     assert anchor("Fetch sessions (KIP-227)") == "fetch-sessions-kip-227"

@@ -43,7 +43,7 @@ def produce(
     batch_records: int = 0,
     value: bytes | Callable[[int], bytes] = b"x",
     key: Callable[[int], bytes] | None = None,
-    headers: Callable[[int], list[tuple[str, bytes]]] | None = None,
+    headers: Callable[[int], Sequence[tuple[str, bytes]]] | None = None,
     compression: str = "none",
     acks: int | str = 1,
     linger_ms: int = 20,
@@ -87,6 +87,9 @@ def produce(
             if delay > 0:
                 time.sleep(delay)
         payload = value(i) if callable(value) else value
+        record_headers: list[tuple[str, str | bytes | None]] | None = (
+            None if headers is None else [*headers(i)]
+        )
         while True:
             try:
                 producer.produce(
@@ -94,7 +97,7 @@ def produce(
                     value=payload,
                     key=None if key is None else key(i),
                     partition=i % partitions,
-                    headers=None if headers is None else headers(i),
+                    headers=record_headers,
                 )
                 break
             except BufferError:  # librdkafka's queue is full: let it send

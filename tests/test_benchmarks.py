@@ -154,3 +154,19 @@ def test_one_current_result_file_per_benchmark() -> None:
     files = {p.stem for p in (BENCHMARKS / "results").glob("*.json")}
     assert files <= writers, f"result files no benchmark writes: {sorted(files - writers)}"
     assert not list((BENCHMARKS / "results").glob("*.tmp"))
+
+
+def test_the_real_kafka_scoreboard_merges_into_the_one_result_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    board = importlib.import_module("benchmarks.chaos_scoreboard")
+    common = importlib.import_module("benchmarks._common")
+    monkeypatch.setattr(board, "RESULTS", tmp_path)
+    monkeypatch.setattr(board, "OUT", tmp_path / "chaos_scoreboard.json")
+    common.write_record(tmp_path, "chaos_scoreboard", time.time(), {"clients": {"x": 1}})
+    monkeypatch.setattr(board, "score_apache", lambda n, first=0: {"seeds": f"{first}..{n}"})
+    section = board.run_apache_only(3, first=2)
+    assert section == {"seeds": "2..3"}
+    assert [p.name for p in tmp_path.iterdir()] == ["chaos_scoreboard.json"]
+    assert board._previous() == {"clients": {"x": 1}, "apache_kafka": {"seeds": "2..3"}}

@@ -36,7 +36,7 @@ PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = (
         "history phrase",
         re.compile(
             r"(?i)\b(?:earlier|previous|older|former)\s+(?:note|version of this|profile|"
-            r"measurement|benchmark run|draft)s?\b"
+            r"measurement|benchmark run|run|draft)s?\b"
             r"|\b(?:before|after)\s+(?:this|that|the)\s+(?:change|fix|rewrite|refactor(?:ing)?)\b"
             r"|\((?:before|after)\)"
             r"|\bbefore and after\b"
@@ -108,6 +108,7 @@ def test_no_development_journal_in_user_docs(path: Path) -> None:
         "Run C and run D disagree",
         "An earlier note here said the opposite.",
         "the earlier profile showed",
+        "Earlier runs at load 12-38 fell short",
         "### Profile of a Spark query (before)",
         "measured before and after the lean path",
         "the fetcher before this change delivered nothing",

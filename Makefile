@@ -35,11 +35,12 @@ spark-jars: $(STAMP)
 test: $(STAMP) kafka-jars spark-jars
 	$(BIN)/python -P -m pytest $(PYTEST_ARGS)
 
-# Chaos schedules at scale (docs/testing.md, "Chaos schedules"): `make chaos SEEDS=N` runs
+# Chaos schedules at scale (docs/guides/testing.md, "Chaos schedules"): `make chaos SEEDS=N` runs
 # the generated schedules of seeds FIRST..FIRST+N-1 against EpochConsumer, CHAOS_WORKERS at a
 # time (each on its own EmbeddedCluster), and prints the oracle's totals and every failure
 # with its replay code; FIRST=K lets several processes split a large run. CI runs a fixed
-# set of 300 (tests/chaos). CHAOS_ARGS="--client kafka-python --shrink" and the like pass on.
+# set of 300 (tests/chaos). CHAOS_ARGS="--client kafka-python --shrink" and the like pass on;
+# CHAOS_ARGS="--json benchmarks/results/chaos_at_scale.json" records a run at scale.
 SEEDS ?= 100
 FIRST ?= 0
 CHAOS_WORKERS ?= 6
@@ -48,29 +49,29 @@ chaos: $(STAMP)
 	$(BIN)/python -P -m epochguard.testing.chaos --seeds $(SEEDS) --first $(FIRST) \
 		--workers $(CHAOS_WORKERS) $(CHAOS_ARGS)
 
-# Chaos schedules on real Apache Kafka (docs/testing.md, "Chaos schedules on real Apache
+# Chaos schedules on real Apache Kafka (docs/guides/testing.md, "Chaos schedules on real Apache
 # Kafka"): `make chaos-apache SEEDS=30` (30 by default) runs the real-Kafka schedules of seeds
 # FIRST..FIRST+SEEDS-1 with EpochConsumer and the Java reference consumer side by side, one at
 # a time on one ApacheKafkaCluster (about 25 s each), and merges the figures into
-# benchmarks/results/chaos.json (the EmbeddedCluster rows stay).
+# benchmarks/results/chaos_scoreboard.json (the EmbeddedCluster rows stay).
 chaos-apache: $(STAMP) kafka-jars
 	$(BIN)/python -m benchmarks.chaos_scoreboard --apache-only \
 		--seeds $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),30) --first $(FIRST)
 
 # The first seeded chaos test (tests/consumer/test_chaos.py): SEEDS per mode from seed
-# index FIRST, about 3.5 s each, plus the issue 11 regression schedules. CI runs 3.
+# index FIRST, about 3.5 s each, plus the regression schedules. CI runs 3.
 chaos-legacy: $(STAMP)
 	EPOCHGUARD_CHAOS_SEEDS=$(SEEDS) EPOCHGUARD_CHAOS_FIRST=$(FIRST) \
 		$(BIN)/python -P -m pytest tests/consumer/test_chaos.py \
 		-p no:cacheprovider -q -rfE $(PYTEST_ARGS)
 
-# Long fuzzing runs (docs/consumer.md, "Bad input"): FUZZ_EXAMPLES hypothesis examples per
+# Long fuzzing runs (docs/design.md, "Fuzzing"): FUZZ_EXAMPLES hypothesis examples per
 # property instead of make test's small defaults.
 FUZZ_EXAMPLES ?= 100000
 fuzz: $(STAMP)
 	EPOCHGUARD_HYPOTHESIS=explore EPOCHGUARD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -P -m pytest tests/fuzz -x -q -o timeout=0 $(PYTEST_ARGS)
 
-# New examples for the state machine's properties (docs/testing.md, "Property tests"):
+# New examples for the state machine's properties (docs/guides/testing.md, "Property tests"):
 # make test replays fixed ones; this draws EXPLORE_EXAMPLES fresh ones per property.
 EXPLORE_EXAMPLES ?= 20000
 explore: $(STAMP)
@@ -90,13 +91,15 @@ demo: $(STAMP)
 bench: $(STAMP) kafka-jars spark-jars
 	$(BIN)/python -m benchmarks
 	$(BIN)/python -m benchmarks._matrix_plot
+	$(BIN)/python -m benchmarks._tables
 
-# Soak (docs/testing.md, not in CI): one consumer under produce load and periodic unclean
+# Soak (docs/guides/testing.md, not in CI): one consumer under produce load and periodic unclean
 # elections for SOAK_MINUTES (default 10); fails if its RSS keeps growing after warm-up.
 # Writes benchmarks/results/soak.json.
 SOAK_MINUTES ?= 10
 soak: $(STAMP)
 	SOAK_MINUTES=$(SOAK_MINUTES) $(BIN)/python -m benchmarks._soak
+	$(BIN)/python -m benchmarks._tables
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

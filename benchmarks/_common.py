@@ -1,11 +1,12 @@
-"""Helpers the throughput benchmarks share (matrix.py, consumer_throughput.py, lean_fetch.py):
-building a kafka-python-API consumer (EpochConsumer and KafkaConsumer take the same
-arguments), the timed read loops, and running a client in a fresh process that prints one
-JSON line."""
+"""Helpers every benchmark shares: the one producer (:func:`produce`), the one percentile
+(:func:`percentile`), building a kafka-python-API consumer (EpochConsumer and KafkaConsumer
+take the same arguments), the timed read loops, running a client in a fresh process that
+prints one JSON line, and writing a result file."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import subprocess
@@ -18,6 +19,114 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: One read step: (records read, bytes of keys and values touched).
 Step = Callable[[], tuple[int, int]]
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0 < ``q`` <= 100) of ``values`` by the nearest-rank method:
+    the smallest value with at least ``q`` % of the values at or below it (so p100 is the
+    maximum and every result is one of the values); ``None`` for no values."""
+    if not 0 < q <= 100:
+        raise ValueError(f"percentile {q!r} is not in (0, 100]")
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def produce(
+    target: Any,
+    topic: str,
+    records: int,
+    *,
+    partitions: int = 1,
+    batch: bytes | None = None,
+    batch_records: int = 0,
+    value: bytes | Callable[[int], bytes] = b"x",
+    key: Callable[[int], bytes] | None = None,
+    headers: Callable[[int], Sequence[tuple[str, bytes]]] | None = None,
+    compression: str = "none",
+    acks: int | str = 1,
+    linger_ms: int = 20,
+    batch_bytes: int = 1 << 20,
+    rate: float | None = None,
+) -> None:
+    """Write ``records`` records to ``topic``, spread evenly over partitions
+    ``0..partitions-1``; returns once every one is stored (or acknowledged).
+
+    With ``batch`` (one encoded record batch of ``batch_records`` records) and an
+    EmbeddedCluster as ``target``, the batch is appended straight to the partitions' logs
+    (offsets are restamped on every append), ``records / partitions`` records each: the
+    fast preload of the throughput benchmarks. Otherwise ``target`` (bootstrap servers, or
+    a cluster with ``bootstrap_servers``) gets them through librdkafka's producer (record
+    ``i`` to partition ``i % partitions``, with ``value``, ``key`` and ``headers`` of
+    ``i``); ``rate`` paces them at that many records per second, a callable ``value`` being
+    called just before its record is sent (a latency benchmark's send time)."""
+    if records < 0 or partitions < 1:
+        raise ValueError(f"records={records} and partitions={partitions}: need >= 0 and >= 1")
+    if batch is not None:
+        _append_batches(target, topic, records, partitions, batch, batch_records)
+        return
+    from confluent_kafka import Producer
+
+    servers = target if isinstance(target, str) else target.bootstrap_servers
+    producer = Producer(
+        {
+            "bootstrap.servers": servers,
+            "acks": acks,
+            "linger.ms": linger_ms,
+            "batch.size": batch_bytes,
+            "compression.type": compression,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    interval = 1.0 / rate if rate else 0.0
+    started = time.monotonic()
+    for i in range(records):
+        if interval:
+            delay = started + i * interval - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        payload = value(i) if callable(value) else value
+        record_headers: list[tuple[str, str | bytes | None]] | None = (
+            None if headers is None else [*headers(i)]
+        )
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value=payload,
+                    key=None if key is None else key(i),
+                    partition=i % partitions,
+                    headers=record_headers,
+                )
+                break
+            except BufferError:  # librdkafka's queue is full: let it send
+                producer.poll(0.05)
+        if interval:
+            producer.poll(0)
+    left = producer.flush(120)
+    if left:
+        raise RuntimeError(f"{left} records to {topic} not acknowledged")
+
+
+def _append_batches(
+    cluster: Any, topic: str, records: int, partitions: int, batch: bytes, batch_records: int
+) -> None:
+    if not hasattr(cluster, "append_raw"):
+        raise TypeError(f"a prebuilt batch needs an EmbeddedCluster, not {type(cluster).__name__}")
+    if batch_records < 1 or records % (partitions * batch_records):
+        raise ValueError(
+            f"{records} records do not fill {partitions} partition(s) with whole batches "
+            f"of {batch_records}"
+        )
+    per_partition = records // partitions // batch_records  # batches
+    chunk = 50  # batches per append: bounded memory for the joined bytes
+    for p in range(partitions):
+        left = per_partition
+        while left > 0:
+            n = min(left, chunk)
+            cluster.append_raw(topic, p, batch * n)
+            left -= n
 
 
 def status_kib(field: str) -> int:

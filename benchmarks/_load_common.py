@@ -166,11 +166,3 @@ def wait_for(cond: Callable[[], bool], what: str, timeout: float = 300.0) -> flo
             raise TimeoutError(f"{what}: not reached in {timeout:.0f} s")
         time.sleep(0.01)
     return time.monotonic() - start
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]

@@ -1,7 +1,7 @@
 """``python -m benchmarks._matrix_plot``: draw ``benchmarks/results/matrix.json`` as
 ``docs/img/consumer_matrix.png`` (records/s per client, one group of bars per case, log
-scale) and print the Markdown table used in docs/consumer.md. ``make bench`` runs it after
-the benchmarks."""
+scale) and print the rows as a Markdown table. ``make bench`` runs it after the benchmarks;
+the table in docs/performance.md is ``python -m benchmarks._tables``'s."""
 
 from __future__ import annotations
 

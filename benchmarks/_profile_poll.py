@@ -47,6 +47,7 @@ def _serve(size: int, total: int, parts: int, codec: str, conn: Any) -> None:
     import logging
 
     logging.disable(logging.CRITICAL)
+    from benchmarks._common import produce
     from epochguard.testing import EmbeddedCluster
     from epochguard.testing.embedded.records import build_batch
 
@@ -59,12 +60,15 @@ def _serve(size: int, total: int, parts: int, codec: str, conn: Any) -> None:
             from benchmarks.matrix import build_batch as matrix_batch
 
             batch = matrix_batch(size, codec)
-        for p in range(parts):
-            left = _per_partition(size, total, parts, codec)
-            while left > 0:
-                n = min(left, per_batch * 50)
-                cluster.append_raw("prof", p, batch * (n // per_batch))
-                left -= n
+        per_partition = _per_partition(size, total, parts, codec)
+        produce(
+            cluster,
+            "prof",
+            per_partition * parts,
+            partitions=parts,
+            batch=batch,
+            batch_records=per_batch,
+        )
         conn.send(cluster.bootstrap_servers)
         conn.recv()  # until the consumer is done
 

@@ -29,11 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import write_record
+from benchmarks._common import percentile, write_record
 from benchmarks._load_common import (
     ConsumerProcess,
     load_average,
-    percentile,
     shared_positions,
     wait_for,
 )

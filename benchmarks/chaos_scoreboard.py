@@ -3,7 +3,7 @@ against EpochConsumer, kafka-python's KafkaConsumer, confluent-kafka and aiokafk
 EmbeddedCluster, judged by the same oracle (docs/reliability.md explains the method).
 
 ``EPOCHGUARD_SCOREBOARD_SCHEDULES`` (default 100) schedules per client, seeds 0..N-1, six
-at a time; the result also goes to ``benchmarks/results/chaos.json``. Counts are summed over
+at a time; the result is ``benchmarks/results/chaos_scoreboard.json``. Counts are summed over
 the schedules: silent losses and silent re-reads in records, spurious reports and stalls in
 events; ``schedules_failed`` counts schedules with any of them.
 
@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import write_record
 from epochguard.testing.chaos.clients import CLIENTS
 from epochguard.testing.chaos.runner import run_many
 from epochguard.testing.chaos.schedule import generate
@@ -33,7 +34,8 @@ from epochguard.testing.chaos.schedule import generate
 SCHEDULES = int(os.environ.get("EPOCHGUARD_SCOREBOARD_SCHEDULES", "100"))
 APACHE_SCHEDULES = int(os.environ.get("EPOCHGUARD_SCOREBOARD_APACHE_SCHEDULES", "0"))
 WORKERS = 6
-OUT = Path(__file__).resolve().parent / "results" / "chaos.json"
+RESULTS = Path(__file__).resolve().parent / "results"
+OUT = RESULTS / "chaos_scoreboard.json"
 
 
 def score(client: str, schedules: int = SCHEDULES, workers: int = WORKERS) -> dict[str, Any]:
@@ -72,9 +74,10 @@ def score(client: str, schedules: int = SCHEDULES, workers: int = WORKERS) -> di
 
 
 def _previous() -> dict[str, Any]:
+    """The scoreboard in the result file (empty if there is none)."""
     try:
-        previous: dict[str, Any] = json.loads(OUT.read_text())
-    except (OSError, ValueError):
+        previous: dict[str, Any] = json.loads(OUT.read_text())["result"]
+    except (OSError, ValueError, KeyError, TypeError):
         return {}
     return previous
 
@@ -98,19 +101,17 @@ def run() -> dict[str, Any]:
         result["apache_kafka"] = score_apache(APACHE_SCHEDULES)
     elif "apache_kafka" in (previous := _previous()):
         result["apache_kafka"] = previous["apache_kafka"]
-    # The scoreboard's own file (docs/reliability.md reads it), besides the runner's
-    # chaos_scoreboard.json with the host details.
-    OUT.write_text(json.dumps(result, indent=2) + "\n")
-    return result
+    return result  # python -m benchmarks writes it, with the host details
 
 
 def run_apache_only(schedules: int, first: int = 0) -> dict[str, Any]:
-    """Run only the real-Kafka schedules and merge them into chaos.json (the EmbeddedCluster
-    rows stay as they are)."""
+    """Run only the real-Kafka schedules and merge them into the result file (the
+    EmbeddedCluster rows stay as they are)."""
+    started = time.time()
     section = score_apache(schedules, first)
     result = _previous()
     result["apache_kafka"] = section
-    OUT.write_text(json.dumps(result, indent=2) + "\n")
+    write_record(RESULTS, "chaos_scoreboard", started, result)
     return section
 
 

@@ -24,6 +24,7 @@ from benchmarks._common import (
     confluent_consumer,
     confluent_step,
     kafka_python_api_consumer,
+    produce,
     status_kib,
 )
 from epochguard.testing import EmbeddedCluster
@@ -153,8 +154,7 @@ def run() -> dict[str, Any]:
             total -= total % (PARTITIONS * BATCH)
             topic = f"mem-{size_mb}"
             cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=1)
-            for p in range(PARTITIONS):
-                cluster.append_raw(topic, p, batch * (total // PARTITIONS // BATCH))
+            produce(cluster, topic, total, partitions=PARTITIONS, batch=batch, batch_records=BATCH)
             for client in CLIENTS:
                 try:
                     got = _run_client(client, cluster.bootstrap_servers, topic, total)

@@ -28,6 +28,7 @@ from benchmarks._common import (
     confluent_consumer,
     confluent_step,
     kafka_python_api_consumer,
+    produce,
     run_json_client,
 )
 from epochguard.testing import EmbeddedCluster
@@ -151,17 +152,6 @@ def client_main(argv: list[str]) -> None:
 # ---------------------------------------------------------------------- harness
 
 
-def _preload(cluster: EmbeddedCluster, topic: str, parts: int, size: int, total: int) -> None:
-    per_part = total // parts
-    batch = build_batch([b"x" * size] * BATCH)
-    for p in range(parts):
-        left = per_part
-        while left > 0:
-            n = min(left, BATCH * 50)
-            cluster.append_raw(topic, p, batch * (n // BATCH))
-            left -= n
-
-
 def _run_client(
     client: str, bootstrap: str, topic: str, parts: int, total: int
 ) -> tuple[float, str]:
@@ -192,7 +182,8 @@ def throughput() -> list[dict[str, Any]]:
             total -= total % (parts * BATCH)
             topic = f"bench-{size}-{parts}"
             cluster.create_topic(topic, partitions=parts, replication_factor=1)
-            _preload(cluster, topic, parts, size, total)
+            batch = build_batch([b"x" * size] * BATCH)
+            produce(cluster, topic, total, partitions=parts, batch=batch, batch_records=BATCH)
             row: dict[str, Any] = {
                 "value_bytes": size,
                 "partitions": parts,

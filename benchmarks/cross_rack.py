@@ -16,16 +16,18 @@ is what the real-Kafka case uses.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from contextlib import AbstractContextManager
 from typing import Any
 
-from kafka import KafkaProducer
 from kafka.structs import TopicPartition
 
+from benchmarks._common import produce
 from epochguard import EpochConsumer
 from epochguard.testing import Cluster, EmbeddedCluster, wait_until
+from epochguard.testing.embedded.records import build_batch
 from epochguard.testing.embedded.state import RACK_AWARE_REPLICA_SELECTOR
 
 PARTITIONS = int(os.environ.get("CROSS_RACK_PARTITIONS", "6"))
@@ -39,20 +41,13 @@ def _racks(first: int) -> dict[int, str]:
 
 
 def _fill(cluster: Cluster, topic: str) -> None:
+    total = RECORDS * PARTITIONS
     if isinstance(cluster, EmbeddedCluster):
-        for p in range(PARTITIONS):
-            cluster.append(topic, p, [VALUE] * RECORDS, batch_size=100)
-        return
-    producer = KafkaProducer(
-        bootstrap_servers=cluster.bootstrap_servers, acks="all", linger_ms=20, batch_size=100_000
-    )
-    try:
-        for p in range(PARTITIONS):
-            for _ in range(RECORDS):
-                producer.send(topic, VALUE, partition=p)
-        producer.flush(60)
-    finally:
-        producer.close(10)
+        per_batch = math.gcd(RECORDS, 100)  # batches of (up to) 100 records
+        batch = build_batch([VALUE] * per_batch)
+        produce(cluster, topic, total, partitions=PARTITIONS, batch=batch, batch_records=per_batch)
+    else:
+        produce(cluster, topic, total, partitions=PARTITIONS, value=VALUE, acks="all")
 
 
 def _case(cluster: Cluster, racks: dict[int, str], topic: str, client_rack: str) -> dict[str, Any]:

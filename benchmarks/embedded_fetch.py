@@ -19,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from benchmarks._common import produce
 from epochguard.testing import EmbeddedCluster
 from epochguard.testing.embedded.records import build_batch
 
@@ -29,12 +30,9 @@ ROUNDS = int(os.environ.get("EMBEDDED_FETCH_ROUNDS", "3"))
 
 
 def preload(cluster: EmbeddedCluster, topic: str) -> float:
-    value = b"x" * VALUE_SIZE
-    batch = build_batch([value] * BATCH)  # offsets are restamped on every append
+    batch = build_batch([b"x" * VALUE_SIZE] * BATCH)
     started = time.perf_counter()
-    chunk = 100
-    for _ in range(0, RECORDS // BATCH, chunk):
-        cluster.append_raw(topic, 0, batch * chunk)
+    produce(cluster, topic, RECORDS - RECORDS % BATCH, batch=batch, batch_records=BATCH)
     return time.perf_counter() - started
 
 

@@ -8,7 +8,8 @@ Method (also written into the JSON as ``method``):
   figures do not depend on our own broker.
 * Each run has a fresh one-partition topic. The consumer is a fresh process, assigned the
   partition from offset 0; once its first poll has returned it says so, and the benchmark
-  process starts producing with kafka-python's ``KafkaProducer`` (acks=1, linger_ms=0) at
+  process starts producing with librdkafka's producer (``benchmarks._common.produce``:
+  acks=1, linger.ms=0) at
   ``LATENCY_RATE`` records/s (default 1000) for 1 s of warm-up plus ``LATENCY_SECONDS``
   (default 8). Each 100-byte value starts with the wall-clock time just before ``send``.
 * The consumer takes the wall-clock time when ``poll`` hands it a record and keeps
@@ -31,6 +32,8 @@ import subprocess
 import sys
 import time
 from typing import Any
+
+from benchmarks._common import percentile, produce
 
 RATE = int(os.environ.get("LATENCY_RATE", "1000"))
 SECONDS = float(os.environ.get("LATENCY_SECONDS", "8"))
@@ -163,24 +166,16 @@ def client_main(client: str, bootstrap: str, topic: str, wait: str, total: str) 
 
 
 def _produce(bootstrap: str, topic: str, count: int) -> None:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=0)
     pad = b"p" * (VALUE_BYTES - _STAMP.size)
-    interval = 1.0 / RATE
-    start = time.monotonic()
-    for i in range(count):
-        delay = start + i * interval - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        producer.send(topic, _STAMP.pack(time.time()) + pad, partition=0)
-    producer.flush()
-    producer.close()
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    produce(
+        bootstrap,
+        topic,
+        count,
+        value=lambda _i: _STAMP.pack(time.time()) + pad,  # the send time, just before send
+        acks=1,
+        linger_ms=0,
+        rate=RATE,
+    )
 
 
 def _run_one(
@@ -213,11 +208,13 @@ def _run_one(
     lat = got["latencies"]
     if got["seen"] != count or not lat:
         return {"error": f"saw {got['seen']} of {count} records"}
+    p50, p99 = percentile(lat, 50), percentile(lat, 99)
+    assert p50 is not None and p99 is not None  # lat is not empty
     return {
         "records": got["seen"],
         "measured": len(lat),
-        "p50_ms": round(_percentile(lat, 0.50) * 1000, 2),
-        "p99_ms": round(_percentile(lat, 0.99) * 1000, 2),
+        "p50_ms": round(p50 * 1000, 2),
+        "p99_ms": round(p99 * 1000, 2),
         "max_ms": round(max(lat) * 1000, 2),
         "cpu_s": round(got["cpu_s"], 2),
     }
@@ -294,7 +291,7 @@ def run() -> dict[str, Any]:
             "warmup_s": WARMUP_S,
             "value_bytes": VALUE_BYTES,
             "repeat": REPEAT,
-            "producer": "kafka-python KafkaProducer acks=1 linger_ms=0",
+            "producer": "librdkafka (confluent-kafka) Producer acks=1 linger.ms=0",
             "max_rss_mib_of_benchmark": round(
                 resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
             ),

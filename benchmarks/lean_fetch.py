@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from benchmarks._common import run_json_client
+from benchmarks._common import produce, run_json_client
 
 SCALE = float(os.environ.get("LEAN_FETCH_SCALE", "1.0"))
 REPEAT = int(os.environ.get("LEAN_FETCH_REPEAT", "3"))
@@ -44,13 +44,7 @@ def serve(size: int, total: int, conn: Any, topic: str = "bench", partitions: in
     with EmbeddedCluster(brokers=1) as cluster:
         cluster.create_topic(topic, partitions=partitions, replication_factor=1)
         batch = build_batch([b"x" * size] * BATCH)
-        per_part = total // partitions
-        for p in range(partitions):
-            left = per_part
-            while left > 0:
-                n = min(left, BATCH * 50)
-                cluster.append_raw(topic, p, batch * (n // BATCH))
-                left -= n
+        produce(cluster, topic, total, partitions=partitions, batch=batch, batch_records=BATCH)
         conn.send(cluster.bootstrap_servers)
         conn.recv()
 

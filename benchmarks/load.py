@@ -30,10 +30,10 @@ import statistics
 import time
 from typing import Any
 
+from benchmarks._common import percentile, produce
 from benchmarks._load_common import (
     ConsumerProcess,
     load_average,
-    percentile,
     shared_positions,
     wait_for,
 )
@@ -115,8 +115,14 @@ def scenario(
             wait_for(settled, "assignment", timeout=180)
             rebalances_before = [p.status()["metrics"].get("rebalances", 0) for p in procs]
             batch = build_batch([b"v" * VALUE] * preload)
-            for p in range(partitions):
-                cluster.append_raw(topic, p, batch)
+            produce(
+                cluster,
+                topic,
+                preload * partitions,
+                partitions=partitions,
+                batch=batch,
+                batch_records=preload,
+            )
             wait_for(
                 lambda: all(positions[p] >= preload for p in range(partitions)),
                 "preload read",

@@ -50,6 +50,7 @@ from benchmarks._common import (
     confluent_consumer,
     confluent_step,
     kafka_python_api_consumer,
+    produce,
     run_json_client,
     timed_loop,
     touching_step,
@@ -166,14 +167,9 @@ def serve(size: int, parts: int, codec: str, total: int, conn: Any) -> None:
     with EmbeddedCluster(brokers=1) as cluster:
         cluster.create_topic(TOPIC, partitions=parts, replication_factor=1)
         batch = build_batch(size, codec)
-        per_batch = batch_records(size)
-        per_part = total // parts
-        for p in range(parts):
-            left = per_part
-            while left > 0:
-                n = min(left, per_batch * 20)
-                cluster.append_raw(TOPIC, p, batch * (n // per_batch))
-                left -= n
+        produce(
+            cluster, TOPIC, total, partitions=parts, batch=batch, batch_records=batch_records(size)
+        )
         conn.send(cluster.bootstrap_servers)
         conn.recv()
 

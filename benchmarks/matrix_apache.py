@@ -29,6 +29,7 @@ import random
 from typing import Any
 
 from benchmarks import matrix
+from benchmarks._common import produce
 
 CLIENTS = [c for c in matrix.CLIENTS if c != "embedded-alone"]
 DEFAULT_CASES = "100x1,100x8,1024x1,1024x8,1024x1:lz4"
@@ -39,33 +40,18 @@ def cases() -> list[tuple[int, int, str]]:
 
 
 def preload(bootstrap: str, size: int, parts: int, codec: str, total: int) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": 1,
-            "linger.ms": 50,
-            "batch.size": int(os.environ.get("PRELOAD_BATCH_BYTES", 1024 * 1024)),
-            "compression.type": codec,
-            "queue.buffering.max.messages": 1_000_000,
-        }
-    )
     values = matrix._values(size, random.Random(0))
-    per_part = total // parts
-    for p in range(parts):
-        for i in range(per_part):
-            key = i.to_bytes(matrix.KEY_BYTES, "big")
-            while True:
-                try:
-                    producer.produce(matrix.TOPIC, values[i % len(values)], key, partition=p)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        producer.poll(0)
-    left = producer.flush(120)
-    if left:
-        raise RuntimeError(f"{left} records not acknowledged")
+    produce(
+        bootstrap,
+        matrix.TOPIC,
+        total,
+        partitions=parts,
+        value=lambda i: values[i % len(values)],
+        key=lambda i: i.to_bytes(matrix.KEY_BYTES, "big"),
+        compression=codec,
+        linger_ms=50,
+        batch_bytes=int(os.environ.get("PRELOAD_BATCH_BYTES", 1024 * 1024)),
+    )
 
 
 def run_case(cluster: Any, size: int, parts: int, codec: str) -> dict[str, Any]:

@@ -47,6 +47,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import produce
+
 ROWS_100B = int(os.environ.get("SPARK_BENCH_ROWS_100B", "1000000"))
 ROWS_1KB = int(os.environ.get("SPARK_BENCH_ROWS_1KB", "300000"))
 REPS = int(os.environ.get("SPARK_BENCH_REPS", "2"))
@@ -138,35 +140,15 @@ def _headers(i: int) -> list[tuple[str, bytes]]:
 def _produce(
     servers: str, topic: str, partitions: int, size: int, rows: int, headers: bool = False
 ) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": servers,
-            "linger.ms": 20,
-            "batch.size": 1 << 20,
-            "queue.buffering.max.messages": 1_000_000,
-            "compression.type": "none",
-            "acks": 1,
-        }
+    produce(
+        servers,
+        topic,
+        rows,
+        partitions=partitions,
+        value=b"v" * size,
+        key=lambda i: b"%d" % i,
+        headers=_headers if headers else None,
     )
-    value = b"v" * size
-    for i in range(rows):
-        while True:
-            try:
-                producer.produce(
-                    topic,
-                    value=value,
-                    key=b"%d" % i,
-                    partition=i % partitions,
-                    headers=_headers(i) if headers else None,
-                )
-                break
-            except BufferError:
-                producer.poll(0.05)
-    remaining = producer.flush(120)
-    if remaining:
-        raise RuntimeError(f"{remaining} records to {topic} not acknowledged")
 
 
 def tree_pids(roots: list[int]) -> list[int]:

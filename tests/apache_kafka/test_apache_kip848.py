@@ -151,7 +151,7 @@ def test_our_messages_match_what_kafka_sends_and_accepts(
             )
             join.API_VERSION = 1
     # Kafka 4.3.1 starts a group at epoch 1 and bumps it once for the first subscription
-    # (the embedded coordinator follows: docs/testing-groups.md).
+    # (the embedded coordinator follows: docs/guides/testing-groups.md).
     assert answer.member_epoch == 2
     assert list(answer.assignment.values()) == [frozenset({0, 1})]
     assert answer.heartbeat_interval_ms == 500

@@ -4,7 +4,7 @@
 consumer committing to its group or a SqliteOffsetStore, policy, every kind of fault) and 50
 without unclean elections or topic re-creation (seeds 5000..5049), which must bring no report
 at all. Six runs at a time, each on its own EmbeddedCluster. A failure is shrunk and printed
-as code that replays it. Larger runs: ``make chaos SEEDS=N FIRST=K`` (docs/testing.md);
+as code that replays it. Larger runs: ``make chaos SEEDS=N FIRST=K`` (docs/guides/testing.md);
 figures in docs/reliability.md.
 """
 

@@ -95,11 +95,11 @@ def test_the_example_in_docs_testing_runs(capsys: pytest.CaptureFixture[str]) ->
     import re
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "testing.md").read_text()
     (block,) = [
         b for b in re.findall(r"```python\n(.*?)```", doc, flags=re.S) if "run_schedule(" in b
     ]
-    exec(compile(block, "docs/testing.md:chaos", "exec"), {})
+    exec(compile(block, "docs/guides/testing.md:chaos", "exec"), {})
     out = capsys.readouterr().out
     assert "silent losses 0, silent re-reads 0" in out
     assert "Schedule(" in out and "seed=42" in out

@@ -167,7 +167,7 @@ def test_event_dict_renders_as_name_and_fields() -> None:
 
 
 def _json_recipe() -> str:
-    text = (DOCS / "consumer.md").read_text().split("## 10. Logging", 1)[1]
+    text = (DOCS / "guides" / "operations.md").read_text().split("\n## Logging\n", 1)[1]
     (block,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     return block
 
@@ -178,7 +178,7 @@ def test_docs_json_recipe_gives_one_json_object_per_event(
     namespace: dict[str, Any] = {}
     root = logging.getLogger()
     saved_level = root.level
-    exec(compile(_json_recipe(), "docs/consumer.md:logging-json", "exec"), namespace)
+    exec(compile(_json_recipe(), "docs/guides/operations.md:logging-json", "exec"), namespace)
     try:
         get_logger("epochguard.consumer").warning(
             "truncation_detected", topic="orders", partition=0, lost_count=5

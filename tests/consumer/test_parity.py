@@ -27,7 +27,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from epochguard.consumer import EpochConsumer
 from epochguard.testing import EmbeddedCluster
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "migration-from-kafka-python.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "migration-from-kafka-python.md"
 
 #: Documented deliberate differences: ``name`` for a class member, ``config:key`` for a
 #: configuration default. Each is a row of the guide's "Deliberate differences" table.

@@ -45,7 +45,7 @@ def test_topic_recreated_while_polling_is_seen_without_waiting_for_metadata_max_
 
 
 def test_out_of_range_without_reset_policy_is_kafkas_error(cluster) -> None:
-    """kafka-python code catches ``kafka.errors.OffsetOutOfRangeError`` (docs/migration):
+    """kafka-python code catches ``kafka.errors.OffsetOutOfRangeError`` (the migration guide):
     what poll() and position() raise must be one, and still epochguard's."""
     setup_topic(cluster, kept=3)
     with make_consumer(cluster, auto_offset_reset="none") as c:

@@ -238,10 +238,10 @@ def test_bad_security_arguments_are_typed_errors(tmp_path: Path) -> None:
 
 
 def test_the_secured_cluster_example_in_docs_runs() -> None:
-    doc = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
+    doc = Path(__file__).resolve().parents[2] / "docs" / "guides" / "testing.md"
     blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
     (block,) = [b for b in blocks if "make_tls_material" in b]
-    exec(compile(block, "docs/testing.md:secured", "exec"), {})
+    exec(compile(block, "docs/guides/testing.md:secured", "exec"), {})
 
 
 def test_a_fetch_refused_by_an_acl_is_raised_then_retried(secured: EmbeddedCluster) -> None:

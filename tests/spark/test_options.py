@@ -13,6 +13,7 @@ from kafka.structs import TopicPartition
 from epochguard.offsets import EpochOffset
 from epochguard.spark_connector.errors import SourceOptionError
 from epochguard.spark_connector.options import (
+    KAFKA_PARAMS,
     OPTIONS,
     REJECTED_KAFKA_PARAMS,
     Assign,
@@ -339,11 +340,13 @@ def test_commit_to_group_needs_a_group_and_a_stream() -> None:
 
 
 def test_docs_list_every_option() -> None:
-    text = (DOCS / "spark.md").read_text()
+    text = (DOCS / "reference" / "spark-options.md").read_text()
     for name in OPTIONS:
         assert f"| `{name}` |" in text, name
     for java_key in REJECTED_KAFKA_PARAMS:
         assert f"`kafka.{java_key}`" in text, java_key
+    for java_key, setting in KAFKA_PARAMS.items():
+        assert f"| `kafka.{java_key}` | `{setting}`" in text, java_key
 
 
 KNOWN = {name.lower() for name in OPTIONS}

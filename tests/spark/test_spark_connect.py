@@ -129,7 +129,7 @@ def test_streaming_query_through_spark_connect(cluster: EmbeddedCluster, tmp_pat
     )
     assert sorted(result["rows"]) == sorted(expected)
     # Errors reach the client with their condition and the source's whole message: the
-    # client fetches it with FetchErrorDetails (docs/spark.md, "Spark Connect"). The
+    # client fetches it with FetchErrorDetails (docs/guides/spark.md, "Spark Connect"). The
     # message names the option as Spark hands it over, lower-cased.
     option_error = (
         "option 'startingofsets': unknown option for the epochguard source"

@@ -1,0 +1,722 @@
+"""``python -m benchmarks._tables``: write the benchmark tables of docs/ from benchmarks/results.
+
+A generated table sits between two markers in a Markdown file under docs/:
+
+    <!-- table: matrix -->
+    ...generated, never edited by hand...
+    <!-- /table: matrix -->
+
+``python -m benchmarks._tables`` rewrites every marked section from the current result
+files; ``--check`` changes nothing and exits 1 naming each section that differs (the docs
+test runs the same check). Each table says when its figures were measured and on what, from
+the result file itself. A section whose name has no table here, or a table whose result file
+is missing, is an error naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DOCS = ROOT / "docs"
+
+SECTION = re.compile(
+    r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table: (?P=name) -->)", re.S
+)
+
+CLIENTS = ("epochguard", "kafka-python", "aiokafka", "confluent-kafka")
+CLIENT_NAMES = {
+    "epochguard": "EpochConsumer",
+    "epochguard-pure-python": "EpochConsumer (pure Python)",
+    "kafka-python": "kafka-python",
+    "aiokafka": "aiokafka",
+    "confluent-kafka": "confluent-kafka",
+    "embedded-alone": "test broker alone",
+    "java": "Java KafkaConsumer",
+}
+
+
+class TableError(Exception):
+    """A marked section that cannot be generated (unknown table, missing result)."""
+
+
+def load(name: str, results: Path = RESULTS) -> dict[str, Any]:
+    """The record of ``results/<name>.json``."""
+    path = results / f"{name}.json"
+    try:
+        record: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TableError(f"no result file {path.relative_to(path.parents[2])}") from None
+    return record
+
+
+def result_of(record: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = record.get("result", record)
+    return out
+
+
+# ------------------------------------------------------------------------- formatting
+
+
+def rate(n: float | None) -> str:
+    """Records (or rows) per second: ``1.98M``, ``975k``, ``-`` for none."""
+    if n is None:
+        return "-"
+    if n >= 1e6:
+        return f"{n / 1e6:.2f}M"
+    return f"{n / 1e3:,.0f}k"
+
+
+def size(n: int) -> str:
+    """A value size in bytes: ``100 B``, ``1 KB``, ``10 KB``."""
+    return f"{n // 1024} KB" if n >= 1024 else f"{n} B"
+
+
+def seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def megabytes(n: float) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def load_text(values: Sequence[float] | float | None) -> str:
+    if values is None:
+        return "not recorded"
+    if isinstance(values, (int, float)):
+        return f"{values:g}"
+    return f"{values[0]:g}"
+
+
+def measured(record: dict[str, Any], extra: str = "") -> str:
+    """The line under a table: when, on what, how loaded the shared machine was."""
+    host = record.get("host") or {}
+    when = str(record.get("started_at", "date not recorded"))[:10]
+    on = f"{host['cpus']} cores, Python {host['python']}" if host else "host not recorded"
+    tail = f"; {extra}" if extra else ""
+    return f"\n*Measured {when} ({on}){tail}.*\n"
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def matrix(results: Path) -> str:
+    record = load("matrix", results)
+    cases = result_of(record)["cases"]
+    clients = [*CLIENTS, "embedded-alone"]
+    rows = [
+        [
+            size(c["value_bytes"]),
+            c["partitions"],
+            c["compression"],
+            *(f"**{rate(c.get(k))}**" if k == "epochguard" else rate(c.get(k)) for k in clients),
+        ]
+        for c in cases
+    ]
+    first = min(c["measured_at"] for c in cases)[:10]
+    last = max(c["measured_at"] for c in cases)[:10]
+    when = first if first == last else f"{first} to {last}"
+    out = table(["value", "partitions", "codec", *(CLIENT_NAMES[k] for k in clients)], rows)
+    loads = [c["load_avg_1m_before"] for c in cases]
+    return out + (
+        f"\n*Records/s, best of {result_of(record)['repeat']} rounds per client; measured {when}"
+        f" on one EmbeddedCluster broker in its own process; load average "
+        f"{min(loads):g}-{max(loads):g}.*\n"
+    )
+
+
+def matrix_apache(results: Path) -> str:
+    record = load("matrix_apache", results)
+    r = result_of(record)
+    rows = [
+        [
+            size(c["value_bytes"]),
+            c["partitions"],
+            c["compression"],
+            *(f"**{rate(c.get(k))}**" if k == "epochguard" else rate(c.get(k)) for k in CLIENTS),
+        ]
+        for c in r["cases"]
+    ]
+    out = table(["value", "partitions", "codec", *(CLIENT_NAMES[k] for k in CLIENTS)], rows)
+    return out + measured(record, f"{r['broker']}; records/s, best of {r['repeat']} rounds")
+
+
+def latency(results: Path) -> str:
+    record = load("latency", results)
+    r = result_of(record)
+    rows = [
+        [
+            "Apache Kafka" if x["cluster"] == "apache" else "EmbeddedCluster",
+            CLIENT_NAMES[x["client"]],
+            x["fetch_max_wait_ms"],
+            *(
+                ("error", "", "")
+                if "error" in x
+                else (f"{x['p50_ms']} ms", f"{x['p99_ms']} ms", f"{x['max_ms']} ms")
+            ),
+        ]
+        for x in r["rows"]
+    ]
+    s = r["settings"]
+    out = table(["broker", "client", "`fetch_max_wait_ms`", "p50", "p99", "max"], rows)
+    return out + measured(
+        record, f"{s['rate_per_s']} records/s of {s['value_bytes']} B for {s['seconds']:g} s"
+    )
+
+
+def load_(results: Path) -> str:
+    record = load("load", results)
+    r = result_of(record)
+    labels = {
+        "single_sessions": "1 consumer, fetch sessions",
+        "single_no_sessions": "1 consumer, no fetch sessions",
+        "group": "group",
+    }
+    rows = []
+    for key, label in labels.items():
+        x = r[key]
+        d = x["detection_latency_s"]
+        rows.append(
+            [
+                label,
+                x["partitions"],
+                x["consumers"],
+                rate(x["throughput_records_per_s"]),
+                f"{x['idle_fetch_request_bytes_per_s']:,}",
+                f"{x['elections']} / {x['reports']} / {x['missed_truncations']}",
+                f"{seconds(d['p50'])} / {seconds(d['p99'])}",
+            ]
+        )
+    out = table(
+        [
+            "case",
+            "partitions",
+            "consumers",
+            "records/s",
+            "idle Fetch bytes/s",
+            "elections / reports / missed",
+            "detection p50 / p99",
+        ],
+        rows,
+    )
+    return out + measured(record, "EmbeddedCluster, 100 B records")
+
+
+def soak(results: Path) -> str:
+    record = load("soak", results)
+    r = result_of(record)
+    d = r["detection_latency_s"]
+    rows = [
+        [
+            f"{r['minutes']:g} min",
+            r["partitions"],
+            f"{r['produce_rate_records_per_s']:,}",
+            f"{r['records_consumed']:,}",
+            f"{r['elections']} / {r['reports']} / {r['missed_truncations']}",
+            f"{seconds(d['p50'])} / {seconds(d['p99'])}",
+            r["violations"],
+            f"{r['rss_at_warmup_end_mib']:.1f} MiB",
+            f"{r['rss_growth_after_warmup_mib']:+.1f} MiB (bound {r['rss_bound_mib']:g})",
+        ]
+    ]
+    out = table(
+        [
+            "duration",
+            "partitions",
+            "produced/s",
+            "records read",
+            "elections / reports / missed",
+            "detection p50 / p99",
+            "violations",
+            "RSS after warm-up",
+            "RSS growth",
+        ],
+        rows,
+    )
+    return out + measured(record, "EmbeddedCluster")
+
+
+def consumer_memory(results: Path) -> str:
+    record = load("consumer_memory", results)
+    r = result_of(record)
+    by_client: dict[str, dict[int, float]] = {}
+    for row in r["rows"]:
+        if "error" not in row:
+            by_client.setdefault(row["client"], {})[row["topic_mb"]] = row[
+                "peak_above_baseline_mib"
+            ]
+    sizes = sorted({mb for d in by_client.values() for mb in d})
+    rows = [
+        [CLIENT_NAMES[c], *(f"{d[mb]:.1f}" if mb in d else "-" for mb in sizes)]
+        for c, d in by_client.items()
+    ]
+    out = table(["client", *(f"{mb} MB topic" for mb in sizes)], rows)
+    return out + measured(
+        record,
+        f"peak RSS above the process's baseline, MiB; {r['partitions']} partitions of "
+        f"{size(r['value_bytes'])} records, `max_partition_fetch_bytes` "
+        f"{r['max_partition_fetch_bytes'] // 1024} KiB",
+    )
+
+
+def consumer_throughput(results: Path) -> str:
+    record = load("consumer_throughput", results)
+    r = result_of(record)
+    rows = [
+        [size(x["value_bytes"]), rate(x["c"]), rate(x["python"]), ratio(x["c_vs_python"])]
+        for x in r["decoder_only_records_per_s"]
+    ]
+    out = table(["value", "C decoder", "pure-Python decoder", "C / Python"], rows)
+    return out + measured(record, "records/s decoding a 1 MiB fetch in one process")
+
+
+def detection(results: Path) -> str:
+    record = load("consumer_throughput", results)
+    r = result_of(record)["detection_after_unclean_election"]
+    rows = []
+    for client, x in r.items():
+        requests = ", ".join(f"{k} {v}" for k, v in x["requests"].items())
+        after = x.get("first_record_after")
+        rows.append(
+            [
+                CLIENT_NAMES[client],
+                "yes" if x["detected"] else "no",
+                f"{x['ms']:.1f} ms",
+                requests,
+                "-" if after is None else after,
+            ]
+        )
+    out = table(
+        ["client", "detected", "time to detect", "requests", "next record read at offset"], rows
+    )
+    return out + measured(record, "EmbeddedCluster, one unclean election of 5 records")
+
+
+def rebalance(results: Path) -> str:
+    record = load("rebalance", results)
+    r = result_of(record)
+    names = {
+        "classic_eager": "classic, eager (range)",
+        "classic_cooperative": "classic, cooperative-sticky",
+        "kip848": "consumer (KIP-848)",
+    }
+
+    def stop(x: dict[str, Any], event: str) -> str:
+        top, mean = x[f"{event}_kept_stop_max_s"], x[f"{event}_kept_stop_mean_s"]
+        return "0 s" if not top else f"{top:.2f} / {mean:.2f} s"
+
+    rows = [
+        [
+            x["cluster"],
+            names.get(x["protocol"], x["protocol"]),
+            f"{x['join_settle_s']:.2f} s",
+            stop(x, "join"),
+            f"{x['leave_settle_s']:.2f} s",
+            stop(x, "leave"),
+        ]
+        for x in r["rows"]
+    ]
+    out = table(
+        [
+            "cluster",
+            "protocol",
+            "join: settle",
+            "join: stop (max / mean member)",
+            "leave: settle",
+            "leave: stop (max / mean member)",
+        ],
+        rows,
+    )
+    return out + measured(
+        record,
+        f"{r['members']} members on {r['partitions']} partitions, a member joins then leaves; "
+        f"{r['heartbeat_interval_ms']} ms heartbeats; medians of {r['repeats']} runs",
+    )
+
+
+def rebalance_pause(results: Path) -> str:
+    record = load("rebalance_pause", results)
+    r = result_of(record)
+    rows = []
+    for key, label in (
+        ("eager_range", "eager, range"),
+        ("cooperative_sticky", "cooperative-sticky"),
+    ):
+        x = r[key]
+        cells: list[str] = [label]
+        for event in ("join", "leave"):
+            e = x[event]
+            p, b = e["kept_pause"], e["baseline_gap"]
+            cells += [
+                f"{e['settle_s']:.2f} s",
+                f"{seconds(p['median_s'])} / {seconds(p['max_s'])}",
+                f"{seconds(b['median_s'])} / {seconds(b['max_s'])}",
+            ]
+        rows.append(cells)
+    out = table(
+        [
+            "assignor",
+            "join: settle",
+            "join: pause of kept partitions (median / max)",
+            "baseline",
+            "leave: settle",
+            "leave: pause",
+            "baseline",
+        ],
+        rows,
+    )
+    return out + measured(
+        record,
+        f"EmbeddedCluster; {r['members']} members on {r['partitions']} partitions with a "
+        f"backlog, {r['records_per_poll']} records per poll",
+    )
+
+
+def cross_rack(results: Path) -> str:
+    record = load("cross_rack", results)
+    r = result_of(record)
+    rows = [
+        [
+            cluster,
+            "none" if x["client_rack"] is None else f'`"{x["client_rack"]}"`',
+            megabytes(x["bytes_total"]),
+            f"{megabytes(x['bytes_cross_rack'])} ({x['cross_rack_share'] * 100:.1f} %)",
+        ]
+        for key, cluster in (("embedded", "EmbeddedCluster"), ("apache_kafka", "Apache Kafka"))
+        for x in r[key]
+    ]
+    out = table(["cluster", "`client_rack`", "record bytes fetched", "from other racks"], rows)
+    return out + measured(
+        record,
+        f"consumer in {r['consumer_rack']}, {r['partitions']} partitions x "
+        f"{r['records_per_partition']} records of {size(r['value_bytes'])}, RF 3",
+    )
+
+
+def secured_connect(results: Path) -> str:
+    record = load("secured_connect", results)
+    r = result_of(record)
+    rows = [
+        [
+            f"`{name}`",
+            seconds(c["first_record"]["median_s"]),
+            seconds(c["refused_login"]["median_s"]) if "refused_login" in c else "-",
+        ]
+        for name, c in r["cases"].items()
+    ]
+    out = table(["security", "to the first record (median)", "a refused login raised"], rows)
+    return out + measured(record, f"EmbeddedCluster, medians of {r['rounds']} rounds")
+
+
+def logging_cost(results: Path) -> str:
+    record = load("logging_cost", results)
+    r = result_of(record)
+    rows = [
+        ["a debug event, debug disabled", f"{r['disabled_debug_ns']:.0f} ns"],
+        ["a debug event, enabled, formatted and written", f"{r['enabled_debug_ns'] / 1000:.1f} µs"],
+    ]
+    return table(["call", "cost"], rows) + measured(record, f"{r['calls']:,} calls each")
+
+
+def tracker(results: Path) -> str:
+    record = load("tracker", results)
+    r = result_of(record)
+    rows = [
+        ["`on_records` per batch", f"{r['on_records_ns_per_batch']:.0f} ns"],
+        ["`next_action` + `on_records`", f"{r['next_action_plus_on_records_ns']:.0f} ns"],
+        ["the driver's loop alone", f"{r['driver_floor_ns']:.0f} ns"],
+    ]
+    extra = f"{r['batches']:,} batches, Python {r['python']}"
+    return table(["per batch", "time"], rows) + f"\n*PartitionTracker alone; {extra}.*\n"
+
+
+def embedded_fetch(results: Path) -> str:
+    record = load("embedded_fetch", results)
+    r = result_of(record)
+    rows = [
+        [
+            f"{r['records']:,} x {r['value_bytes']} B",
+            rate(r["records_per_s"]),
+            rate(r["records_per_s_median"]),
+            f"{r['cluster_cpu_share'] * 100:.1f} %",
+        ]
+    ]
+    out = table(["records", "records/s (best)", "median", "broker's share of the CPU"], rows)
+    return out + measured(record, "confluent-kafka reading one EmbeddedCluster partition")
+
+
+def lean_fetch(results: Path) -> str:
+    record = load("lean_fetch", results)
+    r = result_of(record)
+    rows = [
+        [
+            f"{size(c['value_bytes'])} x {c['partitions']}",
+            rate(c["before_records_per_s"]),
+            rate(c["after_records_per_s"]),
+            f"{c['before_cpu_s_per_million']:.3f} / {c['after_cpu_s_per_million']:.3f}",
+        ]
+        for c in r["cases"]
+    ]
+    out = table(
+        [
+            "records",
+            "kafka-python's parser (`EPOCHGUARD_KAFKA_PYTHON_IO=1`)",
+            "lean Fetch path (default)",
+            "CPU-s per million",
+        ],
+        rows,
+    )
+    return out + measured(record, f"EmbeddedCluster; best of {r['repeat']} rounds")
+
+
+def spark_source(results: Path) -> str:
+    record = load("spark_source", results)
+    r = result_of(record)
+    rows = []
+    for run in r["runs"]:
+        best = run["best_rows_per_s"]
+        shape = f"{size(run['value_bytes'])} x {run['partitions']}"
+        if run.get("include_headers"):
+            shape += ", 3 headers"
+        rows.append(
+            [
+                shape,
+                rate(best["kafka"]),
+                f"**{rate(best['epochguard'])}**",
+                rate(best.get("ready_batches")),
+                f"**{ratio(run['ours_vs_spark'])}**",
+                ratio(run.get("ours_vs_spark_per_cpu")),
+            ]
+        )
+    out = table(
+        [
+            "shape",
+            "Spark's Kafka source",
+            "epochguard",
+            "ready Arrow batches (no Kafka)",
+            "epochguard / Spark",
+            "rows per CPU-s, epochguard / Spark",
+        ],
+        rows,
+    )
+    loads = (
+        f"load average {load_text(r['load_average_before'])}-{load_text(r['load_average_after'])}"
+    )
+    return out + measured(
+        record,
+        f"rows/s, best of the runs; Spark's connector {r['spark_kafka_connector']}, "
+        f"`{r['session']}`, availableNow into `noop`; {loads}",
+    )
+
+
+def spark_profile(results: Path) -> str:
+    record = load("spark_profile", results)
+    r = result_of(record)
+    names = {"kafka": "Spark's Kafka source", "epochguard": "epochguard"}
+    rows = [
+        [
+            names[run["source"]],
+            f"{run['rows']:,} x {size(run['value_bytes'])}",
+            f"{run['cpu_s']['spark_jvm']:.2f}",
+            f"{run['cpu_s']['spark_python']:.2f}",
+            f"{run['cpu_s']['kafka_broker']:.2f}",
+            rate(run["rows_per_s"]),
+        ]
+        for run in r["runs"]
+    ]
+    out = table(
+        ["source", "rows", "Spark JVM CPU-s", "Python workers CPU-s", "broker CPU-s", "rows/s"],
+        rows,
+    )
+    loads = (
+        f"load average {load_text(r['load_average_before'])}-{load_text(r['load_average_after'])}"
+    )
+    return out + measured(record, f"one query per row, 1 partition; {loads}")
+
+
+def chaos_scoreboard(results: Path) -> str:
+    record = load("chaos_scoreboard", results)
+    r = result_of(record)
+    keys = ("silent_losses", "silent_rereads", "spurious_reports", "stalls", "raise_breaches")
+    rows = [
+        [
+            CLIENT_NAMES.get(name, name),
+            f"{c['schedules_failed']} / {c['schedules']}",
+            *(c[k] for k in keys),
+            c["reports"],
+            c["records_delivered"],
+        ]
+        for name, c in r["clients"].items()
+    ]
+    out = table(
+        [
+            "client",
+            "schedules failed",
+            "silent losses",
+            "silent re-reads",
+            "spurious reports",
+            "stalls",
+            "raise breaches",
+            "reports",
+            "records delivered",
+        ],
+        rows,
+    )
+    return out + measured(record, f"{r['cluster']}, seeds {r['seeds']}")
+
+
+def chaos_apache(results: Path) -> str:
+    record = load("chaos_scoreboard", results)
+    a = result_of(record).get("apache_kafka")
+    if not a:
+        raise TableError("chaos_scoreboard.json has no apache_kafka section")
+    rows = []
+    for name, c in a["clients"].items():
+        failed = c.get("schedules_failed", len(c.get("failed_seeds", [])))
+        rows.append(
+            [
+                CLIENT_NAMES.get(name, name),
+                f"{failed} / {c['schedules']}",
+                c.get("silent_losses", "-"),
+                c.get("silent_rereads", "-"),
+                c.get("spurious_reports", "-"),
+                c.get("stalls", "-"),
+                c.get("reports", "-"),
+            ]
+        )
+    out = table(
+        [
+            "client",
+            "schedules failed",
+            "silent losses",
+            "silent re-reads",
+            "spurious reports",
+            "stalls",
+            "reports",
+        ],
+        rows,
+    )
+    return out + measured(record, f"{a['cluster']}, `{a['generator']}`")
+
+
+def chaos_at_scale(results: Path) -> str:
+    r = load("chaos_at_scale", results)
+    keys = ("silent_losses", "silent_rereads", "spurious_reports", "stalls", "raise_breaches")
+    rows = [
+        [
+            f"{r['first']}..{r['first'] + r['seeds'] - 1}",
+            "clean elections" if r.get("clean") else "unclean elections",
+            len(r["failed_seeds"]),
+            *(r[k] for k in keys),
+            f"{r['reports']:,}",
+            f"{r['delivered']:,}",
+        ]
+    ]
+    return table(
+        [
+            "seeds",
+            "schedules",
+            "failed",
+            "silent losses",
+            "silent re-reads",
+            "spurious reports",
+            "stalls",
+            "raise breaches",
+            "reports",
+            "records delivered",
+        ],
+        rows,
+    ) + (f"\n*{CLIENT_NAMES.get(r['client'], r['client'])}, `make chaos SEEDS={r['seeds']}`.*\n")
+
+
+TABLES: dict[str, Callable[[Path], str]] = {
+    "matrix": matrix,
+    "matrix_apache": matrix_apache,
+    "latency": latency,
+    "load": load_,
+    "soak": soak,
+    "consumer_memory": consumer_memory,
+    "decoder": consumer_throughput,
+    "detection": detection,
+    "rebalance": rebalance,
+    "rebalance_pause": rebalance_pause,
+    "cross_rack": cross_rack,
+    "secured_connect": secured_connect,
+    "logging_cost": logging_cost,
+    "tracker": tracker,
+    "embedded_fetch": embedded_fetch,
+    "lean_fetch": lean_fetch,
+    "spark_source": spark_source,
+    "spark_profile": spark_profile,
+    "chaos_scoreboard": chaos_scoreboard,
+    "chaos_apache": chaos_apache,
+    "chaos_at_scale": chaos_at_scale,
+}
+
+
+def render(text: str, results: Path = RESULTS) -> str:
+    """``text`` with every marked section regenerated."""
+
+    def one(m: re.Match[str]) -> str:
+        name = m.group("name")
+        if name not in TABLES:
+            raise TableError(f"no table named {name!r} (have: {', '.join(sorted(TABLES))})")
+        return f"{m.group(1)}{TABLES[name](results)}{m.group(4)}"
+
+    return SECTION.sub(one, text)
+
+
+def stale_sections(path: Path, results: Path = RESULTS) -> list[str]:
+    """Names of the sections of ``path`` that differ from what the results give."""
+    text = path.read_text()
+    fresh = render(text, results)
+    old = {m.group("name"): m.group("body") for m in SECTION.finditer(text)}
+    new = {m.group("name"): m.group("body") for m in SECTION.finditer(fresh)}
+    return [name for name in old if old[name] != new[name]]
+
+
+def marked_files(docs: Path = DOCS) -> list[Path]:
+    return [p for p in sorted(docs.rglob("*.md")) if SECTION.search(p.read_text())]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks._tables", description=__doc__)
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
+    args = ap.parse_args(argv)
+    stale = []
+    for path in marked_files():
+        if args.check:
+            stale += [f"{path.relative_to(ROOT)}: {n}" for n in stale_sections(path)]
+        else:
+            text = path.read_text()
+            fresh = render(text)
+            if fresh != text:
+                path.write_text(fresh)
+                print(f"updated {path.relative_to(ROOT)}")
+    if stale:
+        print("tables that differ from benchmarks/results:\n  " + "\n  ".join(stale))
+        print("run: python -m benchmarks._tables")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

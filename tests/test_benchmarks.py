@@ -1,0 +1,172 @@
+"""The benchmarks' shared helpers (one producer, one percentile) and their results: one
+current file per benchmark, every benchmark module importable. The benchmarks themselves
+are run by ``make bench``, not here."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from epochguard.testing import EmbeddedCluster
+from epochguard.testing.embedded.records import build_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def common() -> Iterator[ModuleType]:
+    """``benchmarks._common``, imported with the repository root on ``sys.path`` for this
+    module only (the test run never puts it there)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(ROOT))
+        yield importlib.import_module("benchmarks._common")
+
+
+def benchmark_names() -> list[str]:
+    return sorted(
+        m.name for m in pkgutil.iter_modules([str(BENCHMARKS)]) if not m.name.startswith("_")
+    )
+
+
+# ------------------------------------------------------------------------ percentile
+
+
+def test_percentile_by_nearest_rank(common: ModuleType) -> None:
+    values = [15, 20, 35, 40, 50]
+    assert [common.percentile(values, q) for q in (5, 30, 40, 50, 100)] == [15, 20, 20, 35, 50]
+    assert common.percentile([3.0, 1.0, 2.0], 50) == 2.0  # unsorted input
+    assert common.percentile([], 50) is None
+    for q in (0, -1, 101):
+        with pytest.raises(ValueError, match="not in"):
+            common.percentile(values, q)
+
+
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=50), st.floats(0.01, 100))
+def test_percentile_is_a_value_with_at_least_q_percent_at_or_below(
+    values: list[float], q: float
+) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(ROOT))
+        from benchmarks._common import percentile
+    p = percentile(values, q)
+    assert p in values
+    assert sum(v <= p for v in values) >= q / 100 * len(values)
+    assert sum(v < p for v in values) < q / 100 * len(values)  # and it is the smallest such
+    assert percentile(values, 100) == max(values)
+
+
+# --------------------------------------------------------------------------- produce
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[EmbeddedCluster]:
+    with EmbeddedCluster(brokers=1) as c:
+        yield c
+
+
+def _values(cluster: EmbeddedCluster, topic: str, partition: int) -> list[Any]:
+    return [value for _offset, _key, value in cluster.read_records(topic, partition)]
+
+
+def test_produce_appends_whole_batches_to_an_embedded_cluster(
+    common: ModuleType, cluster: EmbeddedCluster
+) -> None:
+    cluster.create_topic("batches", partitions=3)
+    batch = build_batch([b"v%d" % i for i in range(4)])
+    common.produce(cluster, "batches", 24, partitions=3, batch=batch, batch_records=4)
+    for p in range(3):
+        assert _values(cluster, "batches", p) == [b"v0", b"v1", b"v2", b"v3"] * 2
+
+
+def test_produce_refuses_records_that_do_not_fill_whole_batches(
+    common: ModuleType, cluster: EmbeddedCluster
+) -> None:
+    batch = build_batch([b"x"] * 4)
+    with pytest.raises(ValueError, match="whole batches of 4"):
+        common.produce(cluster, "batches", 10, partitions=2, batch=batch, batch_records=4)
+    with pytest.raises(TypeError, match="needs an EmbeddedCluster"):
+        common.produce("127.0.0.1:9", "batches", 4, batch=batch, batch_records=4)
+    with pytest.raises(ValueError, match="records=-1"):
+        common.produce(cluster, "batches", -1)
+
+
+def test_produce_through_a_producer_spreads_records_with_keys_and_headers(
+    common: ModuleType, cluster: EmbeddedCluster
+) -> None:
+    cluster.create_topic("sent", partitions=2)
+    common.produce(
+        cluster,  # a cluster's bootstrap servers; a string works the same
+        "sent",
+        6,
+        partitions=2,
+        value=lambda i: b"value-%d" % i,
+        key=lambda i: b"key-%d" % i,
+        headers=lambda i: [("n", b"%d" % i)],
+        acks="all",
+    )
+    assert _values(cluster, "sent", 0) == [b"value-0", b"value-2", b"value-4"]
+    assert _values(cluster, "sent", 1) == [b"value-1", b"value-3", b"value-5"]
+    assert [k for _o, k, _v in cluster.read_records("sent", 1)] == [b"key-1", b"key-3", b"key-5"]
+
+
+def test_produce_paces_records_and_makes_each_value_when_it_is_sent(
+    common: ModuleType, cluster: EmbeddedCluster
+) -> None:
+    cluster.create_topic("paced")
+    made: list[float] = []
+
+    def value(i: int) -> bytes:
+        made.append(time.monotonic())
+        return b"%d" % i
+
+    common.produce(cluster.bootstrap_servers, "paced", 5, value=value, linger_ms=0, rate=50)
+    assert _values(cluster, "paced", 0) == [b"0", b"1", b"2", b"3", b"4"]
+    # Record i is made no earlier than i/rate after the first: pacing is a lower bound.
+    assert all(t - made[0] >= i / 50 - 0.002 for i, t in enumerate(made))
+
+
+# --------------------------------------------------------------------------- results
+
+
+def test_every_benchmark_module_imports() -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(ROOT))
+        for name in benchmark_names():
+            module = importlib.import_module(f"benchmarks.{name}")
+            assert callable(getattr(module, "run", None)), name
+
+
+def test_one_current_result_file_per_benchmark() -> None:
+    # soak.json: make soak; chaos_at_scale.json: make chaos (benchmarks/README.md).
+    writers = set(benchmark_names()) | {"soak", "chaos_at_scale"}
+    files = {p.stem for p in (BENCHMARKS / "results").glob("*.json")}
+    assert files <= writers, f"result files no benchmark writes: {sorted(files - writers)}"
+    assert not list((BENCHMARKS / "results").glob("*.tmp"))
+
+
+def test_the_real_kafka_scoreboard_merges_into_the_one_result_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    board = importlib.import_module("benchmarks.chaos_scoreboard")
+    common = importlib.import_module("benchmarks._common")
+    monkeypatch.setattr(board, "RESULTS", tmp_path)
+    monkeypatch.setattr(board, "OUT", tmp_path / "chaos_scoreboard.json")
+    common.write_record(tmp_path, "chaos_scoreboard", time.time(), {"clients": {"x": 1}})
+    monkeypatch.setattr(board, "score_apache", lambda n, first=0: {"seeds": f"{first}..{n}"})
+    section = board.run_apache_only(3, first=2)
+    assert section == {"seeds": "2..3"}
+    assert [p.name for p in tmp_path.iterdir()] == ["chaos_scoreboard.json"]
+    assert board._previous() == {"clients": {"x": 1}, "apache_kafka": {"seeds": "2..3"}}

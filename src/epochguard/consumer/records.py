@@ -115,6 +115,19 @@ _native, _native_reason = _load_native()
 DECODER = "c" if _native is not None else "python"
 _logged = False
 
+#: What the import-time warning tells a user whose install has no C decoder.
+C_DECODER_REMEDY = (
+    "install a wheel built for this Python, or rebuild from the sdist with a C compiler "
+    "(gcc or clang) and this Python's headers (python3-dev): pip install --force-reinstall "
+    "--no-deps --no-binary epochguard epochguard"
+)
+if _native is None and os.environ.get(PURE_PYTHON_ENV, "") in ("", "0"):
+    # Once per process (module import): the pure-Python decoder is correct but slower, and
+    # a compiler-less install falls back to it without a word from pip.
+    log.warning(
+        "record_decoder_fallback", decoder="python", reason=_native_reason, remedy=C_DECODER_REMEDY
+    )
+
 
 def log_decoder_once() -> None:
     """Log (debug) which record decoder is active, the first time a consumer starts."""

@@ -25,12 +25,6 @@ from epochguard.testing.helpers import stage_unreplicated_tail, unclean_refill
 TP = TopicPartition("t", 0)
 
 
-@pytest.fixture
-def cluster() -> Iterator[EmbeddedCluster]:
-    with EmbeddedCluster(brokers=2) as c:
-        yield c
-
-
 @pytest.fixture(autouse=True)
 def empty_pool() -> Iterator[None]:
     yield

@@ -56,3 +56,9 @@ def test_changelog_latest_release_is_the_package_version() -> None:
     assert text.index("## [Unreleased]") < text.index(f"## [{epochguard.__version__}]")
     kinds = set(re.findall(r"^### (.+)$", text, re.MULTILINE))
     assert kinds <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}, kinds
+
+
+def test_install_instructions_name_the_current_version() -> None:
+    for doc in ("README.md", "docs/install.md"):
+        named = set(re.findall(r"epochguard-(\d+\.\d+\.\d+)", (ROOT / doc).read_text()))
+        assert named == {epochguard.__version__}, (doc, named)

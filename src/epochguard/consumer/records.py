@@ -137,6 +137,11 @@ def log_decoder_once() -> None:
         log.debug("record_decoder_selected", decoder=DECODER, reason=_native_reason)
 
 
+def _counted(n: int, noun: str) -> str:
+    """``"1 record"``, ``"2 records"``: the C decoder's wording, which errors must match."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 #: ``(topic, headers, data) -> value``; see :func:`as_deserializer`.
 #: Zigzag-decoded values of every 1-byte (index < 128) and 2-byte varint, indexed by the
 #: raw 14-bit payload: one list lookup instead of shifts and masks on the hot path.
@@ -525,8 +530,8 @@ def _decode_batch_records(
         raise IndexError("record past the end of the batch")
     if pos != end:
         raise CorruptRecordError(
-            f"{topic}-{partition}: the batch at offset {base_offset} has {end - pos} bytes "
-            f"after its {count} records"
+            f"{topic}-{partition}: the batch at offset {base_offset} has "
+            f"{_counted(end - pos, 'byte')} after its {_counted(count, 'record')}"
         )
 
 

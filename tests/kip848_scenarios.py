@@ -1,7 +1,11 @@
 """KIP-848 group scenarios run unchanged on both test clusters (EmbeddedCluster in
 tests/consumer/test_group_protocol_consumer.py, real Kafka in
 tests/apache_kafka/test_apache_kip848.py): members splitting a topic and handing partitions
-over with epochs, and a mixed group with librdkafka (``group.protocol=consumer``)."""
+over with epochs, and a mixed group with librdkafka (``group.protocol=consumer``).
+
+``member`` is the tests' one KIP-848 member factory (the classic-protocol flavours of
+tests/apache_kafka/test_apache_java_group.py override ``group_protocol``), ``Runner`` polls
+a member on its own thread."""
 
 from __future__ import annotations
 
@@ -18,6 +22,9 @@ PARTS = 4
 
 
 def member(cluster: Cluster, group: str, **kw: Any) -> EpochConsumer:
+    """An EpochConsumer in KIP-848 group ``group`` on either cluster, reading from the
+    earliest offset without auto commits, with short metadata and retry intervals (tests
+    wait on them); ``kw`` overrides any of it."""
     cfg: dict[str, Any] = {
         "bootstrap_servers": cluster.bootstrap_servers,
         "group_id": group,

@@ -30,7 +30,7 @@ from epochguard.offsets import (
     TruncationReport,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "AIOEpochConsumer",

@@ -9,12 +9,18 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in {"-h", "--help"}:
         print(
-            "usage: epochguard {demo,cluster,cluster-ctl} [options]\n"
+            "usage: epochguard {demo,cluster,cluster-ctl} [options] | --version\n"
             "  demo [--fast]   EpochConsumer on an embedded cluster through an unclean election\n"
             "  demo --sans-io  the sans-IO tracker alone on a simulated partition\n"
             "  cluster         run an EmbeddedCluster and print its bootstrap servers\n"
-            "  cluster-ctl     drive a running `cluster --control-port` (elections, brokers...)"
+            "  cluster-ctl     drive a running `cluster --control-port` (elections, brokers...)\n"
+            "  --version       print the installed version"
         )
+        return 0
+    if args[0] in {"-V", "--version"}:
+        from epochguard import __version__
+
+        print(f"epochguard {__version__}")
         return 0
     if args[0] == "demo":
         if "--sans-io" in args[1:]:

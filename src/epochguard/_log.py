@@ -16,6 +16,7 @@ them), so ``ProcessorFormatter(processor=JSONRenderer())`` gives one JSON object
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import sys
 from collections.abc import Iterator
@@ -39,6 +40,11 @@ class EventDict(dict[str, Any]):
 
 def _to_record(logger: Any, method_name: str, event_dict: Any) -> Any:
     """Final processor: ``(args, kwargs)`` for ``logging.Logger.log``."""
+    for key, value in event_dict.items():
+        # Fields log plain values: an enum (PositionSource.RESET_EARLIEST, a StrEnum too)
+        # as its value, the same text and JSON as a field given as a plain string.
+        if isinstance(value, enum.Enum):
+            event_dict[key] = value.value
     kwargs: dict[str, Any] = {"extra": {"_logger": logger, "_name": method_name}}
     exc_info = event_dict.get("exc_info")
     if exc_info:

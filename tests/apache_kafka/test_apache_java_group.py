@@ -29,7 +29,7 @@ from epochguard.consumer import CooperativeStickyAssignor
 from epochguard.testing import produce
 from epochguard.testing.apache_kafka import ApacheKafkaCluster, JavaCommit, JavaGroupMember
 
-from ..kip848_scenarios import Runner, wait
+from ..kip848_scenarios import Runner, member, wait
 from .test_apache_unclean import B, drive_unclean_election, new_topic
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -104,19 +104,8 @@ def flavour(request: pytest.FixtureRequest) -> Flavour:
 def epoch_member(
     cluster: ApacheKafkaCluster, group: str, flavour: Flavour, **kw: Any
 ) -> EpochConsumer:
-    cfg: dict[str, Any] = {
-        "bootstrap_servers": cluster.bootstrap_servers,
-        "group_id": group,
-        "auto_offset_reset": "earliest",
-        "enable_auto_commit": False,
-        "fetch_max_wait_ms": 100,
-        "metadata_max_age_ms": 500,
-        "retry_backoff_ms": 50,
-        "request_timeout_ms": 10000,
-        **flavour.epoch_config(),
-    }
-    cfg.update(kw)
-    return EpochConsumer(**cfg)
+    """The shared member, under ``flavour``'s group protocol."""
+    return member(cluster, group, **{**flavour.epoch_config(), **kw})
 
 
 def _produce(cluster: ApacheKafkaCluster, topic: str, first: int, last: int) -> None:

@@ -6,7 +6,6 @@ detected again by the next owner, and an unclean election during a rebalance."""
 from __future__ import annotations
 
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,54 +26,10 @@ from epochguard.testing.apache_kafka import ApacheKafkaCluster
 
 from .. import kip848_scenarios
 from ..embedded.wire import Wire
+from ..kip848_scenarios import Runner, member, wait
 from .test_apache_unclean import B, drive_unclean_election, new_topic
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
-
-
-def member(cluster: ApacheKafkaCluster, group: str, **kw: Any) -> EpochConsumer:
-    cfg: dict[str, Any] = {
-        "bootstrap_servers": cluster.bootstrap_servers,
-        "group_id": group,
-        "group_protocol": "consumer",
-        "auto_offset_reset": "earliest",
-        "enable_auto_commit": False,
-        "fetch_max_wait_ms": 100,
-        "metadata_max_age_ms": 500,
-        "retry_backoff_ms": 50,
-        "request_timeout_ms": 10000,
-    }
-    cfg.update(kw)
-    return EpochConsumer(**cfg)
-
-
-class Runner(threading.Thread):
-    def __init__(self, consumer: EpochConsumer) -> None:
-        super().__init__(daemon=True)
-        self.consumer = consumer
-        self.records: list[Any] = []
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                for recs in self.consumer.poll(timeout_ms=50).values():
-                    self.records += recs
-        except BaseException as exc:
-            self.error = exc
-
-    def finish(self) -> None:
-        self.stop.set()
-        self.join(20)
-        assert self.error is None, self.error
-
-
-def wait(cond: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def poll_until(consumer: EpochConsumer, cond: Any, what: str, timeout: float = 60.0) -> list[Any]:

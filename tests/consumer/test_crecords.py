@@ -307,11 +307,13 @@ def test_a_record_size_that_disagrees_with_its_fields_gives_the_same_error() -> 
 def test_bytes_after_the_declared_records_give_the_same_error() -> None:
     batch = _uncompressed()
     one = _record(b"\x00", b"\x00", b"\x00", b"\x02", b"k", b"\x02", b"v", b"\x00")
-    for extra in (b"\x00", one):
+    for extra, bytes_ in ((b"\x00", "1 byte"), (one, f"{len(one)} bytes")):
         msg = _assert_same_error(_with_body(batch, one + one + extra, count=2))
-        assert msg.endswith(
-            f"topic-3: the batch at offset 100 has {len(extra)} bytes after its 2 records"
-        ), msg
+        assert msg.endswith(f"topic-3: the batch at offset 100 has {bytes_} after its 2 records"), (
+            msg
+        )
+    msg = _assert_same_error(_with_body(batch, one + one, count=1))
+    assert msg.endswith(f"has {len(one)} bytes after its 1 record"), msg
 
 
 def test_largest_varints_decode_identically() -> None:
@@ -577,6 +579,10 @@ def test_column_decoders_report_corrupt_records_as_the_tuple_decoder(gil_path: s
     )
     assert "header key is not UTF-8" in _assert_same_column_error(_with_body(batch, utf, count=1))
     _assert_same_column_error(_with_body(batch, batch[61:], count=6))
+    one = _record(b"\x00", b"\x00", b"\x00", b"\x02", b"k", b"\x02", b"v", b"\x00")
+    assert _assert_same_column_error(_with_body(batch, one + b"\x00", count=1)).endswith(
+        "topic-3: the batch at offset 100 has 1 byte after its 1 record"
+    )
     # A count far beyond what the bytes can hold is refused, not allocated for.
     _assert_same_column_error(_with_body(batch, batch[61:], count=2**31 - 1))
 

@@ -5,7 +5,6 @@ and a truncation detected by one member detected again by the member it moves to
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -26,11 +25,13 @@ from epochguard.testing.embedded.consumer_groups import (
 )
 
 from .. import kip848_scenarios
-from .conftest import TP0, diverge, make_consumer, read, setup_topic, unclean_elect
+from ..kip848_scenarios import Runner, member
+from .conftest import TP0, diverge, read, setup_topic, unclean_elect
 
 pytestmark = [pytest.mark.timeout(60)]
 
 TOPIC = "kt"
+GROUP = "kg"
 N_PARTS = 4
 ALL = {TopicPartition(TOPIC, p) for p in range(N_PARTS)}
 
@@ -42,12 +43,6 @@ def fast_coordinator(cluster: EmbeddedCluster, **kw: Any) -> ConsumerGroupCoordi
     return coord
 
 
-def member(cluster: EmbeddedCluster, **kw: Any) -> EpochConsumer:
-    cfg: dict[str, Any] = {"group_id": "kg", "group_protocol": "consumer"}
-    cfg.update(kw)
-    return make_consumer(cluster, **cfg)
-
-
 class Recorder(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self) -> None:
         self.events: list[tuple[str, set[TopicPartition]]] = []
@@ -57,28 +52,6 @@ class Recorder(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         self.events.append(("assigned", set(assigned)))
-
-
-class Runner(threading.Thread):
-    def __init__(self, consumer: EpochConsumer) -> None:
-        super().__init__(daemon=True)
-        self.consumer = consumer
-        self.records: list[Any] = []
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                for recs in self.consumer.poll(timeout_ms=50).values():
-                    self.records += recs
-        except BaseException as exc:
-            self.error = exc
-
-    def finish(self) -> None:
-        self.stop.set()
-        self.join(10)
-        assert self.error is None, self.error
 
 
 def wait(cond: Any, timeout: float = 20.0) -> None:
@@ -117,7 +90,7 @@ def test_a_joining_member_takes_partitions_without_stopping_the_other(
     cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)
     produce(cluster, 5)
     l1, l2 = Recorder(), Recorder()
-    c1 = member(cluster, enable_auto_commit=True, auto_commit_interval_ms=200)
+    c1 = member(cluster, GROUP, enable_auto_commit=True, auto_commit_interval_ms=200)
     c1.subscribe([TOPIC], listener=l1)
     assert isinstance(c1._engine.group, ConsumerGroupMember)
     r1 = Runner(c1)
@@ -126,7 +99,7 @@ def test_a_joining_member_takes_partitions_without_stopping_the_other(
     try:
         wait(lambda: len(r1.records) == 5 * N_PARTS)
         assert c1.assignment() == ALL
-        c2 = member(cluster, enable_auto_commit=True, auto_commit_interval_ms=200)
+        c2 = member(cluster, GROUP, enable_auto_commit=True, auto_commit_interval_ms=200)
         c2.subscribe([TOPIC], listener=l2)
         r2 = Runner(c2)
         r2.start()
@@ -165,7 +138,7 @@ def test_restored_committed_offsets_are_validated_before_delivery(
     handed out: the log was truncated behind the commit, so it is reported, not skipped."""
     fast_coordinator(cluster)
     old, new = setup_topic(cluster)
-    with member(cluster, on_truncation="raise") as c1:
+    with member(cluster, GROUP, on_truncation="raise") as c1:
         c1.subscribe(["t"])
         got = read(c1, 10)
         assert [r.offset for r in got] == list(range(10))
@@ -174,7 +147,7 @@ def test_restored_committed_offsets_are_validated_before_delivery(
         c1.commit()
         assert c1.committed_with_epoch(TP0) == EpochOffset(15, 0)
     unclean_elect(cluster, old, new)
-    with member(cluster, on_truncation="raise") as c2:
+    with member(cluster, GROUP, on_truncation="raise") as c2:
         c2.subscribe(["t"])
         with pytest.raises(LogTruncationError) as info:
             read(c2, 1)
@@ -184,7 +157,7 @@ def test_restored_committed_offsets_are_validated_before_delivery(
 def test_truncation_seen_by_one_member_is_seen_by_the_next(cluster: EmbeddedCluster) -> None:
     fast_coordinator(cluster)
     old, new = setup_topic(cluster)
-    c1 = member(cluster, on_truncation="raise")
+    c1 = member(cluster, GROUP, on_truncation="raise")
     c2 = None
     try:
         c1.subscribe(["t"])
@@ -198,7 +171,7 @@ def test_truncation_seen_by_one_member_is_seen_by_the_next(cluster: EmbeddedClus
         # c1 stopped on the truncation (the application has not sought). It leaves; the
         # partition moves to c2, which must find the same truncation from the commit.
         c1.close()
-        c2 = member(cluster, on_truncation="raise")
+        c2 = member(cluster, GROUP, on_truncation="raise")
         c2.subscribe(["t"])
         with pytest.raises(LogTruncationError) as info:
             read(c2, 1)
@@ -221,8 +194,8 @@ def test_unclean_election_during_a_rebalance(cluster: EmbeddedCluster) -> None:
     fast_coordinator(cluster)
     old, new = setup_topic(cluster)
     reports: list[TruncationReport] = []
-    c1 = member(cluster)
-    c2 = member(cluster, on_truncation="rewind", on_truncation_report=reports.append)
+    c1 = member(cluster, GROUP)
+    c2 = member(cluster, GROUP, on_truncation="rewind", on_truncation_report=reports.append)
     r2 = Runner(c2)
     try:
         c1.subscribe(["t"])
@@ -260,14 +233,14 @@ def test_fenced_member_drops_its_partitions_and_rejoins(cluster: EmbeddedCluster
     cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)
     produce(cluster, 3)
     listener = Recorder()
-    with member(cluster) as c1:
+    with member(cluster, GROUP) as c1:
         c1.subscribe([TOPIC], listener=listener)
         assert len(read(c1, 3 * N_PARTS)) == 3 * N_PARTS
         group = c1._engine.group
         assert isinstance(group, ConsumerGroupMember)
         first_epoch = group.member_epoch
         # The coordinator forgets the member (as after a session expiry it did not see).
-        cluster.call(lambda: coord.groups["kg"].members.clear())
+        cluster.call(lambda: coord.groups[GROUP].members.clear())
         # Every record delivered from here on: the polls that wait for the rejoin may
         # already read from the restored positions.
         got: list[Any] = []
@@ -299,7 +272,7 @@ def test_regex_subscription_is_evaluated_by_the_broker(cluster: EmbeddedCluster)
     cluster.create_topic("orders-a", partitions=1, replication_factor=1)
     cluster.create_topic("orders-b", partitions=1, replication_factor=1)
     cluster.create_topic("xorders-a", partitions=1, replication_factor=1)
-    with member(cluster) as c1:
+    with member(cluster, GROUP) as c1:
         c1.subscribe(pattern="orders-.*")
         wait_polling(
             c1,
@@ -314,7 +287,7 @@ def test_regex_subscription_is_evaluated_by_the_broker(cluster: EmbeddedCluster)
 def test_unsupported_assignor_is_raised_by_poll(cluster: EmbeddedCluster) -> None:
     fast_coordinator(cluster)
     cluster.create_topic(TOPIC, partitions=1, replication_factor=1)
-    with member(cluster, group_remote_assignor="nope") as c1:
+    with member(cluster, GROUP, group_remote_assignor="nope") as c1:
         c1.subscribe([TOPIC])
         with pytest.raises(kerrors.UnsupportedAssignorError, match="nope"):
             wait_polling(c1, lambda: False, timeout=10)
@@ -341,7 +314,7 @@ def _stopped_for_good(c1: EpochConsumer, error: type[kerrors.KafkaError]) -> Non
 def test_unsupported_assignor_stops_the_member_for_good(cluster: EmbeddedCluster) -> None:
     fast_coordinator(cluster)
     cluster.create_topic(TOPIC, partitions=1, replication_factor=1)
-    with member(cluster, group_remote_assignor="nope") as c1:
+    with member(cluster, GROUP, group_remote_assignor="nope") as c1:
         c1.subscribe([TOPIC])
         with pytest.raises(kerrors.UnsupportedAssignorError, match="nope"):
             wait_polling(c1, lambda: False, timeout=10)
@@ -357,7 +330,7 @@ def test_group_authorization_failure_loses_the_partitions_and_stops(
     fast_coordinator(cluster)
     cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=1)
     events = Recorder()
-    with member(cluster) as c1:
+    with member(cluster, GROUP) as c1:
         c1.subscribe([TOPIC], listener=events)
         wait_polling(c1, lambda: c1.assignment() == ALL)
         cluster.faults.inject_error(68, 30, count=1)  # ConsumerGroupHeartbeat
@@ -370,7 +343,7 @@ def test_group_authorization_failure_loses_the_partitions_and_stops(
 def test_regex_the_broker_refuses_is_raised_by_poll(cluster: EmbeddedCluster) -> None:
     fast_coordinator(cluster)
     cluster.create_topic(TOPIC, partitions=1, replication_factor=1)
-    with member(cluster) as c1:
+    with member(cluster, GROUP) as c1:
         c1.subscribe(pattern="(?=k)kt")  # valid for Python's re, not for RE2/J
         with pytest.raises(kerrors.KafkaError, match="not a valid regular expression"):
             wait_polling(c1, lambda: False, timeout=10)
@@ -381,8 +354,8 @@ def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(
 ) -> None:
     coord = fast_coordinator(cluster)
     cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)
-    c1 = member(cluster, group_instance_id="i1")
-    c2 = member(cluster)
+    c1 = member(cluster, GROUP, group_instance_id="i1")
+    c2 = member(cluster, GROUP)
     try:
         c1.subscribe([TOPIC])
         c2.subscribe([TOPIC])
@@ -392,15 +365,15 @@ def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(
             c1.poll(timeout_ms=20)
             c2.poll(timeout_ms=20)
         held = c1.assignment()
-        epoch = cluster.call(lambda: coord.groups["kg"].group_epoch)
+        epoch = cluster.call(lambda: coord.groups[GROUP].group_epoch)
         c1.close()  # a static leave (epoch -2): the assignment waits for i1
-        c1 = member(cluster, group_instance_id="i1")
+        c1 = member(cluster, GROUP, group_instance_id="i1")
         c1.subscribe([TOPIC])
         wait_polling(c1, lambda: c1.assignment() == held)
         for _ in range(10):
             c2.poll(timeout_ms=20)
         assert len(c2.assignment()) == 2
-        assert cluster.call(lambda: coord.groups["kg"].group_epoch) == epoch
+        assert cluster.call(lambda: coord.groups[GROUP].group_epoch) == epoch
     finally:
         c1.close()
         c2.close()
@@ -425,13 +398,13 @@ def test_member_that_stops_polling_leaves_and_rejoins_on_the_next_poll(
     coord = fast_coordinator(cluster)
     cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)
     listener = Recorder()
-    with member(cluster, max_poll_interval_ms=1000) as c1:
+    with member(cluster, GROUP, max_poll_interval_ms=1000) as c1:
         c1.subscribe([TOPIC], listener=listener)
         wait_polling(c1, lambda: c1.assignment() == ALL)
         group = c1._engine.group
         assert isinstance(group, ConsumerGroupMember)
         # No poll() for longer than max_poll_interval_ms: the heartbeat thread leaves.
-        wait(lambda: not cluster.call(lambda: coord.groups["kg"].members), timeout=10)
+        wait(lambda: not cluster.call(lambda: coord.groups[GROUP].members), timeout=10)
         wait_polling(c1, lambda: ("revoked", ALL) in listener.events)
         wait_polling(c1, lambda: c1.assignment() == ALL)
         assert listener.events[-1] == ("assigned", ALL)
@@ -457,11 +430,11 @@ def test_groups_are_listed_by_type_as_on_real_kafka(cluster: EmbeddedCluster) ->
 def test_unsubscribe_leaves_and_subscribe_joins_again(cluster: EmbeddedCluster) -> None:
     coord = fast_coordinator(cluster)
     cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)
-    with member(cluster) as c1:
+    with member(cluster, GROUP) as c1:
         c1.subscribe([TOPIC])
         wait_polling(c1, lambda: c1.assignment() == ALL)
         c1.unsubscribe()
         assert c1.assignment() == set()
-        assert cluster.call(lambda: dict(coord.groups["kg"].members)) == {}
+        assert cluster.call(lambda: dict(coord.groups[GROUP].members)) == {}
         c1.subscribe([TOPIC])
         wait_polling(c1, lambda: c1.assignment() == ALL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import io
 import json
 import logging
@@ -13,8 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.structs import TopicPartition
 
 from epochguard._log import EventDict, get_logger
+from epochguard.offsets import EpochOffset
+from epochguard.offsets.events import TruncationDetected, TruncationOutcome, log_events
+from epochguard.offsets.report import DetectedBy, PositionSource, TruncationReport
 
 from .conftest import TP0, make_consumer, read, setup_topic, unclean_elect
 
@@ -223,3 +228,40 @@ def test_cli_runner_sends_events_to_stderr_only() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("\n") == 1 and done.stdout.startswith("127.0.0.1:")
     assert "broker_listening broker=1" in done.stderr
+
+
+class _Color(enum.Enum):
+    RED = "red"
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+def test_enum_fields_log_as_plain_values(caplog: pytest.LogCaptureFixture) -> None:
+    """A truncation report's fields, as the tracker's event gives them (``position_source``
+    a PositionSource, ``decision`` a TruncationOutcome), log as the same plain values a
+    field given as a string does: in the text, and in the dict a JSON formatter reads."""
+    report = TruncationReport(
+        tp=TopicPartition("orders", 0),
+        consumed_to=EpochOffset(9, 3),
+        divergence=EpochOffset(7, 3),
+        detected_by=DetectedBy.DIVERGING_EPOCH,
+        new_leader_epoch=4,
+        position_source=PositionSource.RESET_EARLIEST,
+    )
+    event = TruncationDetected(report, TruncationOutcome.REWIND, EpochOffset(7, 4))
+    with caplog.at_level(logging.DEBUG, logger="epochguard"):
+        log_events([event])
+        get_logger("epochguard.test_enums").info("other", color=_Color.RED, level=_Level.HIGH)
+    first, other = caplog.records
+    assert first.msg["position_source"] == "reset_earliest"
+    assert type(first.msg["position_source"]) is str
+    assert type(first.msg["decision"]) is str and first.msg["decision"] == "rewind"
+    text = first.getMessage()
+    assert "position_source='reset_earliest'" in text and "decision='rewind'" in text
+    assert "<" not in text, text
+    assert other.getMessage() == "other color='red' level=3"
+    assert type(other.msg["level"]) is int
+    rendered = json.loads(json.dumps(dict(first.msg)))
+    assert rendered["position_source"] == "reset_earliest"

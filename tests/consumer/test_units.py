@@ -68,11 +68,27 @@ def test_unknown_key_is_rejected_at_construction_before_connecting() -> None:
     with pytest.raises(ConsumerConfigError, match="fetch_max_wait") as info:
         EpochConsumer(bootstrap_servers="127.0.0.1:1", fetch_max_wait=5)
     assert info.value.key == "fetch_max_wait"
+    # It points at what a pip user has (not a file of the repository) and at the likely key.
+    message = str(info.value)
+    assert "docs/" not in message
+    assert "EpochConsumer.DEFAULT_CONFIG" in message
+    assert "did you mean 'fetch_max_wait_ms'?" in message
+
+
+def test_unknown_key_far_from_any_key_gets_no_suggestion() -> None:
+    with pytest.raises(ConsumerConfigError) as info:
+        build_config({"zzzzzz": 1})
+    assert "did you mean" not in str(info.value)
+    assert "EpochConsumer.DEFAULT_CONFIG" in str(info.value)
 
 
 def test_bad_truncation_policy_is_a_config_error() -> None:
-    with pytest.raises(ConsumerConfigError, match="on_truncation"):
+    with pytest.raises(ConsumerConfigError, match="on_truncation") as info:
         EpochConsumer(bootstrap_servers="127.0.0.1:1", on_truncation="ignore")
+    assert info.value.key == "on_truncation"
+    # The key is named once: "on_truncation: must be ...".
+    assert str(info.value).count("on_truncation") == 1, str(info.value)
+    assert "on_truncation: must be 'auto', 'raise', 'rewind'" in str(info.value)
 
 
 def test_kafka_python_names_are_accepted() -> None:

@@ -198,6 +198,21 @@ def test_port_sets_the_first_broker_and_the_others_follow() -> None:
         assert proc.wait(timeout=10) == 0
 
 
+def test_port_help_matches_where_each_broker_listens(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from epochguard.testing import EmbeddedCluster
+
+    with pytest.raises(SystemExit):
+        epochguard_main(["cluster", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "broker i (ids start at 1) listens on PORT+i-1" in help_text
+    base = _free_port_block(3)
+    with EmbeddedCluster(brokers=3, port=base) as cluster:
+        for i in cluster.broker_ids:
+            assert cluster.broker_address(i) == f"127.0.0.1:{base + i - 1}"
+
+
 def test_port_in_use_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

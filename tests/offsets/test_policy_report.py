@@ -38,6 +38,13 @@ def test_report_unknown_divergence_is_none_safe() -> None:
     assert "unknown" in r.describe()
 
 
+def test_report_says_record_or_records() -> None:
+    one = TruncationReport(TP, EpochOffset(8, 1), AT_7, DetectedBy.METADATA, 2)
+    assert "[7, 8) (1 record) consumed" in one.describe()
+    assert "[7, 10) (3 records) consumed" in report().describe()
+    assert "(0 records)" in report(EpochOffset(12, 1)).describe()
+
+
 def test_report_divergence_above_position_counts_zero() -> None:
     assert report(EpochOffset(12, 1)).lost_count == 0
 

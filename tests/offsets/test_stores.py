@@ -135,6 +135,58 @@ def test_sqlite_corrupt_row_is_an_error(tmp_path: Path) -> None:
         SqliteOffsetStore(conn).load()
 
 
+def test_sqlite_errors_name_the_database_file(tmp_path: Path) -> None:
+    path = tmp_path / "positions.db"
+    with SqliteOffsetStore(path) as store:
+        store.save({A0: EpochOffset(5, 1)})
+        # A malformed table page: the header and schema still read, the rows do not.
+        conn = store.connection
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        (root_page,) = conn.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name='epochguard_offsets'"
+        ).fetchone()
+        (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+    with open(path, "r+b") as fh:
+        fh.seek((root_page - 1) * page_size)
+        fh.write(b"\xff" * page_size)
+    with pytest.raises(OffsetStoreError) as info:
+        SqliteOffsetStore(path).load()
+    assert str(path) in str(info.value) and "'epochguard_offsets'" in str(info.value)
+    # The application's own connection: the file it has open is named.
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE epochguard_offsets (id INTEGER, blob TEXT)")
+    conn.commit()
+    with pytest.raises(OffsetStoreError, match="not an epochguard offset table") as info:
+        SqliteOffsetStore(conn)
+    assert str(other) in str(info.value)
+    memory = sqlite3.connect(":memory:")
+    memory.execute("CREATE TABLE epochguard_offsets (id INTEGER)")
+    with pytest.raises(OffsetStoreError, match="application's connection, no file"):
+        SqliteOffsetStore(memory)
+
+
+def test_json_store_in_a_missing_directory_is_refused_naming_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "no-such-dir" / "o.json"
+    with pytest.raises(OffsetStoreError, match="does not exist") as info:
+        JsonFileOffsetStore(path)
+    assert str(path) in str(info.value)
+    # A missing file in an existing directory is still an empty store.
+    assert JsonFileOffsetStore(tmp_path / "new.json").load() == {}
+
+
+def test_json_store_whose_directory_went_away_raises_typed_errors(tmp_path: Path) -> None:
+    directory = tmp_path / "state"
+    directory.mkdir()
+    store = JsonFileOffsetStore(directory / "o.json")
+    directory.rmdir()
+    with pytest.raises(OffsetStoreError, match="does not exist"):
+        store.load()  # not an empty store
+    with pytest.raises(OffsetStoreError) as info:
+        store.save({A0: EpochOffset(1, 1)})
+    assert str(directory / "o.json") in str(info.value)
+
+
 def test_sqlite_rejects_unsafe_table_names(tmp_path: Path) -> None:
     with pytest.raises(OffsetStoreError):
         SqliteOffsetStore(tmp_path / "o.db", table='x"; DROP TABLE y; --')
@@ -237,7 +289,7 @@ def test_json_crash_before_rename_keeps_old_content(
         raise OSError("power cut")
 
     monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError, match="power cut"):
+    with pytest.raises(OffsetStoreError, match="power cut"):
         store.save({A0: EpochOffset(2, 2)})
     monkeypatch.undo()
     assert store.load() == {A0: EpochOffset(1, 1)}

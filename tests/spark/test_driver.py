@@ -28,12 +28,6 @@ from epochguard.testing import EmbeddedCluster
 from epochguard.testing.helpers import recreate_topic, stage_unreplicated_tail, unclean_refill
 
 
-@pytest.fixture
-def cluster() -> Iterator[EmbeddedCluster]:
-    with EmbeddedCluster(brokers=2) as c:
-        yield c
-
-
 def reader(cluster: EmbeddedCluster, **extra: str) -> datasource._StreamReader:
     opts = parse_options(
         {

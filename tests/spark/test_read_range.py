@@ -25,12 +25,6 @@ from epochguard.testing.helpers import stage_unreplicated_tail, unclean_refill
 TP = TopicPartition("t", 0)
 
 
-@pytest.fixture
-def cluster() -> Iterator[EmbeddedCluster]:
-    with EmbeddedCluster(brokers=2) as c:
-        yield c
-
-
 @pytest.fixture(autouse=True)
 def empty_pool() -> Iterator[None]:
     yield
@@ -216,3 +210,20 @@ def test_records_removed_by_retention_follow_fail_on_data_loss(cluster: Embedded
     assert table.column("offset").to_pylist() == [5, 6, 7]
     gone = OffsetRange(TP, EpochOffset(0, 0), EpochOffset(4, 0))
     assert read_all(options(cluster, failOnDataLoss="false"), gone).num_rows == 0
+
+
+def test_truncation_message_says_record_or_records() -> None:
+    from epochguard.offsets.report import DetectedBy, TruncationReport
+
+    def message(consumed_to: int) -> str:
+        report = TruncationReport(
+            TopicPartition("t", 0),
+            EpochOffset(consumed_to, 1),
+            EpochOffset(10, 1),
+            DetectedBy.DIVERGING_EPOCH,
+            2,
+        )
+        return datasource.truncation_message(report, "in the batch")
+
+    assert "lost range [10, 11) (1 record);" in message(11)
+    assert "lost range [10, 12) (2 records);" in message(12)

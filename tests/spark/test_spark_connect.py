@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -100,12 +99,6 @@ def run_client(code: str, *args: str) -> dict[str, Any]:
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-6000:]
     result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
     return result
-
-
-@pytest.fixture
-def cluster() -> Iterator[EmbeddedCluster]:
-    with EmbeddedCluster(brokers=1) as c:
-        yield c
 
 
 def test_streaming_query_through_spark_connect(cluster: EmbeddedCluster, tmp_path: str) -> None:

@@ -39,12 +39,6 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-@pytest.fixture
-def cluster() -> Iterator[EmbeddedCluster]:
-    with EmbeddedCluster(brokers=2) as c:
-        yield c
-
-
 def stage(cluster: EmbeddedCluster) -> tuple[int, int]:
     """kept-* on both replicas, lost-* on the leader only; returns (leader, other)."""
     return stage_unreplicated_tail(cluster, TOPIC, KEPT, LOST)

@@ -20,7 +20,8 @@ from epochguard.consumer import EpochConsumer
 from epochguard.spark_connector import register
 from epochguard.testing import EmbeddedCluster
 
-pytestmark = pytest.mark.slow
+# Each test uses its own topics: one cluster (and one SparkSession) for the module.
+pytestmark = [pytest.mark.slow, pytest.mark.shared_cluster]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -45,12 +46,6 @@ def spark() -> Iterator[SparkSession]:
         register(session)
         yield session
         session.stop()
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[EmbeddedCluster]:
-    with EmbeddedCluster(brokers=2) as c:
-        yield c
 
 
 def kafka_log(cluster: EmbeddedCluster, topic: str, partitions: int) -> list[tuple[Any, ...]]:

@@ -389,8 +389,9 @@ decode_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
     }
     if (pos != end) {
         PyErr_Format(corrupt_error,
-                     "%U-%S: the batch at offset %lld has %zd bytes after its %lld records",
-                     topic, partition, base_offset, end - pos, count);
+                     "%U-%S: the batch at offset %lld has %zd byte%s after its %lld record%s",
+                     topic, partition, base_offset, end - pos, end - pos == 1 ? "" : "s",
+                     count, count == 1 ? "" : "s");
         return NULL;
     }
     Py_RETURN_NONE;
@@ -848,9 +849,10 @@ raise_col_error(const struct col_loop *L, PyObject *topic, PyObject *partition)
                         "column data of one fetch passes 2 GiB (Arrow binary offsets)");
         return;
     case COL_TRAILING:
-        PyErr_Format(corrupt_error, "%U-%S: the batch at offset %lld has %zd bytes after its %lld "
-                     "records",
-                     topic, partition, base, L->end - L->pos, L->count);
+        PyErr_Format(corrupt_error,
+                     "%U-%S: the batch at offset %lld has %zd byte%s after its %lld record%s",
+                     topic, partition, base, L->end - L->pos, L->end - L->pos == 1 ? "" : "s",
+                     L->count, L->count == 1 ? "" : "s");
         return;
     }
 }

@@ -33,6 +33,7 @@ from epochguard.consumer.records import (
     DecodedFetch,
     Deserializer,
     V2Batch,
+    _counted,
     walk_batches,
 )
 
@@ -290,8 +291,8 @@ def _decode_batch_columns(
         ) from None
     if pos != end:
         raise CorruptRecordError(
-            f"{topic}-{partition}: the batch at offset {base_offset} has {end - pos} bytes "
-            f"after its {count} records"
+            f"{topic}-{partition}: the batch at offset {base_offset} has "
+            f"{_counted(end - pos, 'byte')} after its {_counted(count, 'record')}"
         )
     return row - rows0, key_nulls, value_nulls
 

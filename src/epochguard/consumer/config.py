@@ -6,6 +6,7 @@ construction, before any connection is made.
 
 from __future__ import annotations
 
+import difflib
 import socket
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -181,8 +182,12 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
     """Merge ``configs`` over the defaults, validating every key and value."""
     unknown = sorted(set(configs) - set(DEFAULT_CONFIG))
     if unknown:
+        close = difflib.get_close_matches(unknown[0], DEFAULT_CONFIG, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise ConsumerConfigError(
-            unknown[0], f"unknown configuration key(s) {unknown}; see docs/consumer.md"
+            unknown[0],
+            f"unknown configuration key(s) {unknown}; {hint}"
+            "EpochConsumer.DEFAULT_CONFIG lists every key and its default",
         )
     cfg = dict(DEFAULT_CONFIG)
     cfg.update(configs)

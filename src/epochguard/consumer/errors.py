@@ -34,7 +34,9 @@ class ConsumerConfigError(kerrors.KafkaConfigurationError, ValueError):  # type:
 
     def __init__(self, key: str, message: str) -> None:
         self.key = key
-        super().__init__(f"{key}: {message}")
+        # A wrapped error of the sans-IO core ("on_truncation must be ...") names the key
+        # already; it is said once.
+        super().__init__(f"{key}: {message.removeprefix(f'{key} ')}")
 
 
 class CorruptRecordError(kerrors.CorruptRecordError):  # type: ignore[misc]

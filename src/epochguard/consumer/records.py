@@ -115,6 +115,19 @@ _native, _native_reason = _load_native()
 DECODER = "c" if _native is not None else "python"
 _logged = False
 
+#: What the import-time warning tells a user whose install has no C decoder.
+C_DECODER_REMEDY = (
+    "install a wheel built for this Python, or rebuild from the sdist with a C compiler "
+    "(gcc or clang) and this Python's headers (python3-dev): pip install --force-reinstall "
+    "--no-deps --no-binary epochguard epochguard"
+)
+if _native is None and os.environ.get(PURE_PYTHON_ENV, "") in ("", "0"):
+    # Once per process (module import): the pure-Python decoder is correct but slower, and
+    # a compiler-less install falls back to it without a word from pip.
+    log.warning(
+        "record_decoder_fallback", decoder="python", reason=_native_reason, remedy=C_DECODER_REMEDY
+    )
+
 
 def log_decoder_once() -> None:
     """Log (debug) which record decoder is active, the first time a consumer starts."""
@@ -122,6 +135,11 @@ def log_decoder_once() -> None:
     if not _logged:
         _logged = True
         log.debug("record_decoder_selected", decoder=DECODER, reason=_native_reason)
+
+
+def _counted(n: int, noun: str) -> str:
+    """``"1 record"``, ``"2 records"``: the C decoder's wording, which errors must match."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 #: ``(topic, headers, data) -> value``; see :func:`as_deserializer`.
@@ -512,8 +530,8 @@ def _decode_batch_records(
         raise IndexError("record past the end of the batch")
     if pos != end:
         raise CorruptRecordError(
-            f"{topic}-{partition}: the batch at offset {base_offset} has {end - pos} bytes "
-            f"after its {count} records"
+            f"{topic}-{partition}: the batch at offset {base_offset} has "
+            f"{_counted(end - pos, 'byte')} after its {_counted(count, 'record')}"
         )
 
 

@@ -36,6 +36,13 @@ class PositionSource(enum.StrEnum):
     RESET_LATEST = "reset_latest"  # ListOffsets latest
 
 
+def records_count(count: int | None) -> str:
+    """``"1 record"``, ``"3 records"`` (``"? records"`` when not known)."""
+    if count is None:
+        return "? records"
+    return f"{count} record" if count == 1 else f"{count} records"
+
+
 @attrs.frozen
 class TruncationReport:
     """One detected truncation of one partition.
@@ -100,7 +107,7 @@ class TruncationReport:
             lost = f"divergence point unknown, consumed up to offset {self.lost_to}"
         else:
             lost = (
-                f"offsets [{self.lost_from}, {self.lost_to}) ({self.lost_count} records) "
+                f"offsets [{self.lost_from}, {self.lost_to}) ({records_count(self.lost_count)}) "
                 f"consumed under the old epoch are gone; logs diverge at {self.divergence}"
             )
         return (

@@ -119,8 +119,27 @@ class SqliteOffsetStore:
         # A damaged page can also hold text that is not UTF-8.
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise OffsetStoreError(
-                f"offset store {self.path or 'connection'!r} is not a usable SQLite database: {exc}"
+                f"offset store {self._database} is not a usable SQLite database: {exc}"
             ) from exc
+
+    @property
+    def _database(self) -> str:
+        """The database file, for error messages (an application's connection may hold one
+        too, or be in memory)."""
+        if self.path is not None:
+            return self.path
+        try:
+            row = self._conn.execute("PRAGMA database_list").fetchone()
+        except sqlite3.Error:
+            row = None
+        if row is not None and row[2]:
+            return str(row[2])
+        return "(the application's connection, no file)"
+
+    @property
+    def _where(self) -> str:
+        """The table and its database file, for error messages."""
+        return f"table {self.table!r} in {self._database}"
 
     def _prepare(self) -> None:
         conn = self._conn
@@ -153,7 +172,7 @@ class SqliteOffsetStore:
             return
         if cols != _COLUMNS:
             raise OffsetStoreError(
-                f"table {self.table!r} exists but is not an epochguard offset table "
+                f"{self._where} exists but is not an epochguard offset table "
                 f"(columns {cols}, expected {_COLUMNS})"
             )
 
@@ -197,7 +216,7 @@ class SqliteOffsetStore:
                 (self.namespace,),
             ).fetchall()
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-            raise OffsetStoreError(f"cannot read offsets from {self.table!r}: {exc}") from exc
+            raise OffsetStoreError(f"cannot read offsets from {self._where}: {exc}") from exc
         out: dict[TopicPartition, EpochOffset] = {}
         for topic, partition, offset, epoch, topic_id, exact in rows:
             try:
@@ -213,7 +232,7 @@ class SqliteOffsetStore:
                 )
             except InvalidPositionError as exc:
                 raise OffsetStoreError(
-                    f"corrupt row for {topic}-{partition} in {self.table!r}: {exc}"
+                    f"corrupt row for {topic}-{partition} in {self._where}: {exc}"
                 ) from exc
         return out
 
@@ -249,7 +268,7 @@ class SqliteOffsetStore:
             with self._maybe_transaction(conn):
                 conn.executemany(sql, params)
         except sqlite3.DatabaseError as exc:
-            raise OffsetStoreError(f"cannot save offsets to {self.table!r}: {exc}") from exc
+            raise OffsetStoreError(f"cannot save offsets to {self._where}: {exc}") from exc
 
     def close(self) -> None:
         if self._owns:
@@ -269,16 +288,27 @@ class JsonFileOffsetStore:
     """Positions in a JSON file, replaced atomically (temp file, fsync, rename, fsync dir).
 
     A crash at any point leaves either the old or the new file, never a mix. A file that is
-    not an epochguard offsets file raises :class:`OffsetStoreError`; a missing file is empty.
+    not an epochguard offsets file raises :class:`OffsetStoreError`; a missing file is empty,
+    but its directory must exist (checked at construction, as ``SqliteOffsetStore`` opens its
+    file): a mistyped directory would otherwise look like a store with no positions.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._check_directory()
+
+    def _check_directory(self) -> None:
+        directory = self.path.parent
+        if not directory.is_dir():
+            raise OffsetStoreError(
+                f"cannot open offset file {self.path}: directory {directory} does not exist"
+            )
 
     def load(self) -> dict[TopicPartition, EpochOffset]:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
+            self._check_directory()  # removed since construction: not an empty store
             return {}
         except OSError as exc:
             raise OffsetStoreError(f"cannot read offset file {self.path}: {exc}") from exc
@@ -338,16 +368,21 @@ class JsonFileOffsetStore:
         }
         data = json.dumps(doc, indent=1, sort_keys=True).encode()
         directory = self.path.parent
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
+        except OSError as exc:
+            raise OffsetStoreError(f"cannot save offsets to {self.path}: {exc}") from exc
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.path)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise OffsetStoreError(f"cannot save offsets to {self.path}: {exc}") from exc
             raise
         # The rename itself must reach the disk, or a crash can bring the old file back.
         with contextlib.suppress(OSError):

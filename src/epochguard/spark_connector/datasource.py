@@ -42,7 +42,7 @@ from epochguard.consumer import (
 )
 from epochguard.consumer.columns import RecordColumns, header_type
 from epochguard.offsets.position import EpochOffset
-from epochguard.offsets.report import TruncationReport
+from epochguard.offsets.report import TruncationReport, records_count
 from epochguard.spark_connector.errors import (
     SourceOptionError,
     SparkDataLossError,
@@ -121,7 +121,7 @@ def truncation_message(report: TruncationReport, where: str) -> str:
     else:
         lost = (
             f"divergence at {report.divergence}, lost range "
-            f"[{report.lost_from}, {report.lost_to}) ({report.lost_count} records)"
+            f"[{report.lost_from}, {report.lost_to}) ({records_count(report.lost_count)})"
         )
     return f"topic {report.topic} partition {report.partition} ({tp}): {lost}; {where}"
 

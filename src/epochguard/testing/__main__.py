@@ -53,7 +53,8 @@ def parser(prog: str = "python -m epochguard.testing") -> argparse.ArgumentParse
         "--port",
         type=int,
         default=None,
-        help="the first broker's port; broker i listens on PORT+i (default: free ports)",
+        help="the first broker's port; broker i (ids start at 1) listens on PORT+i-1 "
+        "(default: free ports)",
     )
     p.add_argument(
         "--control-port",

@@ -67,8 +67,8 @@ class EmbeddedCluster:
         racks: Mapping[int, str] | None = None,
         replica_selector: str | None = None,
     ) -> None:
-        """``port``: the first broker listens there and broker ``i`` on ``port + i``
-        (default: free ports chosen by the OS). A restarted broker keeps its port.
+        """``port``: the first broker listens there and broker ``i`` (ids start at 1) on
+        ``port + i - 1`` (default: free ports chosen by the OS). A restarted broker keeps its port.
 
         ``sasl_users`` (name -> password): brokers also listen with SASL_PLAINTEXT, offering
         PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512. ``tls`` (see

@@ -30,7 +30,7 @@ from epochguard.consumer.aio import _aiokafka_config
 from epochguard.consumer.config import build_config
 from epochguard.testing import EmbeddedCluster
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "migration-from-aiokafka.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "migration-from-aiokafka.md"
 
 #: ``name`` for a class member, ``config:key`` for a constructor keyword's default.
 DELIBERATE: dict[str, str] = {

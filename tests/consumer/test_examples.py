@@ -16,7 +16,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.mark.parametrize("name", ["group_rewind", "raise_compensate", "exactly_once_sqlite"])
+@pytest.mark.parametrize(
+    "name", ["group_rewind", "raise_compensate", "exactly_once_sqlite", "asyncio_worker"]
+)
 def test_example_runs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(EXAMPLES))
     module = importlib.import_module(name)

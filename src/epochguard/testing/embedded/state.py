@@ -158,6 +158,9 @@ class ClusterState:
         self.faults: Faults = faults if faults is not None else Faults()
         self.security = SecuritySettings()
         self.groups: Any = None
+        # The transaction coordinator (``transactions.py``), installed on first use by
+        # ``handlers/_txn_common.py``.
+        self.transactions: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._image_version = 0
         self._waiters: list[asyncio.Future[None]] = []
@@ -742,6 +745,36 @@ class ClusterState:
         return llog.log_start_offset
 
     # -- producing -------------------------------------------------------------------------
+
+    def write_txn_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> bool:
+        """Append a COMMIT / ABORT marker on the partition's leader, then replicate it (the
+        coordinator's WriteTxnMarkers). False when it cannot be written now: no leader, a
+        leader that has not taken over yet, or an ISR below min.insync.replicas (the
+        coordinator retries). A deleted partition needs no marker."""
+        from epochguard.testing.embedded.records import build_control_batch
+
+        t = self.topics.get(topic)
+        p = t.partitions.get(partition) if t is not None else None
+        if t is None or p is None:
+            return True
+        if p.leader is None or len(p.isr) < t.min_insync_replicas:
+            return False
+        view = self.brokers[p.leader].view.partition(topic, partition)
+        if view is None or view.leader_epoch != p.leader_epoch:
+            return False
+        batch = build_control_batch(
+            producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
+        )
+        self.append(p, p.leader, batch, p.leader_epoch)
+        return True
 
     def append(
         self, p: PartitionState, broker_id: int, records: bytes | memoryview, leader_epoch: int

@@ -1,0 +1,87 @@
+"""Differential: the same transactional workload through kafka-python's and confluent-kafka's
+transactional producers against real Kafka and the EmbeddedCluster gives the same answers:
+record offsets, high watermarks and last stable offsets, the aborted transactions of a
+read_committed Fetch, what read_committed readers (kafka-python, librdkafka, EpochConsumer)
+see, the group offsets committed in the transaction, and the admin APIs' view
+(DescribeTransactions, ListTransactions, DescribeProducers)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import pytest
+
+from epochguard.testing import EmbeddedCluster
+from epochguard.testing.apache_kafka import ApacheKafkaCluster
+
+from .. import txn_workload as w
+
+pytestmark = pytest.mark.timeout(180)
+
+WORKLOADS: dict[str, Callable[[str, str, str, tuple[str, str]], Any]] = {
+    "kafka-python": w.kafka_python_workload,
+    "confluent-kafka": w.confluent_workload,
+}
+
+
+def _run(bootstrap: str, create: Callable[[str], None], client: str, run_id: str) -> w.Observation:
+    topic = f"txn-{client}-{run_id}"
+    group = f"group-{client}-{run_id}"
+    ids = (f"{client}-a-{run_id}", f"{client}-b-{run_id}")
+    create(topic)
+    left_open = WORKLOADS[client](bootstrap, topic, group, ids)
+    try:
+        observed = w.observe(bootstrap, topic, group, ids)
+    finally:
+        if client == "kafka-python":
+            left_open.abort_transaction()
+            left_open.close()
+        else:
+            left_open.abort_transaction(20)
+    # The names carry the run id; compare them without it.
+    return _without(observed, f"-{run_id}")
+
+
+def _without(observed: w.Observation, suffix: str) -> w.Observation:
+    def name(n: str) -> str:
+        return n.removesuffix(suffix)
+
+    return attrs.evolve(
+        observed,
+        fetch_answers={
+            p: (hw, lso, [(name(t), o) for t, o in aborted])
+            for p, (hw, lso, aborted) in observed.fetch_answers.items()
+        },
+        transactions={name(k): v for k, v in observed.transactions.items()},
+        ongoing=[name(t) for t in observed.ongoing],
+        producers={
+            p: [(name(t), epoch, seq, start) for t, epoch, seq, start in states]
+            for p, states in observed.producers.items()
+        },
+    )
+
+
+@pytest.mark.parametrize("client", sorted(WORKLOADS))
+def test_transactional_workload_answers_as_real_kafka(
+    cluster: ApacheKafkaCluster, client: str
+) -> None:
+    run_id = uuid.uuid4().hex[:8]
+    real = _run(
+        cluster.bootstrap_servers,
+        lambda t: cluster.create_topic(t, partitions=2, replication_factor=3),
+        client,
+        run_id,
+    )
+    with EmbeddedCluster(brokers=3) as embedded:
+        mine = _run(
+            embedded.bootstrap_servers,
+            lambda t: embedded.create_topic(t, partitions=2, replication_factor=3),
+            client,
+            run_id,
+        )
+    assert real.read_uncommitted == w.EXPECTED_UNCOMMITTED
+    assert real.kafka_python_committed == w.EXPECTED_COMMITTED
+    assert mine == real

@@ -101,16 +101,12 @@ def confluent_workload(bootstrap: str, topic: str, group: str, ids: tuple[str, s
     p.produce(topic, b"c1", partition=0)
     p.produce(topic, b"c2", partition=0)
     p.produce(topic, b"c3", partition=1)
-    p.send_offsets_to_transaction(
-        [CkTopicPartition(topic, 0, 5, leader_epoch=0)], metadata, 20
-    )
+    p.send_offsets_to_transaction([CkTopicPartition(topic, 0, 5, leader_epoch=0)], metadata, 20)
     p.commit_transaction(20)
     p.begin_transaction()
     p.produce(topic, b"a1", partition=0)
     p.produce(topic, b"a2", partition=0)
-    p.send_offsets_to_transaction(
-        [CkTopicPartition(topic, 1, 9, leader_epoch=0)], metadata, 20
-    )
+    p.send_offsets_to_transaction([CkTopicPartition(topic, 1, 9, leader_epoch=0)], metadata, 20)
     assert p.flush(20) == 0
     p.abort_transaction(20)
     p.begin_transaction()
@@ -275,10 +271,14 @@ def observe(bootstrap: str, topic: str, group: str, ids: tuple[str, str]) -> Obs
             for txn_id, d in described.items()
         }
         listed = admin.list_transactions(state_filters=["Ongoing"])
-        ongoing = sorted(t.transactional_id for ts in listed.values() for t in ts if t.transactional_id in ids)
+        ongoing = sorted(
+            t.transactional_id for ts in listed.values() for t in ts if t.transactional_id in ids
+        )
         offsets = admin.list_group_offsets({group: None})[group]
         group_offsets = {
-            tp.partition: (om.offset, om.leader_epoch) for tp, om in offsets.items() if tp.topic == topic
+            tp.partition: (om.offset, om.leader_epoch)
+            for tp, om in offsets.items()
+            if tp.topic == topic
         }
         producers_by_tp = admin.describe_producers(tps)
         producers = {
@@ -295,7 +295,9 @@ def observe(bootstrap: str, topic: str, group: str, ids: tuple[str, str]) -> Obs
         }
         topic_info = admin.describe_topics([topic])[0]
         leaders = {p["partition_index"]: p["leader_id"] for p in topic_info["partitions"]}
-        brokers = {b["broker_id"]: f"{b['host']}:{b['port']}" for b in admin.describe_cluster()["brokers"]}
+        brokers = {
+            b["broker_id"]: f"{b['host']}:{b['port']}" for b in admin.describe_cluster()["brokers"]
+        }
     finally:
         admin.close()
     fetch_answers = {

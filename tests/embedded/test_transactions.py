@@ -307,9 +307,7 @@ def test_a_marker_waits_for_a_leader(cluster: EmbeddedCluster) -> None:
         def check() -> bool:
             before = coordinator_broker(cluster.state, txn_id)
             alive = [b for b in cluster.state.alive_brokers() if b.node_id != leader]
-            after = sorted(alive, key=lambda b: b.node_id)[
-                zlib.crc32(txn_id.encode()) % len(alive)
-            ]
+            after = sorted(alive, key=lambda b: b.node_id)[zlib.crc32(txn_id.encode()) % len(alive)]
             return before is not None and leader not in (before.node_id, after.node_id)
 
         return cluster.call(check)

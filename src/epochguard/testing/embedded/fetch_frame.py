@@ -16,8 +16,9 @@ does not take at once; at 1 KB values those copies were a third of the broker's 
 Only the common answer is written this way: no aborted transactions (a null or empty
 list), none of the tagged fields (a diverging epoch, a current leader, a snapshot id, node
 endpoints). Those answers are small and rare (errors, divergence, aborted transactions);
-:func:`fetch_response_parts` returns ``None`` for them and the server uses kafka-python's encoder. ``tests/embedded/
-test_fetch_frame.py`` holds the bytes equal to kafka-python's for every version.
+:func:`fetch_response_parts` returns ``None`` for them and the server uses kafka-python's
+encoder. ``tests/embedded/test_fetch_frame.py`` holds the bytes equal to kafka-python's for
+every version.
 """
 
 from __future__ import annotations

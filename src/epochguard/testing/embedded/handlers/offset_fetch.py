@@ -60,7 +60,7 @@ def _group_offsets(
             continue
         tname = tv.name if tv is not None else (name or "")
         stored = coord.fetch_offsets(group_id, [(tname, p) for p in parts])
-        results = []
+        results: list[tuple[int, CommittedOffset, int]] = []
         for p in parts:
             c = stored.get((tname, p))
             # Kafka's coordinator answers from its offsets store alone: a broker that has

@@ -23,7 +23,9 @@ from epochguard.testing.embedded.partition_log import (
 )
 
 
-def _producer_error(ctx: RequestContext, log: PartitionLog, tp: tuple[str, int], records: Any) -> int:
+def _producer_error(
+    ctx: RequestContext, log: PartitionLog, tp: tuple[str, int], records: Any
+) -> int:
     """Kafka's producer-state checks for the batches of one partition."""
     if records is None:
         return ErrorCode.NONE

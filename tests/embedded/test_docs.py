@@ -1,4 +1,4 @@
-"""The unclean-election example in docs/testing.md runs as written."""
+"""The examples in docs/testing.md run as written; its API table is the registry's."""
 
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ def test_quick_start_runs() -> None:
 def test_unclean_election_example_runs() -> None:
     (block,) = [b for b in python_blocks() if "unclean=True" in b]
     exec(compile(block, "docs/testing.md:unclean", "exec"), {})
+
+
+def test_transactions_example_runs() -> None:
+    (block,) = [b for b in python_blocks() if "transactional_id=" in b]
+    exec(compile(block, "docs/testing.md:transactions", "exec"), {})
 
 
 def test_advertised_api_table_matches_the_registry() -> None:

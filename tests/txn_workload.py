@@ -26,6 +26,7 @@ from confluent_kafka import Consumer as CkConsumer
 from confluent_kafka import Producer as CkProducer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import AbortTransactionSpec
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.structs import OffsetAndMetadata
 
@@ -319,6 +320,45 @@ def observe(bootstrap: str, topic: str, group: str, ids: tuple[str, str]) -> Obs
         ongoing=ongoing,
         producers=producers,
     )
+
+
+def abort_with_admin(
+    bootstrap: str, topic: str, partition: int, txn_id: str, ids: tuple[str, ...]
+) -> tuple[int, int, list[tuple[str, int]]]:
+    """Abort ``txn_id``'s open transaction on one partition as ``kafka-transactions.sh abort``
+    does (WriteTxnMarkers to the leader, KIP-664); the raw read_committed Fetch after it
+    (producer ids named by their transactional id among ``ids``)."""
+    tp = TopicPartition(topic, partition)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        described = admin.describe_transactions(list(ids))
+        names = {d.producer_id: name for name, d in described.items()}
+        txn = described[txn_id]
+        (state,) = [
+            s
+            for s in admin.describe_producers([tp])[tp].active_producers
+            if s.producer_id == txn.producer_id
+        ]
+        admin.abort_transaction(
+            AbortTransactionSpec(
+                topic_partition=tp,
+                producer_id=state.producer_id,
+                producer_epoch=state.producer_epoch,
+                coordinator_epoch=max(0, state.coordinator_epoch),
+            )
+        )
+        topic_info = admin.describe_topics([topic])[0]
+        leader = next(
+            p["leader_id"] for p in topic_info["partitions"] if p["partition_index"] == partition
+        )
+        address = next(
+            f"{b['host']}:{b['port']}"
+            for b in admin.describe_cluster()["brokers"]
+            if b["broker_id"] == leader
+        )
+    finally:
+        admin.close()
+    return _fetch_read_committed(address, topic, partition, names)
 
 
 #: What the workload must leave on any cluster.

@@ -87,6 +87,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_PRODUCER_ID_MAPPING = kerrors.InvalidProducerIdMappingError.errno
     INVALID_TRANSACTION_TIMEOUT = kerrors.InvalidTransactionTimeoutError.errno
     CONCURRENT_TRANSACTIONS = kerrors.ConcurrentTransactionsError.errno
+    TRANSACTION_COORDINATOR_FENCED = kerrors.TransactionCoordinatorFencedError.errno
     OPERATION_NOT_ATTEMPTED = kerrors.OperationNotAttemptedError.errno
     PRODUCER_FENCED = kerrors.ProducerFencedError.errno
     TRANSACTIONAL_ID_NOT_FOUND = kerrors.TransactionalIdNotFoundError.errno

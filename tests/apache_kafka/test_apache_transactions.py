@@ -27,7 +27,9 @@ WORKLOADS: dict[str, Callable[[str, str, str, tuple[str, str]], Any]] = {
 }
 
 
-def _run(bootstrap: str, create: Callable[[str], None], client: str, run_id: str) -> w.Observation:
+def _run(
+    bootstrap: str, create: Callable[[str], None], client: str, run_id: str
+) -> tuple[w.Observation, Any]:
     topic = f"txn-{client}-{run_id}"
     group = f"group-{client}-{run_id}"
     ids = (f"{client}-a-{run_id}", f"{client}-b-{run_id}")
@@ -35,6 +37,8 @@ def _run(bootstrap: str, create: Callable[[str], None], client: str, run_id: str
     left_open = WORKLOADS[client](bootstrap, topic, group, ids)
     try:
         observed = w.observe(bootstrap, topic, group, ids)
+        # KIP-664's abort of the open transaction, as an operator frees a hanging one.
+        after_abort = w.abort_with_admin(bootstrap, topic, 0, ids[1], ids)
     finally:
         if client == "kafka-python":
             left_open.abort_transaction()
@@ -42,7 +46,12 @@ def _run(bootstrap: str, create: Callable[[str], None], client: str, run_id: str
         else:
             left_open.abort_transaction(20)
     # The names carry the run id; compare them without it.
-    return _without(observed, f"-{run_id}")
+    hw, lso, aborted = after_abort
+    return _without(observed, f"-{run_id}"), (
+        hw,
+        lso,
+        [(t.removesuffix(f"-{run_id}"), o) for t, o in aborted],
+    )
 
 
 def _without(observed: w.Observation, suffix: str) -> w.Observation:
@@ -69,14 +78,14 @@ def test_transactional_workload_answers_as_real_kafka(
     cluster: ApacheKafkaCluster, client: str
 ) -> None:
     run_id = uuid.uuid4().hex[:8]
-    real = _run(
+    real, real_abort = _run(
         cluster.bootstrap_servers,
         lambda t: cluster.create_topic(t, partitions=2, replication_factor=3),
         client,
         run_id,
     )
     with EmbeddedCluster(brokers=3) as embedded:
-        mine = _run(
+        mine, my_abort = _run(
             embedded.bootstrap_servers,
             lambda t: embedded.create_topic(t, partitions=2, replication_factor=3),
             client,
@@ -85,3 +94,6 @@ def test_transactional_workload_answers_as_real_kafka(
     assert real.read_uncommitted == w.EXPECTED_UNCOMMITTED
     assert real.kafka_python_committed == w.EXPECTED_COMMITTED
     assert mine == real
+    # The admin abort wrote an ABORT marker at 7: the partition is stable again.
+    assert real_abort == (8, 8, [("a", 3), ("b", 6)])
+    assert my_abort == real_abort

@@ -235,15 +235,25 @@ def test_transactional_workload(cluster: EmbeddedCluster, client: str) -> None:
     # Every replica got the markers through replication and has the same stable offset.
     for p in (0, 1):
         for b in cluster.replicas("t", p):
-            lso = cluster.call(lambda p=p, b=b: cluster.state.partition("t", p).logs[b])
-            assert cluster.call(lambda lso=lso: lso.last_stable_offset) == (6 if p == 0 else 4)
+            assert cluster.last_stable_offset("t", p, b) == (6 if p == 0 else 4)
+            assert cluster.log_end_offset("t", p, b) == (7 if p == 0 else 4)
+    # KIP-664: an operator's abort (WriteTxnMarkers) makes the partition stable again.
+    assert w.abort_with_admin(cluster.bootstrap_servers, "t", 0, "b", ("a", "b")) == (
+        8,
+        8,
+        [("a", 3), ("b", 6)],
+    )
     if client == "kafka-python":
         left_open.abort_transaction()
         left_open.close()
     else:
         left_open.abort_transaction(10)
-    assert cluster.high_watermark("t", 0) == 8
-    assert cluster.call(lambda: cluster.state.partition("t", 0).leader_log.last_stable_offset) == 8
+    # The coordinator's own ABORT marker follows; it changes nothing more.
+    assert cluster.high_watermark("t", 0) == 9
+    assert cluster.last_stable_offset("t", 0) == 9
+    pid_a = cluster.call(lambda: cluster.state.transactions.describe("a").producer_id)
+    pid_b = cluster.call(lambda: cluster.state.transactions.describe("b").producer_id)
+    assert cluster.aborted_transactions("t", 0) == [(pid_a, 3, 5), (pid_b, 6, 7)]
 
 
 def test_a_newer_instance_fences_the_older_one(cluster: EmbeddedCluster) -> None:
@@ -434,3 +444,53 @@ def test_read_committed_list_offsets_answers_the_last_stable_offset(
         c.close()
     p.abort_transaction()
     p.close()
+
+
+def test_a_marker_lost_to_an_unclean_election_hangs_its_transaction(
+    cluster: EmbeddedCluster,
+) -> None:
+    """A COMMIT marker only the old leader had is truncated away: the new leader sees the
+    transaction open forever (its last stable offset stops), DescribeProducers names it, and
+    an operator's abort (WriteTxnMarkers) frees the partition, the records now aborted."""
+    from kafka.admin import AbortTransactionSpec, KafkaAdminClient
+
+    cluster.create_topic("t", replication_factor=2)
+    leader = cluster.leader("t", 0)
+    follower = next(b for b in cluster.replicas("t", 0) if b != leader)
+    p = KafkaProducer(bootstrap_servers=cluster.all_bootstrap_servers, transactional_id="tx")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", b"v", partition=0)
+    p.flush()
+    assert cluster.log_end_offset("t", 0, follower) == 1
+    cluster.pause_replication(follower)
+    p.commit_transaction()
+    p.close()
+    assert cluster.last_stable_offset("t", 0) == 2
+    cluster.stop_broker(leader)
+    cluster.elect_leader("t", 0, follower, unclean=True)
+    cluster.resume_replication(follower)
+    cluster.start_broker(leader)  # truncates to the new leader's log: the marker is gone
+    cluster.settle()
+    for b in (leader, follower):
+        assert cluster.log_end_offset("t", 0, b) == 1
+        assert cluster.last_stable_offset("t", 0, b) == 0
+    # The coordinator believes the transaction committed.
+    state = cluster.call(lambda: cluster.state.transactions.describe("tx").state)
+    assert state is TxnState.COMPLETE_COMMIT
+    tp = TopicPartition("t", 0)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        (hanging,) = admin.describe_producers([tp])[tp].active_producers
+        assert hanging.current_transaction_start_offset == 0
+        admin.abort_transaction(
+            AbortTransactionSpec(tp, hanging.producer_id, hanging.producer_epoch, 0)
+        )
+        with pytest.raises(KafkaError):  # an older producer epoch is fenced
+            admin.abort_transaction(
+                AbortTransactionSpec(tp, hanging.producer_id, hanging.producer_epoch - 1, 0)
+            )
+    finally:
+        admin.close()
+    assert cluster.last_stable_offset("t", 0) == 2
+    assert cluster.aborted_transactions("t", 0) == [(hanging.producer_id, 0, 1)]

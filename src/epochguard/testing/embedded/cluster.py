@@ -291,6 +291,22 @@ class EmbeddedCluster:
     def high_watermark(self, topic: str, partition: int, broker: int | None = None) -> int:
         return self._call(lambda: self._log(topic, partition, broker).high_watermark)
 
+    def last_stable_offset(self, topic: str, partition: int, broker: int | None = None) -> int:
+        """The replica's last stable offset: what read_committed consumers may read up to."""
+        return self._call(lambda: self._log(topic, partition, broker).last_stable_offset)
+
+    def aborted_transactions(
+        self, topic: str, partition: int, broker: int | None = None
+    ) -> list[tuple[int, int, int]]:
+        """The replica's aborted-transaction index: ``[(producer id, first offset, offset of
+        the ABORT marker), ...]``."""
+        return self._call(
+            lambda: [
+                (a.producer_id, a.first_offset, a.last_offset)
+                for a in self._log(topic, partition, broker).aborted_transactions(0, 2**63 - 1)
+            ]
+        )
+
     def _log(self, topic: str, partition: int, broker: int | None) -> PartitionLog:
         p = self._state.partition(topic, partition)
         b = p.leader if broker is None else broker

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from epochguard._errors import ErrorCode
 from epochguard._log import get_logger
 from epochguard.testing.embedded.fetch_sessions import FetchSessionCache
 from epochguard.testing.embedded.partition_log import UNDEFINED_EPOCH_OFFSET, PartitionLog
@@ -759,22 +760,48 @@ class ClusterState:
         coordinator's WriteTxnMarkers). False when it cannot be written now: no leader, a
         leader that has not taken over yet, or an ISR below min.insync.replicas (the
         coordinator retries). A deleted partition needs no marker."""
-        from epochguard.testing.embedded.records import build_control_batch
-
         t = self.topics.get(topic)
         p = t.partitions.get(partition) if t is not None else None
         if t is None or p is None:
             return True
-        if p.leader is None or len(p.isr) < t.min_insync_replicas:
+        if p.leader is None:
             return False
         view = self.brokers[p.leader].view.partition(topic, partition)
         if view is None or view.leader_epoch != p.leader_epoch:
             return False
+        error = self.append_txn_marker(
+            p, p.leader, view.leader_epoch, producer_id, producer_epoch, commit, coordinator_epoch
+        )
+        # A fenced marker is given up, as Kafka's coordinator does; a short ISR is retried.
+        return error != ErrorCode.NOT_ENOUGH_REPLICAS
+
+    def append_txn_marker(
+        self,
+        p: PartitionState,
+        broker_id: int,
+        leader_epoch: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> int:
+        """Append a marker on ``broker_id``'s replica as leader, with Kafka's checks (an
+        epoch older than the producer's, a coordinator epoch older than the last marker's,
+        an ISR below min.insync.replicas: markers are written with acks=all)."""
+        from epochguard.testing.embedded.records import build_control_batch
+
+        entry = p.logs[broker_id].producer(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            return ErrorCode.TRANSACTION_COORDINATOR_FENCED
+        if len(p.isr) < self._min_isr(p):
+            return ErrorCode.NOT_ENOUGH_REPLICAS
         batch = build_control_batch(
             producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
         )
-        self.append(p, p.leader, batch, p.leader_epoch)
-        return True
+        self.append(p, broker_id, batch, leader_epoch)
+        return ErrorCode.NONE
 
     def append(
         self, p: PartitionState, broker_id: int, records: bytes | memoryview, leader_epoch: int

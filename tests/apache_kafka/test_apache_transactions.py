@@ -95,5 +95,5 @@ def test_transactional_workload_answers_as_real_kafka(
     assert real.kafka_python_committed == w.EXPECTED_COMMITTED
     assert mine == real
     # The admin abort wrote an ABORT marker at 7: the partition is stable again.
-    assert real_abort == (8, 8, [("a", 3), ("b", 6)])
+    assert real_abort == (8, 8, [(f"{client}-a", 3), (f"{client}-b", 6)])
     assert my_abort == real_abort

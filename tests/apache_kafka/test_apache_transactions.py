@@ -97,3 +97,16 @@ def test_transactional_workload_answers_as_real_kafka(
     # The admin abort wrote an ABORT marker at 7: the partition is stable again.
     assert real_abort == (8, 8, [(f"{client}-a", 3), (f"{client}-b", 6)])
     assert my_abort == real_abort
+
+
+def test_fencing_answers_as_real_kafka(cluster: ApacheKafkaCluster) -> None:
+    """A zombie producer and a stale group member are fenced alike on both clusters."""
+    run_id = uuid.uuid4().hex[:8]
+    topic, group, txn_id = f"fence-{run_id}", f"fence-group-{run_id}", f"fence-{run_id}"
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    real = w.fencing_scenario(cluster.bootstrap_servers, topic, group, txn_id)
+    with EmbeddedCluster(brokers=3) as embedded:
+        embedded.create_topic(topic, partitions=1, replication_factor=3)
+        mine = w.fencing_scenario(embedded.bootstrap_servers, topic, group, txn_id)
+    assert real["zombie_commit"] == "ProducerFencedError"
+    assert mine == real

@@ -494,3 +494,14 @@ def test_a_marker_lost_to_an_unclean_election_hangs_its_transaction(
         admin.close()
     assert cluster.last_stable_offset("t", 0) == 2
     assert cluster.aborted_transactions("t", 0) == [(hanging.producer_id, 0, 1)]
+
+
+def test_zombie_and_stale_member_fencing(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t")
+    assert w.fencing_scenario(cluster.bootstrap_servers, "t", "g", "tx") == {
+        "zombie_commit": "ProducerFencedError",
+        "epoch_after_takeover": 2,  # the zombie's transaction was aborted under epoch 1
+        "stale_metadata_offsets": "CommitFailedError",  # UNKNOWN_MEMBER_ID
+        "commit_after_stale": "KafkaError",  # the transaction is abortable only
+        "read_committed": [],
+    }

@@ -505,3 +505,25 @@ def test_zombie_and_stale_member_fencing(cluster: EmbeddedCluster) -> None:
         "commit_after_stale": "KafkaError",  # the transaction is abortable only
         "read_committed": [],
     }
+
+
+def test_transaction_timeouts_above_the_broker_maximum_are_refused() -> None:
+    with EmbeddedCluster(brokers=1, transaction_max_timeout_ms=5_000) as cluster:
+        ok = KafkaProducer(
+            bootstrap_servers=cluster.bootstrap_servers,
+            transactional_id="ok",
+            transaction_timeout_ms=5_000,
+        )
+        ok.init_transactions()
+        ok.close()
+        too_long = KafkaProducer(
+            bootstrap_servers=cluster.bootstrap_servers,
+            transactional_id="long",
+            transaction_timeout_ms=5_001,
+        )
+        with pytest.raises(KafkaError) as raised:
+            too_long.init_transactions()
+        assert "InvalidTransactionTimeoutError" in str(raised.value)  # error 50
+        too_long.close(timeout=1)
+    with pytest.raises(ValueError, match="transaction_max_timeout_ms"):
+        EmbeddedCluster(transaction_max_timeout_ms=0)

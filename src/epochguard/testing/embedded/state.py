@@ -162,6 +162,8 @@ class ClusterState:
         # The transaction coordinator (``transactions.py``), installed on first use by
         # ``handlers/_txn_common.py``.
         self.transactions: Any = None
+        # Kafka's ``transaction.max.timeout.ms``.
+        self.transaction_max_timeout_ms = 900_000
         self.loop: asyncio.AbstractEventLoop | None = None
         self._image_version = 0
         self._waiters: list[asyncio.Future[None]] = []

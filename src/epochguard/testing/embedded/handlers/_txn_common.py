@@ -54,7 +54,9 @@ def transaction_coordinator(cluster: ClusterState) -> TransactionCoordinator:
     existing = cluster.transactions
     if isinstance(existing, TransactionCoordinator):
         return existing
-    coord = TransactionCoordinator(ClusterParticipants(cluster))
+    coord = TransactionCoordinator(
+        ClusterParticipants(cluster), max_timeout_ms=cluster.transaction_max_timeout_ms
+    )
     cluster.transactions = coord
     loop = asyncio.get_running_loop()
 

@@ -428,3 +428,63 @@ def fencing_scenario(bootstrap: str, topic: str, group: str, txn_id: str) -> dic
     out["read_committed"] = [(m.offset, m.value) for m in reader]
     reader.close()
     return out
+
+
+def group_metadata_scenario(
+    bootstrap: str, topic: str, group: str, txn_id: str, group_protocol: str
+) -> dict[str, Any]:
+    """EpochConsumer's position with epoch and group metadata in kafka-python's transaction:
+    what a stale generation (member epoch for KIP-848) answers, and what a current one
+    commits."""
+    out: dict[str, Any] = {}
+    produce_plain = KafkaProducer(bootstrap_servers=bootstrap)
+    for v in (b"a", b"b", b"c"):
+        produce_plain.send(topic, v, partition=0)
+    produce_plain.flush()
+    produce_plain.close()
+    consumer = EpochConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        group_protocol=group_protocol,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    tp = TopicPartition(topic, 0)
+    try:
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(seen) < 3 and time.monotonic() < deadline:
+            for recs in consumer.poll(timeout_ms=100).values():
+                seen += [r.value for r in recs]
+        position = consumer.position_with_epoch(tp)
+        metadata = consumer.group_metadata()
+        p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=txn_id)
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic, b"x", partition=0)
+        stale = metadata._replace(generation_id=metadata.generation_id + 1)
+        out["stale_generation"] = _outcome(
+            lambda: p.send_offsets_to_transaction({tp: OffsetAndMetadata(1, "", -1)}, stale)
+        )
+        p.close(timeout=1)
+        p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=txn_id)
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic, b"x", partition=0)
+        out["current_generation"] = _outcome(
+            lambda: p.send_offsets_to_transaction(
+                {tp: OffsetAndMetadata(position.offset, "", position.leader_epoch)}, metadata
+            )
+        )
+        out["commit"] = _outcome(p.commit_transaction)
+        p.close()
+    finally:
+        consumer.close()
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        committed = admin.list_group_offsets({group: None})[group].get(tp)
+    finally:
+        admin.close()
+    out["committed"] = None if committed is None else (committed.offset, committed.leader_epoch)
+    return out

@@ -110,3 +110,24 @@ def test_fencing_answers_as_real_kafka(cluster: ApacheKafkaCluster) -> None:
         mine = w.fencing_scenario(embedded.bootstrap_servers, topic, group, txn_id)
     assert real["zombie_commit"] == "ProducerFencedError"
     assert mine == real
+
+
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
+def test_epoch_consumer_group_metadata_answers_as_real_kafka(
+    cluster: ApacheKafkaCluster, group_protocol: str
+) -> None:
+    """EpochConsumer's group metadata in a transaction (KIP-447): a stale generation or
+    member epoch is refused alike, a current one commits the position with its epoch."""
+    run_id = uuid.uuid4().hex[:8]
+    topic, group, txn_id = f"meta-{run_id}", f"meta-group-{run_id}", f"meta-{run_id}"
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    real = w.group_metadata_scenario(
+        cluster.bootstrap_servers, topic, group, txn_id, group_protocol
+    )
+    with EmbeddedCluster(brokers=3) as embedded:
+        embedded.create_topic(topic, partitions=1, replication_factor=3)
+        mine = w.group_metadata_scenario(
+            embedded.bootstrap_servers, topic, group, txn_id, group_protocol
+        )
+    assert real["committed"] == (3, 0)
+    assert mine == real

@@ -16,6 +16,7 @@ from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 
 from epochguard._errors import ErrorCode
 from epochguard.testing import EmbeddedCluster
+from epochguard.testing.embedded.consumer_groups import consumer_coordinator
 from epochguard.testing.embedded.groups import CommittedOffset
 from epochguard.testing.embedded.handlers._group_common import coordinator_broker
 from epochguard.testing.embedded.partition_log import PartitionLog
@@ -527,3 +528,67 @@ def test_transaction_timeouts_above_the_broker_maximum_are_refused() -> None:
         too_long.close(timeout=1)
     with pytest.raises(ValueError, match="transaction_max_timeout_ms"):
         EmbeddedCluster(transaction_max_timeout_ms=0)
+
+
+def test_kip848_group_offsets_in_a_transaction_are_fenced_by_membership(
+    cluster: EmbeddedCluster,
+) -> None:
+    """librdkafka's KIP-848 consumer: its group metadata (member id, member epoch) commits
+    offsets in a transaction; once it has left the group the same metadata is refused."""
+    from confluent_kafka import Consumer, KafkaException, Producer
+    from confluent_kafka import TopicPartition as CkTopicPartition
+
+    cluster.create_topic("t")
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "g848",
+            "group.protocol": "consumer",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    consumer.subscribe(["t"])
+    deadline = time.monotonic() + 20
+    while not consumer.assignment():
+        assert time.monotonic() < deadline
+        consumer.poll(0.1)
+    modern = cluster.call(lambda: consumer_coordinator(cluster.state))
+    assert modern is not None
+    assert cluster.call(lambda: "g848" in modern.groups)
+    metadata = consumer.consumer_group_metadata()
+    p = Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": "tx", "log_level": 0}
+    )
+    p.init_transactions(10)
+    p.begin_transaction()
+    p.produce("t", b"v", partition=0)
+    p.send_offsets_to_transaction([CkTopicPartition("t", 0, 7, leader_epoch=0)], metadata, 10)
+    p.commit_transaction(10)
+    (committed,) = consumer.committed([CkTopicPartition("t", 0)], 10)
+    assert committed.offset == 7
+    consumer.close()  # leaves the group: its member id is gone
+    p.begin_transaction()
+    p.produce("t", b"v", partition=0)
+    with pytest.raises(KafkaException):  # UNKNOWN_MEMBER_ID
+        p.send_offsets_to_transaction([CkTopicPartition("t", 0, 9)], metadata, 10)
+    p.abort_transaction(10)
+
+
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
+def test_epoch_consumer_group_metadata_commits_offsets_in_a_transaction(
+    cluster: EmbeddedCluster, group_protocol: str
+) -> None:
+    """The consume-transform-produce loop with EpochConsumer: its position with epoch and
+    group metadata go into kafka-python's transaction; a stale generation (member epoch in a
+    KIP-848 group) is refused as ILLEGAL_GENERATION, which kafka-python raises as
+    CommitFailedError."""
+    cluster.create_topic("in")
+    assert w.group_metadata_scenario(
+        cluster.bootstrap_servers, "in", "app", "tx", group_protocol
+    ) == {
+        "stale_generation": "CommitFailedError",
+        "current_generation": "ok",
+        "commit": "ok",
+        "committed": (3, 0),
+    }

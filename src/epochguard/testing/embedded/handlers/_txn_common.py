@@ -13,6 +13,7 @@ import time
 import attrs
 
 from epochguard._errors import ErrorCode
+from epochguard.testing.embedded.consumer_groups import consumer_coordinator
 from epochguard.testing.embedded.handlers import RequestContext
 from epochguard.testing.embedded.handlers._group_common import coordinator, coordinator_broker
 from epochguard.testing.embedded.state import ClusterState
@@ -46,7 +47,11 @@ class ClusterParticipants:
         )
 
     def end_group_transaction(self, group_id: str, producer_id: int, commit: bool) -> None:
-        coordinator(self.cluster).end_transaction(group_id, producer_id, commit)
+        modern = consumer_coordinator(self.cluster)
+        if modern is not None and group_id in modern.groups:
+            modern.end_transaction(group_id, producer_id, commit)
+        else:
+            coordinator(self.cluster).end_transaction(group_id, producer_id, commit)
 
 
 def transaction_coordinator(cluster: ClusterState) -> TransactionCoordinator:

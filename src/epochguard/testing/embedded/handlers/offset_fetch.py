@@ -67,11 +67,7 @@ def _group_offsets(
             # not learnt of the topic yet (a stale view after a restart) still returns the
             # commit, or the consumer would reset and re-read what it committed.
             live = c is not None and (tv is None or c.topic_id in (None, tv.topic_id))
-            unstable = (
-                require_stable
-                and isinstance(coord, GroupCoordinator)
-                and coord.has_pending_txn_offset(group_id, (tname, p))
-            )
+            unstable = require_stable and coord.has_pending_txn_offset(group_id, (tname, p))
             if unstable:
                 results.append((p, NO_OFFSET, ErrorCode.UNSTABLE_OFFSET_COMMIT))
             elif c is not None and live:

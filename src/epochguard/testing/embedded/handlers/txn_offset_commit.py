@@ -1,7 +1,8 @@
 """TxnOffsetCommit v0-v3: offsets held by the group until the producer's transaction ends.
 
 From v3 the request carries the consumer's group metadata and is fenced as a member's commit
-(KIP-447); a transaction that did not add the group (AddOffsetsToTxn) is refused."""
+(KIP-447): in a classic group by generation and member id, in a KIP-848 group by member id and
+member epoch. A transaction that did not add the group (AddOffsetsToTxn) is refused."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
+from epochguard.testing.embedded.consumer_groups import consumer_coordinator
 from epochguard.testing.embedded.groups import NO_GENERATION, NO_MEMBER_ID, CommittedOffset
 from epochguard.testing.embedded.handlers import RequestContext, handler
 from epochguard.testing.embedded.handlers._group_common import (
@@ -42,8 +44,19 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         error = transaction_coordinator(ctx.cluster).offset_commit_error(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
         )
+    modern = consumer_coordinator(ctx.cluster)
     if error:
         results = dict.fromkeys(offsets, error)
+    elif modern is not None and request.group_id in modern.groups:
+        # A KIP-848 group: the metadata's generation is the member epoch.
+        results = modern.txn_commit_offsets(
+            request.group_id,
+            request.producer_id,
+            request.generation_id if v >= 3 else NO_GENERATION,
+            request.member_id if v >= 3 else NO_MEMBER_ID,
+            request.group_instance_id if v >= 3 else None,
+            offsets,
+        )
     else:
         results = coordinator(ctx.cluster).txn_commit_offsets(
             request.group_id,

@@ -195,6 +195,9 @@ class PartitionLog:
         # Idempotent producers: producer id -> recent (epoch, base sequence, base offset).
         self._producers: dict[int, list[tuple[int, int, int]]] = {}
         self._producer_state: dict[int, ProducerEntry] = {}
+        # Producer id -> first offset of its open transaction (kept beside the entries so
+        # the last stable offset, asked on every Fetch, is a lookup).
+        self._ongoing: dict[int, int] = {}
         self._aborted: list[AbortedTxn] = []
         # Finished transactions (first offset, marker offset) whose marker is not below the
         # high watermark yet: they hold the last stable offset back, as in Kafka.
@@ -286,16 +289,19 @@ class PartitionLog:
                     self._aborted.append(AbortedTxn(pid, entry.txn_first_offset, base))
                 self._unreplicated_txns.append((entry.txn_first_offset, base))
                 entry.txn_first_offset = -1
+                del self._ongoing[pid]
             return
         if seq >= 0:
             entry.last_sequence = seq + (last - base)
         (attributes,) = _ATTRIBUTES.unpack_from(batch, _ATTRIBUTES_AT)
         if attributes & TRANSACTIONAL_FLAG and entry.txn_first_offset < 0:
             entry.txn_first_offset = base
+            self._ongoing[pid] = base
 
     def _rebuild_producer_state(self) -> None:
         """Replay the kept batches (after a truncation), as Kafka reloads producer state."""
         self._producer_state = {}
+        self._ongoing = {}
         self._aborted = []
         self._unreplicated_txns = []
         for batch, base, last, max_ts in zip(
@@ -316,10 +322,12 @@ class PartitionLog:
     @property
     def first_unstable_offset(self) -> int | None:
         """First offset of the oldest transaction not yet decided and replicated."""
-        hw = self.high_watermark
-        self._unreplicated_txns = [t for t in self._unreplicated_txns if t[1] >= hw]
-        firsts = [e.txn_first_offset for e in self._producer_state.values()]
-        firsts = [f for f in firsts if f >= 0] + [t[0] for t in self._unreplicated_txns]
+        if self._unreplicated_txns:
+            hw = self.high_watermark
+            self._unreplicated_txns = [t for t in self._unreplicated_txns if t[1] >= hw]
+        firsts = [t[0] for t in self._unreplicated_txns]
+        if self._ongoing:
+            firsts.append(min(self._ongoing.values()))
         return min(firsts) if firsts else None
 
     @property

@@ -80,6 +80,17 @@ class ErrorCode(enum.IntEnum):
     FETCH_SESSION_ID_NOT_FOUND = kerrors.FetchSessionIdNotFoundError.errno
     INVALID_FETCH_SESSION_EPOCH = kerrors.InvalidFetchSessionEpochError.errno
     FETCH_SESSION_TOPIC_ID_ERROR = kerrors.FetchSessionTopicIdError.errno
+    # Idempotent and transactional producers.
+    OUT_OF_ORDER_SEQUENCE_NUMBER = kerrors.OutOfOrderSequenceNumberError.errno
+    INVALID_PRODUCER_EPOCH = kerrors.InvalidProducerEpochError.errno
+    INVALID_TXN_STATE = kerrors.InvalidTxnStateError.errno
+    INVALID_PRODUCER_ID_MAPPING = kerrors.InvalidProducerIdMappingError.errno
+    INVALID_TRANSACTION_TIMEOUT = kerrors.InvalidTransactionTimeoutError.errno
+    CONCURRENT_TRANSACTIONS = kerrors.ConcurrentTransactionsError.errno
+    TRANSACTION_COORDINATOR_FENCED = kerrors.TransactionCoordinatorFencedError.errno
+    OPERATION_NOT_ATTEMPTED = kerrors.OperationNotAttemptedError.errno
+    PRODUCER_FENCED = kerrors.ProducerFencedError.errno
+    TRANSACTIONAL_ID_NOT_FOUND = kerrors.TransactionalIdNotFoundError.errno
 
 
 def error_name(code: int) -> str:

@@ -26,6 +26,11 @@ def test_unclean_election_example_runs() -> None:
     exec(compile(block, "docs/guides/testing.md:unclean", "exec"), {})
 
 
+def test_transactions_example_runs() -> None:
+    (block,) = [b for b in python_blocks() if "transactional_id=" in b]
+    exec(compile(block, "docs/testing.md:transactions", "exec"), {})
+
+
 def test_advertised_api_table_matches_the_registry() -> None:
     from epochguard.testing.embedded.handlers import load_all
 

@@ -26,6 +26,7 @@ from epochguard.testing.embedded.state import (
     PartitionView,
     TopicState,
 )
+from epochguard.testing.embedded.transactions import MAX_TRANSACTION_TIMEOUT_MS
 from epochguard.testing.tls import TlsMaterial
 
 __all__ = ["RACK_AWARE_REPLICA_SELECTOR", "EmbeddedCluster", "EmbeddedClusterError", "ReplicaLog"]
@@ -66,6 +67,7 @@ class EmbeddedCluster:
         tls: TlsMaterial | None = None,
         racks: Mapping[int, str] | None = None,
         replica_selector: str | None = None,
+        transaction_max_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS,
     ) -> None:
         """``port``: the first broker listens there and broker ``i`` (ids start at 1) on
         ``port + i - 1`` (default: free ports chosen by the OS). A restarted broker keeps its port.
@@ -80,7 +82,11 @@ class EmbeddedCluster:
         (``replica.selector.class``; only :data:`RACK_AWARE_REPLICA_SELECTOR` is implemented)
         turn on KIP-392 follower fetching: leaders name a replica in the consumer's rack as
         ``preferred_read_replica`` and followers serve Fetch v11+ up to their high
-        watermark."""
+        watermark.
+
+        ``transaction_max_timeout_ms`` is the brokers' ``transaction.max.timeout.ms``: the
+        largest transaction timeout a producer may ask for (docs/testing.md,
+        "Transactions")."""
         if brokers < 1:
             raise ValueError("an EmbeddedCluster needs at least one broker")
         if port is not None and not 1 <= port <= 65535 - (brokers - 1):
@@ -117,6 +123,11 @@ class EmbeddedCluster:
         # Off: the pre-KIP-966 rules (the last ISR member stays in the ISR; the high watermark
         # advances below min.insync.replicas).
         self._state.elr_enabled = eligible_leader_replicas
+        if transaction_max_timeout_ms < 1:
+            raise ValueError(
+                f"transaction_max_timeout_ms must be positive, got {transaction_max_timeout_ms}"
+            )
+        self._state.transaction_max_timeout_ms = transaction_max_timeout_ms
         self._server = EmbeddedServer(self._state)
         self._started = False
         self._closed = False
@@ -290,6 +301,22 @@ class EmbeddedCluster:
 
     def high_watermark(self, topic: str, partition: int, broker: int | None = None) -> int:
         return self._call(lambda: self._log(topic, partition, broker).high_watermark)
+
+    def last_stable_offset(self, topic: str, partition: int, broker: int | None = None) -> int:
+        """The replica's last stable offset: what read_committed consumers may read up to."""
+        return self._call(lambda: self._log(topic, partition, broker).last_stable_offset)
+
+    def aborted_transactions(
+        self, topic: str, partition: int, broker: int | None = None
+    ) -> list[tuple[int, int, int]]:
+        """The replica's aborted-transaction index: ``[(producer id, first offset, offset of
+        the ABORT marker), ...]``."""
+        return self._call(
+            lambda: [
+                (a.producer_id, a.first_offset, a.last_offset)
+                for a in self._log(topic, partition, broker).aborted_transactions(0, 2**63 - 1)
+            ]
+        )
 
     def _log(self, topic: str, partition: int, broker: int | None) -> PartitionLog:
         p = self._state.partition(topic, partition)

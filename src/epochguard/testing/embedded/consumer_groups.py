@@ -146,6 +146,10 @@ class ConsumerGroup:
     subscription_metadata: frozenset[tuple[str, uuid.UUID, int]] = frozenset()
     assignor: str = ""
     offsets: dict[TopicPartition, CommittedOffset] = attrs.field(factory=dict)
+    # TxnOffsetCommit: producer id -> offsets committed when its transaction commits.
+    pending_txn_offsets: dict[int, dict[TopicPartition, CommittedOffset]] = attrs.field(
+        factory=dict
+    )
 
     def state(self) -> str:
         """Kafka's ``ConsumerGroup.ConsumerGroupState`` names."""
@@ -670,6 +674,57 @@ class ConsumerGroupCoordinator:
         if member_epoch != member.member_epoch:
             return ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
+
+    def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        member_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, CommittedOffset],
+    ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit: hold ``offsets`` until the producer's transaction ends.
+
+        As Kafka's ``ConsumerGroup.validateOffsetCommit`` for transactional commits: with
+        no member id, epoch or instance id (the producer was given the group id alone) any
+        state is accepted; otherwise the member must exist and have that epoch (the
+        generation of its group metadata), else UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION."""
+        group = self.groups[group_id]
+        error = ErrorCode.NONE
+        anonymous = member_epoch < 0 and not member_id and group_instance_id is None
+        if not (member_epoch < 0 and not group.members) and not anonymous:
+            member = group.members.get(member_id)
+            if member is None:
+                error = ErrorCode.UNKNOWN_MEMBER_ID
+            elif member_epoch != member.member_epoch:
+                # STALE_MEMBER_EPOCH is not among TxnOffsetCommit's errors: Kafka answers
+                # ILLEGAL_GENERATION, which transactional producers know.
+                error = ErrorCode.ILLEGAL_GENERATION
+        out: dict[TopicPartition, int] = {}
+        for tp, committed in offsets.items():
+            if error:
+                out[tp] = error
+            elif committed.metadata is not None and len(committed.metadata) > MAX_OFFSET_METADATA:
+                out[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                group.pending_txn_offsets.setdefault(producer_id, {})[tp] = committed
+                out[tp] = ErrorCode.NONE
+        return out
+
+    def end_transaction(self, group_id: str, producer_id: int, commit: bool) -> None:
+        """The COMMIT or ABORT marker of ``producer_id``'s transaction reached the group."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        pending = group.pending_txn_offsets.pop(producer_id, {})
+        if commit:
+            group.offsets.update(pending)
+
+    def has_pending_txn_offset(self, group_id: str, tp: TopicPartition) -> bool:
+        """A transaction holds an uncommitted offset of ``tp`` (KIP-447 ``require_stable``)."""
+        group = self.groups.get(group_id)
+        return group is not None and any(tp in o for o in group.pending_txn_offsets.values())
 
     def fetch_error(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """ConsumerGroup.validateOffsetFetch: a member asking must have that epoch."""

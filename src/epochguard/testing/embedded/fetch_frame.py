@@ -13,11 +13,12 @@ A partition's records are read from its log as the stored batches themselves
 ``writelines`` joins them into one copy and its transport copies again whatever the socket
 does not take at once; at 1 KB values those copies were a third of the broker's CPU.
 
-Only the common answer is written this way: no aborted transactions, none of the tagged
-fields (a diverging epoch, a current leader, a snapshot id, node endpoints). Those answers
-are small and rare (errors, divergence, transactions); :func:`fetch_response_parts` returns
-``None`` for them and the server uses kafka-python's encoder. ``tests/embedded/
-test_fetch_frame.py`` holds the bytes equal to kafka-python's for every version.
+Only the common answer is written this way: no aborted transactions (a null or empty
+list), none of the tagged fields (a diverging epoch, a current leader, a snapshot id, node
+endpoints). Those answers are small and rare (errors, divergence, aborted transactions);
+:func:`fetch_response_parts` returns ``None`` for them and the server uses kafka-python's
+encoder. ``tests/embedded/test_fetch_frame.py`` holds the bytes equal to kafka-python's for
+every version.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def _plain(partition: Any) -> bool:
         getattr(partition, "diverging_epoch", None) is None
         and getattr(partition, "current_leader", None) is None
         and getattr(partition, "snapshot_id", None) is None
-        and partition.aborted_transactions is None
+        and not partition.aborted_transactions
     )
 
 
@@ -166,7 +167,10 @@ def fetch_response_parts(
             )
             if version >= 5:
                 buf += _I64(p.log_start_offset)
-            buf += b"\x00" if flexible else b"\xff\xff\xff\xff"  # no aborted transactions
+            if p.aborted_transactions is None:
+                buf += b"\x00" if flexible else b"\xff\xff\xff\xff"  # null
+            else:
+                buf += b"\x01" if flexible else b"\x00\x00\x00\x00"  # empty list
             if version >= 11:
                 buf += _I32(p.preferred_read_replica)
             records = p.records

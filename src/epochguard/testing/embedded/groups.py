@@ -189,6 +189,10 @@ class Group:
     pending_members: dict[str, int] = attrs.field(factory=dict)
     static_members: dict[str, str] = attrs.field(factory=dict)
     offsets: dict[TopicPartition, CommittedOffset] = attrs.field(factory=dict)
+    # TxnOffsetCommit: producer id -> offsets committed when its transaction commits.
+    pending_txn_offsets: dict[int, dict[TopicPartition, CommittedOffset]] = attrs.field(
+        factory=dict
+    )
     rebalance_deadline_ms: int = 0
     # Members of the current generation that have not sent SyncGroup yet, and until when
     # they may (Kafka's pending-sync timeout: the rebalance timeout).
@@ -813,6 +817,73 @@ class GroupCoordinator:
             return ErrorCode.ILLEGAL_GENERATION
         member.last_heartbeat_ms = now_ms
         return ErrorCode.NONE
+
+    def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, CommittedOffset],
+    ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit: hold ``offsets`` until the producer's transaction ends.
+
+        KIP-447 fencing as Kafka's ``validateOffsetCommit`` for transactional commits: a
+        request with a generation, a member id or an instance id must come from a current
+        member of the current generation; one without any (the producer was given only the
+        group id) is accepted in any state.
+        """
+        error = self._txn_commit_error(group_id, generation_id, member_id, group_instance_id)
+        out: dict[TopicPartition, int] = {}
+        for tp, committed in offsets.items():
+            if error:
+                out[tp] = error
+            elif committed.metadata is not None and len(committed.metadata) > MAX_OFFSET_METADATA:
+                out[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                group = self.groups[group_id]
+                group.pending_txn_offsets.setdefault(producer_id, {})[tp] = committed
+                out[tp] = ErrorCode.NONE
+        return out
+
+    def _txn_commit_error(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> int:
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return ErrorCode.ILLEGAL_GENERATION
+            self.groups[group_id] = Group(group_id)
+            return ErrorCode.NONE
+        if group.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.state is GroupState.EMPTY:
+            return ErrorCode.NONE
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            if group.is_static_member_fenced(group_instance_id, member_id):
+                return ErrorCode.FENCED_INSTANCE_ID
+            if member_id not in group.members:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if generation_id != group.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
+    def end_transaction(self, group_id: str, producer_id: int, commit: bool) -> None:
+        """The COMMIT or ABORT marker of ``producer_id``'s transaction reached the group."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        pending = group.pending_txn_offsets.pop(producer_id, {})
+        if commit:
+            group.offsets.update(pending)
+
+    def has_pending_txn_offset(self, group_id: str, tp: TopicPartition) -> bool:
+        """A transaction holds an uncommitted offset of ``tp`` (KIP-447 ``require_stable``)."""
+        group = self.groups.get(group_id)
+        return group is not None and any(tp in o for o in group.pending_txn_offsets.values())
 
     def fetch_offsets(
         self,

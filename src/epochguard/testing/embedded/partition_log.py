@@ -3,6 +3,10 @@
 Offsets and leader epochs are stamped into the stored bytes on append (base offset is bytes
 0..7, partitionLeaderEpoch bytes 12..15 of a v2 batch; the CRC covers neither), so a fetch
 returns a contiguous slice of stored bytes without decoding or re-encoding anything.
+
+Each replica also keeps its producer state as Kafka's ``ProducerStateManager`` does, learnt
+from the batches it stores (so followers learn it through replication): every producer's
+epoch and open transaction, the aborted-transaction index and the last stable offset.
 """
 
 from __future__ import annotations
@@ -27,6 +31,13 @@ _PRODUCER = struct.Struct(">qhi")
 _PRODUCER_AT = 43
 _RECORD_COUNT_AT = 57
 BATCH_HEADER_SIZE = 61
+_ATTRIBUTES = struct.Struct(">h")
+_ATTRIBUTES_AT = 21
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+#: Control record types (the key's second int16).
+ABORT_MARKER = 0
+COMMIT_MARKER = 1
 
 
 class InvalidRecordBatchError(ValueError):
@@ -44,6 +55,60 @@ class BatchInfo:
     producer_id: int
     producer_epoch: int
     base_sequence: int
+
+
+@attrs.frozen
+class AbortedTxn:
+    """One entry of the aborted-transaction index: ``last_offset`` is the ABORT marker's."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
+@attrs.define
+class ProducerEntry:
+    """What a replica knows about one producer id (Kafka's ``ProducerStateEntry``)."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int = -1
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    #: First offset of the producer's open transaction on this partition, -1 when none.
+    txn_first_offset: int = -1
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint at ``pos``: (value, position after it)."""
+    shift = raw = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+
+
+def control_marker(batch: bytes) -> tuple[int, int] | None:
+    """``(marker type, coordinator epoch)`` of a control batch, None if it is not one."""
+    (attributes,) = _ATTRIBUTES.unpack_from(batch, _ATTRIBUTES_AT)
+    if not attributes & CONTROL_FLAG or len(batch) <= BATCH_HEADER_SIZE:
+        return None
+    pos = BATCH_HEADER_SIZE
+    _, pos = _read_varint(batch, pos)  # record length
+    pos += 1  # record attributes
+    _, pos = _read_varint(batch, pos)  # timestamp delta
+    _, pos = _read_varint(batch, pos)  # offset delta
+    key_length, pos = _read_varint(batch, pos)
+    if key_length < 4:
+        return None
+    _version, marker_type = struct.unpack_from(">hh", batch, pos)
+    pos += key_length
+    value_length, pos = _read_varint(batch, pos)
+    coordinator_epoch = struct.unpack_from(">i", batch, pos + 2)[0] if value_length >= 6 else -1
+    return marker_type, coordinator_epoch
 
 
 @attrs.frozen
@@ -74,6 +139,25 @@ def split_batches(data: bytes | memoryview) -> list[tuple[bytes, BatchInfo]]:
         info = BatchInfo(size, delta, max_ts, count, pid, pepoch, seq)
         out.append((bytes(view[pos : pos + size]), info))
         pos += size
+    return out
+
+
+def batch_producers(data: bytes | memoryview) -> list[tuple[int, int, int]]:
+    """``(attributes, producer id, producer epoch)`` of each batch, read from the headers
+    only (nothing copied); raises InvalidRecordBatchError if a header is cut short."""
+    out: list[tuple[int, int, int]] = []
+    pos = 0
+    end = len(data)
+    while pos < end:
+        if end - pos < BATCH_HEADER_SIZE:
+            raise InvalidRecordBatchError(f"truncated batch header at byte {pos}")
+        (length,) = struct.unpack_from(">i", data, pos + 8)
+        (attributes,) = _ATTRIBUTES.unpack_from(data, pos + _ATTRIBUTES_AT)
+        pid, pepoch, _ = _PRODUCER.unpack_from(data, pos + _PRODUCER_AT)
+        out.append((attributes, pid, pepoch))
+        if length < BATCH_HEADER_SIZE - 12:
+            raise InvalidRecordBatchError(f"bad batch length {length} at byte {pos}")
+        pos += length + 12
     return out
 
 
@@ -110,6 +194,14 @@ class PartitionLog:
         self.high_watermark = 0
         # Idempotent producers: producer id -> recent (epoch, base sequence, base offset).
         self._producers: dict[int, list[tuple[int, int, int]]] = {}
+        self._producer_state: dict[int, ProducerEntry] = {}
+        # Producer id -> first offset of its open transaction (kept beside the entries so
+        # the last stable offset, asked on every Fetch, is a lookup).
+        self._ongoing: dict[int, int] = {}
+        self._aborted: list[AbortedTxn] = []
+        # Finished transactions (first offset, marker offset) whose marker is not below the
+        # high watermark yet: they hold the last stable offset back, as in Kafka.
+        self._unreplicated_txns: list[tuple[int, int]] = []
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -175,6 +267,79 @@ class PartitionLog:
         self._max_ts.append(max_ts)
         self._positions.append(self._positions[-1] + len(batch))
         self.log_end_offset = last + 1
+        self._track_producer(batch, base, last, max_ts)
+
+    def _track_producer(self, batch: bytes, base: int, last: int, max_ts: int) -> None:
+        pid, pepoch, seq = _PRODUCER.unpack_from(batch, _PRODUCER_AT)
+        if pid < 0:
+            return
+        entry = self._producer_state.get(pid)
+        if entry is None:
+            entry = self._producer_state[pid] = ProducerEntry(pid, pepoch)
+        elif pepoch != entry.epoch:
+            entry.epoch = pepoch
+            entry.last_sequence = -1
+        entry.last_timestamp = max_ts
+        marker = control_marker(batch)
+        if marker is not None:
+            marker_type, coordinator_epoch = marker
+            entry.coordinator_epoch = coordinator_epoch
+            if entry.txn_first_offset >= 0:
+                if marker_type == ABORT_MARKER:
+                    self._aborted.append(AbortedTxn(pid, entry.txn_first_offset, base))
+                self._unreplicated_txns.append((entry.txn_first_offset, base))
+                entry.txn_first_offset = -1
+                del self._ongoing[pid]
+            return
+        if seq >= 0:
+            entry.last_sequence = seq + (last - base)
+        (attributes,) = _ATTRIBUTES.unpack_from(batch, _ATTRIBUTES_AT)
+        if attributes & TRANSACTIONAL_FLAG and entry.txn_first_offset < 0:
+            entry.txn_first_offset = base
+            self._ongoing[pid] = base
+
+    def _rebuild_producer_state(self) -> None:
+        """Replay the kept batches (after a truncation), as Kafka reloads producer state."""
+        self._producer_state = {}
+        self._ongoing = {}
+        self._aborted = []
+        self._unreplicated_txns = []
+        for batch, base, last, max_ts in zip(
+            self._batches, self._bases, self._lasts, self._max_ts, strict=True
+        ):
+            self._track_producer(batch, base, last, max_ts)
+
+    # -- producer state --------------------------------------------------------------------
+
+    def producer(self, producer_id: int) -> ProducerEntry | None:
+        return self._producer_state.get(producer_id)
+
+    @property
+    def producers(self) -> list[ProducerEntry]:
+        """Every producer this replica has batches of (DescribeProducers' active producers)."""
+        return list(self._producer_state.values())
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest transaction not yet decided and replicated."""
+        if self._unreplicated_txns:
+            hw = self.high_watermark
+            self._unreplicated_txns = [t for t in self._unreplicated_txns if t[1] >= hw]
+        firsts = [t[0] for t in self._unreplicated_txns]
+        if self._ongoing:
+            firsts.append(min(self._ongoing.values()))
+        return min(firsts) if firsts else None
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the high watermark, or the first unstable offset below it."""
+        first = self.first_unstable_offset
+        hw = self.high_watermark
+        return hw if first is None else max(min(first, hw), self.log_start_offset)
+
+    def aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
+        """Aborted transactions that overlap ``[start, upper)`` (Kafka's collectAbortedTxns)."""
+        return [a for a in self._aborted if a.last_offset >= start and a.first_offset < upper]
 
     def assign_epoch(self, epoch: int) -> None:
         """A new leader records where its epoch starts (KIP-101), before any append."""
@@ -257,6 +422,7 @@ class PartitionLog:
         self.log_end_offset = offset
         self.high_watermark = min(self.high_watermark, offset)
         self._epochs = [e for e in self._epochs if e.start_offset < offset]
+        self._rebuild_producer_state()
 
     def delete_before(self, offset: int) -> None:
         """Advance the log start offset (DeleteRecords); drops batches wholly below it."""
@@ -276,6 +442,7 @@ class PartitionLog:
         if older and (not kept or kept[0].start_offset > offset):
             kept.insert(0, EpochEntry(older[-1].epoch, offset))
         self._epochs = kept
+        self._aborted = [a for a in self._aborted if a.last_offset >= offset]
 
     def reset(self, start_offset: int) -> None:
         """Drop everything and restart empty at ``start_offset`` (follower far behind)."""

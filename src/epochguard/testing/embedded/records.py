@@ -75,7 +75,60 @@ def build_batch(
         count += 1
     if count == 0:
         raise ValueError("a record batch needs at least one record")
-    after_crc = _AFTER_CRC.pack(0, count - 1, ts, ts, -1, -1, -1, count) + bytes(body)
+    return _frame(0, count, ts, -1, -1, -1, bytes(body), base_offset, leader_epoch)
+
+
+def _frame(
+    attributes: int,
+    count: int,
+    ts: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    body: bytes,
+    base_offset: int,
+    leader_epoch: int,
+) -> bytes:
+    after_crc = (
+        _AFTER_CRC.pack(
+            attributes, count - 1, ts, ts, producer_id, producer_epoch, base_sequence, count
+        )
+        + body
+    )
     crc = crc32c.crc32c(after_crc)
     length = 4 + 1 + 4 + len(after_crc)
     return struct.pack(">qiibI", base_offset, length, leader_epoch, 2, crc) + after_crc
+
+
+#: v2 batch attributes: the batch belongs to a transaction / is a control batch.
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+
+
+def build_control_batch(
+    producer_id: int,
+    producer_epoch: int,
+    *,
+    commit: bool,
+    coordinator_epoch: int,
+    timestamp_ms: int | None = None,
+) -> bytes:
+    """A transaction marker: one control record, key (version 0, type 1 COMMIT / 0 ABORT)
+    and value (version 0, coordinator epoch), as Kafka's ``EndTransactionMarker``."""
+    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    key = struct.pack(">hh", 0, 1 if commit else 0)
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    r = bytearray(b"\x00")
+    _varint(0, r)  # timestamp delta
+    _varint(0, r)  # offset delta
+    _varint(len(key), r)
+    r += key
+    _varint(len(value), r)
+    r += value
+    _varint(0, r)  # no headers
+    body = bytearray()
+    _varint(len(r), body)
+    body += r
+    return _frame(
+        TRANSACTIONAL | CONTROL, 1, ts, producer_id, producer_epoch, -1, bytes(body), 0, -1
+    )

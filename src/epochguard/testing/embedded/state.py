@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from epochguard._errors import ErrorCode
 from epochguard._log import get_logger
 from epochguard.testing.embedded.fetch_sessions import FetchSessionCache
 from epochguard.testing.embedded.partition_log import UNDEFINED_EPOCH_OFFSET, PartitionLog
@@ -158,6 +159,11 @@ class ClusterState:
         self.faults: Faults = faults if faults is not None else Faults()
         self.security = SecuritySettings()
         self.groups: Any = None
+        # The transaction coordinator (``transactions.py``), installed on first use by
+        # ``handlers/_txn_common.py``.
+        self.transactions: Any = None
+        # Kafka's ``transaction.max.timeout.ms``.
+        self.transaction_max_timeout_ms = 900_000
         self.loop: asyncio.AbstractEventLoop | None = None
         self._image_version = 0
         self._waiters: list[asyncio.Future[None]] = []
@@ -742,6 +748,62 @@ class ClusterState:
         return llog.log_start_offset
 
     # -- producing -------------------------------------------------------------------------
+
+    def write_txn_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> bool:
+        """Append a COMMIT / ABORT marker on the partition's leader, then replicate it (the
+        coordinator's WriteTxnMarkers). False when it cannot be written now: no leader, a
+        leader that has not taken over yet, or an ISR below min.insync.replicas (the
+        coordinator retries). A deleted partition needs no marker."""
+        t = self.topics.get(topic)
+        p = t.partitions.get(partition) if t is not None else None
+        if t is None or p is None:
+            return True
+        if p.leader is None:
+            return False
+        view = self.brokers[p.leader].view.partition(topic, partition)
+        if view is None or view.leader_epoch != p.leader_epoch:
+            return False
+        error = self.append_txn_marker(
+            p, p.leader, view.leader_epoch, producer_id, producer_epoch, commit, coordinator_epoch
+        )
+        # A fenced marker is given up, as Kafka's coordinator does; a short ISR is retried.
+        return error != ErrorCode.NOT_ENOUGH_REPLICAS
+
+    def append_txn_marker(
+        self,
+        p: PartitionState,
+        broker_id: int,
+        leader_epoch: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> int:
+        """Append a marker on ``broker_id``'s replica as leader, with Kafka's checks (an
+        epoch older than the producer's, a coordinator epoch older than the last marker's,
+        an ISR below min.insync.replicas: markers are written with acks=all)."""
+        from epochguard.testing.embedded.records import build_control_batch
+
+        entry = p.logs[broker_id].producer(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            return ErrorCode.TRANSACTION_COORDINATOR_FENCED
+        if len(p.isr) < self._min_isr(p):
+            return ErrorCode.NOT_ENOUGH_REPLICAS
+        batch = build_control_batch(
+            producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
+        )
+        self.append(p, broker_id, batch, leader_epoch)
+        return ErrorCode.NONE
 
     def append(
         self, p: PartitionState, broker_id: int, records: bytes | memoryview, leader_epoch: int

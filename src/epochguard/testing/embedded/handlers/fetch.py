@@ -4,6 +4,11 @@ v7+ keeps KIP-227 incremental fetch sessions (``fetch_sessions.py``); v13+ addre
 id (UNKNOWN_TOPIC_ID for an id this broker does not know); v16 adds the KIP-951 leader hints
 (``current_leader`` and ``node_endpoints``). Records are the stored batch bytes, never
 re-encoded.
+
+Every answer carries the replica's last stable offset. Under read_committed (isolation level
+1) records stop at it and the answer lists the aborted transactions overlapping the records
+from the fetch offset to the log end, as Kafka's transaction index lookup does on a small
+log (an empty list when no records are returned).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from epochguard.testing.embedded.handlers._common import (
 from epochguard.testing.embedded.state import MetadataImage
 
 _EMPTY = b""
+READ_COMMITTED = 1
 
 
 @attrs.frozen
@@ -50,11 +56,13 @@ def _answer(
     injected: int,
     budget: int,
     client_rack: str | None,
+    read_committed: bool,
 ) -> _Answer:
     P = FetchResponse.FetchableTopicResponse.PartitionData
     v = ctx.version
     hw = lso = start = -1
     records: bytes | StoredBatches = _EMPTY
+    aborted: list[Any] | None = [] if read_committed else None
     diverging = None
     name = _topic_name(view, target.topic)
     if name is not None and target.resolved_name is None:
@@ -84,7 +92,9 @@ def _answer(
     error = injected or (local if isinstance(local, int) else 0)
     if not error and name is not None and not isinstance(local, int):
         log = local.log
-        hw = lso = log.high_watermark
+        hw = log.high_watermark
+        lso = log.last_stable_offset
+        upper = lso if read_committed else hw
         start = log.log_start_offset
         offset = target.fetch_offset
         last_epoch = target.last_fetched_epoch if v >= 12 else -1
@@ -104,14 +114,14 @@ def _answer(
             pass  # a preferred read replica comes without records, as from Kafka
         elif offset < log.log_start_offset or offset > log.log_end_offset:
             error = ErrorCode.OFFSET_OUT_OF_RANGE
-        elif offset < hw and (budget > 0 or budget == -1):
+        elif offset < upper and (budget > 0 or budget == -1):
             # KIP-74: the first partition with data gets at least one whole batch.
             limit = (
                 target.partition_max_bytes
                 if budget == -1
                 else min(target.partition_max_bytes, budget)
             )
-            batches = log.read_batches(offset, max(limit, 1), upper=hw)
+            batches = log.read_batches(offset, max(limit, 1), upper=upper)
             faults = ctx.cluster.faults
             if faults.corrupts(ctx.broker_id, name, target.partition):
                 records = faults.corrupt_records(
@@ -119,8 +129,16 @@ def _answer(
                 )
             elif batches:
                 records = StoredBatches(batches)
+            if aborted is not None and batches:
+                aborted = [
+                    P.AbortedTransaction(
+                        version=v, producer_id=a.producer_id, first_offset=a.first_offset
+                    )
+                    for a in log.aborted_transactions(offset, log.log_end_offset)
+                ]
     if error:
         hw = lso = start = -1  # as Kafka: offsets are unknown with an error
+        aborted = None
     data = P(
         version=v,
         partition_index=target.partition,
@@ -128,7 +146,7 @@ def _answer(
         high_watermark=hw,
         last_stable_offset=lso,
         log_start_offset=start,
-        aborted_transactions=None,
+        aborted_transactions=aborted,
         preferred_read_replica=preferred,
         records=records,
     )
@@ -177,12 +195,13 @@ def _build(
     """One pass: (answers to send, record bytes, whether to answer at once)."""
     view = ctx.cluster.brokers[ctx.broker_id].view
     client_rack = request_rack(ctx, request)
+    read_committed = request.isolation_level == READ_COMMITTED
     total = 0
     urgent = False
     answers = []
     for target in targets:
         budget = -1 if total == 0 else max_bytes - total
-        answer = _answer(ctx, view, target, injected, budget, client_rack)
+        answer = _answer(ctx, view, target, injected, budget, client_rack, read_committed)
         if incremental and not _must_send(answer):
             continue
         answers.append(answer)

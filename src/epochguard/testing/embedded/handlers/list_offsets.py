@@ -1,5 +1,6 @@
 """ListOffsets v1-v7: earliest (-2), latest (-1), max timestamp (-3, v7) and by timestamp,
-with leader epochs and current-leader-epoch fencing."""
+with leader epochs and current-leader-epoch fencing. Under read_committed (isolation level 1,
+v2+) consumers see up to the last stable offset instead of the high watermark."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3  # v7+ (KIP-734)
 DEBUGGING_REPLICA_ID = -2
+READ_COMMITTED = 1
 
 
 def _by_timestamp(log: PartitionLog, timestamp: int, upper: int) -> tuple[int, int, int]:
@@ -95,7 +97,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             log = local.log
             # Consumers see up to the high watermark; the debugging id (-2) and replicas see
             # the whole local log, as Kafka answers without an isolation level for them.
-            upper = log.high_watermark if request.replica_id == -1 else log.log_end_offset
+            if request.replica_id != -1:
+                upper = log.log_end_offset
+            elif v >= 2 and request.isolation_level == READ_COMMITTED:
+                upper = log.last_stable_offset
+            else:
+                upper = log.high_watermark
             if rp.timestamp == LATEST:
                 ts, off, epoch = -1, upper, local.view.leader_epoch
             elif rp.timestamp == EARLIEST:

@@ -4,7 +4,8 @@ from v8, topic ids from v10.
 A partition without a commit answers offset -1, epoch -1, no error. Offsets committed to an
 earlier incarnation of a topic (deleted, then recreated with a new topic id) are not returned;
 a coordinator whose metadata view does not know the topic yet returns the commit by name, as
-Kafka's coordinator (it reads its offsets store only).
+Kafka's coordinator (it reads its offsets store only). With ``require_stable`` (v7+, KIP-447)
+a partition whose offset an open transaction has committed answers UNSTABLE_OFFSET_COMMIT.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def _group_offsets(
     view: MetadataImage,
     group_id: str,
     topics: list[tuple[str | None, uuid.UUID | None, list[int]]] | None,
+    require_stable: bool = False,
 ) -> list[TopicResult]:
     """Offsets of ``topics`` ((name, id, partitions); name None: look up the id), or of
     every partition the group committed when ``topics`` is None."""
@@ -58,14 +60,17 @@ def _group_offsets(
             continue
         tname = tv.name if tv is not None else (name or "")
         stored = coord.fetch_offsets(group_id, [(tname, p) for p in parts])
-        results = []
+        results: list[tuple[int, CommittedOffset, int]] = []
         for p in parts:
             c = stored.get((tname, p))
             # Kafka's coordinator answers from its offsets store alone: a broker that has
             # not learnt of the topic yet (a stale view after a restart) still returns the
             # commit, or the consumer would reset and re-read what it committed.
             live = c is not None and (tv is None or c.topic_id in (None, tv.topic_id))
-            if c is not None and live:
+            unstable = require_stable and coord.has_pending_txn_offset(group_id, (tname, p))
+            if unstable:
+                results.append((p, NO_OFFSET, ErrorCode.UNSTABLE_OFFSET_COMMIT))
+            elif c is not None and live:
                 results.append((p, c, 0))
             elif not only_committed:
                 results.append((p, NO_OFFSET, 0))
@@ -105,7 +110,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 (n or "", None, [(p, NO_OFFSET, error) for p in ps]) for n, _, ps in wanted or []
             ]
         else:
-            res = _group_offsets(coord_of(request.group_id), view, request.group_id, wanted)
+            res = _group_offsets(
+                coord_of(request.group_id),
+                view,
+                request.group_id,
+                wanted,
+                require_stable=v >= 7 and bool(request.require_stable),
+            )
         topics = [
             T(
                 version=v,
@@ -151,7 +162,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 for t in g.topics
             ]
         )
-        res = _group_offsets(coord, view, g.group_id, wanted8)
+        res = _group_offsets(
+            coord, view, g.group_id, wanted8, require_stable=bool(request.require_stable)
+        )
         topics = [
             GT(
                 version=v,

@@ -1,4 +1,8 @@
-"""Produce v3-v9: acks 0 (no response), 1 and all (-1, honouring min.insync.replicas)."""
+"""Produce v3-v9: acks 0 (no response), 1 and all (-1, honouring min.insync.replicas).
+
+A batch of a producer epoch older than the partition's is refused (INVALID_PRODUCER_EPOCH),
+and a transactional batch must belong to its producer's open transaction on that partition
+(KIP-890's verification: INVALID_TXN_STATE otherwise)."""
 
 from __future__ import annotations
 
@@ -9,7 +13,41 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
 from epochguard.testing.embedded.handlers._common import local_partition
-from epochguard.testing.embedded.partition_log import InvalidRecordBatchError
+from epochguard.testing.embedded.handlers._txn_common import transaction_coordinator
+from epochguard.testing.embedded.partition_log import (
+    CONTROL_FLAG,
+    TRANSACTIONAL_FLAG,
+    InvalidRecordBatchError,
+    PartitionLog,
+    batch_producers,
+)
+
+
+def _producer_error(
+    ctx: RequestContext, log: PartitionLog, tp: tuple[str, int], records: Any
+) -> int:
+    """Kafka's producer-state checks for the batches of one partition."""
+    if records is None:
+        return ErrorCode.NONE
+    try:
+        headers = batch_producers(records)
+    except InvalidRecordBatchError:
+        return ErrorCode.CORRUPT_MESSAGE
+    for attributes, producer_id, producer_epoch in headers:
+        if producer_id < 0:
+            continue
+        if attributes & CONTROL_FLAG:
+            return ErrorCode.INVALID_REQUEST  # only coordinators write markers
+        entry = log.producer(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if attributes & TRANSACTIONAL_FLAG:
+            error = transaction_coordinator(ctx.cluster).produce_error(
+                producer_id, producer_epoch, tp
+            )
+            if error:
+                return error
+    return ErrorCode.NONE
 
 
 @handler(ProduceRequest, ProduceResponse, 3, 9)
@@ -39,7 +77,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 p = local.state
                 topic = cluster.topics[td.name]
                 current = p.leader == ctx.broker_id and p.leader_epoch == local.view.leader_epoch
-                if acks == -1 and current and len(p.isr) < topic.min_insync_replicas:
+                producer_error = _producer_error(ctx, local.log, (td.name, pd.index), pd.records)
+                if producer_error:
+                    error = producer_error
+                elif acks == -1 and current and len(p.isr) < topic.min_insync_replicas:
                     error = ErrorCode.NOT_ENOUGH_REPLICAS
                 else:
                     try:

@@ -3,6 +3,8 @@ absence) to the oracle's events.
 
 * ``epoch_consumer``: EpochConsumer; reports come from ``on_truncation_report``; under
   ``raise`` the application seeks to the divergence (the log start when unknown).
+* ``aio_epoch_consumer``: AIOEpochConsumer, the same application on an event loop of its
+  own (each poll runs the loop until ``getmany`` returns).
 * ``kafka_python``, ``confluent``, ``aiokafka``: the reference clients (scoreboard). A
   client's exception or error event that says the log was truncated or the offset is out of
   range counts as a report with an unknown divergence; the application then does what that
@@ -25,7 +27,14 @@ from epochguard._log import get_logger
 from epochguard.testing.chaos.oracle import Assigned, Committed, Delivered, Reported, Seeked
 from epochguard.testing.chaos.runner import ClientFactory, MemberContext
 
-__all__ = ["CLIENTS", "aiokafka", "confluent", "epoch_consumer", "kafka_python"]
+__all__ = [
+    "CLIENTS",
+    "aio_epoch_consumer",
+    "aiokafka",
+    "confluent",
+    "epoch_consumer",
+    "kafka_python",
+]
 
 log = get_logger(__name__)
 
@@ -97,7 +106,7 @@ class _KafkaPythonLike:
         if not done:
             return
         try:
-            self.consumer.commit(self._offsets(done))
+            self._wait(self.consumer.commit(self._offsets(done)))
         except Exception as exc:  # a rebalance, a fault: the next owner re-reads (allowed)
             log.info("chaos_commit_failed", error=repr(exc))
             # As an application does: try again after the next poll (a coordinator that
@@ -106,6 +115,10 @@ class _KafkaPythonLike:
             return
         for tp, (offset, _epoch) in done.items():
             self.ctx.emit(Committed(-1, tp.partition, offset, -1))
+
+    def _wait(self, result: Any) -> Any:
+        """What a call returned (the asyncio adapter runs a coroutine to its end)."""
+        return result
 
     def _offsets(self, done: dict[TopicPartition, tuple[int, int | None]]) -> Any:
         from kafka.structs import OffsetAndMetadata
@@ -121,9 +134,17 @@ class _KafkaPythonLike:
 class _EpochConsumerClient(_KafkaPythonLike):
     def __init__(self, ctx: MemberContext) -> None:
         from epochguard.consumer import EpochConsumer
-        from epochguard.offsets.stores import SqliteOffsetStore
 
         super().__init__(ctx)
+        cfg = self._config(ctx)
+        self.positions: dict[TopicPartition, Any] = {}
+        self.unannounced: set[TopicPartition] = set()
+        self.consumer: Any = EpochConsumer(**cfg)
+        self._start()
+
+    def _config(self, ctx: MemberContext) -> dict[str, Any]:
+        from epochguard.offsets.stores import SqliteOffsetStore
+
         cfg: dict[str, Any] = {
             "bootstrap_servers": ctx.bootstrap,
             "auto_offset_reset": "earliest",
@@ -144,10 +165,7 @@ class _EpochConsumerClient(_KafkaPythonLike):
             self.store = None
         if ctx.subscribe:
             cfg.update(_GROUP_KW)
-        self.positions: dict[TopicPartition, Any] = {}
-        self.unannounced: set[TopicPartition] = set()
-        self.consumer = EpochConsumer(**cfg)
-        self._start()
+        return cfg
 
     def _report(self, report: Any) -> None:
         from epochguard.offsets.position import EpochOffset
@@ -188,13 +206,13 @@ class _EpochConsumerClient(_KafkaPythonLike):
         from epochguard.consumer import LogTruncationError
 
         try:
-            batch = self.consumer.poll(timeout_ms=_POLL_MS)
+            batch = self._fetch()
             self._announce()
         except LogTruncationError as exc:
             # Policy raise: the callback reported it; resume at the divergence point.
             for tp, divergence in exc.truncation_offsets().items():
                 if divergence is None:
-                    self.consumer.seek_to_beginning(tp)
+                    self._wait(self.consumer.seek_to_beginning(tp))
                     self.ctx.emit(Seeked(-1, tp.partition, None, -1))
                 else:
                     self.consumer.seek(tp, divergence)
@@ -209,13 +227,16 @@ class _EpochConsumerClient(_KafkaPythonLike):
         for tp, records in batch.items():
             if records:
                 try:
-                    pos = self.consumer.position_with_epoch(tp, timeout_ms=1000)
+                    pos = self._wait(self.consumer.position_with_epoch(tp, timeout_ms=1000))
                 except Exception as exc:  # moved on already: commit without the topic id
                     log.info("chaos_position_unknown", error=repr(exc))
                     self.positions.pop(tp, None)
                     continue
                 self.positions[tp] = pos if pos.offset == records[-1].offset + 1 else None
         self._deliver(batch)
+
+    def _fetch(self) -> Any:
+        return self.consumer.poll(timeout_ms=_POLL_MS)
 
     def _offsets(self, done: dict[TopicPartition, tuple[int, int | None]]) -> Any:
         # The position right after the records: with the leader epoch and the topic id (an
@@ -241,6 +262,75 @@ def epoch_consumer(ctx: MemberContext) -> _EpochConsumerClient:
 
 
 epoch_consumer.client_name = "epochguard"  # type: ignore[attr-defined]
+
+
+class _AIOEpochConsumerClient(_EpochConsumerClient):
+    """The EpochConsumer application on AIOEpochConsumer: the same reports, seeks and
+    commits, each call run on the adapter's own event loop."""
+
+    def __init__(self, ctx: MemberContext) -> None:
+        from epochguard.consumer import AIOEpochConsumer
+
+        _KafkaPythonLike.__init__(self, ctx)
+        self.positions = {}
+        self.unannounced = set()
+        self.loop = asyncio.new_event_loop()
+        self.consumer = AIOEpochConsumer(**self._config(ctx))
+        self.loop.run_until_complete(self.consumer.start())
+        if ctx.subscribe:
+            self.consumer.subscribe([ctx.topic], listener=_AIORevokeCommits(self))
+        else:
+            self.consumer.assign(self.tps)
+            for tp in self.tps:
+                self.session_started(tp)
+
+    def _wait(self, result: Any) -> Any:
+        if asyncio.iscoroutine(result):
+            return self.loop.run_until_complete(result)
+        return result
+
+    def _fetch(self) -> Any:
+        return self.loop.run_until_complete(self.consumer.getmany(timeout_ms=_POLL_MS))
+
+    async def commit_async(self) -> None:
+        done, self.done = self.done, {}
+        if not done:
+            return
+        try:
+            await self.consumer.commit(self._offsets(done))
+        except Exception as exc:
+            log.info("chaos_commit_failed", error=repr(exc))
+            self.done = {**done, **self.done}
+            return
+        for tp, (offset, _epoch) in done.items():
+            self.ctx.emit(Committed(-1, tp.partition, offset, -1))
+
+    def close(self) -> None:
+        try:
+            self.loop.run_until_complete(self.consumer.stop())
+        finally:
+            if self.store is not None:
+                self.store.close()
+            self.loop.close()
+
+
+class _AIORevokeCommits:
+    def __init__(self, adapter: _AIOEpochConsumerClient) -> None:
+        self.adapter = adapter
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self.adapter.commit_async()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        for tp in assigned:
+            self.adapter.session_started(tp)
+
+
+def aio_epoch_consumer(ctx: MemberContext) -> _AIOEpochConsumerClient:
+    return _AIOEpochConsumerClient(ctx)
+
+
+aio_epoch_consumer.client_name = "epochguard-asyncio"  # type: ignore[attr-defined]
 
 
 def _truncation_like(exc: BaseException) -> bool:
@@ -568,6 +658,7 @@ aiokafka.client_name = "aiokafka"  # type: ignore[attr-defined]
 
 CLIENTS: dict[str, ClientFactory] = {
     "epochguard": epoch_consumer,
+    "epochguard-asyncio": aio_epoch_consumer,
     "kafka-python": kafka_python,
     "confluent-kafka": confluent,
     "aiokafka": aiokafka,

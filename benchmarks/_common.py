@@ -290,12 +290,13 @@ def confluent_step(consumer: Any, poll_records: int, touch: bool) -> Callable[[]
     return step
 
 
-async def aiokafka_consumer(bootstrap: str, topic: str, parts: int) -> Any:
-    """A started aiokafka consumer with CRC checks on, partitions ``0..parts-1`` assigned
-    and placed at offset 0 (the caller stops it)."""
+async def aiokafka_consumer(bootstrap: str, topic: str, parts: int, cls: Any = None) -> Any:
+    """A started aiokafka consumer (or ``cls``, a drop-in such as ``AIOEpochConsumer``) with
+    CRC checks on, partitions ``0..parts-1`` assigned and placed at offset 0 (the caller
+    stops it)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    c = AIOKafkaConsumer(
+    c = (cls or AIOKafkaConsumer)(
         bootstrap_servers=bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,

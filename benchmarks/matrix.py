@@ -1,5 +1,6 @@
-"""The consumer benchmark matrix: EpochConsumer, kafka-python, aiokafka and confluent-kafka
-side by side over value sizes, partition counts and compression codecs.
+"""The consumer benchmark matrix: EpochConsumer, AIOEpochConsumer, kafka-python, aiokafka,
+confluent-kafka and its asyncio AIOConsumer side by side over value sizes, partition counts
+and compression codecs.
 
 Method (also written into the JSON as ``method`` and ``settings``):
 
@@ -18,6 +19,10 @@ Method (also written into the JSON as ``method`` and ``settings``):
   ``MATRIX_REPEAT`` rounds (default 3); the best rate and the median CPU are kept, since
   single runs on a shared machine move by tens of percent (each round's rate and CPU are
   in the row too, ``<client>_rounds`` and ``<client>_cpu_rounds``).
+* The asyncio clients (``epochguard-asyncio``, ``aiokafka``, ``confluent-asyncio``) run the
+  same loop as coroutines with a 1 ms ticker task beside them; ``<client>_loop_block_ms``
+  is the longest the event loop went without running the ticker (median over rounds):
+  how long the consumer kept the loop from the application's other tasks.
 * ``embedded-alone`` is what the cluster serves with no record decoding: Fetch requests one
   at a time (as the consumers send them), answers only walked batch by batch to count
   records. A client near that rate is limited by the cluster, not by itself.
@@ -68,7 +73,15 @@ TOPIC = "matrix"
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 #: Records per case by value size: about 100-300 MB of values per case at scale 1.
 RECORDS = {100: 1_000_000, 1024: 200_000, 10240: 30_000}
-CLIENTS = ["epochguard", "kafka-python", "aiokafka", "confluent-kafka", "embedded-alone"]
+CLIENTS = [
+    "epochguard",
+    "epochguard-asyncio",
+    "kafka-python",
+    "aiokafka",
+    "confluent-kafka",
+    "confluent-asyncio",
+    "embedded-alone",
+]
 SETTINGS: dict[str, dict[str, Any]] = {
     "epochguard": {
         "check_crcs": True,
@@ -83,6 +96,18 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "auto_offset_reset": "earliest",
         "enable_auto_commit": False,
         "other": "defaults",
+    },
+    "epochguard-asyncio": {
+        "check_crcs": True,
+        "getmany max_records": POLL_RECORDS,
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+        "other": "defaults (the same program as aiokafka's, class swapped)",
+    },
+    "confluent-asyncio": {
+        "check.crcs": True,
+        "consume num_messages": POLL_RECORDS,
+        "other": "confluent_kafka.aio.AIOConsumer, defaults (its thread pool)",
     },
     "aiokafka": {
         "check_crcs": True,
@@ -200,12 +225,27 @@ def _confluent(bootstrap: str, parts: int) -> Any:
     return confluent_step(c, POLL_RECORDS, touch=True), c.close
 
 
-def _run_aiokafka(bootstrap: str, parts: int, total: int) -> dict[str, Any]:
+def _run_asyncio(client: str, bootstrap: str, parts: int, total: int) -> dict[str, Any]:
     import asyncio
 
+    async def ticker(worst: list[float]) -> None:
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            worst[0] = max(worst[0], now - last - 0.001)
+            last = now
+
     async def main() -> dict[str, Any]:
-        c = await aiokafka_consumer(bootstrap, TOPIC, parts)
-        try:
+        if client == "confluent-asyncio":
+            c, step, close = await _confluent_asyncio(bootstrap, parts)
+        else:
+            cls = None
+            if client == "epochguard-asyncio":
+                from epochguard import AIOEpochConsumer
+
+                cls = AIOEpochConsumer
+            c = await aiokafka_consumer(bootstrap, TOPIC, parts, cls)
 
             async def step() -> tuple[int, int]:
                 n = touched = 0
@@ -216,11 +256,46 @@ def _run_aiokafka(bootstrap: str, parts: int, total: int) -> dict[str, Any]:
                         touched += len(r.key) + len(r.value)
                 return n, touched
 
-            return await atimed_loop(step, total)
+            close = c.stop
+        worst = [0.0]
+        tick = asyncio.create_task(ticker(worst))
+        try:
+            out = await atimed_loop(step, total)
         finally:
-            await c.stop()
+            tick.cancel()
+            await close()
+        out["loop_block_ms"] = round(worst[0] * 1000, 2)
+        return out
 
     return asyncio.run(main())
+
+
+async def _confluent_asyncio(bootstrap: str, parts: int) -> Any:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.aio import AIOConsumer
+
+    c = AIOConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "matrix",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "check.crcs": True,
+            "log_level": 0,
+        }
+    )
+    await c.assign([TopicPartition(TOPIC, p, 0) for p in range(parts)])
+
+    async def step() -> tuple[int, int]:
+        touched = 0
+        msgs = await c.consume(num_messages=POLL_RECORDS, timeout=1.0)
+        for m in msgs:
+            if m.error():
+                raise RuntimeError(str(m.error()))
+            touched += len(m.key()) + len(m.value())
+        return len(msgs), touched
+
+    return c, step, c.close
 
 
 def _embedded_alone(bootstrap: str, parts: int) -> Any:
@@ -285,8 +360,8 @@ def client_main(client: str, bootstrap: str, parts: int, total: int) -> None:
     import logging
 
     logging.disable(logging.CRITICAL)
-    if client == "aiokafka":
-        out = _run_aiokafka(bootstrap, parts, total)
+    if client in ("aiokafka", "epochguard-asyncio", "confluent-asyncio"):
+        out = _run_asyncio(client, bootstrap, parts, total)
     else:
         step, close = FACTORIES[client](bootstrap, parts)
         try:
@@ -398,9 +473,16 @@ def summarise(row: dict[str, Any], runs: dict[str, list[dict[str, Any]]], total:
         # Every round, so the spread (the machine is shared) can be read off the JSON.
         row[f"{client}_rounds"] = [round(total / o["elapsed_s"]) for o in outs]
         row[f"{client}_cpu_rounds"] = [round(o["cpu_s"] * 1e6 / total, 3) for o in outs]
-    for other in runs:
-        if other != "epochguard" and row.get("epochguard") and row.get(other):
-            row[f"epochguard_vs_{other}"] = round(row["epochguard"] / row[other], 2)
+        blocks = [o["loop_block_ms"] for o in outs if "loop_block_ms" in o]
+        if blocks:
+            row[f"{client}_loop_block_ms"] = statistics.median(blocks)
+    for ours, others in (
+        ("epochguard", [c for c in runs if c != "epochguard"]),
+        ("epochguard-asyncio", ["aiokafka", "confluent-asyncio", "confluent-kafka"]),
+    ):
+        for other in others:
+            if row.get(ours) and row.get(other):
+                row[f"{ours}_vs_{other}"] = round(row[ours] / row[other], 2)
 
 
 def run() -> dict[str, Any]:

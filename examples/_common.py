@@ -48,6 +48,7 @@ class Staging:
         cluster.create_topic(topic, partitions=1, replication_factor=2)
         self.leader = cluster.leader(topic, 0)
         self.follower = next(b for b in cluster.replicas(topic, 0) if b != self.leader)
+        self._step = 0
 
     def replicated(self, n: int) -> None:
         self.cluster.append(self.topic, 0, [b"order-%d" % i for i in range(n)], batch_size=1)
@@ -58,6 +59,18 @@ class Staging:
         self.cluster.append(
             self.topic, 0, [b"order-%d" % i for i in range(start, start + n)], batch_size=1
         )
+
+    def advance(self, seen: int) -> bool:
+        """The examples' script, driven by how many records the application has seen: 10
+        replicated, 5 more on the leader only, then an unclean election that brings 8 new
+        ones. True once all 23 are in."""
+        if self._step == 0 and seen >= 10:
+            self.leader_only(10, 5)
+            self._step = 1
+        elif self._step == 1 and seen >= 15:
+            self.unclean_election(8)
+            self._step = 2
+        return self._step == 2 and seen >= 23
 
     def unclean_election(self, new_records: int) -> None:
         c = self.cluster

@@ -70,17 +70,9 @@ async def serve(args: Any) -> int:
         stop = asyncio.Event()
         task = asyncio.create_task(worker.run(stop))
         deadline = time.monotonic() + args.seconds
-        staged = 0
         while time.monotonic() < deadline and not task.done():
             await asyncio.sleep(0.05)
-            seen = len(worker.processed)
-            if staging and staged == 0 and seen >= 10:
-                staging.leader_only(10, 5)
-                staged = 1
-            elif staging and staged == 1 and seen >= 15:
-                staging.unclean_election(8)
-                staged = 2
-            elif staging and staged == 2 and seen >= 23:
+            if staging and staging.advance(len(worker.processed)):
                 break
         stop.set()
         await task

@@ -39,7 +39,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         consumer.subscribe([args.topic])
         seen = 0
-        staged = 0
         deadline = time.monotonic() + args.seconds
         with consumer:
             while time.monotonic() < deadline:
@@ -50,13 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"{tp.topic}-{tp.partition}@{r.offset} (epoch {r.leader_epoch}):"
                             f" {r.value!r}"
                         )
-                if staging and staged == 0 and seen >= 10:
-                    staging.leader_only(10, 5)
-                    staged = 1
-                elif staging and staged == 1 and seen >= 15:
-                    staging.unclean_election(8)
-                    staged = 2
-                elif staging and staged == 2 and seen >= 23:
+                if staging and staging.advance(seen):
                     break
             consumer.commit()
     for rep in lost:

@@ -21,6 +21,11 @@ def cluster() -> Iterator[EmbeddedCluster]:
 
 
 def make_consumer(cluster: EmbeddedCluster, **kw: Any) -> EpochConsumer:
+    return EpochConsumer(**consumer_config(cluster, **kw))
+
+
+def consumer_config(cluster: EmbeddedCluster, **kw: Any) -> dict[str, Any]:
+    """Settings for a quick consumer on ``cluster`` (either driver), ``kw`` on top."""
     cfg: dict[str, Any] = {
         "bootstrap_servers": cluster.bootstrap_servers,
         "auto_offset_reset": "earliest",
@@ -31,7 +36,7 @@ def make_consumer(cluster: EmbeddedCluster, **kw: Any) -> EpochConsumer:
         "request_timeout_ms": 5000,
     }
     cfg.update(kw)
-    return EpochConsumer(**cfg)
+    return cfg
 
 
 def read(

@@ -21,23 +21,9 @@ from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import TruncationReport
 from epochguard.testing import EmbeddedCluster
 
-from .conftest import TP0, diverge, setup_topic, unclean_elect
+from .conftest import TP0, consumer_config, diverge, setup_topic, unclean_elect
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _config(cluster: EmbeddedCluster, **kw: Any) -> dict[str, Any]:
-    cfg: dict[str, Any] = {
-        "bootstrap_servers": cluster.bootstrap_servers,
-        "auto_offset_reset": "earliest",
-        "enable_auto_commit": False,
-        "fetch_max_wait_ms": 100,
-        "metadata_max_age_ms": 300,
-        "retry_backoff_ms": 20,
-        "request_timeout_ms": 5000,
-    }
-    cfg.update(kw)
-    return cfg
 
 
 async def _read(consumer: AIOEpochConsumer, n: int, timeout: float = 10.0) -> list[Any]:
@@ -62,7 +48,7 @@ def test_no_thread_serves_the_connections(cluster: EmbeddedCluster) -> None:
     async def main() -> None:
         before = set(threading.enumerate())
         async with AIOEpochConsumer(
-            "t", **_config(cluster, group_id="g", heartbeat_interval_ms=50)
+            "t", **consumer_config(cluster, group_id="g", heartbeat_interval_ms=50)
         ) as c:
             got = await _read(c, 2)
             assert [r.value for r in got] == [b"a", b"b"]
@@ -81,7 +67,7 @@ def test_group_consume_commit_and_lookups(cluster: EmbeddedCluster) -> None:
     tp1 = TopicPartition("t", 1)
 
     async def main() -> None:
-        async with AIOEpochConsumer("t", **_config(cluster, group_id="g")) as c:
+        async with AIOEpochConsumer("t", **consumer_config(cluster, group_id="g")) as c:
             got = await _read(c, 100)
             assert sorted(int(r.value[1:]) for r in got) == list(range(100))
             assert c.assignment() == {TP0, tp1}
@@ -105,7 +91,7 @@ def test_group_consume_commit_and_lookups(cluster: EmbeddedCluster) -> None:
             assert await c.position_with_epoch(TP0) == EpochOffset(50, 0)
 
         # A new member of the group starts from the commit (with its epoch).
-        async with AIOEpochConsumer("t", **_config(cluster, group_id="g")) as c2:
+        async with AIOEpochConsumer("t", **consumer_config(cluster, group_id="g")) as c2:
             assert await c2.getmany(timeout_ms=300) == {}
             assert await c2.position_with_epoch(TP0) == EpochOffset(50, 0)
 
@@ -116,7 +102,9 @@ def test_raise_policy_reports_the_truncation_exactly(cluster: EmbeddedCluster) -
     reports: list[TruncationReport] = []
 
     async def main() -> None:
-        config = _config(cluster, on_truncation="raise", on_truncation_report=reports.append)
+        config = consumer_config(
+            cluster, on_truncation="raise", on_truncation_report=reports.append
+        )
         async with AIOEpochConsumer(**config) as c:
             old, new = setup_topic(cluster)
             c.assign([TP0])
@@ -149,7 +137,7 @@ def test_cancelled_getmany_loses_and_repeats_nothing(cluster: EmbeddedCluster) -
     total = 400
 
     async def main() -> None:
-        async with AIOEpochConsumer(**_config(cluster, fetch_max_wait_ms=50)) as c:
+        async with AIOEpochConsumer(**consumer_config(cluster, fetch_max_wait_ms=50)) as c:
             c.assign([TP0])
             loop = asyncio.get_running_loop()
             feeder = loop.run_in_executor(
@@ -208,7 +196,7 @@ def test_asyncio_and_threaded_members_share_a_group(
         if protocol == "consumer"
         else {"heartbeat_interval_ms": 100, "session_timeout_ms": 6000}
     )
-    config = _config(cluster, group_id="mixed", enable_auto_commit=True, **extra)
+    config = consumer_config(cluster, group_id="mixed", enable_auto_commit=True, **extra)
     listener = _AsyncListener()
     seen: list[bytes] = []
     stop = threading.Event()

@@ -12,7 +12,7 @@ from kafka.structs import TopicPartition
 
 from epochguard.consumer.config import build_config
 from epochguard.consumer.effects import run_blocking
-from epochguard.consumer.fetcher import Fetcher
+from epochguard.consumer.fetcher import Fetcher, FetchSent, MetadataSent
 from epochguard.offsets.events import FetchAction, ValidateAction
 from epochguard.offsets.policy import OffsetPolicy
 from epochguard.offsets.position import EpochOffset
@@ -49,9 +49,9 @@ def _answer(f: Fetcher, handler: Any, context: Any, value: Any) -> None:
 def test_older_metadata_epoch_is_rejected_and_counted(mocker: Any) -> None:
     f, _client = _fetcher(mocker)
     tracker = f.add_partition(TP)
-    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=2, epoch=5))
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), _metadata(leader=2, epoch=5))
     assert tracker.leader_epoch == 5 and tracker.leader_id == 2
-    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=4))
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), _metadata(leader=1, epoch=4))
     assert tracker.leader_epoch == 5 and tracker.leader_id == 2
     assert f.metrics.stale_metadata_ignored == 1
 
@@ -60,7 +60,7 @@ def test_diverging_epoch_is_acted_on_without_offset_for_leader_epoch(mocker: Any
     events: list[Any] = []
     f, client = _fetcher(mocker, events)
     tracker = f.add_partition(TP)
-    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=3))
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), _metadata(leader=1, epoch=3))
     tracker.seek(EpochOffset(15, 3))  # validation first
     f.after_input(TP)
     client.send.return_value = Future()
@@ -88,7 +88,7 @@ def test_diverging_epoch_is_acted_on_without_offset_for_leader_epoch(mocker: Any
     )
     resp = NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
     client.send.reset_mock()
-    f._on_fetch((1, {TP: action}, {}), Future().success(resp))
+    f._on_fetch(FetchSent(1, {TP: action}, {}), Future().success(resp))
     assert tracker.state is PartitionState.TRUNCATED
     assert f.metrics.diverging_epoch_responses == 1
     client.send.assert_not_called()  # no OffsetForLeaderEpoch round trip
@@ -105,7 +105,7 @@ def test_buffered_records_are_dropped_when_validation_starts(mocker: Any) -> Non
 
     f, client = _fetcher(mocker)
     tracker = f.add_partition(TP)
-    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=0))
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), _metadata(leader=1, epoch=0))
     tracker.seek(0)
     f.after_input(TP)
     client.send.return_value = Future()
@@ -124,12 +124,12 @@ def test_buffered_records_are_dropped_when_validation_starts(mocker: Any) -> Non
     )
     resp = NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
     action = FetchAction(TP, 1, 0, 0, None, _token(tracker))
-    f._on_fetch((1, {TP: action}, {}), Future().success(resp))
+    f._on_fetch(FetchSent(1, {TP: action}, {}), Future().success(resp))
     got = f.fetched_records(4, lambda tp: True)
     assert [r.offset for r in got[TP]] == [0, 1, 2, 3]
     assert f.has_buffered()
     # A new leader epoch arrives: the rest of the prefetched records must not be returned.
-    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=2, epoch=1))
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), _metadata(leader=2, epoch=1))
     assert tracker.state is PartitionState.AWAIT_VALIDATION
     assert not f.has_buffered()
     assert f.fetched_records(10, lambda tp: True) == {}
@@ -174,7 +174,7 @@ def _recording_sends(client: Any) -> list[Any]:
 def _fetching(mocker: Any) -> tuple[Fetcher, Any, Any, list[Any]]:
     f, client = _fetcher(mocker)
     tracker = f.add_partition(TP)
-    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=0))
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), _metadata(leader=1, epoch=0))
     tracker.seek(0)
     f.after_input(TP)
     return f, client, tracker, _recording_sends(client)
@@ -258,7 +258,7 @@ def test_early_prefetches_of_one_answer_go_out_in_one_request(mocker: Any) -> No
     trackers = [f.add_partition(tp) for tp in tps]
     parts = [NS(partition_index=i, leader_id=1, leader_epoch=0, error_code=0) for i in (0, 1)]
     topic = NS(name="t", error_code=0, topic_id=TID, is_internal=False, partitions=parts)
-    _answer(f, f._on_metadata, (0.0, ["t"]), NS(topics=[topic], brokers=[]))
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), NS(topics=[topic], brokers=[]))
     for tp, tracker in zip(tps, trackers, strict=True):
         tracker.seek(0)
         f.after_input(tp)
@@ -339,7 +339,7 @@ def test_list_offsets_lookup_at_leader_epoch_0_is_fenced_at_0(mocker: Any) -> No
 
     f, client = _fetcher(mocker)
     f.metadata_topics.add("t")
-    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=0))
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), _metadata(leader=1, epoch=0))
     sent: list[Any] = []
 
     def send(node: Any, request: Any, *args: Any) -> Future:
@@ -428,7 +428,7 @@ def test_an_answer_for_a_partition_paused_meanwhile_does_not_hold_up_its_broker(
     topic = NS(name="t", error_code=0, topic_id=uuid.uuid4(), is_internal=False, partitions=parts)
     for tp in (p, q):
         f.add_partition(tp)
-    f._on_metadata((0.0, ["t"]), Future().success(NS(topics=[topic], brokers=[])))
+    f._on_metadata(MetadataSent(0.0, ["t"]), Future().success(NS(topics=[topic], brokers=[])))
     for tp in (p, q):
         f.trackers[tp].seek(0)
         f.after_input(tp)
@@ -495,7 +495,7 @@ def test_a_former_leaders_late_answer_does_not_discard_the_current_fetchs_record
     f, _client, tracker, futures = _fetching(mocker)
     f.send_requests(0.0)
     assert [args[0] for args, _fut in futures] == [1]
-    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=2, epoch=1))
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), _metadata(leader=2, epoch=1))
     f.send_requests(0.0)
     assert [args[0] for args, _fut in futures] == [1, 2]
     futures[1][1].success(_fetch_answer(0, 10, hw=10))
@@ -531,7 +531,7 @@ def test_a_partition_handed_back_takes_no_answer_meant_for_its_former_tracker(
     f._complete = lambda h, ctx, fut: sent.append((h, ctx))  # type: ignore[method-assign]
     client.send.return_value = Future()
     first = f.add_partition(TP)
-    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=0))
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), _metadata(leader=1, epoch=0))
     first.seek(EpochOffset(5, 0))
     f.after_input(TP)
     f.send_requests(0.0)
@@ -539,7 +539,7 @@ def test_a_partition_handed_back_takes_no_answer_meant_for_its_former_tracker(
     assert handler == f._on_validation
     f.remove_partition(TP)  # revoked with the request out
     again = f.add_partition(TP)
-    _answer(f, f._on_metadata, (0.0, ["t"]), _metadata(leader=1, epoch=0))
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), _metadata(leader=1, epoch=0))
     again.restore(EpochOffset(23, 0))
     f.after_input(TP)
     end = NS(partition=0, error_code=0, leader_epoch=0, end_offset=5)  # about 5@e0, not 23

@@ -24,7 +24,7 @@ from kafka.structs import TopicPartition
 from epochguard.consumer import wire
 from epochguard.consumer.config import build_config
 from epochguard.consumer.errors import CorruptRecordError
-from epochguard.consumer.fetcher import Fetcher
+from epochguard.consumer.fetcher import Fetcher, FetchSent, MetadataSent
 from epochguard.offsets.events import FetchAction
 from epochguard.offsets.policy import OffsetPolicy
 from epochguard.offsets.state import PartitionState
@@ -132,7 +132,7 @@ def _fetcher() -> tuple[Fetcher, Any]:
         lambda _e: None,
     )
     tracker = f.add_partition(TP)
-    f._on_metadata((0.0, ["t"]), Future().success(_metadata()))
+    f._on_metadata(MetadataSent(0.0, ["t"]), Future().success(_metadata()))
     tracker.seek(5)
     f.after_input(TP)
     return f, tracker
@@ -151,11 +151,13 @@ def test_fuzzed_fetch_answers_are_applied_or_rejected_typed(answer: tuple[int, b
     except Exception:
         # The connection layer closes the connection on a frame it cannot parse; the
         # request fails and is retried, which the transport tests cover.
-        f._on_fetch((1, {TP: action}, {TID: "t"}), Future().failure(ConnectionError("bad")))
+        f._on_fetch(
+            FetchSent(1, {TP: action}, {TID: "t"}), Future().failure(ConnectionError("bad"))
+        )
     else:
         answer_ = wire.read_fetch(decoded, {TID: "t"})
         assert isinstance(answer_, wire.FetchAnswer)
-        f._on_fetch((1, {TP: action}, {TID: "t"}), Future().success(decoded))
+        f._on_fetch(FetchSent(1, {TP: action}, {TID: "t"}), Future().success(decoded))
     f.process_completions()
     f.send_requests(1.0)
     got = f.fetched_records(1000, lambda _tp: True)
@@ -212,7 +214,7 @@ def test_corrupt_answer_stops_only_its_partition_without_raising() -> None:
         aborted_transactions=None,
     )
     resp = NS(API_VERSION=12, error_code=0, responses=[NS(topic="t", partitions=[part])])
-    f._on_fetch((1, {TP: action}, {}), Future().success(resp))
+    f._on_fetch(FetchSent(1, {TP: action}, {}), Future().success(resp))
     err = f.corrupt_errors[TP]
     assert err.tp == TP and err.offset == 5 and "has size -1" in str(err)
     # Not fetched again until a seek; the position has not moved.

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
+import attrs
 from kafka.errors import KafkaTimeoutError
 from kafka.structs import TopicPartition
 
@@ -120,6 +121,32 @@ class FetcherMetrics:
 
     def as_dict(self) -> dict[str, int]:
         return dict(vars(self))
+
+
+@attrs.frozen
+class FetchSent:
+    """What a Fetch answer is applied against: the broker, the tracker actions it serves,
+    the topic names of its topic ids, and its fetch-session plan (``None``: sessionless)."""
+
+    node: int
+    actions: dict[TopicPartition, FetchAction]
+    names: dict[uuid.UUID, str]
+    plan: SessionPlan | None = None
+
+
+@attrs.frozen
+class PrefetchSent:
+    """A prefetch: the broker, the prefetches it carries, the topic names of its ids."""
+
+    node: int
+    sent: dict[TopicPartition, Prefetch]
+    names: dict[uuid.UUID, str]
+
+
+@attrs.frozen
+class MetadataSent:
+    sent_at: float
+    topics: Any
 
 
 class _Done(NamedTuple):
@@ -435,10 +462,10 @@ class Fetcher:
         request, topics = due
         self.metrics.metadata_requests += 1
         fut = self._client.send(None, request)
-        self._complete(self._on_metadata, (now, topics), fut)
+        self._complete(self._on_metadata, MetadataSent(now, topics), fut)
 
-    def _on_metadata(self, context: Any, future: Any) -> None:
-        sent_at, topics = context
+    def _on_metadata(self, context: MetadataSent, future: Any) -> None:
+        sent_at, topics = context.sent_at, context.topics
         now = time.monotonic()
         if future.exception is not None:
             self.metadata.on_failure(future.exception, now)
@@ -675,7 +702,9 @@ class Fetcher:
             metrics.incremental_fetch_requests += 1
             metrics.fetch_partitions_forgotten += len(plan.forgotten)
         fut = self._client.send(source.node, request, self._fetch_timeout_ms)
-        self._complete(self._on_fetch, (source.node, {a.tp: a for a in actions}, names, plan), fut)
+        self._complete(
+            self._on_fetch, FetchSent(source.node, {a.tp: a for a in actions}, names, plan), fut
+        )
 
     def _send_prefetches(self) -> None:
         """For brokers with no fetch in flight: fetch what buffered partitions will ask for
@@ -697,7 +726,7 @@ class Fetcher:
         source.request_sent()
         self.metrics.fetch_requests += 1
         fut = self._client.send(source.node, request, self._fetch_timeout_ms)
-        self._complete(self._on_prefetch, (source.node, dict(items), names), fut)
+        self._complete(self._on_prefetch, PrefetchSent(source.node, dict(items), names), fut)
 
     def _prefetch_ahead(
         self, pairs: list[tuple[FetchAction, wire.FetchedPartition]]
@@ -745,10 +774,8 @@ class Fetcher:
         last = records[-1].leader_epoch if len(records) else decoded.last_epoch
         return (None if last is None or last < 0 else last) == ahead.entry.last_fetched_epoch
 
-    def _on_prefetch(self, context: Any, future: Any) -> None:
-        node: int = context[0]
-        sent: dict[TopicPartition, Prefetch] = context[1]
-        names: dict[uuid.UUID, str] = context[2]
+    def _on_prefetch(self, context: PrefetchSent, future: Any) -> None:
+        node, sent, names = context.node, context.sent, context.names
         source = self._source(node)
         source.request_done()
         now = time.monotonic()
@@ -791,12 +818,8 @@ class Fetcher:
             log.warning("fetch_response_malformed", node=node, error=str(exc))
             return None
 
-    def _on_fetch(self, context: Any, future: Any) -> None:
-        node: int = context[0]
-        actions: dict[TopicPartition, FetchAction] = context[1]
-        names: dict[uuid.UUID, str] = context[2]
-        # (node, actions, names[, plan]): without a plan, a sessionless fetch.
-        plan: SessionPlan | None = context[3] if len(context) > 3 else None
+    def _on_fetch(self, context: FetchSent, future: Any) -> None:
+        node, actions, names, plan = context.node, context.actions, context.names, context.plan
         source = self._source(node)
         source.request_done()
         now = time.monotonic()

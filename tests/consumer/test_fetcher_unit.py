@@ -7,6 +7,7 @@ import uuid
 from types import SimpleNamespace as NS
 from typing import Any
 
+import pytest
 from kafka.future import Future
 from kafka.structs import TopicPartition
 
@@ -547,3 +548,68 @@ def test_a_partition_handed_back_takes_no_answer_meant_for_its_former_tracker(
     f._on_validation(old_actions, Future().success(answer))
     assert again.state is PartitionState.AWAIT_VALIDATION and again.last_report is None
     assert not [e for e in events if e.name == "truncation_detected"]
+
+
+def _fenced_answer(hint: Any) -> Any:
+    """A Fetch v16 answer refusing the fetch (FENCED_LEADER_EPOCH) with a KIP-951 hint."""
+    part = NS(
+        partition_index=0,
+        error_code=74,
+        diverging_epoch=None,
+        current_leader=hint,
+        records=None,
+        high_watermark=-1,
+        last_stable_offset=-1,
+        aborted_transactions=None,
+    )
+    return NS(API_VERSION=16, error_code=0, responses=[NS(topic_id=TID, partitions=[part])])
+
+
+def _fetching_from(mocker: Any, leader: int, epoch: int) -> tuple[Fetcher, Any, Any]:
+    f, client = _fetcher(mocker)
+    tracker = f.add_partition(TP)
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), _metadata(leader=leader, epoch=epoch))
+    tracker.seek(0)
+    f.after_input(TP)
+    client.send.return_value = Future()
+    f.send_requests(0.0)
+    return f, client, tracker
+
+
+def test_a_newer_leader_hint_moves_the_partition_without_metadata(mocker: Any) -> None:
+    """KIP-951: FENCED_LEADER_EPOCH naming leader 2 at epoch 4 moves the partition there
+    and validates its position with that leader, before any metadata answer."""
+    f, client, tracker = _fetching_from(mocker, leader=1, epoch=3)
+    client.broker_known.return_value = True
+    action = FetchAction(TP, 1, 0, None, 3, _token(tracker))
+    f._on_fetch(
+        FetchSent(1, {TP: action}, {TID: "t"}),
+        Future().success(_fenced_answer(NS(leader_id=2, leader_epoch=4))),
+    )
+    assert (tracker.leader_id, tracker.leader_epoch) == (2, 4)
+    assert f.metadata.leader_of(TP) == 2 and f.metadata.epoch_of(TP) == 4
+    assert f.metrics.leader_hints_applied == 1
+    client.send.reset_mock()
+    f.send_requests(0.0)
+    sent_to = [call.args[0] for call in client.send.call_args_list]
+    assert 2 in sent_to  # the position goes to the new leader at once
+
+
+@pytest.mark.parametrize(
+    ("hint", "known"),
+    [((1, 3), True), ((0, 2), True), ((2, 4), False), ((-1, -1), True)],
+    ids=["same-epoch", "older-epoch", "unknown-broker", "no-leader"],
+)
+def test_a_leader_hint_not_newer_or_unreachable_is_left_to_metadata(
+    mocker: Any, hint: tuple[int, int], known: bool
+) -> None:
+    f, client, tracker = _fetching_from(mocker, leader=1, epoch=3)
+    client.broker_known.return_value = known
+    action = FetchAction(TP, 1, 0, None, 3, _token(tracker))
+    f._on_fetch(
+        FetchSent(1, {TP: action}, {TID: "t"}),
+        Future().success(_fenced_answer(NS(leader_id=hint[0], leader_epoch=hint[1]))),
+    )
+    assert (tracker.leader_id, tracker.leader_epoch) == (1, 3)
+    assert f.metrics.leader_hints_applied == 0
+    assert f.metadata.epoch_of(TP) == 3

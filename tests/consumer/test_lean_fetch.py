@@ -52,13 +52,19 @@ def _response(version: int, seed: int) -> Any:
         kw: dict[str, Any] = {"topic": f"tópic-{t}"} if version < 13 else {"topic_id": IDS[t]}
         parts = [_partition(i, rng) for i in range(rng.randrange(0, 4))]
         topics.append(FR.FetchableTopicResponse(partitions=parts, **kw))
-    return FR(
+    response = FR(
         version=version,
         throttle_time_ms=rng.choice([0, 250]),
         error_code=rng.choice([0, 0, 70]) if version >= 7 else 0,
         session_id=0,
         responses=topics,
     )
+    if version >= 16 and rng.random() < 0.7:  # KIP-951: where the hinted leaders listen
+        response.node_endpoints = [
+            FR.NodeEndpoint(node_id=2, host="héllo", port=9092, rack=rng.choice([None, "r1"])),
+            FR.NodeEndpoint(node_id=3, host="b3", port=19092, rack=None),
+        ]
+    return response
 
 
 def _frame(response: Any, version: int) -> wire.FetchFrame:
@@ -70,9 +76,19 @@ def _normalised(answer: wire.FetchAnswer) -> Any:
         answer.error,
         answer.version,
         [
-            (p.tp, p.error, p.high_watermark, p.diverging, p.aborted, _bytes(p.records))
+            (
+                p.tp,
+                p.error,
+                p.high_watermark,
+                p.last_stable_offset,
+                p.diverging,
+                p.aborted,
+                p.current_leader,
+                _bytes(p.records),
+            )
             for p in answer.partitions
         ],
+        answer.node_endpoints,
     )
 
 
@@ -91,6 +107,32 @@ def test_frame_answer_equals_kafka_python_answer(version: int, seed: int) -> Non
     assert _normalised(wire.read_fetch(frame, names)) == _normalised(
         wire.read_fetch(decoded, names)
     )
+
+
+def test_leader_hints_are_read_from_v16() -> None:
+    """KIP-951: CurrentLeader (a partition's tag 1) and NodeEndpoints (the answer's tag 0),
+    read alike from the frame and from kafka-python's decoding."""
+    part = P(
+        partition_index=0,
+        error_code=74,
+        high_watermark=-1,
+        last_stable_offset=-1,
+        log_start_offset=-1,
+        current_leader=P.LeaderIdAndEpoch(leader_id=2, leader_epoch=9),
+        records=None,
+    )
+    response = FR(
+        version=16,
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=0,
+        responses=[FR.FetchableTopicResponse(topic_id=IDS[0], partitions=[part])],
+    )
+    response.node_endpoints = [FR.NodeEndpoint(node_id=2, host="b2", port=9093, rack="r")]
+    decoded = FR.decode(response.encode(version=16), version=16)
+    for answer in (wire.read_fetch(_frame(response, 16), {}), wire.read_fetch(decoded, {})):
+        assert answer.partitions[0].current_leader == wire.LeaderHint(2, 9)
+        assert answer.node_endpoints == (wire.NodeEndpoint(2, "b2", 9093, "r"),)
 
 
 def test_frame_records_are_views_into_the_frame() -> None:
@@ -145,7 +187,7 @@ def test_records_length_past_the_frame_is_named() -> None:
         wire.read_fetch(wire.FetchFrame(12, memoryview(bytes(data))), {})
 
 
-@pytest.mark.parametrize("version", [0, 3, 14])
+@pytest.mark.parametrize("version", [0, 3, 18])
 def test_unread_versions_are_refused(version: int) -> None:
     with pytest.raises(wire.MalformedFetchResponse, match=f"v{version}"):
         wire.FetchFrame(version, memoryview(b"\0" * 8))

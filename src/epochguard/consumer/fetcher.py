@@ -118,6 +118,8 @@ class FetcherMetrics:
         self.fetch_partitions_sent = 0
         self.fetch_partitions_forgotten = 0
         self.fetch_session_resets = 0
+        #: KIP-951: leaders taken from a refused Fetch's hint, without a metadata round trip.
+        self.leader_hints_applied = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(vars(self))
@@ -936,6 +938,8 @@ class Fetcher:
                 # fetcher does, and the tracker retries with its backoff.
                 self.metadata.refuse(tp.topic)
             tracker.on_fetch_error(action, p.error.errno, now)
+            if p.current_leader is not None:
+                self._apply_leader_hint(tp, tracker, p.current_leader)
             self.after_input(tp)
             return
         div = p.diverging
@@ -1000,6 +1004,39 @@ class Fetcher:
         else:
             tracker.on_empty_fetch(action)
         self.after_input(tp)
+
+    def _apply_leader_hint(
+        self, tp: TopicPartition, tracker: PartitionTracker, hint: wire.LeaderHint
+    ) -> None:
+        """KIP-951: a refused Fetch named the partition's leader now. Taken as a metadata
+        answer for this partition alone when it is newer than what metadata said and the
+        broker's address is known, so the tracker validates with the new leader without a
+        metadata round trip; otherwise the metadata refresh the refusal asked for decides."""
+        known = self.metadata.epoch_of(tp)
+        if known is not None and hint.leader_epoch <= known:
+            return
+        if not self._client.broker_known(hint.leader_id):
+            return
+        self.metadata.leaders[tp] = (hint.leader_id, hint.leader_epoch)
+        before = (tracker.leader_id, tracker.leader_epoch)
+        accepted = tracker.on_metadata(
+            hint.leader_id,
+            hint.leader_epoch,
+            self.metadata.topic_ids.get(tp.topic),
+            self.metadata.replicas_of(tp),
+        )
+        if not accepted:
+            return
+        self.metrics.leader_hints_applied += 1
+        log.info(
+            "leader_hint_applied",
+            topic=tp.topic,
+            partition=tp.partition,
+            leader=hint.leader_id,
+            leader_epoch=hint.leader_epoch,
+        )
+        if before[0] is not None and before != (tracker.leader_id, tracker.leader_epoch):
+            self._leader_changed(tp)
 
     def _on_corrupt(self, action: FetchAction, exc: CorruptRecordError) -> None:
         """Stop ``action``'s partition at its position (nothing skipped, the others keep

@@ -64,10 +64,12 @@ __all__ = [
     "FetchTarget",
     "FetchedPartition",
     "HeartbeatAnswer",
+    "LeaderHint",
     "ListedOffset",
     "MalformedFetchResponse",
     "MemberHeartbeat",
     "MetadataAnswer",
+    "NodeEndpoint",
     "PartitionLeader",
     "TopicMetadata",
     "WireValueError",
@@ -111,7 +113,9 @@ ZERO_UUID: Final = uuid.UUID(int=0)
 #: Fetch v12 is the first with LastFetchedEpoch/DivergingEpoch; v13 names topics by id, so a
 #: topic deleted and re-created under the same name is answered UNKNOWN_TOPIC_ID instead of
 #: from the new log. v13 is used when every topic of a request has a known id, else v12.
-FETCH_MAX_VERSION: Final = 13
+#: v16: KIP-951 leader hints (``CurrentLeader`` per partition, ``NodeEndpoints``); v17 only
+#: adds a field replicas send.
+FETCH_MAX_VERSION: Final = 17
 FETCH_MAX_VERSION_BY_NAME: Final = 12
 #: Metadata v7+ carries leader epochs; v10+ topic ids; v12 is the last we need.
 METADATA_MAX_VERSION: Final = 12
@@ -323,6 +327,28 @@ class EpochEnd:
 
 
 @attrs.frozen
+class LeaderHint:
+    """KIP-951: a broker's word on who leads a partition now, under which epoch."""
+
+    leader_id: int
+    leader_epoch: int
+
+
+@attrs.frozen
+class NodeEndpoint:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+def _leader_hint(leader_id: int, leader_epoch: int) -> LeaderHint | None:
+    if leader_id < 0 or leader_epoch < 0:
+        return None
+    return LeaderHint(leader_id, leader_epoch)
+
+
+@attrs.frozen
 class FetchedPartition:
     tp: TopicPartition
     error: type[ERR.KafkaError] | None
@@ -336,6 +362,9 @@ class FetchedPartition:
     preferred_read_replica: int | None = None
     #: The last stable offset (read_committed reads stop there); -1 when unknown.
     last_stable_offset: int = -1
+    #: KIP-951 (v12+ tagged, sent from v16): the leader the broker knows, as
+    #: ``LeaderHint``, with NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH; else ``None``.
+    current_leader: LeaderHint | None = None
 
     @property
     def error_code(self) -> int:
@@ -350,6 +379,8 @@ class FetchAnswer:
     version: int
     #: KIP-227 session id of the answer (v7+); 0: no session.
     session_id: int = 0
+    #: KIP-951 (v16+): where the brokers named by ``current_leader`` hints listen.
+    node_endpoints: tuple[NodeEndpoint, ...] = ()
 
 
 def uses_topic_ids(entries: Iterable[FetchTarget], params: FetchParams) -> bool:
@@ -455,6 +486,7 @@ def read_fetch(response: Any, names: Mapping[uuid.UUID, str]) -> FetchAnswer:
                 diverging = EpochEnd(epoch_from_wire(div.epoch), offset_from_wire(div.end_offset))
             aborted = p.aborted_transactions
             preferred = getattr(p, "preferred_read_replica", -1) if version >= 11 else -1
+            hint = getattr(p, "current_leader", None) if version >= 12 else None
             append(
                 FetchedPartition(
                     TopicPartition(name, p.partition_index),
@@ -465,10 +497,15 @@ def read_fetch(response: Any, names: Mapping[uuid.UUID, str]) -> FetchAnswer:
                     [(a.producer_id, a.first_offset) for a in aborted] if aborted else None,
                     preferred if preferred >= 0 else None,
                     int(getattr(p, "last_stable_offset", -1)),
+                    None if hint is None else _leader_hint(hint.leader_id, hint.leader_epoch),
                 )
             )
     session_id = int(getattr(response, "session_id", 0) or 0) if version >= 7 else 0
-    return FetchAnswer(top, tuple(out), version, session_id)
+    endpoints = tuple(
+        NodeEndpoint(e.node_id, str(e.host), e.port, e.rack)
+        for e in (getattr(response, "node_endpoints", None) or () if version >= 16 else ())
+    )
+    return FetchAnswer(top, tuple(out), version, session_id, endpoints)
 
 
 # ------------------------------------------------------------- Fetch: the lean response path
@@ -510,6 +547,7 @@ _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
 _I64 = struct.Struct(">q").unpack_from
 _EPOCH_END = struct.Struct(">iq").unpack_from
+_LEADER = struct.Struct(">ii").unpack_from
 _ABORTED = struct.Struct(">qq").unpack_from
 # partition_index, error_code, high_watermark, last_stable_offset[, log_start_offset (v5+)]
 _PARTITION_V4 = struct.Struct(">ihqq")
@@ -626,6 +664,7 @@ def _read_fetch_frame(frame: FetchFrame, names: Mapping[uuid.UUID, str]) -> Fetc
                     records = buf[pos : pos + n]
                     pos += n
                 diverging = None
+                hint = None
                 if flexible:
                     n_tags, pos = _uvarint(buf, pos)
                     for _t in range(n_tags):
@@ -637,6 +676,8 @@ def _read_fetch_frame(frame: FetchFrame, names: Mapping[uuid.UUID, str]) -> Fetc
                                 diverging = EpochEnd(
                                     epoch_from_wire(epoch), offset_from_wire(end_offset)
                                 )
+                        elif tag == 1:  # CurrentLeader (KIP-951)
+                            hint = _leader_hint(*_LEADER(buf, pos))
                         pos += size
                 err = fields[1]
                 append(
@@ -649,12 +690,20 @@ def _read_fetch_frame(frame: FetchFrame, names: Mapping[uuid.UUID, str]) -> Fetc
                         aborted,
                         preferred if preferred >= 0 else None,
                         fields[3],
+                        hint,
                     )
                 )
             if flexible:
                 pos = skip_tagged_fields(buf, pos)
+        endpoints: tuple[NodeEndpoint, ...] = ()
         if flexible:
-            pos = skip_tagged_fields(buf, pos)
+            n_tags, pos = _uvarint(buf, pos)
+            for _t in range(n_tags):
+                tag, pos = _uvarint(buf, pos)
+                size, pos = _uvarint(buf, pos)
+                if tag == 0 and version >= 16:  # NodeEndpoints (KIP-951)
+                    endpoints = _node_endpoints(buf, pos)
+                pos += size
     except (struct.error, IndexError) as exc:
         raise MalformedFetchResponse(
             f"Fetch response v{version} of {total} bytes is cut short: {exc}"
@@ -663,7 +712,30 @@ def _read_fetch_frame(frame: FetchFrame, names: Mapping[uuid.UUID, str]) -> Fetc
         raise MalformedFetchResponse(
             f"Fetch response v{version} of {total} bytes claims {pos} bytes"
         )
-    return FetchAnswer(error_from_wire(code), tuple(out), version, session_id)
+    return FetchAnswer(error_from_wire(code), tuple(out), version, session_id, endpoints)
+
+
+def _compact_string(buf: memoryview, pos: int) -> tuple[str | None, int]:
+    n, pos = _uvarint(buf, pos)
+    if n == 0:
+        return None, pos
+    end = pos + n - 1
+    if end > len(buf):
+        raise MalformedFetchResponse(f"string of {n - 1} bytes at byte {pos}")
+    return str(buf[pos:end], "utf-8"), end
+
+
+def _node_endpoints(buf: memoryview, pos: int) -> tuple[NodeEndpoint, ...]:
+    n, pos = _uvarint(buf, pos)
+    out = []
+    for _ in range(n - 1):
+        node_id = _I32(buf, pos)[0]
+        host, pos = _compact_string(buf, pos + 4)
+        port = _I32(buf, pos)[0]
+        rack, pos = _compact_string(buf, pos + 4)
+        pos = skip_tagged_fields(buf, pos)
+        out.append(NodeEndpoint(node_id, host or "", port, rack))
+    return tuple(out)
 
 
 # ------------------------------------------------------------------- OffsetForLeaderEpoch

@@ -350,3 +350,42 @@ def test_a_follower_truncated_to_a_mid_batch_log_start_fails_its_partition(
     produce(cluster, topic, ["b6"])  # B goes on without A
     assert cluster.high_watermark(topic, 0) == 8
     assert cluster.isr(topic, 0) == [B] and cluster.log_end_offset(topic, 0, A) == 4
+
+
+def test_a_clean_leader_change_reaches_the_consumer_through_the_fetch_hint(
+    cluster: ApacheKafkaCluster,
+) -> None:
+    """KIP-951 on Kafka 4.3.1: after a preferred election the old leader refuses the next
+    Fetch with NOT_LEADER_OR_FOLLOWER and names the new leader; EpochConsumer moves there
+    from that hint (its metadata is not due for minutes) and reads on, nothing reported."""
+    topic = new_topic("hint")
+    cluster.create_topic(topic, assignments={0: [A, B]}, config={"min.insync.replicas": "1"})
+    produce(cluster, topic, [f"a{i}" for i in range(5)])
+    cluster.wait_for_isr(topic, 0, [A, B])
+    tp = TopicPartition(topic, 0)
+    with EpochConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        metadata_max_age_ms=600_000,
+        fetch_max_wait_ms=100,
+        on_truncation="raise",
+    ) as consumer:
+        consumer.assign([tp])
+        got = _read(consumer, 5)
+        assert [r.value for r in got] == [b"a%d" % i for i in range(5)]
+        cluster.elect_leader(topic, 0, B)
+        produce(cluster, topic, [f"b{i}" for i in range(3)])
+        got = _read(consumer, 3)
+        assert [r.value for r in got] == [b"b0", b"b1", b"b2"]
+        assert consumer.metrics(raw=True)["leader_hints_applied"] == 1
+        assert consumer.truncation_reports() == []
+
+
+def _read(consumer: EpochConsumer, n: int, timeout: float = 30.0) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=200).values():
+            got += records
+    return got

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from epochguard.testing.apache_kafka.pytest_support import (
     require_real_kafka,
 )
 
+from . import epoch_subjects
 from .summary import write_summary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,17 +45,32 @@ def _keep_kafka_logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None
     archive_logs_if_failed(request.node, ROOT / "build" / "kafka-logs")
 
 
-@pytest.fixture(
-    scope="module",
-    params=["embedded", pytest.param("apache", marks=[pytest.mark.real_kafka, pytest.mark.slow])],
-)
-def module_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+CLUSTERS = ["embedded", pytest.param("apache", marks=[pytest.mark.real_kafka, pytest.mark.slow])]
+#: The scenarios of EpochConsumer subjects also run on the asyncio driver (AIOEpochConsumer),
+#: on the EmbeddedCluster.
+CLUSTERS_AND_DRIVERS = [*CLUSTERS, "embedded-asyncio"]
+
+
+@contextlib.contextmanager
+def scenario_cluster(name: str) -> Iterator[Cluster]:
     cluster: Cluster
-    if request.param == "apache":
+    if name == "apache":
         cluster = ApacheKafkaCluster(brokers=3, jars=require_real_kafka())
     else:
         cluster = EmbeddedCluster(brokers=3, first_broker_id=0)
-    with cluster:
+    driver = epoch_subjects.DRIVER
+    if name.endswith("-asyncio"):
+        epoch_subjects.DRIVER = "asyncio"
+    try:
+        with cluster:
+            yield cluster
+    finally:
+        epoch_subjects.DRIVER = driver
+
+
+@pytest.fixture(scope="module", params=CLUSTERS)
+def module_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    with scenario_cluster(request.param) as cluster:
         yield cluster
 
 

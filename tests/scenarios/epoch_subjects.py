@@ -14,7 +14,9 @@ to kafka-python, confluent-kafka and Java.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -33,6 +35,56 @@ from epochguard.testing.helpers import describe_consumer
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "build" / "scenarios" / "epochguard"
+
+#: Which driver the subjects run: "threads" (EpochConsumer) or "asyncio" (AIOEpochConsumer
+#: through :class:`LoopDriven`). ``EPOCHGUARD_SCENARIO_DRIVER=asyncio`` runs the whole
+#: scenario suite on the asyncio driver; ``tests/scenarios/test_asyncio_driver.py`` runs a
+#: part of it so in CI.
+DRIVER = os.environ.get("EPOCHGUARD_SCENARIO_DRIVER", "threads")
+
+
+class LoopDriven:
+    """An ``AIOEpochConsumer`` behind EpochConsumer's blocking calls, each run on a loop of
+    its own: the scenario code stays the same for both drivers."""
+
+    def __init__(self, **config: Any) -> None:
+        from epochguard import AIOEpochConsumer
+
+        self.loop = asyncio.new_event_loop()
+        self.aio = AIOEpochConsumer(**config)
+        self._run(self.aio.start())
+
+    def _run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> Any:
+        return self._run(self.aio.getmany(timeout_ms=timeout_ms, max_records=max_records))
+
+    def position(self, tp: TopicPartition, timeout_ms: int | None = None) -> int:
+        return int(self._run(self.aio.position_with_epoch(tp, timeout_ms)).offset)
+
+    def position_with_epoch(self, tp: TopicPartition, timeout_ms: int | None = None) -> Any:
+        return self._run(self.aio.position_with_epoch(tp, timeout_ms))
+
+    def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        self._run(self.aio.seek_to_beginning(*tps))
+
+    def commit(self, offsets: Any = None) -> None:
+        self._run(self.aio.commit(offsets))
+
+    def committed_with_epoch(self, tp: TopicPartition) -> Any:
+        return self._run(self.aio.committed_with_epoch(tp))
+
+    def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
+        try:
+            self._run(self.aio.stop())
+        finally:
+            self.loop.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # assign, seek, metrics, assignment and the other calls that do not wait.
+        return getattr(self.aio, name)
+
 
 #: (offset, value, leader epoch) of one delivered record.
 Delivered = tuple[int, str, int | None]
@@ -107,7 +159,8 @@ class Subject:
         handler: Any = on_truncation
         if on_truncation == "callable":
             handler = self._handler
-        self.consumer = EpochConsumer(
+        driver: Any = LoopDriven if DRIVER == "asyncio" else EpochConsumer
+        self.consumer = driver(
             **consumer_config(
                 cluster,
                 group_id=group_id,

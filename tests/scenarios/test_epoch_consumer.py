@@ -46,6 +46,7 @@ from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import DetectedBy
 from epochguard.testing import Cluster, recreate_topic
 
+from .conftest import CLUSTERS_AND_DRIVERS, scenario_cluster
 from .epoch_subjects import (
     POLICIES,
     StagedRun,
@@ -87,6 +88,13 @@ LIVE_DETECTORS = {
     DetectedBy.DIVERGING_EPOCH,
     DetectedBy.OFFSET_OUT_OF_RANGE,
 }
+
+
+@pytest.fixture(scope="module", params=CLUSTERS_AND_DRIVERS)
+def module_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """This module's scenarios also run with AIOEpochConsumer subjects."""
+    with scenario_cluster(request.param) as cluster:
+        yield cluster
 
 
 def _rebuild(cluster: Cluster) -> None:
@@ -671,3 +679,20 @@ def test_group_rebalance_commits_epochs(module_cluster: Cluster) -> None:
             t.join(15)
         for c in consumers:
             c.close()
+
+
+def test_subjects_run_the_driver_their_cluster_names(
+    cluster: Cluster, request: pytest.FixtureRequest
+) -> None:
+    """The ``embedded-asyncio`` runs of this module really drive AIOEpochConsumer (so the
+    second run cannot silently become a copy of the first)."""
+    from .epoch_subjects import LoopDriven, Subject
+
+    topic = "driver-check"
+    cluster.create_topic(topic, partitions=1, replication_factor=1)
+    s = Subject(cluster, TopicPartition(topic, 0), "raise", "driver-check")
+    try:
+        asyncio = request.node.callspec.id.endswith("asyncio")
+        assert isinstance(s.consumer, LoopDriven) == asyncio
+    finally:
+        s.close()

@@ -31,6 +31,7 @@ from epochguard.offsets.report import DetectedBy
 from epochguard.testing import Cluster, produce
 from epochguard.testing import wait_until as eventually
 
+from .conftest import CLUSTERS_AND_DRIVERS, scenario_cluster
 from .epoch_subjects import (
     POLICIES,
     StagedRun,
@@ -49,6 +50,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 E0 = 0
 A_VALUES, B_VALUES, C_VALUES = ["a0", "a1", "a2"], ["b0", "b1", "b2"], ["c0", "c1"]
 D_VALUES, E_VALUES = ["d0", "d1"], ["e0", "e1"]
+
+
+@pytest.fixture(scope="module", params=CLUSTERS_AND_DRIVERS)
+def module_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """This module's scenarios also run with AIOEpochConsumer subjects."""
+    with scenario_cluster(request.param) as cluster:
+        yield cluster
 
 
 class SuccessiveRun(StagedRun):

@@ -276,6 +276,9 @@ def _aiokafka_truncation_error() -> type[LogTruncationError] | None:
         """``LogTruncationError`` that aiokafka code also catches as its own
         ``OffsetOutOfRangeError``."""
 
+    # What tracebacks and logs show: the class users know (an epochguard LogTruncationError).
+    AIOLogTruncationError.__name__ = AIOLogTruncationError.__qualname__ = "LogTruncationError"
+    AIOLogTruncationError.__module__ = LogTruncationError.__module__
     return AIOLogTruncationError
 
 

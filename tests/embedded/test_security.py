@@ -147,6 +147,47 @@ def test_scram_consumer_follows_leaders_on_other_brokers_over_sasl_ssl(
         assert got == {p: b"p%d" % p for p in range(3)}
 
 
+def test_asyncio_consumer_logs_in_with_scram_over_tls_on_its_event_loop(
+    secured: EmbeddedCluster, tls: TlsMaterial
+) -> None:
+    """AIOEpochConsumer: the TLS handshakes and SCRAM exchanges with three brokers run on
+    the application's event loop (no thread is started), and a wrong password is the same
+    typed error as for EpochConsumer."""
+    import asyncio
+    import threading
+
+    from epochguard import AIOEpochConsumer
+
+    secured.create_topic("spread", partitions=3, replication_factor=1)
+    for p in range(3):
+        secured.append("spread", p, [b"p%d" % p])
+    common: dict[str, Any] = {
+        "bootstrap_servers": secured.listener_bootstrap_servers("SASL_SSL").split(",")[0],
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "alice",
+        "ssl_cafile": str(tls.cafile),
+        "auto_offset_reset": "earliest",
+    }
+
+    async def main() -> None:
+        threads = set(threading.enumerate())
+        async with AIOEpochConsumer(sasl_plain_password="alice-secret", **common) as c:
+            c.assign([TopicPartition("spread", p) for p in range(3)])
+            got: dict[int, bytes] = {}
+            deadline = time.monotonic() + 20
+            while len(got) < 3 and time.monotonic() < deadline:
+                for tp, records in (await c.getmany(timeout_ms=200)).items():
+                    got |= {tp.partition: records[-1].value}
+            assert got == {p: b"p%d" % p for p in range(3)}
+            assert set(threading.enumerate()) == threads
+        wrong = AIOEpochConsumer(sasl_plain_password="nope", bootstrap_timeout_ms=10000, **common)
+        with pytest.raises(kerrors.SaslAuthenticationFailedError):
+            await wrong.start()
+
+    asyncio.run(main())
+
+
 def test_secured_ports_survive_a_broker_restart(secured: EmbeddedCluster) -> None:
     before = secured.listener_bootstrap_servers("SSL")
     secured.stop_broker(2)

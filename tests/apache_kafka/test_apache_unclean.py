@@ -378,7 +378,8 @@ def test_a_clean_leader_change_reaches_the_consumer_through_the_fetch_hint(
         produce(cluster, topic, [f"b{i}" for i in range(3)])
         got = _read(consumer, 3)
         assert [r.value for r in got] == [b"b0", b"b1", b"b2"]
-        assert consumer.metrics(raw=True)["leader_hints_applied"] == 1
+        metrics = consumer.metrics(raw=True)
+        assert metrics["leader_hints_applied"] == 1, metrics
         assert consumer.truncation_reports() == []
 
 

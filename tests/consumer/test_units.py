@@ -53,7 +53,7 @@ def _batch(
         ("enable_auto_commit", "yes"),
         ("isolation_level", "serializable"),
         ("partition_assignment_strategy", [object]),
-        ("max_fetch_version", 14),
+        ("max_fetch_version", 18),
         ("offset_store", object()),
     ],
 )

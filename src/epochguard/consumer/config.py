@@ -96,9 +96,10 @@ DEFAULT_CONFIG: dict[str, Any] = {
     #: How often a partition stopped by a truncation (or with no valid offset) logs
     #: ``partition_awaiting_seek`` while the application has not sought it.
     "awaiting_seek_log_interval_ms": 30000,
-    #: Highest Fetch version to use (12 = LastFetchedEpoch/DivergingEpoch, 13 = topic ids).
-    #: Lower it to 11 to exercise the OffsetForLeaderEpoch-only path (Java's behaviour).
-    "max_fetch_version": 13,
+    #: Highest Fetch version to use (12 = LastFetchedEpoch/DivergingEpoch, 13 = topic ids,
+    #: 16 = KIP-951 leader hints). Lower it to 11 to exercise the OffsetForLeaderEpoch-only
+    #: path (Java's behaviour).
+    "max_fetch_version": 17,
     #: Highest Metadata version (epochs need 7+). For tests of old-broker behaviour.
     "max_metadata_version": 12,
     #: Group membership, the Java client's names and default: "classic" (JoinGroup /
@@ -309,8 +310,8 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
         )
     for key in ("max_fetch_version",):
         _check_int(key, cfg[key], 4)
-        if cfg[key] > 13:
-            raise ConsumerConfigError(key, "must be <= 13")
+        if cfg[key] > 17:
+            raise ConsumerConfigError(key, "must be <= 17")
     if cfg["client_rack"] and cfg["max_fetch_version"] < 11:
         raise ConsumerConfigError(
             "client_rack",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from epochguard.consumer import (
     AIOEpochConsumer,
     EpochConsumer,
+    HangingTransactionError,
     LogTruncationError,
     LogTruncationException,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "EpochConsumer",
     "EpochGuardError",
     "EpochOffset",
+    "HangingTransactionError",
     "InvalidPolicyError",
     "InvalidPositionError",
     "JsonFileOffsetStore",

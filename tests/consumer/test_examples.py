@@ -17,7 +17,14 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.mark.parametrize(
-    "name", ["group_rewind", "raise_compensate", "exactly_once_sqlite", "asyncio_worker"]
+    "name",
+    [
+        "group_rewind",
+        "raise_compensate",
+        "exactly_once_sqlite",
+        "asyncio_worker",
+        "exactly_once_pipeline",
+    ],
 )
 def test_example_runs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(EXAMPLES))

@@ -50,6 +50,7 @@ from epochguard.consumer.effects import (
 from epochguard.consumer.engine import ConsumerEngine, ValidationResult, make_policy
 from epochguard.consumer.errors import LogTruncationError
 from epochguard.consumer.records import ConsumerRecord, log_decoder_once
+from epochguard.offsets.hanging import HangingTransaction
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import TruncationReport
 
@@ -599,6 +600,11 @@ class AIOEpochConsumer:
         """Every truncation report seen so far (oldest first)."""
         engine, _io = self._started()
         return engine.truncation_reports()
+
+    def hanging_transactions(self) -> list[HangingTransaction]:
+        """Every hanging transaction reported so far (read_committed only; oldest first)."""
+        engine, _io = self._started()
+        return engine.hanging_transactions()
 
     def metrics(self, raw: bool = False) -> dict[str, Any] | None:
         engine, _io = self._started()

@@ -108,6 +108,15 @@ DEFAULT_CONFIG: dict[str, Any] = {
     #: "consumer" protocol only: the broker-side assignor ("uniform", "range"); None: the
     #: broker's default (group.consumer.assignors).
     "group_remote_assignor": None,
+    #: read_committed only: the broker's ``transaction.max.timeout.ms`` (Kafka's default
+    #: 15 minutes). A partition's last stable offset that stands longer than this, with
+    #: records behind it, is held by a hanging transaction (no transaction may be open
+    #: longer); the consumer then asks the leader which one (DescribeProducers).
+    "transaction_max_timeout_ms": 900000,
+    #: What a hanging transaction does: "raise" (``poll`` raises ``HangingTransactionError``
+    #: once per stall) or "warn" (logged as ``hanging_transaction_detected`` and kept in
+    #: ``hanging_transactions()``).
+    "on_hanging_transaction": "raise",
     #: "records": ``poll()`` returns ``ConsumerRecord`` lists. "columns": fetched records
     #: are decoded into column buffers instead and read with ``poll_columns()`` (Arrow
     #: layouts, no Python object per record; keys and values stay bytes).
@@ -156,6 +165,7 @@ _POSITIVE_INT = (
     "connections_max_idle_ms",
     "close_timeout_ms",
     "awaiting_seek_log_interval_ms",
+    "transaction_max_timeout_ms",
 )
 # fetch_max_wait_ms=0: the broker answers at once, for the lowest latency at the cost of a
 # fetch loop that never waits (kafka-python and Java accept it too).
@@ -211,6 +221,11 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
         raise ConsumerConfigError(
             "isolation_level",
             f"must be 'read_uncommitted' or 'read_committed', got {cfg['isolation_level']!r}",
+        )
+    if cfg["on_hanging_transaction"] not in ("raise", "warn"):
+        raise ConsumerConfigError(
+            "on_hanging_transaction",
+            f"must be 'raise' or 'warn', got {cfg['on_hanging_transaction']!r}",
         )
     servers = cfg["bootstrap_servers"]
     if not servers or not isinstance(servers, str | list | tuple):

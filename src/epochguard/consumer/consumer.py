@@ -43,6 +43,7 @@ from epochguard.consumer.engine import (
 )
 from epochguard.consumer.errors import ConsumerClosedError
 from epochguard.consumer.records import ConsumerRecord, log_decoder_once
+from epochguard.offsets.hanging import HangingTransaction
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import TruncationReport
 
@@ -456,6 +457,10 @@ class EpochConsumer:
     def truncation_reports(self) -> list[TruncationReport]:
         """Every truncation report seen so far (oldest first)."""
         return self._engine.truncation_reports()
+
+    def hanging_transactions(self) -> list[HangingTransaction]:
+        """Every hanging transaction reported so far (read_committed only; oldest first)."""
+        return self._engine.hanging_transactions()
 
     # ------------------------------------------------------------------ closing
 

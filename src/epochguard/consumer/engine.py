@@ -37,6 +37,7 @@ from epochguard.consumer.effects import Call, Pump, Step, TaskHandle
 from epochguard.consumer.errors import (
     ConsumerClosedError,
     ConsumerConfigError,
+    HangingTransactionError,
     LogTruncationError,
     UnassignedPartitionError,
     as_consumer_error,
@@ -44,9 +45,11 @@ from epochguard.consumer.errors import (
 from epochguard.consumer.fetcher import Fetcher
 from epochguard.consumer.group import GroupCoordinator
 from epochguard.consumer.group_consumer import ConsumerGroupMember
+from epochguard.consumer.hanging import HangingTransactionMonitor
 from epochguard.consumer.records import ConsumerRecord, as_deserializer
 from epochguard.offsets.errors import EpochGuardError
 from epochguard.offsets.events import Event, NoValidOffset, TruncationDetected
+from epochguard.offsets.hanging import HangingTransaction
 from epochguard.offsets.policy import OffsetPolicy
 from epochguard.offsets.position import EpochOffset, normalise_topic_id
 from epochguard.offsets.report import TruncationReport
@@ -175,6 +178,18 @@ class ConsumerEngine:
         self.on_poll_round: Callable[[], None] | None = None
         #: Called when the iteration in progress must end (see settle_iterator).
         self.iterator_reset: Callable[[], None] | None = None
+        # read_committed: last stable offsets that stopped (hanging transactions).
+        self._hanging: HangingTransactionMonitor | None = None
+        if cfg["isolation_level"] == "read_committed":
+            self._hanging = HangingTransactionMonitor(
+                self._client,
+                self.fetcher,
+                cfg["transaction_max_timeout_ms"],
+                cfg["request_timeout_ms"],
+                self._on_hanging_transaction,
+            )
+        self._hanging_reports: list[HangingTransaction] = []
+        self._pending_hanging: dict[TopicPartition, HangingTransaction] = {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -206,6 +221,22 @@ class ConsumerEngine:
         name = getattr(event, "name", "tracker_event")
         to_dict = getattr(event, "to_dict", None)
         log.debug(name, **(to_dict() if to_dict is not None else {}))
+
+    def _on_hanging_transaction(self, found: HangingTransaction) -> None:
+        decision = self.config["on_hanging_transaction"]
+        self._hanging_reports.append(found)
+        log.error(
+            "hanging_transaction_detected",
+            **found.to_dict(),
+            decision=decision,
+            hint="abort it with kafka-transactions.sh abort (KIP-664)",
+        )
+        if decision == "raise" and found.tp in self.fetcher.trackers:
+            self._pending_hanging[found.tp] = found
+
+    def hanging_transactions(self) -> list[HangingTransaction]:
+        """Every hanging transaction reported so far (oldest first)."""
+        return list(self._hanging_reports)
 
     def _tracker(self, tp: TopicPartition) -> PartitionTracker:
         if not isinstance(tp, TopicPartition):
@@ -250,6 +281,7 @@ class ConsumerEngine:
                 self._paused.discard(tp)
                 self._pending_truncations.pop(tp, None)
                 self._pending_errors.pop(tp, None)
+                self._pending_hanging.pop(tp, None)
                 self._awaiting_seek.pop(tp, None)
                 self._restored.discard(tp)
         for tp in parts:
@@ -632,6 +664,8 @@ class ConsumerEngine:
             if self.on_poll_round is not None:
                 self.on_poll_round()
             fetcher.process_completions()
+            if self._hanging is not None:
+                self._hanging.tick(time.monotonic())
             self._warn_awaiting_seek()
             self._raise_pending()
             records = fetcher.fetched_records(max_records, self._eligible)
@@ -662,6 +696,9 @@ class ConsumerEngine:
         if self._pending_truncations:
             truncations, self._pending_truncations = self._pending_truncations, {}
             raise LogTruncationError(truncations)
+        if self._pending_hanging:
+            hanging, self._pending_hanging = self._pending_hanging, {}
+            raise HangingTransactionError(hanging)
         if self._pending_errors:
             tp, error = next(iter(self._pending_errors.items()))
             del self._pending_errors[tp]
@@ -1159,6 +1196,9 @@ class ConsumerEngine:
             m["heartbeats_sent"] = self.group.heartbeats_sent
             m["rebalances"] = self.group.rebalances
         m["assigned_partitions"] = len(self.assigned)
+        hanging = self._hanging
+        m["describe_producers_requests"] = 0 if hanging is None else hanging.requests_sent
+        m["hanging_transactions_detected"] = 0 if hanging is None else hanging.detected
         m["partitions_awaiting_seek"] = sum(
             1 for t in self.fetcher.trackers.values() if t.state in _STOPPED
         )

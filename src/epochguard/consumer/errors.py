@@ -11,6 +11,7 @@ from epochguard.offsets.errors import EpochGuardError
 from epochguard.offsets.errors import LogTruncationError as _CoreLogTruncationError
 from epochguard.offsets.errors import NoOffsetForPartitionError as _CoreNoOffsetError
 from epochguard.offsets.errors import OffsetOutOfRangeError as _CoreOutOfRangeError
+from epochguard.offsets.hanging import HangingTransaction
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import TruncationReport
 
@@ -18,6 +19,7 @@ __all__ = [
     "ConsumerClosedError",
     "ConsumerConfigError",
     "CorruptRecordError",
+    "HangingTransactionError",
     "LogTruncationError",
     "LogTruncationException",
     "NoOffsetForPartitionError",
@@ -124,6 +126,33 @@ class LogTruncationError(kerrors.OffsetOutOfRangeError, _CoreLogTruncationError)
 
 #: Java-style alias.
 LogTruncationException = LogTruncationError
+
+
+class HangingTransactionError(kerrors.KafkaError, EpochGuardError):  # type: ignore[misc]
+    """A transaction has been open on a partition longer than the broker's
+    ``transaction.max.timeout.ms`` allows (``on_hanging_transaction="raise"``): a
+    read_committed consumer cannot read past its first offset until it is aborted.
+
+    Typically its COMMIT or ABORT marker was lost to an unclean leader election. ``poll``
+    raises it once per stall; the partition keeps being fetched and delivers again as soon
+    as an operator aborts the transaction (``kafka-transactions.sh abort``). ``transactions``
+    maps each partition to its :class:`~epochguard.offsets.hanging.HangingTransaction`
+    (producer id and epoch, first offset); ``transaction``/``tp`` describe the first one.
+    """
+
+    retriable = False
+
+    def __init__(self, transactions: Mapping[Any, HangingTransaction]) -> None:
+        if not transactions:
+            raise ValueError("HangingTransactionError needs at least one hanging transaction")
+        self.transactions: dict[Any, HangingTransaction] = dict(transactions)
+        first = next(iter(self.transactions.values()))
+        self.transaction = first
+        self.tp = first.tp
+        Exception.__init__(self, str(self))
+
+    def __str__(self) -> str:
+        return "; ".join(t.describe() for t in self.transactions.values())
 
 
 class OffsetOutOfRangeError(kerrors.OffsetOutOfRangeError, _CoreOutOfRangeError):  # type: ignore[misc]

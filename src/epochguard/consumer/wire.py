@@ -25,6 +25,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 import kafka.errors as ERR
+from kafka.protocol.admin import DescribeProducersRequest
 from kafka.protocol.consumer import (
     FetchRequest,
     HeartbeatRequest,
@@ -43,6 +44,7 @@ from epochguard.consumer.group_messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
 )
+from epochguard.offsets.hanging import ProducerState
 
 __all__ = [
     "CONSUMER_HEARTBEAT_MIN_VERSION",
@@ -76,6 +78,7 @@ __all__ = [
     "commit_errors",
     "consumer_group_describe_request",
     "consumer_group_heartbeat_request",
+    "describe_producers_request",
     "epoch_from_wire",
     "epoch_to_wire",
     "error_from_wire",
@@ -95,6 +98,7 @@ __all__ = [
     "offset_from_wire",
     "read_consumer_group_describe",
     "read_consumer_group_heartbeat",
+    "read_describe_producers",
     "read_fetch",
     "read_list_offsets",
     "read_member_offset_fetch",
@@ -830,6 +834,44 @@ def read_list_offsets(response: Any) -> list[ListedOffset]:
             offset_from_wire(p.offset),
             epoch_from_wire(p.leader_epoch),
             p.timestamp,
+        )
+        for tp, p in _partitions(response)
+    ]
+
+
+# ------------------------------------------------------------------ DescribeProducers
+
+
+def describe_producers_request(partitions: Iterable[TopicPartition]) -> Any:
+    """KIP-664 DescribeProducers for partitions led by one broker."""
+    TR = DescribeProducersRequest.TopicRequest
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return DescribeProducersRequest(
+        topics=[TR(name=t, partition_indexes=ps) for t, ps in by_topic.items()]
+    )
+
+
+def read_describe_producers(
+    response: Any,
+) -> list[tuple[TopicPartition, type[ERR.KafkaError] | None, list[ProducerState]]]:
+    """Each partition's error and producers; an open transaction's start offset, ``-1``
+    on the wire when none is open, is ``None``."""
+    return [
+        (
+            tp,
+            error_from_wire(p.error_code),
+            [
+                ProducerState(
+                    producer_id=s.producer_id,
+                    producer_epoch=s.producer_epoch,
+                    txn_start_offset=offset_from_wire(s.current_txn_start_offset),
+                    last_timestamp=None if s.last_timestamp < 0 else s.last_timestamp,
+                    coordinator_epoch=None if s.coordinator_epoch < 0 else s.coordinator_epoch,
+                )
+                for s in p.active_producers
+            ],
         )
         for tp, p in _partitions(response)
     ]

@@ -390,3 +390,82 @@ def _read(consumer: EpochConsumer, n: int, timeout: float = 30.0) -> list[Any]:
         for records in consumer.poll(timeout_ms=200).values():
             got += records
     return got
+
+
+def test_a_commit_marker_lost_to_an_unclean_election_is_reported_as_hanging(
+    cluster: ApacheKafkaCluster,
+) -> None:
+    """A COMMIT marker only A had: B, elected uncleanly, keeps the transaction open forever
+    (high watermark 2, last stable offset 0). A read_committed EpochConsumer names it
+    (DescribeProducers) once the LSO stood longer than transaction_max_timeout_ms, and
+    delivers the record after it once an operator aborts it (KIP-664)."""
+    from kafka.admin import AbortTransactionSpec, KafkaAdminClient
+
+    from epochguard import HangingTransactionError
+
+    topic = new_topic("hanging")
+    tp = TopicPartition(topic, 0)
+    cluster.create_topic(topic, assignments={0: [A, B]}, config={"min.insync.replicas": "1"})
+    cluster.wait_for_partition(
+        topic, 0, lambda s: s.leader == A and sorted(s.isr) == [A, B], "A leads, ISR [A, B]"
+    )
+    p = KafkaProducer(
+        bootstrap_servers=cluster.all_bootstrap_servers, transactional_id=f"tx-{topic}"
+    )
+    p.init_transactions()
+    p.begin_transaction()
+    p.send(topic, b"committed-then-lost", partition=0)
+    p.flush()
+    wait_for_high_watermark(cluster, topic, 1)  # B holds the record
+    cluster.stop_broker(B)
+    cluster.wait_for_isr(topic, 0, [A])
+    p.commit_transaction()
+    p.close()
+    wait_until("the COMMIT marker on A", lambda: cluster.log_end_offset(topic, 0, A) == 2)
+    cluster.stop_broker(A)
+    cluster.wait_for_partition(topic, 0, lambda s: s.leader < 0, "no leader")
+    cluster.start_broker(B)
+    cluster.elect_leader(topic, 0, B, unclean=True)
+    cluster.start_broker(A)
+    cluster.wait_for_isr(topic, 0, [A, B])
+    assert cluster.log_end_offset(topic, 0, A) == 1  # the marker is gone
+    produce(cluster, topic, ["plain"])
+    wait_for_high_watermark(cluster, topic, 2)
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        (state,) = admin.describe_producers([tp])[tp].active_producers
+        assert state.current_transaction_start_offset == 0
+        with EpochConsumer(
+            bootstrap_servers=cluster.bootstrap_servers,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            fetch_max_wait_ms=100,
+            transaction_max_timeout_ms=1000,  # the brokers' is 900000: pretend it is 1 s
+        ) as consumer:
+            consumer.assign([tp])
+            deadline = time.monotonic() + 30
+            with pytest.raises(HangingTransactionError) as raised:
+                while time.monotonic() < deadline:
+                    assert consumer.poll(timeout_ms=100) == {}
+            found = raised.value.transaction
+            assert (found.tp, found.first_offset, found.high_watermark) == (tp, 0, 2)
+            assert (found.producer_id, found.producer_epoch) == (
+                state.producer_id,
+                state.producer_epoch,
+            )
+            print(f"reported: {found.describe()}")
+            admin.abort_transaction(
+                AbortTransactionSpec(
+                    tp, state.producer_id, state.producer_epoch, max(0, state.coordinator_epoch)
+                )
+            )
+            got: list[Any] = []
+            deadline = time.monotonic() + 20
+            while not got and time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=100).values():
+                    got += records
+            assert [(r.offset, r.value) for r in got] == [(1, b"plain")]
+    finally:
+        admin.close()

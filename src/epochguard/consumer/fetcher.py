@@ -217,6 +217,9 @@ class Fetcher:
         #: Set when an answer arrives or a request should go out now; drivers wait on it.
         self.wake_signal = self._wake = Signal()
         self.metrics = FetcherMetrics()
+        # Partitions whose refused fetch named their new leader (KIP-951) in the answer
+        # being applied: no metadata refresh for that refusal.
+        self._hinted: set[TopicPartition] = set()
         self.metadata_listeners: list[Callable[[], None]] = []
         #: record bytes fetched per broker (KIP-392 diagnostics: what crossed racks)
         self.bytes_by_node: collections.Counter[int] = collections.Counter()
@@ -431,7 +434,8 @@ class Fetcher:
         events = tracker.drain_events()
         for event in events:
             if isinstance(event, MetadataRefreshNeeded):
-                self.request_metadata()
+                if tp not in self._hinted:
+                    self.request_metadata()
             elif isinstance(event, TruncationDetected):
                 self.metrics.truncations_detected += 1
                 lost = event.report.lost_count
@@ -938,9 +942,14 @@ class Fetcher:
                 # fetcher does, and the tracker retries with its backoff.
                 self.metadata.refuse(tp.topic)
             tracker.on_fetch_error(action, p.error.errno, now)
-            if p.current_leader is not None:
-                self._apply_leader_hint(tp, tracker, p.current_leader)
+            hinted = p.current_leader is not None and self._apply_leader_hint(
+                tp, tracker, p.current_leader
+            )
+            if hinted:
+                # The refusal's metadata refresh is answered by the hint already.
+                self._hinted.add(tp)
             self.after_input(tp)
+            self._hinted.discard(tp)
             return
         div = p.diverging
         if div is not None:
@@ -1007,16 +1016,16 @@ class Fetcher:
 
     def _apply_leader_hint(
         self, tp: TopicPartition, tracker: PartitionTracker, hint: wire.LeaderHint
-    ) -> None:
+    ) -> bool:
         """KIP-951: a refused Fetch named the partition's leader now. Taken as a metadata
         answer for this partition alone when it is newer than what metadata said and the
         broker's address is known, so the tracker validates with the new leader without a
         metadata round trip; otherwise the metadata refresh the refusal asked for decides."""
         known = self.metadata.epoch_of(tp)
         if known is not None and hint.leader_epoch <= known:
-            return
+            return False
         if not self._client.broker_known(hint.leader_id):
-            return
+            return False
         self.metadata.leaders[tp] = (hint.leader_id, hint.leader_epoch)
         before = (tracker.leader_id, tracker.leader_epoch)
         accepted = tracker.on_metadata(
@@ -1026,7 +1035,7 @@ class Fetcher:
             self.metadata.replicas_of(tp),
         )
         if not accepted:
-            return
+            return False
         self.metrics.leader_hints_applied += 1
         log.info(
             "leader_hint_applied",
@@ -1037,6 +1046,7 @@ class Fetcher:
         )
         if before[0] is not None and before != (tracker.leader_id, tracker.leader_epoch):
             self._leader_changed(tp)
+        return True
 
     def _on_corrupt(self, action: FetchAction, exc: CorruptRecordError) -> None:
         """Stop ``action``'s partition at its position (nothing skipped, the others keep

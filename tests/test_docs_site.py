@@ -279,3 +279,57 @@ def test_sphinx_roles_become_references_that_resolve_or_fail(
     assert ":class:" not in widget and ":meth:" not in widget
     spin = pkg["Widget.spin"].docstring.value
     assert optional.format("rolepkg.inner.Thing.turn", "turn()") in spin
+
+
+def test_attrs_classes_get_the_init_attrs_generates(tmp_path: Path) -> None:
+    import griffe
+
+    attrs_init = _load("griffe_attrs_init")
+    package = tmp_path / "attrspkg"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from typing import ClassVar\n\n"
+        "import attrs\n\n\n"
+        "@attrs.frozen\n"
+        "class Base:\n"
+        "    offset: int\n"
+        "    KIND: ClassVar[str] = 'base'\n"
+        "    epoch: int | None = None\n\n\n"
+        "@attrs.frozen(order=False)\n"
+        "class Child(Base):\n"
+        "    _secret: str = attrs.field(default='s', kw_only=True)\n"
+        "    items: list[int] = attrs.field(factory=list)\n"
+        "    cache: dict[str, int] = attrs.field(init=False)\n\n"
+        "    @property\n"
+        "    def doubled(self) -> int:\n"
+        "        return self.offset * 2\n\n\n"
+        "@attrs.define(kw_only=True)\n"
+        "class Options:\n"
+        "    name: str\n\n\n"
+        "@attrs.frozen\n"
+        "class Custom:\n"
+        "    value: int\n\n"
+        "    def __init__(self, text: str) -> None: ...\n\n\n"
+        "class Plain:\n"
+        "    value: int = 0\n"
+    )
+    extensions = griffe.load_extensions(attrs_init.AttrsInit)
+    pkg = griffe.load("attrspkg", search_paths=[str(tmp_path)], extensions=extensions)
+
+    def signature(name: str) -> list[tuple[str, str, str | None]]:
+        init = pkg[name].members["__init__"]
+        return [(p.name, p.kind.value, p.default and str(p.default)) for p in init.parameters][1:]
+
+    assert signature("Base") == [
+        ("offset", "positional or keyword", None),
+        ("epoch", "positional or keyword", "None"),
+    ]
+    assert signature("Child") == [
+        ("offset", "positional or keyword", None),
+        ("epoch", "positional or keyword", "None"),
+        ("items", "positional or keyword", "list()"),
+        ("secret", "keyword-only", "'s'"),
+    ]
+    assert signature("Options") == [("name", "keyword-only", None)]
+    assert signature("Custom") == [("text", "positional or keyword", None)]  # its own
+    assert "__init__" not in pkg["Plain"].members

@@ -207,10 +207,7 @@ def test_a_link_out_of_docs_becomes_the_repository_path(hooks: ModuleType) -> No
     text = (
         "see [benchmarks/README.md](../../benchmarks/README.md) and [the\nbench](../../benchmarks)"
     )
-    assert _rewrite(hooks, text) == (
-        "see `benchmarks/README.md` (in the source repository) and the\nbench "
-        "(`benchmarks` in the source repository)"
-    )
+    assert _rewrite(hooks, text) == ("see `benchmarks/README.md` and the\nbench (`benchmarks`)")
 
 
 def test_a_link_out_of_docs_goes_to_the_repository_when_mkdocs_names_one(

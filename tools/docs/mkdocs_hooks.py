@@ -3,7 +3,7 @@
 The pages in docs/ are read on GitHub too, where a relative link to a file elsewhere in the
 repository (``../benchmarks/README.md``) works. The site holds only docs/, so before a page
 is rendered such a link becomes a link into the source repository when mkdocs.yml names one
-(``repo_url``), or else the file's repository path as code. A link that leaves docs/ for a
+(``repo_url``), or else the file's path in the repository, as code. A link that leaves docs/ for a
 file that does not exist stays as it is, and the strict build fails on it.
 """
 
@@ -57,8 +57,8 @@ def repository_links(
             url = f"{repo_url.rstrip('/')}/{kind}/HEAD/{path}"
             return f"[{text}]({url}{'#' + fragment if fragment else ''})"
         if text.strip("`") == path:
-            return f"`{path}` (in the source repository)"
-        return f"{text} (`{path}` in the source repository)"
+            return f"`{path}`"
+        return f"{text} (`{path}`)"
 
     # Links inside fenced code are code, not links.
     pieces, last = [], 0

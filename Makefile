@@ -84,6 +84,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy -p epochguard
+	$(BIN)/mypy tools/docs
 
 # The documentation site (mkdocs.yml; pages in docs/, API pages from the docstrings) into
 # build/site. --strict: a broken link, anchor or docstring cross-reference fails the build.

@@ -95,7 +95,7 @@ def _own_fields(cls: griffe.Class) -> list[griffe.Parameter]:
     class_kw_only = str(_call_args(_decorator(cls)).get("kw_only")) == "True"
     out = []
     for member in cls.members.values():
-        if member.is_alias or not member.is_attribute or member.annotation is None:
+        if not isinstance(member, griffe.Attribute) or member.annotation is None:
             continue
         labels = member.labels
         if "property" in labels or (

@@ -18,6 +18,7 @@ their import path and render as code: the site links to no other site's inventor
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from typing import Any
@@ -36,7 +37,7 @@ class SphinxRoles(griffe.Extension):
         for obj in _walk(pkg):
             if obj.docstring is not None and ":" in obj.docstring.value:
                 obj.docstring.value = ROLE.sub(
-                    lambda m, o=obj: _reference(m, o, loader), obj.docstring.value
+                    functools.partial(_reference, obj=obj, loader=loader), obj.docstring.value
                 )
 
 

@@ -247,13 +247,17 @@ def test_sphinx_roles_become_references_that_resolve_or_fail(
     package = tmp_path / "rolepkg"
     package.mkdir()
     (package / "__init__.py").write_text(
+        "import logging\n"
         "from collections import OrderedDict\n\n"
         "from rolepkg.inner import Thing\n\n\n"
         "class Widget:\n"
         '    """Made from :class:`Thing`, see :meth:`spin` and :func:`~rolepkg.inner.helper`,\n'
-        '    kept in :class:`OrderedDict`, not :class:`Gone` or :meth:`Thing.vanished`."""\n\n'
+        "    kept in :class:`OrderedDict` (:class:`logging.Logger` logs), not :class:`Gone`,\n"
+        '    :meth:`Thing.vanished` or :class:`rolepkg.inner.Gone`."""\n\n'
         "    def spin(self) -> None:\n"
-        '        """Spins; :meth:`~Thing.turn` turns."""\n'
+        '        """Spins; :meth:`~Thing.turn` turns."""\n\n\n'
+        "def handler() -> None:\n"
+        '    """A :class:`logging.Handler` (imported here), not :class:`logging.Nope`."""\n'
     )
     (package / "inner.py").write_text(
         "class Thing:\n    def turn(self) -> None: ...\n\n\ndef helper() -> None: ...\n"
@@ -270,10 +274,15 @@ def test_sphinx_roles_become_references_that_resolve_or_fail(
     assert optional.format("rolepkg.inner.helper", "helper()") in widget
     # Outside the package: resolved through the import, rendered as code.
     assert optional.format("collections.OrderedDict", "OrderedDict") in widget
+    assert optional.format("logging.Logger", "logging.Logger") in widget
     # Names that are nowhere: required references, which fail mkdocs build --strict.
     assert "[<code>Gone</code>][Gone]" in widget
     assert "[<code>Thing.vanished()</code>][Thing.vanished]" in widget
+    assert "[<code>rolepkg.inner.Gone</code>][rolepkg.inner.Gone]" in widget
     assert ":class:" not in widget and ":meth:" not in widget
+    handler = pkg["handler"].docstring.value
+    assert optional.format("logging.Handler", "logging.Handler") in handler
+    assert optional.format("logging.Nope", "logging.Nope") in handler  # not checked: not loaded
     spin = pkg["Widget.spin"].docstring.value
     assert optional.format("rolepkg.inner.Thing.turn", "turn()") in spin
 

@@ -67,28 +67,32 @@ def _reference(match: re.Match[str], obj: griffe.Object, loader: griffe.GriffeLo
 def _resolve(name: str, obj: griffe.Object, loader: griffe.GriffeLoader) -> str | None:
     """The full path of ``name`` as seen from ``obj``'s docstring, or None."""
     collection = loader.modules_collection
-    try:
-        collection[name]
-        return name
-    except KeyError:
-        pass
     head, _, rest = name.partition(".")
+    if rest and head in collection.members:
+        # A full path into a loaded package (epochguard.offsets.EpochOffset).
+        return name if _exists(name, collection) else None
+    head_found = False
     scope: griffe.Object | None = obj
     while scope is not None:
         if head in scope.members:
-            base = scope.members[head].path
+            member = scope.members[head]
+            # An imported name is an alias: its target is where it lives.
+            base = member.target_path if isinstance(member, griffe.Alias) else member.path
         else:
             try:
                 base = scope.resolve(head)
             except griffe.NameResolutionError:
                 scope = scope.parent
                 continue
+        head_found = True
         full = f"{base}.{rest}" if rest else base
         # In a loaded package the object must exist; another package's names are taken
         # as they are imported.
         if full.split(".", 1)[0] not in collection.members or _exists(full, collection):
             return full
         scope = scope.parent
+    if rest and not head_found:
+        return name  # another package's full path (logging.Logger), not imported here
     return None
 
 

@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv install test lint demo bench clean kafka-jars spark-jars chaos chaos-apache chaos-legacy fuzz explore soak
+.PHONY: all venv install test lint docs demo bench clean kafka-jars spark-jars chaos chaos-apache chaos-legacy fuzz explore soak
 
 all: test
 
@@ -84,6 +84,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy -p epochguard
+	$(BIN)/mypy tools/docs
+
+# The documentation site (mkdocs.yml; pages in docs/, API pages from the docstrings) into
+# build/site. --strict: a broken link, anchor or docstring cross-reference fails the build.
+# Open build/site/index.html, or serve it with `$(BIN)/mkdocs serve`. griffe imports the
+# package to inspect the C decoder, and kafka-python's deprecation warnings (as in pytest's
+# filterwarnings) would fill the log.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 \
+	PYTHONWARNINGS="ignore:read_text is deprecated:DeprecationWarning,ignore:open_text is deprecated:DeprecationWarning" \
+		$(BIN)/mkdocs build --strict
 
 demo: $(STAMP)
 	$(BIN)/python -m epochguard demo

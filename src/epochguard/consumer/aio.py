@@ -293,7 +293,7 @@ class AIOEpochConsumer:
     what ``EpochConsumer`` adds: ``on_truncation`` policies, ``LogTruncationError``,
     ``seek`` with an ``EpochOffset``, ``position_with_epoch``, ``validate_offsets``,
     commits with leader epochs, KIP-848 and cooperative groups, ``offset_store``. See
-    ``docs/asyncio.md``.
+    the asyncio guide (``docs/guides/asyncio.md``).
     """
 
     def __init__(self, *topics: str, **configs: Any) -> None:

@@ -59,11 +59,11 @@ class EpochConsumer:
     ``group_id``, ``auto_offset_reset``, ...) plus ``on_truncation`` (``"auto"``,
     ``"raise"``, ``"rewind"`` or a callable), ``on_truncation_report`` (a callback receiving
     each :class:`TruncationReport`) and ``offset_store`` (an ``OffsetStore`` used instead
-    of group commits). See ``docs/consumer.md``.
+    of group commits). See the consumer guide (``docs/guides/consumer.md``).
     """
 
     #: Every configuration key and its default: kafka-python's ``KafkaConsumer.DEFAULT_CONFIG``
-    #: keys plus the epochguard additions (see ``docs/consumer.md``).
+    #: keys plus the epochguard additions (``docs/reference/configuration.md``).
     DEFAULT_CONFIG: Mapping[str, Any] = MappingProxyType(DEFAULT_CONFIG)
 
     def __init__(self, *topics: str, **configs: Any) -> None:

@@ -3,7 +3,7 @@
 ``register(spark)`` makes ``spark.read.format("epochguard")`` and
 ``spark.readStream.format("epochguard")`` available (pyspark >= 4.2 and pyarrow: the
 ``spark`` extra). The decision logic (options, offsets, planning) is sans-IO and imports
-without pyspark. See docs/spark.md.
+without pyspark. See docs/guides/spark.md.
 """
 
 from __future__ import annotations

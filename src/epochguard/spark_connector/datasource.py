@@ -820,7 +820,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class EpochGuardDataSource(DataSource):
-    """``format("epochguard")``: Kafka with epoch-checked offsets (docs/spark.md)."""
+    """``format("epochguard")``: Kafka with epoch-checked offsets (docs/guides/spark.md)."""
 
     @classmethod
     def name(cls) -> str:

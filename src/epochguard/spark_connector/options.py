@@ -329,7 +329,7 @@ def _kafka_value(java_key: str, value: str) -> dict[str, Any]:
 
 @attrs.frozen
 class SourceOptions:
-    """Every option of one query, parsed and checked (see docs/spark.md)."""
+    """Every option of one query, parsed and checked (docs/reference/spark-options.md)."""
 
     streaming: bool
     strategy: Strategy

@@ -286,7 +286,7 @@ class ApacheKafkaCluster:
         (:func:`epochguard.testing.tls.make_tls_material`): brokers also listen with SSL
         (``ssl_bootstrap_servers``). Brokers talk to each other and to the controller in
         PLAINTEXT. ``authorizer``: KRaft's StandardAuthorizer with no ACLs, so SASL users
-        may do nothing until :meth:`create_acls` allows it; the PLAINTEXT listener's
+        may do nothing until :meth:`grant` allows it; the PLAINTEXT listener's
         principal (``User:ANONYMOUS``, used by every control call here) is a super user.
         ``brokers`` defaults to 3; ``num_brokers`` is its deprecated name (the keyword is
         ``brokers`` as in ``EmbeddedCluster(brokers=...)``). ``racks`` (broker id ->

@@ -85,7 +85,7 @@ class EmbeddedCluster:
         watermark.
 
         ``transaction_max_timeout_ms`` is the brokers' ``transaction.max.timeout.ms``: the
-        largest transaction timeout a producer may ask for (docs/testing.md,
+        largest transaction timeout a producer may ask for (docs/guides/testing.md,
         "Transactions")."""
         if brokers < 1:
             raise ValueError("an EmbeddedCluster needs at least one broker")

@@ -34,6 +34,7 @@ CLIENTS = ("epochguard", "kafka-python", "aiokafka", "confluent-kafka")
 CLIENT_NAMES = {
     "epochguard": "EpochConsumer",
     "epochguard-pure-python": "EpochConsumer (pure Python)",
+    "epochguard-asyncio": "AIOEpochConsumer",
     "kafka-python": "kafka-python",
     "aiokafka": "aiokafka",
     "confluent-kafka": "confluent-kafka",
@@ -308,6 +309,33 @@ def detection(results: Path) -> str:
         ["client", "detected", "time to detect", "requests", "next record read at offset"], rows
     )
     return out + measured(record, "EmbeddedCluster, one unclean election of 5 records")
+
+
+def leader_change(results: Path) -> str:
+    record = load("leader_change", results)
+    r = result_of(record)
+    rows = []
+    for client, x in r["clients"].items():
+        per_change = "-"
+        if "metadata_requests_per_change" in x:
+            per_change = (
+                f"Metadata {x['metadata_requests_per_change']:g}, OffsetForLeaderEpoch "
+                f"{x['offset_for_leader_epoch_requests_per_change']:g}, hints used "
+                f"{x['leader_hints_applied_per_change']:g}"
+            )
+        rows.append(
+            [
+                CLIENT_NAMES.get(client, client),
+                f"{x['p50_ms']:g} ms",
+                f"{x['p99_ms']:g} ms",
+                per_change,
+            ]
+        )
+    out = table(["client", "p50", "p99", "requests per change"], rows)
+    load_avg = f"load average {r['load_avg_1m_before']:g}"
+    return out + measured(
+        record, f"EmbeddedCluster, {r['changes']} clean leader changes; {load_avg}"
+    )
 
 
 def rebalance(results: Path) -> str:
@@ -656,6 +684,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "consumer_memory": consumer_memory,
     "decoder": consumer_throughput,
     "detection": detection,
+    "leader_change": leader_change,
     "rebalance": rebalance,
     "rebalance_pause": rebalance_pause,
     "cross_rack": cross_rack,

@@ -8,13 +8,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from epochguard.testing import ApacheKafkaCluster, Cluster, produce
-from epochguard.testing.apache_kafka import ClusterError, ElectionError, KafkaJars
+from epochguard.testing.apache_kafka import ClusterError, ElectionError, KafkaJars, process
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -190,6 +191,35 @@ def test_killed_broker_is_fenced_and_recovers(cluster: ApacheKafkaCluster) -> No
     cluster.start_broker(2)
     cluster.wait_for_isr(topic, 0, [1, 2])
     assert wait_for_leo(cluster, topic, 2, 3) == 3
+
+
+def test_a_broker_started_from_a_short_lived_thread_keeps_running(
+    cluster: ApacheKafkaCluster,
+) -> None:
+    # The JVM's death signal follows the thread that forked it: a broker restarted from a
+    # worker thread must outlive that thread.
+    before = set(process.live_pids())
+    cluster.stop_broker(3)
+    errors: list[BaseException] = []
+
+    def restart() -> None:
+        try:
+            cluster.start_broker(3)
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=restart)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive() and not errors, errors
+    (pid,) = set(process.live_pids()) - before
+    # The signal arrives as the thread ends; a JVM it killed is gone within milliseconds.
+    time.sleep(1.0)
+    assert _alive(pid)
+    assert 3 in cluster.running_broker_ids
+    topic = new_topic("thread-started")
+    cluster.create_topic(topic, replication_factor=3)
+    assert 3 in cluster.isr(topic, 0)
 
 
 def _alive(pid: int) -> bool:

@@ -7,6 +7,9 @@ Three layers, because a test run can end in three ways:
 - the Python process is killed (``kill -9``, a CI timeout): on Linux each JVM is started with
   ``PR_SET_PDEATHSIG = SIGKILL``, so the kernel kills it when its parent goes away; elsewhere a
   ``sh`` watchdog polls the parent pid and kills the JVM's process group.
+Linux sends the death signal when the *thread* that forked the child exits, not the process:
+every JVM is therefore forked by one spawner thread that lives as long as the interpreter, so
+a broker started (or restarted) from a short-lived worker thread keeps running.
 Each JVM leads its own process group so a Ctrl-C in the terminal reaches only pytest, whose
 fixtures then stop the brokers in order instead of every JVM dying at once.
 """
@@ -14,15 +17,18 @@ fixtures then stop the brokers in order instead of every JVM dying at once.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import contextlib
 import ctypes
 import os
+import queue
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from epochguard._log import get_logger
 
@@ -54,8 +60,58 @@ def _child_setup() -> None:
             os._exit(1)
 
 
+class _Spawner:
+    """One daemon thread that forks every child, started on first use and never ended.
+
+    The death signal follows the forking thread, so it must be a thread that lives until
+    the process ends; a daemon thread does (it is frozen, not ended, at interpreter exit,
+    after the ``atexit`` hook has killed the children)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[
+            tuple[Callable[[], subprocess.Popen[bytes]], concurrent.futures.Future[Any]]
+        ] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def run(self, fork: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+        if threading.current_thread() is self._thread:
+            return fork()
+        with self._start_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._serve, name="epochguard-jvm-spawner", daemon=True
+                )
+                self._thread.start()
+        done: concurrent.futures.Future[subprocess.Popen[bytes]] = concurrent.futures.Future()
+        self._jobs.put((fork, done))
+        return done.result()
+
+    def _serve(self) -> None:
+        while True:
+            fork, done = self._jobs.get()
+            try:
+                done.set_result(fork())
+            except BaseException as exc:  # handed to the caller's thread
+                done.set_exception(exc)
+
+
+_SPAWNER = _Spawner()
+
+
 def spawn(args: Sequence[str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    """Start ``args`` with stdout and stderr appended to ``log_path``; register it for cleanup."""
+    """Start ``args`` with stdout and stderr appended to ``log_path``; register it for cleanup.
+
+    Safe from any thread: the fork happens on the long-lived spawner thread."""
+    proc = _SPAWNER.run(lambda: _fork(args, log_path, cwd))
+    with _lock:
+        _live[proc.pid] = proc
+    if _LIBC is None:
+        _start_watchdog(proc.pid)
+    return proc
+
+
+def _fork(args: Sequence[str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
             list(args),
@@ -66,10 +122,6 @@ def spawn(args: Sequence[str], log_path: Path, cwd: Path) -> subprocess.Popen[by
             preexec_fn=_child_setup,
             close_fds=True,
         )
-    with _lock:
-        _live[proc.pid] = proc
-    if _LIBC is None:
-        _start_watchdog(proc.pid)
     return proc
 
 

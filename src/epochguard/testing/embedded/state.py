@@ -103,6 +103,8 @@ class BrokerState:
     fetch_sessions: FetchSessionCache = attrs.field(factory=FetchSessionCache)
     # Listener name -> port, for listeners other than PLAINTEXT (``port``).
     listener_ports: dict[str, int] = attrs.field(factory=dict)
+    # Listener name -> the port Metadata names instead of the bound one (a proxy in front).
+    advertised_ports: dict[str, int] = attrs.field(factory=dict)
 
 
 @attrs.define(eq=False)

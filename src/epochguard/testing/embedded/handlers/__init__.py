@@ -37,6 +37,9 @@ class RequestContext:
 
     def port_of(self, broker: BrokerState) -> int:
         """``broker``'s port on the listener this request came in on, as Kafka advertises."""
+        advertised = broker.advertised_ports.get(self.conn.listener)
+        if advertised is not None:
+            return advertised
         if self.conn.listener == PLAINTEXT:
             return broker.port
         return broker.listener_ports[self.conn.listener]

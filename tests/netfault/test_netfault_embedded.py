@@ -1,0 +1,259 @@
+"""The loopback fault proxy in front of an EmbeddedCluster, with EpochConsumer and with
+independent clients: every fault kind, and after it every record exactly once, in order,
+with no truncation reported (none happened) and no hang."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from epochguard.consumer import EpochConsumer
+from epochguard.testing import EmbeddedCluster
+from epochguard.testing.netfault import FaultProxy, FaultProxyError
+
+pytestmark = pytest.mark.timeout(120)
+
+FETCH = 1
+RECORDS = 60
+#: Enough for every fault below to end and a client to time out once and reconnect.
+DEADLINE_S = 20.0
+CLIENT_CONFIG: dict[str, Any] = {
+    "auto_offset_reset": "earliest",
+    "enable_auto_commit": False,
+    "request_timeout_ms": 1500,
+    "reconnect_backoff_max_ms": 200,
+    "retry_backoff_ms": 20,
+    "fetch_max_wait_ms": 100,
+    "metadata_max_age_ms": 1000,
+}
+
+_topics = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def proxied() -> Iterator[tuple[EmbeddedCluster, FaultProxy]]:
+    with EmbeddedCluster(brokers=3) as cluster, FaultProxy() as proxy:
+        proxy.attach_embedded(cluster)
+        yield cluster, proxy
+
+
+@pytest.fixture
+def setup(
+    proxied: tuple[EmbeddedCluster, FaultProxy],
+) -> Iterator[tuple[EmbeddedCluster, FaultProxy, str]]:
+    cluster, proxy = proxied
+    topic = f"netfault-{next(_topics)}"
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    yield cluster, proxy, topic
+    proxy.heal()
+
+
+class _Reader:
+    """One client reading partition 0: what it has delivered, by offset."""
+
+    def __init__(self, kind: str, bootstrap: str, topic: str) -> None:
+        self.kind = kind
+        self.tp = TopicPartition(topic, 0)
+        self.offsets: list[int] = []
+        self.values: list[bytes] = []
+        if kind == "confluent-kafka":
+            import confluent_kafka
+
+            self.consumer: Any = confluent_kafka.Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": f"netfault-{topic}",
+                    "enable.auto.commit": False,
+                    "socket.timeout.ms": 1500,
+                    "reconnect.backoff.max.ms": 200,
+                    "fetch.wait.max.ms": 100,
+                    "topic.metadata.refresh.interval.ms": 1000,
+                }
+            )
+            self.consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+            return
+        cls: Callable[..., Any] = EpochConsumer if kind == "epochguard" else KafkaConsumer
+        self.consumer = cls(bootstrap_servers=bootstrap, **CLIENT_CONFIG)
+        self.consumer.assign([self.tp])
+
+    def poll(self) -> None:
+        if self.kind == "confluent-kafka":
+            for m in self.consumer.consume(100, 0.1):
+                assert m.error() is None, m.error()
+                self.offsets.append(m.offset())
+                self.values.append(m.value())
+            return
+        for records in self.consumer.poll(timeout_ms=100).values():
+            for r in records:
+                self.offsets.append(r.offset)
+                self.values.append(r.value)
+
+    def read_until(self, count: int, deadline_s: float = DEADLINE_S) -> float:
+        started = time.monotonic()
+        while len(self.offsets) < count:
+            assert time.monotonic() - started < deadline_s, (
+                f"{self.kind} hung: {len(self.offsets)} of {count} records in {deadline_s} s"
+            )
+            self.poll()
+        return time.monotonic() - started
+
+    def settle(self) -> None:
+        """Poll a little more: a client that re-reads would deliver again now."""
+        until = time.monotonic() + 0.5
+        while time.monotonic() < until:
+            self.poll()
+
+    def reports(self) -> list[Any]:
+        if self.kind == "epochguard":
+            reports: list[Any] = self.consumer.truncation_reports()
+            return reports
+        return []
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _produce(cluster: EmbeddedCluster, topic: str, first: int, count: int, size: int = 10) -> None:
+    cluster.append(
+        topic, 0, [b"%06d" % i + b"." * max(0, size - 6) for i in range(first, first + count)]
+    )
+
+
+CLIENTS = ["epochguard", "kafka-python", "confluent-kafka"]
+
+
+def _run(
+    setup: tuple[EmbeddedCluster, FaultProxy, str],
+    client: str,
+    inject: Callable[[FaultProxy, int], None],
+    *,
+    size: int = 10,
+) -> tuple[_Reader, float]:
+    """Read half the records, inject the fault at the leader, write and read the rest."""
+    cluster, proxy, topic = setup
+    leader = cluster.leader(topic, 0)
+    assert leader is not None
+    reader = _Reader(client, proxy.bootstrap_servers, topic)
+    try:
+        _produce(cluster, topic, 0, RECORDS // 2, size)
+        reader.read_until(RECORDS // 2)
+        # The leader's records came through its proxy listener: Metadata named the proxy.
+        assert proxy.connections(leader) >= 1
+        inject(proxy, leader)
+        _produce(cluster, topic, RECORDS // 2, RECORDS - RECORDS // 2, size)
+        took = reader.read_until(RECORDS)
+        reader.settle()
+        assert reader.offsets == list(range(RECORDS)), "lost, re-read or reordered"
+        assert [int(v[:6]) for v in reader.values] == list(range(RECORDS))
+        assert reader.reports() == []
+        return reader, took
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_latency_and_jitter(setup: tuple[EmbeddedCluster, FaultProxy, str], client: str) -> None:
+    _, took = _run(setup, client, lambda p, b: p.set_latency(b, 0.15, jitter_s=0.1))
+    # At least the answer carrying the new records crossed the slowed link (its request may
+    # have been waiting at the broker already).
+    assert took >= 0.15
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_bandwidth_cap(setup: tuple[EmbeddedCluster, FaultProxy, str], client: str) -> None:
+    # 30 records of 1,000 bytes at 40,000 bytes/s: about 0.75 s, within the clients' 1.5 s
+    # request timeout (an answer that cannot cross the link within it is retried forever).
+    _, took = _run(setup, client, lambda p, b: p.set_bandwidth(b, 40_000), size=1000)
+    assert took >= 0.6
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("at_byte", [2, 30, 120])
+def test_answer_cut_at_a_byte(
+    setup: tuple[EmbeddedCluster, FaultProxy, str], client: str, at_byte: int
+) -> None:
+    _, proxy, _ = setup
+    before = proxy.stats["cut"]
+    _run(setup, client, lambda p, b: p.cut_answer(b, at_byte, api_key=FETCH, count=2))
+    assert proxy.stats["cut"] >= before + 1
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_blackhole(setup: tuple[EmbeddedCluster, FaultProxy, str], client: str) -> None:
+    _, proxy, _ = setup
+    before = proxy.stats["blackholed"]
+
+    def inject(p: FaultProxy, broker: int) -> None:
+        p.blackhole(broker, seconds=2.0)
+        p.reset(broker)  # the client's next connection lands in the blackhole
+
+    _run(setup, client, inject)
+    assert proxy.stats["blackholed"] >= before + 1
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_reset(setup: tuple[EmbeddedCluster, FaultProxy, str], client: str) -> None:
+    _, proxy, _ = setup
+    before = proxy.stats["reset"]
+
+    def inject(p: FaultProxy, broker: int) -> None:
+        p.reset(broker)
+
+    _run(setup, client, inject)
+    assert proxy.stats["reset"] >= before + 1
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_one_broker_partition(setup: tuple[EmbeddedCluster, FaultProxy, str], client: str) -> None:
+    _, took = _run(setup, client, lambda p, b: p.partition(b, seconds=1.5))
+    assert took >= 1.0  # nothing came from the leader until the partition healed
+
+
+def test_a_partition_holds_new_connections_until_it_heals(
+    setup: tuple[EmbeddedCluster, FaultProxy, str],
+) -> None:
+    cluster, proxy, topic = setup
+    leader = cluster.leader(topic, 0)
+    assert leader is not None
+    _produce(cluster, topic, 0, 5)
+    proxy.partition(leader)
+    reader = _Reader("kafka-python", proxy.bootstrap_servers, topic)
+    try:
+        until = time.monotonic() + 2.0
+        while time.monotonic() < until:
+            reader.poll()
+        assert reader.offsets == []
+        proxy.heal(leader)
+        reader.read_until(5)
+        assert reader.offsets == list(range(5))
+    finally:
+        reader.close()
+
+
+def test_metadata_names_the_proxy(proxied: tuple[EmbeddedCluster, FaultProxy]) -> None:
+    import confluent_kafka.admin
+
+    cluster, proxy = proxied
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    brokers = admin.list_topics(timeout=10).brokers
+    named = {b.id: (str(b.host), b.port) for b in brokers.values()}
+    assert named == {b: proxy.address(b) for b in proxy.broker_ids}
+
+
+def test_bad_faults_are_refused(proxied: tuple[EmbeddedCluster, FaultProxy]) -> None:
+    _, proxy = proxied
+    with pytest.raises(FaultProxyError, match="no broker 9"):
+        proxy.partition(9)
+    with pytest.raises(FaultProxyError, match="latency_s"):
+        proxy.set_latency(1, -1.0)
+    with pytest.raises(FaultProxyError, match="bytes_per_second"):
+        proxy.set_bandwidth(1, 0)
+    with pytest.raises(FaultProxyError, match="at_byte"):
+        proxy.cut_answer(1, -3)
+    with pytest.raises(FaultProxyError, match="seconds"):
+        proxy.blackhole(1, seconds=-1)

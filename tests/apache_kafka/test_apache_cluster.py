@@ -199,12 +199,12 @@ def test_a_broker_started_from_a_short_lived_thread_keeps_running(
     # The JVM's death signal follows the thread that forked it: a broker restarted from a
     # worker thread must outlive that thread.
     before = set(process.live_pids())
-    cluster.stop_broker(3)
+    cluster.stop_broker(2)
     errors: list[BaseException] = []
 
     def restart() -> None:
         try:
-            cluster.start_broker(3)
+            cluster.start_broker(2)
         except BaseException as exc:
             errors.append(exc)
 
@@ -216,10 +216,10 @@ def test_a_broker_started_from_a_short_lived_thread_keeps_running(
     # The signal arrives as the thread ends; a JVM it killed is gone within milliseconds.
     time.sleep(1.0)
     assert _alive(pid)
-    assert 3 in cluster.running_broker_ids
+    assert 2 in cluster.running_broker_ids
     topic = new_topic("thread-started")
     cluster.create_topic(topic, replication_factor=3)
-    assert 3 in cluster.isr(topic, 0)
+    assert 2 in cluster.isr(topic, 0)
 
 
 def _alive(pid: int) -> bool:

@@ -67,6 +67,7 @@ from epochguard.testing.apache_kafka.group_member import GroupProtocol, JavaGrou
 from epochguard.testing.apache_kafka.jars import KafkaJars, ensure_kafka_jars
 from epochguard.testing.apache_kafka.probe import JavaTruncationProbe
 from epochguard.testing.apache_kafka.wire import WireError, call, error_name
+from epochguard.testing.netfault import FaultProxy
 from epochguard.testing.tls import TlsMaterial
 
 log = get_logger("epochguard.testing.apache_kafka")
@@ -192,6 +193,9 @@ class _Node:
     sasl_port: int | None = None
     #: An SSL listener, when the cluster has TLS material.
     ssl_port: int | None = None
+    #: A PLAINTEXT listener advertised at a fault proxy's address (``fault_proxy=``).
+    proxied_port: int | None = None
+    proxy_address: tuple[str, int] | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -204,6 +208,10 @@ class _Node:
     @property
     def address(self) -> tuple[str, int]:
         return ("127.0.0.1", self.port)
+
+
+#: The listener a fault proxy forwards to (``ApacheKafkaCluster(fault_proxy=...)``).
+FAULT_PROXY_LISTENER = "FAULT_PROXY"
 
 
 def _free_ports(count: int) -> list[int]:
@@ -279,6 +287,7 @@ class ApacheKafkaCluster:
         authorizer: bool = False,
         racks: Mapping[int, str] | None = None,
         replica_selector: str | None = None,
+        fault_proxy: FaultProxy | None = None,
     ) -> None:
         """``sasl_users`` (name -> password): brokers also listen with SASL_PLAINTEXT,
         offering PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (``sasl_bootstrap_servers``; the
@@ -292,7 +301,12 @@ class ApacheKafkaCluster:
         ``brokers`` as in ``EmbeddedCluster(brokers=...)``). ``racks`` (broker id ->
         ``broker.rack``) and ``replica_selector`` (``replica.selector.class``, e.g.
         :data:`~epochguard.testing.embedded.state.RACK_AWARE_REPLICA_SELECTOR`) set up
-        KIP-392 follower fetching."""
+        KIP-392 follower fetching. ``fault_proxy``
+        (:class:`~epochguard.testing.netfault.FaultProxy`): each broker also listens on a
+        ``FAULT_PROXY`` listener advertised at the proxy's port for it, and the proxy
+        forwards there; clients that bootstrap from ``fault_proxy.bootstrap_servers`` then
+        reach every broker through the proxy, while replication and this class's control
+        calls stay on the PLAINTEXT listener."""
         if num_brokers is not None:
             if brokers is not None:
                 raise TypeError("pass brokers= or its deprecated alias num_brokers=, not both")
@@ -333,6 +347,7 @@ class ApacheKafkaCluster:
                 f"replica_selector must be a Java class name, got {replica_selector!r}"
             )
         self._racks = dict(racks or {})
+        self._fault_proxy = fault_proxy
         self._replica_selector = replica_selector
         self._sasl_users = dict(sasl_users or {})
         self._tls = tls
@@ -447,15 +462,27 @@ class ApacheKafkaCluster:
         self._cluster_id = self._random_cluster_id()
         sasl = bool(self._sasl_users)
         n = self._num_brokers
-        ports = _free_ports(n * 3 + 1)
+        ports = _free_ports(n * 4 + 1)
         controller = _Node(CONTROLLER_ID, "controller", ports[0], self.work_dir / "controller")
         self._nodes = {CONTROLLER_ID: controller}
         for i, broker_id in enumerate(self.broker_ids):
             directory = self.work_dir / f"broker-{broker_id}"
             sasl_port = ports[1 + n + i] if sasl else None
             ssl_port = ports[1 + 2 * n + i] if self._tls is not None else None
+            proxied_port = proxy_address = None
+            if self._fault_proxy is not None:
+                proxied_port = ports[1 + 3 * n + i]
+                self._fault_proxy.route(broker_id, "127.0.0.1", proxied_port)
+                proxy_address = self._fault_proxy.address(broker_id)
             self._nodes[broker_id] = _Node(
-                broker_id, "broker", ports[1 + i], directory, sasl_port, ssl_port
+                broker_id,
+                "broker",
+                ports[1 + i],
+                directory,
+                sasl_port,
+                ssl_port,
+                proxied_port,
+                proxy_address,
             )
         (self.work_dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
         for node in self._nodes.values():
@@ -618,14 +645,23 @@ class ApacheKafkaCluster:
             listeners["SASL_PLAINTEXT"] = node.sasl_port
         if node.ssl_port is not None:
             listeners["SSL"] = node.ssl_port
+        if node.proxied_port is not None:
+            listeners[FAULT_PROXY_LISTENER] = node.proxied_port
         if len(listeners) == 1:
             return {}
-        names = ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())
+        advertised = {name: f"127.0.0.1:{port}" for name, port in listeners.items()}
+        if node.proxy_address is not None:
+            host, port = node.proxy_address
+            advertised[FAULT_PROXY_LISTENER] = f"{host}:{port}"
+        protocols = {name: name for name in listeners}
+        protocols[FAULT_PROXY_LISTENER] = "PLAINTEXT"
         props = {
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,"
-            + ",".join(f"{name}:{name}" for name in listeners),
-            "listeners": names,
-            "advertised.listeners": names,
+            + ",".join(f"{name}:{protocols[name]}" for name in listeners),
+            "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items()),
+            "advertised.listeners": ",".join(
+                f"{name}://{address}" for name, address in advertised.items()
+            ),
         }
         if node.sasl_port is not None:
             users = " ".join(f'user_{u}="{pw}"' for u, pw in self._sasl_users.items())

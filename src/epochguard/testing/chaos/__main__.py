@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         help="consumer groups see topic re-creation too (other seeds, other schedules)",
     )
     ap.add_argument(
+        "--network",
+        action="store_true",
+        help="mix network faults (latency, bandwidth, cuts, blackholes, resets, partitions) in",
+    )
+    ap.add_argument(
         "--trail",
         action="store_true",
         help="record every tracker's inputs and outputs; a stall's report shows its partition's",
@@ -56,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[int] = []
     seeds = range(args.first, args.first + args.seeds)
     schedules = (
-        generate(s, unclean=not args.clean, group_recreate=args.group_recreate) for s in seeds
+        generate(
+            s, unclean=not args.clean, group_recreate=args.group_recreate, network=args.network
+        )
+        for s in seeds
     )
     interrupted = False
     try:
@@ -73,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": args.seeds,
         "clean": args.clean,
         "group_recreate": args.group_recreate,
+        "network": args.network,
         **dict(totals),
         "failed_seeds": sorted(failed),
         "interrupted": interrupted,

@@ -10,6 +10,7 @@ marker per partition and waits until every application has received every marker
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -40,6 +41,7 @@ from epochguard.testing.chaos.schedule import (
     Join,
     Leave,
     MetadataDelay,
+    NetFault,
     PauseReplication,
     Produce,
     RecreateTopic,
@@ -52,6 +54,7 @@ from epochguard.testing.chaos.schedule import (
 )
 from epochguard.testing.embedded.cluster import EmbeddedCluster
 from epochguard.testing.embedded.state import EmbeddedClusterError
+from epochguard.testing.netfault import FaultProxy
 
 __all__ = [
     "ChaosClient",
@@ -69,6 +72,10 @@ log = get_logger(__name__)
 TRAIL_SHOWN = 60
 
 TOPIC = "chaos"
+
+#: What a client may take to give up a connection that never answers (kafka-python and so
+#: EpochConsumer: 10 s for the set-up's ApiVersions, whatever ``request_timeout_ms`` says).
+CONNECTION_SETUP_TIMEOUT_S = 10.0
 
 
 @attrs.frozen
@@ -135,7 +142,7 @@ class _Member(threading.Thread):
     def run(self) -> None:
         r = self.run_
         ctx = MemberContext(
-            bootstrap=r.cluster.all_bootstrap_servers,
+            bootstrap=r.bootstrap,
             topic=r.topic,
             partitions=r.schedule.partitions,
             policy=r.schedule.policy,
@@ -184,9 +191,11 @@ class _Run:
         clients: Mapping[str, ClientFactory],
         tmpdir: str,
         step_gap: float,
+        proxy: FaultProxy | None = None,
     ) -> None:
         self.schedule = schedule
         self.cluster = cluster
+        self.proxy = proxy
         self.clients = clients
         self.tmpdir = tmpdir
         self.step_gap = step_gap
@@ -198,6 +207,14 @@ class _Run:
         self.next_member = 0
         self.seq = 0
         self.step_log: list[str] = []
+
+    @property
+    def bootstrap(self) -> str:
+        """Where consumers bootstrap: through the fault proxy when the run has one."""
+        if self.proxy is not None:
+            return self.proxy.bootstrap_servers
+        bootstrap: str = self.cluster.all_bootstrap_servers
+        return bootstrap
 
     def result(self, final: dict[int, LogSnapshot | None], started: float) -> RunResult:
         """The run as the oracle's History, judged for the first client."""
@@ -335,6 +352,8 @@ class _Run:
             else:
                 c.faults.disconnect_on(api_key=step.api, count=1)
             return repr(step)
+        if isinstance(step, NetFault):
+            return self.apply_net_fault(step)
         if isinstance(step, DeleteRecords):
             leader = c.leader(TOPIC, step.partition)
             if leader is None:
@@ -382,6 +401,28 @@ class _Run:
             return repr(step)
         raise TypeError(f"not a chaos step: {step!r}")
 
+    def apply_net_fault(self, step: NetFault) -> str:
+        if self.proxy is None:
+            raise ChaosClientError(f"{step!r} needs a run with a fault proxy")
+        p = self.proxy
+        brokers = p.broker_ids
+        b = brokers[step.pick % len(brokers)]
+        seconds = step.seconds
+        if step.kind == "latency":
+            p.set_latency(b, step.latency_s, jitter_s=step.latency_s / 2, seconds=seconds)
+        elif step.kind == "bandwidth":
+            p.set_bandwidth(b, step.bytes_per_s, seconds=seconds)
+        elif step.kind == "cut":
+            p.cut_answer(b, step.at_byte, api_key=step.api)
+        elif step.kind == "blackhole":
+            p.blackhole(b, seconds=seconds)
+            p.reset(b)
+        elif step.kind == "reset":
+            p.reset(b)
+        else:
+            p.partition(b, seconds=seconds)
+        return f"{step!r}: broker {b}"
+
     def create_topic(self) -> None:
         self.cluster.create_topic(TOPIC, partitions=self.schedule.partitions, replication_factor=3)
 
@@ -391,6 +432,8 @@ class _Run:
     def heal(self) -> None:
         c = self.cluster
         c.faults.clear()
+        if self.proxy is not None:
+            self.proxy.heal()
         for b in c.broker_ids:
             c.start_broker(b)
             c.resume_replication(b)
@@ -429,6 +472,12 @@ class _Run:
         with self.lock:
             self.snapshots.append(snap)
         self.step_log.append("heal, end markers")
+        # The stall deadline counts what the network faults held back (their durations,
+        # and a connection set-up timeout for each blackhole: kafka-python-based clients
+        # give up a connection that never answers its ApiVersions after 10 s).
+        end_timeout += s.injected_delay_s + CONNECTION_SETUP_TIMEOUT_S * sum(
+            1 for step in s.steps if isinstance(step, NetFault) and step.kind == "blackhole"
+        )
         deadline = time.monotonic() + end_timeout
         while time.monotonic() < deadline:
             self.check_members()
@@ -511,8 +560,14 @@ def run_schedule(
     elif callable(clients):
         clients = {getattr(clients, "client_name", "app"): clients}
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="chaos-") as tmpdir, EmbeddedCluster(brokers=3) as c:
-        run = _Run(schedule, c, clients, tmpdir, step_gap)
+    with contextlib.ExitStack() as stack:
+        tmpdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="chaos-"))
+        c = stack.enter_context(EmbeddedCluster(brokers=3))
+        proxy = None
+        if schedule.network:
+            proxy = stack.enter_context(FaultProxy())
+            proxy.attach_embedded(c)
+        run = _Run(schedule, c, clients, tmpdir, step_gap, proxy)
         try:
             run.execute(end_timeout)
         finally:

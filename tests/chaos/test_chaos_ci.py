@@ -114,6 +114,31 @@ def test_consumer_groups_through_topic_re_creation() -> None:
     assert sum(r.verdict.reports for r in results) > 0
 
 
+#: Network faults mixed with elections, retention and re-creation
+#: (``generate(network=True)``, every consumer connecting through the fault proxy): the
+#: first 24 seeds from 30000 on whose schedule has a network fault. Together they draw
+#: every kind of network fault several times.
+NETWORK_FIRST_SEED = 30_000
+
+
+def _network_schedules(count: int) -> list[Schedule]:
+    out: list[Schedule] = []
+    seed = NETWORK_FIRST_SEED
+    while len(out) < count:
+        s = generate(seed, network=True)
+        if s.network:
+            out.append(s)
+        seed += 1
+    return out
+
+
+def test_chaos_schedules_with_network_faults() -> None:
+    results = list(run_many(_network_schedules(24), workers=WORKERS))
+    _fail_with_replay(results)
+    assert all(r.verdict.delivered > 0 for r in results)
+    assert sum(r.verdict.reports for r in results) > 0
+
+
 def test_restarts_from_exact_commits_report_what_they_cannot_place() -> None:
     results = list(run_many(map(generate, RESTORED_EXACT_COMMITS), workers=WORKERS))
     _fail_with_replay(results)

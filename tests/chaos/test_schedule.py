@@ -25,7 +25,16 @@ def test_the_same_seed_gives_the_same_schedule_and_others_differ() -> None:
 
 def test_the_generator_covers_every_kind_of_step() -> None:
     kinds = {type(step) for s in range(300) for step in generate(s).steps}
-    assert kinds == set(sch._STEP_TYPES)
+    assert kinds == set(sch._STEP_TYPES) - {sch.NetFault}
+    with_network = {type(step) for s in range(300) for step in generate(s, network=True).steps}
+    assert with_network == set(sch._STEP_TYPES)
+    net_kinds = {
+        step.kind
+        for s in range(300)
+        for step in generate(s, network=True).steps
+        if isinstance(step, sch.NetFault)
+    }
+    assert net_kinds == set(sch.NET_FAULT_KINDS)
     shapes = {(s.partitions, s.members, s.policy, s.offsets) for s in map(generate, range(300))}
     assert {p for p, *_ in shapes} == {1, 2, 3, 4}
     assert {m for _, m, *_ in shapes} == {1, 2, 3}
@@ -44,9 +53,30 @@ def test_without_unclean_and_on_real_kafka_the_generator_keeps_to_what_is_allowe
             assert isinstance(step, sch.REAL_KAFKA_STEPS), step
 
 
+def test_network_faults_leave_the_other_seeds_alone() -> None:
+    # Seeds name schedules (the CI set, the regressions): network=False draws what it did.
+    for seed in range(200):
+        plain = generate(seed)
+        assert not plain.network and plain.injected_delay_s == 0
+        assert generate(seed, network=False) == plain
+    assert sum(generate(seed, network=True).network for seed in range(50)) >= 45
+
+
+def test_no_consumer_starts_after_a_blackhole() -> None:
+    # Kept apart: a consumer bootstrapping from a half-open broker can fail (docs/testing.md).
+    for seed in range(300):
+        seen = False
+        for step in generate(seed, network=True).steps:
+            if isinstance(step, sch.NetFault) and step.kind == "blackhole":
+                seen = True
+            assert not (seen and isinstance(step, sch.Join | sch.RestartConsumer)), seed
+
+
 def test_repr_is_code_that_replays_the_schedule() -> None:
     s = generate(7)
     assert eval(repr(s), vars(sch)) == s
+    net = generate(7, network=True)
+    assert net.network and eval(repr(net), vars(sch)) == net
     code = s.to_code()
     assert code.startswith("from epochguard.testing.chaos import run_schedule")
     assert repr(s.steps[0]) in code
@@ -62,6 +92,11 @@ def test_repr_is_code_that_replays_the_schedule() -> None:
         (lambda: FetchFault(1, "explode"), "kind must be delay, drop or disconnect"),
         (lambda: sch.Idle(-1), "seconds must be seconds in [0, 30], got -1"),
         (lambda: sch.DeleteRecords(0, 0), "fraction must be in (0, 1]"),
+        (lambda: sch.NetFault("flood"), "kind must be one of"),
+        (lambda: sch.NetFault("bandwidth", seconds=1.0), "needs bytes_per_s >= 1"),
+        (lambda: sch.NetFault("cut", at_byte=-1), "at_byte must be an int >= 0"),
+        (lambda: sch.NetFault("cut", api=99), "api must be None or one of"),
+        (lambda: sch.NetFault("partition", seconds=60), "seconds must be seconds in [0, 30]"),
         (lambda: Schedule(1, (Produce(2, 1),), partitions=2), "names partition 2 of 2"),
         (lambda: Schedule(1, (), policy="ignore"), "policy must be rewind or raise"),
         (lambda: Schedule(1, (), members=2, offsets="store"), "commits to its group"),

@@ -173,3 +173,14 @@ def test_bad_faults_are_refused(proxied: tuple[EmbeddedCluster, FaultProxy]) -> 
         proxy.cut_answer(1, -3)
     with pytest.raises(FaultProxyError, match="seconds"):
         proxy.blackhole(1, seconds=-1)
+
+
+def test_the_example_in_docs_testing_runs() -> None:
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "testing.md").read_text()
+    (block,) = [
+        b for b in re.findall(r"```python\n(.*?)```", doc, flags=re.S) if "FaultProxy()" in b
+    ]
+    exec(compile(block, "docs/guides/testing.md:netfault", "exec"), {})

@@ -72,9 +72,9 @@ class _FrameReader:
         self.head = b""  # the next frame's size and first header bytes, while incomplete
         self.left = 0  # bytes of the current frame's payload not yet seen
 
-    def frames(self, data: bytes, head_len: int) -> list[tuple[int, bytes]]:
+    def frames(self, data: bytes, head_len: int) -> list[tuple[int, int, bytes]]:
         """Positions in ``data`` where a frame's first ``head_len`` bytes (after the size)
-        became known, with those bytes."""
+        became known, with the frame's size and those bytes."""
         out = []
         pos = 0
         while pos < len(data):
@@ -84,7 +84,7 @@ class _FrameReader:
                 pos += take
                 if len(self.head) == 4 + head_len:
                     size = int.from_bytes(self.head[:4], "big")
-                    out.append((pos, self.head[4:]))
+                    out.append((pos, size, self.head[4:]))
                     self.left = max(0, size - head_len)
                     self.head = b""
                 continue
@@ -169,7 +169,7 @@ class _Conn:
                 if not data:
                     break
                 if from_client:
-                    for _pos, head in self.requests.frames(data, 8):
+                    for _pos, _size, head in self.requests.frames(data, 8):
                         api_key, _version, correlation = struct.unpack(">hhi", head)
                         self.api_of[correlation] = api_key
                 else:
@@ -187,14 +187,15 @@ class _Conn:
         """Track which answer each byte belongs to; arm a cut rule when an answer starts and
         keep only the bytes before the cut."""
         start = self.answer_stream
-        for pos, head in self.answers.frames(data, 4):
+        for pos, size, head in self.answers.frames(data, 4):
             correlation = int.from_bytes(head, "big", signed=True)
             self.answer_api = self.api_of.pop(correlation, None)
             answer_start = start + pos - 8
             if self.cut_at is None:
                 at = self.proxy.take_cut(self.broker, self.answer_api)
                 if at is not None:
-                    self.cut_at = answer_start + at
+                    # Past its end: the whole answer passes, the reset follows it.
+                    self.cut_at = answer_start + min(at, 4 + size)
         self.answer_stream += len(data)
         if self.cut_at is not None and self.answer_stream >= self.cut_at:
             keep = max(0, self.cut_at - start)
@@ -486,7 +487,7 @@ class FaultProxy:
     ) -> None:
         """Forward only the first ``at_byte`` bytes (size prefix included) of the next
         ``count`` answers of ``broker_id`` (to ``api_key`` requests, or any), then reset that
-        connection."""
+        connection (right after the answer when it is shorter)."""
         self._check(broker_id)
         if isinstance(at_byte, bool) or not isinstance(at_byte, int) or at_byte < 0:
             raise FaultProxyError(f"at_byte must be an int >= 0, got {at_byte!r}")

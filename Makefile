@@ -40,7 +40,8 @@ test: $(STAMP) kafka-jars spark-jars
 # time (each on its own EmbeddedCluster), and prints the oracle's totals and every failure
 # with its replay code; FIRST=K lets several processes split a large run. CI runs a fixed
 # set of 300 (tests/chaos). CHAOS_ARGS="--client kafka-python --shrink" and the like pass on;
-# CHAOS_ARGS="--json benchmarks/results/chaos_at_scale.json" records a run at scale.
+# CHAOS_ARGS="--json benchmarks/results/chaos_at_scale.json" records a run at scale;
+# CHAOS_ARGS=--network mixes network faults in (every consumer behind the fault proxy).
 SEEDS ?= 100
 FIRST ?= 0
 CHAOS_WORKERS ?= 6

@@ -63,7 +63,8 @@ def test_network_faults_leave_the_other_seeds_alone() -> None:
 
 
 def test_no_consumer_starts_after_a_blackhole() -> None:
-    # Kept apart: a consumer bootstrapping from a half-open broker can fail (docs/testing.md).
+    # Kept apart: a consumer bootstrapping from a half-open broker can fail
+    # (docs/guides/testing.md, the fault proxy's limits).
     for seed in range(300):
         seen = False
         for step in generate(seed, network=True).steps:

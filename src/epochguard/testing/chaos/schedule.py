@@ -386,7 +386,7 @@ def generate(
         if kind in ("join", "restart") and blackholed:
             # A consumer created while a bootstrap broker is half-open can wait out
             # bootstrap_timeout_ms on it and fail (kafka-python's bootstrap tries one
-            # address; docs/testing.md, fault proxy limits): kept apart until that is fixed.
+            # address; docs/guides/testing.md, fault proxy limits): kept apart until that is fixed.
             kind = "idle"
         if kind == "metadata" and recreates:
             # A broker serving a deleted topic's id after its re-creation makes the topic id

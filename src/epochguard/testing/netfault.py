@@ -108,8 +108,6 @@ class _Conn:
         self.api_of: dict[int, int] = {}  # correlation id -> api key of requests in flight
         self.requests = _FrameReader()
         self.answers = _FrameReader()
-        self.answer_api: int | None = None
-        self.answer_start = 0  # position of the current answer's size prefix in the stream
         self.answer_stream = 0  # bytes of answers seen
         self.cut_at: int | None = None  # stream position at which to cut this connection
         self.tasks: list[asyncio.Task[Any]] = []
@@ -189,10 +187,10 @@ class _Conn:
         start = self.answer_stream
         for pos, size, head in self.answers.frames(data, 4):
             correlation = int.from_bytes(head, "big", signed=True)
-            self.answer_api = self.api_of.pop(correlation, None)
+            api_key = self.api_of.pop(correlation, None)
             answer_start = start + pos - 8
             if self.cut_at is None:
-                at = self.proxy.take_cut(self.broker, self.answer_api)
+                at = self.proxy.take_cut(self.broker, api_key)
                 if at is not None:
                     # Past its end: the whole answer passes, the reset follows it.
                     self.cut_at = answer_start + min(at, 4 + size)

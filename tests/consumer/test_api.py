@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any
 
@@ -9,7 +10,7 @@ import pytest
 from kafka.errors import IllegalStateError
 from kafka.structs import OffsetAndTimestamp, TopicPartition
 
-from epochguard.consumer import ConsumerClosedError
+from epochguard.consumer import ConsumerClosedError, EpochConsumer
 from epochguard.offsets.position import EpochOffset
 
 from .conftest import make_consumer, poll_until, read
@@ -107,3 +108,19 @@ def test_fetch_max_wait_ms_zero_reads_new_records_as_they_come(cluster: Any) -> 
             got += read(c, 1)
         assert [r.value for r in got] == [b"0-%d" % i for i in range(6)]
         assert c.metrics(raw=True)["fetch_requests"] > 3
+
+
+def test_bootstrap_succeeds_past_a_refusing_server(cluster: Any) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: that server refuses every connection
+    for servers in (
+        f"127.0.0.1:{port},{cluster.bootstrap_servers}",
+        f"{cluster.bootstrap_servers},127.0.0.1:{port}",
+    ):
+        consumer = EpochConsumer(bootstrap_servers=servers, bootstrap_timeout_ms=30_000)
+        try:
+            assert consumer.topics() is not None
+        finally:
+            consumer.close(autocommit=False)

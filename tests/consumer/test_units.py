@@ -5,7 +5,12 @@ from __future__ import annotations
 import socket
 
 import pytest
-from kafka.errors import KafkaConfigurationError, KafkaTimeoutError, OffsetOutOfRangeError
+from kafka.errors import (
+    KafkaConfigurationError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    OffsetOutOfRangeError,
+)
 from kafka.record import MemoryRecordsBuilder
 from kafka.structs import TopicPartition
 
@@ -228,12 +233,32 @@ def test_log_truncation_error_types_and_offsets() -> None:
     assert "[10, 15)" in str(err)
 
 
-def test_bootstrap_failure_names_the_servers_and_the_last_error() -> None:
+def _closed_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
+    port: int = s.getsockname()[1]
     s.close()  # nothing listens there: every connection is refused
-    with pytest.raises(KafkaTimeoutError) as info:
-        EpochConsumer(bootstrap_servers=f"127.0.0.1:{port}", bootstrap_timeout_ms=600)
+    return port
+
+
+def test_bootstrap_fails_fast_when_every_server_refuses() -> None:
+    servers = f"127.0.0.1:{_closed_port()},127.0.0.1:{_closed_port()}"
+    # A bootstrap timeout far longer than the test: only the refusals can end it.
+    with pytest.raises(KafkaConnectionError) as info:
+        EpochConsumer(bootstrap_servers=servers, bootstrap_timeout_ms=300_000)
     text = str(info.value)
-    assert f"127.0.0.1:{port}" in text and "last connection error" in text, text
+    assert servers in text and "refused" in text and "ECONNREFUSED" in text, text
+
+
+def test_bootstrap_waits_while_one_server_does_not_refuse() -> None:
+    silent = socket.socket()  # accepts connections (the kernel's backlog), never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        servers = f"127.0.0.1:{_closed_port()},127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(KafkaTimeoutError) as info:
+            EpochConsumer(bootstrap_servers=servers, bootstrap_timeout_ms=800)
+    finally:
+        silent.close()
+    text = str(info.value)
+    assert servers in text and "last connection error" in text, text

@@ -17,6 +17,8 @@ strand (the engine's steps).
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import os
 import random
 import ssl
@@ -293,19 +295,48 @@ class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
         return b"".join(chunks), err
 
 
+#: Refused connection attempts in a row, to every bootstrap server, after which bootstrap
+#: stops waiting: nothing listens there (a second attempt, after the reconnect backoff,
+#: tells a broker that is just starting from an address that is wrong).
+BOOTSTRAP_REFUSALS = 2
+
+_REFUSED = f"{errno.ECONNREFUSED} {errno.errorcode[errno.ECONNREFUSED]}"
+
+
+def _is_refusal(exc: BaseException) -> bool:
+    # kafka-python reports a refused connect() as KafkaConnectionError("111 ECONNREFUSED").
+    return isinstance(exc, kerrors.KafkaConnectionError) and exc.args == (_REFUSED,)
+
+
 class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
     """kafka-python's manager with larger plaintext reads, remembering the last error a
-    connection attempt failed with (kafka-python only logs it and retries)."""
+    connection attempt failed with and the refusals in a row per broker (kafka-python only
+    logs them and retries)."""
 
     last_connection_error: BaseException | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refusals: dict[Any, int] = {}
+
     def get_connection(self, node_id: Any, *args: Any, **kwargs: Any) -> Any:
         conn = super().get_connection(node_id, *args, **kwargs)
-        conn.init_future.add_errback(self._connection_failed)
+        conn.init_future.add_callback(lambda _v: self.refusals.pop(node_id, None))
+        conn.init_future.add_errback(functools.partial(self._connection_failed, node_id))
         return conn
 
-    def _connection_failed(self, exc: BaseException) -> None:
+    def _connection_failed(self, node_id: Any, exc: BaseException) -> None:
         self.last_connection_error = exc
+        if _is_refusal(exc):
+            self.refusals[node_id] = self.refusals.get(node_id, 0) + 1
+        else:
+            self.refusals.pop(node_id, None)
+
+    def every_bootstrap_server_refuses(self) -> bool:
+        brokers = self.cluster.bootstrap_brokers()
+        return bool(brokers) and all(
+            self.refusals.get(b.node_id, 0) >= BOOTSTRAP_REFUSALS for b in brokers
+        )
 
     async def _build_transport(self, node: Any, timeout_at: float | None = None) -> Any:
         try:
@@ -362,15 +393,15 @@ class BrokerClient:
         """Connect to a bootstrap server and learn the brokers (bounded).
 
         Raises the connection error itself when retrying cannot help (authentication,
-        authorization, an unsupported SASL mechanism), and otherwise a timeout that names
-        the last error seen."""
+        authorization, an unsupported SASL mechanism, every bootstrap server refusing the
+        connection), and otherwise a timeout that names the last error seen."""
         fut = self._manager.call_soon(self._manager.bootstrap_async, timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000 + 1.0
         manager = self._manager
         while not fut.is_done:
             remaining = deadline - time.monotonic()
             fatal = isinstance(manager.last_connection_error, FATAL_CONNECTION_ERRORS)
-            if fatal or remaining <= 0:
+            if fatal or remaining <= 0 or manager.every_bootstrap_server_refuses():
                 break
             # Its outcome is read below, with the last connection error.
             with contextlib.suppress(Exception):
@@ -380,6 +411,12 @@ class BrokerClient:
         error = manager.last_connection_error
         if isinstance(error, FATAL_CONNECTION_ERRORS):
             raise self._bootstrap_error(error)
+        if not fut.is_done and manager.every_bootstrap_server_refuses():
+            raise self._bootstrap_error(
+                kerrors.KafkaConnectionError(
+                    f"every bootstrap server refused the connection ({_REFUSED})"
+                )
+            )
         servers = self._manager.config["bootstrap_servers"]
         raise kerrors.KafkaTimeoutError(
             f"could not bootstrap from {servers} within {timeout_ms:.0f} ms"

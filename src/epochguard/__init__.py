@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from epochguard.consumer import (
-    AIOEpochConsumer,
+from epochguard._lazy_kafka import defer_kafka_init
+
+# Before anything imports kafka-python: only its protocol and network modules are used here.
+defer_kafka_init()
+
+from typing import TYPE_CHECKING, Any  # noqa: E402
+
+from epochguard.consumer import (  # noqa: E402
     EpochConsumer,
     HangingTransactionError,
     LogTruncationError,
     LogTruncationException,
 )
-from epochguard.offsets import (
+from epochguard.offsets import (  # noqa: E402
     DetectedBy,
     EpochGuardError,
     EpochOffset,
@@ -31,7 +37,20 @@ from epochguard.offsets import (
     TruncationReport,
 )
 
+if TYPE_CHECKING:
+    from epochguard.consumer.aio import AIOEpochConsumer
+
 __version__ = "0.3.0"
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use (asyncio and aiokafka's errors), as in epochguard.consumer.
+    if name == "AIOEpochConsumer":
+        from epochguard.consumer.aio import AIOEpochConsumer
+
+        return AIOEpochConsumer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AIOEpochConsumer",

@@ -7,6 +7,7 @@ happens between two batches (or while the query is stopped) deterministically.
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from epochguard.spark_connector.errors import (
     OffsetsJsonError,
     SourceOptionError,
     SparkLogTruncationError,
+    SparkMissingTopicError,
 )
 from epochguard.spark_connector.options import parse_options
 from epochguard.testing import EmbeddedCluster
@@ -502,3 +504,71 @@ def test_available_now_resolves_a_latest_start_before_its_snapshot(
         assert [p.range().size for p in r.partitions(start, end)] == []
     finally:
         r.stop()
+
+
+def test_a_missing_topic_warns_at_each_listing_until_it_exists(
+    cluster: EmbeddedCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster.create_topic("t", partitions=1, replication_factor=1)
+    r = reader(cluster, subscribe="t,later")
+    caplog.set_level(logging.WARNING, logger="epochguard.spark_connector")
+
+    def warned() -> list[str]:
+        events = [rec.msg for rec in caplog.records if isinstance(rec.msg, dict)]
+        return [str(e["topic"]) for e in events if e.get("event") == "kafka_missing_topic"]
+
+    try:
+        start = r.initialOffset()
+        assert warned() == ["later"]
+        time.sleep(0.05)  # past the listing's reuse window (retry.backoff.ms=20)
+        r.latestOffset(start, ReadAllAvailable())
+        assert warned() == ["later", "later"]  # again at the next batch
+        cluster.create_topic("later", partitions=1, replication_factor=1)
+        cluster.append("later", 0, [b"x"])
+        deadline = time.monotonic() + 10
+        while True:
+            time.sleep(0.05)
+            end = r.latestOffset(start, ReadAllAvailable())
+            if "later" in end:
+                break
+            assert time.monotonic() < deadline, "the new topic was never listed"
+        caplog.clear()
+        time.sleep(0.05)
+        r.latestOffset(start, ReadAllAvailable())
+        assert warned() == []
+    finally:
+        r.stop()
+
+
+def test_fail_on_missing_topic_names_it(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", partitions=1, replication_factor=1)
+    r = reader(cluster, subscribe="t,nowhere", failOnMissingTopic="true")
+    try:
+        with pytest.raises(
+            SparkMissingTopicError,
+            match="KAFKA_MISSING_TOPIC: subscribed topic nowhere does not exist",
+        ):
+            r.initialOffset()
+    finally:
+        r.stop()
+
+
+def test_invalid_stream_options_fail_at_the_first_call_not_in_stream_reader() -> None:
+    # Spark's source runner calls stop() on what streamReader() returned, in a finally
+    # around it: streamReader must return, and the first call raise the option's error.
+    source = datasource.EpochGuardDataSource(
+        {"kafka.bootstrap.servers": "localhost:9", "subscribe": "t", "endingOffsets": "latest"}
+    )
+    stream_reader = source.streamReader(schema=None)  # type: ignore[arg-type]
+    stream_reader.stop()
+    with pytest.raises(SourceOptionError, match="ending offset not valid in streaming"):
+        stream_reader.initialOffset()
+    copy.deepcopy(stream_reader)  # picklable, as Spark sends it to the planner
+    # An error in every kind of query is raised by schema(), that is by load().
+    bad = datasource.EpochGuardDataSource(
+        {"kafka.bootstrap.servers": "localhost:9", "subscribe": "t", "startingOfsets": "x"}
+    )
+    with pytest.raises(SourceOptionError, match="did you mean 'startingOffsets'"):
+        bad.schema()
+    # One that concerns streams only waits for the stream reader.
+    assert "leaderEpoch" in source.schema()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 from epochguard.testing import EmbeddedCluster
 from epochguard.testing.helpers import stage_unreplicated_tail, unclean_refill
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 CLIENT = r"""
 import json, sys
@@ -54,25 +55,44 @@ rows = [
     [r["partition"], r["offset"], bytes(r["value"]).decode(), r["leaderEpoch"], r["topic"]]
     for r in spark.table("connect_out").collect()
 ]
-# A misspelt option in a batch read, and in a stream (which fails the query).
-bad = None
-try:
-    spark.read.format("epochguard").option("subscribe", topic).option(
-        "kafka.bootstrap.servers", servers
-    ).option("startingOfsets", "earliest").load().collect()
-except Exception as exc:
-    bad = str(exc)
-bad_stream = None
-try:
-    spark.readStream.format("epochguard").option("subscribe", topic).option(
-        "kafka.bootstrap.servers", servers
-    ).option("startingOfsets", "earliest").load().writeStream.format(
-        "noop"
-    ).start().awaitTermination()
-except Exception as exc:
-    bad_stream = str(exc)
+
+
+def failure(stream, **options):
+    # What the client raises for a batch read or a stream with these options.
+    reader = spark.readStream if stream else spark.read
+    reader = reader.format("epochguard").option("kafka.bootstrap.servers", servers)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    try:
+        if stream:
+            q = reader.load().writeStream.format("noop").trigger(availableNow=True).start()
+            q.awaitTermination(120)
+        else:
+            reader.load().collect()
+    except Exception as exc:
+        return str(exc)
+    return None
+
+
+# A misspelt option, an unreachable cluster and a missing topic, in batch reads and streams.
+refused = {"kafka.bootstrap.servers": sys.argv[4]}
+bad = failure(False, subscribe=topic, startingOfsets="earliest")
+bad_stream = failure(True, subscribe=topic, startingOfsets="earliest")
+unreachable = failure(False, subscribe=topic, **refused)
+unreachable_stream = failure(True, subscribe=topic, **refused)
+missing = failure(False, subscribe="no-such-topic", failOnMissingTopic="true")
+missing_stream = failure(True, subscribe="no-such-topic", failOnMissingTopic="true")
 error = None if error is None else str(error)
-result = {"error": error, "rows": rows, "bad": bad, "bad_stream": bad_stream}
+result = {
+    "error": error,
+    "rows": rows,
+    "bad": bad,
+    "bad_stream": bad_stream,
+    "unreachable": unreachable,
+    "unreachable_stream": unreachable_stream,
+    "missing": missing,
+    "missing_stream": missing_stream,
+}
 print("RESULT " + json.dumps(result))
 spark.stop()
 """
@@ -92,7 +112,7 @@ def run_client(code: str, *args: str) -> dict[str, Any]:
         capture_output=True,
         text=True,
         env=env,
-        timeout=240,
+        timeout=540,
         check=False,
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -112,7 +132,9 @@ def test_streaming_query_through_spark_connect(cluster: EmbeddedCluster, tmp_pat
     cluster.append("conn", 1, [b"b4"])
     epoch_0 = cluster.leader_epoch("conn", 0)
     epoch_1 = cluster.leader_epoch("conn", 1)
-    result = run_client(CLIENT, cluster.bootstrap_servers, "conn", f"{tmp_path}/ckpt")
+    result = run_client(
+        CLIENT, cluster.bootstrap_servers, "conn", f"{tmp_path}/ckpt", f"127.0.0.1:{closed_port()}"
+    )
     assert result["error"] is None
     assert epoch_1 > epoch_before
     expected = (
@@ -121,19 +143,37 @@ def test_streaming_query_through_spark_connect(cluster: EmbeddedCluster, tmp_pat
         + [[1, 4, "b4", epoch_1, "conn"]]
     )
     assert sorted(result["rows"]) == sorted(expected)
-    # Errors reach the client with their condition and the source's whole message: the
-    # client fetches it with FetchErrorDetails (docs/guides/spark.md, "Spark Connect"). The
-    # message names the option as Spark hands it over, lower-cased.
+    # Errors reach the client with the source's message on the first line, and no other
+    # Python error after it. The message names the option as Spark hands it over,
+    # lower-cased; load() raises it, before any query starts.
     option_error = (
-        "option 'startingofsets': unknown option for the epochguard source"
+        "SourceOptionError: option 'startingofsets': unknown option for the epochguard source"
         " (did you mean 'startingOffsets'?)"
     )
-    assert result["bad"] is not None
-    assert result["bad"].startswith("[PYTHON_DATA_SOURCE_ERROR] Failed to initialize")
-    assert option_error in result["bad"]
-    assert result["bad_stream"] is not None
-    assert result["bad_stream"].startswith("[STREAM_FAILED]")
-    assert option_error in result["bad_stream"]
+    first_lines = {
+        "bad": option_error,
+        "bad_stream": option_error,
+        "unreachable": "SparkUnreachableError: KAFKA_UNREACHABLE: cannot connect to 127.0.0.1:",
+        "missing": "KAFKA_MISSING_TOPIC: subscribed topic no-such-topic does not exist",
+    }
+    first_lines["unreachable_stream"] = first_lines["unreachable"]
+    first_lines["missing_stream"] = first_lines["missing"]
+    for case, text in first_lines.items():
+        message = result[case]
+        assert message is not None, case
+        assert text in message.splitlines()[0], (case, message)
+        assert "Traceback" not in message and "UnboundLocalError" not in message, message
+    assert "refused the connection" in result["unreachable"]
+    assert result["bad"].startswith("[PYTHON_DATA_SOURCE_ERROR]")
+    assert result["missing_stream"].startswith("[STREAM_FAILED]")
+
+
+def closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port: int = s.getsockname()[1]
+    s.close()  # nothing listens there: every connection is refused
+    return port
 
 
 TRUNCATION_CLIENT = r"""
@@ -190,6 +230,7 @@ def test_truncation_message_reaches_the_connect_client(tmp_path: str) -> None:
     assert raised is not None and exception is not None and parameter is not None
     assert raised.startswith("[STREAM_FAILED]")
     assert second["condition"] == "STREAM_FAILED"
-    assert expected in raised
+    assert expected in raised.splitlines()[0]
+    assert "Traceback" not in raised
     assert expected in parameter
     assert expected in exception

@@ -6,6 +6,7 @@ One SparkSession for the module (starting one costs 5-12 s); each test uses its 
 from __future__ import annotations
 
 import importlib
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -127,15 +128,96 @@ def test_batch_read_with_ending_offsets(spark: SparkSession, cluster: EmbeddedCl
     assert sorted(r["offset"] for r in df.collect()) == list(range(5, 12))
 
 
-def test_misspelt_option_fails_the_query_naming_it(
-    spark: SparkSession, cluster: EmbeddedCluster
+def failure(spark: SparkSession, stream: bool, **options: str) -> str:
+    """The message of what a batch read, or an availableNow stream, with ``options`` raises."""
+    reader = (spark.readStream if stream else spark.read).format("epochguard")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    with pytest.raises(Exception) as info:
+        if stream:
+            query = reader.load().writeStream.format("noop").trigger(availableNow=True).start()
+            try:
+                query.awaitTermination(120)
+            finally:
+                query.stop()
+        else:
+            reader.load().collect()
+    return str(info.value)
+
+
+def closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port: int = s.getsockname()[1]
+    s.close()  # nothing listens there: every connection is refused
+    return port
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["batch", "stream"])
+@pytest.mark.parametrize("case", ["option", "unreachable", "missing_topic"])
+def test_errors_reach_the_user_on_the_first_line(
+    spark: SparkSession, cluster: EmbeddedCluster, case: str, stream: bool
 ) -> None:
-    with pytest.raises(
-        Exception, match=r"(?i)option 'maxOffsetPerTrigger'.*did you mean 'maxOffsetsPerTrigger'"
-    ):
-        source(spark, cluster, "ends", stream=False).option(
-            "maxOffsetPerTrigger", "5"
-        ).load().collect()
+    topic = f"errs-{case}-{stream}"
+    cluster.create_topic(topic, partitions=1, replication_factor=1)
+    options = {"kafka.bootstrap.servers": cluster.bootstrap_servers, "subscribe": topic}
+    if case == "option":
+        options["maxOffsetPerTrigger"] = "5"
+        # Spark hands the options over lower-cased.
+        expected = (
+            "SourceOptionError: option 'maxoffsetpertrigger': unknown option for the "
+            "epochguard source (did you mean 'maxOffsetsPerTrigger'?)"
+        )
+    elif case == "unreachable":
+        servers = f"127.0.0.1:{closed_port()},127.0.0.1:{closed_port()}"
+        options["kafka.bootstrap.servers"] = servers
+        expected = (
+            f"SparkUnreachableError: KAFKA_UNREACHABLE: cannot connect to {servers}: every "
+            "bootstrap server refused the connection"
+        )
+    else:
+        options.update(subscribe=f"{topic},no-such-topic", failOnMissingTopic="true")
+        expected = (
+            "SparkMissingTopicError: KAFKA_MISSING_TOPIC: subscribed topic no-such-topic "
+            "does not exist (failOnMissingTopic=true)"
+        )
+    message = failure(spark, stream, **options)
+    assert expected in message.splitlines()[0], message
+    # Nothing after it from pyspark: no Python traceback, no error of its own.
+    assert "Traceback" not in message and "UnboundLocalError" not in message, message
+
+
+def test_a_missing_topic_is_read_once_it_exists(
+    spark: SparkSession, cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    df = source(spark, cluster, "later", stream=True).option("startingOffsets", "earliest")
+    query = (
+        df.load()
+        .writeStream.format("memory")
+        .queryName("later_out")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 120
+        # A trigger has run and found nothing to read (there is no batch without records).
+        while query.lastProgress is None:
+            assert time.monotonic() < deadline and query.exception() is None
+            time.sleep(0.2)
+        assert spark.table("later_out").count() == 0
+        cluster.create_topic("later", partitions=1, replication_factor=1)
+        cluster.append("later", 0, [b"a", b"b", b"c"])
+        while spark.table("later_out").count() < 3:
+            assert time.monotonic() < deadline and query.exception() is None
+            time.sleep(0.2)
+        assert sorted(bytes(r["value"]) for r in spark.table("later_out").collect()) == [
+            b"a",
+            b"b",
+            b"c",
+        ]
+    finally:
+        query.stop()
 
 
 def run_stream(
@@ -231,7 +313,9 @@ def test_truncation_while_stopped_fails_the_restart(spark: SparkSession, tmp_pat
         with pytest.raises(Exception) as info:
             run_stream(spark, cluster, "trunc", checkpoint, out)
         message = str(info.value)
-        assert "KAFKA_LOG_TRUNCATION: topic trunc partition 0" in message
+        first = message.splitlines()[0]
+        assert "KAFKA_LOG_TRUNCATION: topic trunc partition 0" in first, message
+        assert "Traceback" not in message, message
         assert "divergence at 10" in message
         assert "lost range [10, 15)" in message
         # Nothing of the new log was written under the old one's offsets.

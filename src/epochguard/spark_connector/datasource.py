@@ -10,13 +10,17 @@ through EpochConsumer's public API.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
 import queue
 import threading
 import time
-from collections.abc import Generator, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import pyarrow as pa
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError
 from kafka.structs import TopicPartition
 from pyspark.sql.datasource import (
     DataSource,
@@ -40,13 +44,17 @@ from epochguard.consumer import (
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
 )
+from epochguard.consumer.client import FATAL_CONNECTION_ERRORS
 from epochguard.consumer.columns import RecordColumns, header_type
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import TruncationReport, records_count
 from epochguard.spark_connector.errors import (
+    OffsetsJsonError,
     SourceOptionError,
     SparkDataLossError,
     SparkLogTruncationError,
+    SparkMissingTopicError,
+    SparkUnreachableError,
 )
 from epochguard.spark_connector.offsets import EARLIEST, LATEST, SourceOffset
 from epochguard.spark_connector.options import (
@@ -126,6 +134,62 @@ def truncation_message(report: TruncationReport, where: str) -> str:
     return f"topic {report.topic} partition {report.partition} ({tp}): {lost}; {where}"
 
 
+#: Errors whose message is all a user needs: the option at fault, or a stable code first.
+_USER_ERRORS: tuple[type[BaseException], ...] = (
+    SourceOptionError,
+    OffsetsJsonError,
+    SparkLogTruncationError,
+    SparkDataLossError,
+    SparkUnreachableError,
+    SparkMissingTopicError,
+)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+@contextlib.contextmanager
+def _user_facing() -> Iterator[None]:
+    """Let one of ``_USER_ERRORS`` reach the user as the first line of Spark's exception.
+
+    Spark's Python worker exits with the exception it formats, by default as a traceback
+    whose "Traceback (most recent call last):" becomes the first line the user reads, with
+    the message at the bottom. pyspark reads ``SPARK_HIDE_TRACEBACK`` when it formats (the
+    variable behind ``spark.sql.execution.pyspark.udf.hideTraceback.enabled``) and prints
+    the exception's class and message only; the worker exits right after, so nothing else
+    it runs sees the variable."""
+    try:
+        yield
+    except _USER_ERRORS:
+        os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+        raise
+
+
+def _user_facing_errors(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A method Spark calls, run under :func:`_user_facing`."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with _user_facing():
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
+#: What a consumer that cannot reach its cluster raises while bootstrapping.
+_UNREACHABLE = (KafkaConnectionError, KafkaTimeoutError, *FATAL_CONNECTION_ERRORS)
+
+
+def _connect(kw: Mapping[str, Any]) -> EpochConsumer:
+    """A new EpochConsumer; a cluster it cannot reach is a :class:`SparkUnreachableError`
+    with the bootstrap failure's own words (refused, timed out, authentication)."""
+    try:
+        return EpochConsumer(**kw)
+    except _UNREACHABLE as exc:
+        reason = exc.args[0] if len(exc.args) == 1 else str(exc)
+        raise SparkUnreachableError(str(reason)) from exc
+
+
 def _data_loss(tp: TopicPartition, detail: str) -> str:
     # Spark's wording for failOnDataLoss=true.
     return (
@@ -155,7 +219,7 @@ class _Driver:
             kw = self.opts.consumer_kwargs()
             # The driver only lists offsets: keep the fetches it may send small.
             kw.setdefault("max_partition_fetch_bytes", 1024)
-            self._consumer = EpochConsumer(**kw)
+            self._consumer = _connect(kw)
         return self._consumer
 
     def close(self) -> None:
@@ -182,9 +246,25 @@ class _Driver:
             else sorted(t for t in c.topics() if strategy.matches(t))
         )
         out: list[TopicPartition] = []
+        missing: list[str] = []
         for topic in topics:
-            parts = c.partitions_for_topic(topic) or set()
+            parts = c.partitions_for_topic(topic)
+            if not parts:
+                missing.append(topic)
+                continue
             out.extend(TopicPartition(topic, p) for p in sorted(parts))
+        if missing and isinstance(strategy, Subscribe):
+            if self.opts.fail_on_missing_topic:
+                raise SparkMissingTopicError(missing)
+            for topic in missing:
+                # At each listing (about once per batch) while it is missing: a query
+                # reading nothing should say why.
+                log.warning(
+                    "kafka_missing_topic",
+                    topic=topic,
+                    reason="subscribed topic does not exist; read once it is created "
+                    "(failOnMissingTopic=true fails the query instead)",
+                )
         self._listed = (time.monotonic(), out)
         return list(out)
 
@@ -437,7 +517,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
         free = _POOL.get(key)
         consumer = free.pop() if free else None
     if consumer is None:
-        consumer = EpochConsumer(**kw)
+        consumer = _connect(kw)
     done = False
     try:
         pieces = _fetch_ahead(_read_with(consumer, opts, rng), f"{rng.tp.topic}-{rng.tp.partition}")
@@ -642,6 +722,7 @@ class _BatchReader(DataSourceReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
 
+    @_user_facing_errors
     def partitions(self) -> Sequence[InputPartition]:
         driver = _Driver(self.opts)
         try:
@@ -665,7 +746,8 @@ class _BatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EpochRangePartition)
-        yield from read_range(self.opts, partition.range())
+        with _user_facing():
+            yield from read_range(self.opts, partition.range())
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -702,6 +784,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         check_checkpoint(off, self.opts.strategy, what)
         return off.as_dict()
 
+    @_user_facing_errors
     def initialOffset(self) -> dict[str, Any]:
         """Resolved once per reader: Spark asks twice for a query's first batch, for its
         plan and again for its start, and with ``latest`` or a timestamp two lookups could
@@ -714,6 +797,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._initial = SourceOffset(self.driver.resolve(self.opts.starting, tps)).to_json()
         return self._initial
 
+    @_user_facing_errors
     def getDefaultReadLimit(self) -> ReadLimit:
         # No composite limit in PySpark: with both options, the minimum is applied in
         # latestOffset through the gate.
@@ -723,6 +807,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMinRows(self.opts.min_offsets_per_trigger)
         return ReadAllAvailable()
 
+    @_user_facing_errors
     def prepareForTriggerAvailableNow(self) -> None:
         # The start first, then the snapshot (as Spark's source): Spark calls this before
         # initialOffset, and a "latest" start resolved after the snapshot would lie past
@@ -730,6 +815,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.initialOffset()
         self._available_now = self.driver.latest(self.driver.partitions())
 
+    @_user_facing_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = self._load(start, "the batch's start offset (from the checkpoint)")
         rewinds = self.driver.validate(begin, "validating the batch's start on the driver")
@@ -769,6 +855,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return None if self._latest is None else SourceOffset(self._latest).to_json()
 
+    @_user_facing_errors
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin = self._load(start, "the batch's start offset")
         stop = self._load(end, "the batch's end offset")
@@ -797,8 +884,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EpochRangePartition)
-        yield from read_range(self.opts, partition.range())
+        with _user_facing():
+            yield from read_range(self.opts, partition.range())
 
+    @_user_facing_errors
     def commit(self, end: dict[str, Any]) -> None:
         """With ``commitToGroup``: the finished batch's end positions, epochs included, to
         the consumer group, so ``kafka-consumer-groups`` and lag tools see the query."""
@@ -807,7 +896,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._committer is None:
             kw = self.opts.consumer_kwargs()
             kw["group_id"] = self.opts.group_id
-            self._committer = EpochConsumer(**kw)
+            self._committer = _connect(kw)
         self._committer.commit(self._load(end, "the committed batch's end offset"))
 
     def stop(self) -> None:
@@ -829,15 +918,78 @@ class EpochGuardDataSource(DataSource):
     def _options(self, streaming: bool) -> SourceOptions:
         return parse_options(dict(self.options), streaming=streaming)
 
+    def _check_options(self) -> None:
+        """``load()`` calls ``schema()`` (unless the query gives a schema): an option error
+        is raised there, before any query runs. Whether the query streams is not known
+        yet, so only an error in both kinds of query is raised here; one that concerns a
+        single kind is raised when its reader is made."""
+        options = dict(self.options)
+        try:
+            parse_options(options, streaming=False)
+        except (SourceOptionError, OffsetsJsonError) as batch_error:
+            try:
+                parse_options(options, streaming=True)
+            except (SourceOptionError, OffsetsJsonError) as stream_error:
+                if str(stream_error) == str(batch_error):
+                    raise
+            return
+
+    @_user_facing_errors
     def schema(self) -> str:
+        self._check_options()
         include = any(
             k.lower() == "includeheaders" and str(v).strip().lower() == "true"
             for k, v in self.options.items()
         )
         return spark_schema(include)
 
+    @_user_facing_errors
     def reader(self, schema: StructType) -> DataSourceReader:
         return _BatchReader(self._options(streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return _StreamReader(self._options(streaming=True))
+        try:
+            return _StreamReader(self._options(streaming=True))
+        except (SourceOptionError, OffsetsJsonError):
+            return _InvalidStreamReader(dict(self.options))
+
+
+class _InvalidStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream whose options do not parse: Spark's first call raises their error.
+
+    ``streamReader()`` itself must not raise: Spark's source runner calls ``stop()`` on the
+    reader in a ``finally`` around it, and the error it would raise there (``UnboundLocal
+    Error: cannot access local variable 'reader'``) would follow ours. The options travel
+    as given and are parsed again to raise (an error object need not pickle)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+
+    @_user_facing_errors
+    def _fail(self) -> NoReturn:
+        parse_options(self.options, streaming=True)
+        raise AssertionError("the options parsed on the second try")
+
+    def initialOffset(self) -> dict[str, Any]:
+        self._fail()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        self._fail()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._fail()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._fail()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        self._fail()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        self._fail()
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._fail()
+
+    def stop(self) -> None:
+        pass

@@ -10,14 +10,22 @@ from epochguard.offsets.errors import EpochGuardError
 
 __all__ = [
     "LOG_TRUNCATION_CODE",
+    "MISSING_TOPIC_CODE",
+    "UNREACHABLE_CODE",
     "OffsetsJsonError",
     "SourceOptionError",
     "SparkDataLossError",
     "SparkLogTruncationError",
+    "SparkMissingTopicError",
+    "SparkUnreachableError",
 ]
 
 #: Prefix of every truncation failure's message: the part users and alerting match on.
 LOG_TRUNCATION_CODE = "KAFKA_LOG_TRUNCATION"
+#: Prefix of a failure to reach any bootstrap server.
+UNREACHABLE_CODE = "KAFKA_UNREACHABLE"
+#: Prefix of the failure for a subscribed topic that does not exist (``failOnMissingTopic``).
+MISSING_TOPIC_CODE = "KAFKA_MISSING_TOPIC"
 
 
 class SourceOptionError(EpochGuardError, ValueError):
@@ -43,3 +51,25 @@ class SparkLogTruncationError(EpochGuardError):
 class SparkDataLossError(EpochGuardError):
     """Records the query still had to read are gone (aged out, topic deleted) and
     ``failOnDataLoss`` is true; the message is Spark's."""
+
+
+class SparkUnreachableError(EpochGuardError):
+    """No bootstrap server could be reached; the message names them and the cause."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{UNREACHABLE_CODE}: {message}")
+
+
+class SparkMissingTopicError(EpochGuardError):
+    """A subscribed topic does not exist and ``failOnMissingTopic`` is true."""
+
+    def __init__(self, topics: list[str]) -> None:
+        self.topics = topics
+        names = ", ".join(topics)
+        super().__init__(
+            f"{MISSING_TOPIC_CODE}: subscribed topic {names} does not exist "
+            "(failOnMissingTopic=true)"
+            if len(topics) == 1
+            else f"{MISSING_TOPIC_CODE}: subscribed topics {names} do not exist "
+            "(failOnMissingTopic=true)"
+        )

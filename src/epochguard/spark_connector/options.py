@@ -172,6 +172,7 @@ OPTIONS: dict[str, str | None] = {
     # epochguard additions
     "onTruncation": "fail",
     "commitToGroup": "false",
+    "failOnMissingTopic": "false",
 }
 _BY_LOWER = {name.lower(): name for name in OPTIONS}
 
@@ -353,6 +354,9 @@ class SourceOptions:
     fetch_offset_retry_interval_ms: int = 1000
     on_truncation: Literal["fail", "rewind"] = "fail"
     commit_to_group: bool = False
+    #: A subscribed topic that does not exist fails the query (otherwise a warning per
+    #: batch while it is missing: streams may start before their topic).
+    fail_on_missing_topic: bool = False
 
     def consumer_kwargs(self) -> dict[str, Any]:
         """EpochConsumer keywords: the ``kafka.*`` settings plus what the source forces
@@ -696,6 +700,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         ),
         on_truncation="fail" if on_truncation == "fail" else "rewind",
         commit_to_group=commit_to_group,
+        fail_on_missing_topic=opt_bool("failOnMissingTopic", False),
     )
 
 

@@ -39,6 +39,9 @@ def session() -> Any:
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )
+    # The restart's failure is expected here and printed as one line: Spark's own log of
+    # it (an ERROR with the JVM's stack trace) would bury that line.
+    spark.sparkContext.setLogLevel("FATAL")
     register(spark)
     return spark
 

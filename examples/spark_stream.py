@@ -91,8 +91,12 @@ def main(argv: list[str] | None = None) -> int:
             run_once(spark, cluster.bootstrap_servers, args.topic, checkpoint, out)
         except Exception as exc:
             text = str(exc)
-            line = next((x for x in text.splitlines() if LOG_TRUNCATION_CODE in x), text)
-            print(f"restart failed as it should: {line.strip()[:300]}")
+            # The first line: Spark's prefix, then ours from the code on.
+            first = text.splitlines()[0] if text else ""
+            ours = (
+                first[first.find(LOG_TRUNCATION_CODE) :] if LOG_TRUNCATION_CODE in first else first
+            )
+            print(f"restart failed as it should: {ours.strip()[:300]}")
             return 0 if "lost range [10, 15)" in text else 1
         print("restart read on over the truncation: this must not happen")
         return 1

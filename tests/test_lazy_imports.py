@@ -1,0 +1,58 @@
+"""What importing epochguard (and the Spark source) loads: kafka-python's package
+``__init__`` modules (admin client, producer, KafkaConsumer) and the asyncio consumer only
+when used. Each check runs in a fresh interpreter: this one has imported everything."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ["kafka.admin", "kafka.producer", "kafka.consumer.group", "aiokafka"]
+
+PROGRAM = """
+import json, sys
+import {module}
+loaded = [m for m in {heavy!r} if m in sys.modules]
+import kafka
+from kafka import KafkaProducer
+from kafka.consumer import KafkaConsumer
+from epochguard import AIOEpochConsumer
+from epochguard.consumer import AIOEpochConsumer as Same
+print(json.dumps({{
+    "loaded_by_import": loaded,
+    "version": kafka.__version__,
+    "producer": KafkaProducer.__name__,
+    "consumer": KafkaConsumer.__name__,
+    "same_consumer": KafkaConsumer is kafka.KafkaConsumer,
+    "aio": AIOEpochConsumer is Same,
+    "in_dir": "KafkaAdminClient" in dir(kafka),
+}}))
+"""
+
+
+@pytest.mark.parametrize("module", ["epochguard", "epochguard.spark_connector.datasource"])
+def test_importing_loads_no_unused_kafka_python_and_the_names_still_work(module: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", PROGRAM.format(module=module, heavy=HEAVY)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["loaded_by_import"] == []
+    assert result["version"].count(".") >= 1
+    assert result["producer"] == "KafkaProducer" and result["consumer"] == "KafkaConsumer"
+    assert result["same_consumer"] and result["aio"] and result["in_dir"]
+
+
+def test_a_kafka_imported_first_is_left_as_it_is() -> None:
+    program = "import kafka, sys; e = kafka.__dict__.get('KafkaProducer'); import epochguard; "
+    program += "print(e is not None and sys.modules['kafka'] is kafka)"
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", program], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "True"

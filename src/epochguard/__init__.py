@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from epochguard._lazy_kafka import defer_kafka_init
+from typing import TYPE_CHECKING, Any
 
-# Before anything imports kafka-python: only its protocol and network modules are used here.
-defer_kafka_init()
-
-from typing import TYPE_CHECKING, Any  # noqa: E402
-
-from epochguard.consumer import (  # noqa: E402
+from epochguard.consumer import (
     EpochConsumer,
     HangingTransactionError,
     LogTruncationError,
     LogTruncationException,
 )
-from epochguard.offsets import (  # noqa: E402
+from epochguard.offsets import (
     DetectedBy,
     EpochGuardError,
     EpochOffset,

@@ -6,6 +6,18 @@ import os
 
 from hypothesis import settings
 
+from .jvm_markers import (
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_runtest_protocol,
+)
+
+__all__ = [
+    "pytest_collection_modifyitems",
+    "pytest_configure",
+    "pytest_runtest_protocol",
+]
+
 # `make test` (and so CI) replays the same hypothesis examples on every run: its verdict
 # depends on the code alone, and a counterexample found at random cannot block an unrelated
 # change. Exploration is its own run: EPOCHGUARD_HYPOTHESIS=explore draws new examples

@@ -32,7 +32,7 @@ from epochguard.testing.apache_kafka.spark_kafka import ensure_spark_kafka_jars
 from epochguard.testing.helpers import recreate_topic
 from epochguard.testing.spark_session import finish_query, local_session
 
-pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(420), pytest.mark.slow]
 
 A, B = 0, 1
 

@@ -23,7 +23,7 @@ from epochguard.spark_connector.options import parse_options
 from epochguard.testing import produce
 from epochguard.testing.apache_kafka import ApacheKafkaCluster
 
-pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(240), pytest.mark.slow]
 
 A, B = 0, 1
 _names = itertools.count()

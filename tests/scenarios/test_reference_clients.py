@@ -38,7 +38,8 @@ from .clients import ConfluentClient, JavaClient, KafkaPythonClient, ReferenceCl
 from .observe import Observer
 from .test_unclean_truncation import RESULTS, kind
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# real_kafka on both clusters: the Java consumer is one of the reference clients.
+pytestmark = [pytest.mark.real_kafka, pytest.mark.slow, pytest.mark.timeout(300)]
 
 E0 = 0
 

@@ -127,6 +127,7 @@ VARIANTS = {
 }
 
 
+@pytest.mark.real_kafka  # on both clusters: the Java consumer is a reference client
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_unclean_election_answers_match_kafka(cluster: Cluster, variant: str) -> None:
     refill, idle_poll = VARIANTS[variant]

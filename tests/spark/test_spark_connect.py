@@ -20,7 +20,7 @@ import pytest
 from epochguard.testing import EmbeddedCluster
 from epochguard.testing.helpers import stage_unreplicated_tail, unclean_refill
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
 
 CLIENT = r"""
 import json, sys

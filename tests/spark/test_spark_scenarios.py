@@ -25,7 +25,7 @@ from epochguard.testing import EmbeddedCluster
 from epochguard.testing.helpers import KEPT, LOST, stage_unreplicated_tail, unclean_refill
 from epochguard.testing.spark_session import finish_query, local_session
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 TOPIC = "t"
 BEFORE = [(i, v) for i, v in enumerate(KEPT + LOST)]

@@ -22,7 +22,7 @@ from epochguard.spark_connector import register
 from epochguard.testing import EmbeddedCluster
 
 # Each test uses its own topics: one cluster (and one SparkSession) for the module.
-pytestmark = [pytest.mark.slow, pytest.mark.shared_cluster]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.shared_cluster]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -23,7 +23,7 @@ from epochguard.spark_connector import register
 from epochguard.testing import EmbeddedCluster
 from epochguard.testing.spark_session import finish_query
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import errno
+import os
 import random
 import ssl
 import struct
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kafka.protocol.consumer import FetchResponse
@@ -57,6 +60,39 @@ def _ephemeral_low() -> int:
 #: cluster closes): another cluster must not take a stopped broker's port.
 _RESERVED: set[int] = set()
 _RESERVED_LOCK = threading.Lock()
+#: The same reservation between processes (parallel test workers, chaos workers): an
+#: exclusive lock on one file per port, which the kernel drops when its holder exits.
+_PORT_LOCKS = Path(tempfile.gettempdir()) / "epochguard-embedded-ports"
+_LOCK_FILES: dict[int, int] = {}
+
+
+def _lock_port(port: int) -> bool:
+    """Take ``port`` for this process unless another process holds it."""
+    try:
+        import fcntl  # POSIX only; elsewhere the per-process reservation is all there is
+    except ImportError:
+        return True
+    try:
+        _PORT_LOCKS.mkdir(exist_ok=True)
+        fd = os.open(_PORT_LOCKS / str(port), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        return True  # no shared lock folder: the per-process reservation still holds
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _LOCK_FILES[port] = fd
+    return True
+
+
+def _release_ports(ports: set[int]) -> None:
+    with _RESERVED_LOCK:
+        _RESERVED.difference_update(ports)
+        for port in ports:
+            fd = _LOCK_FILES.pop(port, None)
+            if fd is not None:
+                os.close(fd)
 
 
 async def _start_server(
@@ -69,7 +105,7 @@ async def _start_server(
     taken as the local end of some client's connection (chaos runs start many clusters at
     once), and the restart then failed with "address already in use"; ports below the
     ephemeral range are never handed out that way, and the reservation keeps the other
-    clusters of this process off them."""
+    clusters of this process, and of other processes on the machine, off them."""
     if port:
         return await asyncio.start_server(callback, host, port, reuse_address=True, **kw)
     rng = random.Random()
@@ -79,14 +115,13 @@ async def _start_server(
             break
         candidate = rng.randrange(10_000, low)
         with _RESERVED_LOCK:
-            if candidate in _RESERVED:
+            if candidate in _RESERVED or not _lock_port(candidate):
                 continue
             _RESERVED.add(candidate)
         try:
             server = await asyncio.start_server(callback, host, candidate, reuse_address=True, **kw)
         except OSError as exc:
-            with _RESERVED_LOCK:
-                _RESERVED.discard(candidate)
+            _release_ports({candidate})
             if exc.errno != errno.EADDRINUSE:
                 raise
             continue
@@ -178,8 +213,7 @@ class EmbeddedServer:
         for broker_id in list(self._servers):
             self.call(self.stop_listener(broker_id))
         self.call(self._cancel_tasks())
-        with _RESERVED_LOCK:
-            _RESERVED.difference_update(self._ports)
+        _release_ports(self._ports)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()

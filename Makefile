@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv install test lint docs demo bench clean kafka-jars spark-jars chaos chaos-apache chaos-legacy fuzz explore soak
+.PHONY: all venv install test test-fast lint docs demo bench clean kafka-jars spark-jars chaos chaos-apache chaos-legacy fuzz explore soak
 
 all: test
 
@@ -32,8 +32,19 @@ kafka-jars: $(STAMP)
 spark-jars: $(STAMP)
 	$(BIN)/python -m epochguard.testing.apache_kafka.spark_kafka
 
+# make test and make test-fast run on TEST_WORKERS processes (pytest-xdist), one test module
+# per unit of work, the longest first (tests/work_groups.py). TEST_WORKERS=0 runs in this
+# process alone.
+TEST_WORKERS ?= 3
+XDIST := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
 test: $(STAMP) kafka-jars spark-jars
-	$(BIN)/python -P -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -P -m pytest $(XDIST) $(PYTEST_ARGS)
+
+# Unit, sans-IO and EmbeddedCluster tests: no JVM (neither real Kafka nor the Java client
+# nor Spark), no Maven. Markers decide (tests/jvm_markers.py keeps them complete).
+test-fast: $(STAMP)
+	$(BIN)/python -P -m pytest $(XDIST) -m "not real_kafka and not spark" $(PYTEST_ARGS)
 
 # Chaos schedules at scale (docs/guides/testing.md, "Chaos schedules"): `make chaos SEEDS=N` runs
 # the generated schedules of seeds FIRST..FIRST+N-1 against EpochConsumer, CHAOS_WORKERS at a

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import settings
 
-from .jvm_markers import (
-    pytest_collection_modifyitems,
-    pytest_configure,
-    pytest_runtest_protocol,
-)
+from . import jvm_markers, work_groups
 
-__all__ = [
-    "pytest_collection_modifyitems",
-    "pytest_configure",
-    "pytest_runtest_protocol",
-]
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(jvm_markers, "epochguard-jvm-markers")
+    config.pluginmanager.register(work_groups, "epochguard-work-groups")
+
 
 # `make test` (and so CI) replays the same hypothesis examples on every run: its verdict
 # depends on the code alone, and a counterexample found at random cannot block an unrelated

@@ -35,7 +35,11 @@ def pytest_runtest_makereport(
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Every run that recorded scenario results refreshes build/scenarios/summary.md."""
+    """Every run that recorded scenario results refreshes build/scenarios/summary.md.
+
+    Under pytest-xdist only the controller writes it, once every worker has finished."""
+    if hasattr(session.config, "workerinput"):
+        return
     write_summary(ROOT / "build" / "scenarios")
 
 

@@ -1,0 +1,63 @@
+"""How ``pytest -n N --dist loadgroup --no-loadscope-reorder`` (``make test``) shares the tests out.
+
+Each test module is one unit of work, so a module-scoped fixture (a real Kafka cluster, a
+SparkSession, an EmbeddedCluster) starts once, on the one worker that runs the module. A
+module whose ``module_cluster`` fixture is parametrised over clusters (tests/scenarios) is
+two units, one per cluster, which can run at the same time on two workers. A test that
+carries its own ``xdist_group`` marker keeps it.
+
+Units start longest first (the JVM modules, then those marked ``slow``, then the rest), so
+the run does not end on one worker still busy with a long module while the others idle.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .jvm_markers import JVM_MARKERS
+
+
+def _group(item: pytest.Item) -> str:
+    group = item.nodeid.split("::", 1)[0]
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "module_cluster" in callspec.params:
+        group += f"[{callspec.params['module_cluster']}]"
+    return group
+
+
+def _weight(item: pytest.Item) -> int:
+    if any(item.get_closest_marker(m) is not None for m in JVM_MARKERS):
+        return 0
+    if item.get_closest_marker("slow") is not None:
+        return 1
+    return 2
+
+
+def _group_of(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    assert marker is not None
+    return str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Before xdist's own hook, which turns the xdist_group marker into the "@group" suffix of
+    # the node id that loadgroup distributes by.
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # After every conftest has added its markers (tests/apache_kafka marks its tests
+    # real_kafka), before xdist's own hook sends the order to the controller.
+    items = session.items
+    weight: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        group = _group_of(item)
+        weight[group] = min(weight.get(group, 2), _weight(item))
+        first.setdefault(group, index)
+    # Stable: a module's tests keep their order (and so its fixtures' scopes).
+    items.sort(key=lambda item: (weight[_group_of(item)], first[_group_of(item)]))

@@ -28,7 +28,12 @@ RUNTIME = {"epochguard", "kafka-python", "attrs", "structlog", "crc32c"}
 # What a fresh venv may hold besides (pip is left out below; 3.11's venv adds setuptools).
 VENV_BASE = {"pip", "setuptools"}
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# One worker runs both modules that build from the source tree (build/, src/*.egg-info).
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.xdist_group("builds-from-the-source-tree"),
+]
 
 
 def _guide_program() -> tuple[str, str]:

@@ -14,6 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBPACKAGES = ("offsets", "consumer", "spark_connector", "testing")
+# One worker runs both modules that build from the source tree (build/, src/*.egg-info).
+pytestmark = pytest.mark.xdist_group("builds-from-the-source-tree")
 
 
 @pytest.fixture(scope="module")

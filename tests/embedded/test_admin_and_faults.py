@@ -264,7 +264,7 @@ def test_brokers_listen_below_the_ephemeral_range_and_restart_on_their_port() ->
     # A restarted broker binds its old port again; an ephemeral port may meanwhile be the
     # local end of another process's connection (a chaos run of 5,000 schedules, six
     # clusters at a time, once failed "address already in use").
-    from epochguard.testing.embedded.server import _ephemeral_low
+    from epochguard.testing.ports import _ephemeral_low
 
     with EmbeddedCluster(brokers=2) as c:
         ports = [int(s.rsplit(":", 1)[1]) for s in c.all_bootstrap_servers.split(",")]

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import functools
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
@@ -62,6 +62,7 @@ from kafka.protocol.metadata import (
 
 from epochguard._errors import ErrorCode
 from epochguard._log import get_logger
+from epochguard.testing import ports
 from epochguard.testing.apache_kafka import process
 from epochguard.testing.apache_kafka.group_member import GroupProtocol, JavaGroupMember
 from epochguard.testing.apache_kafka.jars import KafkaJars, ensure_kafka_jars
@@ -214,17 +215,19 @@ class _Node:
 FAULT_PROXY_LISTENER = "FAULT_PROXY"
 
 
-def _free_ports(count: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+@contextlib.contextmanager
+def _one_start_at_a_time() -> Iterator[None]:
+    """Serialise cluster start-ups between the processes of the machine.
+
+    Starting a cluster is CPU-bound (a controller and a JVM per broker warming up at once);
+    several at once on a small machine (parallel test workers) each take so long that they
+    run into the start-up timeout, while one after the other costs hardly more in total."""
+    with open(Path(tempfile.gettempdir()) / "epochguard-kafka-start.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _wait(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.1) -> T:
@@ -362,6 +365,7 @@ class ApacheKafkaCluster:
         self._cluster_id = ""
         self._nodes: dict[int, _Node] = {}
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._ports: list[int] = []  # reserved while the cluster lives (testing.ports)
         self.start_seconds: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -462,22 +466,24 @@ class ApacheKafkaCluster:
         self._cluster_id = self._random_cluster_id()
         sasl = bool(self._sasl_users)
         n = self._num_brokers
-        ports = _free_ports(n * 4 + 1)
-        controller = _Node(CONTROLLER_ID, "controller", ports[0], self.work_dir / "controller")
+        ports.release(self._ports)
+        self._ports = ports.reserve_free(n * 4 + 1)
+        free = self._ports
+        controller = _Node(CONTROLLER_ID, "controller", free[0], self.work_dir / "controller")
         self._nodes = {CONTROLLER_ID: controller}
         for i, broker_id in enumerate(self.broker_ids):
             directory = self.work_dir / f"broker-{broker_id}"
-            sasl_port = ports[1 + n + i] if sasl else None
-            ssl_port = ports[1 + 2 * n + i] if self._tls is not None else None
+            sasl_port = free[1 + n + i] if sasl else None
+            ssl_port = free[1 + 2 * n + i] if self._tls is not None else None
             proxied_port = proxy_address = None
             if self._fault_proxy is not None:
-                proxied_port = ports[1 + 3 * n + i]
+                proxied_port = free[1 + 3 * n + i]
                 self._fault_proxy.route(broker_id, "127.0.0.1", proxied_port)
                 proxy_address = self._fault_proxy.address(broker_id)
             self._nodes[broker_id] = _Node(
                 broker_id,
                 "broker",
-                ports[1 + i],
+                free[1 + i],
                 directory,
                 sasl_port,
                 ssl_port,
@@ -489,15 +495,17 @@ class ApacheKafkaCluster:
             node.directory.mkdir(parents=True, exist_ok=True)
             node.config_path.write_text(self._properties(node))
         try:
-            self._format_storage()
-            self._launch(controller)
-            for broker_id in self.broker_ids:
-                self._launch(self._nodes[broker_id])
-            for broker_id in self.broker_ids:
-                self._await_registered(broker_id)
-            # Create __consumer_offsets while every broker is up, so a test that stops a
-            # broker before it first uses a group still finds a coordinator.
-            self._warm_up_group_coordinator()
+            with _one_start_at_a_time():
+                started = time.monotonic()
+                self._format_storage()
+                self._launch(controller)
+                for broker_id in self.broker_ids:
+                    self._launch(self._nodes[broker_id])
+                for broker_id in self.broker_ids:
+                    self._await_registered(broker_id)
+                # Create __consumer_offsets while every broker is up, so a test that stops a
+                # broker before it first uses a group still finds a coordinator.
+                self._warm_up_group_coordinator()
         except BaseException:
             self.close()
             raise
@@ -522,6 +530,8 @@ class ApacheKafkaCluster:
         if CONTROLLER_ID in self._procs:
             process.stop(self._procs.pop(CONTROLLER_ID), self._stop_timeout)
         self._procs.clear()
+        ports.release(self._ports)
+        self._ports = []
         if self._own_work_dir and self._work_dir is not None:
             shutil.rmtree(self._work_dir, ignore_errors=True)
             self._work_dir = None

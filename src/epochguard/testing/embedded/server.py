@@ -10,20 +10,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import errno
-import os
-import random
 import ssl
 import struct
-import tempfile
 import threading
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from epochguard._log import get_logger
+from epochguard.testing import ports
 from epochguard.testing.embedded.fetch_frame import (
     fetch_response_parts,
     join_stored_batches,
@@ -48,53 +45,6 @@ SASL_AUTHENTICATE = 36
 _BEFORE_AUTHENTICATION = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
 
 
-def _ephemeral_low() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
-            return int(fh.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-#: Ports the clusters of this process hold, their brokers stopped or not (released when the
-#: cluster closes): another cluster must not take a stopped broker's port.
-_RESERVED: set[int] = set()
-_RESERVED_LOCK = threading.Lock()
-#: The same reservation between processes (parallel test workers, chaos workers): an
-#: exclusive lock on one file per port, which the kernel drops when its holder exits.
-_PORT_LOCKS = Path(tempfile.gettempdir()) / "epochguard-embedded-ports"
-_LOCK_FILES: dict[int, int] = {}
-
-
-def _lock_port(port: int) -> bool:
-    """Take ``port`` for this process unless another process holds it."""
-    try:
-        import fcntl  # POSIX only; elsewhere the per-process reservation is all there is
-    except ImportError:
-        return True
-    try:
-        _PORT_LOCKS.mkdir(exist_ok=True)
-        fd = os.open(_PORT_LOCKS / str(port), os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:
-        return True  # no shared lock folder: the per-process reservation still holds
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return False
-    _LOCK_FILES[port] = fd
-    return True
-
-
-def _release_ports(ports: set[int]) -> None:
-    with _RESERVED_LOCK:
-        _RESERVED.difference_update(ports)
-        for port in ports:
-            fd = _LOCK_FILES.pop(port, None)
-            if fd is not None:
-                os.close(fd)
-
-
 async def _start_server(
     callback: Any, host: str, port: int, owned: set[int], **kw: Any
 ) -> asyncio.Server:
@@ -108,20 +58,13 @@ async def _start_server(
     clusters of this process, and of other processes on the machine, off them."""
     if port:
         return await asyncio.start_server(callback, host, port, reuse_address=True, **kw)
-    rng = random.Random()
-    low = _ephemeral_low()
-    for _ in range(50):
-        if low <= 10_100:
-            break
-        candidate = rng.randrange(10_000, low)
-        with _RESERVED_LOCK:
-            if candidate in _RESERVED or not _lock_port(candidate):
-                continue
-            _RESERVED.add(candidate)
+    for candidate in ports.candidates():
+        if not ports.reserve(candidate):
+            continue
         try:
             server = await asyncio.start_server(callback, host, candidate, reuse_address=True, **kw)
         except OSError as exc:
-            _release_ports({candidate})
+            ports.release([candidate])
             if exc.errno != errno.EADDRINUSE:
                 raise
             continue
@@ -213,7 +156,7 @@ class EmbeddedServer:
         for broker_id in list(self._servers):
             self.call(self.stop_listener(broker_id))
         self.call(self._cancel_tasks())
-        _release_ports(self._ports)
+        ports.release(self._ports)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()

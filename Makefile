@@ -42,9 +42,11 @@ test: $(STAMP) kafka-jars spark-jars
 	$(BIN)/python -P -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # Unit, sans-IO and EmbeddedCluster tests: no JVM (neither real Kafka nor the Java client
-# nor Spark), no Maven. Markers decide (tests/jvm_markers.py keeps them complete).
+# nor Spark), no Maven, and not the install matrix (fresh venvs of every Python). Markers
+# decide; tests/jvm_markers.py keeps the JVM ones complete.
 test-fast: $(STAMP)
-	$(BIN)/python -P -m pytest $(XDIST) -m "not real_kafka and not spark" $(PYTEST_ARGS)
+	$(BIN)/python -P -m pytest $(XDIST) -m "not real_kafka and not spark and not install" \
+		$(PYTEST_ARGS)
 
 # Chaos schedules at scale (docs/guides/testing.md, "Chaos schedules"): `make chaos SEEDS=N` runs
 # the generated schedules of seeds FIRST..FIRST+N-1 against EpochConsumer, CHAOS_WORKERS at a

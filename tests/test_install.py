@@ -30,6 +30,7 @@ VENV_BASE = {"pip", "setuptools"}
 
 # One worker runs both modules that build from the source tree (build/, src/*.egg-info).
 pytestmark = [
+    pytest.mark.install,
     pytest.mark.slow,
     pytest.mark.timeout(900),
     pytest.mark.xdist_group("builds-from-the-source-tree"),

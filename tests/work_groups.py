@@ -3,7 +3,7 @@
 Each test module is one unit of work, so a module-scoped fixture (a real Kafka cluster, a
 SparkSession, an EmbeddedCluster) starts once, on the one worker that runs the module. A
 module whose ``module_cluster`` fixture is parametrised over clusters (tests/scenarios) is
-two units, one per cluster, which can run at the same time on two workers. A test that
+one unit per cluster, and those units can run at the same time on several workers. A test that
 carries its own ``xdist_group`` marker keeps it.
 
 Units start longest first (the JVM modules, then those marked ``slow``, then the rest), so

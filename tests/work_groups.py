@@ -2,7 +2,8 @@
 
 Each test module is one unit of work, so a module-scoped fixture (a real Kafka cluster, a
 SparkSession, an EmbeddedCluster) starts once, on the one worker that runs the module. A
-module whose ``module_cluster`` fixture is parametrised over clusters (tests/scenarios) is
+module whose cluster fixture (``module_cluster``, ``rack_cluster``) is parametrised over
+clusters (tests/scenarios) is
 one unit per cluster, and those units can run at the same time on several workers. A test that
 carries its own ``xdist_group`` marker keeps it.
 
@@ -20,8 +21,11 @@ from .jvm_markers import JVM_MARKERS
 def _group(item: pytest.Item) -> str:
     group = item.nodeid.split("::", 1)[0]
     callspec = getattr(item, "callspec", None)
-    if callspec is not None and "module_cluster" in callspec.params:
-        group += f"[{callspec.params['module_cluster']}]"
+    if callspec is not None:
+        # A module-scoped cluster fixture parametrised over clusters: one unit per cluster.
+        clusters = [str(v) for k, v in sorted(callspec.params.items()) if k.endswith("_cluster")]
+        if clusters:
+            group += f"[{'-'.join(clusters)}]"
     return group
 
 

@@ -3,9 +3,8 @@
 Each test module is one unit of work, so a module-scoped fixture (a real Kafka cluster, a
 SparkSession, an EmbeddedCluster) starts once, on the one worker that runs the module. A
 module whose cluster fixture (``module_cluster``, ``rack_cluster``) is parametrised over
-clusters (tests/scenarios) is
-one unit per cluster, and those units can run at the same time on several workers. A test that
-carries its own ``xdist_group`` marker keeps it.
+clusters (tests/scenarios) is one unit per cluster, and those units can run at the same time
+on several workers. A test that carries its own ``xdist_group`` marker keeps it.
 
 Units start longest first (the JVM modules, then those marked ``slow``, then the rest), so
 the run does not end on one worker still busy with a long module while the others idle.

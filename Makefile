@@ -35,7 +35,7 @@ spark-jars: $(STAMP)
 # make test and make test-fast run on TEST_WORKERS processes (pytest-xdist), one test module
 # per unit of work, the longest first (tests/work_groups.py). TEST_WORKERS=0 runs in this
 # process alone.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 test: $(STAMP) kafka-jars spark-jars

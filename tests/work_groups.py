@@ -4,7 +4,9 @@ Each test module is one unit of work, so a module-scoped fixture (a real Kafka c
 SparkSession, an EmbeddedCluster) starts once, on the one worker that runs the module. A
 module whose cluster fixture (``module_cluster``, ``rack_cluster``) is parametrised over
 clusters (tests/scenarios) is one unit per cluster, and those units can run at the same time
-on several workers. A test that carries its own ``xdist_group`` marker keeps it.
+on several workers. A module marked ``independent`` (its tests share no fixture beyond one
+test) lets each test be its own unit. A test that carries its own ``xdist_group`` marker
+keeps it.
 
 Units start longest first (the JVM modules, then those marked ``slow``, then the rest), so
 the run does not end on one worker still busy with a long module while the others idle.
@@ -18,6 +20,8 @@ from .jvm_markers import JVM_MARKERS
 
 
 def _group(item: pytest.Item) -> str:
+    if item.get_closest_marker("independent") is not None:
+        return item.nodeid
     group = item.nodeid.split("::", 1)[0]
     callspec = getattr(item, "callspec", None)
     if callspec is not None:

@@ -33,7 +33,7 @@ from epochguard.testing.chaos.schedule import (
 )
 from epochguard.testing.chaos.shrink import shrink
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.independent, pytest.mark.slow, pytest.mark.timeout(400)]
 
 WORKERS = 6
 CHUNK = 50

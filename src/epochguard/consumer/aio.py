@@ -409,11 +409,8 @@ class AIOEpochConsumer:
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records of every assigned partition (or of ``partitions``) that arrive within
         ``timeout_ms``; ``{}`` when none did."""
-        engine, _io = self._started()
-        only = [_as_tp(tp) for tp in partitions] or None
-        limit = _UNBOUNDED if max_records is None else max_records
-        got: dict[TopicPartition, list[ConsumerRecord]] = await self._run(
-            engine.poll(timeout_ms, limit, only=only)
+        got: dict[TopicPartition, list[ConsumerRecord]] = await self._poll(
+            partitions, timeout_ms, max_records, columns=False
         )
         return got
 
@@ -422,21 +419,24 @@ class AIOEpochConsumer:
     ) -> dict[TopicPartition, Any]:
         """:meth:`getmany` for ``record_format="columns"``: one ``RecordColumns`` per
         partition (``to_arrow()`` without copying)."""
-        engine, _io = self._started()
-        only = [_as_tp(tp) for tp in partitions] or None
-        limit = _UNBOUNDED if max_records is None else max_records
-        got: dict[TopicPartition, Any] = await self._run(
-            engine.poll(timeout_ms, limit, columns=True, only=only)
+        got: dict[TopicPartition, Any] = await self._poll(
+            partitions, timeout_ms, max_records, columns=True
         )
         return got
 
-    async def getone(self, *partitions: Any) -> ConsumerRecord:
-        """The next record (of ``partitions``, if given); waits until there is one."""
+    async def _poll(
+        self, partitions: tuple[Any, ...], timeout_ms: int, max_records: int | None, columns: bool
+    ) -> Any:
         engine, _io = self._started()
         only = [_as_tp(tp) for tp in partitions] or None
+        limit = _UNBOUNDED if max_records is None else max_records
+        return await self._run(engine.poll(timeout_ms, limit, columns=columns, only=only))
+
+    async def getone(self, *partitions: Any) -> ConsumerRecord:
+        """The next record (of ``partitions``, if given); waits until there is one."""
         while True:
-            got: dict[TopicPartition, list[ConsumerRecord]] = await self._run(
-                engine.poll(60_000, 1, only=only)
+            got: dict[TopicPartition, list[ConsumerRecord]] = await self._poll(
+                partitions, 60_000, 1, columns=False
             )
             for records in got.values():
                 return records[0]

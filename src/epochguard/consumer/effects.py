@@ -64,6 +64,8 @@ class Signal:
     def set(self) -> None:
         with self._lock:
             self._set = True
+            if not self._wakers:  # every fetch answer sets it; most often nobody waits
+                return
             wakers = list(self._wakers)
         for wake in wakers:
             wake()

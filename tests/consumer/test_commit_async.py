@@ -126,3 +126,40 @@ def test_commit_async_to_an_offset_store_uses_the_default_callback(
         assert calls == [({TP: OffsetAndMetadata(6, "", epoch)}, None)]
     finally:
         c.close()
+
+
+@pytest.mark.parametrize(
+    ("error_code", "name"), [(3, "UNKNOWN_TOPIC_OR_PARTITION"), (7, "REQUEST_TIMED_OUT")]
+)
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
+def test_a_retriable_commit_error_is_asked_again_within_the_timeout(
+    cluster: EmbeddedCluster, error_code: int, name: str, group_protocol: str
+) -> None:
+    """A coordinator whose metadata lags a restart answers UNKNOWN_TOPIC_OR_PARTITION for a
+    topic it does not know yet: Java's commitSync asks again until its timeout, and so does
+    commit(). Raising instead loses the commit, and with it what a later truncation report
+    would say."""
+    c = _consumer(cluster, group_protocol=group_protocol)
+    try:
+        c.committed_with_epoch(TP)
+        cluster.faults.inject_error(OFFSET_COMMIT, error_code, count=2)
+        c.commit({TP: 4})
+        assert c.committed_with_epoch(TP) == EpochOffset(4), name
+        commits = sum(n for (key, _), n in cluster.requests_seen().items() if key == 8)
+        assert commits == 3
+    finally:
+        c.close()
+
+
+def test_a_retriable_commit_error_past_the_timeout_reaches_the_caller(
+    cluster: EmbeddedCluster,
+) -> None:
+    c = _consumer(cluster)
+    try:
+        c.committed_with_epoch(TP)
+        cluster.faults.inject_error(OFFSET_COMMIT, 3, count=1000)
+        with pytest.raises(kerrors.UnknownTopicOrPartitionError):
+            c.commit({TP: 4}, timeout_ms=300)
+    finally:
+        cluster.faults.clear()
+        c.close()

@@ -54,6 +54,9 @@ _COORDINATOR_ERRORS = (
     kerrors.CoordinatorNotAvailableError,
     kerrors.NotCoordinatorError,
 )
+#: OffsetCommit answers worth asking again, as Java's commitSync does: the coordinator may not
+#: know the topic yet (its metadata lags a restart) or the request timed out.
+_COMMIT_RETRY = (kerrors.UnknownTopicOrPartitionError, kerrors.RequestTimedOutError)
 #: This member's generation is over: join again.
 _REJOIN_ERRORS = (
     kerrors.IllegalGenerationError,
@@ -364,6 +367,12 @@ class GroupCoordinator:
                 return
             if any(issubclass(e, _COORDINATOR_ERRORS) for e in errors):
                 self.coordinator_dead()
+                if time.monotonic() < deadline:
+                    yield Sleep(_RETRY_S)
+                    continue
+            elif all(issubclass(e, _COMMIT_RETRY) for e in errors):
+                if kerrors.RequestTimedOutError in errors:
+                    self.coordinator_dead()
                 if time.monotonic() < deadline:
                     yield Sleep(_RETRY_S)
                     continue

@@ -52,6 +52,8 @@ from epochguard.consumer.effects import (
     spawn_thread,
 )
 from epochguard.consumer.group import (
+    _COMMIT_RETRY,
+    _COORDINATOR_ERRORS,
     CommitFailedError,
     GroupCoordinator,
     committed_position,
@@ -63,11 +65,6 @@ __all__ = ["ConsumerGroupMember"]
 
 log = get_logger("epochguard.consumer")
 
-_COORDINATOR_ERRORS = (
-    kerrors.CoordinatorLoadInProgressError,
-    kerrors.CoordinatorNotAvailableError,
-    kerrors.NotCoordinatorError,
-)
 #: The coordinator no longer knows this member at this epoch: its partitions are lost.
 _FENCED_ERRORS = (kerrors.FencedMemberEpochError, kerrors.UnknownMemberIdError)
 _OFFSET_FETCH_RETRY = (
@@ -538,6 +535,12 @@ class ConsumerGroupMember(GroupCoordinator):
                 return
             if any(issubclass(e, _COORDINATOR_ERRORS) for e in errors):
                 self.coordinator_dead()
+                if time.monotonic() < deadline:
+                    yield Sleep(_RETRY_S)
+                    continue
+            elif all(issubclass(e, _COMMIT_RETRY) for e in errors):
+                if kerrors.RequestTimedOutError in errors:
+                    self.coordinator_dead()
                 if time.monotonic() < deadline:
                     yield Sleep(_RETRY_S)
                     continue

@@ -1,4 +1,5 @@
-"""GroupCoordinator's offset calls against answers built with kafka-python's classes."""
+"""ClassicMember's offset calls and CoordinatorLink's lookups, against answers built with
+kafka-python's classes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from kafka.structs import TopicPartition
 from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.config import build_config
 from epochguard.consumer.effects import Step, run_blocking
-from epochguard.consumer.group import GroupCoordinator
+from epochguard.consumer.group import ClassicMember
+from epochguard.consumer.membership import CoordinatorLink
 from epochguard.offsets.position import EpochOffset
 
 TP = TopicPartition("t", 0)
@@ -45,7 +47,7 @@ def _answered(value: Any) -> Step[Any]:
 def test_unstable_offset_commit_is_asked_again(mocker: Any) -> None:
     """UNSTABLE_OFFSET_COMMIT (88: a transaction is committing offsets) is retried, and the
     committed epoch 0 comes back as 0."""
-    coord = GroupCoordinator(mocker.Mock(), build_config({"group_id": "g"}))
+    coord = ClassicMember(mocker.Mock(), build_config({"group_id": "g"}))
     answers = [_offset_fetch(88), _offset_fetch(0)]
     call = mocker.patch.object(
         coord, "_call", side_effect=lambda *_a, **_k: _answered(answers.pop(0))
@@ -56,7 +58,7 @@ def test_unstable_offset_commit_is_asked_again(mocker: Any) -> None:
 
 
 def test_nothing_committed_is_none(mocker: Any) -> None:
-    coord = GroupCoordinator(mocker.Mock(), build_config({"group_id": "g"}))
+    coord = ClassicMember(mocker.Mock(), build_config({"group_id": "g"}))
     mocker.patch.object(
         coord, "_call", side_effect=lambda *_a, **_k: _answered(_offset_fetch(0, -1, -1))
     )
@@ -71,13 +73,13 @@ def test_a_short_wait_does_not_shorten_the_coordinator_lookup(mocker: Any) -> No
     client = mocker.Mock(closed=False)
     client.send.return_value = lookup
     client.wait = BrokerClient.wait
-    coord = GroupCoordinator(client, build_config({"group_id": "g", "request_timeout_ms": 30000}))
+    coord = CoordinatorLink(client, "g", request_timeout_s=30.0)
     with pytest.raises(KafkaTimeoutError, match="no coordinator found in time"):
-        run_blocking(coord.ensure_coordinator(time.monotonic() + 0.01))
+        run_blocking(coord.ensure(time.monotonic() + 0.01))
     assert client.send.call_count == 1
     assert client.send.call_args.args[2] == 30000  # timeout_ms: the full request timeout
     lookup.success(SimpleNamespace(error_code=0, node_id=7))
-    assert run_blocking(coord.ensure_coordinator(time.monotonic() + 5)) == 7
+    assert run_blocking(coord.ensure(time.monotonic() + 5)) == 7
     assert client.send.call_count == 1
 
 
@@ -94,9 +96,9 @@ def test_a_connection_closed_on_a_correlation_id_out_of_order_is_retried(mocker:
         Future().success("answer"),
     ]
     client.send.side_effect = lambda *_a: answers.pop(0)
-    coord = GroupCoordinator(client, build_config({"group_id": "g"}))
-    mocker.patch.object(coord, "ensure_coordinator", side_effect=lambda *_a: _answered(7))
-    dead = mocker.patch.object(coord, "coordinator_dead")
-    assert run_blocking(coord._call(object(), time.monotonic() + 5)) == "answer"
+    coord = CoordinatorLink(client, "g", request_timeout_s=30.0)
+    mocker.patch.object(coord, "ensure", side_effect=lambda *_a: _answered(7))
+    dead = mocker.patch.object(coord, "forget")
+    assert run_blocking(coord.call(object(), time.monotonic() + 5)) == "answer"
     assert client.send.call_count == 2
     dead.assert_called_once()

@@ -43,9 +43,10 @@ from epochguard.consumer.errors import (
     as_consumer_error,
 )
 from epochguard.consumer.fetcher import Fetcher
-from epochguard.consumer.group import GroupCoordinator
+from epochguard.consumer.group import ClassicMember
 from epochguard.consumer.group_consumer import ConsumerGroupMember
 from epochguard.consumer.hanging import HangingTransactionMonitor
+from epochguard.consumer.membership import Membership
 from epochguard.consumer.records import ConsumerRecord, as_deserializer
 from epochguard.offsets.errors import EpochGuardError
 from epochguard.offsets.events import Event, NoValidOffset, TruncationDetected
@@ -126,15 +127,12 @@ class ConsumerEngine:
         )
         self.fetcher.metadata_listeners.append(self._on_metadata_answer)
         self.store = cfg["offset_store"]
-        membership = (
-            ConsumerGroupMember if cfg["group_protocol"] == "consumer" else GroupCoordinator
-        )
-        self.group: GroupCoordinator | None = (
+        membership = ConsumerGroupMember if cfg["group_protocol"] == "consumer" else ClassicMember
+        self.group: Membership | None = (
             membership(self._client, cfg, spawn) if cfg["group_id"] is not None else None
         )
         self.assigned: list[TopicPartition] = []
         self._manual = False
-        self._join_prepared = False
         # subscribe() without a group_id: recompute the assignment after metadata answers.
         self._subscribed_metadata_seen = False
         self.subscription_topics: set[str] | None = None
@@ -417,7 +415,6 @@ class ConsumerEngine:
             yield from self.group.leave("unsubscribed")
 
     def _forget_subscription(self) -> None:
-        self._join_prepared = False
         self.subscription_topics = None
         self.pattern = None
         self._manual = False
@@ -459,18 +456,6 @@ class ConsumerEngine:
         if set(parts) != set(self.assigned):
             self.set_assignment(parts)
 
-    def _revoke(self, commit: bool) -> Step[None]:
-        """Before a (re)join: eager rebalancing gives up every partition. As kafka-python,
-        the listener hears about it even when nothing is assigned yet."""
-        if commit and self.assigned:
-            try:
-                yield from self.commit()
-            except kerrors.KafkaError as exc:
-                log.warning("commit_on_revoke_failed", error=repr(exc))
-        yield from self.call_listener("on_partitions_revoked", set(self.assigned))
-        if self.assigned:
-            self.set_assignment([])
-
     def call_listener(self, method: str, partitions: set[TopicPartition]) -> Step[None]:
         """Run the rebalance listener's ``method`` (an async one under asyncio)."""
         listener = self._listener
@@ -483,7 +468,7 @@ class ConsumerEngine:
         if fn is not None:
             yield Call(fn, (partitions,))
 
-    def _metadata_for(self, topics: set[str], deadline: float) -> Step[dict[str, set[int]]]:
+    def metadata_for(self, topics: set[str], deadline: float) -> Step[dict[str, set[int]]]:
         self.fetcher.metadata_topics.update(topics)
         self.fetcher.request_metadata()
         start = time.monotonic()
@@ -510,102 +495,7 @@ class ConsumerEngine:
             return
         group.polled()
         self._update_pattern()
-        if isinstance(group, ConsumerGroupMember):
-            yield from group.reconcile(self, deadline)  # KIP-848: incremental, broker-assigned
-            return
-        if not group.rejoin_needed:
-            return
-        if not self.subscription_topics:
-            return
-        if group.cooperative:
-            if group.partitions_lost:
-                yield from self._lose_partitions()
-            try:
-                joined = yield from group.poll_join(
-                    set(self.subscription_topics),
-                    self._metadata_for,
-                    max(deadline, time.monotonic() + 0.05),
-                    self.fetcher.wakeup,
-                )
-            except kerrors.KafkaTimeoutError as exc:
-                log.debug("group_join_deferred", group=group.group_id, error=repr(exc))
-                return
-            if joined is not None:
-                now = time.monotonic()
-                yield from self._cooperative_assignment(
-                    group, joined, max(deadline, now + self.config["request_timeout_ms"] / 1000)
-                )
-            return
-        if not self._join_prepared:
-            # Once per rebalance, not again for each poll() a deferred join spans.
-            yield from self._revoke(commit=self.config["enable_auto_commit"])
-            self._join_prepared = True
-        now = time.monotonic()
-        join_deadline = max(deadline, now + self.config["max_poll_interval_ms"] / 1000 + 5)
-        try:
-            parts = yield from group.join(
-                set(self.subscription_topics),
-                self._metadata_for,
-                join_deadline,
-                lookup_deadline=max(deadline, now + 0.05),
-            )
-        except kerrors.KafkaTimeoutError as exc:
-            log.debug("group_join_deferred", group=group.group_id, error=repr(exc))
-            return
-        self._join_prepared = False
-        self.set_assignment(parts)
-        yield from self.restore_positions(join_deadline)
-        yield from self.call_listener("on_partitions_assigned", set(parts))
-
-    def _cooperative_assignment(
-        self, group: GroupCoordinator, parts: list[TopicPartition], deadline: float
-    ) -> Step[None]:
-        """KIP-429: only what changed moves. Partitions kept keep their trackers (position,
-        buffered records, validation under way); revoked ones commit their positions with
-        epochs before anyone else can get them (the next owner only gets them in the next
-        generation, which waits for this member's rejoin); new ones restore their committed
-        positions, epochs included, and are validated before the first fetch."""
-        before = set(self.assigned)
-        revoked = before - set(parts)
-        added = set(parts) - before
-        if revoked:
-            if self.config["enable_auto_commit"]:
-                positions = {
-                    tp: (pos, "") for tp, pos in self.current_positions().items() if tp in revoked
-                }
-                try:
-                    yield from group.commit(positions, deadline)
-                except kerrors.KafkaError as exc:
-                    log.warning("commit_on_revoke_failed", error=repr(exc))
-            yield from self.call_listener("on_partitions_revoked", revoked)
-            log.info(
-                "partitions_revoked",
-                group=group.group_id,
-                partitions=sorted(str(tp) for tp in revoked),
-                kept=len(before - revoked),
-            )
-        self.set_assignment(parts)
-        group.set_owned(parts)
-        if revoked:
-            # Their next owner gets them in a follow-up rebalance (KIP-429).
-            group.rejoin_needed = True
-        yield from self.restore_positions(deadline)
-        yield from self.call_listener("on_partitions_assigned", added)
-
-    def _lose_partitions(self) -> Step[None]:
-        """The group moved on without this member: drop every partition without a commit
-        (another member may own them already) before joining again."""
-        group = self.group
-        assert group is not None
-        group.partitions_lost = False
-        lost = set(self.assigned)
-        if lost:
-            log.warning(
-                "partitions_lost", group=group.group_id, partitions=sorted(str(tp) for tp in lost)
-            )
-            yield from self.call_listener("on_partitions_lost", lost)
-            self.set_assignment([])
-        group.set_owned([])
+        yield from group.reconcile(self, deadline)
 
     # ------------------------------------------------------------------ polling
 
@@ -1165,7 +1055,7 @@ class ConsumerEngine:
     def partitions_for_topic(self, topic: str) -> Step[set[int]]:
         """The topic's partition ids; ``set()`` if the topic does not exist (kafka-python)."""
         self._ensure_open()
-        parts = yield from self._metadata_for({topic}, time.monotonic() + self.request_timeout_s())
+        parts = yield from self.metadata_for({topic}, time.monotonic() + self.request_timeout_s())
         return set(parts.get(topic, ()))
 
     def topics(self) -> Step[set[str]]:

@@ -32,7 +32,6 @@ from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.effects import (
-    Await,
     Signal,
     Sleep,
     Step,
@@ -41,10 +40,10 @@ from epochguard.consumer.effects import (
     request,
     spawn_thread,
 )
-from epochguard.offsets.policy import RetryBackoff
+from epochguard.consumer.membership import CoordinatorLink, MembershipHost
 from epochguard.offsets.position import EpochOffset
 
-__all__ = ["CommitFailedError", "GroupCoordinator"]
+__all__ = ["ClassicMember", "CommitFailedError"]
 
 log = get_logger("epochguard.consumer")
 
@@ -69,10 +68,6 @@ _OFFSET_FETCH_RETRY = (
     kerrors.NotCoordinatorError,
     kerrors.UnstableOffsetCommitError,
 )
-#: Between FindCoordinator attempts.
-_LOOKUP_BACKOFF = RetryBackoff(0.1, 1.0)
-#: Between attempts of a coordinator request after a transport error.
-_CALL_BACKOFF = RetryBackoff(0.05, 0.5)
 #: Before retrying a request the coordinator answered with a retriable error.
 _RETRY_S = 0.05
 
@@ -147,7 +142,7 @@ class _ClusterView:
         return set(self._partitions)
 
 
-class GroupCoordinator:
+class ClassicMember:
     """One member of one classic group (plus offset APIs for ``assign()`` users)."""
 
     def __init__(
@@ -161,9 +156,7 @@ class GroupCoordinator:
         self._config = config
         self.group_id: str = config["group_id"]
         self._instance_id: str | None = config.get("group_instance_id")
-        self.coordinator_id: int | None = None
-        #: The FindCoordinator request in flight, if any (see ``ensure_coordinator``).
-        self._lookup: Any = None
+        self.link = CoordinatorLink(client, self.group_id, self._timeout_s())
         self.member_id = ""
         self.generation = -1
         self.protocol: str | None = None
@@ -180,6 +173,9 @@ class GroupCoordinator:
         self.partitions_lost = False
         # The cooperative join under way: ("join" | "sync", the request's future).
         self._join_step: tuple[str, Any] | None = None
+        # The eager join under way has revoked everything already (once per rebalance, not
+        # again for each poll() a deferred join spans).
+        self._join_prepared = False
         self._lock = threading.Lock()
         self.rejoin_needed = True
         self._hb_task: TaskHandle | None = None
@@ -194,52 +190,12 @@ class GroupCoordinator:
     def _timeout_s(self) -> float:
         return float(self._config["request_timeout_ms"]) / 1000
 
-    def ensure_coordinator(self, deadline: float) -> Step[int]:
-        attempt = 0
-        while self.coordinator_id is None:
-            if self._client.closed:
-                raise kerrors.KafkaConnectionError("consumer closed")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise kerrors.KafkaTimeoutError(
-                    f"group {self.group_id!r}: no coordinator found in time"
-                )
-            lookup = self._lookup
-            if lookup is None:
-                # Sent with the full request timeout, whatever is left of the caller's: a
-                # request that times out closes its connection (kafka-python, as Java), so a
-                # poll(timeout_ms=1) would drop it (and log in again, on SASL) every time. A
-                # lookup still on its way when the caller's time is up serves the next call.
-                lookup = self._lookup = self._client.send(
-                    None, wire.find_coordinator_request(self.group_id), self._timeout_s() * 1000
-                )
-            try:
-                resp = yield Await(lookup, remaining)
-            except kerrors.KafkaError as exc:
-                if not lookup.is_done:
-                    raise kerrors.KafkaTimeoutError(
-                        f"group {self.group_id!r}: no coordinator found in time"
-                    ) from None
-                log.debug("find_coordinator_failed", group=self.group_id, error=repr(exc))
-                resp = None
-            if self._lookup is lookup:
-                self._lookup = None
-            if resp is not None and resp.error_code == 0:
-                self.coordinator_id = resp.node_id
-                log.info("coordinator_found", group=self.group_id, node=resp.node_id)
-                break
-            err = None if resp is None else wire.error_from_wire(resp.error_code)
-            if err is not None and not err.retriable:
-                # GROUP_AUTHORIZATION_FAILED above all: looking again cannot change the
-                # answer, so fail now instead of retrying until the deadline.
-                raise err(f"group {self.group_id!r}: FindCoordinator refused")
-            delay = _LOOKUP_BACKOFF.delay(attempt)
-            attempt += 1
-            yield Sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        return self.coordinator_id
+    @property
+    def coordinator_id(self) -> int | None:
+        return self.link.coordinator_id
 
     def coordinator_dead(self) -> None:
-        self.coordinator_id = None
+        self.link.forget()
 
     def _call(
         self,
@@ -248,35 +204,7 @@ class GroupCoordinator:
         timeout_s: float | None = None,
         lookup_deadline: float | None = None,
     ) -> Step[Any]:
-        """Send to the coordinator; on transport errors find the coordinator again and retry
-        until ``deadline`` (looking the coordinator up until ``lookup_deadline``)."""
-        t = self._timeout_s() if timeout_s is None else timeout_s
-        attempt = 0
-        while True:
-            node = yield from self.ensure_coordinator(
-                deadline if lookup_deadline is None else min(deadline, lookup_deadline)
-            )
-            remaining = max(0.05, deadline - time.monotonic())
-            try:
-                return (yield from request(self._client, node, req, min(t, remaining)))
-            except (
-                kerrors.KafkaConnectionError,
-                kerrors.NodeNotReadyError,
-                kerrors.KafkaTimeoutError,
-                kerrors.RequestTimedOutError,
-                kerrors.UnknownBrokerIdError,
-                # The transport closed the connection on a frame it could not match (a
-                # correlation id out of order): the request is lost with the connection, as
-                # on a disconnect. The chaos schedules found it escaping poll() from a join.
-                kerrors.KafkaProtocolError,
-            ) as exc:
-                self.coordinator_dead()
-                if time.monotonic() >= deadline or self._client.closed:
-                    raise
-                log.debug("coordinator_request_failed", group=self.group_id, error=repr(exc))
-                delay = _CALL_BACKOFF.delay(attempt)
-                attempt += 1
-                yield Sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        return self.link.call(req, deadline, timeout_s, lookup_deadline)
 
     # ------------------------------------------------------------------ offsets
 
@@ -389,6 +317,109 @@ class GroupCoordinator:
                     "rebalanced, partitions may have moved to another member"
                 )
             raise min(errors, key=lambda e: int(e.errno))()
+
+    # ------------------------------------------------------------------ reconciliation
+
+    def reconcile(self, host: MembershipHost, deadline: float) -> Step[None]:
+        """Join when the group asks it (the poll strand): an eager join gives every
+        partition up first; a cooperative one moves only what changed."""
+        if not self.rejoin_needed or not host.subscription_topics:
+            return
+        topics = set(host.subscription_topics)
+        if self.cooperative:
+            if self.partitions_lost:
+                yield from self._lose_partitions(host)
+            try:
+                joined = yield from self.poll_join(
+                    topics,
+                    host.metadata_for,
+                    max(deadline, time.monotonic() + 0.05),
+                    host.fetcher.wakeup,
+                )
+            except kerrors.KafkaTimeoutError as exc:
+                log.debug("group_join_deferred", group=self.group_id, error=repr(exc))
+                return
+            if joined is not None:
+                yield from self._cooperative_assignment(
+                    host, joined, max(deadline, time.monotonic() + self._timeout_s())
+                )
+            return
+        if not self._join_prepared:
+            yield from self._revoke_all(host, commit=host.config["enable_auto_commit"])
+            self._join_prepared = True
+        now = time.monotonic()
+        join_deadline = max(deadline, now + self._config["max_poll_interval_ms"] / 1000 + 5)
+        try:
+            parts = yield from self.join(
+                topics, host.metadata_for, join_deadline, lookup_deadline=max(deadline, now + 0.05)
+            )
+        except kerrors.KafkaTimeoutError as exc:
+            log.debug("group_join_deferred", group=self.group_id, error=repr(exc))
+            return
+        self._join_prepared = False
+        host.set_assignment(parts)
+        yield from host.restore_positions(join_deadline)
+        yield from host.call_listener("on_partitions_assigned", set(parts))
+
+    def _revoke_all(self, host: MembershipHost, commit: bool) -> Step[None]:
+        """Before an eager join: every partition is given up. As kafka-python, the listener
+        hears about it even when nothing is assigned yet."""
+        if commit and host.assigned:
+            try:
+                yield from host.commit()
+            except kerrors.KafkaError as exc:
+                log.warning("commit_on_revoke_failed", error=repr(exc))
+        yield from host.call_listener("on_partitions_revoked", set(host.assigned))
+        if host.assigned:
+            host.set_assignment([])
+
+    def _cooperative_assignment(
+        self, host: MembershipHost, parts: list[TopicPartition], deadline: float
+    ) -> Step[None]:
+        """KIP-429: only what changed moves. Partitions kept keep their trackers (position,
+        buffered records, validation under way); revoked ones commit their positions with
+        epochs before anyone else can get them (the next owner only gets them in the next
+        generation, which waits for this member's rejoin); new ones restore their committed
+        positions, epochs included, and are validated before the first fetch."""
+        before = set(host.assigned)
+        revoked = before - set(parts)
+        added = set(parts) - before
+        if revoked:
+            if host.config["enable_auto_commit"]:
+                positions = {
+                    tp: (pos, "") for tp, pos in host.current_positions().items() if tp in revoked
+                }
+                try:
+                    yield from self.commit(positions, deadline)
+                except kerrors.KafkaError as exc:
+                    log.warning("commit_on_revoke_failed", error=repr(exc))
+            yield from host.call_listener("on_partitions_revoked", revoked)
+            log.info(
+                "partitions_revoked",
+                group=self.group_id,
+                partitions=sorted(str(tp) for tp in revoked),
+                kept=len(before - revoked),
+            )
+        host.set_assignment(parts)
+        self.set_owned(parts)
+        if revoked:
+            # Their next owner gets them in a follow-up rebalance (KIP-429).
+            self.rejoin_needed = True
+        yield from host.restore_positions(deadline)
+        yield from host.call_listener("on_partitions_assigned", added)
+
+    def _lose_partitions(self, host: MembershipHost) -> Step[None]:
+        """The group moved on without this member: drop every partition without a commit
+        (another member may own them already) before joining again."""
+        self.partitions_lost = False
+        lost = set(host.assigned)
+        if lost:
+            log.warning(
+                "partitions_lost", group=self.group_id, partitions=sorted(str(tp) for tp in lost)
+            )
+            yield from host.call_listener("on_partitions_lost", lost)
+            host.set_assignment([])
+        self.set_owned([])
 
     # ------------------------------------------------------------------ membership
 
@@ -505,7 +536,7 @@ class GroupCoordinator:
         step = self._join_step
         if step is None:
             self.stop_heartbeats()
-            node = yield from self.ensure_coordinator(deadline)
+            node = yield from self.link.ensure(deadline)
             protocols = [
                 (name, assignor.metadata(topics).encode())
                 for name, assignor in self._assignors.items()
@@ -660,6 +691,7 @@ class GroupCoordinator:
     def leave(self, reason: str = "the consumer is being closed") -> Step[None]:
         self.stop_heartbeats()
         self._join_step = None
+        self._join_prepared = False
         with self._lock:
             member = self.member_id
             self.member_id = ""

@@ -31,10 +31,11 @@ is retried with the epoch the heartbeat thread learnt since, else the commit fai
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import kafka.errors as kerrors
 from kafka.structs import TopicPartition
@@ -55,10 +56,10 @@ from epochguard.consumer.group import (
     _COMMIT_RETRY,
     _COORDINATOR_ERRORS,
     CommitFailedError,
-    GroupCoordinator,
     committed_position,
     provenance_metadata,
 )
+from epochguard.consumer.membership import CoordinatorLink, MembershipHost
 from epochguard.offsets.position import EpochOffset
 
 __all__ = ["ConsumerGroupMember"]
@@ -78,27 +79,8 @@ _RETRY_S = 0.05
 _FIRST_INTERVAL_S = 0.1
 
 
-class _Host(Protocol):
-    """What reconciliation reads and drives on the consumer engine (its poll strand)."""
-
-    config: dict[str, Any]
-    assigned: list[TopicPartition]
-    subscription_topics: set[str] | None
-    fetcher: Any
-
-    @property
-    def pattern(self) -> Any: ...
-    def commit(
-        self, offsets: Mapping[TopicPartition, Any] | None = None, timeout_ms: int | None = None
-    ) -> Step[None]: ...
-    def current_positions(self) -> dict[TopicPartition, EpochOffset]: ...
-    def set_assignment(self, parts: list[TopicPartition]) -> None: ...
-    def restore_positions(self, deadline: float) -> Step[None]: ...
-    def call_listener(self, method: str, partitions: set[TopicPartition]) -> Step[None]: ...
-
-
-class ConsumerGroupMember(GroupCoordinator):
-    """One member of one KIP-848 group. Coordinator lookup is the classic one's."""
+class ConsumerGroupMember:
+    """One member of one KIP-848 group: the coordinator assigns, the member reconciles."""
 
     def __init__(
         self,
@@ -106,14 +88,23 @@ class ConsumerGroupMember(GroupCoordinator):
         config: dict[str, Any],
         spawn: Callable[[Step[None], str], TaskHandle] = spawn_thread,
     ) -> None:
-        super().__init__(client, config, spawn)
+        self._client = client
+        self._spawn = spawn
+        self._config = config
+        self.group_id: str = config["group_id"]
+        self._instance_id: str | None = config.get("group_instance_id")
+        self.link = CoordinatorLink(client, self.group_id, self._timeout_s())
         # KIP-1082: the member makes up its id once and keeps it for its whole life.
         self.member_id = str(uuid.uuid4())
         self.member_epoch = 0
         self._assignor: str | None = config.get("group_remote_assignor")
         self._rack: str | None = config.get("client_rack") or None
+        self._lock = threading.Lock()
         # Set whenever the heartbeat strand should look again (a change to send, stopping).
         self._wake = Signal()
+        self._hb_task: TaskHandle | None = None
+        self._hb_stop = Signal()
+        self._last_poll = time.monotonic()
         # Written by the heartbeat strand, read by reconcile (under the lock):
         self._target: dict[str, frozenset[int]] | None = None
         self._fenced = False
@@ -127,16 +118,31 @@ class ConsumerGroupMember(GroupCoordinator):
         self._beat_now = False
         self._interval_s = _FIRST_INTERVAL_S
         self._in_group = False
+        self.heartbeats_sent = 0
+        self.rebalances = 0
 
-    # The classic coordinator's flag: here "the subscription may have changed", sent with
-    # the next heartbeat (no rejoin: KIP-848 members update their subscription in place).
+    def _timeout_s(self) -> float:
+        return float(self._config["request_timeout_ms"]) / 1000
+
+    @property
+    def coordinator_id(self) -> int | None:
+        return self.link.coordinator_id
+
+    def coordinator_dead(self) -> None:
+        self.link.forget()
+
+    def _call(self, req: Any, deadline: float) -> Step[Any]:
+        return self.link.call(req, deadline)
+
+    # "The subscription may have changed": sent with the next heartbeat (no rejoin: KIP-848
+    # members update their subscription in place).
     @property
     def rejoin_needed(self) -> bool:
-        return getattr(self, "_subscription_sent", None) is None
+        return self._subscription_sent is None
 
     @rejoin_needed.setter
     def rejoin_needed(self, value: bool) -> None:
-        if value and hasattr(self, "_wake"):
+        if value:
             with self._lock:
                 self._subscription_sent = None
                 self._beat_now = True
@@ -145,17 +151,22 @@ class ConsumerGroupMember(GroupCoordinator):
     @property
     def generation(self) -> int:
         """The member epoch (what Kafka's ConsumerGroupMetadata calls the generation)."""
-        epoch = getattr(self, "member_epoch", 0)
-        return epoch if getattr(self, "_in_group", False) and epoch > 0 else -1
+        return self.member_epoch if self._in_group and self.member_epoch > 0 else -1
 
-    @generation.setter
-    def generation(self, value: int) -> None:
-        # GroupCoordinator.__init__ sets it; the member epoch is the only generation here.
-        pass
+    @property
+    def rebalancing(self) -> bool:
+        """Never: a KIP-848 assignment arrives with a heartbeat, without a join to wait for."""
+        return False
+
+    def abandon_join(self) -> None:
+        """Nothing to abandon (no join request is ever under way)."""
+
+    def polled(self) -> None:
+        self._last_poll = time.monotonic()
 
     # ------------------------------------------------------------------ reconciliation
 
-    def reconcile(self, host: _Host, deadline: float) -> Step[None]:
+    def reconcile(self, host: MembershipHost, deadline: float) -> Step[None]:
         """Bring the assignment in line with the coordinator's (the poll strand)."""
         topics = None if host.pattern is not None else tuple(sorted(host.subscription_topics or ()))
         regex = None if host.pattern is None else str(host.pattern.pattern)
@@ -228,7 +239,7 @@ class ConsumerGroupMember(GroupCoordinator):
         self.rebalances += 1
         self._set_owned(host)
 
-    def _set_owned(self, host: _Host) -> None:
+    def _set_owned(self, host: MembershipHost) -> None:
         ids = host.fetcher.topic_ids
         owned: dict[str, set[int]] = {}
         for tp in host.assigned:
@@ -241,7 +252,7 @@ class ConsumerGroupMember(GroupCoordinator):
             self._beat_now = True
         self._wake.set()
 
-    def _lose_all(self, host: _Host) -> Step[None]:
+    def _lose_all(self, host: MembershipHost) -> Step[None]:
         lost = set(host.assigned)
         log.warning(
             "partitions_lost",
@@ -263,14 +274,11 @@ class ConsumerGroupMember(GroupCoordinator):
 
     # ------------------------------------------------------------------ heartbeats
 
-    def join(
-        self,
-        topics: set[str],
-        metadata_for: Callable[[set[str], float], Step[Mapping[str, set[int]]]],
-        deadline: float,
-        lookup_deadline: float | None = None,
-    ) -> Step[list[TopicPartition]]:
-        raise NotImplementedError("KIP-848 members are assigned through reconcile()")
+    def start_heartbeats(self) -> None:
+        self._hb_stop = Signal()
+        self._hb_task = self._spawn(
+            self._heartbeat_loop(self._hb_stop), f"epochguard-heartbeat-{self.group_id}"
+        )
 
     def stop_heartbeats(self) -> None:
         self._hb_stop.set()
@@ -349,7 +357,7 @@ class ConsumerGroupMember(GroupCoordinator):
         node = self.coordinator_id
         if node is None:
             try:
-                node = yield from self.ensure_coordinator(time.monotonic() + self._timeout_s())
+                node = yield from self.link.ensure(time.monotonic() + self._timeout_s())
             except kerrors.KafkaError as exc:
                 if not exc.retriable:
                     with self._lock:
@@ -385,7 +393,7 @@ class ConsumerGroupMember(GroupCoordinator):
                 self._interval_s = max(answer.heartbeat_interval_ms, 1) / 1000
                 return self._interval_s
             if issubclass(err, _COORDINATOR_ERRORS):
-                self.coordinator_id = None
+                self.coordinator_dead()
                 return _FIRST_INTERVAL_S
             if issubclass(err, _FENCED_ERRORS):
                 log.warning(
@@ -466,6 +474,12 @@ class ConsumerGroupMember(GroupCoordinator):
             self._subscription_sent = None
 
     # ------------------------------------------------------------------ offsets
+
+    def fetch_committed(
+        self, partitions: Sequence[TopicPartition], deadline: float
+    ) -> Step[dict[TopicPartition, EpochOffset | None]]:
+        got = yield from self.fetch_committed_metadata(partitions, deadline)
+        return {tp: None if g is None else g[0] for tp, g in got.items()}
 
     def fetch_committed_metadata(
         self, partitions: Sequence[TopicPartition], deadline: float

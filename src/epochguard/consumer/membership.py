@@ -1,0 +1,189 @@
+"""What the consumer engine asks of group membership, and the coordinator link both kinds of
+membership share.
+
+Two memberships implement :class:`Membership`: the classic protocol's
+:class:`~epochguard.consumer.group.ClassicMember` (eager and cooperative-sticky assignors,
+static members) and KIP-848's :class:`~epochguard.consumer.group_consumer.ConsumerGroupMember`.
+The engine calls the same steps on either: ``reconcile`` on every poll (it joins, syncs or
+takes the broker's assignment, and moves partitions in and out through the engine as the
+:class:`MembershipHost`), ``commit`` and ``fetch_committed_metadata`` for offsets, ``leave``
+when closing. Each composes a :class:`CoordinatorLink` for FindCoordinator and for sending
+to the coordinator with retries. Every call that waits is a step; heartbeats run as a
+background step the driver spawns (a thread or a task).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import kafka.errors as kerrors
+from kafka.structs import TopicPartition
+
+from epochguard._log import get_logger
+from epochguard.consumer import wire
+from epochguard.consumer.client import BrokerClient
+from epochguard.consumer.effects import Await, Sleep, Step, request
+from epochguard.offsets.policy import RetryBackoff
+from epochguard.offsets.position import EpochOffset
+
+__all__ = ["CoordinatorLink", "Membership", "MembershipHost"]
+
+log = get_logger("epochguard.consumer")
+
+#: Between FindCoordinator attempts.
+_LOOKUP_BACKOFF = RetryBackoff(0.1, 1.0)
+#: Between attempts of a coordinator request after a transport error.
+_CALL_BACKOFF = RetryBackoff(0.05, 0.5)
+#: Transport failures of a coordinator request: find the coordinator again and resend.
+_TRANSPORT_ERRORS = (
+    kerrors.KafkaConnectionError,
+    kerrors.NodeNotReadyError,
+    kerrors.KafkaTimeoutError,
+    kerrors.RequestTimedOutError,
+    kerrors.UnknownBrokerIdError,
+    # The transport closed the connection on a frame it could not match (a correlation id
+    # out of order): the request is lost with the connection, as on a disconnect. The chaos
+    # schedules found it escaping poll() from a join.
+    kerrors.KafkaProtocolError,
+)
+
+
+class CoordinatorLink:
+    """The coordinator of one group: found with FindCoordinator, forgotten when it moves,
+    and every request to it sent again (after a new lookup) on transport errors."""
+
+    def __init__(self, client: BrokerClient, group_id: str, request_timeout_s: float) -> None:
+        self._client = client
+        self.group_id = group_id
+        self.timeout_s = request_timeout_s
+        self.coordinator_id: int | None = None
+        #: The FindCoordinator request in flight, if any (see :meth:`ensure`).
+        self._lookup: Any = None
+
+    def ensure(self, deadline: float) -> Step[int]:
+        """The coordinator's broker id, looked up when not known."""
+        attempt = 0
+        while self.coordinator_id is None:
+            if self._client.closed:
+                raise kerrors.KafkaConnectionError("consumer closed")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise kerrors.KafkaTimeoutError(
+                    f"group {self.group_id!r}: no coordinator found in time"
+                )
+            lookup = self._lookup
+            if lookup is None:
+                # Sent with the full request timeout, whatever is left of the caller's: a
+                # request that times out closes its connection (kafka-python, as Java), so a
+                # poll(timeout_ms=1) would drop it (and log in again, on SASL) every time. A
+                # lookup still on its way when the caller's time is up serves the next call.
+                lookup = self._lookup = self._client.send(
+                    None, wire.find_coordinator_request(self.group_id), self.timeout_s * 1000
+                )
+            try:
+                resp = yield Await(lookup, remaining)
+            except kerrors.KafkaError as exc:
+                if not lookup.is_done:
+                    raise kerrors.KafkaTimeoutError(
+                        f"group {self.group_id!r}: no coordinator found in time"
+                    ) from None
+                log.debug("find_coordinator_failed", group=self.group_id, error=repr(exc))
+                resp = None
+            if self._lookup is lookup:
+                self._lookup = None
+            if resp is not None and resp.error_code == 0:
+                self.coordinator_id = resp.node_id
+                log.info("coordinator_found", group=self.group_id, node=resp.node_id)
+                break
+            err = None if resp is None else wire.error_from_wire(resp.error_code)
+            if err is not None and not err.retriable:
+                # GROUP_AUTHORIZATION_FAILED above all: looking again cannot change the
+                # answer, so fail now instead of retrying until the deadline.
+                raise err(f"group {self.group_id!r}: FindCoordinator refused")
+            delay = _LOOKUP_BACKOFF.delay(attempt)
+            attempt += 1
+            yield Sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        return self.coordinator_id
+
+    def forget(self) -> None:
+        """The coordinator moved or is gone: the next request looks it up again."""
+        self.coordinator_id = None
+
+    def call(
+        self,
+        req: Any,
+        deadline: float,
+        timeout_s: float | None = None,
+        lookup_deadline: float | None = None,
+    ) -> Step[Any]:
+        """Send to the coordinator; on transport errors find the coordinator again and retry
+        until ``deadline`` (looking the coordinator up until ``lookup_deadline``)."""
+        t = self.timeout_s if timeout_s is None else timeout_s
+        attempt = 0
+        while True:
+            node = yield from self.ensure(
+                deadline if lookup_deadline is None else min(deadline, lookup_deadline)
+            )
+            remaining = max(0.05, deadline - time.monotonic())
+            try:
+                return (yield from request(self._client, node, req, min(t, remaining)))
+            except _TRANSPORT_ERRORS as exc:
+                self.forget()
+                if time.monotonic() >= deadline or self._client.closed:
+                    raise
+                log.debug("coordinator_request_failed", group=self.group_id, error=repr(exc))
+                delay = _CALL_BACKOFF.delay(attempt)
+                attempt += 1
+                yield Sleep(min(delay, max(0.0, deadline - time.monotonic())))
+
+
+class MembershipHost(Protocol):
+    """What a membership reads and drives on the consumer engine (its poll strand)."""
+
+    config: dict[str, Any]
+    assigned: list[TopicPartition]
+    subscription_topics: set[str] | None
+    fetcher: Any
+
+    @property
+    def pattern(self) -> Any: ...
+    def commit(
+        self, offsets: Mapping[TopicPartition, Any] | None = None, timeout_ms: int | None = None
+    ) -> Step[None]: ...
+    def current_positions(self) -> dict[TopicPartition, EpochOffset]: ...
+    def set_assignment(self, parts: list[TopicPartition]) -> None: ...
+    def restore_positions(self, deadline: float) -> Step[None]: ...
+    def call_listener(self, method: str, partitions: set[TopicPartition]) -> Step[None]: ...
+    def metadata_for(self, topics: set[str], deadline: float) -> Step[dict[str, set[int]]]: ...
+
+
+class Membership(Protocol):
+    """One member of one group, as the consumer engine uses it."""
+
+    group_id: str
+    member_id: str
+    heartbeats_sent: int
+    rebalances: int
+    rejoin_needed: bool
+
+    @property
+    def generation(self) -> int: ...
+    @property
+    def coordinator_id(self) -> int | None: ...
+    @property
+    def rebalancing(self) -> bool: ...
+    def polled(self) -> None: ...
+    def reconcile(self, host: MembershipHost, deadline: float) -> Step[None]: ...
+    def abandon_join(self) -> None: ...
+    def commit(
+        self, offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], deadline: float
+    ) -> Step[None]: ...
+    def fetch_committed(
+        self, partitions: Sequence[TopicPartition], deadline: float
+    ) -> Step[dict[TopicPartition, EpochOffset | None]]: ...
+    def fetch_committed_metadata(
+        self, partitions: Sequence[TopicPartition], deadline: float
+    ) -> Step[dict[TopicPartition, tuple[EpochOffset, str] | None]]: ...
+    def leave(self, reason: str = ...) -> Step[None]: ...

@@ -37,18 +37,21 @@ spark-jars: $(STAMP)
 # TEST_WORKERS=2 spreads make test too; its real-Kafka clusters still start one at a time per
 # machine, and on 2 cores it has not been shown to be faster.
 TEST_WORKERS ?= 0
-FAST_WORKERS ?= 2
+FAST_WORKERS ?= 4
 xdist = -n $(1) --dist loadgroup --no-loadscope-reorder
 
 test: $(STAMP) kafka-jars spark-jars
 	$(BIN)/python -P -m pytest $(call xdist,$(TEST_WORKERS)) $(PYTEST_ARGS)
 
-# Unit, sans-IO and EmbeddedCluster tests: no JVM (neither real Kafka nor the Java client
-# nor Spark), no Maven, and not the install matrix (fresh venvs of every Python). Markers
-# decide; tests/jvm_markers.py keeps the JVM ones complete.
+# Unit, sans-IO and EmbeddedCluster tests for day-to-day work: no JVM (neither real Kafka
+# nor the Java client nor Spark), no Maven, not the install matrix (fresh venvs of every
+# Python), not the tests marked slow (the chaos CI set, the load tests, the scenario suite),
+# and a tenth of each hypothesis property's examples (tests/examples.py). make test runs all
+# of it. Markers decide; tests/jvm_markers.py keeps the JVM ones complete.
+FAST_MARKERS := not real_kafka and not spark and not install and not slow
 test-fast: $(STAMP)
-	$(BIN)/python -P -m pytest $(call xdist,$(FAST_WORKERS)) -m "not real_kafka and not spark and not install" \
-		$(PYTEST_ARGS)
+	EPOCHGUARD_EXAMPLES_SCALE=0.1 $(BIN)/python -P -m pytest $(call xdist,$(FAST_WORKERS)) \
+		-m "$(FAST_MARKERS)" $(PYTEST_ARGS)
 
 # Chaos schedules at scale (docs/guides/testing.md, "Chaos schedules"): `make chaos SEEDS=N` runs
 # the generated schedules of seeds FIRST..FIRST+N-1 against EpochConsumer, CHAOS_WORKERS at a

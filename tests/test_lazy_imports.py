@@ -47,3 +47,55 @@ def test_importing_loads_no_asyncio_consumer_and_the_names_still_work(module: st
     assert result["version"].count(".") >= 1
     assert result["producer"] == "KafkaProducer" and result["consumer"] == "KafkaConsumer"
     assert result["same_consumer"] and result["aio"] and result["in_dir"]
+
+
+@pytest.mark.parametrize(
+    ("module", "not_loaded"),
+    [
+        ("epochguard", ["epochguard.consumer", "epochguard.testing"]),
+        ("epochguard.offsets", ["epochguard.consumer"]),
+        # cluster-ctl, the control port's client: no cluster, no consumer.
+        (
+            "epochguard.testing.control",
+            [
+                "epochguard.consumer",
+                "epochguard.testing.embedded.cluster",
+                "epochguard.testing.apache_kafka",
+            ],
+        ),
+    ],
+)
+def test_package_roots_load_their_parts_on_first_use(module: str, not_loaded: list[str]) -> None:
+    program = (
+        f"import json, sys, {module}\n"
+        f"print(json.dumps([m for m in {not_loaded!r} if m in sys.modules]))\n"
+        "from epochguard import EpochConsumer, LogTruncationError\n"
+        "from epochguard.testing import EmbeddedCluster, wait_until\n"
+        "import epochguard.testing as t\n"
+        "print(json.dumps([EpochConsumer.__name__, LogTruncationError.__name__,\n"
+        "    EmbeddedCluster.__name__, 'wait_until' in dir(t), 'EpochConsumer' in dir(epochguard)]))\n"
+    )
+    out = (
+        subprocess.run(
+            [
+                sys.executable,
+                "-P",
+                "-c",
+                "import epochguard\n" + program if module != "epochguard" else program,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        .stdout.strip()
+        .splitlines()
+    )
+    assert json.loads(out[0]) == []
+    assert json.loads(out[1]) == [
+        "EpochConsumer",
+        "LogTruncationError",
+        "EmbeddedCluster",
+        True,
+        True,
+    ]

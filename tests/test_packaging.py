@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -16,11 +17,19 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBPACKAGES = ("offsets", "consumer", "spark_connector", "testing")
 # One worker runs both modules that build from the source tree (build/, src/*.egg-info).
 pytestmark = pytest.mark.xdist_group("builds-from-the-source-tree")
+#: Not copied into the build's own tree: what a build or a developer leaves behind.
+_LEFT_BEHIND = shutil.ignore_patterns(
+    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache", ".ruff_cache"
+)
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # A copy of the tree: setuptools builds in ./build, where an interrupted build leaves
+    # files that make the next one fail ("File exists").
+    tree = tmp_path_factory.mktemp("tree") / "epochguard"
+    shutil.copytree(ROOT, tree, ignore=_LEFT_BEHIND)
     subprocess.run(
         [
             sys.executable,
@@ -32,7 +41,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--quiet",
             "-w",
             str(out),
-            str(ROOT),
+            str(tree),
         ],
         check=True,
     )

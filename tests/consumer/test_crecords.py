@@ -25,6 +25,8 @@ from epochguard.consumer import columns, records
 from epochguard.consumer.errors import CorruptRecordError, RecordDeserializationError
 from epochguard.consumer.records import DecodedFetch, decode_records
 
+from ..examples import scaled
+
 NATIVE = records._native
 
 
@@ -142,7 +144,7 @@ def _fetches(draw: st.DrawFn) -> bytes:
 # ------------------------------------------------------------------ differential tests
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=_fetches(), skip=st.integers(0, 20), cut=st.integers(0, 30))
 def test_c_and_python_decoders_agree_on_valid_fetches(data: bytes, skip: int, cut: int) -> None:
     first = struct.unpack_from(">q", data, 0)[0]
@@ -154,7 +156,7 @@ def test_c_and_python_decoders_agree_on_valid_fetches(data: bytes, skip: int, cu
             assert c[0] == "ok"
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=scaled(100), deadline=None)
 @given(data=_fetches())
 def test_decoders_agree_with_deserializers_and_read_committed(data: bytes) -> None:
     def make() -> tuple[list[Any], Callable[[str, Any, Any], Any]]:
@@ -516,7 +518,7 @@ def _tuple_rows(
 
 
 @settings(
-    max_examples=300,
+    max_examples=scaled(300),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -538,7 +540,7 @@ def test_column_decoders_agree_with_each_other_and_the_tuple_decoder(
             assert c[1][3:] == (fetched.next_offset, fetched.last_epoch, fetched.size)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=scaled(100), deadline=None)
 @given(data=_fetches())
 def test_column_decoders_skip_aborted_and_control_batches_as_the_tuple_decoder(
     data: bytes,

@@ -13,6 +13,8 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from epochguard.consumer.records import decode_records, fetch_end
 
+from ..examples import scaled
+
 _CONTROL = 0x20
 
 
@@ -56,7 +58,7 @@ def _fetches(draw: st.DrawFn) -> bytes:
     return out
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=_fetches(), cut=st.integers(0, 200), skip=st.integers(0, 50))
 def test_fetch_end_is_what_decoding_returns(data: bytes, cut: int, skip: int) -> None:
     chunk = data[: max(0, len(data) - cut)]

@@ -20,6 +20,8 @@ from epochguard.testing.embedded.fetch_frame import (
     send_parts,
 )
 
+from ..examples import scaled
+
 R = FetchResponse
 T = R.FetchableTopicResponse
 P = T.PartitionData
@@ -81,7 +83,7 @@ def _reference(response: Any, correlation_id: int) -> bytes:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=scaled(60), deadline=None)
 @given(data=st.data(), correlation_id=i32)
 def test_same_bytes_as_kafka_python(version: int, data: Any, correlation_id: int) -> None:
     response = data.draw(answers(version))
@@ -161,7 +163,7 @@ stored = st.lists(st.binary(min_size=1, max_size=6000), min_size=1, max_size=4).
 
 
 @pytest.mark.parametrize("version", [4, 11, 12, 13, 16])
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=scaled(40), deadline=None)
 @given(data=st.data(), correlation_id=i32)
 def test_stored_batches_give_the_bytes_of_their_join(
     version: int, data: Any, correlation_id: int

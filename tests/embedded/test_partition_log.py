@@ -17,6 +17,8 @@ from epochguard.testing.embedded.partition_log import (
 )
 from epochguard.testing.embedded.records import build_batch
 
+from ..examples import scaled
+
 
 def batch(n: int, tag: str = "v") -> bytes:
     return build_batch([f"{tag}{i}".encode() for i in range(n)], timestamp_ms=1_000)
@@ -201,7 +203,7 @@ def model_end_offset(entries: list[tuple[int, int]], leo: int, requested: int) -
     return floor[-1][0], higher[0][1]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=scaled(400), deadline=None)
 @given(ops_strategy)
 def test_epoch_cache_matches_a_model(ops: list[Op]) -> None:
     log = PartitionLog()

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from epochguard.testing.embedded.records import build_batch
 from epochguard.testing.embedded.state import ClusterState, EmbeddedClusterError
 
+from ..examples import scaled
+
 
 def append(state: ClusterState, n: int, tag: str) -> None:
     p = state.partition("t", 0)
@@ -82,7 +84,7 @@ fault_ops = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300), deadline=None)
 @given(fault_ops, st.booleans())
 def test_random_faults_converge_and_clean_elections_keep_committed_records(
     ops: list[tuple[str, int]], min_isr_two: bool
@@ -276,7 +278,7 @@ retention_fault_ops = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=scaled(300), deadline=None)
 @given(retention_fault_ops)
 def test_random_faults_with_retention_and_multi_record_batches_never_break_the_cluster(
     ops: list[tuple[str, int, int]],

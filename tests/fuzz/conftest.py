@@ -12,13 +12,15 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 
+from ..examples import scaled
+
 FUZZ_ENV = "EPOCHGUARD_FUZZ_EXAMPLES"
 
 
 def examples(default: int) -> int:
     raw = os.environ.get(FUZZ_ENV, "")
     if not raw:
-        return default
+        return scaled(default)
     n = int(raw)
     if n <= 0:
         raise ValueError(f"{FUZZ_ENV} must be a positive integer, got {raw!r}")

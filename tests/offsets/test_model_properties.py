@@ -44,10 +44,11 @@ from epochguard.offsets import (
 from epochguard.offsets.events import ListOffsetsPurpose, MetadataRefreshNeeded
 from epochguard.offsets.state import SUB_STATES
 
+from ..examples import scaled
 from .epochlog_model import Cluster, Rec
 
 TP = TopicPartition("model", 0)
-MAX_EXAMPLES = int(os.environ.get("EPOCHGUARD_MODEL_EXAMPLES", "800"))
+MAX_EXAMPLES = int(os.environ.get("EPOCHGUARD_MODEL_EXAMPLES", "0")) or scaled(800)
 
 STATS: dict[str, int] = {
     "cases": 0,

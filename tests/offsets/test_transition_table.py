@@ -26,6 +26,8 @@ from epochguard.offsets import (
 )
 from epochguard.offsets.state import STOPPED_STATES, SUB_STATES, TRACKER_FIELDS
 
+from ..examples import scaled
+
 S, T = PartitionState, Trigger
 TP = TopicPartition("table", 0)
 ROWS = [(s, t, n) for s, row in TRANSITIONS.items() for t, n in row.items()]
@@ -170,7 +172,9 @@ INPUT = st.one_of(
 )
 
 
-@settings(max_examples=int(os.environ.get("EPOCHGUARD_FUZZ_EXAMPLES", "400")), deadline=None)
+@settings(
+    max_examples=int(os.environ.get("EPOCHGUARD_FUZZ_EXAMPLES", "0")) or scaled(400), deadline=None
+)
 @given(
     inputs=st.lists(INPUT, max_size=40),
     reset=st.sampled_from(["earliest", "latest", "none"]),

@@ -22,12 +22,13 @@ import socketserver
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from epochguard.testing.embedded.cluster import EmbeddedCluster
-from epochguard.testing.embedded.state import EmbeddedClusterError
+if TYPE_CHECKING:
+    # Only the server side needs the cluster; ``cluster-ctl`` (the client) starts without it.
+    from epochguard.testing.embedded.cluster import EmbeddedCluster
 
 __all__ = [
     "OPERATIONS",
@@ -296,6 +297,8 @@ class ControlServer:
             args = _check_args(op, req)
         except ValueError as e:
             return _error(str(e))
+        from epochguard.testing.embedded.state import EmbeddedClusterError
+
         try:
             result = op.run(self.cluster, args)
         except (EmbeddedClusterError, ValueError) as e:

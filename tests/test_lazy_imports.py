@@ -72,8 +72,8 @@ def test_package_roots_load_their_parts_on_first_use(module: str, not_loaded: li
         "from epochguard import EpochConsumer, LogTruncationError\n"
         "from epochguard.testing import EmbeddedCluster, wait_until\n"
         "import epochguard.testing as t\n"
-        "print(json.dumps([EpochConsumer.__name__, LogTruncationError.__name__,\n"
-        "    EmbeddedCluster.__name__, 'wait_until' in dir(t), 'EpochConsumer' in dir(epochguard)]))\n"
+        "names = [EpochConsumer.__name__, LogTruncationError.__name__, EmbeddedCluster.__name__]\n"
+        "print(json.dumps([*names, 'wait_until' in dir(t), 'EpochConsumer' in dir(epochguard)]))\n"
     )
     out = (
         subprocess.run(

@@ -46,6 +46,7 @@ from epochguard.consumer.fetcher import Fetcher
 from epochguard.consumer.group import ClassicMember
 from epochguard.consumer.group_consumer import ConsumerGroupMember
 from epochguard.consumer.hanging import HangingTransactionMonitor
+from epochguard.consumer.left_positions import LeftPositions
 from epochguard.consumer.membership import Membership
 from epochguard.consumer.records import ConsumerRecord, as_deserializer
 from epochguard.offsets.errors import EpochGuardError
@@ -101,6 +102,13 @@ def make_policy(cfg: Mapping[str, Any]) -> OffsetPolicy:
         raise ConsumerConfigError("on_truncation", str(exc)) from exc
 
 
+#: The most partitions whose last position a consumer keeps after giving them up (see
+#: LeftPositions); a member that hands more in and out forgets the oldest first.
+LEFT_POSITIONS_MAX = 50_000
+#: How long at least such a position is kept (seconds).
+LEFT_POSITIONS_TTL_S = 600.0
+
+
 class ConsumerEngine:
     """One consumer's state and decisions, shared by both drivers (see the module doc)."""
 
@@ -147,8 +155,12 @@ class ConsumerEngine:
         # Where this consumer stood, with the topic id, in partitions it gave up (a topic
         # deleted from under a group revokes them). A partition that comes back under another
         # topic id with no committed offset (Kafka deletes a deleted topic's commits) starts
-        # from here, so the re-creation is reported instead of a silent start over.
-        self._left_positions: dict[TopicPartition, EpochOffset] = {}
+        # from here, so the re-creation is reported instead of a silent start over. Kept
+        # for LEFT_POSITIONS_TTL_S or twice metadata_max_age_ms (a re-creation shows in
+        # metadata within one), whichever is longer, for at most LEFT_POSITIONS_MAX.
+        self._left_positions = LeftPositions(
+            max(LEFT_POSITIONS_TTL_S, 2 * cfg["metadata_max_age_ms"] / 1000), LEFT_POSITIONS_MAX
+        )
         # When such a partition came back under the same id: decided on metadata asked after.
         self._left_checked: dict[TopicPartition, float] = {}
         self._next_auto_commit = time.monotonic() + cfg["auto_commit_interval_ms"] / 1000
@@ -269,11 +281,14 @@ class ConsumerEngine:
         return set(self.assigned)
 
     def set_assignment(self, parts: list[TopicPartition]) -> None:
+        now = time.monotonic()
+        for tp in self._left_positions.expire(now):
+            self._left_checked.pop(tp, None)
         for tp in list(self.fetcher.trackers):
             if tp not in parts:
                 left = self.fetcher.trackers[tp].position
                 if left is not None and left.offset > 0 and left.topic_id is not None:
-                    self._left_positions[tp] = left
+                    self._left_positions.remember(tp, left, now)
                 self.fetcher.remove_partition(tp)
                 self._left_checked.pop(tp, None)
                 self._paused.discard(tp)
@@ -324,7 +339,7 @@ class ConsumerEngine:
         for tp in todo:
             tracker = self.fetcher.trackers[tp]
             position, from_ = stored.get(tp), source
-            left = self._left_positions.get(tp)
+            left = self._left_positions.get(tp, time.monotonic())
             if position is None and left is not None:
                 current = normalise_topic_id(topic_ids.get(tp.topic))
                 if current is not None and current != left.topic_id:
@@ -339,7 +354,7 @@ class ConsumerEngine:
                         # on an answer asked for now (the next poll, or the one after).
                         self.fetcher.request_metadata()
                         continue
-            self._left_positions.pop(tp, None)
+            self._left_positions.forget(tp)
             self._left_checked.pop(tp, None)
             if tracker.state is PartitionState.INITIALIZING:
                 tracker.restore(position, source=from_)

@@ -1,0 +1,139 @@
+"""Positions of partitions given up: kept long enough to report a topic re-created under a
+group, then forgotten, so a long-lived member's memory does not grow with every partition
+it ever held."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.structs import TopicPartition
+
+from epochguard.consumer.left_positions import LeftPositions
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.report import DetectedBy
+from epochguard.testing import EmbeddedCluster, produce
+
+from ..examples import scaled
+from ..kip848_scenarios import member, wait
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["remember", "get", "expire"]),
+        st.integers(0, 7),  # partition
+        st.floats(0, 3, allow_nan=False),  # time step
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=scaled(300), deadline=None)
+@given(ops=OPS, ttl=st.floats(0.5, 5), cap=st.integers(1, 5))
+def test_left_positions_against_a_model(
+    ops: list[tuple[str, int, float]], ttl: float, cap: int
+) -> None:
+    """The model: the last position remembered for a partition is returned while it is
+    younger than the ttl and the partition is among the ``cap`` last remembered."""
+    left = LeftPositions(ttl, cap)
+    now = 0.0
+    order: list[int] = []  # partitions by last remember, oldest first
+    last: dict[int, tuple[EpochOffset, float]] = {}
+    for n, (op, p, step) in enumerate(ops):
+        now += step
+        tp = TopicPartition("t", p)
+        if op == "remember":
+            pos = EpochOffset(n + 1, 0, topic_id="id")
+            left.remember(tp, pos, now)
+            order = [q for q in order if q != p] + [p]
+            last[p] = (pos, now)
+        elif op == "expire":
+            left.expire(now)
+        else:
+            kept = p in order[-cap:] and now - last[p][1] < ttl
+            assert left.get(tp, now) == (last[p][0] if kept else None)
+        assert len(left) <= cap
+
+
+def test_ten_thousand_partitions_handed_in_and_out_keep_memory_flat() -> None:
+    """A member that held 10,000 partitions and keeps getting new ones: the positions kept
+    stop growing at the bound, and so does the memory they take."""
+    left = LeftPositions(ttl_s=600, max_entries=10_000)
+    pos = EpochOffset(5, 1, topic_id="id")
+
+    def hand_out(first: int, now: float) -> None:
+        for i in range(first, first + 10_000):
+            left.remember(TopicPartition(f"t{i // 100}", i % 100), pos, now)
+
+    hand_out(0, 0.0)  # warm-up: the bound reached
+    tracemalloc.start()
+    try:
+        hand_out(0, 1.0)
+        base = tracemalloc.get_traced_memory()[0]
+        for round_ in range(1, 6):
+            hand_out(round_ * 10_000, 1.0 + round_)  # partitions never held before
+        grown = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert len(left) == 10_000
+    # Each round replaced 10,000 entries with 10,000 others (~1.2 MB of keys and values):
+    # what stays is a small fraction of one round.
+    assert grown < 400_000, grown
+    # And everything goes once the ttl has passed.
+    assert left.expire(10_000.0) and len(left) == 0
+
+
+def test_the_bound_and_ttl_are_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        LeftPositions(0, 10)
+    with pytest.raises(ValueError, match="positive"):
+        LeftPositions(10, 0)
+
+
+@pytest.mark.parametrize("forgotten", [False, True], ids=["kept", "forgotten"])
+def test_a_re_created_topic_is_reported_while_the_old_position_is_kept(
+    cluster: EmbeddedCluster, forgotten: bool
+) -> None:
+    """A topic deleted from under a KIP-848 group and re-created: reported while the member
+    keeps where it stood; once that position has expired, the member starts over at its
+    reset position with no report (Kafka deleted the group's commits with the topic)."""
+    from .test_group_protocol_consumer import fast_coordinator
+
+    fast_coordinator(cluster)
+    topic, tp = "leftpos", TopicPartition("leftpos", 0)
+    cluster.create_topic(topic, partitions=1)
+    produce(cluster, topic, [f"old-{i}" for i in range(5)])
+    c = member(cluster, "gleftpos", on_truncation="rewind", allow_auto_create_topics=False)
+    if forgotten:
+        c._engine._left_positions.ttl_s = 0.2  # what LEFT_POSITIONS_TTL_S does in 10 minutes
+    got: list[Any] = []
+
+    def read(n: int) -> bool:
+        for recs in c.poll(timeout_ms=50).values():
+            got.extend(recs)
+        return len(got) >= n
+
+    try:
+        c.subscribe([topic])
+        wait(lambda: read(5), "the old records")
+        c.commit()
+        cluster.delete_topic(topic)
+        wait(lambda: not read(6) and not c.assignment(), "the deleted topic revoked")
+        if forgotten:
+            wait(lambda: c._engine._left_positions.get(tp, time.monotonic()) is None, "expiry")
+        cluster.create_topic(topic, partitions=1)
+        produce(cluster, topic, [f"new-{i}" for i in range(8)])
+        got.clear()
+        wait(lambda: read(8), "the new records")
+        assert [(r.offset, r.value) for r in got] == [(i, b"new-%d" % i) for i in range(8)]
+        reports = c.truncation_reports()
+        if forgotten:
+            assert reports == []
+        else:
+            [rep] = reports
+            assert rep.detected_by is DetectedBy.TOPIC_RECREATED and rep.lost_count == 5
+    finally:
+        c.close()

@@ -67,3 +67,70 @@ def test_the_lean_reader_delivers_frames_completed_before_a_close() -> None:
         assert n == 0 and isinstance(err, KafkaConnectionError)
     finally:
         ours.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("driver", ["threads", "asyncio"])
+def test_a_certificate_refused_by_a_broker_other_than_the_bootstrap_one_reaches_poll(
+    driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A certificate that does not verify will not verify on the next attempt either: on any
+    broker, not only at bootstrap, poll() raises SslAuthenticationError naming the broker
+    (kafka-python logs it and reconnects with backoff for ever, so the partitions it leads
+    would stall without a word)."""
+    import asyncio
+    import ssl
+
+    from kafka.net.manager import KafkaConnectionManager
+
+    from epochguard.consumer import AIOEpochConsumer, EpochConsumer
+    from epochguard.consumer.errors import SslAuthenticationError
+
+    with EmbeddedCluster(brokers=2) as cluster:
+        cluster.create_topic("tls", partitions=1, replication_factor=2)
+        cluster.elect_leader("tls", 0, 2)
+        cluster.append("tls", 0, [b"a", b"b"])
+        refusing = cluster.broker_address(2)
+        original = KafkaConnectionManager._build_transport
+
+        async def handshake(self: object, node: object, timeout_at: object = None) -> object:
+            if f"{node.host}:{node.port}" == refusing:  # type: ignore[attr-defined]
+                try:
+                    error = ssl.SSLCertVerificationError(1, "certificate verify failed")
+                    error.verify_message = "self-signed certificate in certificate chain"
+                    raise error
+                except ssl.SSLError as e:
+                    raise KafkaConnectionError(f"Handshake failed: {e}")  # noqa: B904
+            return await original(self, node, timeout_at=timeout_at)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(KafkaConnectionManager, "_build_transport", handshake)
+        tp = TopicPartition("tls", 0)
+        config = {
+            "bootstrap_servers": cluster.broker_address(1),
+            "auto_offset_reset": "earliest",
+        }
+        if driver == "threads":
+            consumer = EpochConsumer(**config)
+            try:
+                consumer.assign([tp])
+                with pytest.raises(SslAuthenticationError, match=refusing) as caught:
+                    for _ in range(200):
+                        assert not consumer.poll(timeout_ms=100)
+            finally:
+                consumer.close()
+        else:
+
+            async def run() -> pytest.ExceptionInfo[SslAuthenticationError]:
+                aio = AIOEpochConsumer(**config)
+                await aio.start()
+                try:
+                    aio.assign([tp])
+                    with pytest.raises(SslAuthenticationError, match=refusing) as caught:
+                        for _ in range(200):
+                            assert not await aio.getmany(timeout_ms=100)
+                    return caught
+                finally:
+                    await aio.stop()
+
+            caught = asyncio.run(run())
+        assert "self-signed certificate" in str(caught.value)

@@ -318,6 +318,9 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.refusals: dict[Any, int] = {}
+        #: The last connection failure retrying cannot fix (a certificate that does not
+        #: verify, a refused login), with any broker, until the consumer raises it.
+        self.fatal_error: BaseException | None = None
 
     def get_connection(self, node_id: Any, *args: Any, **kwargs: Any) -> Any:
         conn = super().get_connection(node_id, *args, **kwargs)
@@ -327,6 +330,9 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
 
     def _connection_failed(self, node_id: Any, exc: BaseException) -> None:
         self.last_connection_error = exc
+        if isinstance(exc, FATAL_CONNECTION_ERRORS):
+            log.error("connection_failed_for_good", node=str(node_id), error=str(exc))
+            self.fatal_error = exc
         if _is_refusal(exc):
             self.refusals[node_id] = self.refusals.get(node_id, 0) + 1
         else:
@@ -487,6 +493,14 @@ class BrokerClient:
         node: str = random.choice(ready)
         log.debug("rebootstrap", node=node)
         return node
+
+    def take_fatal_error(self) -> BaseException | None:
+        """The connection failure retrying cannot fix seen since the last call, if any: a
+        broker's certificate that does not verify or a refused login, on any broker (kafka-
+        python only logs those and reconnects with backoff, for ever)."""
+        manager: _ConnectionManager = self._manager
+        error, manager.fatal_error = manager.fatal_error, None
+        return error
 
     def update_brokers(self, metadata_response: Any) -> None:
         """Lend broker addresses to kafka-python's connection manager."""

@@ -595,6 +595,9 @@ class ConsumerEngine:
         return True
 
     def _raise_pending(self) -> None:
+        refused = self._client.take_fatal_error()
+        if refused is not None:
+            raise refused
         denied = self.fetcher.take_authorization_error()
         if denied is not None:
             raise denied

@@ -84,3 +84,46 @@ def test_other_partitions_flow_while_one_serves_garbage(
             _poll(c, got, errors)
         assert [r.offset for r in got if r.partition == 1] == list(range(10))
         assert len(errors) == 1
+
+
+def test_an_answer_of_batches_ending_below_the_fetch_offset_stops_the_partition_not_a_loop(
+    cluster: EmbeddedCluster,
+) -> None:
+    """Valid batches (CRCs fine) that all end below the offset asked for: no broker sends
+    that, and asking again gets the same answer as fast as the broker can send it. The
+    partition stops at its position with a typed error naming it, as for damaged bytes."""
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20, offset=0)
+    for i in range(2):
+        builder.append(timestamp=1000, key=None, value=b"old-%d" % i, headers=[])
+    builder.close()
+    cluster.create_topic("cp", partitions=2, replication_factor=1)
+    for p in (0, 1):
+        cluster.append("cp", p, [b"a-%d" % i for i in range(10)], batch_size=5)
+    got: list[ConsumerRecord] = []
+    errors: list[Exception] = []
+    with _consumer(cluster) as c:
+        c.assign([BAD, GOOD])
+        c.seek(BAD, 5)
+        cluster.faults.corrupt_fetches("cp", 1, garbage=bytes(builder.buffer()))
+        deadline = time.monotonic() + 20
+        while not errors or len([r for r in got if r.partition == 0]) < 10:
+            assert time.monotonic() < deadline, (got, errors)
+            _poll(c, got, errors)
+        [error] = errors
+        assert error.tp == BAD and error.offset == 5
+        assert "cp-1" in str(error) and "below the fetch offset" in str(error)
+        fetches = sum(n for (key, _), n in cluster.requests_seen().items() if key == 1)
+        for _ in range(10):
+            _poll(c, got, errors)
+        # Stopped: the bad partition is not asked again (one fetch per poll at most, for
+        # the good one, not thousands).
+        assert sum(n for (key, _), n in cluster.requests_seen().items() if key == 1) - fetches < 30
+        assert [r for r in got if r.partition == 1] == [] and c.position(BAD) == 5
+        cluster.faults.clear()
+        c.seek(BAD, 5)
+        while len([r for r in got if r.partition == 1]) < 5:
+            assert time.monotonic() < deadline, (got, errors)
+            _poll(c, got, errors)
+        assert [r.offset for r in got if r.partition == 1] == list(range(5, 10))

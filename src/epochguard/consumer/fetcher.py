@@ -987,6 +987,20 @@ class Fetcher:
                 return
             if ahead is not None and not self._ahead_holds(ahead, decoded, action.offset):
                 self._drop_prefetch(tp)
+            if decoded.next_offset is not None and decoded.next_offset <= action.offset:
+                # Whole batches, every one ending below the offset asked for: no broker
+                # answers that (the batch holding the offset comes first). Asking again
+                # would get the same answer, as fast as the broker can send it.
+                if ahead is not None:
+                    self._drop_prefetch(tp)
+                self._on_corrupt(
+                    action,
+                    CorruptRecordError(
+                        f"the answer holds only batches ending below the fetch offset (they "
+                        f"end at {decoded.next_offset - 1})"
+                    ),
+                )
+                return
             if decoded.next_offset is not None and decoded.next_offset > action.offset:
                 source.caught_up[tp] = decoded.next_offset >= p.high_watermark
                 if tp not in source.buffers:

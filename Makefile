@@ -32,11 +32,11 @@ kafka-jars: $(STAMP)
 spark-jars: $(STAMP)
 	$(BIN)/python -m epochguard.testing.apache_kafka.spark_kafka
 
-# make test runs in one process (TEST_WORKERS=0) and make test-fast on FAST_WORKERS processes
-# (pytest-xdist), one test module per unit of work, the longest first (tests/work_groups.py).
-# TEST_WORKERS=2 spreads make test too; its real-Kafka clusters still start one at a time per
-# machine, and on 2 cores it has not been shown to be faster.
-TEST_WORKERS ?= 0
+# make test runs on TEST_WORKERS processes (pytest-xdist) in three lanes: one worker runs
+# every Spark test and the builds from the source tree, one every other test that starts a
+# JVM (real Kafka, the Java client), one the rest, module by module (tests/work_groups.py).
+# TEST_WORKERS=0 runs everything in one process. make test-fast runs on FAST_WORKERS.
+TEST_WORKERS ?= 3
 FAST_WORKERS ?= 4
 xdist = -n $(1) --dist loadgroup --no-loadscope-reorder
 

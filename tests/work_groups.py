@@ -1,25 +1,51 @@
 """How ``pytest -n N --dist loadgroup --no-loadscope-reorder`` (``make test``) shares the tests out.
 
-Each test module is one unit of work, so a module-scoped fixture (a real Kafka cluster, a
-SparkSession, an EmbeddedCluster) starts once, on the one worker that runs the module. A
-module whose cluster fixture (``module_cluster``, ``rack_cluster``) is parametrised over
-clusters (tests/scenarios) is one unit per cluster, and those units can run at the same time
-on several workers. A module marked ``independent`` (its tests share no fixture beyond one
-test) lets each test be its own unit. A test that carries its own ``xdist_group`` marker
-keeps it.
+Three lanes, each run by one worker from start to end, so that the long JVM work overlaps
+instead of queueing: every test that starts Spark, plus the builds from the source tree
+(the install matrix, the wheel), is one unit of work ("lane-spark"); every other test that
+starts a JVM (real Kafka brokers, the Java client) is another ("lane-kafka"). A worker takes
+further units only once its own is nearly done, so with ``-n 3`` the third worker runs the
+tests that need no Java meanwhile, one test module per unit:
 
-Units start longest first (the JVM modules, then those marked ``slow``, then the rest), so
-the run does not end on one worker still busy with a long module while the others idle.
+Each test module is one unit of work, so a module-scoped fixture (an EmbeddedCluster) starts
+once, on the one worker that runs the module. A module whose cluster fixture
+(``module_cluster``, ``rack_cluster``) is parametrised over clusters (tests/scenarios) is one
+unit per cluster, and those units can run at the same time on several workers (its real-Kafka
+unit joins lane-kafka). A module marked ``independent`` (its tests share no fixture beyond one
+test) lets each test be its own unit.
+
+Units start longest first (the lanes, then modules marked ``slow``, then the rest), so the
+run does not end on one worker still busy with a long module while the others idle.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from .jvm_markers import JVM_MARKERS
+from .jvm_markers import JVM_FIXTURES, JVM_MARKERS
+
+
+#: The lanes (see above), and the explicit groups that join one.
+SPARK_LANE, KAFKA_LANE = "lane-spark", "lane-kafka"
+_JOINS_SPARK_LANE = {"builds-from-the-source-tree"}
+
+
+def _lane(item: pytest.Item) -> str | None:
+    # Markers, and the fixtures that start a JVM: some directories mark their tests in a
+    # conftest hook that may run after this one (tests/jvm_markers.py checks they agree).
+    needs = {JVM_FIXTURES[f] for f in getattr(item, "fixturenames", ()) if f in JVM_FIXTURES}
+    needs.update(m for m in JVM_MARKERS if item.get_closest_marker(m) is not None)
+    if "spark" in needs or item.get_closest_marker("install") is not None:
+        return SPARK_LANE
+    if needs:
+        return KAFKA_LANE
+    return None
 
 
 def _group(item: pytest.Item) -> str:
+    lane = _lane(item)
+    if lane is not None:
+        return lane
     if item.get_closest_marker("independent") is not None:
         return item.nodeid
     group = item.nodeid.split("::", 1)[0]
@@ -51,8 +77,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Before xdist's own hook, which turns the xdist_group marker into the "@group" suffix of
     # the node id that loadgroup distributes by.
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
+        marker = item.get_closest_marker("xdist_group")
+        if marker is None:
             item.add_marker(pytest.mark.xdist_group(_group(item)))
+        elif _group_of(item) in _JOINS_SPARK_LANE:
+            item.add_marker(pytest.mark.xdist_group(SPARK_LANE))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -24,7 +24,6 @@ import pytest
 
 from .jvm_markers import JVM_FIXTURES, JVM_MARKERS
 
-
 #: The lanes (see above), and the explicit groups that join one.
 SPARK_LANE, KAFKA_LANE = "lane-spark", "lane-kafka"
 _JOINS_SPARK_LANE = {"builds-from-the-source-tree"}

@@ -74,15 +74,20 @@ async def _start_server(
 
 
 def api_versions_error_response(correlation_id: int) -> bytes:
-    """KIP-511: a v0 response with UNSUPPORTED_VERSION and the ranges we do support."""
+    """KIP-511: a v0 response with UNSUPPORTED_VERSION naming only ApiVersions' own range, as
+    Kafka's ApiVersionsRequest.getErrorResponse does (the client retries at a version in it
+    and learns the rest from that answer; franz-go takes another path when given them all)."""
+    entry = REGISTRY[API_VERSIONS]
     resp = ApiVersionsResponse(
         version=0,
         error_code=UNSUPPORTED_VERSION,
         api_keys=[
             ApiVersionsResponse.ApiVersion(
-                version=0, api_key=k, min_version=e.min_version, max_version=e.max_version
+                version=0,
+                api_key=API_VERSIONS,
+                min_version=entry.min_version,
+                max_version=entry.max_version,
             )
-            for k, e in sorted(REGISTRY.items())
         ],
     )
     resp.with_header(correlation_id=correlation_id)

@@ -197,6 +197,77 @@ def test_stop_broker_closes_listener_and_connections(cluster: EmbeddedCluster) -
     Wire.to(cluster, 2).close()
 
 
+@pytest.mark.parametrize("controlled", [True, False], ids=["controlled", "killed"])
+def test_a_controlled_stop_moves_leaderships_while_the_broker_still_answers(
+    cluster: EmbeddedCluster, controlled: bool
+) -> None:
+    """Kafka's controlled shutdown hands every partition the broker leads to another ISR
+    replica before the broker stops, and the broker answers what still reaches it with
+    NOT_LEADER_OR_FOLLOWER; a kill cuts its connections at once. Either way an EpochConsumer
+    reads on without a report."""
+    import threading
+
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    from epochguard import EpochConsumer
+
+    from .wire import Wire
+
+    cluster.create_topic("cs", partitions=3, replication_factor=2)
+    led = [p for p in range(3) if cluster.leader("cs", p) == 1]
+    assert led, "broker 1 leads a partition"
+    for p in range(3):
+        cluster.append("cs", p, [b"%d-%d" % (p, i) for i in range(5)])
+    epochs = {p: cluster.leader_epoch("cs", p) for p in led}
+    consumer = EpochConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=50,
+    )
+    w = Wire.to(cluster, 1)
+    metadata = MetadataRequest(
+        version=12,
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    try:
+        consumer.assign([TopicPartition("cs", p) for p in range(3)])
+        got: list[tuple[int, int]] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 15:
+            assert time.monotonic() < deadline
+            got += [(r.partition, r.offset) for rs in consumer.poll(100).values() for r in rs]
+        stopping = threading.Thread(
+            target=cluster.stop_broker, args=(1,), kwargs={"controlled": controlled, "grace_s": 1.0}
+        )
+        stopping.start()
+        while any(cluster.leader("cs", p) == 1 for p in led):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        # The leaderships moved (one clean election each); a controlled stop leaves the
+        # broker answering meanwhile, a kill does not.
+        assert all(cluster.leader_epoch("cs", p) == epochs[p] + 1 for p in led)
+        if controlled:
+            assert cluster.is_running(1)
+            answer = w.call(metadata, MetadataResponse)
+            leaders = {p.partition_index: p.leader_id for t in answer.topics for p in t.partitions}
+            assert all(leaders[p] not in (1, -1) for p in led), leaders
+        stopping.join(10)
+        assert not cluster.is_running(1) and w.closed_by_peer()
+        for p in range(3):
+            cluster.append("cs", p, [b"after"])
+        while len(got) < 18:
+            assert time.monotonic() < deadline
+            got += [(r.partition, r.offset) for rs in consumer.poll(100).values() for r in rs]
+        assert len(got) == len(set(got)) == 18
+        assert consumer.truncation_reports() == []
+    finally:
+        w.close()
+        consumer.close()
+        cluster.start_broker(1)
+
+
 def test_enabling_unclean_election_by_config_elects_a_leader(cluster: EmbeddedCluster) -> None:
     cluster.create_topic("t", replication_factor=2)
     first, second = cluster.replicas("t", 0)

@@ -772,8 +772,13 @@ class ApacheKafkaCluster:
 
     # -- broker control ----------------------------------------------------------------------
 
-    def stop_broker(self, broker_id: int, kill: bool = False) -> None:
-        """SIGTERM (controlled shutdown) or, with ``kill``, SIGKILL; wait until it is fenced."""
+    def stop_broker(
+        self, broker_id: int, kill: bool = False, *, controlled: bool | None = None
+    ) -> None:
+        """SIGTERM (controlled shutdown) or, with ``kill`` (or ``controlled=False``, the
+        EmbeddedCluster's keyword), SIGKILL; wait until it is fenced."""
+        if controlled is not None:
+            kill = not controlled
         proc = self._procs.get(broker_id)
         if proc is None or proc.poll() is not None:
             raise ClusterError(f"broker {broker_id} is not running")

@@ -372,13 +372,42 @@ class EmbeddedCluster:
 
     # -- brokers and elections -------------------------------------------------------------
 
-    def stop_broker(self, broker_id: int) -> None:
+    def stop_broker(
+        self, broker_id: int, *, controlled: bool = False, grace_s: float = 0.2
+    ) -> None:
+        """Stop ``broker_id``: a kill by default (the controller elects new leaders from the
+        ISR at once; connections to the broker are cut), or ``controlled``, as Kafka's
+        controlled shutdown: every partition it leads first moves to another running ISR
+        replica by a clean election, and the broker keeps serving for ``grace_s``, answering
+        NOT_LEADER_OR_FOLLOWER (with the new leader) to what is still sent to it, before it
+        stops."""
+        self._state.broker(broker_id)
+        if controlled:
+            self._call(lambda: self._move_leadership_off(broker_id))
+            time.sleep(grace_s)
+
         def stop() -> None:
             self._state.stop_broker(broker_id)
 
-        self._state.broker(broker_id)
         self._server.call(self._server.stop_listener(broker_id))
         self._call(stop)
+
+    def _move_leadership_off(self, broker_id: int) -> None:
+        state = self._state
+        for topic in list(state.topics.values()):
+            for index, p in sorted(topic.partitions.items()):
+                if p.leader != broker_id:
+                    continue
+                successor = next(
+                    (
+                        b
+                        for b in p.isr
+                        if b != broker_id and state.broker(b).alive and b in p.replicas
+                    ),
+                    None,
+                )
+                if successor is not None:
+                    state.elect_leader(topic.name, index, successor, False)
 
     def start_broker(self, broker_id: int) -> None:
         b = self._state.broker(broker_id)

@@ -77,6 +77,8 @@ class ErrorCode(enum.IntEnum):
     STALE_MEMBER_EPOCH = kerrors.StaleMemberEpochError.errno
     # kafka-python 3.0 has no class for it (Kafka 4's Errors.INVALID_REGULAR_EXPRESSION).
     INVALID_REGULAR_EXPRESSION = 128
+    # KIP-1102 (Metadata v13's top-level error); kafka-python 3.0 has no class for it either.
+    REBOOTSTRAP_REQUIRED = 129
     FETCH_SESSION_ID_NOT_FOUND = kerrors.FetchSessionIdNotFoundError.errno
     INVALID_FETCH_SESSION_EPOCH = kerrors.InvalidFetchSessionEpochError.errno
     FETCH_SESSION_TOPIC_ID_ERROR = kerrors.FetchSessionTopicIdError.errno

@@ -370,7 +370,7 @@ def test_pump_until_applies_answers_and_stops_at_the_predicate(mocker: Any) -> N
         pending.append(Future())
         return pending[-1]
 
-    client.send.side_effect = send
+    client.send_metadata.side_effect = send
     # A deadline already past ends it at once, with the predicate's value, sending nothing.
     assert not run_blocking(f.pump_until(lambda: False, 0.0))
     assert run_blocking(f.pump_until(lambda: True, 0.0))

@@ -24,6 +24,7 @@ import random
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import kafka.errors as kerrors
@@ -38,6 +39,7 @@ from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.consumer.effects import Await, Step, run_blocking
 from epochguard.consumer.errors import SslAuthenticationError
+from epochguard.consumer.rebootstrap import MetadataRecovery, RebootstrapReason
 
 __all__ = ["BrokerClient"]
 
@@ -303,6 +305,20 @@ BOOTSTRAP_REFUSALS = 2
 _REFUSED = f"{errno.ECONNREFUSED} {errno.errorcode[errno.ECONNREFUSED]}"
 
 
+def _servers_text(servers: Any) -> str:
+    """``bootstrap_servers`` (text or a list) as text."""
+    return servers if isinstance(servers, str) else ",".join(str(s) for s in servers)
+
+
+def _plain_error(exc: BaseException | None) -> str | None:
+    """An error for a log field or a message: its class and its text (kafka's errors
+    print their class name themselves)."""
+    if exc is None:
+        return None
+    text, name = str(exc), type(exc).__name__
+    return text if text.startswith(name) else f"{name}: {text}"
+
+
 def _is_refusal(exc: BaseException) -> bool:
     # kafka-python reports a refused connect() as KafkaConnectionError("111 ECONNREFUSED").
     return isinstance(exc, kerrors.KafkaConnectionError) and exc.args == (_REFUSED,)
@@ -321,6 +337,8 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
         #: The last connection failure retrying cannot fix (a certificate that does not
         #: verify, a refused login), with any broker, until the consumer raises it.
         self.fatal_error: BaseException | None = None
+        #: The error the last failed connection attempt to each broker ended with.
+        self.connection_errors: dict[Any, BaseException] = {}
 
     def get_connection(self, node_id: Any, *args: Any, **kwargs: Any) -> Any:
         conn = super().get_connection(node_id, *args, **kwargs)
@@ -333,6 +351,7 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
         if isinstance(exc, FATAL_CONNECTION_ERRORS):
             log.error("connection_failed_for_good", node=str(node_id), error=str(exc))
             self.fatal_error = exc
+        self.connection_errors[node_id] = exc
         if _is_refusal(exc):
             self.refusals[node_id] = self.refusals.get(node_id, 0) + 1
         else:
@@ -375,6 +394,18 @@ class BrokerClient:
         self._closed = False
         self._lock = threading.Lock()
         self.io_thread = io_thread
+        # Read and changed only where the connections are served (the IO thread, or the
+        # asyncio loop): the rebootstrap decision, the broker addresses last applied.
+        self._recovery = MetadataRecovery(
+            str(config.get("metadata_recovery_strategy", "rebootstrap")),
+            float(config.get("metadata_recovery_rebootstrap_trigger_ms", 300000)) / 1000,
+        )
+        self._addresses: dict[int, tuple[str, int]] = {}
+        # A recovery the "none" strategy declined, already logged (until the next answer).
+        self._declined: RebootstrapReason | None = None
+        #: Called (where the connections are served) after each rebootstrap: a driver
+        #: wakes up to ask for metadata at once. Must be thread-safe and quick.
+        self.rebootstrap_listeners: list[Callable[[], None]] = []
         if io_thread:
             self._net.start()
 
@@ -413,6 +444,10 @@ class BrokerClient:
             with contextlib.suppress(Exception):
                 yield Await(fut, min(0.05, remaining))
         if fut.is_done and fut.exception is None:
+            # The brokers bootstrap named, as the first metadata answer would name them.
+            self._addresses = {
+                int(b.node_id): (str(b.host), int(b.port)) for b in manager.cluster.brokers()
+            }
             return
         error = manager.last_connection_error
         if isinstance(error, FATAL_CONNECTION_ERRORS):
@@ -446,11 +481,15 @@ class BrokerClient:
             return Future().failure(kerrors.KafkaConnectionError("client closed"))
 
         async def _send() -> Any:
-            node = self._manager.least_loaded_node() if node_id is None else node_id
-            if node is None:
-                node = self._rebootstrap_node()
-            if node is None:
-                raise kerrors.NodeNotReadyError("no broker available")
+            node = self._any_node(time.monotonic()) if node_id is None else node_id
+            delay = self._manager.connection_delay(node)
+            if delay > 0:
+                # kafka-python's own error names only the broker id.
+                error = self._manager.connection_errors.get(node)
+                raise kerrors.NodeNotReadyError(
+                    f"broker {node} is backing off its reconnects for {delay:.2f}s"
+                    + (f" (last connection error: {_plain_error(error)})" if error else "")
+                )
             if self._manager.cluster.broker_metadata(node) is None:
                 # A broker id we learned from a coordinator or leader before kafka-python's
                 # broker list had it: refresh that list once, then try.
@@ -479,20 +518,61 @@ class BrokerClient:
     def request(self, node_id: int | str | None, request: Any, timeout_s: float) -> Any:
         return self.wait(self.send(node_id, request, timeout_s * 1000), timeout_s + 0.5)
 
-    def _rebootstrap_node(self) -> str | None:
-        """Every broker the last metadata named is down or backing off: ask a bootstrap
-        server instead (Java's ``metadata.recovery.strategy=rebootstrap``). Without this, a
-        consumer that started while only one broker was up could never find the others."""
+    def send_metadata(self, request: Any) -> Any:
+        """Send a Metadata request to any broker (to the bootstrap servers after a
+        rebootstrap); returns a Future of the answer.
+
+        Where the answer arrives, its brokers are lent to kafka-python's connection manager
+        and the rebootstrap decision learns of it, before the Future completes."""
+        if self._closed:
+            return Future().failure(kerrors.KafkaConnectionError("client closed"))
+
+        async def _send() -> Any:
+            self._recovery.on_metadata_sent(time.monotonic())
+            node = self._any_node(time.monotonic())
+            response = await self._manager.send(request, node)
+            self._on_metadata_answer(node, response)
+            return response
+
+        try:
+            return self._manager.call_soon(_send)
+        except RuntimeError as exc:  # the selector is closed
+            return Future().failure(kerrors.KafkaConnectionError(str(exc)))
+
+    @property
+    def rebootstraps(self) -> int:
+        """Rebootstraps made so far."""
+        return self._recovery.rebootstraps
+
+    # ---------------------------------------------- where the connections are served
+
+    def _any_node(self, now: float) -> Any:
+        """The broker a request for any broker goes to: the least loaded learned broker, or a
+        bootstrap server after a rebootstrap. Rebootstraps first when that is due."""
+        recovery = self._recovery
+        node = None if recovery.rebootstrapping else self._manager.least_loaded_node()
+        reachable = node is not None or (
+            recovery.rebootstrapping and self._ready_bootstrap_server() is not None
+        )
+        reason = recovery.decide(now, reachable=reachable)
+        if reason is not None:
+            self._rebootstrap(reason, now)
+            node = None
+        elif not recovery.enabled:
+            self._log_declined(recovery.due(now, reachable=reachable))
+        if node is None and recovery.rebootstrapping:
+            node = self._ready_bootstrap_server()
+        if node is None:
+            raise kerrors.NodeNotReadyError(self._unreachable_message())
+        return node
+
+    def _ready_bootstrap_server(self) -> str | None:
         ready = [
             b.node_id
             for b in self._manager.cluster.bootstrap_brokers()
             if self._manager.connection_delay(b.node_id) <= 0
         ]
-        if not ready:
-            return None
-        node: str = random.choice(ready)
-        log.debug("rebootstrap", node=node)
-        return node
+        return random.choice(ready) if ready else None
 
     def take_fatal_error(self) -> BaseException | None:
         """The connection failure retrying cannot fix seen since the last call, if any: a
@@ -502,10 +582,90 @@ class BrokerClient:
         error, manager.fatal_error = manager.fatal_error, None
         return error
 
-    def update_brokers(self, metadata_response: Any) -> None:
-        """Lend broker addresses to kafka-python's connection manager."""
-        cluster = self._manager.cluster
-        self._manager.call_soon(lambda: cluster.update_metadata(metadata_response))
+    def _rebootstrap(self, reason: RebootstrapReason, now: float) -> None:
+        """Forget the learned brokers for finding the cluster: requests for any broker go to
+        the bootstrap servers until an answer names the brokers again. Connections to
+        learned brokers are left alone (a live one keeps serving its fetch session and the
+        group); those to the bootstrap servers are made anew, resolving their names again."""
+        manager = self._manager
+        self._recovery.on_rebootstrap(now)
+        for server in manager.cluster.bootstrap_brokers():
+            manager.close(server.node_id)
+            manager.reset_backoff(server.node_id)
+        log.info(
+            "rebootstrap",
+            reason=reason.value,
+            bootstrap_servers=_servers_text(manager.config["bootstrap_servers"]),
+            known_brokers=sorted(self._addresses),
+            last_connection_error=_plain_error(manager.last_connection_error),
+        )
+        for listener in list(self.rebootstrap_listeners):
+            listener()
+
+    def _log_declined(self, reason: RebootstrapReason | None) -> None:
+        """Strategy "none": say once per episode why a rebootstrap would have been made."""
+        if reason is None or reason is self._declined:
+            return
+        self._declined = reason
+        log.warning(
+            "rebootstrap_disabled",
+            reason=reason.value,
+            known_brokers=sorted(self._addresses),
+            last_connection_error=_plain_error(self._manager.last_connection_error),
+        )
+
+    def _unreachable_message(self) -> str:
+        if self._recovery.rebootstrapping:
+            servers = _servers_text(self._manager.config["bootstrap_servers"])
+            where = f"no bootstrap server ({servers})"
+        else:
+            where = f"no known broker ({sorted(self._addresses)})"
+        message = f"{where} is reachable: each is down or backing off its reconnects"
+        error = self._manager.last_connection_error
+        if error is not None:
+            message += f"; last connection error: {_plain_error(error)}"
+        if not self._recovery.enabled:
+            message += (
+                "; metadata_recovery_strategy='none' does not ask the bootstrap servers again"
+            )
+        return message
+
+    def _on_metadata_answer(self, node: Any, response: Any) -> None:
+        required = wire.metadata_requires_rebootstrap(response)
+        self._recovery.on_metadata_answer(time.monotonic(), rebootstrap_required=required)
+        if required:
+            log.info(
+                "rebootstrap_requested",
+                node=node,
+                metadata_recovery_strategy=self._recovery.strategy,
+            )
+            return
+        self._declined = None
+        self._apply_brokers(response)
+
+    def _apply_brokers(self, response: Any) -> None:
+        """Lend the answer's broker addresses to kafka-python's connection manager. A broker
+        now at another address is connected to there at once: its connection to the old
+        address is closed and the reconnect backoff it earned there forgotten."""
+        addresses = wire.broker_addresses(response)
+        if not addresses:
+            return
+        manager = self._manager
+        for node_id, address in addresses.items():
+            before = self._addresses.get(node_id)
+            if before is not None and before != address:
+                log.info(
+                    "broker_moved",
+                    node=node_id,
+                    old_address=f"{before[0]}:{before[1]}",
+                    address=f"{address[0]}:{address[1]}",
+                )
+                manager.close(node_id)
+                manager.reset_backoff(node_id)
+        self._addresses = addresses
+        manager.cluster.update_metadata(response)
+
+    # -------------------------------------------------------------------------------
 
     def broker_known(self, node_id: int) -> bool:
         return self._manager.cluster.broker_metadata(node_id) is not None

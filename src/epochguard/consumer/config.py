@@ -16,6 +16,7 @@ from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
 from epochguard.consumer.errors import ConsumerConfigError
+from epochguard.consumer.rebootstrap import RECOVERY_STRATEGIES
 
 __all__ = ["DEFAULT_CONFIG", "IGNORED_KEYS", "build_config"]
 
@@ -48,6 +49,12 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "isolation_level": "read_uncommitted",
     "allow_auto_create_topics": True,
     "metadata_max_age_ms": 5 * 60 * 1000,
+    #: Java's ``metadata.recovery.strategy`` (KIP-899): "rebootstrap" goes back to the
+    #: bootstrap servers when no known broker can be reached, "none" never does.
+    "metadata_recovery_strategy": "rebootstrap",
+    #: Java's ``metadata.recovery.rebootstrap.trigger.ms`` (KIP-1102): rebootstrap when no
+    #: metadata answer arrived for this long.
+    "metadata_recovery_rebootstrap_trigger_ms": 300000,
     "client_dns_lookup": "use_all_dns_ips",
     "partition_assignment_strategy": (RangePartitionAssignor, RoundRobinPartitionAssignor),
     "max_poll_records": 500,
@@ -100,8 +107,9 @@ DEFAULT_CONFIG: dict[str, Any] = {
     #: 16 = KIP-951 leader hints). Lower it to 11 to exercise the OffsetForLeaderEpoch-only
     #: path (Java's behaviour).
     "max_fetch_version": 17,
-    #: Highest Metadata version (epochs need 7+). For tests of old-broker behaviour.
-    "max_metadata_version": 12,
+    #: Highest Metadata version (epochs need 7+, REBOOTSTRAP_REQUIRED 13). For tests of
+    #: old-broker behaviour.
+    "max_metadata_version": 13,
     #: Group membership, the Java client's names and default: "classic" (JoinGroup /
     #: SyncGroup, eager) or "consumer" (KIP-848: the broker assigns, incrementally).
     "group_protocol": "classic",
@@ -169,7 +177,11 @@ _POSITIVE_INT = (
 )
 # fetch_max_wait_ms=0: the broker answers at once, for the lowest latency at the cost of a
 # fetch loop that never waits (kafka-python and Java accept it too).
-_NON_NEGATIVE_INT = ("fetch_min_bytes", "fetch_max_wait_ms")
+_NON_NEGATIVE_INT = (
+    "fetch_min_bytes",
+    "fetch_max_wait_ms",
+    "metadata_recovery_rebootstrap_trigger_ms",
+)
 _BOOL = (
     "column_headers",
     "enable_incremental_fetch_sessions",
@@ -227,6 +239,13 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
             "on_hanging_transaction",
             f"must be 'raise' or 'warn', got {cfg['on_hanging_transaction']!r}",
         )
+    strategy = cfg["metadata_recovery_strategy"]
+    # Case-insensitive, as Java's.
+    if not isinstance(strategy, str) or strategy.lower() not in RECOVERY_STRATEGIES:
+        raise ConsumerConfigError(
+            "metadata_recovery_strategy", f"must be 'rebootstrap' or 'none', got {strategy!r}"
+        )
+    cfg["metadata_recovery_strategy"] = strategy.lower()
     servers = cfg["bootstrap_servers"]
     if not servers or not isinstance(servers, str | list | tuple):
         raise ConsumerConfigError(
@@ -334,8 +353,8 @@ def build_config(configs: Mapping[str, Any]) -> dict[str, Any]:
             f"{cfg['max_fetch_version']}",
         )
     _check_int("max_metadata_version", cfg["max_metadata_version"], 1)
-    if cfg["max_metadata_version"] > 12:
-        raise ConsumerConfigError("max_metadata_version", "must be <= 12")
+    if cfg["max_metadata_version"] > 13:
+        raise ConsumerConfigError("max_metadata_version", "must be <= 13")
     if cfg["record_format"] not in ("records", "columns"):
         raise ConsumerConfigError(
             "record_format", f"must be 'records' or 'columns', got {cfg['record_format']!r}"

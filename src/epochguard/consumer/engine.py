@@ -134,6 +134,9 @@ class ConsumerEngine:
             self._on_event,
         )
         self.fetcher.metadata_listeners.append(self._on_metadata_answer)
+        # After a rebootstrap the fetcher asks for metadata at once (the brokers may all
+        # have moved): wake the driver for it.
+        client.rebootstrap_listeners.append(self.fetcher.wakeup)
         self.store = cfg["offset_store"]
         membership = ConsumerGroupMember if cfg["group_protocol"] == "consumer" else ClassicMember
         self.group: Membership | None = (
@@ -1104,6 +1107,7 @@ class ConsumerEngine:
             m["heartbeats_sent"] = self.group.heartbeats_sent
             m["rebalances"] = self.group.rebalances
         m["assigned_partitions"] = len(self.assigned)
+        m["rebootstraps"] = self._client.rebootstraps
         hanging = self._hanging
         m["describe_producers_requests"] = 0 if hanging is None else hanging.requests_sent
         m["hanging_transactions_detected"] = 0 if hanging is None else hanging.detected

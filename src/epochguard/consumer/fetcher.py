@@ -221,6 +221,8 @@ class Fetcher:
         # being applied: no metadata refresh for that refusal.
         self._hinted: set[TopicPartition] = set()
         self.metadata_listeners: list[Callable[[], None]] = []
+        # The connection layer's rebootstrap count when metadata was last asked for after one.
+        self._rebootstraps_seen = client.rebootstraps
         #: record bytes fetched per broker (KIP-392 diagnostics: what crossed racks)
         self.bytes_by_node: collections.Counter[int] = collections.Counter()
         #: the high watermark of each partition's last fetch answer (``highwater()``)
@@ -462,12 +464,18 @@ class Fetcher:
         return self.metadata.fresh_since(when)
 
     def _maybe_send_metadata(self, now: float) -> None:
+        rebootstraps = self._client.rebootstraps
+        if rebootstraps != self._rebootstraps_seen:
+            # The brokers may all have moved: learn where they are now, whatever the
+            # metadata schedule says.
+            self._rebootstraps_seen = rebootstraps
+            self.metadata.request()
         due = self.metadata.due(now)
         if due is None:
             return
         request, topics = due
         self.metrics.metadata_requests += 1
-        fut = self._client.send(None, request)
+        fut = self._client.send_metadata(request)
         self._complete(self._on_metadata, MetadataSent(now, topics), fut)
 
     def _on_metadata(self, context: MetadataSent, future: Any) -> None:
@@ -476,9 +484,13 @@ class Fetcher:
         if future.exception is not None:
             self.metadata.on_failure(future.exception, now)
             return
-        response = future.value
-        self._client.update_brokers(response)
-        leaders = self.metadata.on_answer(wire.read_metadata(response), sent_at, topics, now)
+        answer = wire.read_metadata(future.value)
+        if answer.error is not None:
+            # REBOOTSTRAP_REQUIRED above all: the answer names nothing; the connection layer
+            # goes back to the bootstrap servers for the next request (strategy permitting).
+            self.metadata.on_failure(answer.error(), now)
+            return
+        leaders = self.metadata.on_answer(answer, sent_at, topics, now)
         topic_ids = self.metadata.topic_ids
         for tp, (leader, epoch) in leaders.items():
             tracker = self.trackers.get(tp)
@@ -1307,6 +1319,7 @@ class Fetcher:
                 metadata.topics.add(tp.topic)
                 self.request_metadata()
         attempt = 0
+        last_error: BaseException | None = None
         while pending:
             yield from self.ensure_metadata(pending, deadline)
             by_node: dict[int, list[tuple[TopicPartition, int, int | None]]] = {}
@@ -1328,6 +1341,7 @@ class Fetcher:
             for fut in futures:
                 if not fut.is_done or fut.exception is not None:
                     log.debug("list_offsets_failed", error=repr(fut.exception))
+                    last_error = fut.exception or last_error
                     continue
                 for lo in wire.read_list_offsets(fut.value):
                     if lo.tp in pending and lo.error is None:
@@ -1338,6 +1352,7 @@ class Fetcher:
                 if time.monotonic() >= deadline:
                     raise KafkaTimeoutError(
                         f"ListOffsets got no answer within {timeout_s:.1f}s for {sorted(pending)}"
+                        + (f"; last error: {last_error}" if last_error is not None else "")
                     )
                 asked = time.monotonic()
                 self.request_metadata()

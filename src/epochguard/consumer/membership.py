@@ -65,6 +65,7 @@ class CoordinatorLink:
     def ensure(self, deadline: float) -> Step[int]:
         """The coordinator's broker id, looked up when not known."""
         attempt = 0
+        last_error: BaseException | None = None
         while self.coordinator_id is None:
             if self._client.closed:
                 raise kerrors.KafkaConnectionError("consumer closed")
@@ -72,6 +73,7 @@ class CoordinatorLink:
             if remaining <= 0:
                 raise kerrors.KafkaTimeoutError(
                     f"group {self.group_id!r}: no coordinator found in time"
+                    + (f"; last error: {last_error}" if last_error is not None else "")
                 )
             lookup = self._lookup
             if lookup is None:
@@ -90,6 +92,7 @@ class CoordinatorLink:
                         f"group {self.group_id!r}: no coordinator found in time"
                     ) from None
                 log.debug("find_coordinator_failed", group=self.group_id, error=repr(exc))
+                last_error = exc
                 resp = None
             if self._lookup is lookup:
                 self._lookup = None

@@ -40,6 +40,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.structs import TopicPartition
 
+from epochguard._errors import ErrorCode
 from epochguard.consumer.group_messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
@@ -75,6 +76,7 @@ __all__ = [
     "PartitionLeader",
     "TopicMetadata",
     "WireValueError",
+    "broker_addresses",
     "commit_errors",
     "consumer_group_describe_request",
     "consumer_group_heartbeat_request",
@@ -90,7 +92,9 @@ __all__ = [
     "list_offsets_request",
     "member_offset_commit_request",
     "member_offset_fetch_request",
+    "metadata_error",
     "metadata_request",
+    "metadata_requires_rebootstrap",
     "node_from_wire",
     "offset_commit_request",
     "offset_fetch_request",
@@ -121,8 +125,9 @@ ZERO_UUID: Final = uuid.UUID(int=0)
 #: adds a field replicas send.
 FETCH_MAX_VERSION: Final = 17
 FETCH_MAX_VERSION_BY_NAME: Final = 12
-#: Metadata v7+ carries leader epochs; v10+ topic ids; v12 is the last we need.
-METADATA_MAX_VERSION: Final = 12
+#: Metadata v7+ carries leader epochs; v10+ topic ids; v13 a top-level error code (KIP-1102:
+#: REBOOTSTRAP_REQUIRED).
+METADATA_MAX_VERSION: Final = 13
 OFFSET_FOR_LEADER_EPOCH_MIN_VERSION: Final = 2
 #: ListOffsets v4 is the first with current_leader_epoch (fencing) and leader_epoch answers.
 LIST_OFFSETS_MIN_VERSION: Final = 4
@@ -232,6 +237,13 @@ class MetadataAnswer:
     topics: tuple[TopicMetadata, ...]
     #: Each broker's ``broker.rack`` (``None``: not set).
     racks: Mapping[int, str | None] = attrs.field(factory=dict)
+    #: The answer's top-level error (Metadata v13+; ``None``: none). An answer with one
+    #: names no brokers and no topics.
+    error: type[ERR.KafkaError] | None = None
+
+    @property
+    def rebootstrap_required(self) -> bool:
+        return _errno(self.error) == ErrorCode.REBOOTSTRAP_REQUIRED
 
 
 def metadata_request(
@@ -273,7 +285,25 @@ def read_metadata(response: Any) -> MetadataAnswer:
             )
         )
     racks = {int(b.node_id): (b.rack or None) for b in getattr(response, "brokers", None) or ()}
-    return MetadataAnswer(tuple(out), racks)
+    return MetadataAnswer(tuple(out), racks, metadata_error(response))
+
+
+def metadata_error(response: Any) -> type[ERR.KafkaError] | None:
+    """A Metadata answer's top-level error (v13+; older answers have none)."""
+    return error_from_wire(int(getattr(response, "error_code", 0) or 0))
+
+
+def metadata_requires_rebootstrap(response: Any) -> bool:
+    """The answer's top-level error is REBOOTSTRAP_REQUIRED (KIP-1102)."""
+    return _errno(metadata_error(response)) == ErrorCode.REBOOTSTRAP_REQUIRED
+
+
+def broker_addresses(response: Any) -> dict[int, tuple[str, int]]:
+    """The ``(host, port)`` of every broker a Metadata answer names."""
+    return {
+        int(b.node_id): (str(b.host), int(b.port))
+        for b in getattr(response, "brokers", None) or ()
+    }
 
 
 def _live_replicas(p: Any) -> tuple[int, ...]:

@@ -409,10 +409,17 @@ class EmbeddedCluster:
                 if successor is not None:
                     state.elect_leader(topic.name, index, successor, False)
 
-    def start_broker(self, broker_id: int) -> None:
+    def start_broker(self, broker_id: int, port: int | None = None) -> None:
+        """Start a stopped broker (a running one is left as it is). ``port``: it listens
+        there from now on (0: a free port) instead of where it listened before, as a
+        broker restarted on a new address; nothing listens at the old port any more."""
         b = self._state.broker(broker_id)
         if self._call(lambda: b.alive):
             return
+        if port is not None:
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                raise ValueError(f"port must be 0 (a free port) or 1..65535, got {port!r}")
+            self._call(lambda: setattr(b, "port", port))
         self._server.call(self._server.start_listener(broker_id))
         self._call(lambda: self._state.start_broker(broker_id))
 

@@ -65,7 +65,8 @@ class Faults:
     ) -> None:
         """Answer the next ``count`` requests of ``api_key`` with ``error_code``.
 
-        Partition-level APIs put the code on every partition of the response.
+        Partition-level APIs put the code on every partition of the response;
+        REBOOTSTRAP_REQUIRED (129) on Metadata is the answer's top-level error (v13+).
         """
         with self._lock:
             self._errors.append(_Rule(broker, api_key, count, error_code))

@@ -1,4 +1,7 @@
-"""Metadata v0-v12 from this broker's own (possibly stale) view, with epochs and topic ids."""
+"""Metadata v0-v13 from this broker's own (possibly stale) view, with epochs and topic ids.
+
+An injected REBOOTSTRAP_REQUIRED is answered as Kafka 4 does (KIP-1102): a v13+ answer
+with that top-level error and nothing else."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from epochguard.testing.embedded.state import TopicView
 ZERO_UUID = uuid.UUID(int=0)
 
 
-@handler(MetadataRequest, MetadataResponse, 0, 12)
+@handler(MetadataRequest, MetadataResponse, 0, 13)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     R = MetadataResponse
     T = R.MetadataResponseTopic
@@ -23,6 +26,18 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     cluster = ctx.cluster
     view = cluster.brokers[ctx.broker_id].view
     injected = ctx.injected_error()
+    if injected == ErrorCode.REBOOTSTRAP_REQUIRED:
+        if v >= 13:
+            return R(
+                version=v,
+                throttle_time_ms=0,
+                brokers=[],
+                cluster_id=cluster.cluster_id,
+                controller_id=-1,
+                topics=[],
+                error_code=injected,
+            )
+        injected = 0  # no top-level error before v13: answered as usual
 
     wanted: list[tuple[str | None, uuid.UUID | None]]
     if request.topics is None or (v == 0 and not request.topics):
@@ -103,4 +118,5 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         cluster_id=cluster.cluster_id,
         controller_id=cluster.active_controller,
         topics=topics,
+        error_code=0,
     )

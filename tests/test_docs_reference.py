@@ -44,6 +44,7 @@ def test_every_metric_is_in_the_operations_guide() -> None:
         "rebalances",
         "assigned_partitions",
         "partitions_awaiting_seek",
+        "rebootstraps",
     }
     missing = sorted(c for c in counters if f"`{c}`" not in section)
     assert not missing, missing

@@ -237,7 +237,10 @@ def test_strategy_none_keeps_to_the_known_brokers(
     cluster.create_topic("t", replication_factor=3)
     cluster.append("t", 0, [b"a-%d" % i for i in range(5)], batch_size=1)
     config = consumer_config(
-        cluster, bootstrap_servers=alias_address(alias), metadata_recovery_strategy="none"
+        cluster,
+        bootstrap_servers=alias_address(alias),
+        metadata_recovery_strategy="none",
+        group_id="g",
     )
     c = EpochConsumer(**config)
     try:
@@ -254,8 +257,10 @@ def test_strategy_none_keeps_to_the_known_brokers(
         declined = events(caplog, "rebootstrap_disabled")
         assert [e["reason"] for e in declined] == ["no_reachable_broker"]
         assert "ECONNREFUSED" in declined[0]["last_connection_error"]
-        with pytest.raises(KafkaTimeoutError, match="backing off .*ECONNREFUSED"):
+        with pytest.raises(KafkaTimeoutError, match=r"backing off .*ECONNREFUSED"):
             c.end_offsets([TP0])
+        with pytest.raises(KafkaTimeoutError, match=r"no known broker .*ECONNREFUSED.*'none'"):
+            c.committed(TP0)
         assert events(caplog, "rebootstrap") == []
         assert c.metrics(raw=True)["rebootstraps"] == 0
         assert alias.stats["accepted"] == accepted  # the bootstrap address was not asked

@@ -105,9 +105,12 @@ def test_defaults_are_javas() -> None:
     assert DEFAULT_CONFIG["metadata_recovery_rebootstrap_trigger_ms"] == 300000
     cfg = build_config({"metadata_recovery_strategy": "NONE"})
     assert cfg["metadata_recovery_strategy"] == "none"  # case-insensitive, as Java
-    assert build_config({"metadata_recovery_rebootstrap_trigger_ms": 0})[
-        "metadata_recovery_rebootstrap_trigger_ms"
-    ] == 0
+    assert (
+        build_config({"metadata_recovery_rebootstrap_trigger_ms": 0})[
+            "metadata_recovery_rebootstrap_trigger_ms"
+        ]
+        == 0
+    )
 
 
 @pytest.mark.parametrize(

@@ -301,8 +301,7 @@ def metadata_requires_rebootstrap(response: Any) -> bool:
 def broker_addresses(response: Any) -> dict[int, tuple[str, int]]:
     """The ``(host, port)`` of every broker a Metadata answer names."""
     return {
-        int(b.node_id): (str(b.host), int(b.port))
-        for b in getattr(response, "brokers", None) or ()
+        int(b.node_id): (str(b.host), int(b.port)) for b in getattr(response, "brokers", None) or ()
     }
 
 

@@ -154,7 +154,7 @@ def test_api_versions_advertises_registry_and_answers_unsupported_with_error_35(
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert resp.error_code == 0
     assert keys[0] == (3, 9) and keys[1] == (4, 16) and keys[23] == (2, 4)
-    assert keys[3] == (0, 12) and keys[18] == (0, 3)
+    assert keys[3] == (0, 13) and keys[18] == (0, 3)
     # A version above ours: header v0 and a v0 body with error 35 naming only ApiVersions'
     # own range, as Kafka answers (KIP-511; the client asks again at a version in it).
     w.send_raw(struct.pack(">ihhi", 10, 18, 99, 77) + struct.pack(">h", -1))

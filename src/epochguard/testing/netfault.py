@@ -360,7 +360,9 @@ class FaultProxy:
         return self.host, self._ports[broker_id]
 
     def route(self, broker_id: int, host: str, port: int) -> None:
-        """Forward ``broker_id``'s connections to ``host:port`` (opens its listener too)."""
+        """Forward ``broker_id``'s connections to ``host:port`` (opens its listener too).
+        Called again, it sends new connections to the new target (open ones stay): with an
+        id no broker has, the listener plays a bootstrap name whose target changes."""
         self.listen(broker_id)
         self._upstreams[broker_id] = (host, port)
 

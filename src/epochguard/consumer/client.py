@@ -482,6 +482,9 @@ class BrokerClient:
 
         async def _send() -> Any:
             node = self._any_node(time.monotonic()) if node_id is None else node_id
+            # A refused login stays the error (kafka-python keeps it per broker), before
+            # the backoff it caused.
+            self._manager.maybe_raise_auth_failure(node)
             delay = self._manager.connection_delay(node)
             if delay > 0:
                 # kafka-python's own error names only the broker id.

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from epochguard.consumer import (
+    EpochConsumer,
+    HangingTransactionError,
+    LogTruncationError,
+    LogTruncationException,
+)
 from epochguard.offsets import (
     DetectedBy,
     EpochGuardError,
@@ -28,38 +33,18 @@ from epochguard.offsets import (
 )
 
 if TYPE_CHECKING:
-    from epochguard.consumer import (
-        EpochConsumer,
-        HangingTransactionError,
-        LogTruncationError,
-        LogTruncationException,
-    )
     from epochguard.consumer.aio import AIOEpochConsumer
 
 __version__ = "0.3.0"
 
-#: The consumers and their errors, imported on first use: ``import epochguard.offsets`` (an
-#: offset store in a Spark worker, say) and the command line do not load the consumer.
-_LAZY = {
-    "AIOEpochConsumer": "epochguard.consumer.aio",
-    "EpochConsumer": "epochguard.consumer",
-    "HangingTransactionError": "epochguard.consumer",
-    "LogTruncationError": "epochguard.consumer",
-    "LogTruncationException": "epochguard.consumer",
-}
-
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    # Imported on first use (asyncio and aiokafka's errors), as in epochguard.consumer.
+    if name == "AIOEpochConsumer":
+        from epochguard.consumer.aio import AIOEpochConsumer
 
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+        return AIOEpochConsumer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

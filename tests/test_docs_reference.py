@@ -45,6 +45,7 @@ def test_every_metric_is_in_the_operations_guide() -> None:
         "assigned_partitions",
         "partitions_awaiting_seek",
         "rebootstraps",
+        "telemetry_pushes",
     }
     missing = sorted(c for c in counters if f"`{c}`" not in section)
     assert not missing, missing

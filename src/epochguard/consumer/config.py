@@ -80,6 +80,10 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "connections_max_idle_ms": 9 * 60 * 1000,
     "metric_reporters": [],
     "metrics_enabled": True,
+    #: KIP-714: answer a broker's client-metrics subscription by pushing this consumer's
+    #: metrics to it (Java's and librdkafka's default: on). Nothing is pushed unless an
+    #: operator created a subscription on the cluster.
+    "enable_metrics_push": True,
     "metrics_num_samples": 2,
     "metrics_sample_window_ms": 30000,
     "metric_group_prefix": "consumer",
@@ -191,6 +195,7 @@ _BOOL = (
     "exclude_internal_topics",
     "ssl_check_hostname",
     "metrics_enabled",
+    "enable_metrics_push",
 )
 
 

@@ -33,7 +33,7 @@ from kafka.util import ensure_valid_topic_name
 
 from epochguard._log import get_logger
 from epochguard.consumer.client import BrokerClient
-from epochguard.consumer.effects import Call, Pump, Step, TaskHandle
+from epochguard.consumer.effects import Await, Call, Pump, Step, TaskHandle
 from epochguard.consumer.errors import (
     ConsumerClosedError,
     ConsumerConfigError,
@@ -49,6 +49,7 @@ from epochguard.consumer.hanging import HangingTransactionMonitor
 from epochguard.consumer.left_positions import LeftPositions
 from epochguard.consumer.membership import Membership
 from epochguard.consumer.records import ConsumerRecord, as_deserializer
+from epochguard.consumer.telemetry import TelemetryReporter
 from epochguard.offsets.errors import EpochGuardError
 from epochguard.offsets.events import Event, NoValidOffset, TruncationDetected
 from epochguard.offsets.hanging import HangingTransaction
@@ -203,6 +204,19 @@ class ConsumerEngine:
             )
         self._hanging_reports: list[HangingTransaction] = []
         self._pending_hanging: dict[TopicPartition, HangingTransaction] = {}
+        # KIP-714: pushes the counters to the brokers when a subscription asks for them.
+        self.telemetry: TelemetryReporter | None = None
+        if cfg["enable_metrics_push"]:
+            resource = {"client_id": str(cfg["client_id"]), "client_software_name": "epochguard"}
+            if cfg["group_id"] is not None:
+                resource["group_id"] = str(cfg["group_id"])
+            self.telemetry = TelemetryReporter(
+                self._client,
+                self._counters,
+                resource,
+                cfg["request_timeout_ms"],
+                self.fetcher.wake_signal,
+            )
 
     # ------------------------------------------------------------------ helpers
 
@@ -574,6 +588,8 @@ class ConsumerEngine:
             fetcher.process_completions()
             if self._hanging is not None:
                 self._hanging.tick(time.monotonic())
+            if self.telemetry is not None:
+                self.telemetry.tick(time.monotonic())
             self._warn_awaiting_seek()
             self._raise_pending()
             records = fetcher.fetched_records(max_records, self._eligible)
@@ -1102,18 +1118,7 @@ class ConsumerEngine:
         ``{name: value}`` dict (kafka-python returns its internal metric objects there)."""
         if not self.config["metrics_enabled"]:
             return None
-        m: dict[str, Any] = self.fetcher.metrics.as_dict()
-        if self.group is not None:
-            m["heartbeats_sent"] = self.group.heartbeats_sent
-            m["rebalances"] = self.group.rebalances
-        m["assigned_partitions"] = len(self.assigned)
-        m["rebootstraps"] = self._client.rebootstraps
-        hanging = self._hanging
-        m["describe_producers_requests"] = 0 if hanging is None else hanging.requests_sent
-        m["hanging_transactions_detected"] = 0 if hanging is None else hanging.detected
-        m["partitions_awaiting_seek"] = sum(
-            1 for t in self.fetcher.trackers.values() if t.state in _STOPPED
-        )
+        m = self._counters()
         if raw:
             return m
         groups: dict[str, dict[str, Any]] = {
@@ -1129,6 +1134,24 @@ class ConsumerEngine:
             groups["consumer-coordinator-metrics"]["heartbeat-total"] = m["heartbeats_sent"]
             groups["consumer-coordinator-metrics"]["join-total"] = m["rebalances"]
         return groups
+
+    def _counters(self) -> dict[str, Any]:
+        """Every epochguard counter, flat (``metrics(raw=True)``; also what is pushed)."""
+        m: dict[str, Any] = self.fetcher.metrics.as_dict()
+        if self.group is not None:
+            m["heartbeats_sent"] = self.group.heartbeats_sent
+            m["rebalances"] = self.group.rebalances
+        m["assigned_partitions"] = len(self.assigned)
+        m["rebootstraps"] = self._client.rebootstraps
+        hanging = self._hanging
+        m["describe_producers_requests"] = 0 if hanging is None else hanging.requests_sent
+        m["hanging_transactions_detected"] = 0 if hanging is None else hanging.detected
+        m["partitions_awaiting_seek"] = sum(
+            1 for t in self.fetcher.trackers.values() if t.state in _STOPPED
+        )
+        telemetry = self.telemetry
+        m["telemetry_pushes"] = 0 if telemetry is None else telemetry.pushes_sent
+        return m
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """A snapshot of the group membership (kafka's ``ConsumerGroupMetadata``), e.g. for
@@ -1187,6 +1210,22 @@ class ConsumerEngine:
             except Exception as exc:
                 log.warning("close_listener_failed", error=repr(exc))
             yield from self.group.leave()
+        yield from self._terminating_push(deadline)
+
+    def _terminating_push(self, deadline: float) -> Step[None]:
+        """KIP-714: a consumer holding a metrics subscription pushes once more, marked
+        terminating, so the last counts reach the broker. Best effort, within ``deadline``."""
+        if self.telemetry is None:
+            return
+        request = self.telemetry.close_request()
+        timeout = deadline - time.monotonic()
+        if request is None or timeout <= 0:
+            return
+        future = self._client.send(None, request, timeout * 1000)
+        try:
+            yield Await(future, timeout)
+        except Exception as exc:
+            log.debug("telemetry_terminating_push_failed", error=repr(exc))
 
     def close_deserializers(self) -> None:
         for key in ("key_deserializer", "value_deserializer"):

@@ -45,6 +45,11 @@ from epochguard.consumer.group_messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
 )
+from epochguard.consumer.telemetry import PushAnswer, SubscriptionAnswer, TelemetrySubscription
+from epochguard.consumer.telemetry_messages import (
+    GetTelemetrySubscriptionsRequest,
+    PushTelemetryRequest,
+)
 from epochguard.offsets.hanging import ProducerState
 
 __all__ = [
@@ -86,6 +91,7 @@ __all__ = [
     "error_from_wire",
     "fetch_request",
     "find_coordinator_request",
+    "get_telemetry_subscriptions_request",
     "heartbeat_request",
     "join_group_request",
     "leave_group_request",
@@ -100,15 +106,18 @@ __all__ = [
     "offset_fetch_request",
     "offset_for_leader_epoch_request",
     "offset_from_wire",
+    "push_telemetry_request",
     "read_consumer_group_describe",
     "read_consumer_group_heartbeat",
     "read_describe_producers",
     "read_fetch",
+    "read_get_telemetry_subscriptions",
     "read_list_offsets",
     "read_member_offset_fetch",
     "read_metadata",
     "read_offset_fetch",
     "read_offset_for_leader_epoch",
+    "read_push_telemetry",
     "skip_tagged_fields",
     "sync_group_request",
     "topic_id_from_wire",
@@ -1323,4 +1332,55 @@ def leave_group_request(group_id: str, member_id: str, reason: str) -> Any:
             )
         ],
         max_version=4,
+    )
+
+
+# ---------------------------------------------------------------------- KIP-714 telemetry
+
+
+def get_telemetry_subscriptions_request(client_instance_id: uuid.UUID) -> Any:
+    """Ask which metrics the broker wants; the zero UUID asks it to assign this client's id."""
+    return GetTelemetrySubscriptionsRequest(client_instance_id=client_instance_id)
+
+
+def read_get_telemetry_subscriptions(response: Any) -> SubscriptionAnswer:
+    error = error_from_wire(response.error_code)
+    throttle = max(0, int(response.throttle_time_ms))
+    if error is not None:
+        return SubscriptionAnswer(error, throttle, None)
+    interval = int(response.push_interval_ms)
+    if interval <= 0:
+        raise ERR.KafkaProtocolError(f"telemetry push interval must be > 0, got {interval}")
+    return SubscriptionAnswer(
+        None,
+        throttle,
+        TelemetrySubscription(
+            client_instance_id=response.client_instance_id,
+            subscription_id=int(response.subscription_id),
+            accepted_compression_types=tuple(
+                int(c) for c in response.accepted_compression_types or ()
+            ),
+            push_interval_ms=interval,
+            telemetry_max_bytes=int(response.telemetry_max_bytes),
+            delta_temporality=bool(response.delta_temporality),
+            requested_metrics=tuple(response.requested_metrics or ()),
+        ),
+    )
+
+
+def push_telemetry_request(
+    subscription: TelemetrySubscription, terminating: bool, compression_type: int, metrics: bytes
+) -> Any:
+    return PushTelemetryRequest(
+        client_instance_id=subscription.client_instance_id,
+        subscription_id=subscription.subscription_id,
+        terminating=terminating,
+        compression_type=compression_type,
+        metrics=metrics,
+    )
+
+
+def read_push_telemetry(response: Any) -> PushAnswer:
+    return PushAnswer(
+        error_from_wire(response.error_code), max(0, int(response.throttle_time_ms))
     )

@@ -10,6 +10,8 @@ from epochguard.testing.apache_kafka.cluster import (
     EpochEndOffset,
     OffsetAndEpoch,
     PartitionState,
+    TelemetryPush,
+    read_telemetry_pushes,
 )
 from epochguard.testing.apache_kafka.group_member import (
     JavaCommit,
@@ -48,7 +50,9 @@ __all__ = [
     "OffsetAndEpoch",
     "PartitionState",
     "ProbeError",
+    "TelemetryPush",
     "ensure_kafka_jars",
     "missing_tools",
+    "read_telemetry_pushes",
     "real_kafka_required",
 ]

@@ -16,6 +16,7 @@ import base64
 import contextlib
 import fcntl
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -46,6 +47,8 @@ from kafka.protocol.admin import (
     DescribeTopicPartitionsResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.consumer import (
     ListOffsetsRequest,
@@ -65,7 +68,11 @@ from epochguard._log import get_logger
 from epochguard.testing import ports
 from epochguard.testing.apache_kafka import process
 from epochguard.testing.apache_kafka.group_member import GroupProtocol, JavaGroupMember
-from epochguard.testing.apache_kafka.jars import KafkaJars, ensure_kafka_jars
+from epochguard.testing.apache_kafka.jars import (
+    KafkaJars,
+    ensure_kafka_jars,
+    ensure_probe_classes,
+)
 from epochguard.testing.apache_kafka.probe import JavaTruncationProbe
 from epochguard.testing.apache_kafka.wire import WireError, call, error_name
 from epochguard.testing.netfault import FaultProxy
@@ -109,6 +116,11 @@ _RETRIABLE = {
     ErrorCode.FENCED_LEADER_EPOCH,
     ErrorCode.UNKNOWN_LEADER_EPOCH,
 }
+
+#: The broker-side KIP-714 receiver (TelemetryReceiverPlugin.java), compiled with the probes.
+TELEMETRY_RECEIVER = "TelemetryReceiverPlugin"
+#: Kafka's ConfigResource.Type.CLIENT_METRICS.
+CLIENT_METRICS_RESOURCE = 16
 
 JVM_OPTS = (
     "-Xms64m",
@@ -291,6 +303,7 @@ class ApacheKafkaCluster:
         racks: Mapping[int, str] | None = None,
         replica_selector: str | None = None,
         fault_proxy: FaultProxy | None = None,
+        telemetry_file: Path | None = None,
     ) -> None:
         """``sasl_users`` (name -> password): brokers also listen with SASL_PLAINTEXT,
         offering PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (``sasl_bootstrap_servers``; the
@@ -309,7 +322,11 @@ class ApacheKafkaCluster:
         ``FAULT_PROXY`` listener advertised at the proxy's port for it, and the proxy
         forwards there; clients that bootstrap from ``fault_proxy.bootstrap_servers`` then
         reach every broker through the proxy, while replication and this class's control
-        calls stay on the PLAINTEXT listener."""
+        calls stay on the PLAINTEXT listener. ``telemetry_file``: every broker runs
+        ``TelemetryReceiverPlugin`` (a KIP-714 ``ClientTelemetry`` metrics reporter, compiled
+        with the Java probes) that appends each client metrics push it accepts to this file
+        as a JSON line (see :func:`read_telemetry_pushes`); subscriptions are made with
+        :meth:`set_client_metrics`."""
         if num_brokers is not None:
             if brokers is not None:
                 raise TypeError("pass brokers= or its deprecated alias num_brokers=, not both")
@@ -358,6 +375,7 @@ class ApacheKafkaCluster:
         self._num_brokers = brokers
         self._jars = jars
         self._extra_config = dict(broker_config or {})
+        self._telemetry_file = telemetry_file
         self._own_work_dir = work_dir is None
         self._work_dir = work_dir
         self._startup_timeout = startup_timeout
@@ -646,6 +664,9 @@ class ApacheKafkaCluster:
                 props["broker.rack"] = rack
             if self._replica_selector is not None:
                 props["replica.selector.class"] = self._replica_selector
+        if node.role == "broker" and self._telemetry_file is not None:
+            props["metric.reporters"] = TELEMETRY_RECEIVER
+            props["epochguard.telemetry.file"] = str(self._telemetry_file)
         props.update(self._extra_config if node.role == "broker" else {})
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
@@ -704,10 +725,49 @@ class ApacheKafkaCluster:
             f"-Dkafka.logs.dir={node.directory}",
             f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
             "-cp",
-            self.jars.classpath,
+            self._classpath(),
             main_class,
             *args,
         ]
+
+    def _classpath(self) -> str:
+        if self._telemetry_file is None:
+            return self.jars.classpath
+        return f"{self.jars.classpath}{os.pathsep}{ensure_probe_classes(self.jars)}"
+
+    def set_client_metrics(
+        self, name: str, metrics: list[str], interval_ms: int, match: list[str] | None = None
+    ) -> None:
+        """Create or replace the KIP-714 client-metrics subscription ``name`` (what
+        ``kafka-configs --alter --entity-type client-metrics`` does): clients matching
+        ``match`` (``["client_id=..."]``; every client when empty) push the metrics whose
+        names start with one of ``metrics`` every ``interval_ms``."""
+        R = IncrementalAlterConfigsRequest
+        values = {
+            "metrics": ",".join(metrics),
+            "interval.ms": str(interval_ms),
+            "match": ",".join(match or []),
+        }
+        configs = [
+            R.AlterConfigsResource.AlterableConfig(
+                name=key, config_operation=0 if value else 1, value=value or None
+            )
+            for key, value in values.items()
+        ]
+        req = R(
+            resources=[
+                R.AlterConfigsResource(
+                    resource_type=CLIENT_METRICS_RESOURCE, resource_name=name, configs=configs
+                )
+            ],
+            validate_only=False,
+        )
+        resp = call(self._any_broker(), req, IncrementalAlterConfigsResponse, 1)
+        for r in resp.responses:
+            if r.error_code:
+                raise ClusterError(
+                    f"client-metrics {name}: {error_name(r.error_code)} {r.error_message or ''}"
+                )
 
     def _format_storage(self) -> None:
         procs = []
@@ -1332,3 +1392,36 @@ class ApacheKafkaCluster:
             f"ApacheKafkaCluster(brokers={self._num_brokers}, running={self.running_broker_ids}, "
             f"work_dir={self._work_dir})"
         )
+
+
+@attrs.frozen
+class TelemetryPush:
+    """One client metrics push as the broker-side receiver recorded it."""
+
+    client_instance_id: str
+    terminating: bool
+    content_type: str
+    client_id: str
+    #: The OTLP MetricsData bytes as the broker handed them to the receiver.
+    data: bytes
+
+
+def read_telemetry_pushes(path: Path) -> list[TelemetryPush]:
+    """Every push recorded in ``path`` by ``ApacheKafkaCluster(telemetry_file=path)``."""
+    if not path.exists():
+        return []
+    pushes = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        raw = json.loads(line)
+        pushes.append(
+            TelemetryPush(
+                client_instance_id=raw["client_instance_id"],
+                terminating=bool(raw["terminating"]),
+                content_type=raw["content_type"],
+                client_id=raw["client_id"],
+                data=base64.b64decode(raw["data"]),
+            )
+        )
+    return pushes

@@ -35,8 +35,9 @@ VERSION_ENV = "EPOCHGUARD_KAFKA_VERSION"
 REQUIRE_ENV = "EPOCHGUARD_REQUIRE_REAL_KAFKA"
 MARKER = ".resolved"
 #: The reference Java programs, compiled together (one digest over all of them): the
-#: single-partition truncation probe and the consumer-group member.
-PROBE_SOURCES = ("TruncationProbe.java", "GroupMemberProbe.java")
+#: single-partition truncation probe, the consumer-group member and the broker-side KIP-714
+#: telemetry receiver (a metrics reporter plugin the brokers load).
+PROBE_SOURCES = ("TruncationProbe.java", "GroupMemberProbe.java", "TelemetryReceiverPlugin.java")
 
 
 class KafkaUnavailableError(RuntimeError):

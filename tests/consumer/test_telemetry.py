@@ -73,9 +73,7 @@ def test_subscription_answer_is_read_from_its_bytes() -> None:
     response = GetTelemetrySubscriptionsResponse.decode(SUBSCRIPTION_V0, version=0)
     answer = wire.read_get_telemetry_subscriptions(response)
     assert answer.error is None
-    assert answer.subscription == _sub(
-        accepted_compression_types=(1, 4), delta_temporality=True
-    )
+    assert answer.subscription == _sub(accepted_compression_types=(1, 4), delta_temporality=True)
 
 
 def test_subscription_error_and_bad_interval() -> None:
@@ -93,9 +91,7 @@ def test_subscription_error_and_bad_interval() -> None:
 
 def test_push_request_bytes() -> None:
     req = wire.push_telemetry_request(_sub(), True, 1, b"\x01\x02")
-    assert req.encode(version=0) == _hex(
-        CID_HEX, "00000007", "01", "01", "03 0102", "00"
-    )
+    assert req.encode(version=0) == _hex(CID_HEX, "00000007", "01", "01", "03 0102", "00")
     back = PushTelemetryRequest.decode(req.encode(version=0), version=0)
     assert back.terminating is True and back.metrics == b"\x01\x02"
     answer = wire.read_push_telemetry(PushTelemetryResponse.decode(_hex("00000032 0075 00"), 0))
@@ -257,7 +253,12 @@ def test_otlp_payload_cumulative_and_delta() -> None:
     lost = "org.apache.kafka.consumer.epochguard.records.lost"
     cumulative = _decode(
         encode_metrics(
-            points, delta=False, start_ns=1, now_ns=2, previous={lost: 2}, resource={"client_id": "c"}
+            points,
+            delta=False,
+            start_ns=1,
+            now_ns=2,
+            previous={lost: 2},
+            resource={"client_id": "c"},
         )
     )
     m = cumulative[lost]
@@ -269,7 +270,12 @@ def test_otlp_payload_cumulative_and_delta() -> None:
     assert gauge.gauge.data_points[0].as_int == 3
     delta = _decode(
         encode_metrics(
-            points, delta=True, start_ns=1, now_ns=2, previous={lost: 2}, resource={"client_id": "c"}
+            points,
+            delta=True,
+            start_ns=1,
+            now_ns=2,
+            previous={lost: 2},
+            resource={"client_id": "c"},
         )
     )
     assert delta[lost].sum.data_points[0].as_int == 3

@@ -425,9 +425,7 @@ class TelemetryReporter:
         )
         codec, body = compress(payload, sub.accepted_compression_types)
         if sub.telemetry_max_bytes > 0 and len(body) > sub.telemetry_max_bytes:
-            log.warning(
-                "telemetry_too_large", size=len(body), max_bytes=sub.telemetry_max_bytes
-            )
+            log.warning("telemetry_too_large", size=len(body), max_bytes=sub.telemetry_max_bytes)
             self.state.on_push(PushAnswer(kerrors.TelemetryTooLargeError, 0), time.monotonic())
             return None
         self._last_push_ns = now_ns

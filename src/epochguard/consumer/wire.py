@@ -1381,6 +1381,4 @@ def push_telemetry_request(
 
 
 def read_push_telemetry(response: Any) -> PushAnswer:
-    return PushAnswer(
-        error_from_wire(response.error_code), max(0, int(response.throttle_time_ms))
-    )
+    return PushAnswer(error_from_wire(response.error_code), max(0, int(response.throttle_time_ms)))

@@ -10,8 +10,6 @@ from epochguard.testing.apache_kafka.cluster import (
     EpochEndOffset,
     OffsetAndEpoch,
     PartitionState,
-    TelemetryPush,
-    read_telemetry_pushes,
 )
 from epochguard.testing.apache_kafka.group_member import (
     JavaCommit,
@@ -30,6 +28,7 @@ from epochguard.testing.apache_kafka.jars import (
     real_kafka_required,
 )
 from epochguard.testing.apache_kafka.probe import JavaTruncationProbe, ProbeError
+from epochguard.testing.telemetry import TelemetryPush, read_telemetry_pushes
 
 __all__ = [
     "ApacheKafkaCluster",

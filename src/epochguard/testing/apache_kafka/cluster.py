@@ -16,7 +16,6 @@ import base64
 import contextlib
 import fcntl
 import functools
-import json
 import os
 import shutil
 import subprocess
@@ -1392,36 +1391,3 @@ class ApacheKafkaCluster:
             f"ApacheKafkaCluster(brokers={self._num_brokers}, running={self.running_broker_ids}, "
             f"work_dir={self._work_dir})"
         )
-
-
-@attrs.frozen
-class TelemetryPush:
-    """One client metrics push as the broker-side receiver recorded it."""
-
-    client_instance_id: str
-    terminating: bool
-    content_type: str
-    client_id: str
-    #: The OTLP MetricsData bytes as the broker handed them to the receiver.
-    data: bytes
-
-
-def read_telemetry_pushes(path: Path) -> list[TelemetryPush]:
-    """Every push recorded in ``path`` by ``ApacheKafkaCluster(telemetry_file=path)``."""
-    if not path.exists():
-        return []
-    pushes = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        raw = json.loads(line)
-        pushes.append(
-            TelemetryPush(
-                client_instance_id=raw["client_instance_id"],
-                terminating=bool(raw["terminating"]),
-                content_type=raw["content_type"],
-                client_id=raw["client_id"],
-                data=base64.b64decode(raw["data"]),
-            )
-        )
-    return pushes

@@ -27,6 +27,7 @@ from epochguard.testing.embedded.state import (
     TopicState,
 )
 from epochguard.testing.embedded.transactions import MAX_TRANSACTION_TIMEOUT_MS
+from epochguard.testing.telemetry import TelemetryPush
 from epochguard.testing.tls import TlsMaterial
 
 __all__ = ["RACK_AWARE_REPLICA_SELECTOR", "EmbeddedCluster", "EmbeddedClusterError", "ReplicaLog"]
@@ -262,6 +263,21 @@ class EmbeddedCluster:
     def set_topic_config(self, name: str, changes: Mapping[str, str | None]) -> None:
         """Change topic configs (None resets one); enabling unclean election elects."""
         self._call(lambda: self._state.set_topic_config(name, changes))
+
+    def set_client_metrics(
+        self, name: str, metrics: list[str], interval_ms: int, match: list[str] | None = None
+    ) -> None:
+        """Create or replace the KIP-714 client-metrics subscription ``name``: clients whose
+        id matches ``match`` (``["client_id=<regex>"]``; every client when empty) push the
+        metrics whose names start with one of ``metrics`` every ``interval_ms``."""
+        self._call(lambda: self._state.telemetry.set(name, metrics, interval_ms, match))
+
+    def delete_client_metrics(self, name: str) -> None:
+        self._call(lambda: self._state.telemetry.delete(name))
+
+    def telemetry_pushes(self) -> list[TelemetryPush]:
+        """Every client metrics push the brokers accepted, oldest first, decompressed."""
+        return self._call(lambda: list(self._state.telemetry.pushes))
 
     def create_partitions(self, name: str, count: int) -> None:
         self._call(lambda: self._state.create_partitions(name, count))

@@ -154,6 +154,7 @@ class ClusterState:
 
     def __init__(self, broker_ids: list[int], faults: Faults | None = None) -> None:
         from epochguard.testing.embedded.faults import Faults
+        from epochguard.testing.embedded.telemetry import ClientMetrics
 
         self.cluster_id = CLUSTER_ID
         self.brokers: dict[int, BrokerState] = {b: BrokerState(b) for b in broker_ids}
@@ -164,6 +165,8 @@ class ClusterState:
         # The transaction coordinator (``transactions.py``), installed on first use by
         # ``handlers/_txn_common.py``.
         self.transactions: Any = None
+        # KIP-714 client-metrics subscriptions and the pushes received (``telemetry.py``).
+        self.telemetry = ClientMetrics()
         # Kafka's ``transaction.max.timeout.ms``.
         self.transaction_max_timeout_ms = 900_000
         self.loop: asyncio.AbstractEventLoop | None = None

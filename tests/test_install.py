@@ -24,7 +24,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PYTHONS = ("3.11", "3.12", "3.13")
 DECODERS = ("c", "python")
-RUNTIME = {"epochguard", "kafka-python", "attrs", "structlog", "crc32c"}
+RUNTIME = {
+    "epochguard",
+    "kafka-python",
+    "attrs",
+    "structlog",
+    "crc32c",
+    "opentelemetry-proto",
+    "protobuf",
+}
 # What a fresh venv may hold besides (pip is left out below; 3.11's venv adds setuptools).
 VENV_BASE = {"pip", "setuptools"}
 

@@ -364,6 +364,8 @@ class TelemetryReporter:
         request_timeout_ms: int,
         wake: Any,
     ) -> None:
+        # wire.py builds its answers from this module's value types: imported here, not
+        # at the top, so that either module can be imported first.
         from epochguard.consumer import wire
 
         self._wire = wire

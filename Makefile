@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv install test test-fast lint docs demo bench clean kafka-jars spark-jars chaos chaos-apache chaos-legacy fuzz explore soak
+.PHONY: all venv install test test-fast lint docs demo bench clean kafka-jars spark-jars go-probe chaos chaos-apache chaos-legacy fuzz explore soak
 
 all: test
 
@@ -32,6 +32,11 @@ kafka-jars: $(STAMP)
 spark-jars: $(STAMP)
 	$(BIN)/python -m epochguard.testing.apache_kafka.spark_kafka
 
+# The franz-go reference client (a small Go program, src/epochguard/testing/franzgo/probe/,
+# franz-go pinned by its go.mod and go.sum) built from the Go module proxy into the same cache.
+go-probe: $(STAMP)
+	$(BIN)/python -m epochguard.testing.franzgo
+
 # make test runs on TEST_WORKERS processes (pytest-xdist) in three lanes: one worker runs
 # every Spark test and the builds from the source tree, one every other test that starts a
 # JVM (real Kafka, the Java client), one the rest, module by module (tests/work_groups.py).
@@ -40,15 +45,16 @@ TEST_WORKERS ?= 3
 FAST_WORKERS ?= 4
 xdist = -n $(1) --dist loadgroup --no-loadscope-reorder
 
-test: $(STAMP) kafka-jars spark-jars
+test: $(STAMP) kafka-jars spark-jars go-probe
 	$(BIN)/python -P -m pytest $(call xdist,$(TEST_WORKERS)) $(PYTEST_ARGS)
 
 # Unit, sans-IO and EmbeddedCluster tests for day-to-day work: no JVM (neither real Kafka
-# nor the Java client nor Spark), no Maven, not the install matrix (fresh venvs of every
-# Python), not the tests marked slow (the chaos CI set, the load tests, the scenario suite),
-# and a tenth of each hypothesis property's examples (tests/examples.py). make test runs all
-# of it. Markers decide; tests/jvm_markers.py keeps the JVM ones complete.
-FAST_MARKERS := not real_kafka and not spark and not install and not slow
+# nor the Java client nor Spark), no Maven, no Go (the franz-go client), not the install
+# matrix (fresh venvs of every Python), not the tests marked slow (the chaos CI set, the load
+# tests, the scenario suite), and a tenth of each hypothesis property's examples
+# (tests/examples.py). make test runs all of it. Markers decide; tests/jvm_markers.py keeps
+# the JVM and Go ones complete.
+FAST_MARKERS := not real_kafka and not spark and not go and not install and not slow
 test-fast: $(STAMP)
 	EPOCHGUARD_EXAMPLES_SCALE=0.1 $(BIN)/python -P -m pytest $(call xdist,$(FAST_WORKERS)) \
 		-m "$(FAST_MARKERS)" $(PYTEST_ARGS)

@@ -1,5 +1,6 @@
 """Every test that starts a JVM says so with a marker, so ``-m "not real_kafka and not spark"``
-(``make test-fast``) selects exactly the tests that need no Java.
+(``make test-fast``) selects exactly the tests that need no Java. Tests that run the franz-go
+probe (a Go program) carry ``go`` the same way, checked the same way.
 
 Two checks keep the markers complete:
 
@@ -36,10 +37,16 @@ JVM_COMMANDS = frozenset(
     {"java", "javac", "jshell", "mvn", "spark-submit", "spark-class", "pyspark", "spark-shell"}
 )
 
+GO_MARKER = "go"
+#: Fixtures that build or run the franz-go probe, and the marker a test requesting them needs.
+GO_FIXTURES = {"franzgo_probe": GO_MARKER}
+#: The Go toolchain and the probe it builds.
+GO_COMMANDS = frozenset({"go", "franzgo-probe"})
+
 _current: pytest.Item | None = None
 
 
-def _launches_jvm(executable: Any, args: Any) -> str | None:
+def _launches(executable: Any, args: Any, commands: frozenset[str]) -> str | None:
     candidates: list[Any] = [executable]
     if isinstance(args, (str, bytes, os.PathLike)):
         candidates.append(args)
@@ -49,7 +56,7 @@ def _launches_jvm(executable: Any, args: Any) -> str | None:
         if candidate is None:
             continue
         name = os.path.basename(os.fsdecode(candidate).split()[0] if candidate else "")
-        if name in JVM_COMMANDS:
+        if name in commands:
             return name
     return None
 
@@ -58,9 +65,16 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     if event != "subprocess.Popen" or _current is None:
         return
     item = _current
+    if item.get_closest_marker(GO_MARKER) is None:
+        command = _launches(args[0], args[1], GO_COMMANDS)
+        if command is not None:
+            raise RuntimeError(
+                f"{item.nodeid} runs {command!r} (Go, the franz-go probe) but is not marked "
+                f"{GO_MARKER}: mark it so `make test-fast` leaves it out"
+            )
     if any(item.get_closest_marker(m) is not None for m in JVM_MARKERS):
         return
-    command = _launches_jvm(args[0], args[1])
+    command = _launches(args[0], args[1], JVM_COMMANDS)
     if command is not None:
         raise RuntimeError(
             f"{item.nodeid} launches {command!r} (a JVM) but is marked neither "
@@ -76,12 +90,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     missing: list[str] = []
     for item in items:
-        for fixture, marker in JVM_FIXTURES.items():
+        for fixture, marker in {**JVM_FIXTURES, **GO_FIXTURES}.items():
             if fixture in getattr(item, "fixturenames", ()) and not item.get_closest_marker(marker):
                 missing.append(f"{item.nodeid} (uses {fixture!r}, needs @pytest.mark.{marker})")
     if missing:
         raise pytest.UsageError(
-            "tests that start a JVM without their marker:\n  " + "\n  ".join(missing)
+            "tests that start a JVM or run Go without their marker:\n  " + "\n  ".join(missing)
         )
 
 

@@ -16,6 +16,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from epochguard.testing.apache_kafka.jars import KafkaJars
 from epochguard.testing.apache_kafka.probe import JavaTruncationProbe
+from epochguard.testing.franzgo import FranzGoProbe
 
 Event = dict[str, Any]
 
@@ -175,6 +176,41 @@ class JavaClient:
 
     def position(self) -> int:
         return self.probe.position()
+
+    def read(self, count: int, timeout: float) -> list[Event]:
+        return self.probe.poll(count, int(timeout * 1000))
+
+    def close(self) -> None:
+        self.probe.close()
+
+
+class FranzGoClient:
+    """franz-go's kgo client on partition 0 with ``kgo.NoResetOffset`` (the Go probe)."""
+
+    name = "franz-go"
+
+    def __init__(
+        self,
+        binary: Path,
+        bootstrap: str,
+        topic: str,
+        log_dir: Path,
+        group: str | None = None,
+        from_committed: bool = False,
+    ) -> None:
+        """Reads from offset 0, or (``from_committed``) from ``group``'s committed offset and
+        leader epoch, as a restarted franz-go application that assigns its partition does."""
+        self.probe = FranzGoProbe(
+            binary,
+            bootstrap,
+            topic,
+            start="committed" if from_committed else 0,
+            group=group,
+            log_dir=log_dir,
+        )
+
+    def commit(self) -> list[int | None]:
+        return list(self.probe.commit())
 
     def read(self, count: int, timeout: float) -> list[Event]:
         return self.probe.poll(count, int(timeout * 1000))

@@ -18,6 +18,12 @@ from epochguard.testing.apache_kafka.pytest_support import (
     record_report,
     require_real_kafka,
 )
+from epochguard.testing.franzgo import (
+    GoProbeUnavailableError,
+    ensure_go_probe,
+    go_missing,
+    go_probe_required,
+)
 
 from . import epoch_subjects
 from .summary import write_summary
@@ -85,3 +91,15 @@ def cluster(module_cluster: Cluster) -> Iterator[Cluster]:
     for broker_id in module_cluster.broker_ids:
         if not module_cluster.is_running(broker_id):
             module_cluster.start_broker(broker_id)
+
+
+@pytest.fixture(scope="session")
+def franzgo_probe() -> Path | None:
+    """The franz-go probe binary (``make go-probe``), or None where Go is missing: the
+    scenarios then go on without franz-go, except in CI, where a missing Go fails the test."""
+    if go_missing() and not go_probe_required():
+        return None
+    try:
+        return ensure_go_probe()
+    except GoProbeUnavailableError as exc:
+        pytest.fail(f"the franz-go probe is required but unavailable: {exc}", pytrace=False)

@@ -16,7 +16,7 @@ from typing import Any
 CLUSTERS = ("apache", "embedded")
 #: Phases that come after the scenario's event (what the client did about it).
 AFTER_PHASES = ("after", "after_restart", "after-first", "after-second")
-REFERENCE_ORDER = ("kafka-python", "confluent-kafka", "java")
+REFERENCE_ORDER = ("kafka-python", "confluent-kafka", "java", "franz-go")
 
 Event = dict[str, Any]
 
@@ -67,6 +67,12 @@ def describe_reference(client: str, phases: dict[str, list[Event]]) -> str:
             notes.append(f"LogTruncationException (divergence {', '.join(map(str, offsets))})")
         elif kind == "out_of_range":
             notes.append("OffsetOutOfRangeException")
+        elif kind == "fetch_error":
+            notes.append(str(e.get("code")))
+        elif kind == "data_loss":
+            notes.append(
+                f"ErrDataLoss (consumed to {e.get('consumed_to')}, reset to {e.get('reset_to')})"
+            )
     unique = list(dict.fromkeys(notes))
     said = "; ".join(unique) if unique else "no error"
     return f"{said}; {_records(events)}"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,12 +35,18 @@ from epochguard.testing import wait_until as eventually
 from epochguard.testing.apache_kafka.jars import missing_tools, real_kafka_required
 from epochguard.testing.apache_kafka.pytest_support import require_real_kafka
 
-from .clients import ConfluentClient, JavaClient, KafkaPythonClient, ReferenceClient
+from .clients import (
+    ConfluentClient,
+    FranzGoClient,
+    JavaClient,
+    KafkaPythonClient,
+    ReferenceClient,
+)
 from .observe import Observer
 from .test_unclean_truncation import RESULTS, kind
 
-# real_kafka on both clusters: the Java consumer is one of the reference clients.
-pytestmark = [pytest.mark.real_kafka, pytest.mark.slow, pytest.mark.timeout(300)]
+# real_kafka and go on both clusters: the Java consumer and franz-go are reference clients.
+pytestmark = [pytest.mark.real_kafka, pytest.mark.go, pytest.mark.slow, pytest.mark.timeout(300)]
 
 E0 = 0
 
@@ -64,7 +71,11 @@ def replicated_on_two(cluster: Cluster, topic: str, values: list[str]) -> tuple[
 
 
 def clients_for(
-    cluster: Cluster, topic: str, group: str | None = None, from_committed: bool = False
+    cluster: Cluster,
+    topic: str,
+    franzgo_probe: Path | None,
+    group: str | None = None,
+    from_committed: bool = False,
 ) -> list[ReferenceClient]:
     """The reference clients, reading from 0, or restarting from ``group``'s commit."""
     bootstrap = cluster.all_bootstrap_servers
@@ -84,7 +95,27 @@ def clients_for(
                 f"{group}-java" if group else None,
             )
         )
+    if franzgo_probe is not None:
+        clients.append(
+            FranzGoClient(
+                franzgo_probe,
+                bootstrap,
+                topic,
+                RESULTS / f"franzgo-{kind(cluster)}",
+                f"{group}-franzgo" if group else None,
+                from_committed,
+            )
+        )
     return clients
+
+
+#: The group of each reference client in the restart scenario: ``<group>-<suffix>``.
+GROUP_SUFFIXES = {
+    "kp": "kafka-python",
+    "ck": "confluent-kafka",
+    "java": "java",
+    "franzgo": "franz-go",
+}
 
 
 def read_all(clients: list[ReferenceClient], count: int, timeout: float) -> dict[str, Any]:
@@ -124,11 +155,11 @@ def fetch_summary(
 # ------------------------------------------------------------------------- clean change
 
 
-def test_clean_leader_change(cluster: Cluster) -> None:
+def test_clean_leader_change(cluster: Cluster, franzgo_probe: Path | None) -> None:
     topic = f"ref-clean-{os.getpid()}-{kind(cluster)}"
     obs = Observer(cluster)
     _a, b = replicated_on_two(cluster, topic, [f"x{i}" for i in range(5)])
-    clients = clients_for(cluster, topic)
+    clients = clients_for(cluster, topic, franzgo_probe)
     clients_seen: dict[str, dict[str, Any]] = {}
     try:
         for name, events in read_all(clients, 5, 20).items():
@@ -178,7 +209,9 @@ def test_clean_leader_change(cluster: Cluster) -> None:
 # ------------------------------------------------------------- restart from committed
 
 
-def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Cluster) -> None:
+def test_unclean_election_while_stopped_then_restart_from_committed(
+    cluster: Cluster, franzgo_probe: Path | None
+) -> None:
     topic = f"ref-restart-{os.getpid()}-{kind(cluster)}"
     group = f"g-{topic}"
     obs = Observer(cluster)
@@ -189,7 +222,7 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
 
     seen: dict[str, Any] = {}
     clients_seen: dict[str, dict[str, Any]] = {}
-    first = clients_for(cluster, topic, group)
+    first = clients_for(cluster, topic, franzgo_probe, group)
     try:
         for c in first:
             clients_seen[c.name] = {"before": c.read(8, 20)}
@@ -211,7 +244,7 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
     eventually("metadata", lambda: obs.leader_and_epoch(topic, 0)[1] == epoch)
     produce(cluster, topic, [f"b{i}" for i in range(5)])
 
-    restarted = clients_for(cluster, topic, group, from_committed=True)
+    restarted = clients_for(cluster, topic, franzgo_probe, group, from_committed=True)
     try:
         for c in restarted:
             clients_seen[c.name]["after_restart"] = c.read(5, 5)
@@ -219,10 +252,10 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
         close_all(restarted)
     seen["epoch_after"] = epoch
     # What a restarting client is told on the wire, whatever each library makes of it.
+    suffixes = [s for s, name in GROUP_SUFFIXES.items() if name in clients_seen]
     seen["offset_fetch"] = {
         f"{group}-{suffix}": list(obs.offset_fetch(f"{group}-{suffix}", topic, 0))
-        for suffix in ("kp", "ck", "java")
-        if suffix != "java" or "java" in clients_seen
+        for suffix in suffixes
     }
     seen["offset_for_leader_epoch_0"] = list(obs.offset_for_leader_epoch(topic, 0, E0))
     seen["fetch at the committed position"] = fetch_summary(obs, topic, 8, epoch, E0)
@@ -233,14 +266,12 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
     expected_committed = {"kafka-python": [8, E0], "confluent-kafka": [8, E0]}
     if _java_jars(cluster) is not None:
         expected_committed["java"] = [8, E0]
+    if franzgo_probe is not None:
+        expected_committed["franz-go"] = [8, E0]
     assert seen == {
         "committed_before": expected_committed,
         "epoch_after": 2,
-        "offset_fetch": {
-            f"{group}-{s}": ["NoError", 8, E0]
-            for s in ("kp", "ck", "java")
-            if s != "java" or "java" in clients_seen
-        },
+        "offset_fetch": {f"{group}-{s}": ["NoError", 8, E0] for s in suffixes},
         "offset_for_leader_epoch_0": ["NoError", E0, 5],
         "fetch at the committed position": {
             "error": "NoError",
@@ -253,13 +284,15 @@ def test_unclean_election_while_stopped_then_restart_from_committed(cluster: Clu
 # ---------------------------------------------------------------------------- retention
 
 
-def test_retention_moves_log_start_past_the_position(cluster: Cluster) -> None:
+def test_retention_moves_log_start_past_the_position(
+    cluster: Cluster, franzgo_probe: Path | None
+) -> None:
     topic = f"ref-retention-{os.getpid()}-{kind(cluster)}"
     obs = Observer(cluster)
     cluster.create_topic(topic, replication_factor=2)
     eventually("a leader", lambda: cluster.leader(topic, 0) is not None)
     produce(cluster, topic, [f"r{i}" for i in range(3)])
-    clients = clients_for(cluster, topic)
+    clients = clients_for(cluster, topic, franzgo_probe)
     clients_seen: dict[str, dict[str, Any]] = {}
     try:
         for name, events in read_all(clients, 3, 20).items():
@@ -294,14 +327,14 @@ def test_retention_moves_log_start_past_the_position(cluster: Cluster) -> None:
 # ------------------------------------------------------------------------ topic recreate
 
 
-def test_topic_deleted_and_recreated(cluster: Cluster) -> None:
+def test_topic_deleted_and_recreated(cluster: Cluster, franzgo_probe: Path | None) -> None:
     topic = f"ref-recreate-{os.getpid()}-{kind(cluster)}"
     obs = Observer(cluster)
     cluster.create_topic(topic, replication_factor=2)
     eventually("a leader", lambda: cluster.leader(topic, 0) is not None)
     old_id = eventually("topic id", lambda: obs._metadata(topic).topics[0].topic_id)
     produce(cluster, topic, [f"t{i}" for i in range(5)])
-    clients = clients_for(cluster, topic)
+    clients = clients_for(cluster, topic, franzgo_probe)
     clients_seen: dict[str, dict[str, Any]] = {}
     try:
         for name, events in read_all(clients, 5, 20).items():

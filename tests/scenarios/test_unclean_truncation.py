@@ -26,7 +26,13 @@ from epochguard.testing import ApacheKafkaCluster, Cluster, produce, wait_until
 from epochguard.testing.apache_kafka.jars import missing_tools, real_kafka_required
 from epochguard.testing.apache_kafka.pytest_support import require_real_kafka
 
-from .clients import ConfluentClient, JavaClient, KafkaPythonClient, ReferenceClient
+from .clients import (
+    ConfluentClient,
+    FranzGoClient,
+    JavaClient,
+    KafkaPythonClient,
+    ReferenceClient,
+)
 from .observe import Observer
 
 pytestmark = pytest.mark.timeout(300)
@@ -103,7 +109,9 @@ def kind(cluster: Cluster) -> str:
     return "apache" if isinstance(cluster, ApacheKafkaCluster) else "embedded"
 
 
-def start_clients(cluster: Cluster, topic: str) -> list[ReferenceClient]:
+def start_clients(
+    cluster: Cluster, topic: str, franzgo_probe: Path | None = None
+) -> list[ReferenceClient]:
     bootstrap = cluster.all_bootstrap_servers
     clients: list[ReferenceClient] = [
         KafkaPythonClient(bootstrap, topic),
@@ -116,6 +124,10 @@ def start_clients(cluster: Cluster, topic: str) -> list[ReferenceClient]:
     if jars is not None:
         log_dir = RESULTS / f"java-{kind(cluster)}"
         clients.append(JavaClient(bootstrap, topic, jars, log_dir))
+    if franzgo_probe is not None:
+        clients.append(
+            FranzGoClient(franzgo_probe, bootstrap, topic, RESULTS / f"franzgo-{kind(cluster)}")
+        )
     return clients
 
 
@@ -128,8 +140,11 @@ VARIANTS = {
 
 
 @pytest.mark.real_kafka  # on both clusters: the Java consumer is a reference client
+@pytest.mark.go  # and so is franz-go
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_unclean_election_answers_match_kafka(cluster: Cluster, variant: str) -> None:
+def test_unclean_election_answers_match_kafka(
+    cluster: Cluster, variant: str, franzgo_probe: Path | None
+) -> None:
     refill, idle_poll = VARIANTS[variant]
     topic = f"scenario-{os.getpid()}-{kind(cluster)}-{variant}"
     leo = 5 + refill
@@ -160,7 +175,7 @@ def test_unclean_election_answers_match_kafka(cluster: Cluster, variant: str) ->
     }
     seen["high_watermark_before_election"] = obs.list_offsets(topic, 0, -1)[1]
 
-    clients = start_clients(cluster, topic)
+    clients = start_clients(cluster, topic, franzgo_probe)
     try:
         for client in clients:
             clients_seen[client.name] = {"before": client.read(8, 20)}

@@ -55,43 +55,18 @@ class ProbeError(RuntimeError):
 Event = dict[str, Any]
 
 
-class JavaProgram:
-    """One of our Java programs (compiled against the brokers' kafka-clients jar) as a child
-    process: commands on stdin, JSON-line events on stdout, its log on stderr. An answer ends
-    with an event whose kind is in ``terminal``; :meth:`_on_event` sees every event."""
+class ProbeProgram:
+    """One of our probe programs as a child process: commands on stdin, JSON-line events on
+    stdout, its log on stderr. An answer ends with an event whose kind is in ``terminal``;
+    :meth:`_on_event` sees every event."""
 
     #: How failures name the program.
-    label = "Java program"
+    label = "probe program"
     terminal: frozenset[str] = frozenset()
 
-    def _launch(
-        self,
-        main_class: str,
-        program_args: list[str],
-        *,
-        jars: KafkaJars | None,
-        log_dir: Path,
-        log_name: str,
-    ) -> None:
-        self.jars = jars or ensure_kafka_jars()
-        classes = ensure_probe_classes(self.jars)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        config = log_dir / "probe-log4j2.properties"
-        config.write_text(PROBE_LOG4J2)
-        self.log_path = log_dir / log_name
-        args = [
-            "java",
-            "-Xmx128m",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            "-XX:-UsePerfData",
-            f"-Dlog4j2.configurationFile={config}",
-            "-cp",
-            f"{classes}:{self.jars.classpath}",
-            main_class,
-            *program_args,
-        ]
-        self._stderr = open(self.log_path, "wb")  # noqa: SIM115 - closed in _stop()
+    def _spawn(self, args: list[str], log_path: Path) -> None:
+        self.log_path = log_path
+        self._stderr = open(log_path, "wb")  # noqa: SIM115 - closed in _stop()
         self._proc = subprocess.Popen(
             args,
             stdin=subprocess.PIPE,
@@ -178,6 +153,41 @@ class JavaProgram:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class JavaProgram(ProbeProgram):
+    """One of our Java programs, compiled against the brokers' kafka-clients jar."""
+
+    label = "Java program"
+
+    def _launch(
+        self,
+        main_class: str,
+        program_args: list[str],
+        *,
+        jars: KafkaJars | None,
+        log_dir: Path,
+        log_name: str,
+    ) -> None:
+        self.jars = jars or ensure_kafka_jars()
+        classes = ensure_probe_classes(self.jars)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        config = log_dir / "probe-log4j2.properties"
+        config.write_text(PROBE_LOG4J2)
+        self.log_path = log_dir / log_name
+        args = [
+            "java",
+            "-Xmx128m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-XX:-UsePerfData",
+            f"-Dlog4j2.configurationFile={config}",
+            "-cp",
+            f"{classes}:{self.jars.classpath}",
+            main_class,
+            *program_args,
+        ]
+        self._spawn(args, self.log_path)
 
 
 class JavaTruncationProbe(JavaProgram):

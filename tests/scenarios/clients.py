@@ -217,3 +217,19 @@ class FranzGoClient:
 
     def close(self) -> None:
         self.probe.close()
+
+
+def franzgo_seen(events: list[Event]) -> dict[str, list[Any]]:
+    """What franz-go handed the application: ErrDataLoss (consumed to offset, epoch; reset to
+    offset, epoch), other partition errors once each by code, then the records."""
+    return {
+        "data_loss": [
+            [e["consumed_to"], e["consumed_to_epoch"], e["reset_to"], e["reset_to_epoch"]]
+            for e in events
+            if e["event"] == "data_loss"
+        ],
+        "fetch_errors": [e["code"] for e in events if e["event"] == "fetch_error"],
+        "records": [
+            [e["offset"], e["leader_epoch"], e["value"]] for e in events if e["event"] == "record"
+        ],
+    }

@@ -41,6 +41,7 @@ from .clients import (
     JavaClient,
     KafkaPythonClient,
     ReferenceClient,
+    franzgo_seen,
 )
 from .observe import Observer
 from .test_unclean_truncation import RESULTS, kind
@@ -204,6 +205,12 @@ def test_clean_leader_change(cluster: Cluster, franzgo_probe: Path | None) -> No
     }
     for name, run in clients_seen.items():
         assert offsets_read(run["before"]) == list(range(5)), (name, run)
+    if "franz-go" in clients_seen:
+        assert franzgo_seen(clients_seen["franz-go"]["after"]) == {
+            "data_loss": [],
+            "fetch_errors": [],
+            "records": [[5 + i, new_epoch, f"y{i}"] for i in range(5)],
+        }, clients_seen["franz-go"]
 
 
 # ------------------------------------------------------------- restart from committed
@@ -279,6 +286,14 @@ def test_unclean_election_while_stopped_then_restart_from_committed(
             "records": [],
         },
     }
+    if "franz-go" in clients_seen:
+        # Restored with the committed epoch, validated before fetching: ErrDataLoss, then the
+        # new leader's records from the divergence on.
+        assert franzgo_seen(clients_seen["franz-go"]["after_restart"]) == {
+            "data_loss": [[8, E0, 5, E0]],
+            "fetch_errors": [],
+            "records": [[5 + i, epoch, f"b{i}"] for i in range(5)],
+        }, clients_seen["franz-go"]
 
 
 # ---------------------------------------------------------------------------- retention
@@ -322,6 +337,14 @@ def test_retention_moves_log_start_past_the_position(
             "records": [[6 + i, f"r{6 + i}"] for i in range(5)],
         },
     }
+    if "franz-go" in clients_seen:
+        # kgo.NoResetOffset: OFFSET_OUT_OF_RANGE on every poll, nothing more read (r3 was
+        # fetched before the deletion).
+        assert franzgo_seen(clients_seen["franz-go"]["after"]) == {
+            "data_loss": [],
+            "fetch_errors": ["OFFSET_OUT_OF_RANGE"],
+            "records": [[3, E0, "r3"]],
+        }, clients_seen["franz-go"]
 
 
 # ------------------------------------------------------------------------ topic recreate
@@ -363,3 +386,11 @@ def test_topic_deleted_and_recreated(cluster: Cluster, franzgo_probe: Path | Non
             "records": [[5 + i, f"z{5 + i}"] for i in range(3)],
         },
     }
+    if "franz-go" in clients_seen:
+        # franz-go fetches by topic id: the old id is UNKNOWN_TOPIC_ID on every poll, and it
+        # never reads the new topic's records as the old one's.
+        assert franzgo_seen(clients_seen["franz-go"]["after"]) == {
+            "data_loss": [],
+            "fetch_errors": ["UNKNOWN_TOPIC_ID"],
+            "records": [],
+        }, clients_seen["franz-go"]

@@ -32,6 +32,7 @@ from .clients import (
     JavaClient,
     KafkaPythonClient,
     ReferenceClient,
+    franzgo_seen,
 )
 from .observe import Observer
 
@@ -258,6 +259,15 @@ def test_unclean_election_answers_match_kafka(
     for name, run in clients_seen.items():
         before = [e for e in run["before"] if e["event"] == "record"]
         assert [e["offset"] for e in before] == list(range(8)), (name, run["before"])
+    if "franz-go" in clients_seen:
+        # franz-go finds the divergence (DivergingEpoch / OffsetForLeaderEpoch), hands the
+        # application ErrDataLoss (consumed to 8 @ 0, reset to 5 @ 0) and goes on from 5: it
+        # reads the new leader's records.
+        assert franzgo_seen(clients_seen["franz-go"]["after"]) == {
+            "data_loss": [[8, E0, 5, E0]],
+            "fetch_errors": [],
+            "records": [[5 + i, UNCLEAN, f"b{i}"] for i in range(refill)],
+        }, clients_seen["franz-go"]
 
 
 def test_kafka_python_keeps_its_position_epoch_while_idle(cluster: Cluster) -> None:

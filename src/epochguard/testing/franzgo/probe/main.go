@@ -90,6 +90,9 @@ type probe struct {
 func (p *probe) poll(max int, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	count := 0
+	// franz-go hands a partition's error back on every poll until it changes: each distinct
+	// error is reported once, how often it came in the terminal event.
+	repeated := map[string]int{}
 	for count < max && time.Now().Before(deadline) {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		fetches := p.client.PollRecords(ctx, max-count)
@@ -98,8 +101,15 @@ func (p *probe) poll(max int, timeout time.Duration) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 				return
 			}
-			emit(errorEvent(err))
+			if repeated[err.Error()]++; repeated[err.Error()] == 1 {
+				emit(errorEvent(err))
+			}
 		})
+		if fetches.NumRecords() == 0 && time.Now().Before(deadline) {
+			// Only errors, which the next poll hands back at once: pause as an application's
+			// loop would rather than spin.
+			time.Sleep(50 * time.Millisecond)
+		}
 		fetches.EachRecord(func(r *kgo.Record) {
 			if p.expected >= 0 && r.Offset != p.expected {
 				// franz-go moved its position by itself (a data-loss reset, say).
@@ -120,7 +130,7 @@ func (p *probe) poll(max int, timeout time.Duration) {
 	if count >= max {
 		outcome = "enough"
 	}
-	emit(event{"event": "polled", "count": count, "outcome": outcome})
+	emit(event{"event": "polled", "count": count, "outcome": outcome, "errors_seen": repeated})
 }
 
 func (p *probe) commit() {

@@ -3,9 +3,10 @@
 Each scenario is staged once per cluster: the partition leader's answers (Metadata topic
 ids, OffsetForLeaderEpoch, ListOffsets, Fetch errors and DivergingEpoch, OffsetFetch
 committed epochs) are recorded and the embedded cluster must give what real Kafka 4.3.1
-gave; kafka-python, confluent-kafka and the Java consumer (``auto.offset.reset`` none /
-error) go through the same steps and what they do is recorded in
-``build/scenarios/<scenario>-<cluster>.json``, not judged (EpochConsumer's side of the same
+gave; kafka-python, confluent-kafka, the Java consumer (``auto.offset.reset`` none /
+error) and franz-go (``kgo.NoResetOffset``) go through the same steps and what they do is
+recorded in ``build/scenarios/<scenario>-<cluster>.json``; franz-go's is asserted, as it
+behaved on both clusters, the others' is not judged (EpochConsumer's side of the same
 scenarios is asserted in test_epoch_consumer.py).
 
 * clean-leader-change: x0..x4 replicated on A and B, clients read them, B is elected

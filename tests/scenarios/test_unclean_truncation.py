@@ -3,7 +3,8 @@
 It runs on real Apache Kafka 4.x (the reference) and on the EmbeddedCluster, records what the
 partition leader answers on the wire at each step, and asserts both clusters give the answers
 real Kafka gave (``kafka_answers``, measured on Kafka 4.3.1). The reference clients' behaviour
-is recorded to ``build/scenarios/`` and not judged.
+is recorded to ``build/scenarios/``; franz-go's is asserted (ErrDataLoss, then the new
+leader's records), the others' is not judged.
 
 Steps (RF=2 on brokers A and B, broker C never stopped, min.insync.replicas=1, acks=1):
 a0..a4 replicated -> stop B -> d0..d2 on A alone (offsets 5..7, committed: ISR is [A]) ->

@@ -33,6 +33,17 @@ def test_reference_cells_come_from_the_events() -> None:
     assert describe_reference("java", java) == ("LogTruncationException (divergence 5); no records")
     silent = {"after": [{"event": "record", "offset": 8, "value": "b3"}]}
     assert describe_reference("confluent-kafka", silent) == "no error; read 8 (b3)"
+    franzgo = {
+        "after": [
+            {"event": "data_loss", "consumed_to": 8, "reset_to": 5},
+            {"event": "record", "offset": 5, "value": "b0"},
+            {"event": "fetch_error", "code": "OFFSET_OUT_OF_RANGE"},
+            {"event": "polled", "count": 1},
+        ]
+    }
+    assert describe_reference("franz-go", franzgo) == (
+        "ErrDataLoss (consumed to 8, reset to 5); OFFSET_OUT_OF_RANGE; read 5 (b0)"
+    )
 
 
 def test_epochguard_cells_and_the_table(tmp_path: Path) -> None:

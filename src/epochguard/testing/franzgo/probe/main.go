@@ -197,9 +197,21 @@ func main() {
 
 	var at kgo.Offset
 	if *start == "committed" {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		offset, epoch, err := p.committedOffset(ctx)
-		cancel()
+		// A seed broker may be down (the scenario stopped it): kadm gives up on the first
+		// refused connection, so ask again, as a restarting application would.
+		var offset int64
+		var epoch int32
+		var err error
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			offset, epoch, err = p.committedOffset(ctx)
+			cancel()
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+			fmt.Fprintln(os.Stderr, "fetching the committed offset again after:", err)
+			time.Sleep(200 * time.Millisecond)
+		}
 		if err != nil {
 			fail("OffsetFetchFailed", err)
 			os.Exit(1)

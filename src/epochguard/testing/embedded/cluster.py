@@ -11,6 +11,7 @@ import attrs
 
 from epochguard.testing.embedded.faults import Faults
 from epochguard.testing.embedded.partition_log import EpochEntry, PartitionLog, batch_epoch
+from epochguard.testing.embedded.raft import EPOCH_RULES, KAFKA, RAFT_MAX_VERSIONS, RaftElections
 from epochguard.testing.embedded.records import Record, build_batch
 from epochguard.testing.embedded.security import (
     PLAINTEXT,
@@ -69,6 +70,7 @@ class EmbeddedCluster:
         racks: Mapping[int, str] | None = None,
         replica_selector: str | None = None,
         transaction_max_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS,
+        epochs: str = KAFKA,
     ) -> None:
         """``port``: the first broker listens there and broker ``i`` (ids start at 1) on
         ``port + i - 1`` (default: free ports chosen by the OS). A restarted broker keeps its port.
@@ -87,9 +89,18 @@ class EmbeddedCluster:
 
         ``transaction_max_timeout_ms`` is the brokers' ``transaction.max.timeout.ms``: the
         largest transaction timeout a producer may ask for (docs/guides/testing.md,
-        "Transactions")."""
+        "Transactions").
+
+        ``epochs``: whose leader-epoch rules the brokers follow. ``"kafka"`` (the default):
+        Apache Kafka's controller, ISR and unclean elections. ``"raft"``: the Raft term is
+        the leader epoch, as on Redpanda (:mod:`epochguard.testing.embedded.raft`): every
+        election attempt takes a term, a majority elects and makes records visible,
+        ``stop_broker`` is a power cut that loses unflushed acks=1 writes, and there are no
+        unclean elections (docs/concepts.md, "Raft-term brokers")."""
         if brokers < 1:
             raise ValueError("an EmbeddedCluster needs at least one broker")
+        if epochs not in EPOCH_RULES:
+            raise ValueError(f"epochs must be one of {', '.join(EPOCH_RULES)}, got {epochs!r}")
         if port is not None and not 1 <= port <= 65535 - (brokers - 1):
             raise ValueError(
                 f"port must leave room for {brokers} consecutive ports in 1..65535, got {port}"
@@ -129,6 +140,11 @@ class EmbeddedCluster:
                 f"transaction_max_timeout_ms must be positive, got {transaction_max_timeout_ms}"
             )
         self._state.transaction_max_timeout_ms = transaction_max_timeout_ms
+        self._epochs = epochs
+        if epochs != KAFKA:
+            self._state.raft = RaftElections(self._state)
+            self._state.elr_enabled = False
+            self._state.max_versions.update(RAFT_MAX_VERSIONS)
         self._server = EmbeddedServer(self._state)
         self._started = False
         self._closed = False
@@ -220,6 +236,11 @@ class EmbeddedCluster:
     @property
     def broker_ids(self) -> list[int]:
         return sorted(self._state.brokers)
+
+    @property
+    def epochs(self) -> str:
+        """The leader-epoch rules the brokers follow: ``"kafka"`` or ``"raft"``."""
+        return self._epochs
 
     @property
     def faults(self) -> Faults:
@@ -443,9 +464,41 @@ class EmbeddedCluster:
         return self._call(lambda: self._state.broker(broker_id).alive)
 
     def elect_leader(
-        self, topic: str, partition: int, broker_id: int, unclean: bool = False
+        self,
+        topic: str,
+        partition: int,
+        broker_id: int,
+        unclean: bool = False,
+        *,
+        failed_attempts: int = 0,
     ) -> None:
-        self._call(lambda: self._state.elect_leader(topic, partition, broker_id, unclean))
+        """Make ``broker_id`` the leader under a new epoch. Raft-term clusters: it must win a
+        majority's votes (the current leader too: re-elected under a new term), and
+        ``failed_attempts`` rounds fail first, each taking a term; ``unclean`` is refused."""
+        self._call(
+            lambda: self._state.elect_leader(topic, partition, broker_id, unclean, failed_attempts)
+        )
+
+    def flush(self, topic: str, partition: int | None = None) -> None:
+        """Every running replica of the partition (``None``: of the topic) writes what it
+        holds to disk, as brokers do periodically: in a Raft-term cluster those records
+        then survive ``stop_broker``."""
+
+        def do() -> None:
+            t = self._topic(topic)
+            parts = (
+                t.partitions.values()
+                if partition is None
+                else [self._state.partition(topic, partition)]
+            )
+            for p in parts:
+                self._state.flush(p)
+
+        self._call(do)
+
+    def flushed_offset(self, topic: str, partition: int, broker: int) -> int:
+        """Records of ``broker``'s replica below this offset are on disk."""
+        return self._call(lambda: self._log(topic, partition, broker).flushed_offset)
 
     def fetch_sessions(self, broker_id: int) -> dict[int, dict[tuple[str, int], tuple[int, int]]]:
         """The KIP-227 fetch sessions ``broker_id`` holds: ``{session id: {(topic, partition):

@@ -180,9 +180,16 @@ class PartitionLog:
     ``_bases[i]`` / ``_lasts[i]`` are the first / last offsets of ``_batches[i]``; lookups by
     offset bisect ``_lasts``. ``_positions[i]`` is the byte position of batch ``i`` in the
     logical concatenation, so the size of a range of batches is a subtraction.
+
+    ``raft``: a Raft-term replica (``EmbeddedCluster(epochs="raft")``, see ``raft.py``). Every
+    term its leader took stays in the epoch cache even when it holds no record (Raft's
+    configuration batch at the start of each term, invisible at Kafka offsets), and the
+    replica knows which prefix is on disk: :meth:`flush` makes it durable,
+    :meth:`lose_unflushed` is a power cut.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, raft: bool = False) -> None:
+        self.raft = raft
         self._batches: list[bytes] = []
         self._bases: list[int] = []
         self._lasts: list[int] = []
@@ -202,6 +209,10 @@ class PartitionLog:
         # Finished transactions (first offset, marker offset) whose marker is not below the
         # high watermark yet: they hold the last stable offset back, as in Kafka.
         self._unreplicated_txns: list[tuple[int, int]] = []
+        # Raft: the durable prefix (records below ``_flushed``; the epoch entries that were
+        # on disk at the last flush, for the terms that start exactly there).
+        self._flushed = 0
+        self._flushed_epochs: frozenset[EpochEntry] = frozenset()
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -349,8 +360,12 @@ class PartitionLog:
 
     def _add_epoch(self, epoch: int, start_offset: int) -> None:
         # As Kafka's LeaderEpochFileCache.assign: an entry replaces every entry starting at
-        # or after it (an epoch that never got a record is superseded).
-        while self._epochs and self._epochs[-1].start_offset >= start_offset:
+        # or after it (an epoch that never got a record is superseded). A Raft term is a log
+        # entry of its own: one without records stays.
+        while self._epochs and (
+            self._epochs[-1].start_offset > start_offset
+            or (self._epochs[-1].start_offset == start_offset and not self.raft)
+        ):
             self._epochs.pop()
         self._epochs.append(EpochEntry(epoch, start_offset))
 
@@ -385,6 +400,33 @@ class PartitionLog:
             return requested, self._epochs[0].start_offset
         return self._epochs[higher - 1].epoch, self._epochs[higher].start_offset
 
+    def term_end_offset(self, requested: int) -> tuple[int, int]:
+        """``(epoch, end offset)`` as a Raft-term broker answers OffsetForLeaderEpoch (Redpanda's
+        leader-epoch RFC): the requested term is echoed and the offset is where it ends, the
+        start of the next term this replica holds, which is also the answer for a term that
+        holds no record here (a term without records, or one this log never had). A term
+        newer than every term here ends nowhere yet: ``(requested, -1)``; one older than the
+        first kept entry (retention) ends at the log start."""
+        if requested == UNDEFINED_EPOCH or not self._epochs:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if requested > self._epochs[-1].epoch:
+            return requested, UNDEFINED_EPOCH_OFFSET
+        if requested < self._epochs[0].epoch:
+            return requested, self.log_start_offset
+        for e in self._epochs:
+            if e.epoch > requested:
+                return requested, max(e.start_offset, self.log_start_offset)
+        return requested, self.log_end_offset
+
+    def adopt_epochs(self, leader: PartitionLog) -> None:
+        """Raft: take the leader's terms up to this replica's log end (after a catch-up this
+        log is a prefix of the leader's, terms without records included)."""
+        end = self.log_end_offset
+        whole = end == leader.log_end_offset
+        self._epochs = [
+            e for e in leader._epochs if e.start_offset < end or (whole and e.start_offset == end)
+        ]
+
     def epoch_for_offset(self, offset: int) -> int:
         """Epoch of the cache entry covering ``offset`` (Kafka's ``epochForOffset``)."""
         best = UNDEFINED_EPOCH
@@ -394,6 +436,39 @@ class PartitionLog:
             else:
                 break
         return best
+
+    # -- durability (Raft mode) -------------------------------------------------------------
+
+    @property
+    def flushed_offset(self) -> int:
+        """Records below this offset are on disk and survive :meth:`lose_unflushed`."""
+        return self._flushed
+
+    def flush(self) -> None:
+        """Everything written so far is durable (an fsync)."""
+        self._flushed = self.log_end_offset
+        self._flushed_epochs = frozenset(self._epochs)
+
+    def lose_unflushed(self) -> int:
+        """A power cut: keep the durable prefix only; returns how many records were lost.
+
+        A term's entry survives when records after its start did (its configuration batch
+        came first), or when it was on disk itself at the last flush."""
+        keep = max(min(self._flushed, self.log_end_offset), self.log_start_offset)
+        lost = self.log_end_offset - keep
+        epochs = [
+            e
+            for e in self._epochs
+            if e.start_offset < keep or (e.start_offset == keep and e in self._flushed_epochs)
+        ]
+        if lost:
+            self.truncate_to(keep)
+            keep = self.log_end_offset  # a batch cut in two goes whole
+        self._epochs = [e for e in epochs if e.start_offset <= keep]
+        self._flushed = keep
+        self._flushed_epochs = frozenset(self._epochs)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        return lost
 
     # -- truncation and retention ----------------------------------------------------------
 
@@ -421,6 +496,7 @@ class PartitionLog:
         del self._positions[i + 1 :]
         self.log_end_offset = offset
         self.high_watermark = min(self.high_watermark, offset)
+        self._flushed = min(self._flushed, offset)
         self._epochs = [e for e in self._epochs if e.start_offset < offset]
         self._rebuild_producer_state()
 
@@ -446,10 +522,11 @@ class PartitionLog:
 
     def reset(self, start_offset: int) -> None:
         """Drop everything and restart empty at ``start_offset`` (follower far behind)."""
-        self.__init__()  # type: ignore[misc]
+        self.__init__(self.raft)  # type: ignore[misc]
         self.log_start_offset = start_offset
         self.log_end_offset = start_offset
         self.high_watermark = start_offset
+        self._flushed = start_offset
 
     # -- reads -----------------------------------------------------------------------------
 

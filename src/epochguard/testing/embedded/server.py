@@ -333,7 +333,8 @@ class EmbeddedServer:
             # A Kafka broker cannot parse an unknown API and closes the connection.
             log.warning("unknown_api", broker=broker_id, api_key=api_key, api_version=version)
             return False
-        if not entry.min_version <= version <= entry.max_version:
+        low, high = self.state.api_versions(api_key, entry.min_version, entry.max_version)
+        if not low <= version <= high:
             if api_key == API_VERSIONS:
                 writer.write(api_versions_error_response(correlation_id))
                 await writer.drain()

@@ -25,6 +25,7 @@ from epochguard.testing.embedded.security import SecuritySettings
 
 if TYPE_CHECKING:
     from epochguard.testing.embedded.faults import Faults
+    from epochguard.testing.embedded.raft import RaftElections
 
 log = get_logger("epochguard.testing.embedded")
 
@@ -190,6 +191,10 @@ class ClusterState:
         self.replica_selector: str | None = None
         # Record bytes each broker served to consumers' Fetch requests (cross-rack traffic).
         self.consumer_fetch_bytes: collections.Counter[int] = collections.Counter()
+        # Raft-term leader epochs (``raft.py``): None keeps Kafka's rules.
+        self.raft: RaftElections | None = None
+        # API key -> the highest version these brokers serve, below what the handler can.
+        self.max_versions: dict[int, int] = {}
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -220,6 +225,30 @@ class ClusterState:
     def next_producer_id(self) -> int:
         self._next_producer_id += 1
         return self._next_producer_id
+
+    def api_versions(self, api_key: int, min_version: int, max_version: int) -> tuple[int, int]:
+        """The versions of ``api_key`` these brokers serve (what ApiVersions advertises)."""
+        return min_version, min(max_version, self.max_versions.get(api_key, max_version))
+
+    def _new_partition(self, name: str, index: int, replicas: list[int]) -> PartitionState:
+        """A new partition and its first leader (Kafka: the first running replica, epoch 0;
+        Raft: the first election, term 1)."""
+        alive = [r for r in replicas if self.brokers[r].alive]
+        raft = self.raft is not None
+        logs = {r: PartitionLog(raft=raft) for r in replicas}
+        if self.raft is not None:
+            p = PartitionState(name, index, list(replicas), [replicas[0]], None, 0, logs)
+            if self.raft.campaign(p, failed_attempts=0):
+                assert p.leader is not None
+                p.isr[:] = [p.leader, *(r for r in alive if r != p.leader)]
+            return p
+        leader = alive[0] if alive else None
+        p = PartitionState(
+            name, index, list(replicas), list(alive) or [replicas[0]], leader, 0, logs
+        )
+        if leader is not None:
+            logs[leader].assign_epoch(0)
+        return p
 
     # -- data-change notification for long-polling fetches ---------------------------------
 
@@ -263,16 +292,7 @@ class ClusterState:
                 p: [ids[(start + p + r) % len(ids)] for r in range(replication_factor)]
                 for p in range(partitions)
             }
-        parts: dict[int, PartitionState] = {}
-        for p, replicas in assignments.items():
-            alive = [r for r in replicas if self.brokers[r].alive]
-            leader = alive[0] if alive else None
-            logs = {r: PartitionLog() for r in replicas}
-            parts[p] = PartitionState(
-                name, p, list(replicas), list(alive) or [replicas[0]], leader, 0, logs
-            )
-            if leader is not None:
-                logs[leader].assign_epoch(0)
+        parts = {p: self._new_partition(name, p, replicas) for p, replicas in assignments.items()}
         topic = TopicState(name, uuid.uuid4(), parts, {**DEFAULT_TOPIC_CONFIG, **(config or {})})
         self.topics[name] = topic
         log.info("topic_created", topic=name, partitions=len(parts), topic_id=str(topic.topic_id))
@@ -297,7 +317,7 @@ class ClusterState:
             else:
                 t.config[key] = value
         log.info("topic_config_changed", topic=name, changes=dict(changes))
-        if t.unclean_election:
+        if t.unclean_election and self.raft is None:
             changed = False
             for p in t.partitions.values():
                 changed = self.elect_any_leader(p) or changed
@@ -322,14 +342,7 @@ class ClusterState:
             )
             if any(r not in self.brokers for r in replicas):
                 raise EmbeddedClusterError(f"unknown broker in {replicas}")
-            alive = [r for r in replicas if self.brokers[r].alive]
-            logs = {r: PartitionLog() for r in replicas}
-            leader = alive[0] if alive else None
-            t.partitions[idx] = PartitionState(
-                name, idx, list(replicas), list(alive) or [replicas[0]], leader, 0, logs
-            )
-            if leader is not None:
-                logs[leader].assign_epoch(0)
+            t.partitions[idx] = self._new_partition(name, idx, replicas)
         self.publish()
 
     def delete_topic(self, name: str) -> None:
@@ -484,6 +497,11 @@ class ClusterState:
             flog.append_replicated(batch)
         if flog.log_start_offset < leader_log.log_start_offset:
             flog.delete_before(leader_log.log_start_offset)
+        if self.raft is not None:
+            term = flog.latest_epoch
+            flog.adopt_epochs(leader_log)
+            if flog.latest_epoch > term:
+                flog.flush()  # it appended the new term's configuration batch, flushed
         if follower not in p.isr and flog.log_end_offset == leader_log.log_end_offset:
             p.isr.append(follower)
             if follower in p.elr:
@@ -541,15 +559,21 @@ class ClusterState:
         if p.leader is None:
             return
         llog = p.logs[p.leader]
-        hw = llog.log_end_offset
-        for r in p.isr:
-            if r == p.leader:
-                continue
-            if self._follower_ready(p, r):
-                hw = min(hw, p.logs[r].log_end_offset)
-            else:
-                hw = min(hw, llog.high_watermark)
-        if self.elr_enabled and len(p.isr) < self._min_isr(p):
+        if self.raft is not None:
+            # Raft: what a majority of the replicas following this leader hold.
+            following = [r for r in p.replicas if r != p.leader and self._follower_ready(p, r)]
+            majority = self.raft.majority_end(p, following)
+            hw = llog.high_watermark if majority is None else majority
+        else:
+            hw = llog.log_end_offset
+            for r in p.isr:
+                if r == p.leader:
+                    continue
+                if self._follower_ready(p, r):
+                    hw = min(hw, p.logs[r].log_end_offset)
+                else:
+                    hw = min(hw, llog.high_watermark)
+        if self.raft is None and self.elr_enabled and len(p.isr) < self._min_isr(p):
             # KIP-966: nothing is committed while the ISR is below min.insync.replicas.
             hw = llog.high_watermark
         if hw > llog.high_watermark:
@@ -625,8 +649,9 @@ class ClusterState:
         self._set_leader(p, leader)
 
     def elect_any_leader(self, p: PartitionState) -> bool:
-        """The controller's unclean path for a leaderless partition: ISR/ELR, else any."""
-        if p.leader is not None:
+        """The controller's unclean path for a leaderless partition: ISR/ELR, else any.
+        Raft has none: a leaderless partition lacks a majority, which no order changes."""
+        if p.leader is not None or self.raft is not None:
             return False
         eligible = self.eligible_leaders(p)
         if eligible:
@@ -647,6 +672,10 @@ class ClusterState:
         for t in self.topics.values():
             for p in t.partitions.values():
                 if broker_id not in p.replicas:
+                    continue
+                if self.raft is not None:
+                    self.raft.broker_stopped(p, broker_id)
+                    self._update_hw(p)
                     continue
                 self._shrink_isr(p, broker_id)
                 if p.leader == broker_id:
@@ -670,7 +699,9 @@ class ClusterState:
             for p in t.partitions.values():
                 if broker_id not in p.replicas or p.leader is not None:
                     continue
-                if broker_id in self.eligible_leaders(p):
+                if self.raft is not None:
+                    self.raft.broker_started(p)
+                elif broker_id in self.eligible_leaders(p):
                     self._make_leader(p, broker_id, unclean=False)
                 elif t.unclean_election:
                     self._make_leader(p, broker_id, unclean=True)
@@ -713,7 +744,14 @@ class ClusterState:
             isr=list(p.isr),
         )
 
-    def elect_leader(self, topic: str, partition: int, broker_id: int, unclean: bool) -> None:
+    def elect_leader(
+        self,
+        topic: str,
+        partition: int,
+        broker_id: int,
+        unclean: bool,
+        failed_attempts: int = 0,
+    ) -> None:
         p = self.partition(topic, partition)
         b = self.broker(broker_id)
         if broker_id not in p.replicas:
@@ -722,6 +760,16 @@ class ClusterState:
             )
         if not b.alive:
             raise EmbeddedClusterError(f"broker {broker_id} is not running")
+        if self.raft is not None:
+            self.raft.elect(p, broker_id, unclean, failed_attempts)
+            self._update_hw(p)
+            self.publish()
+            return
+        if failed_attempts:
+            raise EmbeddedClusterError(
+                "failed election attempts take terms of their own in a Raft-term cluster "
+                "only (EmbeddedCluster(epochs='raft')); Kafka's controller makes none"
+            )
         clean = broker_id in p.isr or (not p.isr and broker_id in p.elr)
         if not unclean and not clean:
             raise EmbeddedClusterError(
@@ -808,7 +856,23 @@ class ClusterState:
             producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
         )
         self.append(p, broker_id, batch, leader_epoch)
+        self.flush_acknowledged(p)
         return ErrorCode.NONE
+
+    def flush_acknowledged(self, p: PartitionState) -> None:
+        """Raft: an acks=all write is on disk on the leader and on every follower that has
+        it now (followers replicating from the leader)."""
+        if self.raft is None or p.leader is None:
+            return
+        for r in p.replicas:
+            if r == p.leader or self._follower_ready(p, r):
+                p.logs[r].flush()
+
+    def flush(self, p: PartitionState) -> None:
+        """Every running replica writes what it holds to disk (a broker's periodic flush)."""
+        for r in p.replicas:
+            if self.brokers[r].alive:
+                p.logs[r].flush()
 
     def append(
         self, p: PartitionState, broker_id: int, records: bytes | memoryview, leader_epoch: int

@@ -2,7 +2,8 @@
 
 Preferred elects the first replica if it is alive and in the ISR. Unclean only acts on a
 partition without a leader, electing a live ISR (or ELR) member if any, else the first live
-replica.
+replica. A Raft-term cluster transfers leadership to the preferred replica if it can win the
+vote, and has no unclean elections.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from kafka.protocol.admin import ElectLeadersRequest, ElectLeadersResponse
 
 from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.state import ClusterState
+from epochguard.testing.embedded.state import ClusterState, EmbeddedClusterError
 
 PREFERRED = 0
 UNCLEAN = 1
@@ -31,7 +32,10 @@ def elect(cluster: ClusterState, topic: str, partition: int, election_type: int)
             return ErrorCode.ELECTION_NOT_NEEDED
         if not cluster.brokers[preferred].alive or preferred not in p.isr:
             return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
-        cluster.elect_leader(topic, partition, preferred, unclean=False)
+        try:
+            cluster.elect_leader(topic, partition, preferred, unclean=False)
+        except EmbeddedClusterError:
+            return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE  # Raft: it would lose the vote
         return 0
     if p.leader is not None:
         return ErrorCode.ELECTION_NOT_NEEDED

@@ -112,6 +112,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 ts, off, epoch = _max_timestamp(log, upper)
             else:
                 ts, off, epoch = _by_timestamp(log, rp.timestamp, upper)
+            if ctx.cluster.raft is not None and off >= 0:
+                # A Raft-term broker names its current term whatever the query (Redpanda).
+                epoch = local.view.leader_epoch
             parts.append(
                 P(
                     version=v,

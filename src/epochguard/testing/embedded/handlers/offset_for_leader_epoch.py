@@ -1,4 +1,8 @@
-"""OffsetForLeaderEpoch v2-v4: KIP-101 end offsets with current-leader-epoch fencing."""
+"""OffsetForLeaderEpoch v2-v4: KIP-101 end offsets with current-leader-epoch fencing.
+
+Kafka's rules answer the largest epoch at or below the one asked for and where it ends; a
+Raft-term cluster (``raft.py``) echoes the requested term with where it ends, or where the
+next term starts when it holds no record here (``PartitionLog.term_end_offset``)."""
 
 from __future__ import annotations
 
@@ -42,7 +46,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     )
                 )
                 continue
-            epoch, end = local.log.end_offset_for_epoch(rp.leader_epoch)
+            log = local.log
+            if ctx.cluster.raft is not None:
+                epoch, end = log.term_end_offset(rp.leader_epoch)
+            else:
+                epoch, end = log.end_offset_for_epoch(rp.leader_epoch)
             parts.append(
                 P(
                     version=v,

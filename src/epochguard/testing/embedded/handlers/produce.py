@@ -1,5 +1,8 @@
 """Produce v3-v9: acks 0 (no response), 1 and all (-1, honouring min.insync.replicas).
 
+In a Raft-term cluster (``raft.py``) an acks=all write is flushed by the leader and the
+followers that have it, and times out unless a majority of the replicas has it.
+
 A batch of a producer epoch older than the partition's is refused (INVALID_PRODUCER_EPOCH),
 and a transactional batch must belong to its producer's open transaction on that partition
 (KIP-890's verification: INVALID_TXN_STATE otherwise)."""
@@ -94,6 +97,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                         if acks == -1 and not current:
                             # A stale leader has no followers fetching from it.
                             error = ErrorCode.REQUEST_TIMED_OUT
+                        elif acks == -1 and cluster.raft is not None:
+                            cluster.flush_acknowledged(p)
+                            if local.log.high_watermark <= base:
+                                error = ErrorCode.REQUEST_TIMED_OUT  # no majority has it
             parts.append(
                 P(
                     version=v,

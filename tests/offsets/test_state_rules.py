@@ -1119,6 +1119,65 @@ def test_a_seek_to_the_reported_divergence_keeps_what_was_read_below_it() -> Non
     assert again.divergence is None or again.divergence.offset == 0
 
 
+def test_a_handler_resuming_at_the_divergence_keeps_what_was_read_below_it() -> None:
+    """The callable policy's usual answer, the report's own divergence, is a rewind: the
+    epochs read below it stay known. Found on Raft-term brokers (Redpanda's rules: the
+    leader echoes the epoch asked about): after the handler's seek cleared them, a second
+    loss was reported at 6 with the epoch of the lost records (an upper bound) instead of
+    the epoch offset 5 was read in. The same clearing let the Kafka case of the test above
+    validate a replaced record with the callable policy."""
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", lambda report: report.divergence))
+    tr.on_metadata(2, 2, "topic-a")
+    tr.seek(EpochOffset(0))
+    assert tr.on_records(fetch(tr), 0, 1, 2)  # 0..1 read in epoch 2
+    tr.on_metadata(1, 3, "topic-a")  # an unclean election kept only offset 0
+    tr.on_validation(validate(tr), 0, 2, 1, 0.0)
+    report = tr.last_report
+    assert report is not None and report.divergence == EpochOffset(1, 2)
+    assert tr.on_validation(validate(tr), 0, 2, 1, 0.0)  # the handler's seek, validated
+    assert tr.state is S.FETCHING and tr.position == EpochOffset(1, 2)
+    assert tr.epoch_history == ((2, 0),)
+    tr.drain_events()
+    # Another unclean election: this leader has offset 0 in epoch 0 and never had epoch 2.
+    tr.on_metadata(0, 4, "topic-a")
+    tr.on_validation(validate(tr), 0, 0, 1, 0.0)
+    while tr.state is S.AWAIT_VALIDATION:  # a log start probe, if the tracker asks for one
+        probe = tr.next_action(0.0)
+        assert isinstance(probe, ResetAction)
+        tr.on_list_offsets(probe, 0, 0)
+    again = tr.last_report
+    assert again is not None and again is not report
+    assert again.divergence is None or again.divergence.offset == 0
+
+
+def test_raft_terms_a_handler_resume_then_a_second_loss_names_the_epoch_read() -> None:
+    """Raft terms (Redpanda): 0..5 read in term 1, 6..7 in term 4; a loss takes 6..7 and the
+    handler resumes at 6@1; 6..7 read again in term 7 are lost too. The leader echoes term 7
+    (it holds the term, with no record): only what was read at 5 places the divergence."""
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", lambda report: report.divergence))
+    tr.on_metadata(1, 1, "topic-a")
+    tr.seek(EpochOffset(0))
+    assert tr.on_records(fetch(tr), 0, 5, 1)
+    assert tr.on_records(fetch(tr), 6, 7, 4)
+    tr.on_metadata(2, 6, "topic-a")
+    tr.on_validation(validate(tr), 0, 4, 6, 0.0)  # term 4 ends at 6 here: echoed
+    v = validate(tr)  # 5 was read in term 1: asked again
+    assert v.leader_epoch == 1
+    tr.on_validation(v, 0, 1, 6, 0.0)
+    first = tr.last_report
+    assert first is not None and first.divergence == EpochOffset(6, 1)
+    assert tr.on_validation(validate(tr), 0, 1, 6, 0.0)  # the handler's seek, validated
+    assert tr.on_records(fetch(tr), 6, 7, 7)
+    tr.on_metadata(3, 9, "topic-a")
+    tr.on_validation(validate(tr), 0, 7, 6, 0.0)
+    v = validate(tr)
+    assert v.leader_epoch == 1
+    tr.on_validation(v, 0, 1, 6, 0.0)
+    second = tr.last_report
+    assert second is not None and second is not first
+    assert (second.divergence, second.consumed_to) == (EpochOffset(6, 1), EpochOffset(8, 7))
+
+
 def test_a_seek_elsewhere_after_a_report_starts_afresh() -> None:
     """Only the reported divergence keeps the history: a seek anywhere else is a new
     position whose epoch is an upper bound, as before."""

@@ -57,8 +57,9 @@ def _keep_kafka_logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None
 
 CLUSTERS = ["embedded", pytest.param("apache", marks=[pytest.mark.real_kafka, pytest.mark.slow])]
 #: The scenarios of EpochConsumer subjects also run on the asyncio driver (AIOEpochConsumer),
-#: on the EmbeddedCluster.
-CLUSTERS_AND_DRIVERS = [*CLUSTERS, "embedded-asyncio"]
+#: on the EmbeddedCluster, and on an EmbeddedCluster with Raft-term epochs (Redpanda's rules,
+#: ``epochs="raft"``), where each scenario loses its records the Raft way.
+CLUSTERS_AND_DRIVERS = [*CLUSTERS, "embedded-asyncio", "embedded-raft"]
 
 
 @contextlib.contextmanager
@@ -67,7 +68,8 @@ def scenario_cluster(name: str) -> Iterator[Cluster]:
     if name == "apache":
         cluster = ApacheKafkaCluster(brokers=3, jars=require_real_kafka())
     else:
-        cluster = EmbeddedCluster(brokers=3, first_broker_id=0)
+        epochs = "raft" if name == "embedded-raft" else "kafka"
+        cluster = EmbeddedCluster(brokers=3, first_broker_id=0, epochs=epochs)
     driver = epoch_subjects.DRIVER
     if name.endswith("-asyncio"):
         epoch_subjects.DRIVER = "asyncio"

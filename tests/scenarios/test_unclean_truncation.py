@@ -107,8 +107,15 @@ def kafka_answers(refill: int) -> dict[str, Any]:
 eventually = wait_until
 
 
+def is_raft(cluster: Cluster) -> bool:
+    """Whether the cluster follows Raft-term epoch rules (``EmbeddedCluster(epochs="raft")``)."""
+    return getattr(cluster, "epochs", "kafka") == "raft"
+
+
 def kind(cluster: Cluster) -> str:
-    return "apache" if isinstance(cluster, ApacheKafkaCluster) else "embedded"
+    if isinstance(cluster, ApacheKafkaCluster):
+        return "apache"
+    return "embedded-raft" if is_raft(cluster) else "embedded"
 
 
 def start_clients(

@@ -677,12 +677,13 @@ class PartitionTracker:
         epoch_exact = epoch_exact or position.epoch_exact
         report = self._report
         # The application resumes where this tracker's own report said the logs part (the
-        # documented answer to LogTruncationError). What it read below that point stays
-        # known, as a rewind keeps it: cleared, the reported epoch would be an upper bound
-        # only, and a later election replacing records below it went unseen (found by
-        # `make explore`).
+        # documented answer to LogTruncationError, and a truncation handler's usual one).
+        # What it read below that point stays known, as a rewind keeps it: cleared, the
+        # reported epoch would be an upper bound only, and a later election replacing
+        # records below it went unseen (found by `make explore`; for handlers, on Raft-term
+        # brokers, whose answers echo the epoch asked about).
         resumes_at_report = (
-            self._state is S.TRUNCATED
+            (self._state is S.TRUNCATED or source is PositionSource.TRUNCATION_HANDLER)
             and report is not None
             and report.divergence is not None
             and position.offset == report.divergence.offset

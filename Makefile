@@ -65,7 +65,8 @@ test-fast: $(STAMP)
 # with its replay code; FIRST=K lets several processes split a large run. CI runs a fixed
 # set of 300 (tests/chaos). CHAOS_ARGS="--client kafka-python --shrink" and the like pass on;
 # CHAOS_ARGS="--json benchmarks/results/chaos_at_scale.json" records a run at scale;
-# CHAOS_ARGS=--network mixes network faults in (every consumer behind the fault proxy).
+# CHAOS_ARGS=--network mixes network faults in (every consumer behind the fault proxy);
+# CHAOS_ARGS=--raft runs them on brokers with Raft-term epochs (Redpanda's rules).
 SEEDS ?= 100
 FIRST ?= 0
 CHAOS_WORKERS ?= 6

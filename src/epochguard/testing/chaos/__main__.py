@@ -46,12 +46,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="record every tracker's inputs and outputs; a stall's report shows its partition's",
     )
+    ap.add_argument(
+        "--raft",
+        action="store_true",
+        help="brokers with Raft-term epochs (EmbeddedCluster(epochs='raft'), Redpanda's rules)",
+    )
     ap.add_argument("--shrink", action="store_true", help="shrink every failure")
     ap.add_argument("--json", help="write the totals (and failing seeds) to this file")
     args = ap.parse_args(argv)
     if args.seeds < 1 or args.first < 0 or args.workers < 1:
         ap.error("--seeds and --workers must be >= 1, --first >= 0")
     factory = CLIENTS[args.client]
+    epochs = "raft" if args.raft else "kafka"
     if args.trail:
         from epochguard.testing.chaos import trail
 
@@ -68,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     interrupted = False
     try:
-        for r in run_many(schedules, {args.client: factory}, workers=args.workers):
-            _count(r, totals, failed, args, factory)
+        for r in run_many(schedules, {args.client: factory}, workers=args.workers, epochs=epochs):
+            _count(r, totals, failed, args, factory, epochs)
             if totals["schedules"] % PROGRESS_EVERY == 0:
                 # A long run says how far it got: stopped early, it still has figures.
                 print(json.dumps({"progress": dict(totals), "failed_seeds": failed}), flush=True)
@@ -82,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         "clean": args.clean,
         "group_recreate": args.group_recreate,
         "network": args.network,
+        "epochs": epochs,
         **dict(totals),
         "failed_seeds": sorted(failed),
         "interrupted": interrupted,
@@ -95,15 +102,20 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _count(r: Any, totals: Counter[str], failed: list[int], args: Any, factory: Any) -> None:
+def _count(
+    r: Any, totals: Counter[str], failed: list[int], args: Any, factory: Any, epochs: str
+) -> None:
     v = r.verdict
     totals.update(schedules=1, **v.counts())
     if not v.ok:
         failed.append(r.schedule.seed)
         print(r.describe(), flush=True)
+        if epochs != "kafka":
+            print(f"  (replay with run_schedule(..., epochs={epochs!r}))", flush=True)
         if args.shrink:
             small, runs = shrink(
-                r.schedule, lambda s: not run_schedule(s, {args.client: factory}).verdict.ok
+                r.schedule,
+                lambda s: not run_schedule(s, {args.client: factory}, epochs=epochs).verdict.ok,
             )
             print(f"shrunk in {runs} runs:\n{small.to_code()}", flush=True)
 

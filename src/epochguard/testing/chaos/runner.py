@@ -314,6 +314,8 @@ class _Run:
             if not cands:
                 return f"{step!r}: no candidate"
             b = cands[step.pick % len(cands)]
+            if step.unclean and getattr(c, "epochs", "kafka") == "raft":
+                return f"{step!r}: {self.power_cycle_all_but(step.partition, b)}"
             c.elect_leader(TOPIC, step.partition, b, unclean=step.unclean)
             return f"{step!r}: broker {b}, epoch {c.leader_epoch(TOPIC, step.partition)}"
         if isinstance(step, StopBroker):
@@ -400,6 +402,23 @@ class _Run:
             time.sleep(step.seconds)
             return repr(step)
         raise TypeError(f"not a chaos step: {step!r}")
+
+    def power_cycle_all_but(self, partition: int, survivor: int) -> str:
+        """Raft-term brokers have no unclean election; their way to lose records: every
+        running replica but ``survivor`` loses power (the leader last, so that no new
+        term's flush saves its unflushed records) and starts again."""
+        c = self.cluster
+        leader = c.leader(TOPIC, partition)
+        others = [b for b in c.replicas(TOPIC, partition) if b != survivor and c.is_running(b)]
+        others.sort(key=lambda b: b == leader)
+        for b in others:
+            c.stop_broker(b)
+        for b in others:
+            c.start_broker(b)
+        return (
+            f"brokers {others} lost power, broker {survivor} kept it: leader "
+            f"{c.leader(TOPIC, partition)}, epoch {c.leader_epoch(TOPIC, partition)}"
+        )
 
     def apply_net_fault(self, step: NetFault) -> str:
         if self.proxy is None:
@@ -546,12 +565,15 @@ def run_schedule(
     *,
     step_gap: float = 0.03,
     end_timeout: float = 15.0,
+    epochs: str = "kafka",
 ) -> RunResult:
     """Run ``schedule`` on a fresh 3-broker EmbeddedCluster.
 
     ``clients``: one factory (default: EpochConsumer) or several by application name; every
     application consumes the same run, and the verdict judges the first one (see
-    :func:`judge` with ``app=`` for the others).
+    :func:`judge` with ``app=`` for the others). ``epochs="raft"``: the brokers follow
+    Raft-term rules (``EmbeddedCluster(epochs=...)``): ``StopBroker`` is a power cut that
+    loses unflushed records, and unclean elections are refused.
     """
     if clients is None:
         from epochguard.testing.chaos.clients import epoch_consumer
@@ -562,7 +584,7 @@ def run_schedule(
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         tmpdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="chaos-"))
-        c = stack.enter_context(EmbeddedCluster(brokers=3))
+        c = stack.enter_context(EmbeddedCluster(brokers=3, epochs=epochs))
         proxy = None
         if schedule.network:
             proxy = stack.enter_context(FaultProxy())
@@ -583,6 +605,7 @@ def run_many(
     workers: int = 4,
     step_gap: float = 0.03,
     end_timeout: float = 15.0,
+    epochs: str = "kafka",
 ) -> Iterator[RunResult]:
     """Run schedules ``workers`` at a time, each on its own cluster (threads: a run mostly
     waits on sockets and on the step gap). Results come in completion order; a run whose
@@ -598,7 +621,14 @@ def run_many(
             if s is None:
                 return False
             running[
-                pool.submit(run_schedule, s, clients, step_gap=step_gap, end_timeout=end_timeout)
+                pool.submit(
+                    run_schedule,
+                    s,
+                    clients,
+                    step_gap=step_gap,
+                    end_timeout=end_timeout,
+                    epochs=epochs,
+                )
             ] = s
             return True
 

@@ -281,6 +281,37 @@ def test_control_port_drives_an_unclean_election_from_another_process() -> None:
         _stop(proc)
 
 
+def test_a_raft_term_runner_reelects_under_new_terms_and_loses_unflushed_records() -> None:
+    proc = _runner("--brokers", "3", "--topic", "t:1:3", "--control-port", "0", "--epochs", "raft")
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        control = proc.stdout.readline().strip()
+        assert _ok(control, "describe-cluster")["epochs"] == "raft"
+        first = _ok(control, "describe-partition", "t", "0")
+        leader = first["leader"]
+        assert first["leader_epoch"] == 1  # the first election's term
+        assert _ok(control, "append", "t", "0", "kept") == {"base_offset": 0}
+        assert _ok(control, "flush", "t") == {}
+        assert _ok(control, "append", "t", "0", "unflushed") == {"base_offset": 1}
+        # The same leader again, after two failed rounds: the epoch skips two numbers.
+        again = _ok(control, "elect-leader", "t", "0", str(leader), "--failed-attempts", "2")
+        assert again == {"leader": leader, "leader_epoch": 4}
+        refused = _ctl(control, "elect-leader", "t", "0", str(leader), "--unclean")
+        assert refused.returncode == 1 and "no unclean elections" in refused.stderr
+        # Each broker in turn loses power and starts again: the new term flushed record 1
+        # on the leader and on its followers, so it survives.
+        for b in [b for b in first["replicas"] if b != leader] + [leader]:
+            assert _ok(control, "stop-broker", str(b)) == {}
+            assert _ok(control, "start-broker", str(b)) == {}
+        after = _ok(control, "describe-partition", "t", "0")
+        assert after["log_end_offset"] == 2 and after["leader_epoch"] > 4
+        assert _ok(control, "shutdown") == {}
+        assert proc.wait(timeout=20) == 0
+    finally:
+        _stop(proc)
+
+
 def test_control_protocol_is_json_lines_with_typed_errors() -> None:
     """What a client in another language sees: one JSON object per line, in order."""
     proc = _runner("--brokers", "2", "--topic", "t:1:2", "--control-port", "0")

@@ -21,6 +21,7 @@ from types import FrameType
 from epochguard._log import cli_output
 from epochguard.testing.control import ControlServer
 from epochguard.testing.embedded.cluster import EmbeddedCluster, EmbeddedClusterError
+from epochguard.testing.embedded.raft import EPOCH_RULES, KAFKA
 from epochguard.testing.tls import make_tls_material
 
 
@@ -95,6 +96,13 @@ def parser(prog: str = "python -m epochguard.testing") -> argparse.ArgumentParse
         "(SASL_SSL too with --sasl-user); clients trust DIR/ca.pem",
     )
     p.add_argument(
+        "--epochs",
+        choices=EPOCH_RULES,
+        default=KAFKA,
+        help="leader-epoch rules: kafka (default) or raft (Raft terms, as Redpanda's brokers: "
+        "every election attempt takes a term, stop_broker is a power cut)",
+    )
+    p.add_argument(
         "--exit-after", type=float, default=None, metavar="SECONDS", help=argparse.SUPPRESS
     )
     return p
@@ -156,6 +164,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
             port=args.port,
             sasl_users=dict(args.sasl_user),
             tls=tls,
+            epochs=args.epochs,
         )
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -176,7 +185,8 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         if control is not None:
             print(control.address, flush=True)
         print(
-            f"# {args.brokers} brokers, topics: "
+            f"# {args.brokers} brokers{'' if args.epochs == KAFKA else ', Raft-term epochs'}, "
+            "topics: "
             f"{', '.join(n for n, _, _ in args.topic) or 'none'}; Ctrl-C stops",
             file=sys.stderr,
             flush=True,

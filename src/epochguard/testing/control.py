@@ -81,6 +81,7 @@ _BROKER = Param("broker", int, help="broker id")
 def _describe_cluster(c: EmbeddedCluster, a: dict[str, Any]) -> Any:
     return {
         "bootstrap_servers": c.all_bootstrap_servers,
+        "epochs": c.epochs,
         "brokers": [
             {"id": b, "address": c.broker_address(b), "running": c.is_running(b)}
             for b in c.broker_ids
@@ -118,8 +119,19 @@ def _start_broker(c: EmbeddedCluster, a: dict[str, Any]) -> Any:
 
 def _elect_leader(c: EmbeddedCluster, a: dict[str, Any]) -> Any:
     topic, partition = a["topic"], a["partition"]
-    c.elect_leader(topic, partition, a["broker"], unclean=a["unclean"])
+    c.elect_leader(
+        topic,
+        partition,
+        a["broker"],
+        unclean=a["unclean"],
+        failed_attempts=a["failed_attempts"],
+    )
     return {"leader": c.leader(topic, partition), "leader_epoch": c.leader_epoch(topic, partition)}
+
+
+def _flush(c: EmbeddedCluster, a: dict[str, Any]) -> Any:
+    c.flush(a["topic"], a["partition"])
+    return {}
 
 
 def _delete_records(c: EmbeddedCluster, a: dict[str, Any]) -> Any:
@@ -167,9 +179,22 @@ OPERATIONS: Mapping[str, Operation] = {
                 _PARTITION,
                 _BROKER,
                 Param("unclean", bool, False, False, "allow a replica outside the ISR"),
+                Param(
+                    "failed_attempts",
+                    int,
+                    False,
+                    0,
+                    "Raft-term clusters: failed rounds first, a term each",
+                ),
             ),
             _elect_leader,
             "make a replica the leader (clean unless unclean is true)",
+        ),
+        Operation(
+            "flush",
+            (_TOPIC, Param("partition", int, False, None, "default: every partition")),
+            _flush,
+            "running replicas write their records to disk (Raft terms: they survive a stop)",
         ),
         Operation(
             "delete_records",

@@ -22,7 +22,12 @@ from epochguard.testing import EmbeddedCluster
 from epochguard.testing.embedded.partition_log import EpochEntry, PartitionLog
 from epochguard.testing.embedded.raft import RaftElections
 from epochguard.testing.embedded.records import build_batch
-from epochguard.testing.embedded.state import ClusterState, EmbeddedClusterError, PartitionState
+from epochguard.testing.embedded.state import (
+    ClusterState,
+    ControllerUnavailableError,
+    EmbeddedClusterError,
+    PartitionState,
+)
 
 from .wire import Wire
 
@@ -516,6 +521,36 @@ def test_raft_brokers_serve_fetch_up_to_v11_and_offset_for_leader_epoch_up_to_v3
         assert w.closed_by_peer()
     finally:
         w.close()
+
+
+def test_topics_change_only_while_a_majority_of_brokers_runs(raft_cluster: EmbeddedCluster) -> None:
+    """The controller is a Raft group of every broker too: without a majority running,
+    topics are neither created nor deleted (CreateTopics and DeleteTopics time out)."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import RequestTimedOutError
+
+    c = raft_cluster
+    c.create_topic("t", 1, 3)
+    c.stop_broker(1)
+    assert c.controller_available
+    c.stop_broker(2)
+    assert not c.controller_available
+    with pytest.raises(ControllerUnavailableError, match="1 of 3 brokers running"):
+        c.create_topic("u", 1, 1)
+    with pytest.raises(ControllerUnavailableError):
+        c.delete_topic("t")
+    admin = KafkaAdminClient(bootstrap_servers=c.bootstrap_servers, request_timeout_ms=5000)
+    try:
+        with pytest.raises(RequestTimedOutError):
+            admin.create_topics([NewTopic("u", 1, 1)])
+        with pytest.raises(RequestTimedOutError):
+            admin.delete_topics(["t"])
+    finally:
+        admin.close()
+    c.start_broker(2)
+    c.create_topic("u", 1, 1)
+    c.delete_topic("t")
 
 
 def test_epochs_must_name_known_rules() -> None:

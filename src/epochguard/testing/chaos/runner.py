@@ -368,6 +368,9 @@ class _Run:
             c.delete_records(TOPIC, step.partition, before)
             return f"{step!r}: below {before}"
         if isinstance(step, RecreateTopic):
+            if not c.controller_available:
+                # Raft terms: no majority of brokers runs, so no controller to act.
+                return f"{step!r}: refused (no controller)"
             with self.lock:
                 self.events.append(Recreated(max(0, len(self.snapshots) - 1)))
             c.delete_topic(TOPIC)

@@ -238,6 +238,12 @@ class EmbeddedCluster:
         return sorted(self._state.brokers)
 
     @property
+    def controller_available(self) -> bool:
+        """Whether topics can be created or deleted now (Raft terms: a majority of the
+        brokers runs; Kafka's rules: any broker)."""
+        return self._call(lambda: self._state.controller_available)
+
+    @property
     def epochs(self) -> str:
         """The leader-epoch rules the brokers follow: ``"kafka"`` or ``"raft"``."""
         return self._epochs

@@ -50,6 +50,10 @@ class EmbeddedClusterError(Exception):
     """A control-API call cannot be carried out (unknown topic, broker, bad election...)."""
 
 
+class ControllerUnavailableError(EmbeddedClusterError):
+    """No controller can act now (Raft terms: no majority of the brokers runs)."""
+
+
 @attrs.frozen
 class PartitionView:
     """What one broker believes about a partition."""
@@ -204,6 +208,22 @@ class ClusterState:
         alive = sorted(b.node_id for b in self.brokers.values() if b.alive)
         return alive[0] if alive else -1
 
+    @property
+    def controller_available(self) -> bool:
+        """Whether topics can be created or deleted now. Raft terms: the controller is a
+        Raft group of every broker too (Redpanda's), so a majority of them must run."""
+        alive = len(self.alive_brokers())
+        if self.raft is not None:
+            return alive >= len(self.brokers) // 2 + 1
+        return alive > 0
+
+    def _require_controller(self) -> None:
+        if not self.controller_available:
+            raise ControllerUnavailableError(
+                f"no controller: {len(self.alive_brokers())} of {len(self.brokers)} brokers "
+                "running, and a Raft-term cluster's controller needs a majority"
+            )
+
     def alive_brokers(self) -> list[BrokerState]:
         return [b for b in self.brokers.values() if b.alive]
 
@@ -279,6 +299,7 @@ class ClusterState:
     ) -> TopicState:
         if name in self.topics:
             raise EmbeddedClusterError(f"topic {name!r} already exists")
+        self._require_controller()
         ids = sorted(self.brokers)
         if assignments is None:
             if not 1 <= replication_factor <= len(ids):
@@ -334,6 +355,7 @@ class ClusterState:
         current = len(t.partitions)
         if count <= current:
             raise EmbeddedClusterError(f"topic {name!r} already has {current} partitions")
+        self._require_controller()
         ids = sorted(self.brokers)
         rf = len(t.partitions[0].replicas)
         for i, idx in enumerate(range(current, count)):
@@ -348,6 +370,7 @@ class ClusterState:
     def delete_topic(self, name: str) -> None:
         if name not in self.topics:
             raise EmbeddedClusterError(f"unknown topic {name!r}")
+        self._require_controller()
         del self.topics[name]
         if self.groups is not None:
             self.groups.topic_deleted(name)

@@ -8,7 +8,7 @@ from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsRespon
 
 from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.state import EmbeddedClusterError
+from epochguard.testing.embedded.state import ControllerUnavailableError, EmbeddedClusterError
 
 
 @handler(CreatePartitionsRequest, CreatePartitionsResponse, 0, 3)
@@ -25,6 +25,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
             try:
                 ctx.cluster.create_partitions(t.name, t.count, assignments)
+            except ControllerUnavailableError as e:
+                error, message = ErrorCode.REQUEST_TIMED_OUT, str(e)
             except EmbeddedClusterError as e:
                 error, message = ErrorCode.INVALID_PARTITIONS, str(e)
         results.append(

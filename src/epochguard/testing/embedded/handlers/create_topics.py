@@ -8,7 +8,7 @@ from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 
 from epochguard._errors import ErrorCode
 from epochguard.testing.embedded.handlers import RequestContext, handler
-from epochguard.testing.embedded.state import EmbeddedClusterError
+from epochguard.testing.embedded.state import ControllerUnavailableError, EmbeddedClusterError
 
 KNOWN_CONFIGS = frozenset(
     {
@@ -65,6 +65,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if not error and not request.validate_only:
             try:
                 state = cluster.create_topic(t.name, nparts, rf, configs, assignments)
+            except ControllerUnavailableError as e:
+                error, message = ErrorCode.REQUEST_TIMED_OUT, str(e)
             except EmbeddedClusterError as e:
                 error, message = ErrorCode.INVALID_REQUEST, str(e)
             else:

@@ -37,7 +37,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if not error and name is not None:
             tid = cluster.topics[name].topic_id
-            cluster.delete_topic(name)
+            if cluster.controller_available:
+                cluster.delete_topic(name)
+            else:
+                error = ErrorCode.REQUEST_TIMED_OUT
         result = R.DeletableTopicResult(version=v, name=name, error_code=error, error_message=None)
         if v >= 6:
             result.topic_id = tid or ZERO_UUID

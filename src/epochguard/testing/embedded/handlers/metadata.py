@@ -50,7 +50,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             wanted.append((name, tid if tid not in (None, ZERO_UUID) else None))
 
     allow_create = request.allow_auto_topic_creation if v >= 4 else True
-    if cluster.auto_create_topics and allow_create:
+    if cluster.auto_create_topics and allow_create and cluster.controller_available:
         for name, tid in wanted:
             if name is not None and tid is None and name not in cluster.topics:
                 cluster.create_topic(name, cluster.default_partitions, min(3, len(cluster.brokers)))

@@ -110,6 +110,8 @@ class BrokerState:
     listener_ports: dict[str, int] = attrs.field(factory=dict)
     # Listener name -> the port Metadata names instead of the bound one (a proxy in front).
     advertised_ports: dict[str, int] = attrs.field(factory=dict)
+    # How many times it started again: metadata on its way to an earlier run is dropped.
+    restarts: int = 0
 
 
 @attrs.define(eq=False)
@@ -419,7 +421,14 @@ class ClusterState:
             if delay <= 0 or self.loop is None:
                 self.apply_image(b.node_id, image)
             else:
-                self.loop.call_later(delay, self.apply_image, b.node_id, image)
+                self.loop.call_later(delay, self._deliver_image, b.node_id, b.restarts, image)
+
+    def _deliver_image(self, broker_id: int, restarts: int, image: MetadataImage) -> None:
+        """A delayed image arrives. A broker that stopped and started since it was sent
+        never sees it: it learns the controller's metadata of its new run (a restarted
+        broker must not take an image where it led before its stop as its own view)."""
+        if self.brokers[broker_id].restarts == restarts:
+            self.apply_image(broker_id, image)
 
     def apply_image(self, broker_id: int, image: MetadataImage) -> None:
         """A broker learns ``image``: leaders stamp their epoch, followers re-sync."""
@@ -718,6 +727,7 @@ class ClusterState:
             return
         b.alive = True
         b.view = EMPTY_IMAGE
+        b.restarts += 1
         for t in self.topics.values():
             for p in t.partitions.values():
                 if broker_id not in p.replicas or p.leader is not None:

@@ -125,6 +125,14 @@ def test_a_power_cut_keeps_the_durable_prefix_and_the_terms_written_before_it() 
     assert log.lose_unflushed() == 1
     assert log.epoch_cache == [EpochEntry(1, 0), EpochEntry(4, 2)]
     assert values(log) == [b"1-0", b"1-1"]
+    # Retention moves a durable term's start, not its durability (found by the chaos runs:
+    # a replica that lost every record kept no term, and voted for any log).
+    log.append_as_leader(build_batch([b"z2"]), 4)
+    log.flush()
+    log.append_as_leader(build_batch([b"z3"]), 4)
+    log.delete_before(3)
+    assert log.lose_unflushed() == 1
+    assert log.epoch_cache == [EpochEntry(4, 3)] and log.latest_epoch == 4
 
 
 # -- terms and elections ---------------------------------------------------------------------
@@ -242,6 +250,22 @@ def test_a_term_with_visible_records_outlives_a_power_cut_of_the_majority_that_h
     assert p.leader == 2
     assert [e.epoch for e in p.logs[2].epoch_cache] == [1, 2, p.leader_epoch]
     assert values(p.logs[2]) == []
+
+
+def test_a_follower_that_learns_a_term_with_its_records_writes_the_term_to_disk() -> None:
+    """Found by the Raft-term chaos runs (seed 739): a follower that caught up with a new
+    term's records in one fetch did not flush the term's start, lost it with its power, and
+    voted for a log without it: a consumer's reads in that term went unreported."""
+    state = raft_state()
+    state.create_topic("t", 1, 3)
+    p = state.partition("t", 0)
+    state.pause_replication(3)
+    state.elect_leader("t", 0, 1, unclean=False)  # term 2 while 3 is behind
+    append(state, 2, "a")
+    state.resume_replication(3)  # term 2's start and its records in one catch-up
+    assert values(p.logs[3]) == [b"a0", b"a1"]
+    state.stop_broker(3)
+    assert [e.epoch for e in p.logs[3].epoch_cache] == [1, 2]
 
 
 def test_acks_all_records_survive_a_majority_power_cut() -> None:

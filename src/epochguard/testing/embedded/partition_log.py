@@ -209,10 +209,11 @@ class PartitionLog:
         # Finished transactions (first offset, marker offset) whose marker is not below the
         # high watermark yet: they hold the last stable offset back, as in Kafka.
         self._unreplicated_txns: list[tuple[int, int]] = []
-        # Raft: the durable prefix (records below ``_flushed``; the epoch entries that were
-        # on disk at the last flush, for the terms that start exactly there).
+        # Raft: the durable prefix (records below ``_flushed``; the terms that were on disk
+        # at the last flush, for those that start exactly there). Terms by number: retention
+        # moves a term's start, not its durability.
         self._flushed = 0
-        self._flushed_epochs: frozenset[EpochEntry] = frozenset()
+        self._flushed_epochs: frozenset[int] = frozenset()
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -447,7 +448,7 @@ class PartitionLog:
     def flush(self) -> None:
         """Everything written so far is durable (an fsync)."""
         self._flushed = self.log_end_offset
-        self._flushed_epochs = frozenset(self._epochs)
+        self._flushed_epochs = frozenset(e.epoch for e in self._epochs)
 
     def lose_unflushed(self) -> int:
         """A power cut: keep the durable prefix only; returns how many records were lost.
@@ -459,14 +460,14 @@ class PartitionLog:
         epochs = [
             e
             for e in self._epochs
-            if e.start_offset < keep or (e.start_offset == keep and e in self._flushed_epochs)
+            if e.start_offset < keep or (e.start_offset == keep and e.epoch in self._flushed_epochs)
         ]
         if lost:
             self.truncate_to(keep)
             keep = self.log_end_offset  # a batch cut in two goes whole
         self._epochs = [e for e in epochs if e.start_offset <= keep]
         self._flushed = keep
-        self._flushed_epochs = frozenset(self._epochs)
+        self._flushed_epochs = frozenset(e.epoch for e in self._epochs)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         return lost
 

@@ -7,7 +7,7 @@ rules (``state.py``) that changes:
 * **Terms.** Every election attempt takes a new term, the failed ones too: a partition whose
   leader lost its majority goes leaderless under a new term, each start or stop of one of
   its brokers while no majority runs is another failed attempt, and one election in three
-  after a leader failure splits the vote once (a fixed hash of topic, partition and term, so
+  after such a failure splits the vote once (a fixed hash of topic, partition and term, so
   a run replays). Epochs skip numbers, a term can hold no record, and the same broker can
   lead again under a new term. A new partition's first leader takes term 1.
 * **Elections.** A running replica wins with the votes of a majority of the replicas: each
@@ -22,6 +22,8 @@ rules (``state.py``) that changes:
   ``stop_broker`` is a power cut: the broker's replicas keep their durable prefix only. So a
   majority that loses acks=1 records it made visible truncates the partition: the one way a
   Raft-term broker loses acknowledged records.
+* **Topics.** The controller is a Raft group of every broker too: topics are created and
+  deleted only while a majority of the brokers runs (``ClusterState.controller_available``).
 * **Answers.** OffsetForLeaderEpoch echoes the requested term with the offset where it ends,
   or where the next term starts when it holds no record (``PartitionLog.term_end_offset``);
   ListOffsets names the current term for every query; Fetch stops at v11 (no

@@ -508,6 +508,8 @@ class ClusterState:
         assert p.leader is not None
         leader_log = p.logs[p.leader]
         flog = p.logs[follower]
+        # Raft: the last term it held before this fetch (the new ones' entries come with it).
+        term = flog.latest_epoch
         if flog.log_end_offset < leader_log.log_start_offset:
             flog.reset(leader_log.log_start_offset)
         batches = leader_log.batches_from(flog.log_end_offset)
@@ -530,10 +532,11 @@ class ClusterState:
         if flog.log_start_offset < leader_log.log_start_offset:
             flog.delete_before(leader_log.log_start_offset)
         if self.raft is not None:
-            term = flog.latest_epoch
             flog.adopt_epochs(leader_log)
             if flog.latest_epoch > term:
-                flog.flush()  # it appended the new term's configuration batch, flushed
+                # It appended a new term's configuration batch, written with a flush (with
+                # the new term's records or without).
+                flog.flush()
         if follower not in p.isr and flog.log_end_offset == leader_log.log_end_offset:
             p.isr.append(follower)
             if follower in p.elr:

@@ -4,8 +4,9 @@ Redpanda's rules), judged by the same oracle.
 The first 30 schedules of the CI set (seeds 0..29), each on its own Raft-term cluster: a
 ``StopBroker`` is a power cut that loses unflushed acks=1 records, and an unclean ``Elect``
 (refused by Raft) becomes the Raft way to lose records: every running replica but the
-lagging one loses power. Larger runs: ``make chaos CHAOS_ARGS=--raft SEEDS=N``; figures in
-docs/reliability.md.
+lagging one loses power. Topic re-creation is not staged (Fetch v11 names topics: the
+consumer guide's Fetch-by-name limit). Larger runs: ``make chaos CHAOS_ARGS=--raft
+SEEDS=N``; figures in docs/reliability.md.
 """
 
 from __future__ import annotations

@@ -645,13 +645,17 @@ def chaos_apache(results: Path) -> str:
     return out + measured(record, f"{a['cluster']}, `{a['generator']}`")
 
 
-def chaos_at_scale(results: Path) -> str:
-    r = load("chaos_at_scale", results)
+def chaos_at_scale(results: Path, name: str = "chaos_at_scale") -> str:
+    r = load(name, results)
     keys = ("silent_losses", "silent_rereads", "spurious_reports", "stalls", "raise_breaches")
+    if r.get("epochs", "kafka") == "raft":
+        kind = "Raft-term brokers"
+    else:
+        kind = "clean elections" if r.get("clean") else "unclean elections"
     rows = [
         [
             f"{r['first']}..{r['first'] + r['seeds'] - 1}",
-            "clean elections" if r.get("clean") else "unclean elections",
+            kind,
             len(r["failed_seeds"]),
             *(r[k] for k in keys),
             f"{r['reports']:,}",
@@ -672,7 +676,14 @@ def chaos_at_scale(results: Path) -> str:
             "records delivered",
         ],
         rows,
-    ) + (f"\n*{CLIENT_NAMES.get(r['client'], r['client'])}, `make chaos SEEDS={r['seeds']}`.*\n")
+    ) + (
+        f"\n*{CLIENT_NAMES.get(r['client'], r['client'])}, `make chaos SEEDS={r['seeds']}"
+        f"{' CHAOS_ARGS=--raft' if kind == 'Raft-term brokers' else ''}`.*\n"
+    )
+
+
+def chaos_raft_at_scale(results: Path) -> str:
+    return chaos_at_scale(results, "chaos_raft_at_scale")
 
 
 TABLES: dict[str, Callable[[Path], str]] = {
@@ -698,6 +709,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "chaos_scoreboard": chaos_scoreboard,
     "chaos_apache": chaos_apache,
     "chaos_at_scale": chaos_at_scale,
+    "chaos_raft_at_scale": chaos_raft_at_scale,
 }
 
 

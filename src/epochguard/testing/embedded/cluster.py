@@ -423,11 +423,15 @@ class EmbeddedCluster:
         controlled shutdown: every partition it leads first moves to another running ISR
         replica by a clean election, and the broker keeps serving for ``grace_s``, answering
         NOT_LEADER_OR_FOLLOWER (with the new leader) to what is still sent to it, before it
-        stops."""
+        stops. Raft terms: a kill is a power cut (unflushed records are lost); a controlled
+        stop transfers leadership where a replica can win the vote and writes every replica
+        of the broker to disk before it stops."""
         self._state.broker(broker_id)
         if controlled:
             self._call(lambda: self._move_leadership_off(broker_id))
             time.sleep(grace_s)
+            if self._state.raft is not None:
+                self._call(lambda: self._flush_broker(broker_id))
 
         def stop() -> None:
             self._state.stop_broker(broker_id)
@@ -450,7 +454,16 @@ class EmbeddedCluster:
                     None,
                 )
                 if successor is not None:
-                    state.elect_leader(topic.name, index, successor, False)
+                    try:
+                        state.elect_leader(topic.name, index, successor, False)
+                    except EmbeddedClusterError:
+                        continue  # Raft: it would lose the vote; leadership goes at the stop
+
+    def _flush_broker(self, broker_id: int) -> None:
+        for topic in self._state.topics.values():
+            for p in topic.partitions.values():
+                if broker_id in p.logs:
+                    p.logs[broker_id].flush()
 
     def start_broker(self, broker_id: int, port: int | None = None) -> None:
         """Start a stopped broker (a running one is left as it is). ``port``: it listens

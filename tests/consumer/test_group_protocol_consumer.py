@@ -298,7 +298,7 @@ def _stopped_for_good(c1: EpochConsumer, error: type[kerrors.KafkaError]) -> Non
     raises ``error`` again and sends no heartbeat."""
     group = c1._engine.group
     assert isinstance(group, ConsumerGroupMember)
-    thread = group._hb_task
+    thread = group._heartbeats.task
     assert thread is not None
     thread.join(10)  # returns at once if it stopped; a retrying loop would still be alive
     assert not thread.is_alive(), "the heartbeat thread keeps retrying a fatal error"
@@ -307,7 +307,7 @@ def _stopped_for_good(c1: EpochConsumer, error: type[kerrors.KafkaError]) -> Non
         with pytest.raises(error):
             c1.poll(timeout_ms=20)
     assert group.heartbeats_sent == sent
-    assert group._hb_task is thread and group.member_epoch == 0
+    assert group._heartbeats.task is thread and group.member_epoch == 0
     assert c1.assignment() == set()
 
 

@@ -40,22 +40,19 @@ from epochguard.consumer.effects import (
     request,
     spawn_thread,
 )
-from epochguard.consumer.membership import CoordinatorLink, MembershipHost
+from epochguard.consumer.membership import (
+    COORDINATOR_ERRORS,
+    CoordinatorLink,
+    Heartbeats,
+    MembershipHost,
+    commit_worth_retrying,
+)
 from epochguard.offsets.position import EpochOffset
 
 __all__ = ["ClassicMember", "CommitFailedError"]
 
 log = get_logger("epochguard.consumer")
 
-#: The coordinator moved or is not ready: look it up again.
-_COORDINATOR_ERRORS = (
-    kerrors.CoordinatorLoadInProgressError,
-    kerrors.CoordinatorNotAvailableError,
-    kerrors.NotCoordinatorError,
-)
-#: OffsetCommit answers worth asking again, as Java's commitSync does: the coordinator may not
-#: know the topic yet (its metadata lags a restart) or the request timed out.
-_COMMIT_RETRY = (kerrors.UnknownTopicOrPartitionError, kerrors.RequestTimedOutError)
 #: This member's generation is over: join again.
 _REJOIN_ERRORS = (
     kerrors.IllegalGenerationError,
@@ -152,7 +149,6 @@ class ClassicMember:
         spawn: Callable[[Step[None], str], TaskHandle] = spawn_thread,
     ) -> None:
         self._client = client
-        self._spawn = spawn
         self._config = config
         self.group_id: str = config["group_id"]
         self._instance_id: str | None = config.get("group_instance_id")
@@ -178,8 +174,7 @@ class ClassicMember:
         self._join_prepared = False
         self._lock = threading.Lock()
         self.rejoin_needed = True
-        self._hb_task: TaskHandle | None = None
-        self._hb_stop = Signal()
+        self._heartbeats = Heartbeats(spawn, f"epochguard-heartbeat-{self.group_id}")
         self._last_poll = time.monotonic()
         self._closed = False
         self.heartbeats_sent = 0
@@ -230,7 +225,7 @@ class ClassicMember:
                 yield Sleep(_RETRY_S)
                 continue
             top, parts = wire.read_offset_fetch(resp)
-            if top is not None and issubclass(top, _COORDINATOR_ERRORS):
+            if top is not None and issubclass(top, COORDINATOR_ERRORS):
                 self.coordinator_dead()
                 if time.monotonic() >= deadline:
                     raise top()
@@ -293,17 +288,9 @@ class ClassicMember:
                     offsets={str(tp): str(p) for tp, (p, _m) in offsets.items()},
                 )
                 return
-            if any(issubclass(e, _COORDINATOR_ERRORS) for e in errors):
-                self.coordinator_dead()
-                if time.monotonic() < deadline:
-                    yield Sleep(_RETRY_S)
-                    continue
-            elif all(issubclass(e, _COMMIT_RETRY) for e in errors):
-                if kerrors.RequestTimedOutError in errors:
-                    self.coordinator_dead()
-                if time.monotonic() < deadline:
-                    yield Sleep(_RETRY_S)
-                    continue
+            if commit_worth_retrying(self.link, errors) and time.monotonic() < deadline:
+                yield Sleep(_RETRY_S)
+                continue
             if any(issubclass(e, (*_REJOIN_ERRORS, kerrors.FencedInstanceIdError)) for e in errors):
                 self.rejoin_needed = True
                 lost = (kerrors.UnknownMemberIdError, kerrors.IllegalGenerationError)
@@ -464,7 +451,7 @@ class ClassicMember:
                 continue
             retry = self._accept_join(resp)
             if retry is not None:
-                if issubclass(retry, _COORDINATOR_ERRORS):
+                if issubclass(retry, COORDINATOR_ERRORS):
                     yield Sleep(_RETRY_S)
                 continue
             if resp.leader == resp.member_id:
@@ -485,7 +472,7 @@ class ClassicMember:
                 log.debug("sync_group_failed", group=self.group_id, error=repr(exc))
                 continue
             serr = wire.error_from_wire(sresp.error_code)
-            if serr is not None and issubclass(serr, _COORDINATOR_ERRORS):
+            if serr is not None and issubclass(serr, COORDINATOR_ERRORS):
                 self.coordinator_dead()
                 continue
             if serr is kerrors.UnknownMemberIdError:
@@ -602,7 +589,7 @@ class ClassicMember:
 
     def _on_sync_answer(self, sresp: Any) -> list[TopicPartition] | None:
         serr = wire.error_from_wire(sresp.error_code)
-        if serr is not None and issubclass(serr, _COORDINATOR_ERRORS):
+        if serr is not None and issubclass(serr, COORDINATOR_ERRORS):
             self.coordinator_dead()
             return None
         if serr is kerrors.UnknownMemberIdError:
@@ -679,7 +666,7 @@ class ClassicMember:
         retry: type[kerrors.KafkaError] = err  # kept before the comparisons narrow it to Any
         if err is kerrors.MemberIdRequiredError:
             self.member_id = resp.member_id
-        elif issubclass(err, _COORDINATOR_ERRORS):
+        elif issubclass(err, COORDINATOR_ERRORS):
             self.coordinator_dead()
         elif err is kerrors.UnknownMemberIdError:
             self.member_id = ""
@@ -713,17 +700,10 @@ class ClassicMember:
         self._last_poll = time.monotonic()
 
     def start_heartbeats(self) -> None:
-        self._hb_stop = Signal()
-        self._hb_task = self._spawn(
-            self._heartbeat_loop(self._hb_stop), f"epochguard-heartbeat-{self.group_id}"
-        )
+        self._heartbeats.start(self._heartbeat_loop)
 
     def stop_heartbeats(self) -> None:
-        self._hb_stop.set()
-        task = self._hb_task
-        self._hb_task = None
-        if task is not None:
-            task.join(2.0)
+        self._heartbeats.stop()
 
     def _heartbeat_loop(self, stop: Signal) -> Step[None]:
         interval = self._config["heartbeat_interval_ms"] / 1000
@@ -756,7 +736,7 @@ class ClassicMember:
             if resp.error_code == 0:
                 continue
             herr = wire.error_from_wire(resp.error_code)
-            if herr is not None and issubclass(herr, _COORDINATOR_ERRORS):
+            if herr is not None and issubclass(herr, COORDINATOR_ERRORS):
                 self.coordinator_dead()
             lost = herr in (kerrors.UnknownMemberIdError, kerrors.IllegalGenerationError)
             if lost and self.generation == generation:

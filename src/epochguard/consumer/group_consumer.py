@@ -53,13 +53,17 @@ from epochguard.consumer.effects import (
     spawn_thread,
 )
 from epochguard.consumer.group import (
-    _COMMIT_RETRY,
-    _COORDINATOR_ERRORS,
     CommitFailedError,
     committed_position,
     provenance_metadata,
 )
-from epochguard.consumer.membership import CoordinatorLink, MembershipHost
+from epochguard.consumer.membership import (
+    COORDINATOR_ERRORS,
+    CoordinatorLink,
+    Heartbeats,
+    MembershipHost,
+    commit_worth_retrying,
+)
 from epochguard.offsets.position import EpochOffset
 
 __all__ = ["ConsumerGroupMember"]
@@ -89,7 +93,6 @@ class ConsumerGroupMember:
         spawn: Callable[[Step[None], str], TaskHandle] = spawn_thread,
     ) -> None:
         self._client = client
-        self._spawn = spawn
         self._config = config
         self.group_id: str = config["group_id"]
         self._instance_id: str | None = config.get("group_instance_id")
@@ -102,8 +105,7 @@ class ConsumerGroupMember:
         self._lock = threading.Lock()
         # Set whenever the heartbeat strand should look again (a change to send, stopping).
         self._wake = Signal()
-        self._hb_task: TaskHandle | None = None
-        self._hb_stop = Signal()
+        self._heartbeats = Heartbeats(spawn, f"epochguard-heartbeat-{self.group_id}")
         self._last_poll = time.monotonic()
         # Written by the heartbeat strand, read by reconcile (under the lock):
         self._target: dict[str, frozenset[int]] | None = None
@@ -188,8 +190,7 @@ class ConsumerGroupMember:
             raise type(fatal)(*fatal.args)
         if fenced:
             yield from self._lose_all(host)
-        task = self._hb_task
-        if (task is None or not task.is_alive()) and (topics or regex):
+        if not self._heartbeats.running and (topics or regex):
             self._in_group = True
             self.start_heartbeats()
         if target is None or fenced:
@@ -275,18 +276,10 @@ class ConsumerGroupMember:
     # ------------------------------------------------------------------ heartbeats
 
     def start_heartbeats(self) -> None:
-        self._hb_stop = Signal()
-        self._hb_task = self._spawn(
-            self._heartbeat_loop(self._hb_stop), f"epochguard-heartbeat-{self.group_id}"
-        )
+        self._heartbeats.start(self._heartbeat_loop)
 
     def stop_heartbeats(self) -> None:
-        self._hb_stop.set()
-        self._wake.set()
-        task = self._hb_task
-        self._hb_task = None
-        if task is not None:
-            task.join(2.0)
+        self._heartbeats.stop(wake=self._wake)
 
     def _next_heartbeat(self) -> wire.MemberHeartbeat:
         """Under the lock: the heartbeat to send now (full fields when joining or after the
@@ -392,7 +385,7 @@ class ConsumerGroupMember:
                     self._target = dict(answer.assignment)
                 self._interval_s = max(answer.heartbeat_interval_ms, 1) / 1000
                 return self._interval_s
-            if issubclass(err, _COORDINATOR_ERRORS):
+            if issubclass(err, COORDINATOR_ERRORS):
                 self.coordinator_dead()
                 return _FIRST_INTERVAL_S
             if issubclass(err, _FENCED_ERRORS):
@@ -451,7 +444,7 @@ class ConsumerGroupMember:
                 log.debug("leave_group_failed", group=self.group_id, error=repr(exc))
                 return
             err = wire.read_consumer_group_heartbeat(resp).error
-            if err is not None and issubclass(err, _COORDINATOR_ERRORS):
+            if err is not None and issubclass(err, COORDINATOR_ERRORS):
                 self.coordinator_dead()
                 if time.monotonic() < deadline:
                     yield Sleep(_RETRY_S)
@@ -511,7 +504,7 @@ class ConsumerGroupMember:
             retriable = [e for e in errors if issubclass(e, _OFFSET_FETCH_RETRY)]
             if len(retriable) < len(errors):
                 raise next(e for e in errors if e not in retriable)()
-            if any(issubclass(e, _COORDINATOR_ERRORS) for e in errors):
+            if any(issubclass(e, COORDINATOR_ERRORS) for e in errors):
                 self.coordinator_dead()
             if time.monotonic() >= deadline:
                 raise retriable[0]()
@@ -547,17 +540,9 @@ class ConsumerGroupMember:
                     offsets={str(tp): str(p) for tp, (p, _m) in offsets.items()},
                 )
                 return
-            if any(issubclass(e, _COORDINATOR_ERRORS) for e in errors):
-                self.coordinator_dead()
-                if time.monotonic() < deadline:
-                    yield Sleep(_RETRY_S)
-                    continue
-            elif all(issubclass(e, _COMMIT_RETRY) for e in errors):
-                if kerrors.RequestTimedOutError in errors:
-                    self.coordinator_dead()
-                if time.monotonic() < deadline:
-                    yield Sleep(_RETRY_S)
-                    continue
+            if commit_worth_retrying(self.link, errors) and time.monotonic() < deadline:
+                yield Sleep(_RETRY_S)
+                continue
             if errors == {kerrors.StaleMemberEpochError}:
                 with self._lock:
                     moved_on = self.member_epoch != epoch

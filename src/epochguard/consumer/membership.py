@@ -15,7 +15,7 @@ background step the driver spawns (a thread or a task).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import kafka.errors as kerrors
@@ -24,14 +24,23 @@ from kafka.structs import TopicPartition
 from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
-from epochguard.consumer.effects import Await, Sleep, Step, request
+from epochguard.consumer.effects import Await, Signal, Sleep, Step, TaskHandle, request
 from epochguard.offsets.policy import RetryBackoff
 from epochguard.offsets.position import EpochOffset
 
-__all__ = ["CoordinatorLink", "Membership", "MembershipHost"]
+__all__ = ["CoordinatorLink", "Heartbeats", "Membership", "MembershipHost"]
 
 log = get_logger("epochguard.consumer")
 
+#: The coordinator moved or is not ready: look it up again.
+COORDINATOR_ERRORS = (
+    kerrors.CoordinatorLoadInProgressError,
+    kerrors.CoordinatorNotAvailableError,
+    kerrors.NotCoordinatorError,
+)
+#: OffsetCommit answers worth asking again, as Java's commitSync does: the coordinator may not
+#: know the topic yet (its metadata lags a restart) or the request timed out.
+COMMIT_RETRY = (kerrors.UnknownTopicOrPartitionError, kerrors.RequestTimedOutError)
 #: Between FindCoordinator attempts.
 _LOOKUP_BACKOFF = RetryBackoff(0.1, 1.0)
 #: Between attempts of a coordinator request after a transport error.
@@ -140,6 +149,52 @@ class CoordinatorLink:
                 delay = _CALL_BACKOFF.delay(attempt)
                 attempt += 1
                 yield Sleep(min(delay, max(0.0, deadline - time.monotonic())))
+
+
+def commit_worth_retrying(link: CoordinatorLink, errors: set[type[kerrors.KafkaError]]) -> bool:
+    """Whether an OffsetCommit answer's ``errors`` are worth asking again, for either group
+    protocol; forgets the coordinator when it moved or timed out."""
+    if any(issubclass(e, COORDINATOR_ERRORS) for e in errors):
+        link.forget()
+        return True
+    if errors and all(issubclass(e, COMMIT_RETRY) for e in errors):
+        if kerrors.RequestTimedOutError in errors:
+            link.forget()
+        return True
+    return False
+
+
+class Heartbeats:
+    """A member's background heartbeat step, spawned by the driver (a thread or a task)."""
+
+    def __init__(self, spawn: Callable[[Step[None], str], TaskHandle], name: str) -> None:
+        self._spawn = spawn
+        self._name = name
+        self._task: TaskHandle | None = None
+        self._stop = Signal()
+
+    @property
+    def task(self) -> TaskHandle | None:
+        """The step's handle since the last start (until stopped)."""
+        return self._task
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and self._task.is_alive()
+
+    def start(self, loop: Callable[[Signal], Step[None]]) -> None:
+        self._stop = Signal()
+        self._task = self._spawn(loop(self._stop), self._name)
+
+    def stop(self, wake: Signal | None = None) -> None:
+        """Stop the step and wait for it (bounded); ``wake`` is set after the stop, for a step
+        that waits on it rather than on the stop signal."""
+        self._stop.set()
+        if wake is not None:
+            wake.set()
+        task, self._task = self._task, None
+        if task is not None:
+            task.join(2.0)
 
 
 class MembershipHost(Protocol):

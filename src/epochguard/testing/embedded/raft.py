@@ -33,6 +33,7 @@ rules (``state.py``) that changes:
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
@@ -169,18 +170,10 @@ class RaftElections:
         gone, or that no longer reaches a majority, is replaced by an election."""
         replica = p.logs[broker_id]
         before = replica.log_end_offset
-        lost = replica.lose_unflushed()
-        if lost:
-            log.warning(
-                "replica_lost_unflushed",
-                topic=p.topic,
-                partition=p.index,
-                broker=broker_id,
-                from_offset=before,
-                to_offset=replica.log_end_offset,
-            )
-            for cb in self.cluster.on_truncate:
-                cb(p.topic, p.index, broker_id, replica.log_end_offset)
+        replica.lose_unflushed()
+        self.cluster.replica_shortened(
+            p, broker_id, before, "replica_lost_unflushed", logging.WARNING
+        )
         if broker_id in p.isr and len(p.isr) > 1:
             p.isr.remove(broker_id)
         if p.leader == broker_id:

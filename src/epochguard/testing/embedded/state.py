@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -491,17 +492,7 @@ class ClusterState:
             target = min(l_end, flog.log_end_offset if f_end < 0 else f_end)
         old_leo = flog.log_end_offset
         flog.truncate_to(target)
-        if flog.log_end_offset < old_leo:
-            log.info(
-                "replica_truncated",
-                topic=p.topic,
-                partition=p.index,
-                broker=follower,
-                from_offset=old_leo,
-                to_offset=flog.log_end_offset,
-            )
-            for cb in self.on_truncate:
-                cb(p.topic, p.index, follower, flog.log_end_offset)
+        self.replica_shortened(p, follower, old_leo, "replica_truncated")
         self._catch_up(p, follower)
 
     def _catch_up(self, p: PartitionState, follower: int) -> None:
@@ -697,6 +688,26 @@ class ClusterState:
             return False
         self._make_leader(p, alive[0], unclean=True)
         return True
+
+    def replica_shortened(
+        self, p: PartitionState, broker: int, before: int, event: str, level: int = logging.INFO
+    ) -> None:
+        """Log ``event`` and tell the truncation listeners when ``broker``'s replica of ``p``
+        now ends below ``before``."""
+        end = p.logs[broker].log_end_offset
+        if end >= before:
+            return
+        log.log(
+            level,
+            event,
+            topic=p.topic,
+            partition=p.index,
+            broker=broker,
+            from_offset=before,
+            to_offset=end,
+        )
+        for cb in self.on_truncate:
+            cb(p.topic, p.index, broker, end)
 
     def stop_broker(self, broker_id: int) -> None:
         b = self.broker(broker_id)

@@ -397,9 +397,9 @@ def test_an_assignor_kafka_lacks_is_fatal_for_java_and_for_epochconsumer(
             while time.monotonic() < deadline:
                 epoch.poll(timeout_ms=100)
         member = epoch._engine.group
-        assert member is not None and member._hb_task is not None
-        member._hb_task.join(10)
-        assert not member._hb_task.is_alive()
+        assert member is not None and member._heartbeats.task is not None
+        member._heartbeats.task.join(10)
+        assert not member._heartbeats.running
         sent = member.heartbeats_sent
         for _ in range(2):
             with pytest.raises(kerrors.UnsupportedAssignorError, match="nope"):
@@ -430,9 +430,9 @@ def test_an_instance_id_the_java_member_holds_is_refused_to_epochconsumer(
                 while time.monotonic() < deadline:
                     epoch.poll(timeout_ms=100)
             member = epoch._engine.group
-            assert member is not None and member._hb_task is not None
-            member._hb_task.join(10)
-            assert not member._hb_task.is_alive()
+            assert member is not None and member._heartbeats.task is not None
+            member._heartbeats.task.join(10)
+            assert not member._heartbeats.running
             with pytest.raises(kerrors.UnreleasedInstanceIdError):
                 epoch.poll(timeout_ms=100)
             assert epoch.assignment() == set()

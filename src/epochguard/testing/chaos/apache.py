@@ -213,7 +213,10 @@ class _ApacheRun(_Run):
         self.txn_settle_s = (TXN_TIMEOUT_MS + 3 * TXN_CLEANUP_INTERVAL_MS) / 1000 + 10
 
     def make_transactions(self) -> TxnDriver:
-        ids = [f"chaos-tx-{self.topic}-{i}" for i in range(self.schedule.transactions)]
+        ids = [
+            self._coordinated_by_spare(f"chaos-tx-{self.topic}-{i}")
+            for i in range(self.schedule.transactions)
+        ]
         return KafkaPythonTransactions(
             self.kafka.all_bootstrap_servers,
             self.topic,
@@ -222,6 +225,32 @@ class _ApacheRun(_Run):
             list_open=self._open_transactions,
             on_decided=self.decided,
         )
+
+    def _coordinated_by_spare(self, base: str) -> str:
+        """A transactional id starting with ``base`` whose transaction coordinator is the
+        broker that never stops (it holds no replica of the partition): kafka-python's
+        producer did not always find a new coordinator within a step when a replica's
+        broker that coordinated it stopped in the marker recipe (the commit went unanswered
+        for 20 s and the coordinator rolled the transaction back). Producers fail over
+        coordinators in other tests; here the steps are about the partition's replicas."""
+        from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+        spare = next(b for b in self.kafka.broker_ids if b not in REPLICAS)
+        host, port = self.kafka.broker_address(spare).rsplit(":", 1)
+        deadline = time.monotonic() + 30
+        for n in itertools.count():
+            tid = f"{base}-{n}"
+            while True:
+                req = FindCoordinatorRequest(key_type=1, coordinator_keys=[tid])
+                (c,) = call((host, int(port)), req, FindCoordinatorResponse, 4).coordinators
+                if c.error_code == 0:
+                    break
+                if time.monotonic() > deadline:  # __transaction_state still being created
+                    raise ClusterError(f"no transaction coordinator for {tid}: {c.error_code}")
+                time.sleep(0.2)
+            if c.node_id == spare or n >= 100:
+                return tid
+        raise AssertionError("unreachable")
 
     def _open_transactions(self, ids: list[str]) -> list[str]:
         from kafka import KafkaAdminClient

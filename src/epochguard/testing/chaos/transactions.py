@@ -15,9 +15,11 @@ A run with ``Schedule.transactions`` producers applies :class:`~.schedule.TxnPro
   producer that does not answer in time is abandoned and a new one is made.
 
 Both remember which values went into transactions whose commit the producer saw succeed
-(``committed_values``, for the oracle's figures) and, before the run's end, wait until the
-coordinator holds no transaction open (:meth:`TxnDriver.settle`): after that, a transaction
-still open in a log is hanging.
+(``committed_values``, for the oracle's figures), tell the runner which records each
+decision covers (``on_decided``: every marker the EmbeddedCluster's coordinator writes, as it
+writes it; on real Kafka, each commit or abort the producer saw succeed), and, before the
+run's end, wait until the coordinator holds no transaction open (:meth:`TxnDriver.settle`):
+after that, a transaction still open in a log is hanging.
 """
 
 from __future__ import annotations

@@ -67,7 +67,8 @@ test-fast: $(STAMP)
 # set of 300 (tests/chaos). CHAOS_ARGS="--client kafka-python --shrink" and the like pass on;
 # CHAOS_ARGS="--json benchmarks/results/chaos_at_scale.json" records a run at scale;
 # CHAOS_ARGS=--network mixes network faults in (every consumer behind the fault proxy);
-# CHAOS_ARGS=--raft runs them on brokers with Raft-term epochs (Redpanda's rules).
+# CHAOS_ARGS=--raft runs them on brokers with Raft-term epochs (Redpanda's rules);
+# CHAOS_ARGS=--transactions makes the writes transactional under read_committed consumers.
 SEEDS ?= 100
 FIRST ?= 0
 CHAOS_WORKERS ?= 6

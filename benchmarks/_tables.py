@@ -686,6 +686,71 @@ def chaos_raft_at_scale(results: Path) -> str:
     return chaos_at_scale(results, "chaos_raft_at_scale")
 
 
+#: Failures counted apart in the transactional tables; the rest are summed.
+_OTHER_FAILURES = ("silent_rereads", "spurious_reports", "stalls", "raise_breaches")
+_TXN_HEADER = [
+    "schedules",
+    "failed (only decided again)",
+    "aborted deliveries",
+    "committed losses",
+    "silent losses",
+    "losses decided again",
+    "unreported hanging",
+    "spurious hanging",
+    "other failures",
+    "hanging transactions (reported)",
+    "truncation reports",
+    "committed records lost by the cluster",
+    "records delivered",
+]
+
+
+def _txn_row(counts: dict[str, Any], schedules: int, failed: int) -> list[object]:
+    again = len(counts.get("failed_only_decided_again", []))
+    return [
+        f"{schedules:,}",
+        f"{failed} ({again})",
+        counts["aborted_deliveries"],
+        counts["committed_losses"],
+        counts["silent_losses"],
+        counts["decided_again"],
+        counts["unreported_hanging"],
+        counts["spurious_hanging"],
+        sum(counts[k] for k in _OTHER_FAILURES),
+        f"{counts['hanging_transactions']} ({counts['hanging_reports']})",
+        f"{counts['reports']:,}",
+        f"{counts['committed_lost_by_cluster']:,}",
+        f"{counts.get('delivered', counts.get('records_delivered', 0)):,}",
+    ]
+
+
+def chaos_transactions(results: Path) -> str:
+    r = load("chaos_transactions", results)
+    seeds = f"{r['first']}..{r['first'] + r['seeds'] - 1}"
+    row = [seeds, *_txn_row(r, r["schedules"], len(r["failed_seeds"]))]
+    return table(["seeds", *_TXN_HEADER], [row]) + (
+        f"\n*{CLIENT_NAMES.get(r['client'], r['client'])} on the EmbeddedCluster, `make chaos "
+        f"SEEDS={r['seeds']} FIRST={r['first']} CHAOS_ARGS=--transactions`; "
+        f"{r['seconds'] / 60:.0f} minutes, 2 at a time, load average "
+        f"{load_text(r.get('load_average'))} at the end.*\n"
+    )
+
+
+def chaos_transactions_apache(results: Path) -> str:
+    r = load("chaos_transactions_apache", results)
+    rows = [
+        [
+            CLIENT_NAMES.get(name, name),
+            *_txn_row(c, c["schedules"], c["schedules_failed"]),
+        ]
+        for name, c in r["clients"].items()
+    ]
+    return table(["client", *_TXN_HEADER], rows) + (
+        f"\n*{r['cluster']}, `{r['generator']}`, seeds {r['seeds']}; "
+        f"{r['seconds'] / 60:.0f} minutes.*\n"
+    )
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "matrix": matrix,
     "matrix_apache": matrix_apache,
@@ -710,6 +775,8 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "chaos_apache": chaos_apache,
     "chaos_at_scale": chaos_at_scale,
     "chaos_raft_at_scale": chaos_raft_at_scale,
+    "chaos_transactions": chaos_transactions,
+    "chaos_transactions_apache": chaos_transactions_apache,
 }
 
 

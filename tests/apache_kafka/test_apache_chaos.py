@@ -1,6 +1,7 @@
-"""One real-Kafka chaos schedule with EpochConsumer and the Java reference consumer side by
+"""Real-Kafka chaos schedules with EpochConsumer and the Java reference consumer side by
 side (``epochguard.testing.chaos.apache``): the runner, its log reader and the Java adapter
-work; the 30-schedule scoreboard is ``make chaos-apache`` (docs/reliability.md)."""
+work, with and without transactions; the 30-schedule scoreboards are ``make chaos-apache``
+and ``python -m epochguard.testing.chaos.apache --transactions`` (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import pytest
 
 from epochguard.testing.apache_kafka import ApacheKafkaCluster
 from epochguard.testing.chaos.apache import run_apache_schedule, verdicts
-from epochguard.testing.chaos.oracle import Delivered, Reported, Seeked
+from epochguard.testing.chaos.oracle import Delivered, HangingAborted, Reported, Seeked
 from epochguard.testing.chaos.schedule import (
     DeleteRecords,
     Elect,
     Produce,
     RestartConsumer,
     Schedule,
+    TxnEnd,
+    TxnProduce,
 )
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -79,3 +82,44 @@ def test_one_schedule_with_an_unclean_election_side_by_side(
     for report in (e for e in java if isinstance(e, Reported)):
         seek = java[java.index(report) + 1]
         assert isinstance(seek, Seeked) and seek.offset == report.divergence, (report, seek)
+
+
+#: A transactional schedule (``generate_apache(transactions=True)`` picks from these steps):
+#: a committed transaction, then an unclean election by the marker recipe (pick 0: a new
+#: transaction reaches both replicas, its COMMIT marker only the old leader). Nothing is left
+#: open for the coordinator to time out, so the brokers' default timeouts do.
+TXN_SCHEDULE = Schedule(
+    seed=90002,
+    partitions=1,
+    policy="rewind",
+    transactions=1,
+    steps=(
+        TxnProduce(0, 3),
+        TxnEnd(0, True),
+        Produce(0, 2),
+        Elect(0, True, 0),
+        Produce(0, 2),
+    ),
+)
+
+
+def test_a_lost_commit_marker_side_by_side(cluster: ApacheKafkaCluster) -> None:
+    result = run_apache_schedule(TXN_SCHEDULE, cluster)
+    log = "\n".join(result.step_log)
+    assert "a marker on the old leader only" in result.step_log[3], log
+    assert "committed 1 records" in result.step_log[3], log
+    vs = verdicts(result, ("epochguard", "java"))
+    ours, java = vs["epochguard"], vs["java"]
+    # EpochConsumer reports the hanging transaction; its application aborts it, as the
+    # transactions guide says, and both consumers read on to the end.
+    assert ours.ok, f"{ours.describe()}\n{log}"
+    assert ours.hanging_transactions == 1 and ours.hanging_reports == 1
+    assert any(isinstance(e, HangingAborted) for e in result.history.events)
+    # The Java consumer has no such report: it waited, silently, until the abort.
+    assert java.unreported_hanging == 1 and java.stalls == 0, java.describe()
+    # The log reader reads markers: in the final log, the first transaction's COMMIT right
+    # after its three records, and the ABORT the application wrote for the hanging one.
+    (final,) = result.history.final.values()
+    pid = final.transactional[0]
+    assert final.markers[3] == (pid, True), final
+    assert sorted(final.markers.values())[0] == (pid, False), final

@@ -111,3 +111,18 @@ def test_replay_code_names_the_real_kafka_runner() -> None:
     namespace: dict[str, object] = {}
     exec(code.split("with ApacheKafkaCluster")[0], namespace)  # the imports only
     assert eval(repr(s), namespace) == s
+
+
+def test_transactional_real_kafka_schedules_lose_a_marker_each() -> None:
+    txn_kinds: set[object] = set()
+    for seed in SEEDS:
+        s = generate_apache(seed, transactions=True)
+        assert (s.partitions, s.members, s.transactions) == (1, 1, 1)
+        for step in s.steps:
+            assert isinstance(step, sch.APACHE_TXN_STEPS), step
+            txn_kinds.add(type(step))
+        # At least one unclean election takes the marker recipe (pick % 3 != 2).
+        assert any(isinstance(x, Elect) and x.unclean and x.pick % 3 != 2 for x in s.steps)
+        assert sum(_heavy(x) for x in s.steps) <= APACHE_HEAVY_MAX
+        assert generate_apache(seed) == generate_apache(seed, transactions=False)
+    assert {sch.TxnProduce, sch.TxnEnd} <= txn_kinds

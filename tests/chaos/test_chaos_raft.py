@@ -83,7 +83,11 @@ def test_the_adapter_logs_a_polls_records_before_the_report_its_position_lookup_
 
     from epochguard.offsets.position import EpochOffset
     from epochguard.offsets.report import DetectedBy, TruncationReport
-    from epochguard.testing.chaos.clients import _EpochConsumerClient, _KafkaPythonLike
+    from epochguard.testing.chaos.clients import (
+        _EpochConsumerClient,
+        _HangingAborts,
+        _KafkaPythonLike,
+    )
     from epochguard.testing.chaos.oracle import Committed, Delivered, Reported
     from epochguard.testing.chaos.runner import MemberContext
 
@@ -110,6 +114,7 @@ def test_the_adapter_logs_a_polls_records_before_the_report_its_position_lookup_
     ctx = MemberContext("", "t", 1, "rewind", 0, "g", None, False, events.append)
     _KafkaPythonLike.__init__(adapter, ctx)
     adapter.positions, adapter.unannounced, adapter.store = {}, set(), None
+    adapter.hanging = _HangingAborts(ctx)
     adapter.consumer = Consumer()
     adapter._announce = lambda: None  # type: ignore[method-assign]
     adapter.poll_once()

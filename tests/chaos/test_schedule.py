@@ -24,10 +24,11 @@ def test_the_same_seed_gives_the_same_schedule_and_others_differ() -> None:
 
 
 def test_the_generator_covers_every_kind_of_step() -> None:
+    txn = {sch.TxnProduce, sch.TxnEnd}
     kinds = {type(step) for s in range(300) for step in generate(s).steps}
-    assert kinds == set(sch._STEP_TYPES) - {sch.NetFault}
+    assert kinds == set(sch._STEP_TYPES) - {sch.NetFault, *txn}
     with_network = {type(step) for s in range(300) for step in generate(s, network=True).steps}
-    assert with_network == set(sch._STEP_TYPES)
+    assert with_network == set(sch._STEP_TYPES) - txn
     net_kinds = {
         step.kind
         for s in range(300)
@@ -51,6 +52,30 @@ def test_without_unclean_and_on_real_kafka_the_generator_keeps_to_what_is_allowe
         assert not generate(seed, unclean=False).unclean
         for step in generate(seed, real_kafka=True).steps:
             assert isinstance(step, sch.REAL_KAFKA_STEPS), step
+
+
+def test_transactional_schedules_mix_transactions_into_the_faults() -> None:
+    schedules = [generate(seed, transactions=True) for seed in range(300)]
+    kinds = {type(step) for s in schedules for step in s.steps}
+    # Every fault but topic re-creation (and network faults, a flag of their own).
+    assert kinds == set(sch._STEP_TYPES) - {sch.NetFault, sch.RecreateTopic}
+    assert {s.transactions for s in schedules} == {1, 2}
+    assert all(s.read_committed for s in schedules)
+    ends = [step for s in schedules for step in s.steps if isinstance(step, sch.TxnEnd)]
+    assert {e.commit for e in ends} == {True, False}
+    for s in schedules:
+        for step in s.steps:
+            if isinstance(step, sch.TxnProduce | sch.TxnEnd):
+                assert step.producer < s.transactions
+    # Other seeds keep their schedules; no plain schedule has a transaction.
+    for seed in range(200):
+        plain = generate(seed)
+        assert plain.transactions == 0 and not plain.read_committed
+        assert generate(seed, transactions=False) == plain
+    s = schedules[0]
+    assert eval(repr(s), vars(sch)) == s
+    assert f"transactions={s.transactions}," in s.to_code()
+    assert "transactions=" not in generate(0).to_code()
 
 
 def test_network_faults_leave_the_other_seeds_alone() -> None:
@@ -102,6 +127,12 @@ def test_repr_is_code_that_replays_the_schedule() -> None:
         (lambda: Schedule(1, (), policy="ignore"), "policy must be rewind or raise"),
         (lambda: Schedule(1, (), members=2, offsets="store"), "commits to its group"),
         (lambda: Schedule(1, ("produce",)), "not a chaos step: 'produce'"),
+        (lambda: sch.TxnProduce(0, 0), "count must be an int >= 1, got 0"),
+        (
+            lambda: Schedule(1, (sch.TxnEnd(1),), transactions=1),
+            "names transactional producer 1 of 1",
+        ),
+        (lambda: Schedule(1, (sch.TxnProduce(0, 1),)), "names transactional producer 0 of 0"),
     ],
 )
 def test_bad_schedules_are_refused_by_name(make: object, message: str) -> None:

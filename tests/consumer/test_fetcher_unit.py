@@ -14,6 +14,7 @@ from kafka.structs import TopicPartition
 from epochguard.consumer.config import build_config
 from epochguard.consumer.effects import run_blocking
 from epochguard.consumer.fetcher import Fetcher, FetchSent, MetadataSent
+from epochguard.consumer.session import SessionState
 from epochguard.offsets.events import FetchAction, ValidateAction
 from epochguard.offsets.policy import OffsetPolicy
 from epochguard.offsets.position import EpochOffset
@@ -613,3 +614,77 @@ def test_a_leader_hint_not_newer_or_unreachable_is_left_to_metadata(
     assert (tracker.leader_id, tracker.leader_epoch) == (1, 3)
     assert f.metrics.leader_hints_applied == 0
     assert f.metadata.epoch_of(TP) == 3
+
+
+def _offsets_answer(hw: int, lso: int) -> Any:
+    """An answer without records: the partition's high watermark and last stable offset."""
+    part = NS(
+        partition_index=0,
+        error_code=0,
+        diverging_epoch=None,
+        records=b"",
+        high_watermark=hw,
+        last_stable_offset=lso,
+        aborted_transactions=None,
+    )
+    return NS(
+        API_VERSION=12, error_code=0, session_id=7, responses=[NS(topic="t", partitions=[part])]
+    )
+
+
+def test_a_stale_answer_of_the_serving_broker_still_gives_its_offsets(mocker: Any) -> None:
+    """Found by the transactional chaos runs: a fetch session leaves a partition out of its
+    answers until its high watermark or log start moves (KIP-227). An answer the tracker no
+    longer waited for (it had sought meanwhile) was dropped whole, so the last stable offset
+    it carried was never known, and a hanging transaction there was never reported."""
+    f, _client, tracker, futures = _fetching(mocker)
+    f.send_requests(0.0)
+    tracker.seek(3)  # the answer to the fetch out is stale now
+    futures[0][1].success(_offsets_answer(hw=4, lso=0))
+    f.process_completions()
+    assert (f.highwaters[TP], f.last_stable_offsets[TP]) == (4, 0)
+    # A late answer of a broker that no longer serves the partition says nothing.
+    f.send_requests(0.0)
+    assert futures[1][0][0] == 1
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), _metadata(leader=2, epoch=1))
+    futures[1][1].success(_offsets_answer(hw=9, lso=9))
+    f.process_completions()
+    assert (f.highwaters[TP], f.last_stable_offsets[TP]) == (4, 0)
+
+
+def test_a_partition_handed_back_within_its_fetch_session_is_asked_for_in_full(
+    mocker: Any,
+) -> None:
+    """A rebalance hands a partition back before a request forgot it: the broker's session
+    still holds it and would leave it out of every answer until its high watermark moves,
+    so the new tracker would never hear its high watermark and last stable offset (found
+    by the transactional chaos runs: a hanging transaction there was never reported). The
+    next fetch to that broker is full."""
+    f, _client, _tracker, futures = _fetching(mocker)
+    f.send_requests(0.0)
+    futures[0][1].success(_offsets_answer(hw=4, lso=1))
+    f.process_completions()
+    session = f._source(1).session
+    assert session.holds(TP) and session.state is SessionState.OPEN
+    f.remove_partition(TP)
+    assert TP not in f.highwaters and TP not in f.last_stable_offsets
+    f.add_partition(TP).seek(0)
+    f.after_input(TP)
+    assert session.state is SessionState.REOPEN
+    f.send_requests(0.0)
+    (node, req), _fut = futures[-1][0][:2], futures[-1][1]
+    assert node == 1 and req.session_epoch == 0  # full: every partition is answered
+    assert [p.partition for t in req.topics for p in t.partitions] == [0]
+
+
+def test_a_partition_no_session_holds_leaves_the_sessions_alone(mocker: Any) -> None:
+    f, _client, _tracker, futures = _fetching(mocker)
+    f.send_requests(0.0)
+    futures[0][1].success(_offsets_answer(hw=4, lso=1))
+    f.process_completions()
+    session = f._source(1).session
+    other = TopicPartition("t", 1)
+    f.add_partition(other)
+    f.remove_partition(other)
+    f.add_partition(other)
+    assert session.state is SessionState.OPEN

@@ -75,6 +75,8 @@ def trigger(s: FetchSession, event: SessionEvent) -> Any:
         s.on_answer(plan, ErrorCode.INVALID_FETCH_SESSION_EPOCH, 0, [])
     elif event is E.UNEXPECTED_PARTITION:
         s.on_answer(plan, 0, s.session_id, [C])
+    elif event is E.PARTITION_RETURNED:
+        s.event(event)
     return plan
 
 

@@ -297,6 +297,9 @@ class Fetcher:
         if tracker is None:
             tracker = PartitionTracker(tp, self._policy)
             self.trackers[tp] = tracker
+            for source in self._sources.values():
+                if source.session.holds(tp):
+                    source.session.event(SessionEvent.PARTITION_RETURNED)
             # Callers may command a new tracker (restore) without after_input.
             self._ready[tp] = None
             if tp.topic not in self.metadata.topics:
@@ -910,6 +913,11 @@ class Fetcher:
         for action, p in pairs:
             self._apply_partition(action, p, now, ahead.get(action.tp))
 
+    def _note_offsets(self, tp: TopicPartition, p: wire.FetchedPartition) -> None:
+        self.highwaters[tp] = p.high_watermark
+        self.last_stable_offsets[tp] = p.last_stable_offset
+        self.last_fetch_ms[tp] = int(time.time() * 1000)
+
     def _apply_partition(
         self,
         action: FetchAction,
@@ -930,6 +938,11 @@ class Fetcher:
             # the broker that now serves the partition may hold the current fetch's
             # records in a buffer, and a paused partition's records would sit in a buffer
             # nobody drains while its broker holds back its caught-up partitions.
+            # Except what it says of the partition: the broker's fetch session has sent
+            # these, and leaves the partition out of its answers until they change
+            # (KIP-227). From the broker that serves it now, they are the latest.
+            if p.error is None and action.node_id == tracker.fetch_node:
+                self._note_offsets(tp, p)
             self.mark_ready(tp)
             return
         if action.read_replica is not None:
@@ -941,9 +954,7 @@ class Fetcher:
         self._source_of[tp] = source
         source.caught_up[tp] = False
         if p.error is None:
-            self.highwaters[tp] = p.high_watermark
-            self.last_stable_offsets[tp] = p.last_stable_offset
-            self.last_fetch_ms[tp] = int(time.time() * 1000)
+            self._note_offsets(tp, p)
         else:
             self.metrics.fetch_errors += 1
             if issubclass(p.error, _UNKNOWN_TOPIC_ERRORS):

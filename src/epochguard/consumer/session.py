@@ -98,6 +98,11 @@ class SessionEvent(enum.Enum):
     TOPIC_IDS_CHANGED = "topic_ids_changed"
     #: An incremental answer named a partition that is not in the session.
     UNEXPECTED_PARTITION = "unexpected_partition"
+    #: A partition the session holds was handed to a new tracker (a rebalance gave it back
+    #: before a request forgot it): the broker leaves it out of its answers until something
+    #: changes (KIP-227), so the new tracker would never hear its high watermark and last
+    #: stable offset. A full fetch answers it once more.
+    PARTITION_RETURNED = "partition_returned"
 
 
 S, E = SessionState, SessionEvent
@@ -107,6 +112,7 @@ _RESET_EVENTS = (
     E.LEADER_CHANGED,
     E.TOPIC_IDS_CHANGED,
     E.UNEXPECTED_PARTITION,
+    E.PARTITION_RETURNED,
 )
 
 #: Every allowed transition; a (state, event) pair missing here leaves the state as it is

@@ -42,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         help="mix network faults (latency, bandwidth, cuts, blackholes, resets, partitions) in",
     )
     ap.add_argument(
+        "--transactions",
+        action="store_true",
+        help="transactional producers (commit, abort, left open) and read_committed consumers;"
+        " the oracle also judges aborted deliveries, committed losses and hanging transactions",
+    )
+    ap.add_argument(
         "--trail",
         action="store_true",
         help="record every tracker's inputs and outputs; a stall's report shows its partition's",
@@ -65,10 +71,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     totals: Counter[str] = Counter()
     failed: list[int] = []
+    #: failed only with records whose transaction was decided again (Verdict.only_decided_again)
+    decided_again: list[int] = []
     seeds = range(args.first, args.first + args.seeds)
     schedules = (
         generate(
-            s, unclean=not args.clean, group_recreate=args.group_recreate, network=args.network
+            s,
+            unclean=not args.clean,
+            group_recreate=args.group_recreate,
+            network=args.network,
+            transactions=args.transactions,
         )
         for s in seeds
     )
@@ -76,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for r in run_many(schedules, {args.client: factory}, workers=args.workers, epochs=epochs):
             _count(r, totals, failed, args, factory, epochs)
+            if r.verdict.only_decided_again:
+                decided_again.append(r.schedule.seed)
             if totals["schedules"] % PROGRESS_EVERY == 0:
                 # A long run says how far it got: stopped early, it still has figures.
                 print(json.dumps({"progress": dict(totals), "failed_seeds": failed}), flush=True)
@@ -89,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         "group_recreate": args.group_recreate,
         "network": args.network,
         "epochs": epochs,
+        **({"transactions": True} if args.transactions else {}),
         **dict(totals),
         "failed_seeds": sorted(failed),
+        **({"failed_only_decided_again": sorted(decided_again)} if args.transactions else {}),
         "interrupted": interrupted,
         "seconds": round(time.monotonic() - started, 1),
         "load_average": [round(x, 2) for x in os.getloadavg()],

@@ -20,6 +20,15 @@ reads the current leader's log with a plain Fetch (replica id -1, the consumer's
 the high watermark, after giving the high watermark up to 3 s to reach the leader's log end)
 straight from the leader, epochs included; the final log is read the same way after healing
 (every broker started, both replicas in sync) and the end marker.
+
+With transactions (``generate_apache(seed, transactions=True)``, ``--transactions``) the
+cluster runs with ``transaction.max.timeout.ms`` :data:`TXN_TIMEOUT_MS` (and its coordinator
+looks for timed-out transactions every second), a kafka-python transactional producer
+writes, both consumers read committed records only, and the snapshots also keep which
+records are transactional and where the markers are. The unclean-election recipe then
+usually loses a marker (see :meth:`_ApacheRun._lose_marker`); EpochConsumer's application
+aborts the hanging transaction it reports, as the transactions guide says, which frees the
+Java consumer too. The coordinator's state is not read: no report is judged spurious here.
 """
 
 from __future__ import annotations
@@ -78,7 +87,15 @@ from epochguard.testing.chaos.schedule import (
     StartBroker,
     Step,
     StopBroker,
+    TxnEnd,
+    TxnProduce,
     generate_apache,
+)
+from epochguard.testing.chaos.transactions import (
+    KafkaPythonTransactions,
+    TxnDriver,
+    iter_open,
+    read_batches,
 )
 from epochguard.testing.helpers import produce
 
@@ -99,16 +116,32 @@ log = get_logger("epochguard.testing.chaos.apache")  # also when run as __main__
 REPLICAS = (0, 1)
 _topics = itertools.count()
 
+#: With transactions: the brokers' ``transaction.max.timeout.ms`` and the producer's
+#: transaction timeout (long enough for a transaction to stay open while a broker stops),
+#: how often the coordinator aborts timed-out transactions, and what the consumers are told
+#: the maximum is (above the two together, so that a transaction that is only long is never
+#: reported as hanging).
+TXN_TIMEOUT_MS = 10_000
+TXN_CLEANUP_INTERVAL_MS = 1000
+CONSUMER_TXN_MAX_TIMEOUT_MS = 15_000
+TXN_BROKER_CONFIG = {
+    "transaction.max.timeout.ms": str(TXN_TIMEOUT_MS),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": str(TXN_CLEANUP_INTERVAL_MS),
+}
+
 
 def read_log(
     cluster: ApacheKafkaCluster, topic: str, partition: int, broker: int, leader_epoch: int
 ) -> LogSnapshot:
     """``broker``'s log of the partition as a plain consumer fetching from it reads it (log
-    start to high watermark), with each record's batch epoch. Raises :class:`ClusterError`
-    if ``broker`` is not the leader at ``leader_epoch`` any more."""
+    start to high watermark), with each record's batch epoch, which records are
+    transactional and where the markers are. Raises :class:`ClusterError` if ``broker`` is
+    not the leader at ``leader_epoch`` any more."""
     start = cluster.list_offsets(topic, partition, EARLIEST, broker=broker).offset
     host, port = cluster.broker_address(broker).rsplit(":", 1)
     records: dict[int, tuple[int, bytes | None]] = {}
+    transactional: dict[int, int] = {}
+    markers: dict[int, tuple[int, bool]] = {}
     offset = start
     while True:
         FP = FetchRequest.FetchTopic.FetchPartition
@@ -150,13 +183,17 @@ def read_log(
         before = offset
         if part.records:
             batches = MemoryRecords(bytes(part.records))
+            read = []
             while (batch := batches.next_batch()) is not None:
-                for rec in batch:
-                    if offset <= rec.offset < hw:
-                        records[rec.offset] = (batch.leader_epoch, rec.value)
-                        offset = rec.offset + 1
+                read.append(batch)
+            contents = read_batches(read, below=hw)
+            seen = [*contents.records, *contents.markers]
+            records.update((o, r) for o, r in contents.records.items() if o >= offset)
+            transactional.update(contents.transactional)
+            markers.update(contents.markers)
+            offset = max([offset, *(o + 1 for o in seen)])
         if offset >= hw or offset == before:
-            return LogSnapshot(int(part.log_start_offset), records)
+            return LogSnapshot(int(part.log_start_offset), records, transactional, markers, None)
 
 
 class _ApacheRun(_Run):
@@ -172,6 +209,59 @@ class _ApacheRun(_Run):
         super().__init__(schedule, cluster, clients, tmpdir, step_gap)
         self.topic = topic
         self.kafka = cluster
+        self.consumer_txn_max_timeout_ms = CONSUMER_TXN_MAX_TIMEOUT_MS
+        self.txn_settle_s = (TXN_TIMEOUT_MS + 3 * TXN_CLEANUP_INTERVAL_MS) / 1000 + 10
+
+    def make_transactions(self) -> TxnDriver:
+        ids = [
+            self._coordinated_by_spare(f"chaos-tx-{self.topic}-{i}")
+            for i in range(self.schedule.transactions)
+        ]
+        return KafkaPythonTransactions(
+            self.kafka.all_bootstrap_servers,
+            self.topic,
+            ids,
+            TXN_TIMEOUT_MS,
+            list_open=self._open_transactions,
+            on_decided=self.decided,
+        )
+
+    def _coordinated_by_spare(self, base: str) -> str:
+        """A transactional id starting with ``base`` whose transaction coordinator is the
+        broker that never stops (it holds no replica of the partition): kafka-python's
+        producer did not always find a new coordinator within a step when a replica's
+        broker that coordinated it stopped in the marker recipe (the commit went unanswered
+        for 20 s and the coordinator rolled the transaction back). Producers fail over
+        coordinators in other tests; here the steps are about the partition's replicas."""
+        from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+        spare = next(b for b in self.kafka.broker_ids if b not in REPLICAS)
+        host, port = self.kafka.broker_address(spare).rsplit(":", 1)
+        deadline = time.monotonic() + 30
+        for n in itertools.count():
+            tid = f"{base}-{n}"
+            while True:
+                req = FindCoordinatorRequest(key_type=1, coordinator_keys=[tid])
+                (c,) = call((host, int(port)), req, FindCoordinatorResponse, 4).coordinators
+                if c.error_code == 0:
+                    break
+                if time.monotonic() > deadline:  # __transaction_state still being created
+                    raise ClusterError(f"no transaction coordinator for {tid}: {c.error_code}")
+                time.sleep(0.2)
+            if c.node_id == spare or n >= 100:
+                return tid
+        raise AssertionError("unreachable")
+
+    def _open_transactions(self, ids: list[str]) -> list[str]:
+        from kafka import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=self.kafka.all_bootstrap_servers)
+        try:
+            listed = admin.list_transactions()
+        finally:
+            admin.close()
+        found = listed.values() if isinstance(listed, dict) else [listed]
+        return sorted(set(iter_open((t for ts in found for t in ts), ids)))
 
     def create_topic(self) -> None:
         c = self.kafka
@@ -269,6 +359,8 @@ class _ApacheRun(_Run):
             return f"{step!r}: below {before}"
         if isinstance(step, Idle | RestartConsumer):
             return super().apply(step)
+        if isinstance(step, TxnProduce | TxnEnd):
+            return self.apply_txn(step)
         raise TypeError(f"not a real-Kafka chaos step: {step!r}")
 
     def _unclean(self, step: Elect) -> str:
@@ -279,6 +371,13 @@ class _ApacheRun(_Run):
         t = self.topic
         state = c.partition_state(t, 0)
         doomed: list[bytes] = []
+        if (
+            self.txn is not None
+            and step.pick % 3 != 2
+            and state.leader >= 0
+            and c.is_running(state.leader)
+        ):
+            return self._lose_marker(step, state.leader)
         if state.leader >= 0 and c.is_running(state.leader):
             leader = state.leader
             follower = self._other(leader)
@@ -301,6 +400,38 @@ class _ApacheRun(_Run):
         c.elect_leader(t, 0, target, unclean=True)
         lost = f", {doomed[0]!r}..{doomed[-1]!r} written to the old leader only" if doomed else ""
         return f"{step!r}: broker {target}, epoch {c.leader_epoch(t, 0)}{lost}"
+
+    def _lose_marker(self, step: Elect, leader: int) -> str:
+        """The unclean recipe with a transaction marker among what is lost: the producer's
+        open transaction (a new one of ``1 + pick % 3`` records if none is open) reaches
+        both replicas, the follower stops, the transaction ends (commit when ``pick`` is
+        even) with its marker on the leader alone, the leader stops and the follower is
+        elected uncleanly: on the new leader the transaction is open for good."""
+        c = self.kafka
+        t = self.topic
+        txn = self.txn
+        assert txn is not None
+        follower = self._other(leader)
+        if not c.is_running(follower):
+            c.start_broker(follower)
+            c.wait_for_isr(t, 0, list(REPLICAS))
+        notes = [txn.produce(0, 0, self._values(1 + step.pick % 3))]
+        deadline = time.monotonic() + 10
+        while c.high_watermark(t, 0) < c.log_end_offset(t, 0, leader):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{t}-0: the follower did not catch up in 10 s")
+            time.sleep(0.05)
+        c.stop_broker(follower)
+        c.wait_for_isr(t, 0, [leader])
+        notes.append(txn.end(0, step.pick % 2 == 0))
+        c.stop_broker(leader)
+        c.wait_for_partition(t, 0, lambda s: s.leader < 0, "no leader")
+        c.start_broker(follower)
+        c.elect_leader(t, 0, follower, unclean=True)
+        return (
+            f"{step!r}: broker {follower}, epoch {c.leader_epoch(t, 0)}, a marker on the old "
+            f"leader only ({'; '.join(notes)})"
+        )
 
     def heal(self) -> None:
         c = self.kafka
@@ -332,9 +463,10 @@ class JavaChaosClient:
         self.key = f"{ctx.topic}-0"
         self.seen = False
         self.uncommitted = False
-        self.probe: JavaTruncationProbe = cluster.java_probe(
-            ctx.topic, 0, "none", props={"group.id": ctx.group_id}
-        )
+        props = {"group.id": ctx.group_id}
+        if ctx.read_committed:
+            props["isolation.level"] = "read_committed"
+        self.probe: JavaTruncationProbe = cluster.java_probe(ctx.topic, 0, "none", props=props)
         ctx.emit(Assigned(-1, 0, -1))
 
     def _seek(self, divergence: Mapping[str, Any] | None) -> None:
@@ -487,11 +619,15 @@ def run_apache_many(
     apps: tuple[str, ...] = ("epochguard", "java"),
     step_gap: float = 0.3,
     end_timeout: float = 60.0,
+    transactions: bool = False,
 ) -> Iterator[tuple[RunResult, dict[str, Verdict]]]:
-    """Run ``schedules`` one after another on one fresh ApacheKafkaCluster. A run that
-    raised (the cluster or a client adapter failed, not a client's verdict) comes with no
-    verdicts and its error as the step log, and the cluster's brokers are started again."""
-    with ApacheKafkaCluster(brokers=3, jars=jars) as cluster:
+    """Run ``schedules`` one after another on one fresh ApacheKafkaCluster (with
+    ``transactions``: configured for transactional schedules, :data:`TXN_BROKER_CONFIG`).
+    A run that raised (the cluster or a client adapter failed, not a client's verdict)
+    comes with no verdicts and its error as the step log, and the cluster's brokers are
+    started again."""
+    config = TXN_BROKER_CONFIG if transactions else None
+    with ApacheKafkaCluster(brokers=3, jars=jars, broker_config=config) as cluster:
         everyone = default_clients(cluster)
         clients = {a: everyone[a] for a in apps}
         for s in schedules:
@@ -518,6 +654,16 @@ _COUNTS = (
     "delivered",
     "reports",
 )
+_TXN_COUNTS = (
+    "aborted_deliveries",
+    "committed_losses",
+    "unreported_hanging",
+    "spurious_hanging",
+    "hanging_reports",
+    "hanging_transactions",
+    "committed_lost_by_cluster",
+    "decided_again",
+)
 
 
 def score(
@@ -526,19 +672,23 @@ def score(
     steps: int = 8,
     jars: KafkaJars | None = None,
     echo: bool = False,
+    transactions: bool = False,
 ) -> dict[str, Any]:
     """Run the real-Kafka schedules of ``seeds`` and sum each client's verdicts (the
-    ``apache_kafka`` section of benchmarks/results/chaos.json)."""
+    ``apache_kafka`` section of benchmarks/results/chaos_scoreboard.json; with
+    ``transactions``, benchmarks/results/chaos_transactions_apache.json)."""
     seeds = list(seeds)
     started = time.monotonic()
     load_before = [round(x, 2) for x in os.getloadavg()]
     totals: dict[str, Counter[str]] = {}
     failed: dict[str, list[int]] = {}
+    decided_again: dict[str, list[int]] = {}
     examples: dict[str, list[str]] = {}
     seconds: list[float] = []
     not_run: list[str] = []
-    schedules = (generate_apache(s, steps=steps) for s in seeds)
-    for r, vs in run_apache_many(schedules, jars=jars):
+    schedules = (generate_apache(s, steps=steps, transactions=transactions) for s in seeds)
+    counts = _COUNTS + (_TXN_COUNTS if transactions else ())
+    for r, vs in run_apache_many(schedules, jars=jars, transactions=transactions):
         if not vs:  # the harness failed: no client is to blame, none is counted
             not_run.append(f"seed {r.schedule.seed}: {r.step_log[0]}")
             if echo:
@@ -547,8 +697,10 @@ def score(
         seconds.append(round(r.seconds, 1))
         for app, v in vs.items():
             totals.setdefault(app, Counter()).update(
-                {k: getattr(v, k) for k in _COUNTS} | {"schedules": 1}
+                {k: getattr(v, k) for k in counts} | {"schedules": 1}
             )
+            if v.only_decided_again:
+                decided_again.setdefault(app, []).append(r.schedule.seed)
             if not v.ok:
                 failed.setdefault(app, []).append(r.schedule.seed)
                 if len(examples.setdefault(app, [])) < 3 and v.problems:
@@ -573,12 +725,19 @@ def score(
             "raise_breaches": t["raise_breaches"],
             "records_delivered": t["delivered"],
             "reports": t["reports"],
+            **{k: t[k] for k in (_TXN_COUNTS if transactions else ())},
             "failed_seeds": sorted(failed.get(app, [])),
+            **(
+                {"failed_only_decided_again": sorted(decided_again.get(app, []))}
+                if transactions
+                else {}
+            ),
             "examples": examples.get(app, []),
         }
+    txn = ", transactions=True" if transactions else ""
     return {
         "cluster": "ApacheKafkaCluster (3 KRaft brokers, one partition on brokers 0 and 1)",
-        "generator": f"generate_apache(seed, steps={steps})",
+        "generator": f"generate_apache(seed, steps={steps}{txn})",
         "seeds": f"{seeds[0]}..{seeds[-1]}" if seeds else "",
         "seconds": round(time.monotonic() - started, 1),
         "seconds_per_schedule": seconds,
@@ -595,10 +754,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
     ap.add_argument("--steps", type=int, default=8, help="steps per schedule (default 8)")
     ap.add_argument("--json", help="write the figures to this file")
+    ap.add_argument(
+        "--transactions",
+        action="store_true",
+        help="transactional schedules: a transactional producer, read_committed consumers,"
+        " unclean elections that lose transaction markers",
+    )
     args = ap.parse_args(argv)
     if args.seeds < 1 or args.first < 0 or args.steps < 1:
         ap.error("--seeds and --steps must be >= 1, --first >= 0")
-    result = score(range(args.first, args.first + args.seeds), steps=args.steps, echo=True)
+    result = score(
+        range(args.first, args.first + args.seeds),
+        steps=args.steps,
+        echo=True,
+        transactions=args.transactions,
+    )
     print(json.dumps(result, indent=2), flush=True)
     if args.json:
         with open(args.json, "w") as f:

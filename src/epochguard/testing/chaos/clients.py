@@ -13,6 +13,14 @@ absence) to the oracle's events.
 Every adapter commits what it delivered after each poll (to the group, or to a
 ``SqliteOffsetStore`` for EpochConsumer with ``offsets="store"``), so a restarted or
 rebalanced consumer resumes where the application left off.
+
+In a run with transactions every client reads with ``isolation_level="read_committed"``.
+EpochConsumer's application is told the brokers' ``transaction.max.timeout.ms``
+(``MemberContext.transaction_max_timeout_ms``), takes each hanging-transaction report
+(``HangingTransactionError`` under policy ``raise``, ``hanging_transactions()`` under
+``rewind``, which runs with ``on_hanging_transaction="warn"``) and does what the
+transactions guide says an operator does: aborts it with the admin client, with the
+producer id, epoch and coordinator epoch of the report.
 """
 
 from __future__ import annotations
@@ -24,7 +32,15 @@ from kafka import ConsumerRebalanceListener
 from kafka.structs import TopicPartition
 
 from epochguard._log import get_logger
-from epochguard.testing.chaos.oracle import Assigned, Committed, Delivered, Reported, Seeked
+from epochguard.testing.chaos.oracle import (
+    Assigned,
+    Committed,
+    Delivered,
+    HangingAborted,
+    HangingReported,
+    Reported,
+    Seeked,
+)
 from epochguard.testing.chaos.runner import ClientFactory, MemberContext
 
 __all__ = [
@@ -135,6 +151,92 @@ class _KafkaPythonLike:
         self.consumer.close(autocommit=False)
 
 
+class _HangingAborts:
+    """The application's answer to hanging-transaction reports: note each one, abort it
+    with the admin client (``kafka-transactions.sh abort``), asked again after a failure
+    until the leader refuses it for good (the producer wrote under a newer epoch since: its
+    own next marker ends the transaction)."""
+
+    #: Attempts per report, a poll or more apart.
+    ATTEMPTS = 20
+
+    def __init__(self, ctx: MemberContext) -> None:
+        self.ctx = ctx
+        self.seen = 0  # hanging_transactions() already taken
+        self.todo: list[tuple[Any, int]] = []  # (HangingTransaction, attempts left)
+        self.admin: Any = None
+        self.next_try = 0.0
+
+    def reported(self, found: Any) -> None:
+        self.ctx.emit(
+            HangingReported(
+                -1,
+                found.tp.partition,
+                found.first_offset,
+                found.producer_id,
+                -1,
+                text=found.describe(),
+            )
+        )
+        if found.producer_id is not None and found.producer_epoch is not None:
+            self.todo.append((found, self.ATTEMPTS))
+
+    def take_new(self, consumer: Any) -> None:
+        """Reports kept by ``hanging_transactions()`` since the last call (policy warn)."""
+        found = consumer.hanging_transactions()
+        for f in found[self.seen :]:
+            self.reported(f)
+        self.seen = len(found)
+
+    def abort_due(self) -> None:
+        import time
+
+        from kafka.admin import AbortTransactionSpec, KafkaAdminClient
+        from kafka.errors import (
+            InvalidProducerEpochError,
+            ProducerFencedError,
+            TransactionCoordinatorFencedError,
+        )
+
+        if not self.todo or time.monotonic() < self.next_try:
+            return
+        left: list[tuple[Any, int]] = []
+        for found, attempts in self.todo:
+            coordinator_epoch = found.coordinator_epoch
+            if coordinator_epoch is None or coordinator_epoch < 0:
+                coordinator_epoch = 0  # the leader has seen no marker of the producer yet
+            spec = AbortTransactionSpec(
+                found.tp, found.producer_id, found.producer_epoch, coordinator_epoch
+            )
+            try:
+                if self.admin is None:
+                    self.admin = KafkaAdminClient(
+                        bootstrap_servers=self.ctx.bootstrap, request_timeout_ms=3000
+                    )
+                self.admin.abort_transaction(spec)
+            except (
+                InvalidProducerEpochError,
+                ProducerFencedError,
+                TransactionCoordinatorFencedError,
+            ) as exc:
+                log.info("chaos_hanging_abort_refused", error=repr(exc))
+                continue
+            except Exception as exc:  # a leader moving, a broker down: again later
+                log.info("chaos_hanging_abort_failed", error=repr(exc))
+                if attempts > 1:
+                    left.append((found, attempts - 1))
+                continue
+            self.ctx.emit(
+                HangingAborted(-1, found.tp.partition, found.first_offset, found.producer_id, -1)
+            )
+        self.todo = left
+        self.next_try = time.monotonic() + 0.2
+
+    def close(self) -> None:
+        if self.admin is not None:
+            self.admin.close()
+
+
 class _EpochConsumerClient(_KafkaPythonLike):
     def __init__(self, ctx: MemberContext) -> None:
         from epochguard.consumer import EpochConsumer
@@ -143,6 +245,7 @@ class _EpochConsumerClient(_KafkaPythonLike):
         cfg = self._config(ctx)
         self.positions: dict[TopicPartition, Any] = {}
         self.unannounced: set[TopicPartition] = set()
+        self.hanging = _HangingAborts(ctx)
         self.consumer: Any = EpochConsumer(**cfg)
         self._start()
 
@@ -169,6 +272,10 @@ class _EpochConsumerClient(_KafkaPythonLike):
             self.store = None
         if ctx.subscribe:
             cfg.update(_GROUP_KW)
+        if ctx.read_committed:
+            cfg["isolation_level"] = "read_committed"
+            cfg["transaction_max_timeout_ms"] = ctx.transaction_max_timeout_ms
+            cfg["on_hanging_transaction"] = "raise" if ctx.policy == "raise" else "warn"
         return cfg
 
     def _report(self, report: Any) -> None:
@@ -207,11 +314,19 @@ class _EpochConsumerClient(_KafkaPythonLike):
             self.ctx.emit(Assigned(-1, tp.partition, -1))
 
     def poll_once(self) -> None:
-        from epochguard.consumer import LogTruncationError
+        from epochguard.consumer import HangingTransactionError, LogTruncationError
 
+        self.hanging.abort_due()
         try:
             batch = self._fetch()
             self._announce()
+        except HangingTransactionError as exc:
+            # Policy raise: the partition keeps being fetched; the operator aborts it.
+            for found in exc.transactions.values():
+                self.hanging.reported(found)
+            self.hanging.seen = len(self.consumer.hanging_transactions())
+            self.hanging.abort_due()
+            return
         except LogTruncationError as exc:
             # Policy raise: the callback reported it; resume at the divergence point.
             for tp, divergence in exc.truncation_offsets().items():
@@ -240,9 +355,19 @@ class _EpochConsumerClient(_KafkaPythonLike):
                     log.info("chaos_position_unknown", error=repr(exc))
                     self.positions.pop(tp, None)
                     continue
-                self.positions[tp] = pos if pos.offset == records[-1].offset + 1 else None
+                after = records[-1].offset + 1
+                # Under read_committed the position also steps over the markers and aborted
+                # records after the last record delivered: that position is what the
+                # exactly-once recipe commits (with its epoch known exactly, so a restart
+                # can judge what it read before; an offset and epoch of the last record
+                # make the epoch only an upper bound: docs/reliability.md, "What applications
+                # should know").
+                fits = pos.offset >= after if self.ctx.read_committed else pos.offset == after
+                self.positions[tp] = pos if fits else None
         if self.done:
             self.commit()
+        if self.ctx.read_committed:
+            self.hanging.take_new(self.consumer)
 
     def _fetch(self) -> Any:
         return self.consumer.poll(timeout_ms=_POLL_MS)
@@ -262,6 +387,7 @@ class _EpochConsumerClient(_KafkaPythonLike):
         try:
             self.consumer.close(autocommit=False)
         finally:
+            self.hanging.close()
             if self.store is not None:
                 self.store.close()
 
@@ -283,6 +409,7 @@ class _AIOEpochConsumerClient(_EpochConsumerClient):
         _KafkaPythonLike.__init__(self, ctx)
         self.positions = {}
         self.unannounced = set()
+        self.hanging = _HangingAborts(ctx)
         self.loop = asyncio.new_event_loop()
         self.consumer = AIOEpochConsumer(**self._config(ctx))
         self.loop.run_until_complete(self.consumer.start())
@@ -318,6 +445,7 @@ class _AIOEpochConsumerClient(_EpochConsumerClient):
         try:
             self.loop.run_until_complete(self.consumer.stop())
         finally:
+            self.hanging.close()
             if self.store is not None:
                 self.store.close()
             self.loop.close()
@@ -391,6 +519,7 @@ class _KafkaPythonClient(_KafkaPythonLike):
             "retry_backoff_ms": 20,
             "request_timeout_ms": 1500,
             "reconnect_backoff_max_ms": 200,
+            "isolation_level": ctx.isolation_level,
         }
         if ctx.subscribe:
             cfg.update(_GROUP_KW)
@@ -453,6 +582,8 @@ class _ConfluentClient:
                 "reconnect.backoff.max.ms": 200,
                 "session.timeout.ms": 6000,
                 "heartbeat.interval.ms": 100,
+                # librdkafka's default; said in a run with transactions, where it matters
+                **({"isolation.level": ctx.isolation_level} if ctx.read_committed else {}),
                 "log_level": 0,
             }
         )
@@ -582,6 +713,7 @@ class _AioKafkaClient:
                 request_timeout_ms=1500,
                 session_timeout_ms=6000,
                 heartbeat_interval_ms=100,
+                isolation_level=ctx.isolation_level,
             )
             await c.start()
             if ctx.subscribe:

@@ -25,6 +25,28 @@ The rules (issue 11), per application (a consumer or a consumer group):
 * **raise breach**: with policy ``raise``, a record of the partition delivered after a report
   and before the application seeks.
 * **stall**: the application did not reach the end of a partition after healing.
+
+With transactional producers (``History.read_committed``: the consumers read committed
+records only) a record's fate also depends on its transaction, read from the snapshots the
+way a partition leader reads its log (per producer, the transactional batches after its
+last marker belong to one transaction that the next COMMIT or ABORT marker decides; still
+open when no marker follows). The final log's *committed view* (plain records and records
+of committed transactions) takes the final log's place in the rules above, and:
+
+* **aborted delivery**: a record delivered that no snapshot up to its delivery showed
+  committed (its transaction aborted, or still open: read past the last stable offset).
+* **committed loss**: a record held at the end that the final log still holds, unchanged,
+  but no longer as committed (its marker was lost and its transaction then aborted or left
+  open), with no hanging-transaction report of its producer at or below it.
+* **unreported hanging transaction**: a transaction that hung (open in the final log while
+  the coordinator holds nothing open for its producer, or aborted by an operator after a
+  report) that the application never reported.
+* **spurious hanging report**: a report of a producer whose transaction the coordinator held
+  open in every snapshot since the log showed it open (when the snapshots know the
+  coordinator's state): not hanging, only long.
+
+Records behind a transaction still open at the end (at or past the final last stable
+offset) count as neither lost nor delivered: the stall and the hanging rules judge them.
 """
 
 from __future__ import annotations
@@ -34,19 +56,33 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 __all__ = [
+    "DECIDED_AGAIN",
     "Assigned",
     "Committed",
+    "Decided",
     "Delivered",
     "Event",
+    "HangingAborted",
+    "HangingReported",
     "History",
     "LogSnapshot",
     "Recreated",
     "Reported",
     "Seeked",
     "Stalled",
+    "TxnView",
     "Verdict",
     "judge",
+    "txn_view",
 ]
+
+
+#: How the oracle words a record whose transaction was decided again: an unclean election
+#: took its marker, and another marker decided the reopened transaction otherwise: its
+#: producer's next one on the partition (the end of its next transaction there, or the
+#: coordinator's abort of it), before it hung long enough to be reported, or an operator's
+#: abort after a report (another application's, when this one did not report it).
+DECIDED_AGAIN = "its marker was lost and it was decided again"
 
 
 @attrs.frozen
@@ -118,15 +154,113 @@ class Stalled:
     app: str = "app"
 
 
-Event = Delivered | Reported | Seeked | Assigned | Committed | Recreated | Stalled
+@attrs.frozen
+class HangingReported:
+    """A hanging-transaction report: the transaction of ``producer_id`` (None: the client
+    could not name it) holds the partition's last stable offset at ``first_offset``."""
+
+    member: int
+    partition: int
+    first_offset: int
+    producer_id: int | None
+    step: int
+    app: str = "app"
+    text: str = ""
+
+
+@attrs.frozen
+class Decided:
+    """The transaction coordinator wrote a COMMIT (or ABORT) marker on the partition's leader,
+    deciding the records with these values (the runner sees it happen, where the cluster
+    lets it: the snapshots between steps can miss a marker an unclean election took away
+    before the next one)."""
+
+    partition: int
+    commit: bool
+    values: frozenset[bytes]
+    step: int
+    app: str = "*"
+
+
+@attrs.frozen
+class HangingAborted:
+    """The application (as an operator would, with ``kafka-transactions.sh abort``) wrote the
+    ABORT marker of a reported hanging transaction."""
+
+    member: int
+    partition: int
+    first_offset: int
+    producer_id: int
+    step: int
+    app: str = "app"
+
+
+Event = (
+    Delivered
+    | Reported
+    | Seeked
+    | Assigned
+    | Committed
+    | Recreated
+    | Stalled
+    | HangingReported
+    | HangingAborted
+    | Decided
+)
 
 
 @attrs.frozen
 class LogSnapshot:
-    """One partition's leader log: its log start and ``offset -> (epoch, value)``."""
+    """One partition's leader log: its log start and ``offset -> (epoch, value)`` of its data
+    records; with transactions also which of them are transactional (``offset -> producer
+    id``), the markers (``offset -> (producer id, commit)``) and the producer ids whose
+    transaction the coordinator holds open on the partition (Ongoing, or decided with the
+    marker not written yet; None: not known)."""
 
     log_start: int
     records: Mapping[int, tuple[int, bytes | None]]
+    transactional: Mapping[int, int] = attrs.field(factory=dict)
+    markers: Mapping[int, tuple[int, bool]] = attrs.field(factory=dict)
+    coordinator_open: frozenset[int] | None = None
+
+
+@attrs.frozen
+class TxnView:
+    """What a log says of its transactions: the state of each transactional record
+    (``committed``, ``aborted`` or ``open``), the first offset of each producer's open
+    transaction, and the last stable offset they leave (None: nothing open)."""
+
+    states: Mapping[int, str]
+    open_first: Mapping[int, int]
+
+    @property
+    def last_stable(self) -> int | None:
+        return min(self.open_first.values(), default=None)
+
+    def committed(self, offset: int) -> bool:
+        """Whether a read_committed reader gets the record at ``offset`` (plain or
+        committed)."""
+        return self.states.get(offset, "committed") == "committed"
+
+
+def txn_view(snap: LogSnapshot) -> TxnView:
+    """Walk ``snap`` as a partition leader walks its log (Kafka's ProducerStateManager): per
+    producer, the transactional records after its last marker belong to one transaction,
+    decided by the next marker."""
+    states: dict[int, str] = {}
+    ongoing: dict[int, list[int]] = {}
+    for o in sorted({*snap.transactional, *snap.markers}):
+        marker = snap.markers.get(o)
+        if marker is None:
+            ongoing.setdefault(snap.transactional[o], []).append(o)
+            continue
+        pid, commit = marker
+        for x in ongoing.pop(pid, ()):
+            states[x] = "committed" if commit else "aborted"
+    for offsets in ongoing.values():
+        for x in offsets:
+            states[x] = "open"
+    return TxnView(states, {pid: offsets[0] for pid, offsets in ongoing.items()})
 
 
 @attrs.frozen
@@ -138,6 +272,10 @@ class History:
     snapshots: tuple[Mapping[int, LogSnapshot | None], ...]
     final: Mapping[int, LogSnapshot]
     policy: str = "rewind"
+    #: the consumers read committed records only (a run with transactional producers)
+    read_committed: bool = False
+    #: values written in transactions whose commit the producer saw succeed
+    committed_values: frozenset[bytes] = frozenset()
 
 
 @attrs.frozen
@@ -152,6 +290,40 @@ class Verdict:
     delivered: int = 0
     reports: int = 0
     problems: tuple[str, ...] = ()
+    #: the run had transactions: the counters below are judged too
+    transactional: bool = False
+    aborted_deliveries: int = 0
+    committed_losses: int = 0
+    unreported_hanging: int = 0
+    spurious_hanging: int = 0
+    #: for information: hanging reports made, transactions that hung (each needed a
+    #: report), and records the producers saw committed that the final log does not hold
+    #: as committed (taken by an unclean election, or aborted after their marker was lost)
+    hanging_reports: int = 0
+    hanging_transactions: int = 0
+    committed_lost_by_cluster: int = 0
+    #: of the silent and committed losses, records whose transaction was decided again
+    #: after its marker was lost (what EpochConsumer does not report, see
+    #: :data:`DECIDED_AGAIN`)
+    decided_again: int = 0
+
+    @property
+    def only_decided_again(self) -> bool:
+        """Failed, and only with records whose transaction was decided again after its
+        marker was lost."""
+        return (
+            not self.ok
+            and self.silent_losses + self.committed_losses == self.decided_again
+            and not (
+                self.silent_rereads
+                or self.spurious_reports
+                or self.stalls
+                or self.raise_breaches
+                or self.aborted_deliveries
+                or self.unreported_hanging
+                or self.spurious_hanging
+            )
+        )
 
     @property
     def ok(self) -> bool:
@@ -161,11 +333,16 @@ class Verdict:
             or self.spurious_reports
             or self.stalls
             or self.raise_breaches
+            or self.aborted_deliveries
+            or self.committed_losses
+            or self.unreported_hanging
+            or self.spurious_hanging
         )
 
     def counts(self) -> dict[str, int]:
-        """The counters, by name (totals over many runs add these up)."""
-        return {
+        """The counters, by name (totals over many runs add these up); those of
+        transactions only for a run that had them."""
+        out = {
             "silent_losses": self.silent_losses,
             "silent_rereads": self.silent_rereads,
             "spurious_reports": self.spurious_reports,
@@ -174,6 +351,18 @@ class Verdict:
             "delivered": self.delivered,
             "reports": self.reports,
         }
+        if self.transactional:
+            out |= {
+                "aborted_deliveries": self.aborted_deliveries,
+                "committed_losses": self.committed_losses,
+                "unreported_hanging": self.unreported_hanging,
+                "spurious_hanging": self.spurious_hanging,
+                "hanging_reports": self.hanging_reports,
+                "hanging_transactions": self.hanging_transactions,
+                "committed_lost_by_cluster": self.committed_lost_by_cluster,
+                "decided_again": self.decided_again,
+            }
+        return out
 
     def describe(self) -> str:
         head = (
@@ -181,6 +370,14 @@ class Verdict:
             f"spurious reports {self.spurious_reports}, stalls {self.stalls}, raise breaches "
             f"{self.raise_breaches} ({self.delivered} records delivered, {self.reports} reports)"
         )
+        if self.transactional:
+            head += (
+                f"; aborted deliveries {self.aborted_deliveries}, committed losses "
+                f"{self.committed_losses}, unreported hanging {self.unreported_hanging}, "
+                f"spurious hanging {self.spurious_hanging} ({self.hanging_transactions} hung, "
+                f"{self.hanging_reports} hanging reports, {self.committed_lost_by_cluster} "
+                "committed records lost by the cluster)"
+            )
         return "\n".join([head, *(f"  - {p}" for p in self.problems[:20])])
 
 
@@ -206,6 +403,15 @@ class _Tally:
     delivered: int = 0
     reports: int = 0
     problems: list[str] = attrs.Factory(list)
+    transactional: bool = False
+    aborted_deliveries: int = 0
+    committed_losses: int = 0
+    unreported_hanging: int = 0
+    spurious_hanging: int = 0
+    hanging_reports: int = 0
+    hanging_transactions: int = 0
+    committed_lost_by_cluster: int = 0
+    decided_again: int = 0
 
     def verdict(self) -> Verdict:
         return Verdict(
@@ -217,6 +423,15 @@ class _Tally:
             self.delivered,
             self.reports,
             tuple(self.problems),
+            transactional=self.transactional,
+            aborted_deliveries=self.aborted_deliveries,
+            committed_losses=self.committed_losses,
+            unreported_hanging=self.unreported_hanging,
+            spurious_hanging=self.spurious_hanging,
+            hanging_reports=self.hanging_reports,
+            hanging_transactions=self.hanging_transactions,
+            committed_lost_by_cluster=self.committed_lost_by_cluster,
+            decided_again=self.decided_again,
         )
 
 
@@ -239,9 +454,163 @@ def _gone(
     return False
 
 
+class _Transactions:
+    """The transaction rules of one judgement (see the module doc), over cached views of the
+    snapshots."""
+
+    def __init__(self, history: History, app: str | None) -> None:
+        self.history = history
+        self.app = app
+        self._views: dict[int, TxnView] = {}
+        self.reports: list[HangingReported] = []
+        #: values seen committed (aborted) by a marker as it was written, per partition
+        self.committed: dict[int, set[bytes]] = {}
+        self.aborted: dict[int, set[bytes]] = {}
+
+    def view(self, snap: LogSnapshot) -> TxnView:
+        v = self._views.get(id(snap))
+        if v is None:
+            v = self._views[id(snap)] = txn_view(snap)
+        return v
+
+    def _window(self, partition: int, last: int) -> list[LogSnapshot]:
+        """The partition's snapshots of steps ``0..last`` (the final log past the last
+        step), those with a leader."""
+        snaps = self.history.snapshots
+        out = [snap for s in snaps[: last + 1] if (snap := s.get(partition)) is not None]
+        final = self.history.final.get(partition)
+        if last >= len(snaps) and final is not None:
+            out.append(final)
+        return out
+
+    def aborted_delivery(self, ev: Delivered) -> str | None:
+        """Why ``ev`` delivered a record read_committed readers never had, or None. Judged
+        on the snapshots up to the one after the delivery, and on the markers seen written
+        before it: a record shown committed in any of them (or never shown at its offset)
+        is not held against the client."""
+        if ev.value in self.committed.get(ev.partition, ()):
+            return None
+        seen_uncommitted = ""
+        for snap in self._window(ev.partition, ev.step + 1):
+            held = snap.records.get(ev.offset)
+            if held is None or held[1] != ev.value:
+                continue
+            state = self.view(snap).states.get(ev.offset, "committed")
+            if state == "committed":
+                return None
+            seen_uncommitted = state
+        if not seen_uncommitted:
+            return None
+        return (
+            f"p{ev.partition} offset {ev.offset} ({ev.value!r}) delivered at step {ev.step} "
+            f"(member {ev.member}) but its transaction was {seen_uncommitted} in every "
+            "snapshot up to then"
+        )
+
+    def decided_otherwise(self, partition: int, offset: int, value: bytes | None, now: str) -> str:
+        """`` (aborted at step 4, ...)`` when a snapshot showed the record decided otherwise
+        than ``now``: its marker was lost and the producer's next marker decided its range
+        again (what the consumer cannot tell from a truncation report, which names only the
+        offsets from the marker on). The text contains :data:`DECIDED_AGAIN`."""
+        for state, seen in (("committed", self.committed), ("aborted", self.aborted)):
+            if state != now and value in seen.get(partition, ()):
+                return f" ({state} when its marker was written: {DECIDED_AGAIN})"
+        for step, snaps in enumerate(self.history.snapshots):
+            snap = snaps.get(partition)
+            if snap is None:
+                continue
+            held = snap.records.get(offset)
+            if held is None or held[1] != value:
+                continue
+            state = self.view(snap).states.get(offset, "committed")
+            if state in ("committed", "aborted") and state != now:
+                return f" ({state} at step {step}: {DECIDED_AGAIN})"
+        return ""
+
+    def covered(self, partition: int, producer_id: int, offset: int) -> bool:
+        """Whether a hanging report names ``producer_id``'s transaction at or below
+        ``offset`` (a report that could not name the producer covers every one)."""
+        return any(
+            r.partition == partition
+            and r.first_offset <= offset
+            and r.producer_id in (producer_id, None)
+            for r in self.reports
+        )
+
+    def spurious(self, ev: HangingReported) -> bool:
+        """Whether ``ev`` named a transaction that was only long: from the report back to
+        where the log began showing it open from ``first_offset``, the coordinator held the
+        producer's transaction open in every snapshot, and no snapshot ever showed the
+        record at ``first_offset`` decided (a transaction decided once and open again lost
+        its marker: it hangs, whatever the producer does next)."""
+        if ev.producer_id is None:
+            return False
+        window = self._window(ev.partition, ev.step)
+        known = False
+        value: bytes | None = None
+        for snap in reversed(window):
+            if self.view(snap).open_first.get(ev.producer_id) != ev.first_offset:
+                break  # not open from there before this: the stall began after
+            if snap.coordinator_open is None or ev.producer_id not in snap.coordinator_open:
+                return False  # unknown, or hanging then: the report may be right
+            known = True
+            value = snap.records.get(ev.first_offset, (0, None))[1]
+        if not known:
+            return False
+        for snap in window:
+            held = snap.records.get(ev.first_offset)
+            if (
+                held is not None
+                and held[1] == value
+                and self.view(snap).states.get(ev.first_offset) in ("committed", "aborted")
+            ):
+                return False
+        return True
+
+    def hung(self) -> dict[tuple[int, int], int]:
+        """The transactions that needed a report: open in the final log while the coordinator
+        holds nothing open for the producer there, or aborted by any application after its
+        report. ``(partition, producer id) -> first offset``."""
+        out: dict[tuple[int, int], int] = {}
+        for p, final in self.history.final.items():
+            for pid, first in self.view(final).open_first.items():
+                if final.coordinator_open is None or pid not in final.coordinator_open:
+                    out[(p, pid)] = first
+        for ev in self.history.events:
+            if isinstance(ev, HangingAborted):
+                out.setdefault((ev.partition, ev.producer_id), ev.first_offset)
+        return out
+
+    def committed_lost_by_cluster(self, floors: Mapping[int, int]) -> int:
+        """Values the producers saw committed that the final log does not hold as committed
+        (above the retention floor)."""
+        where: dict[bytes, tuple[int, int]] = {}  # value -> (partition, offset), last seen
+        for snaps in self.history.snapshots:
+            for p, snap in snaps.items():
+                if snap is None:
+                    continue
+                for o, (_epoch, value) in snap.records.items():
+                    if value is not None:
+                        where[value] = (p, o)
+        lost = 0
+        for value in self.history.committed_values:
+            at = where.get(value)
+            if at is None:
+                continue
+            p, o = at
+            final = self.history.final.get(p)
+            if final is None or o < floors.get(p, 0):
+                continue
+            held = final.records.get(o)
+            if held is None or held[1] != value or not self.view(final).committed(o):
+                lost += 1
+        return lost
+
+
 def judge(history: History, app: str | None = None) -> Verdict:
     """Judge one application's events (``app``; default: every event)."""
-    t = _Tally()
+    t = _Tally(transactional=history.read_committed)
+    txns = _Transactions(history, app) if history.read_committed else None
     view: dict[int, dict[int, _Held]] = {}
     committed: dict[int, int] = {}
     awaiting_seek: set[tuple[int, int]] = set()
@@ -262,8 +631,33 @@ def judge(history: History, app: str | None = None) -> Verdict:
             t.problems.append(f"stall on p{ev.partition}: {ev.detail}")
             continue
         held = view.setdefault(ev.partition, {})
+        if isinstance(ev, HangingReported):
+            t.hanging_reports += 1
+            if txns is not None:
+                txns.reports.append(ev)
+                if txns.spurious(ev):
+                    t.spurious_hanging += 1
+                    t.problems.append(
+                        f"spurious hanging report on p{ev.partition} at step {ev.step}: "
+                        f"producer {ev.producer_id} from offset {ev.first_offset}, whose "
+                        "transaction the coordinator held open all along; "
+                        f"{ev.text}"
+                    )
+            continue
+        if isinstance(ev, HangingAborted):
+            continue
+        if isinstance(ev, Decided):
+            if txns is not None:
+                seen = txns.committed if ev.commit else txns.aborted
+                seen.setdefault(ev.partition, set()).update(ev.values)
+            continue
         if isinstance(ev, Delivered):
             t.delivered += 1
+            if txns is not None:
+                why = txns.aborted_delivery(ev)
+                if why is not None:
+                    t.aborted_deliveries += 1
+                    t.problems.append(why)
             if (ev.member, ev.partition) in awaiting_seek:
                 t.breaches += 1
                 t.problems.append(
@@ -328,8 +722,9 @@ def judge(history: History, app: str | None = None) -> Verdict:
                     h.reread_ok = True
     # Retention of an earlier incarnation says nothing about the final topic's log.
     since = max((ev.step + 1 for ev in history.events if isinstance(ev, Recreated)), default=0)
+    floors: dict[int, int] = {}
     for p, final in history.final.items():
-        floor = max(
+        floor = floors[p] = max(
             [final.log_start]
             + [
                 snap[p].log_start  # type: ignore[union-attr]
@@ -337,6 +732,8 @@ def judge(history: History, app: str | None = None) -> Verdict:
                 if snap.get(p) is not None
             ]
         )
+        fview = txns.view(final) if txns is not None else None
+        stable = fview.last_stable if fview is not None else None
         held = view.get(p, {})
         for o in sorted(held):
             if o < floor:
@@ -350,11 +747,45 @@ def judge(history: History, app: str | None = None) -> Verdict:
                     f"step {h.step}) but the final log has "
                     f"{'nothing' if f is None else f'{f[1]!r} (epoch {f[0]})'}, unreported"
                 )
-        for o in sorted(final.records):
-            if o >= floor and o not in held:
-                t.losses += 1
+            elif (
+                txns is not None
+                and fview is not None
+                and not fview.committed(o)
+                and not txns.covered(p, final.transactional[o], o)
+            ):
+                t.committed_losses += 1
+                again = txns.decided_otherwise(p, o, h.value, fview.states[o])
+                t.decided_again += bool(again)
                 t.problems.append(
-                    f"p{p} offset {o} ({final.records[o][1]!r}) of the final log was never "
-                    "delivered"
+                    f"p{p} offset {o}: the application holds {h.value!r} (step {h.step}) "
+                    f"but its transaction is {fview.states[o]} in the final log{again}, and no "
+                    f"hanging report names producer {final.transactional[o]} at or below it"
                 )
+        for o in sorted(final.records):
+            if o < floor or o in held:
+                continue
+            if fview is not None and (
+                not fview.committed(o) or (stable is not None and o >= stable)
+            ):
+                continue  # aborted, or behind a transaction still open: not readable
+            t.losses += 1
+            again = ""
+            if txns is not None and o in final.transactional:
+                again = txns.decided_otherwise(p, o, final.records[o][1], "committed")
+                t.decided_again += bool(again)
+            t.problems.append(
+                f"p{p} offset {o} ({final.records[o][1]!r}) of the final log was never "
+                f"delivered{again}"
+            )
+    if txns is not None:
+        hung = txns.hung()
+        t.hanging_transactions = len(hung)
+        for (p, pid), first in sorted(hung.items()):
+            if not any(r.partition == p and r.producer_id in (pid, None) for r in txns.reports):
+                t.unreported_hanging += 1
+                t.problems.append(
+                    f"p{p}: the transaction of producer {pid} from offset {first} hung and "
+                    "was never reported"
+                )
+        t.committed_lost_by_cluster = txns.committed_lost_by_cluster(floors)
     return t.verdict()

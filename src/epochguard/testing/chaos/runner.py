@@ -6,6 +6,13 @@ blocks until every member joins); the runner thread applies one step, snapshots 
 partition leader's log, and waits ``step_gap`` seconds before the next. After the last step
 it heals the cluster (faults cleared, brokers started, replication resumed), writes one end
 marker per partition and waits until every application has received every marker.
+
+A schedule with transactional producers (``Schedule.transactions``) writes through a
+:class:`~epochguard.testing.chaos.transactions.TxnDriver`, its consumers read committed
+records only, the cluster aborts transactions left open within the run
+(``transaction.max.timeout.ms`` :data:`~.transactions.TXN_TIMEOUT_MS`), and before the end
+markers the runner waits until the coordinator holds no transaction open: one still open in
+a log after that is hanging, and only a report and an abort let the consumers reach the end.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from kafka.structs import TopicPartition
 
 from epochguard._log import get_logger
 from epochguard.testing.chaos.oracle import (
+    Decided,
     Delivered,
     Event,
     History,
@@ -51,6 +59,17 @@ from epochguard.testing.chaos.schedule import (
     StartBroker,
     Step,
     StopBroker,
+    TxnEnd,
+    TxnProduce,
+)
+from epochguard.testing.chaos.transactions import (
+    CONSUMER_TXN_MAX_TIMEOUT_MS,
+    TXN_TIMEOUT_MS,
+    EmbeddedTransactions,
+    TxnDriver,
+    coordinator_open,
+    read_batches,
+    settle_markers,
 )
 from epochguard.testing.embedded.cluster import EmbeddedCluster
 from epochguard.testing.embedded.state import EmbeddedClusterError
@@ -93,6 +112,13 @@ class MemberContext:
     subscribe: bool  # a consumer group (subscribe) rather than assign()
     emit: Callable[[Any], None]  # takes an event with step=-1; the runner stamps it
     app: str = "app"
+    isolation_level: str = "read_uncommitted"  # read_committed with transactional producers
+    #: the brokers' transaction.max.timeout.ms as the consumer should believe it
+    transaction_max_timeout_ms: int = 900_000
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == "read_committed"
 
 
 class ChaosClient(Protocol):
@@ -156,6 +182,8 @@ class _Member(threading.Thread):
             subscribe=r.schedule.members > 1,
             emit=lambda ev: r.emit(ev, self.app, self.member),
             app=self.app,
+            isolation_level="read_committed" if r.schedule.read_committed else "read_uncommitted",
+            transaction_max_timeout_ms=r.consumer_txn_max_timeout_ms,
         )
         client: ChaosClient | None = None
         try:
@@ -183,6 +211,10 @@ class _Member(threading.Thread):
 class _Run:
     #: The topic every member consumes (the real-Kafka runner names one per schedule).
     topic = TOPIC
+    #: What consumers of a transactional run take the brokers' transaction.max.timeout.ms
+    #: for, and how long the end waits for the coordinator to close what is left open.
+    consumer_txn_max_timeout_ms = CONSUMER_TXN_MAX_TIMEOUT_MS
+    txn_settle_s = 10.0
 
     def __init__(
         self,
@@ -207,6 +239,7 @@ class _Run:
         self.next_member = 0
         self.seq = 0
         self.step_log: list[str] = []
+        self.txn: TxnDriver | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -223,6 +256,8 @@ class _Run:
             tuple(self.snapshots),
             {p: s for p, s in final.items() if s is not None},
             self.schedule.policy,
+            read_committed=self.schedule.read_committed,
+            committed_values=frozenset(self.txn.committed_values if self.txn else ()),
         )
         first = next(iter(self.clients))
         return RunResult(
@@ -266,9 +301,19 @@ class _Run:
     def snapshot(self) -> dict[int, LogSnapshot | None]:
         from kafka.record.default_records import DefaultRecordBatch
 
+        read_committed = self.schedule.read_committed
+
         def snap() -> dict[int, LogSnapshot | None]:
             out: dict[int, LogSnapshot | None] = {}
             state = self.cluster.state
+            held_open: dict[int, frozenset[int]] = {}
+            if read_committed:
+                # Markers the coordinator can write now are written first (its timer would,
+                # within 0.1 s): a marker written between two snapshots and lost to the
+                # next step's unclean election would leave no trace of a commit that a
+                # consumer may have read.
+                settle_markers(state)
+                held_open = coordinator_open(state, TOPIC)
             for p in range(self.schedule.partitions):
                 try:
                     part = state.partition(TOPIC, p)
@@ -279,6 +324,16 @@ class _Run:
                     out[p] = None
                     continue
                 log_ = part.logs[part.leader]
+                if read_committed:
+                    contents = read_batches(DefaultRecordBatch(raw) for raw in log_.batches_from(0))
+                    out[p] = LogSnapshot(
+                        log_.log_start_offset,
+                        contents.records,
+                        contents.transactional,
+                        contents.markers,
+                        held_open.get(p, frozenset()),
+                    )
+                    continue
                 records: dict[int, tuple[int, bytes | None]] = {}
                 for raw in log_.batches_from(0):
                     batch = DefaultRecordBatch(raw)
@@ -296,12 +351,11 @@ class _Run:
         if isinstance(step, Produce):
             if c.leader(TOPIC, step.partition) is None:
                 return f"{step!r}: no leader"
-            values = []
-            for _ in range(step.count):
-                values.append(b"%d:%d" % (self.schedule.seed, self.seq))
-                self.seq += 1
+            values = self.new_values(step.count)
             c.append(TOPIC, step.partition, values, batch_size=step.batch)
             return f"{step!r}: {values[0]!r}..{values[-1]!r}"
+        if isinstance(step, TxnProduce | TxnEnd):
+            return self.apply_txn(step)
         if isinstance(step, Elect):
             leader = c.leader(TOPIC, step.partition)
             isr = c.isr(TOPIC, step.partition)
@@ -425,6 +479,33 @@ class _Run:
             f"{c.leader(TOPIC, partition)}, epoch {c.leader_epoch(TOPIC, partition)}"
         )
 
+    def new_values(self, count: int) -> list[bytes]:
+        """``count`` values never written before in this run."""
+        values = []
+        for _ in range(count):
+            values.append(b"%d:%d" % (self.schedule.seed, self.seq))
+            self.seq += 1
+        return values
+
+    def apply_txn(self, step: TxnProduce | TxnEnd) -> str:
+        if self.txn is None:
+            raise ChaosClientError(f"{step!r} needs a schedule with transactions")
+        if isinstance(step, TxnEnd):
+            return f"{step!r}: {self.txn.end(step.producer, step.commit)}"
+        values = self.new_values(step.count)
+        return f"{step!r}: {self.txn.produce(step.producer, step.partition, values)}"
+
+    def make_transactions(self) -> TxnDriver:
+        """The run's transactional producers."""
+        return EmbeddedTransactions(
+            self.cluster, TOPIC, self.schedule.transactions, on_decided=self.decided
+        )
+
+    def decided(self, partition: int, commit: bool, values: frozenset[bytes]) -> None:
+        """A marker was written (on the cluster's loop): an event among the consumers'."""
+        with self.lock:
+            self.events.append(Decided(partition, commit, values, max(0, len(self.snapshots) - 1)))
+
     def apply_net_fault(self, step: NetFault) -> str:
         if self.proxy is None:
             raise ChaosClientError(f"{step!r} needs a run with a fault proxy")
@@ -472,8 +553,12 @@ class _Run:
     def execute(self, end_timeout: float) -> None:
         s = self.schedule
         self.create_topic()
+        if s.transactions:
+            self.txn = self.make_transactions()
+        # Taken outside the lock: a snapshot writes pending markers, whose events take it.
+        first = self.snapshot()
         with self.lock:
-            self.snapshots.append(self.snapshot())
+            self.snapshots.append(first)
         for app in self.clients:
             for _ in range(s.members):
                 self.start_member(app)
@@ -488,6 +573,8 @@ class _Run:
             self.check_members()
             time.sleep(self.step_gap)
         self.heal()
+        if self.txn is not None:
+            self.step_log.append(f"transactions: {self.txn.settle(self.txn_settle_s)}")
         markers = {}
         for p in range(s.partitions):
             markers[p] = b"end:%d:%d" % (s.seed, p)
@@ -498,10 +585,13 @@ class _Run:
         self.step_log.append("heal, end markers")
         # The stall deadline counts what the network faults held back (their durations,
         # and a connection set-up timeout for each blackhole: kafka-python-based clients
-        # give up a connection that never answers its ApiVersions after 10 s).
+        # give up a connection that never answers its ApiVersions after 10 s), and what a
+        # hanging transaction takes to be reported.
         end_timeout += s.injected_delay_s + CONNECTION_SETUP_TIMEOUT_S * sum(
             1 for step in s.steps if isinstance(step, NetFault) and step.kind == "blackhole"
         )
+        if s.read_committed:
+            end_timeout += self.consumer_txn_max_timeout_ms / 1000
         deadline = time.monotonic() + end_timeout
         while time.monotonic() < deadline:
             self.check_members()
@@ -558,6 +648,8 @@ class _Run:
         for app in self.clients:
             for m in list(self.members[app]):
                 m.halt()
+        if self.txn is not None:
+            self.txn.close()
 
 
 class ChaosClientError(RuntimeError):
@@ -589,7 +681,11 @@ def run_schedule(
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         tmpdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="chaos-"))
-        c = stack.enter_context(EmbeddedCluster(brokers=3, epochs=epochs))
+        c = stack.enter_context(
+            EmbeddedCluster(brokers=3, epochs=epochs, transaction_max_timeout_ms=TXN_TIMEOUT_MS)
+            if schedule.transactions
+            else EmbeddedCluster(brokers=3, epochs=epochs)
+        )
         proxy = None
         if schedule.network:
             proxy = stack.enter_context(FaultProxy())

@@ -33,6 +33,8 @@ __all__ = [
     "StartBroker",
     "Step",
     "StopBroker",
+    "TxnEnd",
+    "TxnProduce",
     "generate",
     "generate_apache",
 ]
@@ -71,6 +73,27 @@ class Produce:
     partition: int = attrs.field(validator=_non_negative)
     count: int = attrs.field(validator=_positive)
     batch: int = attrs.field(default=1, validator=_positive)
+
+
+@attrs.frozen
+class TxnProduce:
+    """``count`` records, in one batch, in the open transaction of transactional producer
+    ``producer`` on the partition's leader; the producer begins a transaction first when it
+    has none open (and initialises again when the coordinator fenced it: a transaction it
+    left open longer than its timeout was aborted)."""
+
+    partition: int = attrs.field(validator=_non_negative)
+    count: int = attrs.field(validator=_positive)
+    producer: int = attrs.field(default=0, validator=_non_negative)
+
+
+@attrs.frozen
+class TxnEnd:
+    """Transactional producer ``producer`` commits (or aborts) its open transaction; nothing
+    happens when it has none open."""
+
+    producer: int = attrs.field(default=0, validator=_non_negative)
+    commit: bool = True
 
 
 @attrs.frozen
@@ -231,6 +254,8 @@ Step = (
     | Join
     | Leave
     | Idle
+    | TxnProduce
+    | TxnEnd
 )
 
 _STEP_TYPES = Step.__args__
@@ -252,6 +277,10 @@ class Schedule:
     ``members`` 1 is a single consumer on ``assign()`` that commits with its ``group`` or to a
     ``SqliteOffsetStore`` (``offsets``); 2 or more is a consumer group on ``subscribe()``
     (group commits), with :class:`Join`/:class:`Leave` rebalancing it.
+
+    ``transactions`` is the number of transactional producers (:class:`TxnProduce`,
+    :class:`TxnEnd`); with one or more the consumers read with
+    ``isolation_level="read_committed"`` and the oracle also judges transactions.
     """
 
     seed: int
@@ -260,6 +289,7 @@ class Schedule:
     policy: Policy = "rewind"
     members: int = attrs.field(default=1, validator=_positive)
     offsets: OffsetSource = "group"
+    transactions: int = attrs.field(default=0, validator=_non_negative)
 
     def __attrs_post_init__(self) -> None:
         if self.policy not in ("rewind", "raise"):
@@ -272,10 +302,19 @@ class Schedule:
             p = getattr(s, "partition", None)
             if p is not None and p >= self.partitions:
                 raise ScheduleError(f"{s!r} names partition {p} of {self.partitions}")
+            if isinstance(s, TxnProduce | TxnEnd) and s.producer >= self.transactions:
+                raise ScheduleError(
+                    f"{s!r} names transactional producer {s.producer} of {self.transactions}"
+                )
 
     @property
     def unclean(self) -> bool:
         return any(isinstance(s, Elect) and s.unclean for s in self.steps)
+
+    @property
+    def read_committed(self) -> bool:
+        """Whether the run has transactional producers (and read_committed consumers)."""
+        return self.transactions > 0
 
     @property
     def network(self) -> bool:
@@ -293,6 +332,7 @@ class Schedule:
     def to_code(self) -> str:
         """Python that replays this schedule (paste it into a test or a shell)."""
         steps = "".join(f"\n        {s!r}," for s in self.steps)
+        txn = f"        transactions={self.transactions},\n" if self.transactions else ""
         return (
             "from epochguard.testing.chaos import run_schedule\n"
             "from epochguard.testing.chaos.schedule import *\n\n"
@@ -300,11 +340,21 @@ class Schedule:
             "    Schedule(\n"
             f"        seed={self.seed}, partitions={self.partitions}, policy={self.policy!r},\n"
             f"        members={self.members}, offsets={self.offsets!r},\n"
+            f"{txn}"
             f"        steps=({steps}\n        ),\n"
             "    )\n"
             ").verdict\n"
             "assert verdict.ok, verdict.describe()\n"
         )
+
+
+#: With ``generate(transactions=True)``: how often transactional writes and transaction ends
+#: are drawn (plain writes drop to :data:`TXN_PLAIN_PRODUCE_WEIGHT`), and the share of ends
+#: that commit.
+TXN_STEP_WEIGHTS = (("txn_produce", 8), ("txn_end", 4))
+TXN_FAULT_WEIGHTS = (("pause", 2), ("unclean", 2))
+TXN_PLAIN_PRODUCE_WEIGHT = 3
+TXN_COMMIT_SHARE = 0.65
 
 
 # What real Apache Kafka lets a test do to its brokers (ApacheKafkaCluster).
@@ -323,6 +373,7 @@ def generate(
     real_kafka: bool = False,
     group_recreate: bool = False,
     network: bool = False,
+    transactions: bool = False,
 ) -> Schedule:
     """The schedule of ``seed``: everything not given is drawn from ``seed`` too.
 
@@ -332,7 +383,11 @@ def generate(
     ``group_recreate`` lets consumer groups see topic re-creation too (off by default so that
     every seed keeps the schedule it always had: the CI set and the seeds kept as regressions
     name schedules by seed); ``network`` mixes :class:`NetFault` steps in (the same seed
-    draws another schedule with it).
+    draws another schedule with it); ``transactions`` makes most writes transactional (one
+    or two transactional producers committing, aborting or leaving open what they write,
+    :data:`TXN_STEP_WEIGHTS`, more lagging followers and unclean elections) under
+    read_committed consumers, without topic re-creation
+    (the same seed draws another schedule with it too).
     """
     rng = random.Random(seed)
     n_parts = partitions if partitions is not None else rng.choice([1, 2, 2, 3, 4])
@@ -346,8 +401,9 @@ def generate(
         if offsets is not None
         else ("group" if n_members > 1 or real_kafka else rng.choice(["group", "store"]))
     )
+    n_txn = rng.choice([1, 2, 2]) if transactions else 0
     weights: list[tuple[str, int]] = [
-        ("produce", 10),
+        ("produce", TXN_PLAIN_PRODUCE_WEIGHT if transactions else 10),
         ("stop", 1),
         ("start", 2),
         ("clean", 2),
@@ -369,7 +425,10 @@ def generate(
             (
                 "recreate",
                 0
-                if rng.random() < 0.7 or not unclean or (n_members > 1 and not group_recreate)
+                if rng.random() < 0.7
+                or not unclean
+                or (n_members > 1 and not group_recreate)
+                or transactions
                 else 1,
             ),
         ]
@@ -377,6 +436,10 @@ def generate(
         weights += [("join", 1), ("leave", 1)]
     if network:
         weights.append(("net", 4))
+    if transactions:
+        weights += list(TXN_STEP_WEIGHTS)
+        # Lagging followers elected uncleanly lose markers: more of both.
+        weights += [(k, w) for k, w in TXN_FAULT_WEIGHTS if unclean or k != "unclean"]
     kinds, ws = zip(*weights, strict=True)
     out: list[Step] = []
     recreates = any(k == "recreate" and w > 0 for k, w in weights)
@@ -431,10 +494,14 @@ def generate(
         elif kind == "net":
             step = _net_fault(rng, pick)
             blackholed = blackholed or step.kind == "blackhole"
+        elif kind == "txn_produce":
+            step = TxnProduce(p, rng.randint(1, 4), rng.randrange(n_txn))
+        elif kind == "txn_end":
+            step = TxnEnd(rng.randrange(n_txn), rng.random() < TXN_COMMIT_SHARE)
         else:
             step = Leave(rng.randrange(n_members))
         out.append(step)
-    return Schedule(seed, tuple(out), n_parts, pol, n_members, src)
+    return Schedule(seed, tuple(out), n_parts, pol, n_members, src, n_txn)
 
 
 def _net_fault(rng: random.Random, pick: int) -> NetFault:
@@ -455,6 +522,8 @@ def _net_fault(rng: random.Random, pick: int) -> NetFault:
 
 #: The steps of :func:`generate_apache`: what an ApacheKafkaCluster run applies.
 APACHE_STEPS = (Produce, Elect, StopBroker, StartBroker, DeleteRecords, Idle, RestartConsumer)
+#: With ``generate_apache(transactions=True)``, also these.
+APACHE_TXN_STEPS = (*APACHE_STEPS, TxnProduce, TxnEnd)
 
 #: Steps that stop or start a broker JVM (seconds each on real Kafka): at most this many a
 #: schedule, so 30 schedules take minutes, not an hour.
@@ -471,6 +540,7 @@ def generate_apache(
     steps: int = 8,
     unclean: bool = True,
     policy: Policy | None = None,
+    transactions: bool = False,
 ) -> Schedule:
     """The real-Kafka schedule of ``seed`` (``epochguard.testing.chaos.apache``): one
     partition, one consumer per client on ``assign()`` committing to its group, and only the
@@ -485,13 +555,22 @@ def generate_apache(
     start. With ``unclean`` (the default) every schedule has at least one unclean election:
     a real-Kafka run costs tens of seconds and should exercise a truncation; at most
     :data:`APACHE_HEAVY_MAX` steps stop or start brokers.
+
+    ``transactions`` (another schedule for the same seed): one transactional producer
+    writes most records (:class:`TxnProduce`, :class:`TxnEnd`) and the consumers read
+    committed records only. An unclean :class:`Elect` whose ``pick % 3`` is not 2 then
+    loses a transaction marker instead of plain records (the recipe of
+    ``epochguard.testing.chaos.apache``: the producer's open transaction, or a new one, is
+    on both replicas when the follower stops; the leader alone gets its COMMIT, or its ABORT
+    when ``pick`` is odd): the new leader has the transaction open with nobody to end it, a
+    hanging transaction. Every such schedule has at least one of those.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ScheduleError(f"steps must be an int >= 1, got {steps!r}")
     rng = random.Random(seed)
     pol: Policy = policy if policy is not None else rng.choice(["rewind", "raise"])
     weights: list[tuple[str, int]] = [
-        ("produce", 8),
+        ("produce", 3 if transactions else 8),
         ("clean", 2),
         ("stop", 1),
         ("start", 1),
@@ -501,6 +580,8 @@ def generate_apache(
     ]
     if unclean:
         weights.append(("unclean", 2))
+    if transactions:
+        weights += [("txn_produce", 5), ("txn_end", 3)]
     kinds, ws = zip(*weights, strict=True)
     out: list[Step] = []
     heavy = 0
@@ -522,6 +603,10 @@ def generate_apache(
             step = Idle(rng.choice([0.2, 1.0]))
         elif kind == "restart":
             step = RestartConsumer(0)
+        elif kind == "txn_produce":
+            step = TxnProduce(0, rng.randint(1, 4))
+        elif kind == "txn_end":
+            step = TxnEnd(0, rng.random() < TXN_COMMIT_SHARE)
         else:
             n = rng.randint(1, 6)
             step = Produce(0, n)
@@ -540,4 +625,11 @@ def generate_apache(
         else:
             at = rng.choice([i for i in light if i > 0] or light)
         out[at] = Elect(0, True, rng.randrange(6))
-    return Schedule(seed, tuple(out), 1, pol, 1, "group")
+    if transactions and not any(
+        isinstance(s, Elect) and s.unclean and s.pick % 3 != 2 for s in out
+    ):
+        # The schedule's first unclean election loses a marker.
+        at = next(i for i, s in enumerate(out) if isinstance(s, Elect) and s.unclean)
+        pick = out[at].pick  # type: ignore[union-attr]
+        out[at] = Elect(0, True, pick - 1 if pick % 3 == 2 else pick)
+    return Schedule(seed, tuple(out), 1, pol, 1, "group", 1 if transactions else 0)

@@ -20,7 +20,7 @@ from epochguard.spark_connector.errors import SparkDataLossError, SparkLogTrunca
 from epochguard.spark_connector.options import SourceOptions, parse_options
 from epochguard.spark_connector.planning import OffsetRange
 from epochguard.testing import EmbeddedCluster
-from epochguard.testing.helpers import stage_unreplicated_tail, unclean_refill
+from epochguard.testing.helpers import recreate_topic, stage_unreplicated_tail, unclean_refill
 
 TP = TopicPartition("t", 0)
 
@@ -227,3 +227,56 @@ def test_truncation_message_says_record_or_records() -> None:
 
     assert "lost range [10, 11) (1 record);" in message(11)
     assert "lost range [10, 12) (2 records);" in message(12)
+
+
+OFFSET_FOR_LEADER_EPOCH = 23
+
+
+def validations(cluster: EmbeddedCluster) -> int:
+    return sum(
+        n for (key, _v), n in cluster.requests_seen().items() if key == OFFSET_FOR_LEADER_EPOCH
+    )
+
+
+def test_a_range_planned_in_one_epoch_is_fetched_without_validating_its_start(
+    cluster: EmbeddedCluster,
+) -> None:
+    """The driver found the start valid in the epoch it planned the end in: the task
+    fetches at once. A range whose start has an older epoch is validated first."""
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"%d" % i for i in range(10)], batch_size=2)
+    before = validations(cluster)
+    same = OffsetRange(TP, EpochOffset(4, 0), EpochOffset(10, 0))
+    assert read_all(options(cluster), same).column("offset").to_pylist() == list(range(4, 10))
+    assert validations(cluster) == before
+    leader = cluster.leader("t", 0)
+    assert leader is not None
+    cluster.elect_leader("t", 0, leader)  # the same broker again, in epoch 1
+    cluster.append("t", 0, [b"later"] * 2)
+    older = OffsetRange(TP, EpochOffset(6, 0), EpochOffset(12, 1))
+    assert read_all(options(cluster), older).column("offset").to_pylist() == list(range(6, 12))
+    assert validations(cluster) > before
+
+
+def test_a_recreated_topic_is_caught_on_a_range_planned_in_one_epoch(
+    cluster: EmbeddedCluster,
+) -> None:
+    # The new topic's records carry epoch 0 like the planned range's: only the topic id
+    # tells the logs apart, and the fetch that skips validation still checks it.
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"old"] * 6)
+    driver = datasource._Driver(options(cluster))
+    try:
+        (end,) = driver.latest([TP]).values()
+    finally:
+        driver.close()
+    assert end.topic_id is not None
+    planned = OffsetRange(TP, EpochOffset(2, 0, topic_id=end.topic_id), end)
+    recreate_topic(cluster, "t", replication_factor=1)
+    cluster.append("t", 0, [b"new"] * 9)
+    with pytest.raises(SparkLogTruncationError) as info:
+        read_all(options(cluster), planned)
+    assert str(info.value) == (
+        "KAFKA_LOG_TRUNCATION: topic t partition 0 (t-0): divergence at 0@e?, lost range "
+        "[0, 2) (2 records); while reading planned range [2@e0, 6@e0) on an executor"
+    )

@@ -706,6 +706,16 @@ def _piece(
     return cols
 
 
+#: What a read that skipped validating its start takes as a reason to validate it now:
+#: each may come from a log truncated below the start since the range was planned.
+_START_TROUBLE = (
+    LogTruncationError,
+    SparkLogTruncationError,
+    OffsetOutOfRangeError,
+    NoOffsetForPartitionError,
+)
+
+
 def _read_with(
     consumer: EpochConsumer, opts: SourceOptions, rng: OffsetRange
 ) -> Generator[RecordColumns, None, None]:
@@ -713,15 +723,33 @@ def _read_with(
     planned_epoch = rng.end.leader_epoch
     where = f"while reading planned range [{rng.start}, {rng.end}) on an executor"
     consumer.assign([tp])
-    consumer.seek(tp, rng.start)  # a position with an epoch is validated before fetching
+    # A range planned in one leader epoch starts where the driver found the log intact in
+    # that epoch: it is fetched from at once (the topic id still checked), without an
+    # OffsetForLeaderEpoch round trip. What changed since planning shows in the records
+    # (an epoch later than planned), a fetch out of range or a log ending before the plan;
+    # if any does before a record is handed over, the start is validated as any other
+    # position, so the error is the one validation gives. Other ranges validate first.
+    checked = not _in_leader_epoch(rng.start, rng.end)
+    consumer.seek(
+        tp, rng.start if checked else EpochOffset(rng.start.offset, topic_id=rng.start.topic_id)
+    )
+    handed_over = False
     position = rng.start.offset
     timeout = opts.poll_timeout_ms / 1000
     last_progress = time.monotonic()
     next_end_check = last_progress + _END_CHECK_INTERVAL
     while position < end:
         try:
-            polled = consumer.poll_columns(timeout_ms=200)
-            now_at = consumer.position(tp)
+            try:
+                polled = consumer.poll_columns(timeout_ms=200)
+                now_at = consumer.position(tp)
+                piece = _piece(tp, polled, end, planned_epoch, where)
+            except _START_TROUBLE:
+                if checked or handed_over:
+                    raise
+                consumer.seek(tp, rng.start)  # validated before fetching
+                checked, position = True, rng.start.offset
+                continue
         except LogTruncationError as exc:
             report = exc.truncations.get(tp) or exc.report
             raise SparkLogTruncationError(truncation_message(report, where)) from exc
@@ -744,8 +772,8 @@ def _read_with(
             consumer.seek(tp, earliest)
             position = earliest
             continue
-        piece = _piece(tp, polled, end, planned_epoch, where)
         if piece is not None:
+            handed_over = True
             yield piece
         now = time.monotonic()
         if now_at > position:
@@ -754,6 +782,10 @@ def _read_with(
             # Stuck below the planned end: has the log lost the offsets we were promised?
             next_end_check = now + _END_CHECK_INTERVAL
             log_end = consumer.end_offsets([tp])[tp]
+            if log_end <= position and not (checked or handed_over):
+                consumer.seek(tp, rng.start)
+                checked, position = True, rng.start.offset
+                continue
             if log_end <= position:
                 raise SparkLogTruncationError(
                     f"topic {tp.topic} partition {tp.partition} ({tp.topic}-{tp.partition}): "

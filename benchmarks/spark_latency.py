@@ -16,8 +16,13 @@ Method (also written into the JSON as ``method``):
   value starting with the wall-clock time just before it is sent and its index. Latency:
   arrival at the sink minus send time, for every record after the warm-up. The producer
   and the sink run in this process: one clock.
-* Runs alternate between the sources, ``SPARK_LATENCY_ROUNDS`` rounds (default 2): every
-  source gets the same share of whatever else the shared machine runs. p50, p90, p99 and
+* A third source, ``paced_stamps`` (``benchmarks/_paced_stamps.py``), is a Python streaming
+  source without Kafka: its records exist from their scheduled time on (the same warm-up,
+  first record and rate), so its latency is what Spark's Python Data Source API costs any
+  Python source, the floor for ours.
+* Runs alternate between the sources, ``SPARK_LATENCY_ROUNDS`` rounds (default 2), each
+  round starting with the next source: every source gets the same share of whatever else
+  the shared machine runs. p50, p90, p99 and
   the maximum are over the records of all rounds (nearest rank), and per run.
 * Per micro-batch that read records, Spark's ``StreamingQueryProgress.durationMs``
   (``latestOffset``, ``queryPlanning``, ``getBatch``, ``walCommit``, ``addBatch`` (the
@@ -29,7 +34,7 @@ Method (also written into the JSON as ``method``):
 * The load average (1 minute) before and after every run: other work shares the 2 cores.
 
 ``python -m benchmarks spark_latency``. ``SPARK_LATENCY_SOURCES`` (default
-``kafka,epochguard``) picks the sources; ``SPARK_LATENCY_OPTIONS`` (a JSON object) adds
+``kafka,epochguard,paced_stamps``) picks the sources; ``SPARK_LATENCY_OPTIONS`` (a JSON object) adds
 options to our source's.
 """
 
@@ -51,7 +56,10 @@ RATE = float(os.environ.get("SPARK_LATENCY_RATE", "5"))
 RECORDS = int(os.environ.get("SPARK_LATENCY_RECORDS", "150"))
 WARMUP = int(os.environ.get("SPARK_LATENCY_WARMUP", "25"))
 ROUNDS = int(os.environ.get("SPARK_LATENCY_ROUNDS", "2"))
-SOURCES = os.environ.get("SPARK_LATENCY_SOURCES", "kafka,epochguard").split(",")
+#: Not a Kafka source: stamped records on the same schedule without I/O
+#: (``benchmarks/_paced_stamps.py``), what any Python streaming source pays.
+PACED = "paced_stamps"
+SOURCES = os.environ.get("SPARK_LATENCY_SOURCES", f"kafka,epochguard,{PACED}").split(",")
 #: More options for our source (a JSON object), to compare settings.
 EXTRA_OPTIONS: dict[str, str] = json.loads(os.environ.get("SPARK_LATENCY_OPTIONS", "{}"))
 VALUE_BYTES = 100
@@ -170,10 +178,66 @@ def batch_spread(batches: Sequence[Mapping[str, int]]) -> dict[str, dict[str, An
     return out
 
 
+class _KafkaFeed:
+    """Records for a Kafka source: one topic per run, sent by librdkafka's producer."""
+
+    def __init__(self, cluster: Any, topic: str) -> None:
+        self.cluster, self.topic = cluster, topic
+        cluster.create_topic(topic, partitions=1, replication_factor=1)
+
+    def options(self) -> dict[str, str]:
+        return {
+            "kafka.bootstrap.servers": self.cluster.bootstrap_servers,
+            "subscribe": self.topic,
+            "startingOffsets": "latest",
+        }
+
+    def first(self) -> None:
+        produce(self.cluster, self.topic, 1, value=lambda i: stamp(0, time.time()), linger_ms=0)
+
+    def steady(self, count: int) -> None:
+        produce(
+            self.cluster,
+            self.topic,
+            count,
+            value=lambda i: stamp(i + 1, time.time()),
+            linger_ms=0,
+            rate=RATE,
+        )
+
+
+class _PacedFeed:
+    """Records for ``paced_stamps`` (``benchmarks/_paced_stamps.py``): no Kafka, they exist
+    from their scheduled time on, and that time is their send time."""
+
+    def __init__(self, clock: str, total: int) -> None:
+        self.clock, self.total = clock, total
+
+    def options(self) -> dict[str, str]:
+        return {
+            "clock": self.clock,
+            "rate": str(RATE),
+            "count": str(self.total),
+            "bytes": str(VALUE_BYTES),
+        }
+
+    def first(self) -> None:
+        from benchmarks._paced_stamps import write_clock
+
+        self._first = time.time()
+        write_clock(self.clock, self._first)
+
+    def steady(self, count: int) -> None:
+        from benchmarks._paced_stamps import write_clock
+
+        steady = time.time()
+        write_clock(self.clock, self._first, steady)
+        time.sleep(max(0.0, steady + (count - 1) / RATE - time.time()))
+
+
 def _one_run(
-    spark: Any, fmt: str, cluster: Any, topic: str, checkpoint: str, timeout_s: float = 120
+    spark: Any, fmt: str, feed: _KafkaFeed | _PacedFeed, checkpoint: str, timeout_s: float = 120
 ) -> dict[str, Any]:
-    cluster.create_topic(topic, partitions=1, replication_factor=1)
     arrivals: list[tuple[int, float, list[bytes]]] = []
     first, seen = threading.Event(), threading.Event()
     total = 1 + WARMUP + RECORDS
@@ -188,12 +252,7 @@ def _one_run(
             seen.set()
 
     load_before = os.getloadavg()[0]
-    reader = (
-        spark.readStream.format(fmt)
-        .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", "latest")
-    )
+    reader = spark.readStream.format(fmt).options(**feed.options())
     if fmt == "epochguard":
         reader = reader.options(**EXTRA_OPTIONS)
     query = (
@@ -211,17 +270,10 @@ def _one_run(
             time.sleep(0.05)
         # Record 0 alone first, waited for at the sink: the first micro-batch with rows
         # pays for starting a Python worker and the first connections.
-        produce(cluster, topic, 1, value=lambda i: stamp(0, time.time()), linger_ms=0)
+        feed.first()
         if not first.wait(timeout_s):
             raise RuntimeError(f"{fmt}: record 0 did not reach the sink: {query.exception()}")
-        produce(
-            cluster,
-            topic,
-            total - 1,
-            value=lambda i: stamp(i + 1, time.time()),
-            linger_ms=0,
-            rate=RATE,
-        )
+        feed.steady(total - 1)
         if not seen.wait(timeout_s):
             raise RuntimeError(f"{fmt}: {sum(len(v) for *_, v in arrivals)} of {total} records")
         progress = list(query.recentProgress)
@@ -254,11 +306,21 @@ def run() -> dict[str, Any]:
             },
         )
         register(spark)
+        if PACED in SOURCES:
+            from benchmarks._paced_stamps import register as register_paced
+
+            register_paced(spark)
         try:
             for rnd in range(ROUNDS):
-                for fmt in SOURCES:
+                # Each round starts with another source: none always runs first or last.
+                for fmt in SOURCES[rnd % len(SOURCES) :] + SOURCES[: rnd % len(SOURCES)]:
                     name = f"latency-{fmt}-{rnd}"
-                    result = _one_run(spark, fmt, cluster, name, f"{tmp}/{name}")
+                    feed = (
+                        _PacedFeed(f"{tmp}/{name}.clock", 1 + WARMUP + RECORDS)
+                        if fmt == PACED
+                        else _KafkaFeed(cluster, name)
+                    )
+                    result = _one_run(spark, fmt, feed, f"{tmp}/{name}")
                     result["round"] = rnd
                     runs[fmt].append(result)
                     print(
@@ -286,6 +348,11 @@ def run() -> dict[str, Any]:
             "rounds": ROUNDS,
             "value_bytes": VALUE_BYTES,
             "epochguard_options": EXTRA_OPTIONS,
+        },
+        "source_names": {
+            "kafka": "Spark's spark-sql-kafka-0-10",
+            "epochguard": "ours",
+            PACED: "stamped records on the same schedule, no Kafka (benchmarks/_paced_stamps.py)",
         },
         "spark_kafka_connector": connector.version,
         "session": "local[2]",

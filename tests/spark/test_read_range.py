@@ -280,3 +280,35 @@ def test_a_recreated_topic_is_caught_on_a_range_planned_in_one_epoch(
         "KAFKA_LOG_TRUNCATION: topic t partition 0 (t-0): divergence at 0@e?, lost range "
         "[0, 2) (2 records); while reading planned range [2@e0, 6@e0) on an executor"
     )
+
+
+def test_a_range_of_one_arrow_batch_is_read_without_a_reading_thread(
+    cluster: EmbeddedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A micro-batch of a running query is small: it is handed over in one Arrow batch at
+    its end, so it is read on the calling thread. A range of several batches fetches ahead
+    on a thread of its own. Both give the same rows; an abandoned read is never reused."""
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"v%d" % i for i in range(30)], batch_size=4)
+    ahead: list[str] = []
+    fetch_ahead = datasource._fetch_ahead
+
+    def counted(polls: Iterator[object], name: str) -> Iterator[object]:
+        ahead.append(name)
+        return fetch_ahead(polls, name)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(datasource, "_fetch_ahead", counted)
+    monkeypatch.setattr(datasource, "_BATCH_ROWS", 10)
+    opts = options(cluster)
+    small = read_all(opts, OffsetRange(TP, EpochOffset(2), EpochOffset(12, 0)))
+    assert ahead == []
+    large = read_all(opts, OffsetRange(TP, EpochOffset(2), EpochOffset(30, 0)))
+    assert ahead == ["t-0"]
+    assert small.column("value").to_pylist() == [b"v%d" % i for i in range(2, 12)]
+    assert large.column("value").to_pylist() == [b"v%d" % i for i in range(2, 30)]
+    key = datasource._pool_key(datasource._executor_kwargs(opts))
+    pooled = len(datasource._POOL[key])
+    unfinished = datasource.read_range(opts, OffsetRange(TP, EpochOffset(0), EpochOffset(5, 0)))
+    assert next(unfinished).num_rows == 5
+    unfinished.close()  # Spark stopped reading before the end
+    assert len(datasource._POOL[key]) == pooled - 1

@@ -574,8 +574,14 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
         consumer = _connect(kw)
     done = False
     try:
-        pieces = _fetch_ahead(_read_with(consumer, opts, rng), f"{rng.tp.topic}-{rng.tp.partition}")
-        yield from _coalesced(rng.tp, pieces)
+        reads = _read_with(consumer, opts, rng)
+        polls: Iterator[RecordColumns] = reads
+        if rng.size > _BATCH_ROWS:
+            # More than one Arrow batch: fetch ahead of the hand-off on a thread of its own.
+            # A smaller range is handed over in one batch at its end, so a thread would only
+            # add its start and two hand-offs (a micro-batch of a running query).
+            polls = _fetch_ahead(reads, f"{rng.tp.topic}-{rng.tp.partition}")
+        yield from _coalesced(rng.tp, polls)
         done = True
     finally:
         if done:

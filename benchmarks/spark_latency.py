@@ -20,10 +20,10 @@ Method (also written into the JSON as ``method``):
   source without Kafka: its records exist from their scheduled time on (the same warm-up,
   first record and rate), so its latency is what Spark's Python Data Source API costs any
   Python source, the floor for ours.
-* Runs alternate between the sources, ``SPARK_LATENCY_ROUNDS`` rounds (default 2), each
+* Runs alternate between the sources, ``SPARK_LATENCY_ROUNDS`` rounds (default 3), each
   round starting with the next source: every source gets the same share of whatever else
-  the shared machine runs. p50, p90, p99 and
-  the maximum are over the records of all rounds (nearest rank), and per run.
+  the shared machine runs. p50, p90, p99 and the maximum are over the records of all
+  rounds (nearest rank), and per run.
 * Per micro-batch that read records, Spark's ``StreamingQueryProgress.durationMs``
   (``latestOffset``, ``queryPlanning``, ``getBatch``, ``walCommit``, ``addBatch`` (the
   tasks and the sink), ``commitOffsets``, ``triggerExecution``) as p50 and p90 over the
@@ -34,8 +34,8 @@ Method (also written into the JSON as ``method``):
 * The load average (1 minute) before and after every run: other work shares the 2 cores.
 
 ``python -m benchmarks spark_latency``. ``SPARK_LATENCY_SOURCES`` (default
-``kafka,epochguard,paced_stamps``) picks the sources; ``SPARK_LATENCY_OPTIONS`` (a JSON object) adds
-options to our source's.
+``kafka,epochguard,paced_stamps``) picks the sources; ``SPARK_LATENCY_OPTIONS`` (a JSON
+object) adds options to our source's.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from benchmarks._common import percentile, produce
 RATE = float(os.environ.get("SPARK_LATENCY_RATE", "5"))
 RECORDS = int(os.environ.get("SPARK_LATENCY_RECORDS", "150"))
 WARMUP = int(os.environ.get("SPARK_LATENCY_WARMUP", "25"))
-ROUNDS = int(os.environ.get("SPARK_LATENCY_ROUNDS", "2"))
+ROUNDS = int(os.environ.get("SPARK_LATENCY_ROUNDS", "3"))
 #: Not a Kafka source: stamped records on the same schedule without I/O
 #: (``benchmarks/_paced_stamps.py``), what any Python streaming source pays.
 PACED = "paced_stamps"

@@ -580,6 +580,47 @@ def spark_profile(results: Path) -> str:
     return out + measured(record, f"one query per row, 1 partition; {loads}")
 
 
+def spark_latency(results: Path) -> str:
+    record = load("spark_latency", results)
+    r = result_of(record)
+    names = {
+        "kafka": "Spark's Kafka source",
+        "epochguard": "epochguard",
+        "paced_stamps": "Python source without I/O",
+    }
+    parts = ("latestOffset", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
+
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.0f} ms"
+
+    rows = []
+    for fmt, src in r["sources"].items():
+        batch = src["batch_duration_ms"]
+        rows.append(
+            [
+                names.get(fmt, fmt),
+                *(ms(src[k]) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")),
+                *(ms(batch[p]["p50_ms"]) if p in batch else "-" for p in parts),
+            ]
+        )
+    out = table(
+        ["source", "p50", "p90", "p99", "max", *(f"`{p}` (p50)" for p in parts)],
+        rows,
+    )
+    s = r["settings"]
+    loads = [
+        x for src in r["sources"].values() for run in src["runs"] for x in run["load_average_1m"]
+    ]
+    spread = f"{min(loads):g}-{max(loads):g}" if loads else "not recorded"
+    return out + measured(
+        record,
+        f"record send to `foreachBatch`, {s['records']} records per run at {s['rate_per_s']:g}/s "
+        f"after warm-up, {s['rounds']} runs per source taking turns; `durationMs` per "
+        f"micro-batch; Spark's connector {r['spark_kafka_connector']}, `{r['session']}`, "
+        f"default trigger; load average {spread} over the runs",
+    )
+
+
 def chaos_scoreboard(results: Path) -> str:
     record = load("chaos_scoreboard", results)
     r = result_of(record)
@@ -771,6 +812,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "lean_fetch": lean_fetch,
     "spark_source": spark_source,
     "spark_profile": spark_profile,
+    "spark_latency": spark_latency,
     "chaos_scoreboard": chaos_scoreboard,
     "chaos_apache": chaos_apache,
     "chaos_at_scale": chaos_at_scale,

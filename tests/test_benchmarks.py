@@ -171,3 +171,50 @@ def test_the_real_kafka_scoreboard_merges_into_the_one_result_file(
     assert section == {"seeds": "2..3"}
     assert [p.name for p in tmp_path.iterdir()] == ["chaos_scoreboard.json"]
     assert board._previous() == {"clients": {"x": 1}, "apache_kafka": {"seeds": "2..3"}}
+
+
+# ---------------------------------------------------------------------- spark_latency
+
+
+def _progress(batch_id: int, started: float, rows: int, **durations: int) -> dict[str, Any]:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started))
+    millis = round((started % 1) * 1000)
+    return {
+        "batchId": batch_id,
+        "timestamp": f"{stamp}.{millis:03d}Z",
+        "numInputRows": rows,
+        "durationMs": durations,
+    }
+
+
+def test_spark_latency_summarises_what_the_sink_saw() -> None:
+    """The running query's figures come from each record's stamp (send time, index), the
+    time its batch reached the sink and the progress of that batch; the warm-up's records
+    and micro-batches stay out of them."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(ROOT))
+        bench = importlib.import_module("benchmarks.spark_latency")
+    assert bench.unstamp(bench.stamp(7, 1234.5)) == (7, 1234.5)
+    assert len(bench.stamp(7, 1234.5)) == bench.VALUE_BYTES
+    t = 1_800_000_000.0
+    arrivals = [
+        (1, t + 5.0, [bench.stamp(0, t)]),  # warm-up: 5 s, the first batch
+        (2, t + 1.3, [bench.stamp(1, t + 1.0), bench.stamp(2, t + 1.1)]),
+        (3, t + 1.7, [bench.stamp(3, t + 1.25)]),
+    ]
+    progress = [
+        _progress(1, t + 0.1, 1, latestOffset=900, addBatch=4000, triggerExecution=4900),
+        _progress(2, t + 1.15, 2, latestOffset=10, addBatch=100, triggerExecution=150),
+        _progress(3, t + 1.5, 1, latestOffset=30, addBatch=120, triggerExecution=200),
+    ]
+    out = bench.summarise(arrivals, progress, warmup=1, records=3)
+    assert out["latencies_ms"] == [300.0, 200.0, 450.0]
+    assert (out["p50_ms"], out["p90_ms"], out["max_ms"]) == (300.0, 450.0, 450.0)
+    assert out["sent_to_trigger_ms"]["max_ms"] == 250.0  # record 3: sent 1.25, trigger 1.5
+    assert out["trigger_to_sink_ms"]["p50_ms"] == 150.0
+    assert out["batches_with_rows"] == 2
+    assert out["batch_duration_ms"]["latestOffset"] == {"p50_ms": 10, "p90_ms": 30, "max_ms": 30}
+    with pytest.raises(RuntimeError, match=r"missing at the sink: \[3\]"):
+        bench.summarise(arrivals[:2], progress, warmup=1, records=3)
+    with pytest.raises(RuntimeError, match=r"twice: \[2\]"):
+        bench.summarise([*arrivals, (4, t + 2, [bench.stamp(2, t)])], progress, 1, 3)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -572,3 +573,97 @@ def test_invalid_stream_options_fail_at_the_first_call_not_in_stream_reader() ->
         bad.schema()
     # One that concerns streams only waits for the stream reader.
     assert "leaderEpoch" in source.schema()
+
+
+METADATA, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 3, 2, 23
+
+
+def requests_of(cluster: EmbeddedCluster, api_key: int) -> int:
+    return sum(n for (key, _version), n in cluster.requests_seen().items() if key == api_key)
+
+
+def test_a_batch_in_the_leaders_epoch_is_planned_without_asking_for_its_epoch(
+    cluster: EmbeddedCluster,
+) -> None:
+    """Between two batches under one leader, latestOffset sends one Metadata request (the
+    listing) and one ListOffsets: a start in the epoch of the leader that just gave the log
+    end is valid without OffsetForLeaderEpoch. After a leader change the start is asked
+    about again (and found valid: a clean election loses nothing)."""
+    cluster.create_topic("t", replication_factor=2)
+    cluster.append("t", 0, [b"x"] * 5)
+    r = reader(cluster)
+    try:
+        first = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+        assert offsets(first) == {0: (5, 0)}
+        cluster.append("t", 0, [b"y"] * 3)
+        time.sleep(0.05)  # past retry.backoff.ms: the next batch lists the partitions again
+        before = {k: requests_of(cluster, k) for k in (METADATA, LIST_OFFSETS)}
+        validations = requests_of(cluster, OFFSET_FOR_LEADER_EPOCH)
+        second = r.latestOffset(first, ReadAllAvailable())
+        assert offsets(second) == {0: (8, 0)}
+        assert requests_of(cluster, OFFSET_FOR_LEADER_EPOCH) == validations
+        assert {k: requests_of(cluster, k) - n for k, n in before.items()} == {
+            METADATA: 1,
+            LIST_OFFSETS: 1,
+        }
+        leader = cluster.leader("t", 0)
+        other = next(b for b in cluster.replicas("t", 0) if b != leader)
+        cluster.elect_leader("t", 0, other)  # clean: the follower has every record
+        cluster.append("t", 0, [b"z"] * 2)
+        time.sleep(0.05)
+        third = r.latestOffset(second, ReadAllAvailable())
+        assert offsets(third) == {0: (10, 1)}
+        assert requests_of(cluster, OFFSET_FOR_LEADER_EPOCH) > validations
+    finally:
+        r.stop()
+
+
+def test_the_log_end_lookup_goes_out_with_the_listing(cluster: EmbeddedCluster) -> None:
+    """The partitions of the last listing have their log end asked for before the new
+    listing's Metadata answer: one round trip, not two. The Metadata answer is held back
+    here; the ListOffsets request is sent meanwhile."""
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 5)
+    r = reader(cluster)
+    try:
+        first = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+        time.sleep(0.05)
+
+        def lookups_sent() -> int:
+            return int(r.driver.consumer.metrics(raw=True)["list_offsets_requests"])
+
+        sent = lookups_sent()
+        cluster.faults.delay_responses(3.0, api_key=METADATA, count=1)
+        result: list[Any] = []
+        batch = threading.Thread(
+            target=lambda: result.append(r.latestOffset(first, ReadAllAvailable()))
+        )
+        batch.start()
+        deadline = time.monotonic() + 2.0
+        while lookups_sent() == sent and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sent_meanwhile = lookups_sent() > sent
+        answered_meanwhile = bool(result)
+        batch.join(30)
+        assert sent_meanwhile, "ListOffsets waited for the Metadata answer"
+        assert not answered_meanwhile
+        assert offsets(result[0]) == {0: (5, 0)}
+    finally:
+        cluster.faults.clear()
+        r.stop()
+
+
+def test_a_start_past_the_log_end_is_checked_even_in_the_leaders_epoch(
+    cluster: EmbeddedCluster,
+) -> None:
+    # Only a position at or before the log end of the leader's epoch is valid untested.
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 5)
+    r = reader(cluster)
+    try:
+        end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+        beyond = {"t": {"0": {**end["t"]["0"], "offset": 9}}}  # the topic id, epoch 0
+        with pytest.raises(SparkLogTruncationError, match=r"lost range \[5, 9\)"):
+            r.latestOffset(beyond, ReadAllAvailable())
+    finally:
+        r.stop()

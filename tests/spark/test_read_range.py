@@ -20,7 +20,7 @@ from epochguard.spark_connector.errors import SparkDataLossError, SparkLogTrunca
 from epochguard.spark_connector.options import SourceOptions, parse_options
 from epochguard.spark_connector.planning import OffsetRange
 from epochguard.testing import EmbeddedCluster
-from epochguard.testing.helpers import stage_unreplicated_tail, unclean_refill
+from epochguard.testing.helpers import recreate_topic, stage_unreplicated_tail, unclean_refill
 
 TP = TopicPartition("t", 0)
 
@@ -227,3 +227,88 @@ def test_truncation_message_says_record_or_records() -> None:
 
     assert "lost range [10, 11) (1 record);" in message(11)
     assert "lost range [10, 12) (2 records);" in message(12)
+
+
+OFFSET_FOR_LEADER_EPOCH = 23
+
+
+def validations(cluster: EmbeddedCluster) -> int:
+    return sum(
+        n for (key, _v), n in cluster.requests_seen().items() if key == OFFSET_FOR_LEADER_EPOCH
+    )
+
+
+def test_a_range_planned_in_one_epoch_is_fetched_without_validating_its_start(
+    cluster: EmbeddedCluster,
+) -> None:
+    """The driver found the start valid in the epoch it planned the end in: the task
+    fetches at once. A range whose start has an older epoch is validated first."""
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"%d" % i for i in range(10)], batch_size=2)
+    before = validations(cluster)
+    same = OffsetRange(TP, EpochOffset(4, 0), EpochOffset(10, 0))
+    assert read_all(options(cluster), same).column("offset").to_pylist() == list(range(4, 10))
+    assert validations(cluster) == before
+    leader = cluster.leader("t", 0)
+    assert leader is not None
+    cluster.elect_leader("t", 0, leader)  # the same broker again, in epoch 1
+    cluster.append("t", 0, [b"later"] * 2)
+    older = OffsetRange(TP, EpochOffset(6, 0), EpochOffset(12, 1))
+    assert read_all(options(cluster), older).column("offset").to_pylist() == list(range(6, 12))
+    assert validations(cluster) > before
+
+
+def test_a_recreated_topic_is_caught_on_a_range_planned_in_one_epoch(
+    cluster: EmbeddedCluster,
+) -> None:
+    # The new topic's records carry epoch 0 like the planned range's: only the topic id
+    # tells the logs apart, and the fetch that skips validation still checks it.
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"old"] * 6)
+    driver = datasource._Driver(options(cluster))
+    try:
+        (end,) = driver.latest([TP]).values()
+    finally:
+        driver.close()
+    assert end.topic_id is not None
+    planned = OffsetRange(TP, EpochOffset(2, 0, topic_id=end.topic_id), end)
+    recreate_topic(cluster, "t", replication_factor=1)
+    cluster.append("t", 0, [b"new"] * 9)
+    with pytest.raises(SparkLogTruncationError) as info:
+        read_all(options(cluster), planned)
+    assert str(info.value) == (
+        "KAFKA_LOG_TRUNCATION: topic t partition 0 (t-0): divergence at 0@e?, lost range "
+        "[0, 2) (2 records); while reading planned range [2@e0, 6@e0) on an executor"
+    )
+
+
+def test_a_range_of_one_arrow_batch_is_read_without_a_reading_thread(
+    cluster: EmbeddedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A micro-batch of a running query is small: it is handed over in one Arrow batch at
+    its end, so it is read on the calling thread. A range of several batches fetches ahead
+    on a thread of its own. Both give the same rows; an abandoned read is never reused."""
+    cluster.create_topic("t", replication_factor=1)
+    cluster.append("t", 0, [b"v%d" % i for i in range(30)], batch_size=4)
+    ahead: list[str] = []
+    fetch_ahead = datasource._fetch_ahead
+
+    def counted(polls: Iterator[object], name: str) -> Iterator[object]:
+        ahead.append(name)
+        return fetch_ahead(polls, name)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(datasource, "_fetch_ahead", counted)
+    monkeypatch.setattr(datasource, "_BATCH_ROWS", 10)
+    opts = options(cluster)
+    small = read_all(opts, OffsetRange(TP, EpochOffset(2), EpochOffset(12, 0)))
+    assert ahead == []
+    large = read_all(opts, OffsetRange(TP, EpochOffset(2), EpochOffset(30, 0)))
+    assert ahead == ["t-0"]
+    assert small.column("value").to_pylist() == [b"v%d" % i for i in range(2, 12)]
+    assert large.column("value").to_pylist() == [b"v%d" % i for i in range(2, 30)]
+    key = datasource._pool_key(datasource._executor_kwargs(opts))
+    pooled = len(datasource._POOL[key])
+    unfinished = datasource.read_range(opts, OffsetRange(TP, EpochOffset(0), EpochOffset(5, 0)))
+    assert next(unfinished).num_rows == 5
+    unfinished.close()  # Spark stopped reading before the end
+    assert len(datasource._POOL[key]) == pooled - 1

@@ -16,7 +16,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import pyarrow as pa
@@ -268,13 +268,18 @@ class _Driver:
         self._listed = (time.monotonic(), out)
         return list(out)
 
-    def _reset_positions(
-        self, tps: Sequence[TopicPartition], end: bool
-    ) -> dict[TopicPartition, EpochOffset]:
-        if not tps:
-            return {}
+    def _assign(self, tps: Sequence[TopicPartition]) -> None:
         c = self.consumer
-        c.assign(list(tps))
+        if c.assignment() != set(tps):
+            # Partitions assigned already keep their state, and a lookup in flight with it.
+            c.assign(list(tps))
+
+    def _request_positions(self, tps: Sequence[TopicPartition], end: bool) -> None:
+        """Ask for the log end (or start) of assigned ``tps`` without waiting: the lookups
+        go out with whatever the consumer sends next."""
+        if not tps:
+            return
+        c = self.consumer
         # The driver reads no records. Unpaused, a partition at its log end has a Fetch
         # long-polling for fetch.max.wait.ms, and the broker answers the next lookup on that
         # connection only after it: latestOffset took 0.5 or 1.0 s in Spark's progress.
@@ -283,15 +288,39 @@ class _Driver:
             c.seek_to_end(*tps)
         else:
             c.seek_to_beginning(*tps)
+
+    def _positions(
+        self,
+        tps: Sequence[TopicPartition],
+        end: bool,
+        requested: Collection[TopicPartition] = (),
+    ) -> dict[TopicPartition, EpochOffset]:
+        """The log end (or start) of ``tps``; those in ``requested`` were asked for already
+        (:meth:`_request_positions`) and are not asked again."""
+        if not tps:
+            return {}
+        self._assign(tps)
+        self._request_positions([tp for tp in tps if tp not in requested], end)
         timeout = self.opts.poll_timeout_ms
-        return {tp: c.position_with_epoch(tp, timeout_ms=timeout) for tp in tps}
+        return {tp: self.consumer.position_with_epoch(tp, timeout_ms=timeout) for tp in tps}
 
     def latest(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, EpochOffset]:
         """Log end offsets, each with the leader's epoch (bounds every record before it)."""
-        return self._reset_positions(tps, end=True)
+        return self._positions(tps, end=True)
 
     def earliest(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, EpochOffset]:
-        return self._reset_positions(tps, end=False)
+        return self._positions(tps, end=False)
+
+    def latest_listed(self) -> dict[TopicPartition, EpochOffset]:
+        """:meth:`latest` of the partitions :meth:`partitions` lists, in one round trip
+        where the partitions are those of the last listing: their lookups go out with the
+        listing's Metadata request, not after its answer. A partition the listing finds
+        new is looked up after it."""
+        known = [] if self._listed is None else self._listed[1]
+        if known and not isinstance(self.opts.strategy, Assign):
+            self._assign(known)
+            self._request_positions(known, end=True)
+        return self._positions(self.partitions(), end=True, requested=known)
 
     def resolve(
         self, limit: OffsetLimit, tps: Sequence[TopicPartition], prefix: str = "starting"
@@ -359,12 +388,25 @@ class _Driver:
         return out
 
     def validate(
-        self, positions: Mapping[TopicPartition, EpochOffset], where: str
+        self,
+        positions: Mapping[TopicPartition, EpochOffset],
+        where: str,
+        log_ends: Mapping[TopicPartition, EpochOffset] | None = None,
     ) -> dict[TopicPartition, EpochOffset]:
         """Check positions with OffsetForLeaderEpoch. A truncation fails (``fail``) or, with
         ``rewind`` and a known divergence point, is logged and that point returned, per
-        partition; records removed by retention follow ``failOnDataLoss``."""
-        with_epochs = {tp: p for tp, p in positions.items() if p.leader_epoch is not None}
+        partition; records removed by retention follow ``failOnDataLoss``.
+
+        ``log_ends``: log end positions just looked up (:meth:`latest`). A position in the
+        epoch of the leader that answered, at or before its log end, in the same topic, is
+        valid without asking: a leader never truncates its log during its epoch, and
+        OffsetForLeaderEpoch for that epoch would answer with its log end."""
+        ends = log_ends or {}
+        with_epochs = {
+            tp: p
+            for tp, p in positions.items()
+            if p.leader_epoch is not None and not _in_leader_epoch(p, ends.get(tp))
+        }
         if not with_epochs:
             return {}
         results = self.consumer.validate_offsets(with_epochs, timeout_ms=self.opts.poll_timeout_ms)
@@ -387,6 +429,18 @@ class _Driver:
             # The executor skips what retention removed.
             log.warning("kafka_data_loss", topic=tp.topic, partition=tp.partition, reason=detail)
         return rewinds
+
+
+def _in_leader_epoch(position: EpochOffset, log_end: EpochOffset | None) -> bool:
+    """Whether ``position`` is in the epoch of the leader whose log end is ``log_end`` (the
+    leader's epoch, as ListOffsets for the latest offset gives it), at or before that end."""
+    return (
+        log_end is not None
+        and log_end.leader_epoch is not None
+        and position.leader_epoch == log_end.leader_epoch
+        and position.topic_id == log_end.topic_id
+        and position.offset <= log_end.offset
+    )
 
 
 def _offsets_of(positions: Mapping[TopicPartition, EpochOffset]) -> dict[TopicPartition, int]:
@@ -520,8 +574,14 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
         consumer = _connect(kw)
     done = False
     try:
-        pieces = _fetch_ahead(_read_with(consumer, opts, rng), f"{rng.tp.topic}-{rng.tp.partition}")
-        yield from _coalesced(rng.tp, pieces)
+        reads = _read_with(consumer, opts, rng)
+        polls: Iterator[RecordColumns] = reads
+        if rng.size > _BATCH_ROWS:
+            # More than one Arrow batch: fetch ahead of the hand-off on a thread of its own.
+            # A smaller range is handed over in one batch at its end, so a thread would only
+            # add its start and two hand-offs (a micro-batch of a running query).
+            polls = _fetch_ahead(reads, f"{rng.tp.topic}-{rng.tp.partition}")
+        yield from _coalesced(rng.tp, polls)
         done = True
     finally:
         if done:
@@ -652,6 +712,16 @@ def _piece(
     return cols
 
 
+#: What a read that skipped validating its start takes as a reason to validate it now:
+#: each may come from a log truncated below the start since the range was planned.
+_START_TROUBLE = (
+    LogTruncationError,
+    SparkLogTruncationError,
+    OffsetOutOfRangeError,
+    NoOffsetForPartitionError,
+)
+
+
 def _read_with(
     consumer: EpochConsumer, opts: SourceOptions, rng: OffsetRange
 ) -> Generator[RecordColumns, None, None]:
@@ -659,15 +729,33 @@ def _read_with(
     planned_epoch = rng.end.leader_epoch
     where = f"while reading planned range [{rng.start}, {rng.end}) on an executor"
     consumer.assign([tp])
-    consumer.seek(tp, rng.start)  # a position with an epoch is validated before fetching
+    # A range planned in one leader epoch starts where the driver found the log intact in
+    # that epoch: it is fetched from at once (the topic id still checked), without an
+    # OffsetForLeaderEpoch round trip. What changed since planning shows in the records
+    # (an epoch later than planned), a fetch out of range or a log ending before the plan;
+    # if any does before a record is handed over, the start is validated as any other
+    # position, so the error is the one validation gives. Other ranges validate first.
+    checked = not _in_leader_epoch(rng.start, rng.end)
+    consumer.seek(
+        tp, rng.start if checked else EpochOffset(rng.start.offset, topic_id=rng.start.topic_id)
+    )
+    handed_over = False
     position = rng.start.offset
     timeout = opts.poll_timeout_ms / 1000
     last_progress = time.monotonic()
     next_end_check = last_progress + _END_CHECK_INTERVAL
     while position < end:
         try:
-            polled = consumer.poll_columns(timeout_ms=200)
-            now_at = consumer.position(tp)
+            try:
+                polled = consumer.poll_columns(timeout_ms=200)
+                now_at = consumer.position(tp)
+                piece = _piece(tp, polled, end, planned_epoch, where)
+            except _START_TROUBLE:
+                if checked or handed_over:
+                    raise
+                consumer.seek(tp, rng.start)  # validated before fetching
+                checked, position = True, rng.start.offset
+                continue
         except LogTruncationError as exc:
             report = exc.truncations.get(tp) or exc.report
             raise SparkLogTruncationError(truncation_message(report, where)) from exc
@@ -690,8 +778,8 @@ def _read_with(
             consumer.seek(tp, earliest)
             position = earliest
             continue
-        piece = _piece(tp, polled, end, planned_epoch, where)
         if piece is not None:
+            handed_over = True
             yield piece
         now = time.monotonic()
         if now_at > position:
@@ -700,6 +788,10 @@ def _read_with(
             # Stuck below the planned end: has the log lost the offsets we were promised?
             next_end_check = now + _END_CHECK_INTERVAL
             log_end = consumer.end_offsets([tp])[tp]
+            if log_end <= position and not (checked or handed_over):
+                consumer.seek(tp, rng.start)
+                checked, position = True, rng.start.offset
+                continue
             if log_end <= position:
                 raise SparkLogTruncationError(
                     f"topic {tp.topic} partition {tp.partition} ({tp.topic}-{tp.partition}): "
@@ -818,13 +910,16 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @_user_facing_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = self._load(start, "the batch's start offset (from the checkpoint)")
-        rewinds = self.driver.validate(begin, "validating the batch's start on the driver")
-        # rewind: this batch reads from the divergence point (partitions() does the same).
-        begin.update(rewinds)
         if self._available_now is not None:
             latest = self._available_now
+            log_ends = None  # a snapshot: its epochs may be past
         else:
-            latest = self.driver.latest(self.driver.partitions())
+            latest = log_ends = self.driver.latest_listed()
+        rewinds = self.driver.validate(
+            begin, "validating the batch's start on the driver", log_ends=log_ends
+        )
+        # rewind: this batch reads from the divergence point (partitions() does the same).
+        begin.update(rewinds)
         self._latest = latest
         new = [tp for tp in latest if tp not in begin]
         first = self.driver.earliest(new)

@@ -15,8 +15,10 @@ cooperative-sticky (KIP-429; EpochConsumer with its ``CooperativeStickyAssignor`
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Literal
 
 import attrs
@@ -441,3 +443,256 @@ def test_an_instance_id_the_java_member_holds_is_refused_to_epochconsumer(
         after = java.poll(0, 1000)
         assert after.rebalances == () and len(after.assignment) == 2
         assert [r.kind for r in java.rebalances] == ["assigned"] * len(java.rebalances)
+
+
+class _Loop:
+    """An event loop on a thread of its own for the asyncio members: the test thread drives
+    the Java member, whose probe answers one command at a time."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 60) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+class _AsyncMember:
+    """An AIOEpochConsumer or aiokafka member draining ``getmany`` in a task on ``loop``."""
+
+    def __init__(self, loop: _Loop, consumer: Any) -> None:
+        self._loop = loop
+        self.consumer = consumer
+        self.records: list[tuple[int, int]] = []
+        self._stopping = False
+        self._started = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def _drain(self) -> None:
+        while not self._stopping:
+            for recs in (await self.consumer.getmany(timeout_ms=50)).values():
+                self.records += [(r.partition, r.offset) for r in recs]
+
+    async def _start(self) -> None:
+        self._started = True
+        await self.consumer.start()
+        self._task = asyncio.create_task(self._drain())
+
+    async def _stop(self) -> None:
+        if self._stopping or not self._started:
+            return
+        self._stopping = True
+        try:
+            if self._task is not None:
+                await self._task  # raises what the member raised
+        finally:
+            await self.consumer.stop()
+
+    def start(self) -> None:
+        self._loop.run(self._start())
+
+    def stop(self) -> None:
+        self._loop.run(self._stop())
+
+    def partitions(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+
+def test_asyncio_members_share_a_classic_group_with_java_and_epochconsumer(
+    cluster: ApacheKafkaCluster,
+) -> None:
+    """EpochConsumer (threads) reads everything alone; AIOEpochConsumer, aiokafka and the Java
+    member join (classic, range), the four split the partitions and read what follows once;
+    the Java member and then aiokafka leave (commits first), and the remaining members take
+    their partitions over from those commits and read the rest once."""
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor as AIORange
+
+    from epochguard import AIOEpochConsumer
+
+    topic, group = new_topic("aiomix"), new_topic("gaiomix")
+    cluster.create_topic(topic, partitions=PARTS)
+    _produce(cluster, topic, 0, 5)
+    epoch = epoch_member(
+        cluster, group, EAGER_RANGE, enable_auto_commit=True, auto_commit_interval_ms=200
+    )
+    runner = Runner(epoch)
+    loop = _Loop()
+    common: dict[str, Any] = {
+        "bootstrap_servers": cluster.bootstrap_servers,
+        "group_id": group,
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": True,
+        "auto_commit_interval_ms": 200,
+        "heartbeat_interval_ms": 500,
+        "partition_assignment_strategy": (AIORange,),
+    }
+
+    async def make(cls: Any) -> Any:
+        return cls(topic, **common)  # aiokafka binds its loop on construction
+
+    ours = _AsyncMember(loop, loop.run(make(AIOEpochConsumer)))
+    theirs = _AsyncMember(loop, loop.run(make(AIOKafkaConsumer)))
+    java: JavaGroupMember | None = None
+    java_open = False
+    everyone = set(range(PARTS))
+
+    def seen() -> list[tuple[int, int]]:
+        java_seen = [(r.partition, r.offset) for r in (java.records if java else [])]
+        threaded = [(r.partition, r.offset) for r in runner.records]
+        return threaded + ours.records + theirs.records + java_seen
+
+    def split(*held: set[int]) -> bool:
+        return all(held) and sum(map(len, held)) == PARTS and set().union(*held) == everyone
+
+    def drive(done: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 90
+        while not done():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            if java is not None and java_open:
+                java.poll(0, 200)
+            else:
+                time.sleep(0.05)
+
+    try:
+        epoch.subscribe([topic])
+        runner.start()
+        wait(lambda: len(runner.records) == 5 * PARTS, "EpochConsumer reads everything")
+        java = EAGER_RANGE.java_member(cluster, group, auto_commit=True)
+        java_open = True
+        java.subscribe([topic])
+        ours.start()
+        theirs.start()
+
+        def four_way() -> bool:
+            assert java is not None
+            held = {tp.partition for tp in java.assignment}
+            mine = {tp.partition for tp in epoch.assignment()}
+            return split(mine, held, ours.partitions(), theirs.partitions())
+
+        drive(four_way, "a four-way split")
+        _produce(cluster, topic, 5, 10)
+        drive(lambda: len(seen()) >= 10 * PARTS, "every record once, four ways")
+        assert ours.records and theirs.records and java.records, "each member read its share"
+        java.close()  # leaves; auto commit commits its positions first
+        java_open = False
+        theirs.stop()  # aiokafka commits, then leaves
+        drive(
+            lambda: split({tp.partition for tp in epoch.assignment()}, ours.partitions()),
+            "a two-way split",
+        )
+        _produce(cluster, topic, 10, 15)
+        drive(lambda: len(seen()) >= 15 * PARTS, "every record once, two ways")
+        time.sleep(0.3)  # nothing more arrives
+        got = seen()
+        assert len(got) == len(set(got)) == 15 * PARTS, sorted(got)
+    finally:
+        if runner.is_alive():
+            runner.finish()
+        epoch.close()
+        if java is not None:
+            java.close()
+        for async_member in (ours, theirs):
+            async_member.stop()
+        loop.close()
+
+
+@pytest.mark.parametrize("first", ["java", "asyncio"])
+def test_a_truncation_is_carried_between_java_and_aioepochconsumer(
+    cluster: ApacheKafkaCluster, first: str
+) -> None:
+    """KIP-848: one member reads a0..a4, d0..d2 and commits (8, e0) before an unclean election
+    drops d0..d2; the next owner, of the other kind, restores that commit and detects the
+    truncation at (5, e0) before reading anything of the new log (Java: LogTruncationException
+    with auto.offset.reset=none; AIOEpochConsumer: LogTruncationError from getmany)."""
+    from epochguard import AIOEpochConsumer
+
+    loop = _Loop()
+    tp_commits: list[Any] = []
+    owners: list[Any] = []
+    config: dict[str, Any] = {
+        "group_protocol": "consumer",
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+        "on_truncation": "raise",
+        "fetch_max_wait_ms": 100,
+        "metadata_max_age_ms": 500,
+        "retry_backoff_ms": 50,
+    }
+
+    async def aio_reads_and_commits(topic: str, group: str) -> Any:
+        c = AIOEpochConsumer(
+            topic, bootstrap_servers=cluster.bootstrap_servers, group_id=group, **config
+        )
+        await c.start()
+        try:
+            got = 0
+            deadline = time.monotonic() + 60
+            while got < 8:
+                assert time.monotonic() < deadline, got
+                got += sum(len(v) for v in (await c.getmany(timeout_ms=100)).values())
+            await c.commit()
+            return await c.committed_with_epoch(TopicPartition(topic, 0))
+        finally:
+            await c.stop()
+
+    async def aio_detects(topic: str, group: str) -> LogTruncationError:
+        c = AIOEpochConsumer(
+            topic, bootstrap_servers=cluster.bootstrap_servers, group_id=group, **config
+        )
+        await c.start()
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                assert time.monotonic() < deadline, "AIOEpochConsumer never detected it"
+                try:
+                    batch = await c.getmany(timeout_ms=100)
+                except LogTruncationError as exc:
+                    return exc
+                assert not any(batch.values()), batch
+        finally:
+            await c.stop()
+
+    def read_and_commit(topic: str, group: str) -> None:
+        if first == "java":
+            java = KIP848.java_member(cluster, group, auto_offset_reset="none")
+            owners.append(java)
+            java.subscribe([topic])
+            java.poll_until(lambda r: r.exception is not None, "no offset")
+            java.seek(TopicPartition(topic, 0), 0)
+            java.poll_until(lambda _r: len(java.records) >= 8, "the Java member reads 8")
+            tp_commits.append(java.commit())
+            java.close()  # leaves the group; the next owner starts from the commit
+        else:
+            tp_commits.append(loop.run(aio_reads_and_commits(topic, group)))
+
+    try:
+        topic, group = new_topic(f"aiocarry-{first}"), new_topic(f"gaiocarry-{first}")
+        t = drive_unclean_election(
+            cluster, topic, before_election=lambda: read_and_commit(topic, group)
+        )
+        cluster.elect_leader(topic, 0, B, unclean=True)
+        produce(cluster, topic, ["b0", "b1"])
+        h = _Handover(topic, group, TopicPartition(topic, 0), t.first_epoch)
+        if first == "java":
+            assert tp_commits == [JavaCommit({h.tp: EpochOffset(8, h.first_epoch)})]
+            detected = loop.run(aio_detects(topic, group), timeout=90)
+            assert detected.truncation_offsets() == {h.tp: EpochOffset(5, h.first_epoch)}
+            report = detected.truncations[h.tp]
+            assert (report.lost_from, report.lost_to, report.lost_count) == (5, 8, 3)
+        else:
+            assert tp_commits == [EpochOffset(8, h.first_epoch)]
+            java = KIP848.java_member(cluster, group, auto_offset_reset="none")
+            owners.append(java)
+            java.subscribe([topic])
+            _java_detects(java, h)
+    finally:
+        for owner in owners:
+            owner.close()
+        loop.close()

@@ -412,8 +412,12 @@ def test_a_commit_marker_lost_to_an_unclean_election_is_reported_as_hanging(
     cluster.wait_for_partition(
         topic, 0, lambda s: s.leader == A and sorted(s.isr) == [A, B], "A leads, ISR [A, B]"
     )
+    # The third broker coordinates the transaction: A and B stop below, and kafka-python's
+    # commit_transaction() waits without a timeout for a coordinator it may not find.
+    (spare,) = set(cluster.broker_ids) - {A, B}
     p = KafkaProducer(
-        bootstrap_servers=cluster.all_bootstrap_servers, transactional_id=f"tx-{topic}"
+        bootstrap_servers=cluster.all_bootstrap_servers,
+        transactional_id=cluster.transactional_id_coordinated_by(spare, f"tx-{topic}"),
     )
     p.init_transactions()
     p.begin_transaction()

@@ -829,6 +829,27 @@ class ApacheKafkaCluster:
 
         _wait("the group coordinator", probe, self._startup_timeout, 0.2)
 
+    def transactional_id_coordinated_by(self, broker_id: int, base: str) -> str:
+        """A transactional id starting with ``base`` whose transaction coordinator is
+        ``broker_id`` (FindCoordinator over ``base-0``, ``base-1``, ...), for a test that stops
+        the partition's replicas and must not stop its producer's coordinator with them:
+        kafka-python's producer does not always find a new coordinator in time, and its
+        ``commit_transaction()`` has no timeout. After 100 ids, the last one is returned
+        whoever coordinates it (``__transaction_state`` has 50 partitions)."""
+        host, port = self.broker_address(broker_id).rsplit(":", 1)
+        for n in range(100):
+            tid = f"{base}-{n}"
+
+            def coordinator(tid: str = tid) -> int | None:
+                req = FindCoordinatorRequest(key_type=1, coordinator_keys=[tid])
+                (c,) = call((host, int(port)), req, FindCoordinatorResponse, 4).coordinators
+                # not 0 while __transaction_state is still being created
+                return int(c.node_id) if c.error_code == 0 else None
+
+            if _wait(f"a transaction coordinator for {tid}", coordinator, 30, 0.2) == broker_id:
+                return tid
+        return f"{base}-99"
+
     # -- broker control ----------------------------------------------------------------------
 
     def stop_broker(

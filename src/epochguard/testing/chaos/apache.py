@@ -233,24 +233,8 @@ class _ApacheRun(_Run):
         broker that coordinated it stopped in the marker recipe (the commit went unanswered
         for 20 s and the coordinator rolled the transaction back). Producers fail over
         coordinators in other tests; here the steps are about the partition's replicas."""
-        from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
-
         spare = next(b for b in self.kafka.broker_ids if b not in REPLICAS)
-        host, port = self.kafka.broker_address(spare).rsplit(":", 1)
-        deadline = time.monotonic() + 30
-        for n in itertools.count():
-            tid = f"{base}-{n}"
-            while True:
-                req = FindCoordinatorRequest(key_type=1, coordinator_keys=[tid])
-                (c,) = call((host, int(port)), req, FindCoordinatorResponse, 4).coordinators
-                if c.error_code == 0:
-                    break
-                if time.monotonic() > deadline:  # __transaction_state still being created
-                    raise ClusterError(f"no transaction coordinator for {tid}: {c.error_code}")
-                time.sleep(0.2)
-            if c.node_id == spare or n >= 100:
-                return tid
-        raise AssertionError("unreachable")
+        return self.kafka.transactional_id_coordinated_by(spare, base)
 
     def _open_transactions(self, ids: list[str]) -> list[str]:
         from kafka import KafkaAdminClient

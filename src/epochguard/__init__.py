@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from epochguard.consumer import (
-    EpochConsumer,
-    HangingTransactionError,
-    LogTruncationError,
-    LogTruncationException,
-)
+from epochguard import _decoder_warning
 from epochguard.offsets import (
     DetectedBy,
     EpochGuardError,
@@ -33,18 +28,45 @@ from epochguard.offsets import (
 )
 
 if TYPE_CHECKING:
-    from epochguard.consumer.aio import AIOEpochConsumer
+    from epochguard.consumer import (
+        AIOEpochConsumer,
+        EpochConsumer,
+        HangingTransactionError,
+        LogTruncationError,
+        LogTruncationException,
+    )
 
 __version__ = "0.3.0"
 
+#: Names of epochguard.consumer, imported on first use: the consumer (with kafka-python's
+#: connection layer) is most of the import, and programs that import the package for
+#: something else (``epochguard cluster-ctl``, the sans-IO core) do not need it.
+_CONSUMER_NAMES = frozenset(
+    {
+        "AIOEpochConsumer",
+        "EpochConsumer",
+        "HangingTransactionError",
+        "LogTruncationError",
+        "LogTruncationException",
+    }
+)
+
+# A missing C record decoder is said when the package is imported, not at the first consumer.
+_missing = _decoder_warning.missing_reason()
+if _missing is not None:
+    _decoder_warning.warn_once(_missing)
+
 
 def __getattr__(name: str) -> Any:
-    # Imported on first use (asyncio and aiokafka's errors), as in epochguard.consumer.
-    if name == "AIOEpochConsumer":
-        from epochguard.consumer.aio import AIOEpochConsumer
+    if name in _CONSUMER_NAMES:
+        import epochguard.consumer
 
-        return AIOEpochConsumer
+        return getattr(epochguard.consumer, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _CONSUMER_NAMES)
 
 
 __all__ = [

@@ -11,7 +11,6 @@ and rare enough not to matter for speed.
 
 from __future__ import annotations
 
-import os
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -19,6 +18,9 @@ from typing import Any, NamedTuple
 
 import crc32c
 
+from epochguard._decoder_warning import C_DECODER_REMEDY as C_DECODER_REMEDY
+from epochguard._decoder_warning import PURE_PYTHON_ENV as PURE_PYTHON_ENV
+from epochguard._decoder_warning import pure_python_chosen, warn_once
 from epochguard._log import get_logger
 from epochguard.consumer.errors import CorruptRecordError, RecordDeserializationError
 
@@ -94,12 +96,9 @@ class DecodedFetch(NamedTuple):
 
 log = get_logger("epochguard.consumer")
 
-#: Set (to anything but ``0``) to use the pure-Python decoder even when the C one is built.
-PURE_PYTHON_ENV = "EPOCHGUARD_PURE_PYTHON"
-
 
 def _load_native() -> tuple[Callable[..., None] | None, str]:
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+    if pure_python_chosen():
         return None, f"{PURE_PYTHON_ENV} is set"
     try:
         from epochguard.consumer import _crecords
@@ -115,18 +114,8 @@ _native, _native_reason = _load_native()
 DECODER = "c" if _native is not None else "python"
 _logged = False
 
-#: What the import-time warning tells a user whose install has no C decoder.
-C_DECODER_REMEDY = (
-    "install a wheel built for this Python, or rebuild from the sdist with a C compiler "
-    "(gcc or clang) and this Python's headers (python3-dev): pip install --force-reinstall "
-    "--no-deps --no-binary epochguard epochguard"
-)
-if _native is None and os.environ.get(PURE_PYTHON_ENV, "") in ("", "0"):
-    # Once per process (module import): the pure-Python decoder is correct but slower, and
-    # a compiler-less install falls back to it without a word from pip.
-    log.warning(
-        "record_decoder_fallback", decoder="python", reason=_native_reason, remedy=C_DECODER_REMEDY
-    )
+if _native is None:
+    warn_once(_native_reason)
 
 
 def log_decoder_once() -> None:

@@ -149,9 +149,17 @@ def test_every_benchmark_module_imports() -> None:
 
 
 def test_one_current_result_file_per_benchmark() -> None:
-    # soak.json: make soak; chaos_at_scale.json and chaos_raft_at_scale.json: make chaos
-    # (benchmarks/README.md).
-    writers = set(benchmark_names()) | {"soak", "chaos_at_scale", "chaos_raft_at_scale"}
+    # soak.json: make soak; chaos_at_scale.json, chaos_raft_at_scale.json and
+    # chaos_transactions.json: make chaos; chaos_transactions_apache.json: the real-Kafka
+    # chaos command with --transactions (benchmarks/README.md).
+    by_commands = {
+        "soak",
+        "chaos_at_scale",
+        "chaos_raft_at_scale",
+        "chaos_transactions",
+        "chaos_transactions_apache",
+    }
+    writers = set(benchmark_names()) | by_commands
     files = {p.stem for p in (BENCHMARKS / "results").glob("*.json")}
     assert files <= writers, f"result files no benchmark writes: {sorted(files - writers)}"
     assert not list((BENCHMARKS / "results").glob("*.tmp"))

@@ -419,13 +419,14 @@ class EmbeddedCluster:
         self, broker_id: int, *, controlled: bool = False, grace_s: float = 0.2
     ) -> None:
         """Stop ``broker_id``: a kill by default (the controller elects new leaders from the
-        ISR at once; connections to the broker are cut), or ``controlled``, as Kafka's
-        controlled shutdown: every partition it leads first moves to another running ISR
-        replica by a clean election, and the broker keeps serving for ``grace_s``, answering
-        NOT_LEADER_OR_FOLLOWER (with the new leader) to what is still sent to it, before it
-        stops. Raft terms: a kill is a power cut (unflushed records are lost); a controlled
-        stop transfers leadership where a replica can win the vote and writes every replica
-        of the broker to disk before it stops."""
+        ISR at once; connections to the broker are cut; its ports stay bound, not
+        listening, so connecting is refused and a restart finds them free), or
+        ``controlled``, as Kafka's controlled shutdown: every partition it leads first moves
+        to another running ISR replica by a clean election, and the broker keeps serving for
+        ``grace_s``, answering NOT_LEADER_OR_FOLLOWER (with the new leader) to what is still
+        sent to it, before it stops. Raft terms: a kill is a power cut (unflushed records
+        are lost); a controlled stop transfers leadership where a replica can win the vote
+        and writes every replica of the broker to disk before it stops."""
         self._state.broker(broker_id)
         if controlled:
             self._call(lambda: self._move_leadership_off(broker_id))
@@ -466,9 +467,9 @@ class EmbeddedCluster:
                     p.logs[broker_id].flush()
 
     def start_broker(self, broker_id: int, port: int | None = None) -> None:
-        """Start a stopped broker (a running one is left as it is). ``port``: it listens
-        there from now on (0: a free port) instead of where it listened before, as a
-        broker restarted on a new address; nothing listens at the old port any more."""
+        """Start a stopped broker (a running one is left as it is). It listens on the port
+        it kept bound while stopped. ``port``: it listens there from now on (0: a free
+        port) instead, as a broker restarted on a new address; its old port is let go."""
         b = self._state.broker(broker_id)
         if self._call(lambda: b.alive):
             return

@@ -204,7 +204,9 @@ RESTART_PAST_A_MARKER = Schedule(
 
 
 def test_a_restart_from_a_commit_past_a_marker_reports_what_it_read() -> None:
-    result = run_schedule(RESTART_PAST_A_MARKER)
+    # Shrunk when a follower joined the ISR the moment it caught up: the second unclean
+    # election needs broker 3 back in the ISR at once to pick broker 1, the paused one.
+    result = run_schedule(RESTART_PAST_A_MARKER, isr_join_delay_s=0)
     assert result.verdict.ok, result.describe()
     assert result.verdict.reports == 2
 

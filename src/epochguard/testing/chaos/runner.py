@@ -72,7 +72,8 @@ from epochguard.testing.chaos.transactions import (
     settle_markers,
 )
 from epochguard.testing.embedded.cluster import EmbeddedCluster
-from epochguard.testing.embedded.state import EmbeddedClusterError
+from epochguard.testing.embedded.state import DEFAULT_ISR_JOIN_DELAY_S, EmbeddedClusterError
+from epochguard.testing.embedded.transactions import MAX_TRANSACTION_TIMEOUT_MS
 from epochguard.testing.netfault import FaultProxy
 
 __all__ = [
@@ -371,7 +372,7 @@ class _Run:
             return self.apply_txn(step)
         if isinstance(step, Elect):
             leader = c.leader(TOPIC, step.partition)
-            isr = c.isr(TOPIC, step.partition)
+            isr = sorted(c.isr(TOPIC, step.partition))  # by id: picks independent of ISR order
             if step.unclean:
                 cands = [
                     b for b in c.replicas(TOPIC, step.partition) if b not in isr and c.is_running(b)
@@ -682,6 +683,7 @@ def run_schedule(
     step_gap: float = 0.03,
     end_timeout: float = 15.0,
     epochs: str = "kafka",
+    isr_join_delay_s: float = DEFAULT_ISR_JOIN_DELAY_S,
 ) -> RunResult:
     """Run ``schedule`` on a fresh 3-broker EmbeddedCluster.
 
@@ -689,7 +691,9 @@ def run_schedule(
     application consumes the same run, and the verdict judges the first one (see
     :func:`judge` with ``app=`` for the others). ``epochs="raft"``: the brokers follow
     Raft-term rules (``EmbeddedCluster(epochs=...)``): ``StopBroker`` is a power cut that
-    loses unflushed records, and unclean elections are refused.
+    loses unflushed records, and unclean elections are refused. ``isr_join_delay_s``:
+    the cluster's (``EmbeddedCluster(isr_join_delay_s=...)``); 0 replays schedules shrunk
+    when followers joined the ISR the moment they caught up.
     """
     if clients is None:
         from epochguard.testing.chaos.clients import epoch_consumer
@@ -700,10 +704,14 @@ def run_schedule(
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         tmpdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="chaos-"))
+        txn_timeout = TXN_TIMEOUT_MS if schedule.transactions else MAX_TRANSACTION_TIMEOUT_MS
         c = stack.enter_context(
-            EmbeddedCluster(brokers=3, epochs=epochs, transaction_max_timeout_ms=TXN_TIMEOUT_MS)
-            if schedule.transactions
-            else EmbeddedCluster(brokers=3, epochs=epochs)
+            EmbeddedCluster(
+                brokers=3,
+                epochs=epochs,
+                transaction_max_timeout_ms=txn_timeout,
+                isr_join_delay_s=isr_join_delay_s,
+            )
         )
         proxy = None
         if schedule.network:

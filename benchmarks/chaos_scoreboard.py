@@ -42,6 +42,7 @@ def score(client: str, schedules: int = SCHEDULES, workers: int = WORKERS) -> di
     started = time.monotonic()
     totals: Counter[str] = Counter()
     failed: list[int] = []
+    harness_failed: list[int] = []
     examples: list[str] = []
     runs = run_many(
         map(generate, range(schedules)),
@@ -50,6 +51,9 @@ def score(client: str, schedules: int = SCHEDULES, workers: int = WORKERS) -> di
         end_timeout=10.0,
     )
     for r in runs:
+        if r.harness_error is not None:  # not judged: nothing to count for the client
+            harness_failed.append(r.schedule.seed)
+            continue
         v = r.verdict
         totals.update(v.counts())
         if not v.ok:
@@ -67,6 +71,7 @@ def score(client: str, schedules: int = SCHEDULES, workers: int = WORKERS) -> di
         "records_delivered": totals["delivered"],
         "reports": totals["reports"],
         "failed_seeds": sorted(failed),
+        "harness_error_seeds": sorted(harness_failed),
         "examples": examples,
         "seconds": round(time.monotonic() - started, 1),
         "load_average_after": [round(x, 2) for x in os.getloadavg()],

@@ -40,7 +40,7 @@ CHUNK = 50
 
 
 def _fail_with_replay(results: Iterable[RunResult], clients: Any = None) -> None:
-    bad = sorted((r for r in results if not r.verdict.ok), key=lambda r: r.schedule.seed)
+    bad = sorted((r for r in results if not r.ok), key=lambda r: r.schedule.seed)
     if not bad:
         return
     first = bad[0]
@@ -201,7 +201,7 @@ COMMIT_TO_A_COORDINATOR_WITH_LATE_METADATA = Schedule(
 def test_a_commit_refused_by_a_coordinator_with_late_metadata_is_asked_again() -> None:
     schedules = [COMMIT_TO_A_COORDINATOR_WITH_LATE_METADATA] * 5
     results = list(run_many(schedules, workers=3))
-    assert all(r.verdict.ok for r in results), [r.describe() for r in results if not r.verdict.ok]
+    assert all(r.ok for r in results), [r.describe() for r in results if not r.ok]
 
 
 # A known truncation: both followers lag, the leader alone takes 3 records that the consumer

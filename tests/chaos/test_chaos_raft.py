@@ -31,7 +31,7 @@ SEEDS = (*range(30), *REGRESSIONS)
 
 
 def _fail_with_replay(results: Iterable[RunResult]) -> None:
-    bad = sorted((r for r in results if not r.verdict.ok), key=lambda r: r.schedule.seed)
+    bad = sorted((r for r in results if not r.ok), key=lambda r: r.schedule.seed)
     if not bad:
         return
     first = bad[0]

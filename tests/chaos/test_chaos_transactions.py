@@ -53,7 +53,7 @@ def known_gap(result: RunResult) -> bool:
 
 def _fail_with_replay(results: list[RunResult], clients: Any = None) -> None:
     bad = sorted(
-        (r for r in results if not r.verdict.ok and not known_gap(r)),
+        (r for r in results if not r.ok and not known_gap(r)),
         key=lambda r: r.schedule.seed,
     )
     if not bad:
@@ -173,7 +173,7 @@ HANDED_BACK_WITHIN_THE_SESSION = Schedule(
 
 def test_a_partition_handed_back_within_its_fetch_session_reports_its_hang() -> None:
     results = list(run_many([HANDED_BACK_WITHIN_THE_SESSION] * 4, workers=WORKERS))
-    bad = [r.describe() for r in results if not r.verdict.ok]
+    bad = [r.describe() for r in results if not r.ok]
     assert not bad, bad[0]
     assert all(r.verdict.hanging_transactions == 1 for r in results)
 
@@ -204,7 +204,9 @@ RESTART_PAST_A_MARKER = Schedule(
 
 
 def test_a_restart_from_a_commit_past_a_marker_reports_what_it_read() -> None:
-    result = run_schedule(RESTART_PAST_A_MARKER)
+    # Shrunk when a follower joined the ISR the moment it caught up: the second unclean
+    # election needs broker 3 back in the ISR at once to pick broker 1, the paused one.
+    result = run_schedule(RESTART_PAST_A_MARKER, isr_join_delay_s=0)
     assert result.verdict.ok, result.describe()
     assert result.verdict.reports == 2
 

@@ -187,7 +187,9 @@ class Chaos:
         p = self.rng.randrange(PARTITIONS)
         leader = self.cluster.leader(TOPIC, p)
         others = [
-            b for b in self.cluster.isr(TOPIC, p) if b != leader and self.cluster.is_running(b)
+            b
+            for b in sorted(self.cluster.isr(TOPIC, p))
+            if b != leader and self.cluster.is_running(b)
         ]
         if not others:
             return f"clean election p{p}: no other ISR member"

@@ -18,7 +18,7 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 from kafka.errors import LogTruncationError
 
-from epochguard.testing import EmbeddedCluster
+from epochguard.testing import EmbeddedCluster, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -110,7 +110,8 @@ def test_unclean_election_truncates_old_leader_and_logs_converge(cluster: Embedd
     assert cluster.read_records("t", 0, old) == cluster.read_records("t", 0, new)
     values = [v for _, _, v in cluster.read_records("t", 0, new)]
     assert b"maybe-lost-0" not in values and values[DIVERGENCE] == b"new-0"
-    assert cluster.isr("t", 0) == sorted([old, new])
+    # The old leader joins the ISR once it has caught up, after the new one.
+    wait_until("old leader back in sync", lambda: cluster.isr("t", 0) == [new, old])
 
 
 def test_librdkafka_reports_truncation_at_the_divergence_point(cluster: EmbeddedCluster) -> None:

@@ -2,7 +2,10 @@
 
 ``--seeds N --first K`` runs the schedules of seeds K..K+N-1 (split a large run over processes
 with disjoint ``--first``); every failure is printed with its replay code (``--shrink`` also
-shrinks it). Exit status 1 when any schedule failed.
+shrinks it). A run the harness broke (the cluster or the runner raised, not the client) is
+not judged: it is counted apart (``harness_errors``, ``harness_error_seeds``) and printed with
+its traceback, never as a client's stall. Exit status 1 when any schedule failed, else 2
+when any run was not judged.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections import Counter
 from typing import Any
 
 from epochguard.testing.chaos.clients import CLIENTS
-from epochguard.testing.chaos.runner import run_many, run_schedule
+from epochguard.testing.chaos.runner import ChaosClientError, run_many, run_schedule
 from epochguard.testing.chaos.schedule import generate
 from epochguard.testing.chaos.shrink import shrink
 
@@ -71,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     totals: Counter[str] = Counter()
     failed: list[int] = []
+    #: runs the harness broke, not judged
+    harness_failed: list[int] = []
     #: failed only with records whose transaction was decided again (Verdict.only_decided_again)
     decided_again: list[int] = []
     seeds = range(args.first, args.first + args.seeds)
@@ -87,12 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     interrupted = False
     try:
         for r in run_many(schedules, {args.client: factory}, workers=args.workers, epochs=epochs):
-            _count(r, totals, failed, args, factory, epochs)
+            _count(r, totals, failed, harness_failed, args, factory, epochs)
             if r.verdict.only_decided_again:
                 decided_again.append(r.schedule.seed)
             if totals["schedules"] % PROGRESS_EVERY == 0:
                 # A long run says how far it got: stopped early, it still has figures.
-                print(json.dumps({"progress": dict(totals), "failed_seeds": failed}), flush=True)
+                progress = {"progress": dict(totals), "failed_seeds": failed}
+                print(json.dumps(progress | {"harness_error_seeds": harness_failed}), flush=True)
     except KeyboardInterrupt:
         interrupted = True
     summary = {
@@ -105,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         "epochs": epochs,
         **({"transactions": True} if args.transactions else {}),
         **dict(totals),
+        "harness_errors": len(harness_failed),
         "failed_seeds": sorted(failed),
+        "harness_error_seeds": sorted(harness_failed),
         **({"failed_only_decided_again": sorted(decided_again)} if args.transactions else {}),
         "interrupted": interrupted,
         "seconds": round(time.monotonic() - started, 1),
@@ -115,24 +123,41 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)
-    return 1 if failed else 0
+    return 1 if failed else 2 if harness_failed else 0
 
 
 def _count(
-    r: Any, totals: Counter[str], failed: list[int], args: Any, factory: Any, epochs: str
+    r: Any,
+    totals: Counter[str],
+    failed: list[int],
+    harness_failed: list[int],
+    args: Any,
+    factory: Any,
+    epochs: str,
 ) -> None:
+    totals.update(schedules=1)
+    if r.harness_error is not None:
+        harness_failed.append(r.schedule.seed)
+        print(r.describe(), flush=True)
+        return
     v = r.verdict
-    totals.update(schedules=1, **v.counts())
+    totals.update(v.counts())
     if not v.ok:
         failed.append(r.schedule.seed)
         print(r.describe(), flush=True)
         if epochs != "kafka":
             print(f"  (replay with run_schedule(..., epochs={epochs!r}))", flush=True)
         if args.shrink:
-            small, runs = shrink(
-                r.schedule,
-                lambda s: not run_schedule(s, {args.client: factory}, epochs=epochs).verdict.ok,
-            )
+
+            def fails(s: Any) -> bool:
+                try:
+                    return not run_schedule(s, {args.client: factory}, epochs=epochs).verdict.ok
+                except ChaosClientError:
+                    return True  # the client raised: a failure of its own
+                except Exception:
+                    return False  # the harness broke: nothing judged
+
+            small, runs = shrink(r.schedule, fails)
             print(f"shrunk in {runs} runs:\n{small.to_code()}", flush=True)
 
 

@@ -40,6 +40,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -72,6 +73,7 @@ from epochguard.testing.chaos.oracle import (
     judge,
 )
 from epochguard.testing.chaos.runner import (
+    ChaosClientError,
     ClientFactory,
     MemberContext,
     RunResult,
@@ -558,6 +560,11 @@ def run_apache_schedule(
         try:
             try:
                 run.execute(end_timeout)
+            except ChaosClientError:
+                raise
+            except Exception:
+                run.check_members()  # a member that raised meanwhile is the client's failure
+                raise
             finally:
                 run.close_members()
             final = run.snapshot()
@@ -607,9 +614,10 @@ def run_apache_many(
 ) -> Iterator[tuple[RunResult, dict[str, Verdict]]]:
     """Run ``schedules`` one after another on one fresh ApacheKafkaCluster (with
     ``transactions``: configured for transactional schedules, :data:`TXN_BROKER_CONFIG`).
-    A run that raised (the cluster or a client adapter failed, not a client's verdict)
-    comes with no verdicts and its error as the step log, and the cluster's brokers are
-    started again."""
+    A run a client raised in (:class:`ChaosClientError`) comes with that client's verdict
+    only, a stall; a run the cluster or the runner broke comes with no verdicts, its error
+    as the step log and its traceback as ``harness_error``. Either way the cluster's
+    brokers are started again."""
     config = TXN_BROKER_CONFIG if transactions else None
     with ApacheKafkaCluster(brokers=3, jars=jars, broker_config=config) as cluster:
         everyone = default_clients(cluster)
@@ -622,8 +630,24 @@ def run_apache_many(
             except Exception as exc:
                 log.warning("chaos_apache_run_failed", seed=s.seed, error=repr(exc))
                 _recover(cluster)
-                history = History((Stalled(-1, f"the run raised {exc!r}", "*"),), (), {}, s.policy)
-                r = RunResult(s, apps[0], history, judge(history), 0.0, (f"raised {exc!r}",))
+                failed_app = exc.app if isinstance(exc, ChaosClientError) else None
+                if failed_app in apps:
+                    # The client raised: a stall of its own; the others were not judged.
+                    stall = Stalled(-1, f"the run raised {exc!r}", failed_app)
+                    history = History((stall,), (), {}, s.policy)
+                    r = RunResult(s, failed_app, history, judge(history), 0.0, (f"raised {exc!r}",))
+                    yield r, {failed_app: r.verdict}
+                    continue
+                trace = "".join(traceback.format_exception(exc))
+                r = RunResult(
+                    s,
+                    apps[0],
+                    History((), (), {}, s.policy),
+                    Verdict(),
+                    0.0,
+                    (f"the harness raised {exc!r}",),
+                    harness_error=trace,
+                )
                 yield r, {}
                 continue
             yield r, verdicts(r, apps)

@@ -72,7 +72,8 @@ from epochguard.testing.chaos.transactions import (
     settle_markers,
 )
 from epochguard.testing.embedded.cluster import EmbeddedCluster
-from epochguard.testing.embedded.state import EmbeddedClusterError
+from epochguard.testing.embedded.state import DEFAULT_ISR_JOIN_DELAY_S, EmbeddedClusterError
+from epochguard.testing.embedded.transactions import MAX_TRANSACTION_TIMEOUT_MS
 from epochguard.testing.netfault import FaultProxy
 
 __all__ = [
@@ -142,12 +143,25 @@ class RunResult:
     verdict: Verdict
     seconds: float
     step_log: tuple[str, ...]
+    #: the cluster or the runner raised (a traceback): the run was not judged, and its
+    #: empty verdict says nothing of the client
+    harness_error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The run was judged and the client kept every promise."""
+        return self.harness_error is None and self.verdict.ok
 
     def describe(self) -> str:
         steps = "\n".join(f"    {i}: {s}" for i, s in enumerate(self.step_log))
+        outcome = (
+            self.verdict.describe()
+            if self.harness_error is None
+            else f"not judged, the harness failed:\n{self.harness_error}"
+        )
         return (
             f"schedule seed {self.schedule.seed} with {self.client}: "
-            f"{self.verdict.describe()}\n  steps as applied:\n{steps}\n"
+            f"{outcome}\n  steps as applied:\n{steps}\n"
             f"  replay:\n{self.schedule.to_code()}"
         )
 
@@ -358,7 +372,7 @@ class _Run:
             return self.apply_txn(step)
         if isinstance(step, Elect):
             leader = c.leader(TOPIC, step.partition)
-            isr = c.isr(TOPIC, step.partition)
+            isr = sorted(c.isr(TOPIC, step.partition))  # by id: picks independent of ISR order
             if step.unclean:
                 cands = [
                     b for b in c.replicas(TOPIC, step.partition) if b not in isr and c.is_running(b)
@@ -489,7 +503,7 @@ class _Run:
 
     def apply_txn(self, step: TxnProduce | TxnEnd) -> str:
         if self.txn is None:
-            raise ChaosClientError(f"{step!r} needs a schedule with transactions")
+            raise ValueError(f"{step!r} needs a schedule with transactions")
         if isinstance(step, TxnEnd):
             return f"{step!r}: {self.txn.end(step.producer, step.commit)}"
         values = self.new_values(step.count)
@@ -508,7 +522,7 @@ class _Run:
 
     def apply_net_fault(self, step: NetFault) -> str:
         if self.proxy is None:
-            raise ChaosClientError(f"{step!r} needs a run with a fault proxy")
+            raise ValueError(f"{step!r} needs a run with a fault proxy")
         p = self.proxy
         brokers = p.broker_ids
         b = brokers[step.pick % len(brokers)]
@@ -641,7 +655,7 @@ class _Run:
             for m in members:
                 if m.error is not None:
                     raise ChaosClientError(
-                        f"{app} member {m.member} failed: {m.error!r}\n{m.trace}"
+                        f"{app} member {m.member} failed: {m.error!r}\n{m.trace}", app
                     ) from m.error
 
     def close_members(self) -> None:
@@ -653,7 +667,13 @@ class _Run:
 
 
 class ChaosClientError(RuntimeError):
-    """A client adapter raised (a bug in the adapter or the client, not a verdict)."""
+    """A client adapter raised: the client (or its adapter) failed, which counts against
+    it as a stall. Anything else a run raises is the harness's (:attr:`RunResult.harness_error`)."""
+
+    def __init__(self, message: str, app: str | None = None) -> None:
+        super().__init__(message)
+        #: the application whose member raised
+        self.app = app
 
 
 def run_schedule(
@@ -663,6 +683,7 @@ def run_schedule(
     step_gap: float = 0.03,
     end_timeout: float = 15.0,
     epochs: str = "kafka",
+    isr_join_delay_s: float = DEFAULT_ISR_JOIN_DELAY_S,
 ) -> RunResult:
     """Run ``schedule`` on a fresh 3-broker EmbeddedCluster.
 
@@ -670,7 +691,9 @@ def run_schedule(
     application consumes the same run, and the verdict judges the first one (see
     :func:`judge` with ``app=`` for the others). ``epochs="raft"``: the brokers follow
     Raft-term rules (``EmbeddedCluster(epochs=...)``): ``StopBroker`` is a power cut that
-    loses unflushed records, and unclean elections are refused.
+    loses unflushed records, and unclean elections are refused. ``isr_join_delay_s``:
+    the cluster's (``EmbeddedCluster(isr_join_delay_s=...)``); 0 replays schedules shrunk
+    when followers joined the ISR the moment they caught up.
     """
     if clients is None:
         from epochguard.testing.chaos.clients import epoch_consumer
@@ -681,10 +704,14 @@ def run_schedule(
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         tmpdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="chaos-"))
+        txn_timeout = TXN_TIMEOUT_MS if schedule.transactions else MAX_TRANSACTION_TIMEOUT_MS
         c = stack.enter_context(
-            EmbeddedCluster(brokers=3, epochs=epochs, transaction_max_timeout_ms=TXN_TIMEOUT_MS)
-            if schedule.transactions
-            else EmbeddedCluster(brokers=3, epochs=epochs)
+            EmbeddedCluster(
+                brokers=3,
+                epochs=epochs,
+                transaction_max_timeout_ms=txn_timeout,
+                isr_join_delay_s=isr_join_delay_s,
+            )
         )
         proxy = None
         if schedule.network:
@@ -693,6 +720,11 @@ def run_schedule(
         run = _Run(schedule, c, clients, tmpdir, step_gap, proxy)
         try:
             run.execute(end_timeout)
+        except ChaosClientError:
+            raise
+        except Exception:
+            run.check_members()  # a member that raised meanwhile is the client's failure
+            raise
         finally:
             run.close_members()
         final = run.snapshot()
@@ -709,8 +741,11 @@ def run_many(
     epochs: str = "kafka",
 ) -> Iterator[RunResult]:
     """Run schedules ``workers`` at a time, each on its own cluster (threads: a run mostly
-    waits on sockets and on the step gap). Results come in completion order; a run whose
-    client adapter or cluster raised yields a result with a stall naming the error."""
+    waits on sockets and on the step gap). Results come in completion order. A run whose
+    client raised (:class:`ChaosClientError`) yields a result with a stall naming the
+    error, counted against the client; a run the cluster or the runner broke (an
+    ``OSError`` restarting a broker, a cluster that cannot heal) yields a result with
+    ``harness_error`` set and nothing judged."""
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
     todo = iter(schedules)
@@ -741,21 +776,49 @@ def run_many(
             for f in finished:
                 s = running.pop(f)
                 try:
-                    yield f.result()
+                    result = f.result()
+                except ChaosClientError as exc:
+                    result = _crashed(s, clients, exc)
                 except Exception as exc:
-                    yield _crashed(s, clients, exc)
+                    result = _harness_failed(s, clients, exc)
+                yield result
                 submit()
 
 
+def _first_client(clients: Mapping[str, ClientFactory] | ClientFactory | None) -> str:
+    if clients is None:
+        return "epochguard"
+    if isinstance(clients, Mapping):
+        return next(iter(clients))
+    return str(getattr(clients, "client_name", "app"))
+
+
 def _crashed(
-    schedule: Schedule, clients: Mapping[str, ClientFactory] | ClientFactory | None, exc: Exception
+    schedule: Schedule,
+    clients: Mapping[str, ClientFactory] | ClientFactory | None,
+    exc: ChaosClientError,
 ) -> RunResult:
-    name = (
-        "epochguard"
-        if clients is None
-        else next(iter(clients))
-        if isinstance(clients, Mapping)
-        else getattr(clients, "client_name", "app")
-    )
+    """A run its client broke: a stall, against the client."""
+    name = _first_client(clients)
     history = History((Stalled(-1, f"the run raised {exc!r}", name),), (), {}, schedule.policy)
     return RunResult(schedule, name, history, judge(history), 0.0, (f"raised {exc!r}",))
+
+
+def _harness_failed(
+    schedule: Schedule,
+    clients: Mapping[str, ClientFactory] | ClientFactory | None,
+    exc: Exception,
+) -> RunResult:
+    """A run the cluster or the runner broke: not judged, nothing counted against the client."""
+    trace = "".join(traceback.format_exception(exc))
+    log.warning("chaos_harness_failed", seed=schedule.seed, error=repr(exc))
+    history = History((), (), {}, schedule.policy)
+    return RunResult(
+        schedule,
+        _first_client(clients),
+        history,
+        Verdict(),
+        0.0,
+        (f"the harness raised {exc!r}",),
+        harness_error=trace,
+    )

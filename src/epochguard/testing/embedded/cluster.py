@@ -21,6 +21,7 @@ from epochguard.testing.embedded.security import (
 )
 from epochguard.testing.embedded.server import EmbeddedServer
 from epochguard.testing.embedded.state import (
+    DEFAULT_ISR_JOIN_DELAY_S,
     RACK_AWARE_REPLICA_SELECTOR,
     ClusterState,
     EmbeddedClusterError,
@@ -71,6 +72,7 @@ class EmbeddedCluster:
         replica_selector: str | None = None,
         transaction_max_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS,
         epochs: str = KAFKA,
+        isr_join_delay_s: float = DEFAULT_ISR_JOIN_DELAY_S,
     ) -> None:
         """``port``: the first broker listens there and broker ``i`` (ids start at 1) on
         ``port + i - 1`` (default: free ports chosen by the OS). A restarted broker keeps its port.
@@ -96,7 +98,15 @@ class EmbeddedCluster:
         the leader epoch, as on Redpanda (:mod:`epochguard.testing.embedded.raft`): every
         election attempt takes a term, a majority elects and makes records visible,
         ``stop_broker`` is a power cut that loses unflushed acks=1 writes, and there are no
-        unclean elections (docs/concepts.md, "Raft-term brokers")."""
+        unclean elections (docs/concepts.md, "Raft-term brokers").
+
+        ``isr_join_delay_s``: a follower that has caught up with its leader (a restarted
+        broker, a follower resuming replication, one that truncated after an election)
+        joins the ISR that long afterwards, as in Kafka, where the leader adds it once a
+        fetch shows it holds the whole log and the controller accepts the change
+        (AlterPartition); until then it is not electable cleanly and the ISR leaves it out.
+        0: at once, the moment it catches up (before ``start_broker`` returns). Raft-term
+        clusters keep their own rule (a caught-up follower is in sync at once)."""
         if brokers < 1:
             raise ValueError("an EmbeddedCluster needs at least one broker")
         if epochs not in EPOCH_RULES:
@@ -104,6 +114,15 @@ class EmbeddedCluster:
         if port is not None and not 1 <= port <= 65535 - (brokers - 1):
             raise ValueError(
                 f"port must leave room for {brokers} consecutive ports in 1..65535, got {port}"
+            )
+        if (
+            isinstance(isr_join_delay_s, bool)
+            or not isinstance(isr_join_delay_s, int | float)
+            or not 0 <= isr_join_delay_s < float("inf")
+        ):
+            raise ValueError(
+                "isr_join_delay_s must be a finite number of seconds >= 0, "
+                f"got {isr_join_delay_s!r}"
             )
         if tls is not None and not isinstance(tls, TlsMaterial):
             raise TypeError(f"tls must be a TlsMaterial, got {type(tls).__name__}")
@@ -140,6 +159,7 @@ class EmbeddedCluster:
                 f"transaction_max_timeout_ms must be positive, got {transaction_max_timeout_ms}"
             )
         self._state.transaction_max_timeout_ms = transaction_max_timeout_ms
+        self._state.isr_join_delay_s = float(isr_join_delay_s)
         self._epochs = epochs
         if epochs != KAFKA:
             self._state.raft = RaftElections(self._state)
@@ -330,7 +350,9 @@ class EmbeddedCluster:
         return self._call(lambda: list(self._state.partition(topic, partition).replicas))
 
     def isr(self, topic: str, partition: int) -> list[int]:
-        return self._call(lambda: sorted(self._state.partition(topic, partition).isr))
+        """The in-sync replicas in Kafka's order: as the partition was created, a follower
+        that joins after the others."""
+        return self._call(lambda: list(self._state.partition(topic, partition).isr))
 
     def elr(self, topic: str, partition: int) -> list[int]:
         """Eligible leader replicas (KIP-966): ISR members kept electable below min ISR."""
@@ -419,13 +441,14 @@ class EmbeddedCluster:
         self, broker_id: int, *, controlled: bool = False, grace_s: float = 0.2
     ) -> None:
         """Stop ``broker_id``: a kill by default (the controller elects new leaders from the
-        ISR at once; connections to the broker are cut), or ``controlled``, as Kafka's
-        controlled shutdown: every partition it leads first moves to another running ISR
-        replica by a clean election, and the broker keeps serving for ``grace_s``, answering
-        NOT_LEADER_OR_FOLLOWER (with the new leader) to what is still sent to it, before it
-        stops. Raft terms: a kill is a power cut (unflushed records are lost); a controlled
-        stop transfers leadership where a replica can win the vote and writes every replica
-        of the broker to disk before it stops."""
+        ISR at once; connections to the broker are cut; its ports stay bound, not
+        listening, so connecting is refused and a restart finds them free), or
+        ``controlled``, as Kafka's controlled shutdown: every partition it leads first moves
+        to another running ISR replica by a clean election, and the broker keeps serving for
+        ``grace_s``, answering NOT_LEADER_OR_FOLLOWER (with the new leader) to what is still
+        sent to it, before it stops. Raft terms: a kill is a power cut (unflushed records
+        are lost); a controlled stop transfers leadership where a replica can win the vote
+        and writes every replica of the broker to disk before it stops."""
         self._state.broker(broker_id)
         if controlled:
             self._call(lambda: self._move_leadership_off(broker_id))
@@ -445,11 +468,12 @@ class EmbeddedCluster:
             for index, p in sorted(topic.partitions.items()):
                 if p.leader != broker_id:
                     continue
+                # Kafka's controller: the first replica in assignment order that may lead.
                 successor = next(
                     (
                         b
-                        for b in p.isr
-                        if b != broker_id and state.broker(b).alive and b in p.replicas
+                        for b in p.replicas
+                        if b != broker_id and b in p.isr and state.broker(b).alive
                     ),
                     None,
                 )
@@ -466,9 +490,9 @@ class EmbeddedCluster:
                     p.logs[broker_id].flush()
 
     def start_broker(self, broker_id: int, port: int | None = None) -> None:
-        """Start a stopped broker (a running one is left as it is). ``port``: it listens
-        there from now on (0: a free port) instead of where it listened before, as a
-        broker restarted on a new address; nothing listens at the old port any more."""
+        """Start a stopped broker (a running one is left as it is). It listens on the port
+        it kept bound while stopped. ``port``: it listens there from now on (0: a free
+        port) instead, as a broker restarted on a new address; its old port is let go."""
         b = self._state.broker(broker_id)
         if self._call(lambda: b.alive):
             return

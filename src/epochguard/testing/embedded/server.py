@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import errno
+import socket
 import ssl
 import struct
 import threading
@@ -45,32 +47,84 @@ SASL_AUTHENTICATE = 36
 _BEFORE_AUTHENTICATION = {API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
 
 
-async def _start_server(
-    callback: Any, host: str, port: int, owned: set[int], **kw: Any
-) -> asyncio.Server:
-    """Listen on ``port``, or on a free port *below* the ephemeral range when it is 0,
-    reserved for the cluster (``owned``) until it closes.
+def _bound_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
-    A stopped broker starts again on the same port. An ephemeral port can meanwhile be
-    taken as the local end of some client's connection (chaos runs start many clusters at
-    once), and the restart then failed with "address already in use"; ports below the
-    ephemeral range are never handed out that way, and the reservation keeps the other
-    clusters of this process, and of other processes on the machine, off them."""
+
+def bind_listener_socket(host: str, port: int, owned: set[int]) -> socket.socket:
+    """A socket bound (not listening) to ``port``, or when it is 0 to a free port *below*
+    the ephemeral range, reserved for the cluster (``owned``) until it closes.
+
+    The socket stays bound while its broker is stopped (:func:`stop_listening`), so a
+    restart listens on the same port: nothing else can bind it meanwhile, and an ephemeral
+    port would not be handed to a client's connection either. Ports below the ephemeral
+    range, reserved by lock files (:mod:`epochguard.testing.ports`), also keep the other
+    clusters of this and other processes from choosing the same one."""
     if port:
-        return await asyncio.start_server(callback, host, port, reuse_address=True, **kw)
+        return _bound_socket(host, port)
     for candidate in ports.candidates():
         if not ports.reserve(candidate):
             continue
         try:
-            server = await asyncio.start_server(callback, host, candidate, reuse_address=True, **kw)
+            sock = _bound_socket(host, candidate)
         except OSError as exc:
             ports.release([candidate])
             if exc.errno != errno.EADDRINUSE:
                 raise
             continue
         owned.add(candidate)
-        return server
-    return await asyncio.start_server(callback, host, 0, reuse_address=True, **kw)
+        return sock
+    # No room below the ephemeral range: a port the kernel picks, bound again by number, as
+    # only a port bound by number stays bound when listening stops (Linux).
+    with _bound_socket(host, 0) as probe:
+        return _bound_socket(host, probe.getsockname()[1])
+
+
+def _listening(sock: socket.socket) -> bool:
+    option = getattr(socket, "SO_ACCEPTCONN", None)
+    if option is None:
+        return True
+    return bool(sock.getsockopt(socket.SOL_SOCKET, option))
+
+
+def stop_listening(sock: socket.socket) -> socket.socket:
+    """End listening on ``sock`` and keep its port bound: connections are refused, as at a
+    dead broker's address, and no other socket can bind the port (SO_REUSEADDR off: a
+    bound socket without it conflicts with every other bind of its address). Returns the
+    socket that holds the port now."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
+    with contextlib.suppress(OSError):
+        # Linux ends a listen on shutdown(SHUT_RD), resetting the connections not yet
+        # accepted; the socket stays bound to its port.
+        sock.shutdown(socket.SHUT_RD)
+    if not _listening(sock):
+        return sock
+    # Elsewhere: close it and bind the port again, not listening (best effort).
+    host, port = sock.getsockname()[:2]
+    sock.close()
+    held = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        held.bind((host, port))
+    except BaseException:
+        held.close()
+        raise
+    return held
+
+
+async def serve_on(callback: Any, sock: socket.socket, **kw: Any) -> asyncio.Server:
+    """Listen on the bound ``sock`` (SO_REUSEADDR on again, so that the connections of the
+    broker's previous run, in TIME_WAIT, do not stand in the way). The server gets a
+    duplicate: closing the server leaves ``sock`` and its port to the caller."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    return await asyncio.start_server(callback, sock=sock.dup(), **kw)
 
 
 def api_versions_error_response(correlation_id: int) -> bytes:
@@ -140,6 +194,9 @@ class EmbeddedServer:
         self._tasks: dict[int, set[asyncio.Task[Any]]] = {}
         self._closed = False
         self._ports: set[int] = set()
+        # (broker, listener) -> its socket, bound from the broker's first start to the
+        # cluster's close, listening while the broker runs.
+        self._sockets: dict[tuple[int, str], socket.socket] = {}
         state.loop = self.loop
 
     def _run(self) -> None:
@@ -161,6 +218,9 @@ class EmbeddedServer:
         for broker_id in list(self._servers):
             self.call(self.stop_listener(broker_id))
         self.call(self._cancel_tasks())
+        for sock in self._sockets.values():
+            sock.close()
+        self._sockets.clear()
         ports.release(self._ports)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
@@ -213,8 +273,8 @@ class EmbeddedServer:
 
             return on_connect
 
-        server = await _start_server(
-            on_connect_to(PLAINTEXT), broker.host, broker.port, self._ports
+        server = await serve_on(
+            on_connect_to(PLAINTEXT), self._socket(broker_id, PLAINTEXT, broker.port)
         )
         broker.port = server.sockets[0].getsockname()[1]
         self._servers[broker_id] = server
@@ -224,13 +284,8 @@ class EmbeddedServer:
         try:
             for listener in security.listeners:
                 tls = security.ssl_context if listener in (SSL, SASL_SSL) else None
-                extra = await _start_server(
-                    on_connect_to(listener),
-                    broker.host,
-                    broker.listener_ports.get(listener, 0),
-                    self._ports,
-                    ssl=tls,
-                )
+                sock = self._socket(broker_id, listener, broker.listener_ports.get(listener, 0))
+                extra = await serve_on(on_connect_to(listener), sock, ssl=tls)
                 secured.append(extra)
                 broker.listener_ports[listener] = extra.sockets[0].getsockname()[1]
         finally:
@@ -243,13 +298,36 @@ class EmbeddedServer:
             **{listener.lower(): port for listener, port in broker.listener_ports.items()},
         )
 
+    def _socket(self, broker_id: int, listener: str, port: int) -> socket.socket:
+        """The bound socket of the broker's ``listener`` at ``port`` (0: a free port): the
+        one it held while stopped, or a new one when it moves (its old port is let go)."""
+        key = (broker_id, listener)
+        held = self._sockets.get(key)
+        if held is not None:
+            held_port: int = held.getsockname()[1]
+            if port == held_port:
+                return held
+            del self._sockets[key]
+            held.close()
+            if held_port in self._ports:
+                self._ports.discard(held_port)
+                ports.release([held_port])
+        sock = bind_listener_socket(self.state.brokers[broker_id].host, port, self._ports)
+        self._sockets[key] = sock
+        return sock
+
     async def stop_listener(self, broker_id: int) -> None:
+        """Stop serving: the broker's listeners stop listening (their ports stay bound, so
+        connecting is refused, as at a dead broker) and its connections close."""
         server = self._servers.pop(broker_id, None)
         if server is None:
             return
         server.close()
         for extra in self._secured_servers.pop(broker_id, []):
             extra.close()
+        for (owner, listener), sock in list(self._sockets.items()):
+            if owner == broker_id:
+                self._sockets[owner, listener] = stop_listening(sock)
         for writer in list(self._conns.get(broker_id, ())):
             writer.close()
         self._conns[broker_id] = set()

@@ -42,6 +42,10 @@ DEFAULT_TOPIC_CONFIG: dict[str, str] = {
 }
 
 
+#: How long after catching up a follower joins the ISR, by default (Kafka's rules): the
+#: follower's next fetch, then the leader's AlterPartition through the controller.
+DEFAULT_ISR_JOIN_DELAY_S = 0.2
+
 #: Kafka's ``replica.selector.class`` for rack-aware follower fetching (KIP-392); both test
 #: clusters accept it.
 RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
@@ -202,6 +206,12 @@ class ClusterState:
         self.raft: RaftElections | None = None
         # API key -> the highest version these brokers serve, below what the handler can.
         self.max_versions: dict[int, int] = {}
+        # How long after a follower has caught up its leader adds it to the ISR (Kafka's
+        # rules; 0: at once): the follower's next fetch shows the leader it holds the whole
+        # log, and the ISR change goes through the controller (AlterPartition).
+        self.isr_join_delay_s = DEFAULT_ISR_JOIN_DELAY_S
+        # ISR joins due: (topic id, partition, follower, leader epoch, follower's restarts).
+        self._isr_joins_due: set[tuple[uuid.UUID, int, int, int, int]] = set()
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -529,19 +539,58 @@ class ClusterState:
                 # the new term's records or without).
                 flog.flush()
         if follower not in p.isr and flog.log_end_offset == leader_log.log_end_offset:
-            p.isr.append(follower)
-            if follower in p.elr:
-                p.elr.remove(follower)
-            if len(p.isr) >= self._min_isr(p):
-                p.elr.clear()
-                p.last_known_elr.clear()
-            log.info(
-                "isr_expanded", topic=p.topic, partition=p.index, broker=follower, isr=list(p.isr)
-            )
-            self._update_hw(p)
-            self.publish()
+            if self.raft is None and self.isr_join_delay_s > 0 and self.loop is not None:
+                self._isr_join_later(p, follower)
+                self._update_hw(p)
+            else:
+                self._expand_isr(p, follower)
         else:
             self._update_hw(p)
+
+    def _isr_join_later(self, p: PartitionState, follower: int) -> None:
+        """The caught-up ``follower`` joins the ISR after ``isr_join_delay_s`` if it is
+        still caught up with the same leader epoch, in the same run (Kafka's
+        Partition.maybeExpandIsr: the leader adds a follower whose fetch reached its high
+        watermark and the start of its epoch, through the controller)."""
+        assert self.loop is not None
+        t = self.topics.get(p.topic)
+        if t is None:
+            return
+        due = (t.topic_id, p.index, follower, p.leader_epoch, self.brokers[follower].restarts)
+        if due in self._isr_joins_due:
+            return
+        self._isr_joins_due.add(due)
+        self.loop.call_later(self.isr_join_delay_s, self._isr_join_due, p, due)
+
+    def _isr_join_due(self, p: PartitionState, due: tuple[uuid.UUID, int, int, int, int]) -> None:
+        self._isr_joins_due.discard(due)
+        topic_id, index, follower, leader_epoch, restarts = due
+        t = self.topics.get(p.topic)
+        if t is None or t.topic_id != topic_id or t.partitions.get(index) is not p:
+            return  # deleted (or re-created) meanwhile
+        if (
+            follower in p.isr
+            or p.leader is None
+            or p.leader_epoch != leader_epoch
+            or self.brokers[follower].restarts != restarts
+            or not self._follower_ready(p, follower)
+            or p.logs[follower].log_end_offset != p.logs[p.leader].log_end_offset
+        ):
+            return  # a newer epoch or run catches up on its own and joins after it
+        self._expand_isr(p, follower)
+
+    def _expand_isr(self, p: PartitionState, follower: int) -> None:
+        # Appended: Kafka's leader sends the ISR it has plus the follower, and the controller
+        # keeps the order it is given.
+        p.isr.append(follower)
+        if follower in p.elr:
+            p.elr.remove(follower)
+        if len(p.isr) >= self._min_isr(p):
+            p.elr.clear()
+            p.last_known_elr.clear()
+        log.info("isr_expanded", topic=p.topic, partition=p.index, broker=follower, isr=list(p.isr))
+        self._update_hw(p)
+        self.publish()
 
     def _fail_follower(
         self, p: PartitionState, follower: int, batch: bytes, log_end_offset: int
@@ -656,11 +705,13 @@ class ClusterState:
         return max(same_rack, key=lambda c: (c[2], -c[0]))[0]
 
     def eligible_leaders(self, p: PartitionState) -> list[int]:
-        """Clean-election candidates: live ISR members, else live ELR members."""
-        in_sync = [r for r in p.isr if self.brokers[r].alive]
+        """Clean-election candidates: live ISR members, else live ELR members, in the
+        order of the replica assignment, as Kafka's controller tries them
+        (PartitionChangeBuilder.electAnyLeader)."""
+        in_sync = [r for r in p.replicas if r in p.isr and self.brokers[r].alive]
         if in_sync or not self.elr_enabled:
             return in_sync
-        return [r for r in p.elr if self.brokers[r].alive]
+        return [r for r in p.replicas if r in p.elr and self.brokers[r].alive]
 
     def _make_leader(self, p: PartitionState, leader: int, unclean: bool) -> None:
         if unclean:

@@ -20,6 +20,7 @@ from epochguard.spark_connector.offsets import SourceOffset
 from epochguard.spark_connector.options import SourceOptions, parse_options
 
 __all__ = [
+    "FILTER_PUSHDOWN_CONF",
     "LOG_TRUNCATION_CODE",
     "OffsetsJsonError",
     "SourceOffset",
@@ -31,9 +32,18 @@ __all__ = [
 ]
 
 
+#: Spark's switch for filter pushdown into Python data sources (off by default). A batch
+#: reader that can take filters fails every read while it is off, whatever the query.
+FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
 def register(spark: Any) -> None:
-    """Register the ``epochguard`` data source with a SparkSession."""
+    """Register the ``epochguard`` data source with a SparkSession and turn on
+    :data:`FILTER_PUSHDOWN_CONF` in that session, so batch reads read only what their
+    ``where`` conditions on ``partition``, ``offset`` and ``timestamp`` leave (a session
+    that must keep it off reads with the option ``filterPushdown=false``)."""
     # Imported here: the sans-IO modules above must work without pyspark installed.
     from epochguard.spark_connector.datasource import EpochGuardDataSource
 
     spark.dataSource.register(EpochGuardDataSource)
+    spark.conf.set(FILTER_PUSHDOWN_CONF, "true")

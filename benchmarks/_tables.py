@@ -625,8 +625,8 @@ def spark_pushdown(results: Path) -> str:
     record = load("spark_pushdown", results)
     r = result_of(record)
     names = {
-        "epochguard": "epochguard, filter pushdown",
-        "epochguard_no_pushdown": "epochguard, `filterPushdown=false`",
+        "epochguard": "epochguard, `filterPushdown=true`",
+        "epochguard_no_pushdown": "epochguard, without pushdown (the default)",
         "kafka": "Spark's Kafka source",
     }
     rows = [

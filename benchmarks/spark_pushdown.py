@@ -11,10 +11,11 @@ query is the last 10 % by time::
 written to the ``noop`` sink. Three readers take turns, ``SPARK_PUSHDOWN_REPS`` times (3),
 after one warm-up query each:
 
-- ``epochguard``: filter pushdown (the default): each partition's range starts at the first
+- ``epochguard``: with ``filterPushdown=true`` (and Spark's
+  ``spark.sql.python.filterPushdown.enabled``): each partition's range starts at the first
   offset at or after the time (ListOffsets by time);
-- ``epochguard_no_pushdown``: the same source with ``filterPushdown=false``: reads every
-  record, Spark filters;
+- ``epochguard_no_pushdown``: the same source without it (the default): reads every record,
+  Spark filters;
 - ``kafka``: Spark's own Kafka source (``make spark-jars``), which pushes no filter.
 
 Per query: ``fetched_bytes``, what the brokers served to consumers while it ran (the
@@ -70,8 +71,8 @@ def _reader(spark: Any, fmt: str, servers: str) -> Any:
         .option("subscribe", TOPIC)
         .option("startingOffsets", "earliest")
     )
-    if fmt == "epochguard_no_pushdown":
-        r = r.option("filterPushdown", "false")
+    if fmt == "epochguard":
+        r = r.option("filterPushdown", "true")
     return r.load()
 
 
@@ -110,7 +111,10 @@ def run() -> dict[str, Any]:
         spark = local_session(
             "epochguard-pushdown-bench",
             jars=connector.extra,
-            conf={"spark.ui.showConsoleProgress": "false"},
+            conf={
+                "spark.ui.showConsoleProgress": "false",
+                "spark.sql.python.filterPushdown.enabled": "true",
+            },
         )
         register(spark)
         selected = {fmt: _selected(spark, cluster, fmt, where) for fmt in READERS}

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
-from epochguard.spark_connector import register
+from epochguard.spark_connector import FILTER_PUSHDOWN_CONF, register
 from epochguard.testing import produce
 from epochguard.testing.apache_kafka import ApacheKafkaCluster, KafkaUnavailableError
 from epochguard.testing.apache_kafka.pytest_support import _unavailable
@@ -269,19 +269,21 @@ def test_filtered_batch_reads_equal_sparks_source(spark: Any, cluster: ApacheKaf
         producer.close(timeout=5)
 
     def read(fmt: str, where: str) -> Any:
-        return (
+        reader = (
             spark.read.format(fmt)
             .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
             .option("subscribe", topic)
-            .load()
-            .where(where)
         )
+        if fmt == "epochguard":
+            reader = reader.option("filterPushdown", "true")
+        return reader.load().where(where)
 
     def rows(df: Any) -> list[tuple[int, int, Any, bytes]]:
         return sorted(
             (r["partition"], r["offset"], r["timestamp"], bytes(r["value"])) for r in df.collect()
         )
 
+    spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
     at = "TIMESTAMP '2026-01-01 00:00:{:02d}'".format
     cases = [
         (f"timestamp >= {at(45)}", None),

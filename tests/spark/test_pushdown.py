@@ -254,8 +254,14 @@ def test_spark_filters_as_comparisons(f: Filter, expected: Comparison | None) ->
 
 
 def batch_reader(cluster: EmbeddedCluster, **extra: str) -> datasource._BatchReader:
-    """The reader Spark gets from ``spark.read.format("epochguard")`` with these options."""
-    options = {"kafka.bootstrap.servers": cluster.bootstrap_servers, "subscribe": "t", **extra}
+    """The reader Spark gets from ``spark.read.format("epochguard")`` with these options
+    (``filterPushdown=true`` unless they say otherwise)."""
+    options = {
+        "kafka.bootstrap.servers": cluster.bootstrap_servers,
+        "subscribe": "t",
+        "filterPushdown": "true",
+        **extra,
+    }
     made = datasource.EpochGuardDataSource(options).reader(None)  # type: ignore[arg-type]
     assert isinstance(made, datasource._BatchReader)
     return made
@@ -371,7 +377,12 @@ def test_pushed_bounds_intersect_the_planned_offsets(stamped: EmbeddedCluster) -
     assert spans(ranges) == [(0, 4, 12), (1, 2, 3)]
 
 
-def test_filter_pushdown_false_takes_no_filters(stamped: EmbeddedCluster) -> None:
+def test_without_filter_pushdown_the_reader_takes_no_filters(stamped: EmbeddedCluster) -> None:
+    options = {"kafka.bootstrap.servers": stamped.bootstrap_servers, "subscribe": "t"}
+    default = datasource.EpochGuardDataSource(options).reader(None)  # type: ignore[arg-type]
+    # Not even the method: Spark refuses a reader with one while its switch is off.
+    assert type(default) is datasource._BatchReader
+    assert type(default).pushFilters is datasource.DataSourceReader.pushFilters
     reader = batch_reader(stamped, filterPushdown="false")
     assert type(reader) is datasource._BatchReader
     filters: list[Filter] = [EqualTo(("partition",), 0)]

@@ -33,17 +33,14 @@ __all__ = [
 
 
 #: Spark's switch for filter pushdown into Python data sources (off by default). A batch
-#: reader that can take filters fails every read while it is off, whatever the query.
+#: read with ``filterPushdown=true`` needs it on: Spark fails a read whose reader takes
+#: filters while it is off.
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 def register(spark: Any) -> None:
-    """Register the ``epochguard`` data source with a SparkSession and turn on
-    :data:`FILTER_PUSHDOWN_CONF` in that session, so batch reads read only what their
-    ``where`` conditions on ``partition``, ``offset`` and ``timestamp`` leave (a session
-    that must keep it off reads with the option ``filterPushdown=false``)."""
+    """Register the ``epochguard`` data source with a SparkSession."""
     # Imported here: the sans-IO modules above must work without pyspark installed.
     from epochguard.spark_connector.datasource import EpochGuardDataSource
 
     spark.dataSource.register(EpochGuardDataSource)
-    spark.conf.set(FILTER_PUSHDOWN_CONF, "true")

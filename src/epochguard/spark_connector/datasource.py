@@ -915,7 +915,7 @@ def comparison(f: Filter) -> Comparison | None:
 
 
 class _BatchReader(DataSourceReader):
-    """A batch read, every filter left to Spark (``filterPushdown=false``)."""
+    """A batch read, every filter left to Spark (``filterPushdown=false``, the default)."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
@@ -962,7 +962,11 @@ class _BatchReader(DataSourceReader):
 
 class _FilteringBatchReader(_BatchReader):
     """A batch read that narrows its ranges by the filters Spark pushes
-    (:mod:`~epochguard.spark_connector.pushdown`)."""
+    (:mod:`~epochguard.spark_connector.pushdown`; ``filterPushdown=true``).
+
+    A separate class: Spark fails every read of a reader that overrides ``pushFilters``
+    while ``spark.sql.python.filterPushdown.enabled`` is off, so only a query that asks
+    for pushdown gets one."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         # No I/O here: Spark may call this again on a new reader when it replays the

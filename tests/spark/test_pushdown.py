@@ -32,6 +32,8 @@ from pyspark.sql.datasource import (
 
 from epochguard.offsets import EpochOffset
 from epochguard.spark_connector import datasource
+from epochguard.spark_connector.errors import SourceOptionError
+from epochguard.spark_connector.options import parse_options
 from epochguard.spark_connector.pushdown import Comparison, ReadBounds, push
 from epochguard.testing import EmbeddedCluster
 from tests.examples import scaled
@@ -147,8 +149,12 @@ def _values(column: str) -> st.SearchStrategy[int]:
         return st.integers(-1, 3)
     if column == "offset":
         return st.integers(-2, 45)
-    # Around the log's times (1000..1040 ms), whole milliseconds and not.
-    return st.integers(micros(995), micros(1045)) | st.integers(-2000, 2000)
+    # Around the log's few times (1000..1004 ms, so that many records share one), whole
+    # milliseconds and not; and near 0.
+    near = st.builds(
+        lambda ms, us: micros(ms) + us, st.integers(999, 1005), st.sampled_from([0, 0, 1, 999])
+    )
+    return near | st.integers(-2000, 2000)
 
 
 @st.composite
@@ -169,7 +175,7 @@ def logs(draw: st.DrawFn) -> dict[int, list[tuple[int, int]]]:
         offset = draw(st.integers(0, 5))
         records = []
         for _ in range(draw(st.integers(0, 30))):
-            records.append((offset, draw(st.integers(1000, 1040))))
+            records.append((offset, draw(st.integers(1000, 1004))))
             offset += draw(st.sampled_from([1, 1, 1, 2]))
         out[p] = records
     return out
@@ -180,7 +186,7 @@ def first_at_or_after(records: Sequence[tuple[int, int]], ms: int, log_end: int)
     return next((o for o, t in records if t >= ms), log_end)
 
 
-@settings(max_examples=scaled(400), deadline=None)
+@settings(max_examples=scaled(1000), deadline=None)
 @given(log=logs(), comps=st.lists(comparisons(), max_size=5), data=st.data())
 def test_narrowed_ranges_plus_spark_filters_equal_the_filtered_whole(
     log: dict[int, list[tuple[int, int]]], comps: list[Comparison], data: st.DataObject
@@ -248,6 +254,15 @@ _T_US = (_T - datetime.datetime(1970, 1, 1, tzinfo=UTC)) // datetime.timedelta(m
 )
 def test_spark_filters_as_comparisons(f: Filter, expected: Comparison | None) -> None:
     assert datasource.comparison(f) == expected
+
+
+def test_the_filter_pushdown_option() -> None:
+    base = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t"}
+    assert not parse_options(base, streaming=False).filter_pushdown
+    assert parse_options({**base, "FILTERPUSHDOWN": "True"}, streaming=False).filter_pushdown
+    with pytest.raises(SourceOptionError) as info:
+        parse_options({**base, "filterPushdown": "yes please"}, streaming=False)
+    assert info.value.option == "filterPushdown"
 
 
 # ---------------------------------------------------------------- planning on a cluster

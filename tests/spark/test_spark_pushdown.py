@@ -78,13 +78,8 @@ def load(spark: SparkSession, cluster: EmbeddedCluster, **options: str) -> Any:
 
 
 def collected(df: Any) -> list[Row]:
-    return sorted(
-        (r["partition"], r["offset"], _ms(r["timestamp"]), bytes(r["value"])) for r in df.collect()
-    )
-
-
-def _ms(t: datetime.datetime) -> int:
-    return (t - datetime.datetime(1970, 1, 1, tzinfo=UTC)) // datetime.timedelta(milliseconds=1)
+    cols = df.selectExpr("partition", "offset", "unix_millis(timestamp) AS ms", "value")
+    return sorted((r["partition"], r["offset"], r["ms"], bytes(r["value"])) for r in cols.collect())
 
 
 def sql_time(us: int) -> str:
@@ -112,7 +107,9 @@ def conditions(draw: st.DrawFn) -> Cond:
         return f"value <> 'p0-{n}'", lambda r: r[3] != b"p0-%d" % n
     if kind == "in":
         column = draw(st.sampled_from(["partition", "offset"]))
-        values = draw(st.lists(st.integers(-1, 42 if column == "offset" else 3), 1, 4))
+        values = draw(
+            st.lists(st.integers(-1, 42 if column == "offset" else 3), min_size=1, max_size=4)
+        )
         index = 0 if column == "partition" else 1
         sql = f"{column} IN ({', '.join(map(str, values))})"
         return sql, lambda r: r[index] in values

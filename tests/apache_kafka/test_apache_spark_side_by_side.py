@@ -258,12 +258,14 @@ def test_filtered_batch_reads_equal_sparks_source(spark: Any, cluster: ApacheKaf
     and returns what Spark's source, which reads everything and filters, returns."""
     topic = f"pushdown-{os.getpid()}"
     cluster.create_topic(topic, partitions=2, replication_factor=1)
-    base_ms = 1_767_225_600_000
+    # Ten minutes ago in whole seconds: a time older than retention.ms (7 days) would have
+    # the broker delete the records.
+    base_s = int(time.time()) - 600
     producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
     try:
         for i in range(60):
             # Times out of offset order: 37 s apart modulo a minute.
-            ms = base_ms + (i * 37) % 60 * 1000
+            ms = (base_s + (i * 37) % 60) * 1000
             producer.send(topic, b"v%d" % i, partition=i % 2, timestamp_ms=ms).get(timeout=15)
     finally:
         producer.close(timeout=5)
@@ -284,7 +286,11 @@ def test_filtered_batch_reads_equal_sparks_source(spark: Any, cluster: ApacheKaf
         )
 
     spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
-    at = "TIMESTAMP '2026-01-01 00:00:{:02d}'".format
+
+    def at(second: int) -> str:
+        t = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(base_s + second))
+        return f"TIMESTAMP '{t}'"
+
     cases = [
         (f"timestamp >= {at(45)}", None),
         (f"timestamp > {at(20)} AND timestamp < {at(40)}", None),
@@ -299,4 +305,5 @@ def test_filtered_batch_reads_equal_sparks_source(spark: Any, cluster: ApacheKaf
         if ours_tasks is not None:
             # Spark plans one task per partition it reads; an empty read gets one empty task.
             assert ours.rdd.getNumPartitions() == max(ours_tasks, 1), where
+    assert len(rows(read("kafka", "offset >= 0"))) == 60
     assert len(rows(read("epochguard", f"timestamp >= {at(45)}"))) == 15

@@ -891,7 +891,7 @@ def comparison(f: Filter) -> Comparison | None:
     """``f`` as a :class:`Comparison` on ``partition``, ``offset`` or ``timestamp``, or
     None when it is not one the source can narrow a read by."""
     op = _FILTER_OPS.get(type(f))
-    attribute = getattr(f, "attribute", ())
+    attribute: tuple[str, ...] = getattr(f, "attribute", ())
     if op is None or len(attribute) != 1:
         return None
     column = COLUMNS.get(attribute[0])

@@ -32,10 +32,10 @@ __all__ = [
 ]
 
 
-#: Spark's switch for filter pushdown into Python data sources (off by default). A batch
-#: read with ``filterPushdown=true`` needs it on: Spark fails a read whose reader takes
-#: filters while it is off.
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+"""Spark's switch for filter pushdown into Python data sources (off by default). A batch
+read with the option ``filterPushdown=true`` needs it on in the session: Spark fails a read
+whose reader takes filters while it is off."""
 
 
 def register(spark: Any) -> None:

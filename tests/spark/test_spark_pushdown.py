@@ -213,3 +213,13 @@ def test_streams_take_no_filters(
         query.stop()
     rows = collected(spark.table("pushdown_stream"))
     assert rows == sorted(r for r in produced if r[0] == 0 and r[1] >= 30)
+
+
+def test_a_read_that_plans_no_task_returns_no_rows(
+    spark: SparkSession, module_cluster: EmbeddedCluster
+) -> None:
+    # Spark reads one InputPartition(None) when a batch read plans no task.
+    module_cluster.create_topic("pd-empty", partitions=1, replication_factor=1)
+    for pushdown in ("false", "true"):
+        df = load(spark, module_cluster, subscribe="pd-empty", filterPushdown=pushdown)
+        assert collected(df) == []

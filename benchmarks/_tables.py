@@ -621,6 +621,29 @@ def spark_latency(results: Path) -> str:
     )
 
 
+def spark_pushdown(results: Path) -> str:
+    record = load("spark_pushdown", results)
+    r = result_of(record)
+    names = {
+        "epochguard": "epochguard, `filterPushdown=true`",
+        "epochguard_no_pushdown": "epochguard, without pushdown (the default)",
+        "kafka": "Spark's Kafka source",
+    }
+    rows = [
+        [names.get(fmt, fmt), megabytes(m["fetched_bytes"]), seconds(m["wall_s"])]
+        for fmt, m in r["median"].items()
+    ]
+    out = table(["reader", "bytes fetched", "time"], rows)
+    return out + measured(
+        record,
+        f"{r['records']:,} records of {size(r['value_bytes'])} in {r['partitions']} partitions "
+        f"of an EmbeddedCluster, the last 10 % by time ({r['rows_selected']:,} rows) into "
+        f"`noop`; medians of {len(r['runs']['epochguard'])} runs; Spark's connector "
+        f"{r['spark_kafka_connector']}, `{r['session']}`; load average "
+        f"{load_text(r['load_average_before'])}-{load_text(r['load_average_after'])}",
+    )
+
+
 def chaos_scoreboard(results: Path) -> str:
     record = load("chaos_scoreboard", results)
     r = result_of(record)
@@ -813,6 +836,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "spark_source": spark_source,
     "spark_profile": spark_profile,
     "spark_latency": spark_latency,
+    "spark_pushdown": spark_pushdown,
     "chaos_scoreboard": chaos_scoreboard,
     "chaos_apache": chaos_apache,
     "chaos_at_scale": chaos_at_scale,

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
-from epochguard.spark_connector import register
+from epochguard.spark_connector import FILTER_PUSHDOWN_CONF, register
 from epochguard.testing import produce
 from epochguard.testing.apache_kafka import ApacheKafkaCluster, KafkaUnavailableError
 from epochguard.testing.apache_kafka.pytest_support import _unavailable
@@ -251,3 +251,59 @@ def test_a_program_for_sparks_source_runs_unchanged_with_only_the_format_name_ch
     ]
     assert [(r[3], r[4], r[0]) for r in spark_rows] == expected
     assert ours_rows == spark_rows
+
+
+def test_filtered_batch_reads_equal_sparks_source(spark: Any, cluster: ApacheKafkaCluster) -> None:
+    """Filter pushdown on real Kafka: ours narrows its reads (ListOffsets by time included)
+    and returns what Spark's source, which reads everything and filters, returns."""
+    topic = f"pushdown-{os.getpid()}"
+    cluster.create_topic(topic, partitions=2, replication_factor=1)
+    # Ten minutes ago in whole seconds: a time older than retention.ms (7 days) would have
+    # the broker delete the records.
+    base_s = int(time.time()) - 600
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
+    try:
+        for i in range(60):
+            # Times out of offset order: 37 s apart modulo a minute.
+            ms = (base_s + (i * 37) % 60) * 1000
+            producer.send(topic, b"v%d" % i, partition=i % 2, timestamp_ms=ms).get(timeout=15)
+    finally:
+        producer.close(timeout=5)
+
+    def read(fmt: str, where: str) -> Any:
+        reader = (
+            spark.read.format(fmt)
+            .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
+            .option("subscribe", topic)
+        )
+        if fmt == "epochguard":
+            reader = reader.option("filterPushdown", "true")
+        return reader.load().where(where)
+
+    def rows(df: Any) -> list[tuple[int, int, Any, bytes]]:
+        return sorted(
+            (r["partition"], r["offset"], r["timestamp"], bytes(r["value"])) for r in df.collect()
+        )
+
+    spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
+
+    def at(second: int) -> str:
+        t = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(base_s + second))
+        return f"TIMESTAMP '{t}'"
+
+    cases = [
+        (f"timestamp >= {at(45)}", None),
+        (f"timestamp > {at(20)} AND timestamp < {at(40)}", None),
+        ("partition = 1 AND offset BETWEEN 3 AND 20", 1),
+        (f"partition IN (0, 5) AND timestamp >= {at(59)} AND offset < 25", 1),
+        (f"timestamp >= {at(59)} AND offset > 29", 0),  # nothing: the read plans no task
+    ]
+    for where, ours_tasks in cases:
+        ours, theirs = read("epochguard", where), read("kafka", where)
+        expected = rows(theirs)
+        assert rows(ours) == expected, where
+        if ours_tasks is not None:
+            # Spark plans one task per partition it reads; an empty read gets one empty task.
+            assert ours.rdd.getNumPartitions() == max(ours_tasks, 1), where
+    assert len(rows(read("kafka", "offset >= 0"))) == 60
+    assert len(rows(read("epochguard", f"timestamp >= {at(45)}"))) == 15

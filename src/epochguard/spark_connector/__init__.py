@@ -20,6 +20,7 @@ from epochguard.spark_connector.offsets import SourceOffset
 from epochguard.spark_connector.options import SourceOptions, parse_options
 
 __all__ = [
+    "FILTER_PUSHDOWN_CONF",
     "LOG_TRUNCATION_CODE",
     "OffsetsJsonError",
     "SourceOffset",
@@ -29,6 +30,12 @@ __all__ = [
     "parse_options",
     "register",
 ]
+
+
+FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+"""Spark's switch for filter pushdown into Python data sources (off by default). A batch
+read with the option ``filterPushdown=true`` needs it on in the session: Spark fails a read
+whose reader takes filters while it is off."""
 
 
 def register(spark: Any) -> None:

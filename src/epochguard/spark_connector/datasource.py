@@ -11,12 +11,21 @@ through EpochConsumer's public API.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Collection, Generator, Iterator, Mapping, Sequence
+from collections.abc import (
+    Callable,
+    Collection,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import pyarrow as pa
@@ -26,7 +35,15 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
     InputPartition,
+    LessThan,
+    LessThanOrEqual,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -76,6 +93,7 @@ from epochguard.spark_connector.planning import (
     plan_end_offsets,
     split_ranges,
 )
+from epochguard.spark_connector.pushdown import COLUMNS, Comparison, Op, ReadBounds, push
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -367,16 +385,7 @@ class _Driver:
                 names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing)
                 raise SourceOptionError(option, f"gives no timestamp for partitions {names}")
             stamps = {tp: stamps[tp] for tp in tps}
-        found = self.consumer.offsets_for_times(stamps, timeout_ms=self.opts.poll_timeout_ms)
-        out: dict[TopicPartition, EpochOffset] = {}
-        no_match: list[TopicPartition] = []
-        for tp in tps:
-            hit = found.get(tp)
-            if hit is None:
-                no_match.append(tp)
-            else:
-                epoch = hit.leader_epoch if hit.leader_epoch is not None else -1
-                out[tp] = EpochOffset(hit.offset, epoch if hit.offset > 0 else None)
+        out, no_match = self._at_times(stamps)
         if no_match and prefix == "starting" and self.opts.no_match_strategy == "error":
             names = ", ".join(f"{tp.topic}-{tp.partition}@{stamps[tp]}" for tp in no_match)
             raise SourceOptionError(
@@ -386,6 +395,36 @@ class _Driver:
             )
         out.update(self.latest(no_match))
         return out
+
+    def first_at_time(
+        self, timestamp_ms: int, tps: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, EpochOffset]:
+        """The first offset at or after ``timestamp_ms`` in each of ``tps``, with the epoch
+        of the record there, as :meth:`resolve` finds a starting timestamp; where no record
+        is that late, the log end (nothing before it is)."""
+        out, no_match = self._at_times(dict.fromkeys(tps, timestamp_ms))
+        out.update(self.latest(no_match))
+        return out
+
+    def _at_times(
+        self, stamps: Mapping[TopicPartition, int]
+    ) -> tuple[dict[TopicPartition, EpochOffset], list[TopicPartition]]:
+        """ListOffsets by time: per partition the first offset whose record is at or after
+        its timestamp (ms), with that record's epoch (an upper bound for the record before
+        it), and the partitions with no such record."""
+        if not stamps:
+            return {}, []
+        found = self.consumer.offsets_for_times(dict(stamps), timeout_ms=self.opts.poll_timeout_ms)
+        out: dict[TopicPartition, EpochOffset] = {}
+        no_match: list[TopicPartition] = []
+        for tp in stamps:
+            hit = found.get(tp)
+            if hit is None:
+                no_match.append(tp)
+            else:
+                epoch = hit.leader_epoch if hit.leader_epoch is not None else -1
+                out[tp] = EpochOffset(hit.offset, epoch if hit.offset > 0 else None)
+        return out, no_match
 
     def validate(
         self,
@@ -472,7 +511,13 @@ def _plan(
     opts: SourceOptions,
     start: Mapping[TopicPartition, EpochOffset],
     end: Mapping[TopicPartition, EpochOffset],
+    bounds: ReadBounds | None = None,
+    first_at_time: Mapping[TopicPartition, EpochOffset] | None = None,
 ) -> list[EpochRangePartition]:
+    """Tasks reading ``start`` to ``end`` per partition; a batch read's pushed filters
+    (``bounds``, ``first_at_time`` from :meth:`_Driver.first_at_time`) cut each range
+    first, after the checks that the whole planned range gets."""
+    firsts = first_at_time or {}
     ranges = []
     for tp, e in sorted(end.items()):
         s = start.get(tp)
@@ -486,6 +531,11 @@ def _plan(
                 raise SparkDataLossError(_data_loss(tp, detail))
             log.warning("kafka_data_loss", topic=tp.topic, partition=tp.partition, reason=detail)
             continue
+        if bounds is not None:
+            cut = bounds.narrow(s, e, firsts.get(tp))
+            if cut is None:
+                continue
+            s, e = cut
         ranges.append(OffsetRange(tp, s, e))
     pieces = split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
     return [EpochRangePartition(r) for r in pieces]
@@ -810,15 +860,73 @@ def _read_with(
 # ---------------------------------------------------------------- the readers
 
 
+#: Spark's comparison filters and the operator each is. ``EqualNullSafe`` is ``=`` here:
+#: the columns the source narrows by are never null.
+_FILTER_OPS: dict[type[Filter], Op] = {
+    EqualTo: "=",
+    EqualNullSafe: "=",
+    GreaterThan: ">",
+    GreaterThanOrEqual: ">=",
+    LessThan: "<",
+    LessThanOrEqual: "<=",
+    In: "in",
+}
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _filter_value(column: str, value: object) -> int | None:
+    """A literal as :class:`Comparison` takes it: an int for ``partition``/``offset``,
+    microseconds since the epoch for ``timestamp`` (Spark gives a time-zone-aware
+    datetime); None for anything else (Spark applies that filter itself)."""
+    if column == "timestamp":
+        if not isinstance(value, datetime.datetime) or value.tzinfo is None:
+            return None
+        return (value - _EPOCH) // datetime.timedelta(microseconds=1)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def comparison(f: Filter) -> Comparison | None:
+    """``f`` as a :class:`Comparison` on ``partition``, ``offset`` or ``timestamp``, or
+    None when it is not one the source can narrow a read by."""
+    op = _FILTER_OPS.get(type(f))
+    attribute: tuple[str, ...] = getattr(f, "attribute", ())
+    if op is None or len(attribute) != 1:
+        return None
+    column = COLUMNS.get(attribute[0])
+    if column is None:
+        return None
+    raw = getattr(f, "value", None)
+    value: int | tuple[int, ...]
+    if op == "in":
+        if not isinstance(raw, tuple | list):
+            return None
+        items = [_filter_value(column, v) for v in raw]
+        if not items or any(v is None for v in items):
+            return None
+        value = tuple(v for v in items if v is not None)
+    else:
+        single = _filter_value(column, raw)
+        if single is None:
+            return None
+        value = single
+    return Comparison(column, op, value)
+
+
 class _BatchReader(DataSourceReader):
+    """A batch read, every filter left to Spark (``filterPushdown=false``, the default)."""
+
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
+        self.bounds = ReadBounds()
 
     @_user_facing_errors
     def partitions(self) -> Sequence[InputPartition]:
+        bounds = self.bounds
         driver = _Driver(self.opts)
         try:
-            tps = driver.partitions()
+            tps = [tp for tp in driver.partitions() if bounds.allows_partition(tp.partition)]
             start = driver.resolve(self.opts.starting, tps)
             end = driver.resolve(self.opts.ending, tps, "ending")
             start.update(driver.validate(start, "validating the starting offsets of a batch read"))
@@ -832,14 +940,39 @@ class _BatchReader(DataSourceReader):
                         f"the end of its log ({lat.offset})",
                     )
                 end[tp] = EpochOffset(end[tp].offset, lat.leader_epoch, topic_id=lat.topic_id)
+            firsts: dict[TopicPartition, EpochOffset] = {}
+            if bounds.timestamp_from_ms is not None and not bounds.empty:
+                # Looked up after the ends: a partition with no record that late up to its
+                # log end now has none before its planned end either.
+                reading = [
+                    tp for tp, e in end.items() if tp in start and e.offset > start[tp].offset
+                ]
+                firsts = driver.first_at_time(bounds.timestamp_from_ms, reading)
         finally:
             driver.close()
-        return _plan(self.opts, start, end)
+        return _plan(self.opts, start, end, bounds, firsts)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, EpochRangePartition)
+        if not isinstance(partition, EpochRangePartition):
+            # Spark reads one InputPartition(None) when a batch read plans no task.
+            return
         with _user_facing():
             yield from read_range(self.opts, partition.range())
+
+
+class _FilteringBatchReader(_BatchReader):
+    """A batch read that narrows its ranges by the filters Spark pushes
+    (:mod:`~epochguard.spark_connector.pushdown`; ``filterPushdown=true``).
+
+    A separate class: Spark fails every read of a reader that overrides ``pushFilters``
+    while ``spark.sql.python.filterPushdown.enabled`` is off, so only a query that asks
+    for pushdown gets one."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        # No I/O here: Spark may call this again on a new reader when it replays the
+        # planning, and the answer must be the same.
+        self.bounds, left = push([comparison(f) for f in filters])
+        return [filters[i] for i in left]
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -1040,7 +1173,8 @@ class EpochGuardDataSource(DataSource):
 
     @_user_facing_errors
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _BatchReader(self._options(streaming=False))
+        opts = self._options(streaming=False)
+        return _FilteringBatchReader(opts) if opts.filter_pushdown else _BatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:

@@ -173,6 +173,7 @@ OPTIONS: dict[str, str | None] = {
     "onTruncation": "fail",
     "commitToGroup": "false",
     "failOnMissingTopic": "false",
+    "filterPushdown": "false",
 }
 _BY_LOWER = {name.lower(): name for name in OPTIONS}
 
@@ -357,6 +358,8 @@ class SourceOptions:
     #: A subscribed topic that does not exist fails the query (otherwise a warning per
     #: batch while it is missing: streams may start before their topic).
     fail_on_missing_topic: bool = False
+    #: A batch read narrows its ranges by the filters Spark pushes (streams never do).
+    filter_pushdown: bool = False
 
     def consumer_kwargs(self) -> dict[str, Any]:
         """EpochConsumer keywords: the ``kafka.*`` settings plus what the source forces
@@ -701,6 +704,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         on_truncation="fail" if on_truncation == "fail" else "rewind",
         commit_to_group=commit_to_group,
         fail_on_missing_topic=opt_bool("failOnMissingTopic", False),
+        filter_pushdown=opt_bool("filterPushdown", False),
     )
 
 

@@ -116,7 +116,10 @@ def test_diverging_epoch_path_needs_no_extra_round_trip(cluster) -> None:
         # Not polling: the consumer never sees the intermediate leader.
         unclean_elect(cluster, old, new)
         deadline = time.monotonic() + 10
-        while cluster.replica_log("t", 0, old).log_end_offset != 18:
+        # Caught up (18 records) and back in the ISR, which it joins a moment after that.
+        while cluster.replica_log("t", 0, old).log_end_offset != 18 or old not in cluster.isr(
+            "t", 0
+        ):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         cluster.elect_leader("t", 0, old)

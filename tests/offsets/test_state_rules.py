@@ -851,6 +851,35 @@ def test_a_second_reset_keeps_the_position_the_first_one_replaced() -> None:
     assert ev.report.consumed_to == EpochOffset(6, 0)
 
 
+def test_topic_recreated_while_resetting_past_the_commit_reports_what_was_consumed() -> None:
+    # The re-creation arrives while the reset past retention is under way: the reset is
+    # moot, and the new log's earliest offset must not be compared with the old position.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 0, "topic-a")
+    tr.restore(EpochOffset(6, 0))
+    tr.on_validation(validate(tr), 0, 0, 9, 0.0)
+    tr.on_fetch_error(fetch(tr), ErrorCode.OFFSET_OUT_OF_RANGE, 0.0)
+    tr.on_validation(validate(tr), 0, 0, 9, 0.0)
+    stale = list_offsets(tr)
+    tr.on_metadata(2, 0, "topic-b")
+    (ev,) = truncations(tr)
+    assert ev.report.detected_by is DetectedBy.TOPIC_RECREATED
+    assert ev.report.consumed_to == EpochOffset(6, 0) and ev.report.divergence == EpochOffset(0)
+    assert not tr.on_list_offsets(stale, 9, 0)
+    assert fetch(tr).offset == 0 and tr.state is S.FETCHING
+
+
+def test_topic_recreated_while_resetting_without_a_commit_stays_silent() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 0, "topic-a")
+    tr.restore(None)
+    stale = list_offsets(tr)
+    tr.on_metadata(2, 0, "topic-b")
+    assert not tr.on_list_offsets(stale, 9, 0)
+    tr.on_list_offsets(list_offsets(tr), 0, 0)
+    assert truncations(tr) == [] and fetch(tr).offset == 0
+
+
 def test_topic_recreated_after_a_reset_without_a_commit_stays_silent() -> None:
     # No commit: the application had consumed nothing of the old log, nothing to report.
     tr = PartitionTracker(TP, OffsetPolicy("earliest"))

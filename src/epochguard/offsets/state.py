@@ -211,7 +211,7 @@ SUB_STATES: Final[Mapping[str, SubState]] = {
         "why the reset: skip-forward reasons (offset_out_of_range, "
         "log_start_moved_past_position) must move forward, else the log was replaced",
         ("_begin_reset",),
-        ("on_list_offsets",),
+        ("on_list_offsets", "_topic_recreated"),
     ),
     "_await_epoch": SubState(
         _LIVE,
@@ -1481,6 +1481,20 @@ class PartitionTracker:
         self._await_epoch = None
         self._retry_at = 0.0
         state = self._state
+        if (
+            state is S.AWAIT_RESET
+            and self._offset > 0
+            and (
+                self._reset_reason in _SKIP_FORWARD_REASONS
+                or (self._from_reset and self._reset_over is not None)
+            )
+        ):
+            # A reset under way past the deleted log's start: moot now. The position it was
+            # to replace is judged below like one fetched from, so that what the application
+            # consumed of the deleted log is reported (an answer from the new log would be
+            # compared with that position as if it were the same log).
+            self._goto(T.SEEK_VALIDATED)
+            state = self._state
         if state not in (_FETCHING, S.AWAIT_VALIDATION):
             self._bump()
             return

@@ -7,7 +7,7 @@ import time
 import pytest
 from kafka.structs import TopicPartition
 
-from .conftest import make_consumer, read
+from .conftest import make_consumer, poll_until, read
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -60,6 +60,38 @@ def test_topic_deleted_and_recreated_is_reported(cluster) -> None:
         [rep] = c.truncation_reports()
         assert rep.detected_by is DetectedBy.TOPIC_RECREATED
         assert rep.divergence == EpochOffset(0, None) and rep.lost_count == 10
+
+
+def test_topic_recreated_after_retention_passed_the_group_commit_is_reported(cluster) -> None:
+    """A member starts from its group's commit, finds it below the log start (retention)
+    and resets, then the topic is re-created before it reads anything: what the group had
+    consumed below the commit went with the topic, and the new log's offsets start again
+    there. The member reports it, although it read nothing of the old log itself."""
+    from epochguard.offsets.position import EpochOffset
+    from epochguard.offsets.report import DetectedBy
+
+    tp = TopicPartition("rc", 0)
+    cluster.create_topic("rc", partitions=1, replication_factor=2)
+    cluster.append("rc", 0, [b"first-%d" % i for i in range(6)])
+    with make_consumer(cluster, group_id="rc-group") as first:
+        first.assign([tp])
+        assert len(read(first, 6)) == 6
+        first.commit()
+    cluster.append("rc", 0, [b"first-%d" % i for i in range(6, 9)])
+    cluster.delete_records("rc", 0, 9)
+    with make_consumer(
+        cluster, group_id="rc-group", on_truncation="rewind", allow_auto_create_topics=False
+    ) as second:
+        second.assign([tp])
+        poll_until(second, lambda: second.position(tp) == 9)  # reset past the commit
+        cluster.delete_topic("rc")
+        cluster.create_topic("rc", partitions=1, replication_factor=2)
+        cluster.append("rc", 0, [b"second-%d" % i for i in range(3)])
+        got = read(second, 3, timeout=15)
+        assert [r.value for r in got] == [b"second-%d" % i for i in range(3)]
+        [rep] = second.truncation_reports()
+        assert rep.detected_by is DetectedBy.TOPIC_RECREATED
+        assert rep.consumed_to.offset == 6 and rep.divergence == EpochOffset(0, None)
 
 
 def test_rebootstraps_when_every_broker_it_knows_is_gone(cluster) -> None:

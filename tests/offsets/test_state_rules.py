@@ -797,6 +797,99 @@ def test_topic_recreated_after_reading_from_a_reset_position_is_reported() -> No
     assert ev.report.detected_by is DetectedBy.TOPIC_RECREATED and ev.report.lost_count == 5
 
 
+def fell_off_the_log_start(on_truncation: Any = "auto") -> PartitionTracker:
+    """A group member's tracker: it restored the group's commit 6 (epoch 0) in topic-a,
+    retention had moved the log start to 9, so it reset to 9 and has read nothing since (the
+    records 0..5 below the commit were another member's deliveries)."""
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", on_truncation))
+    tr.on_metadata(1, 0, "topic-a")
+    tr.restore(EpochOffset(6, 0))
+    tr.on_validation(validate(tr), 0, 0, 9, 0.0)
+    tr.on_fetch_error(fetch(tr), ErrorCode.OFFSET_OUT_OF_RANGE, 0.0)
+    tr.on_validation(validate(tr), 0, 0, 9, 0.0)
+    tr.on_list_offsets(list_offsets(tr), 9, 0)
+    assert tr.on_empty_fetch(fetch(tr))
+    assert tr.position == EpochOffset(9, 0) and truncations(tr) == []
+    return tr
+
+
+def test_topic_recreated_after_a_reset_past_the_commit_reports_what_was_consumed() -> None:
+    # Nothing was read since the reset, but the application had consumed to 6 of the
+    # deleted log: the new log's offsets 0..5 are other records. Moved silently, the member
+    # delivered them as if they were the ones already processed (chaos seed 20218).
+    tr = fell_off_the_log_start()
+    tr.on_metadata(2, 0, "topic-b")
+    (ev,) = truncations(tr)
+    assert ev.report.detected_by is DetectedBy.TOPIC_RECREATED
+    assert ev.report.consumed_to == EpochOffset(6, 0) and ev.report.divergence == EpochOffset(0)
+    assert ev.report.lost_count == 6 and ev.report.position_source == "committed"
+    assert fetch(tr).offset == 0 and tr.topic_id == "topic-b"
+
+
+def test_topic_recreated_after_a_reset_past_the_commit_raises_under_raise() -> None:
+    tr = fell_off_the_log_start("raise")
+    tr.on_metadata(2, 0, "topic-b")
+    assert tr.state is S.TRUNCATED and isinstance(tr.error, LogTruncationError)
+    (ev,) = truncations(tr)
+    assert ev.report.consumed_to == EpochOffset(6, 0)
+    tr.seek(EpochOffset(0))
+    assert fetch(tr).offset == 0
+    # Told once: the next re-creation finds the position at 0 of a log it has not read.
+    tr.on_metadata(2, 0, "topic-c")
+    assert truncations(tr) == [] and tr.state is S.FETCHING
+
+
+def test_a_second_reset_keeps_the_position_the_first_one_replaced() -> None:
+    # Retention passes the reset position too: what the application consumed is still the
+    # commit, not the position the first reset chose.
+    tr = fell_off_the_log_start()
+    tr.on_fetch_error(fetch(tr), ErrorCode.OFFSET_OUT_OF_RANGE, 0.0)
+    tr.on_validation(validate(tr), 0, 0, 12, 0.0)
+    tr.on_list_offsets(list_offsets(tr), 12, 0)
+    tr.on_metadata(2, 0, "topic-b")
+    (ev,) = truncations(tr)
+    assert ev.report.consumed_to == EpochOffset(6, 0)
+
+
+def test_topic_recreated_while_resetting_past_the_commit_reports_what_was_consumed() -> None:
+    # The re-creation arrives while the reset past retention is under way: the reset is
+    # moot, and the new log's earliest offset must not be compared with the old position.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 0, "topic-a")
+    tr.restore(EpochOffset(6, 0))
+    tr.on_validation(validate(tr), 0, 0, 9, 0.0)
+    tr.on_fetch_error(fetch(tr), ErrorCode.OFFSET_OUT_OF_RANGE, 0.0)
+    tr.on_validation(validate(tr), 0, 0, 9, 0.0)
+    stale = list_offsets(tr)
+    tr.on_metadata(2, 0, "topic-b")
+    (ev,) = truncations(tr)
+    assert ev.report.detected_by is DetectedBy.TOPIC_RECREATED
+    assert ev.report.consumed_to == EpochOffset(6, 0) and ev.report.divergence == EpochOffset(0)
+    assert not tr.on_list_offsets(stale, 9, 0)
+    assert fetch(tr).offset == 0 and tr.state is S.FETCHING
+
+
+def test_topic_recreated_while_resetting_without_a_commit_stays_silent() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 0, "topic-a")
+    tr.restore(None)
+    stale = list_offsets(tr)
+    tr.on_metadata(2, 0, "topic-b")
+    assert not tr.on_list_offsets(stale, 9, 0)
+    tr.on_list_offsets(list_offsets(tr), 0, 0)
+    assert truncations(tr) == [] and fetch(tr).offset == 0
+
+
+def test_topic_recreated_after_a_reset_without_a_commit_stays_silent() -> None:
+    # No commit: the application had consumed nothing of the old log, nothing to report.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 0, "topic-a")
+    tr.restore(None)
+    tr.on_list_offsets(list_offsets(tr), 9, 0)
+    tr.on_metadata(2, 0, "topic-b")
+    assert truncations(tr) == [] and fetch(tr).offset == 0
+
+
 def test_fetch_detects_divergence_skips_the_round_trip_on_leader_change() -> None:
     tr = PartitionTracker(TP, OffsetPolicy("earliest"), fetch_detects_divergence=True)
     tr.on_metadata(1, 1, "topic-a")

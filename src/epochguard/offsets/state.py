@@ -211,7 +211,7 @@ SUB_STATES: Final[Mapping[str, SubState]] = {
         "why the reset: skip-forward reasons (offset_out_of_range, "
         "log_start_moved_past_position) must move forward, else the log was replaced",
         ("_begin_reset",),
-        ("on_list_offsets",),
+        ("on_list_offsets", "_topic_recreated"),
     ),
     "_await_epoch": SubState(
         _LIVE,
@@ -243,6 +243,10 @@ TRACKER_FIELDS: Final[Mapping[str, str]] = {
     "_source": "position: where it came from (PositionSource or the driver's text)",
     "_from_reset": "position: set by a reset and nothing read since (a truncation then "
     "moves it without a report)",
+    "_reset_over": "position: while _from_reset, the position (and its source) that a reset "
+    "after falling off the log start replaced: where the application stood in this topic "
+    "incarnation, so that a re-creation before anything more is read still reports what it "
+    "had consumed (None: the reset replaced no position, or the application asked for it)",
     "_hist": "(epoch, first offset read in it) pairs since the last seek",
     "_hist_epoch": "epoch of the last _hist entry",
     "_hist_inexact": "the first _hist entry's offset is only an upper bound",
@@ -393,6 +397,7 @@ class PartitionTracker:
         "_replicas",
         "_report",
         "_reset_on_valid",
+        "_reset_over",
         "_reset_reason",
         "_reset_strategy",
         "_retry_at",
@@ -426,6 +431,7 @@ class PartitionTracker:
         self._source: PositionSource | str | None = None
         # The position was set by a reset (ListOffsets) and nothing was read since.
         self._from_reset = False
+        self._reset_over: tuple[EpochOffset, PositionSource | str | None] | None = None
         # (epoch, first offset consumed in it), ascending; what this consumer actually read.
         self._hist: list[tuple[int, int]] = []
         self._hist_epoch: int | None = None
@@ -693,6 +699,7 @@ class PartitionTracker:
         self._error = None
         self._source = source
         self._from_reset = False
+        self._reset_over = None
         self._offset = position.offset
         # The epoch is that of the record before the offset; at 0 there is none.
         self._epoch = position.leader_epoch if position.offset > 0 else None
@@ -1010,6 +1017,15 @@ class PartitionTracker:
                 self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.OFFSET_OUT_OF_RANGE)
                 return True
             reason = self._reset_reason or ResetReason.REQUESTED
+            if not self._from_reset:
+                # A position that fell off the log start is one the application reached in
+                # this incarnation of the topic (read, committed or sought to); a reset from a
+                # reset position keeps the first one's.
+                self._reset_over = (
+                    (EpochOffset(self._offset, self._epoch), self._source)
+                    if reason in _SKIP_FORWARD_REASONS and self._offset > 0
+                    else None
+                )
             self._goto(T.RESET_DONE)
             self._offset = offset
             # ListOffsets gives the epoch of the record *at* the offset (earliest) or the
@@ -1465,8 +1481,41 @@ class PartitionTracker:
         self._await_epoch = None
         self._retry_at = 0.0
         state = self._state
+        if (
+            state is S.AWAIT_RESET
+            and self._offset > 0
+            and (
+                self._reset_reason in _SKIP_FORWARD_REASONS
+                or (self._from_reset and self._reset_over is not None)
+            )
+        ):
+            # A reset under way past the deleted log's start: moot now. The position it was
+            # to replace is judged below like one fetched from, so that what the application
+            # consumed of the deleted log is reported (an answer from the new log would be
+            # compared with that position as if it were the same log).
+            self._goto(T.SEEK_VALIDATED)
+            state = self._state
         if state not in (_FETCHING, S.AWAIT_VALIDATION):
             self._bump()
+            return
+        over = self._reset_over
+        if self._from_reset and not self._hist and over is not None:
+            # Nothing read since the reset, but the reset replaced a position the application
+            # had reached in the deleted log: what it consumed there went with the topic, and
+            # the new log's offsets start again below it (another group member, or this one,
+            # had delivered them).
+            consumed_to, source = over
+            self._reset_over = None  # told once
+            self._decide(
+                TruncationReport(
+                    self.tp,
+                    consumed_to,
+                    EpochOffset(0, None),
+                    DetectedBy.TOPIC_RECREATED,
+                    leader_epoch,
+                    source,
+                )
+            )
             return
         if self._offset == 0:
             self._clear_history()

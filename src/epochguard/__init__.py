@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         HangingTransactionError,
         LogTruncationError,
         LogTruncationException,
+        ReopenedTransactionError,
     )
 
 __version__ = "0.3.0"
@@ -48,6 +49,7 @@ _CONSUMER_NAMES = frozenset(
         "HangingTransactionError",
         "LogTruncationError",
         "LogTruncationException",
+        "ReopenedTransactionError",
     }
 )
 
@@ -88,6 +90,7 @@ __all__ = [
     "OffsetStoreError",
     "PartitionState",
     "PartitionTracker",
+    "ReopenedTransactionError",
     "ResetStrategy",
     "RetryBackoff",
     "SqliteOffsetStore",

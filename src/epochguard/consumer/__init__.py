@@ -15,6 +15,7 @@ from epochguard.consumer.errors import (
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     RecordDeserializationError,
+    ReopenedTransactionError,
     SslAuthenticationError,
     UnassignedPartitionError,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
     "RecordDeserializationError",
+    "ReopenedTransactionError",
     "SslAuthenticationError",
     "UnassignedPartitionError",
     "ValidationResult",

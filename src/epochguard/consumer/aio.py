@@ -52,6 +52,7 @@ from epochguard.consumer.errors import LogTruncationError
 from epochguard.consumer.records import ConsumerRecord, log_decoder_once
 from epochguard.offsets.hanging import HangingTransaction
 from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.reopened import ReopenedTransaction
 from epochguard.offsets.report import TruncationReport
 
 __all__ = ["AIOEpochConsumer", "run_async"]
@@ -605,6 +606,12 @@ class AIOEpochConsumer:
         """Every hanging transaction reported so far (read_committed only; oldest first)."""
         engine, _io = self._started()
         return engine.hanging_transactions()
+
+    def reopened_transactions(self) -> list[ReopenedTransaction]:
+        """Every transaction reported reopened by a truncation, or decided again otherwise
+        than this consumer read it (read_committed only; oldest first)."""
+        engine, _io = self._started()
+        return engine.reopened_transactions()
 
     def metrics(self, raw: bool = False) -> dict[str, Any] | None:
         engine, _io = self._started()

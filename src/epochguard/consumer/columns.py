@@ -309,6 +309,7 @@ def decode_columns(
     aborted_producers: Sequence[tuple[int, int]] | None = None,
     read_committed: bool = False,
     headers: bool = False,
+    transactions: list[Any] | None = None,
 ) -> DecodedFetch:
     """:func:`~epochguard.consumer.records.decode_records`, with the records as one
     :class:`RecordColumns` (``DecodedFetch.records``). Keys and values stay bytes: the
@@ -359,10 +360,17 @@ def decode_columns(
         in_place=native is not None,
         v2=v2,
         legacy=legacy,
+        transactions=transactions,
     )
     columns = RecordColumns(topic, partition, builder)
     # DecodedFetch.records is typed for tuples; the fetcher only slices and measures it.
-    return DecodedFetch(columns, next_offset, last_epoch, size)  # type: ignore[arg-type]
+    return DecodedFetch(
+        columns,  # type: ignore[arg-type]
+        next_offset,
+        last_epoch,
+        size,
+        transactions or (),
+    )
 
 
 class RecordColumns(Sequence[RecordRef]):

@@ -127,7 +127,9 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "transaction_max_timeout_ms": 900000,
     #: What a hanging transaction does: "raise" (``poll`` raises ``HangingTransactionError``
     #: once per stall) or "warn" (logged as ``hanging_transaction_detected`` and kept in
-    #: ``hanging_transactions()``).
+    #: ``hanging_transactions()``). A transaction reopened by a truncation, or decided again
+    #: otherwise than read, follows it too (``ReopenedTransactionError``,
+    #: ``transaction_reopened``, ``reopened_transactions()``).
     "on_hanging_transaction": "raise",
     #: "records": ``poll()`` returns ``ConsumerRecord`` lists. "columns": fetched records
     #: are decoded into column buffers instead and read with ``poll_columns()`` (Arrow

@@ -45,6 +45,7 @@ from epochguard.consumer.errors import ConsumerClosedError
 from epochguard.consumer.records import ConsumerRecord, log_decoder_once
 from epochguard.offsets.hanging import HangingTransaction
 from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.reopened import ReopenedTransaction
 from epochguard.offsets.report import TruncationReport
 
 __all__ = ["EpochConsumer", "ValidationResult"]
@@ -461,6 +462,11 @@ class EpochConsumer:
     def hanging_transactions(self) -> list[HangingTransaction]:
         """Every hanging transaction reported so far (read_committed only; oldest first)."""
         return self._engine.hanging_transactions()
+
+    def reopened_transactions(self) -> list[ReopenedTransaction]:
+        """Every transaction reported reopened by a truncation, or decided again otherwise
+        than this consumer read it (read_committed only; oldest first)."""
+        return self._engine.reopened_transactions()
 
     # ------------------------------------------------------------------ closing
 

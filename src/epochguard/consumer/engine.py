@@ -39,6 +39,7 @@ from epochguard.consumer.errors import (
     ConsumerConfigError,
     HangingTransactionError,
     LogTruncationError,
+    ReopenedTransactionError,
     UnassignedPartitionError,
     as_consumer_error,
 )
@@ -55,7 +56,8 @@ from epochguard.offsets.events import Event, NoValidOffset, TruncationDetected
 from epochguard.offsets.hanging import HangingTransaction
 from epochguard.offsets.policy import OffsetPolicy
 from epochguard.offsets.position import EpochOffset, normalise_topic_id
-from epochguard.offsets.report import TruncationReport
+from epochguard.offsets.reopened import ReopenedTransaction
+from epochguard.offsets.report import DetectedBy, TruncationReport
 from epochguard.offsets.state import PartitionState, PartitionTracker
 
 __all__ = ["ConsumerEngine", "ValidationResult", "make_policy"]
@@ -204,6 +206,11 @@ class ConsumerEngine:
             )
         self._hanging_reports: list[HangingTransaction] = []
         self._pending_hanging: dict[TopicPartition, HangingTransaction] = {}
+        # read_committed: transactions read as decided that a truncation reopened, or that
+        # were decided again otherwise (offsets/reopened.py).
+        self._reopened_reports: list[ReopenedTransaction] = []
+        self._pending_reopened: list[ReopenedTransaction] = []
+        self.fetcher.on_reopened = self._on_reopened
         # KIP-714: pushes the counters to the brokers when a subscription asks for them.
         self.telemetry: TelemetryReporter | None = None
         if cfg["enable_metrics_push"]:
@@ -232,6 +239,7 @@ class ConsumerEngine:
             report = event.report
             self._truncation_reports.append(report)
             log.warning("truncation_detected", **event.to_dict())
+            self._truncation_reopens(report)
             if event.decision == "raise":
                 self._pending_truncations[report.tp] = report
                 self._await_seek(report.tp)
@@ -264,6 +272,37 @@ class ConsumerEngine:
     def hanging_transactions(self) -> list[HangingTransaction]:
         """Every hanging transaction reported so far (oldest first)."""
         return list(self._hanging_reports)
+
+    def _on_reopened(self, found: ReopenedTransaction) -> None:
+        decision = self.config["on_hanging_transaction"]
+        self._reopened_reports.append(found)
+        log.error("transaction_reopened", **found.to_dict(), decision=decision)
+        if decision == "raise" and found.tp in self.fetcher.trackers:
+            self._pending_reopened.append(found)
+
+    def reopened_transactions(self) -> list[ReopenedTransaction]:
+        """Every reopened (or decided again) transaction reported so far (oldest first)."""
+        return list(self._reopened_reports)
+
+    def _truncation_reopens(self, report: TruncationReport) -> None:
+        """What the partition's transaction ledger says the truncation reopened."""
+        ledger = self.fetcher.ledgers.get(report.tp)
+        if ledger is None:
+            return
+        if report.divergence is None or report.detected_by is DetectedBy.TOPIC_RECREATED:
+            ledger.reset()  # another log, or no telling where it differs: nothing to name
+            return
+        divergence = report.divergence.offset
+        if divergence < ledger.forgotten_below:
+            log.warning(
+                "reopened_transactions_unknown",
+                topic=report.topic,
+                partition=report.partition,
+                divergence=divergence,
+                remembered_from=ledger.forgotten_below,
+            )
+        for found in ledger.truncated(divergence):
+            self._on_reopened(found)
 
     def _tracker(self, tp: TopicPartition) -> PartitionTracker:
         if not isinstance(tp, TopicPartition):
@@ -312,6 +351,7 @@ class ConsumerEngine:
                 self._pending_truncations.pop(tp, None)
                 self._pending_errors.pop(tp, None)
                 self._pending_hanging.pop(tp, None)
+                self._pending_reopened = [r for r in self._pending_reopened if r.tp != tp]
                 self._awaiting_seek.pop(tp, None)
                 self._restored.discard(tp)
         for tp in parts:
@@ -626,6 +666,9 @@ class ConsumerEngine:
         if self._pending_hanging:
             hanging, self._pending_hanging = self._pending_hanging, {}
             raise HangingTransactionError(hanging)
+        if self._pending_reopened:
+            reopened, self._pending_reopened = self._pending_reopened, []
+            raise ReopenedTransactionError(reopened)
         if self._pending_errors:
             tp, error = next(iter(self._pending_errors.items()))
             del self._pending_errors[tp]
@@ -1146,6 +1189,7 @@ class ConsumerEngine:
         hanging = self._hanging
         m["describe_producers_requests"] = 0 if hanging is None else hanging.requests_sent
         m["hanging_transactions_detected"] = 0 if hanging is None else hanging.detected
+        m["reopened_transactions_detected"] = len(self._reopened_reports)
         m["partitions_awaiting_seek"] = sum(
             1 for t in self.fetcher.trackers.values() if t.state in _STOPPED
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kafka.errors as kerrors
@@ -13,6 +13,7 @@ from epochguard.offsets.errors import NoOffsetForPartitionError as _CoreNoOffset
 from epochguard.offsets.errors import OffsetOutOfRangeError as _CoreOutOfRangeError
 from epochguard.offsets.hanging import HangingTransaction
 from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.reopened import ReopenedTransaction
 from epochguard.offsets.report import TruncationReport
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
     "RecordDeserializationError",
+    "ReopenedTransactionError",
     "SslAuthenticationError",
     "UnassignedPartitionError",
     "as_consumer_error",
@@ -153,6 +155,32 @@ class HangingTransactionError(kerrors.KafkaError, EpochGuardError):  # type: ign
 
     def __str__(self) -> str:
         return "; ".join(t.describe() for t in self.transactions.values())
+
+
+class ReopenedTransactionError(kerrors.KafkaError, EpochGuardError):  # type: ignore[misc]
+    """A transaction this read_committed consumer read as decided is no longer decided so
+    (``on_hanging_transaction="raise"``): an unclean leader election took its COMMIT or
+    ABORT marker, and the records it delivered (or skipped) are open again, or were
+    decided again otherwise.
+
+    ``reopened`` holds each :class:`~epochguard.offsets.reopened.ReopenedTransaction`
+    (partition, producer id and epoch, the offsets of the records concerned, what the
+    consumer did with them and what they are now); ``transaction``/``tp`` describe the
+    first one. ``poll`` raises it once per report; the partition keeps being fetched.
+    """
+
+    retriable = False
+
+    def __init__(self, reopened: Sequence[ReopenedTransaction]) -> None:
+        if not reopened:
+            raise ValueError("ReopenedTransactionError needs at least one transaction")
+        self.reopened: tuple[ReopenedTransaction, ...] = tuple(reopened)
+        self.transaction = self.reopened[0]
+        self.tp = self.transaction.tp
+        Exception.__init__(self, str(self))
+
+    def __str__(self) -> str:
+        return "; ".join(t.describe() for t in self.reopened)
 
 
 class OffsetOutOfRangeError(kerrors.OffsetOutOfRangeError, _CoreOutOfRangeError):  # type: ignore[misc]

@@ -38,7 +38,13 @@ from epochguard.consumer.columns import decode_columns
 from epochguard.consumer.effects import Pump, Signal, Step
 from epochguard.consumer.errors import CorruptRecordError, RecordDeserializationError
 from epochguard.consumer.metadata import Metadata
-from epochguard.consumer.records import ConsumerRecord, Deserializer, decode_records, fetch_end
+from epochguard.consumer.records import (
+    ConsumerRecord,
+    DecodedFetch,
+    Deserializer,
+    decode_records,
+    fetch_end,
+)
 from epochguard.consumer.session import SESSION_ERRORS, SessionEvent, SessionPlan, SessionState
 from epochguard.consumer.source import MAX_FETCHES_PER_BROKER, Buffered, Prefetch, Source
 from epochguard.offsets.events import (
@@ -54,6 +60,7 @@ from epochguard.offsets.events import (
 )
 from epochguard.offsets.policy import OffsetPolicy, ResetStrategy, RetryBackoff
 from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.reopened import ReopenedTransaction, TransactionLedger
 from epochguard.offsets.state import PartitionState, PartitionTracker
 
 __all__ = [
@@ -240,6 +247,10 @@ class Fetcher:
         ] = {}
         self._prefetch_enabled = True
         self._read_committed = config["isolation_level"] == "read_committed"
+        # read_committed: what each partition's reader saw of transactions, and who hears of
+        # a decision it acted on that no longer holds (offsets/reopened.py).
+        self.ledgers: dict[TopicPartition, TransactionLedger] = {}
+        self.on_reopened: Callable[[ReopenedTransaction], None] | None = None
         self._fetch_params = wire.FetchParams(
             max_wait_ms=int(config["fetch_max_wait_ms"]),
             min_bytes=int(config["fetch_min_bytes"]),
@@ -297,6 +308,8 @@ class Fetcher:
         if tracker is None:
             tracker = PartitionTracker(tp, self._policy)
             self.trackers[tp] = tracker
+            if self._read_committed:
+                self.ledgers[tp] = TransactionLedger(tp)
             for source in self._sources.values():
                 if source.session.holds(tp):
                     source.session.event(SessionEvent.PARTITION_RETURNED)
@@ -311,6 +324,7 @@ class Fetcher:
     def remove_partition(self, tp: TopicPartition) -> None:
         self.clear_corrupt(tp)
         self.trackers.pop(tp, None)
+        self.ledgers.pop(tp, None)
         self.highwaters.pop(tp, None)
         self.last_stable_offsets.pop(tp, None)
         self.last_fetch_ms.pop(tp, None)
@@ -997,6 +1011,7 @@ class Fetcher:
                     value_deserializer=self._value_des,
                     aborted_producers=p.aborted if self._read_committed else None,
                     read_committed=self._read_committed,
+                    **({"transactions": []} if self._read_committed else {}),
                 )
             except CorruptRecordError as exc:
                 if ahead is not None:
@@ -1025,6 +1040,9 @@ class Fetcher:
                 )
                 return
             if decoded.next_offset is not None and decoded.next_offset > action.offset:
+                ledger = self.ledgers.get(tp)
+                if ledger is not None:
+                    self._read_transactions(ledger, action.offset, decoded, p.aborted)
                 source.caught_up[tp] = decoded.next_offset >= p.high_watermark
                 if tp not in source.buffers:
                     self._buffer_order.append(tp)
@@ -1050,6 +1068,18 @@ class Fetcher:
         else:
             tracker.on_empty_fetch(action)
         self.after_input(tp)
+
+    def _read_transactions(
+        self,
+        ledger: TransactionLedger,
+        fetch_offset: int,
+        decoded: DecodedFetch,
+        aborted: list[tuple[int, int]] | None,
+    ) -> None:
+        found = ledger.read(fetch_offset, decoded.transactions, decoded.next_offset, aborted)
+        if found and self.on_reopened is not None:
+            for reopened in found:
+                self.on_reopened(reopened)
 
     def _apply_leader_hint(
         self, tp: TopicPartition, tracker: PartitionTracker, hint: wire.LeaderHint

@@ -23,6 +23,7 @@ from epochguard._decoder_warning import PURE_PYTHON_ENV as PURE_PYTHON_ENV
 from epochguard._decoder_warning import pure_python_chosen, warn_once
 from epochguard._log import get_logger
 from epochguard.consumer.errors import CorruptRecordError, RecordDeserializationError
+from epochguard.offsets.reopened import BatchKind, TxnBatch
 
 __all__ = [
     "DECODER",
@@ -51,6 +52,8 @@ _LEGACY_MIN_SIZE = 14
 _COMPRESSION_MASK = 0x07
 _TIMESTAMP_TYPE_MASK = 0x08
 _TRANSACTIONAL_MASK = 0x10
+#: A control record's key: version, type (0 ABORT, 1 COMMIT).
+_CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_MASK = 0x20
 
 
@@ -92,6 +95,9 @@ class DecodedFetch(NamedTuple):
     last_epoch: int | None
     #: encoded size of the complete batches
     size: int
+    #: read_committed: the transactional batches at or after the fetch offset (what the
+    #: partition's :class:`~epochguard.offsets.reopened.TransactionLedger` reads)
+    transactions: Sequence[TxnBatch] = ()
 
 
 log = get_logger("epochguard.consumer")
@@ -535,6 +541,7 @@ def decode_records(
     value_deserializer: Deserializer | None = None,
     aborted_producers: Sequence[tuple[int, int]] | None = None,
     read_committed: bool = False,
+    transactions: list[TxnBatch] | None = None,
 ) -> DecodedFetch:
     """Decode every complete batch of one partition's fetched bytes.
 
@@ -543,7 +550,9 @@ def decode_records(
     still advance ``next_offset``. A trailing partial batch (the broker cuts at the byte
     limit) is ignored. Bytes that cannot be decoded raise ``CorruptRecordError``; a
     deserializer that raises, ``RecordDeserializationError`` naming the record's offset and
-    holding the records before it.
+    holding the records before it. ``transactions``: a list that gets the transactional
+    batches (:class:`~epochguard.offsets.reopened.TxnBatch`), also in
+    ``DecodedFetch.transactions``.
     """
     out: list[ConsumerRecord] = []
     args = (data, topic, partition, fetch_offset, check_crcs)
@@ -555,6 +564,7 @@ def decode_records(
             value_deserializer,
             aborted_producers,
             read_committed,
+            transactions,
         )
     except Exception as exc:
         if key_deserializer is None and value_deserializer is None:
@@ -564,7 +574,7 @@ def decode_records(
         # bytes without deserializers tells, at no cost to the hot path: corrupt bytes raise
         # CorruptRecordError again, and else the record the deserializer failed on is the
         # next one after the records it returned.
-        raw = _decode_into([], *args, None, None, aborted_producers, read_committed).records
+        raw = _decode_into([], *args, None, None, aborted_producers, read_committed, None).records
         if len(raw) <= len(out):
             raise
         failed = raw[len(out)]
@@ -590,6 +600,7 @@ def _decode_into(
     value_deserializer: Deserializer | None,
     aborted_producers: Sequence[tuple[int, int]] | None,
     read_committed: bool,
+    transactions: list[TxnBatch] | None,
 ) -> DecodedFetch:
     if not data:
         return DecodedFetch(out, None, None, 0)
@@ -641,8 +652,9 @@ def _decode_into(
         in_place=native is not None,
         v2=v2,
         legacy=legacy,
+        transactions=transactions,
     )
-    return DecodedFetch(out, next_offset, last_epoch, size)
+    return DecodedFetch(out, next_offset, last_epoch, size, transactions or ())
 
 
 class V2Batch(NamedTuple):
@@ -683,6 +695,33 @@ def fetch_end(data: Any) -> tuple[int, int | None] | None:
     return None if next_offset is None else (next_offset, last_epoch)
 
 
+def _marker_kind(buf: Any, start: int, end: int, codec: int) -> BatchKind | None:
+    """COMMIT or ABORT: the type in the key of a control batch's record (version int16,
+    type int16); ``None`` for another control record (a KRaft one) or one that does not
+    parse (the batch is skipped either way)."""
+    try:
+        if codec:
+            body: Any = _decompress(codec, memoryview(buf)[start:end], "control batch")
+            start, end = 0, len(body)
+        else:
+            body = buf
+        pos = _read_varint(body, start, end)[1]  # record length
+        pos += 1  # attributes
+        pos = _read_varint(body, pos, end)[1]  # timestamp delta
+        pos = _read_varint(body, pos, end)[1]  # offset delta
+        key_len, pos = _read_varint(body, pos, end)
+        if key_len < 4 or pos + 4 > end:
+            return None
+        kind = _CONTROL_KEY.unpack_from(body, pos)[1]
+    except (IndexError, struct.error, CorruptRecordError):
+        return None
+    if kind == 1:
+        return BatchKind.COMMIT
+    if kind == 0:
+        return BatchKind.ABORT
+    return None
+
+
 def walk_batches(
     data: bytes | bytearray | memoryview,
     topic: str,
@@ -695,12 +734,15 @@ def walk_batches(
     in_place: bool,
     v2: Callable[[Any, int, int, int, V2Batch], None],
     legacy: Callable[[bytes], tuple[int | None, int | None]],
+    transactions: list[TxnBatch] | None = None,
 ) -> tuple[int | None, int | None, int]:
     """The batch layer of one partition's fetched bytes: headers, CRCs, control and aborted
     batches, decompression; each v2 batch's records go to ``v2(body, start, end, count,
     info)`` and each legacy message set to ``legacy(chunk)``. Returns ``(next_offset,
     last_epoch, size)`` as :class:`DecodedFetch` has them. ``in_place``: the record decoder
-    reads any contiguous buffer (the C ones), else ``data`` is copied to ``bytes`` once."""
+    reads any contiguous buffer (the C ones), else ``data`` is copied to ``bytes`` once.
+    ``transactions`` (read_committed): gets each transactional batch past ``fetch_offset``
+    (data delivered or skipped as aborted, COMMIT and ABORT markers)."""
     # The C decoder reads any contiguous buffer in place (the lean Fetch path hands it a
     # memoryview into the response frame); the pure-Python one slices keys and values,
     # which must come out as bytes, so it takes one copy of the section.
@@ -780,12 +822,31 @@ def walk_batches(
         if attrs_ & _CONTROL_MASK:
             if read_committed and count == 1:
                 aborting.discard(producer_id)
+            if transactions is not None and count == 1:
+                kind = _marker_kind(buf, body_start, batch_end, attrs_ & _COMPRESSION_MASK)
+                if kind is not None:
+                    transactions.append(
+                        TxnBatch(
+                            producer_id, _pe, max(base_offset, fetch_offset), batch_next - 1, kind
+                        )
+                    )
             continue
         if read_committed and attrs_ & _TRANSACTIONAL_MASK:
             while aborted_idx < len(aborted) and aborted[aborted_idx][1] <= batch_next - 1:
                 aborting.add(aborted[aborted_idx][0])
                 aborted_idx += 1
-            if producer_id in aborting:
+            skipped = producer_id in aborting
+            if transactions is not None:
+                transactions.append(
+                    TxnBatch(
+                        producer_id,
+                        _pe,
+                        max(base_offset, fetch_offset),
+                        batch_next - 1,
+                        BatchKind.SKIPPED if skipped else BatchKind.DELIVERED,
+                    )
+                )
+            if skipped:
                 continue
         ts_type = 1 if attrs_ & _TIMESTAMP_TYPE_MASK else 0
         codec = attrs_ & _COMPRESSION_MASK

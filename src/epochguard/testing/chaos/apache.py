@@ -671,6 +671,8 @@ _TXN_COUNTS = (
     "hanging_transactions",
     "committed_lost_by_cluster",
     "decided_again",
+    "reopened_reports",
+    "decided_again_reported",
 )
 
 

@@ -20,7 +20,10 @@ EpochConsumer's application is told the brokers' ``transaction.max.timeout.ms``
 (``HangingTransactionError`` under policy ``raise``, ``hanging_transactions()`` under
 ``rewind``, which runs with ``on_hanging_transaction="warn"``) and does what the
 transactions guide says an operator does: aborts it with the admin client, with the
-producer id, epoch and coordinator epoch of the report.
+producer id, epoch and coordinator epoch of the report. It takes each reopened-transaction
+report the same way (``ReopenedTransactionError`` or ``reopened_transactions()``) and
+notes which records it no longer knows the fate of, as the guide's second option says (it
+does not abort: a transaction that then hangs is reported as hanging).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from epochguard.testing.chaos.oracle import (
     Delivered,
     HangingAborted,
     HangingReported,
+    ReopenedReported,
     Reported,
     Seeked,
 )
@@ -237,6 +241,36 @@ class _HangingAborts:
             self.admin.close()
 
 
+class _Reopened:
+    """The application's answer to reopened-transaction reports: it notes which records it
+    no longer knows the fate of."""
+
+    def __init__(self, ctx: MemberContext) -> None:
+        self.ctx = ctx
+        self.seen = 0  # reopened_transactions() already taken
+
+    def reported(self, found: Any) -> None:
+        self.ctx.emit(
+            ReopenedReported(
+                -1,
+                found.tp.partition,
+                found.producer_id,
+                found.first_offset,
+                found.last_offset,
+                -1,
+                from_start=found.from_start,
+                text=found.describe(),
+            )
+        )
+
+    def take_new(self, consumer: Any) -> None:
+        """Reports kept by ``reopened_transactions()`` since the last call."""
+        found = consumer.reopened_transactions()
+        for f in found[self.seen :]:
+            self.reported(f)
+        self.seen = len(found)
+
+
 class _EpochConsumerClient(_KafkaPythonLike):
     def __init__(self, ctx: MemberContext) -> None:
         from epochguard.consumer import EpochConsumer
@@ -246,6 +280,7 @@ class _EpochConsumerClient(_KafkaPythonLike):
         self.positions: dict[TopicPartition, Any] = {}
         self.unannounced: set[TopicPartition] = set()
         self.hanging = _HangingAborts(ctx)
+        self.reopened = _Reopened(ctx)
         self.consumer: Any = EpochConsumer(**cfg)
         self._start()
 
@@ -314,12 +349,20 @@ class _EpochConsumerClient(_KafkaPythonLike):
             self.ctx.emit(Assigned(-1, tp.partition, -1))
 
     def poll_once(self) -> None:
-        from epochguard.consumer import HangingTransactionError, LogTruncationError
+        from epochguard.consumer import (
+            HangingTransactionError,
+            LogTruncationError,
+            ReopenedTransactionError,
+        )
 
         self.hanging.abort_due()
         try:
             batch = self._fetch()
             self._announce()
+        except ReopenedTransactionError:
+            # Policy raise: the reports are kept in reopened_transactions() too.
+            self.reopened.take_new(self.consumer)
+            return
         except HangingTransactionError as exc:
             # Policy raise: the partition keeps being fetched; the operator aborts it.
             for found in exc.transactions.values():
@@ -368,6 +411,7 @@ class _EpochConsumerClient(_KafkaPythonLike):
             self.commit()
         if self.ctx.read_committed:
             self.hanging.take_new(self.consumer)
+            self.reopened.take_new(self.consumer)
 
     def _fetch(self) -> Any:
         return self.consumer.poll(timeout_ms=_POLL_MS)
@@ -410,6 +454,7 @@ class _AIOEpochConsumerClient(_EpochConsumerClient):
         self.positions = {}
         self.unannounced = set()
         self.hanging = _HangingAborts(ctx)
+        self.reopened = _Reopened(ctx)
         self.loop = asyncio.new_event_loop()
         self.consumer = AIOEpochConsumer(**self._config(ctx))
         self.loop.run_until_complete(self.consumer.start())

@@ -37,13 +37,19 @@ of committed transactions) takes the final log's place in the rules above, and:
   committed (its transaction aborted, or still open: read past the last stable offset).
 * **committed loss**: a record held at the end that the final log still holds, unchanged,
   but no longer as committed (its marker was lost and its transaction then aborted or left
-  open), with no hanging-transaction report of its producer at or below it.
+  open), with no hanging-transaction report of its producer at or below it, and, when its
+  transaction was decided again (:data:`DECIDED_AGAIN`), no reopened-transaction report
+  naming that record.
 * **unreported hanging transaction**: a transaction that hung (open in the final log while
   the coordinator holds nothing open for its producer, or aborted by an operator after a
   report) that the application never reported.
 * **spurious hanging report**: a report of a producer whose transaction the coordinator held
   open in every snapshot since the log showed it open (when the snapshots know the
   coordinator's state): not hanging, only long.
+
+A record of the final log never delivered whose transaction was decided again (read as
+aborted, committed since) is a silent loss unless a reopened-transaction report of this
+application names it: the application was told that it no longer knows its fate.
 
 Records behind a transaction still open at the end (at or past the final last stable
 offset) count as neither lost nor delivered: the stall and the hanging rules judge them.
@@ -67,6 +73,7 @@ __all__ = [
     "History",
     "LogSnapshot",
     "Recreated",
+    "ReopenedReported",
     "Reported",
     "Seeked",
     "Stalled",
@@ -169,6 +176,31 @@ class HangingReported:
 
 
 @attrs.frozen
+class ReopenedReported:
+    """A reopened-transaction report: the records of ``producer_id`` at offsets
+    ``first_offset..last_offset`` (every one up to ``last_offset`` when not
+    ``from_start``) were read under a decision of their transaction that no longer holds."""
+
+    member: int
+    partition: int
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    step: int
+    from_start: bool = True
+    app: str = "app"
+    text: str = ""
+
+    def covers(self, partition: int, producer_id: int, offset: int) -> bool:
+        return (
+            partition == self.partition
+            and producer_id == self.producer_id
+            and offset <= self.last_offset
+            and (offset >= self.first_offset or not self.from_start)
+        )
+
+
+@attrs.frozen
 class Decided:
     """The transaction coordinator wrote a COMMIT (or ABORT) marker on the partition's leader,
     deciding the records with these values (the runner sees it happen, where the cluster
@@ -205,6 +237,7 @@ Event = (
     | Stalled
     | HangingReported
     | HangingAborted
+    | ReopenedReported
     | Decided
 )
 
@@ -303,9 +336,13 @@ class Verdict:
     hanging_transactions: int = 0
     committed_lost_by_cluster: int = 0
     #: of the silent and committed losses, records whose transaction was decided again
-    #: after its marker was lost (what EpochConsumer does not report, see
-    #: :data:`DECIDED_AGAIN`)
+    #: after its marker was lost (see :data:`DECIDED_AGAIN`) with no reopened-transaction
+    #: report naming them
     decided_again: int = 0
+    #: for information: reopened-transaction reports made, and the records decided again
+    #: that one of them named (not failures: the application was told)
+    reopened_reports: int = 0
+    decided_again_reported: int = 0
 
     @property
     def only_decided_again(self) -> bool:
@@ -361,6 +398,8 @@ class Verdict:
                 "hanging_transactions": self.hanging_transactions,
                 "committed_lost_by_cluster": self.committed_lost_by_cluster,
                 "decided_again": self.decided_again,
+                "reopened_reports": self.reopened_reports,
+                "decided_again_reported": self.decided_again_reported,
             }
         return out
 
@@ -412,6 +451,8 @@ class _Tally:
     hanging_transactions: int = 0
     committed_lost_by_cluster: int = 0
     decided_again: int = 0
+    reopened_reports: int = 0
+    decided_again_reported: int = 0
 
     def verdict(self) -> Verdict:
         return Verdict(
@@ -432,6 +473,8 @@ class _Tally:
             hanging_transactions=self.hanging_transactions,
             committed_lost_by_cluster=self.committed_lost_by_cluster,
             decided_again=self.decided_again,
+            reopened_reports=self.reopened_reports,
+            decided_again_reported=self.decided_again_reported,
         )
 
 
@@ -463,6 +506,7 @@ class _Transactions:
         self.app = app
         self._views: dict[int, TxnView] = {}
         self.reports: list[HangingReported] = []
+        self.reopened: list[ReopenedReported] = []
         #: values seen committed (aborted) by a marker as it was written, per partition
         self.committed: dict[int, set[bytes]] = {}
         self.aborted: dict[int, set[bytes]] = {}
@@ -536,6 +580,11 @@ class _Transactions:
             and r.producer_id in (producer_id, None)
             for r in self.reports
         )
+
+    def told_reopened(self, partition: int, producer_id: int, offset: int) -> bool:
+        """Whether a reopened-transaction report names ``producer_id``'s record at
+        ``offset``."""
+        return any(r.covers(partition, producer_id, offset) for r in self.reopened)
 
     def spurious(self, ev: HangingReported) -> bool:
         """Whether ``ev`` named a transaction that was only long: from the report back to
@@ -646,6 +695,11 @@ def judge(history: History, app: str | None = None) -> Verdict:
             continue
         if isinstance(ev, HangingAborted):
             continue
+        if isinstance(ev, ReopenedReported):
+            t.reopened_reports += 1
+            if txns is not None:
+                txns.reopened.append(ev)
+            continue
         if isinstance(ev, Decided):
             if txns is not None:
                 seen = txns.committed if ev.commit else txns.aborted
@@ -753,8 +807,11 @@ def judge(history: History, app: str | None = None) -> Verdict:
                 and not fview.committed(o)
                 and not txns.covered(p, final.transactional[o], o)
             ):
-                t.committed_losses += 1
                 again = txns.decided_otherwise(p, o, h.value, fview.states[o])
+                if again and txns.told_reopened(p, final.transactional[o], o):
+                    t.decided_again_reported += 1
+                    continue
+                t.committed_losses += 1
                 t.decided_again += bool(again)
                 t.problems.append(
                     f"p{p} offset {o}: the application holds {h.value!r} (step {h.step}) "
@@ -768,11 +825,14 @@ def judge(history: History, app: str | None = None) -> Verdict:
                 not fview.committed(o) or (stable is not None and o >= stable)
             ):
                 continue  # aborted, or behind a transaction still open: not readable
-            t.losses += 1
             again = ""
             if txns is not None and o in final.transactional:
                 again = txns.decided_otherwise(p, o, final.records[o][1], "committed")
+                if again and txns.told_reopened(p, final.transactional[o], o):
+                    t.decided_again_reported += 1
+                    continue
                 t.decided_again += bool(again)
+            t.losses += 1
             t.problems.append(
                 f"p{p} offset {o} ({final.records[o][1]!r}) of the final log was never "
                 f"delivered{again}"

@@ -1,0 +1,202 @@
+"""The transaction ledger (offsets/reopened.py) on hand-fed answers: each signal fires where a
+decision the consumer acted on no longer holds, and never on a log that keeps its markers."""
+
+from __future__ import annotations
+
+import pytest
+from kafka.structs import TopicPartition
+
+from epochguard.offsets.errors import InvalidTransitionError
+from epochguard.offsets.reopened import (
+    TRANSITIONS,
+    BatchKind,
+    ReopenCause,
+    TransactionLedger,
+    TxnBatch,
+    TxnState,
+    TxnTrigger,
+    _Txn,
+)
+
+TP = TopicPartition("t", 0)
+P, Q = 1000, 2000
+D, S, C, A = BatchKind.DELIVERED, BatchKind.SKIPPED, BatchKind.COMMIT, BatchKind.ABORT
+
+
+def b(pid: int, first: int, last: int, kind: BatchKind, epoch: int = 0) -> TxnBatch:
+    return TxnBatch(pid, epoch, first, last, kind)
+
+
+def test_a_truncation_below_a_commit_read_reopens_its_transaction() -> None:
+    ledger = TransactionLedger(TP)
+    # P's records 0..2 delivered, its COMMIT at 3, a plain record at 4.
+    assert ledger.read(0, [b(P, 0, 2, D, epoch=5), b(P, 3, 3, C, epoch=5)], 5) == []
+    (found,) = ledger.truncated(2)
+    assert found.cause is ReopenCause.MARKER_TRUNCATED
+    assert (found.producer_id, found.producer_epoch) == (P, 5)
+    assert (found.first_offset, found.last_offset) == (0, 1)  # 2 is gone with the marker
+    assert found.delivered and found.now_committed is None and found.was == "committed"
+    assert (found.marker_offset, found.divergence) == (3, 2)
+    assert found.covers(0) and found.covers(1) and not found.covers(2)
+    assert "open again" in found.describe() and "t-0" in found.describe()
+    assert found.to_dict()["cause"] == "marker_truncated"
+
+
+def test_a_truncation_above_the_marker_or_below_the_records_reopens_nothing() -> None:
+    for divergence in (4, 5, 0):
+        ledger = TransactionLedger(TP)
+        ledger.read(0, [b(P, 0, 2, D), b(P, 3, 3, C)], 5)
+        assert ledger.truncated(divergence) == []
+
+
+def test_records_skipped_as_aborted_are_reopened_too() -> None:
+    ledger = TransactionLedger(TP)
+    ledger.read(0, [b(P, 0, 1, S), b(P, 2, 2, A)], 3, aborted=[(P, 0)])
+    (found,) = ledger.truncated(2)
+    assert not found.delivered and found.was == "aborted"
+    assert (found.first_offset, found.last_offset) == (0, 1)
+
+
+def test_records_whose_marker_was_never_read_are_reopened_below_the_divergence() -> None:
+    """The answer ended before the marker (its records were read as committed, below the last
+    stable offset): a truncation at or below where the reading stopped reopens them."""
+    ledger = TransactionLedger(TP)
+    ledger.read(0, [b(P, 0, 1, D)], 2)
+    (found,) = ledger.truncated(1)
+    assert (found.first_offset, found.last_offset, found.marker_offset) == (0, 0, None)
+
+
+def test_the_next_marker_deciding_otherwise_is_reported() -> None:
+    ledger = TransactionLedger(TP)
+    ledger.read(0, [b(P, 0, 2, D), b(P, 3, 3, C)], 4)
+    ledger.truncated(3)
+    # On the new leader the producer's next transaction (4..5) joins it; its ABORT at 6
+    # decides both. This answer has no aborted list entry (the bare marker rule).
+    (found,) = ledger.read(3, [b(P, 4, 5, S), b(P, 6, 6, A)], 7)
+    assert found.cause is ReopenCause.DECIDED_AGAIN
+    assert (found.first_offset, found.last_offset) == (0, 2)
+    assert found.delivered and found.now_committed is False and found.now == "aborted"
+    assert found.marker_offset == 6
+    assert "decided again, now aborted" in found.describe()
+
+
+def test_the_next_marker_deciding_the_same_way_is_quiet() -> None:
+    ledger = TransactionLedger(TP)
+    ledger.read(0, [b(P, 0, 2, D), b(P, 3, 3, C)], 4)
+    ledger.truncated(3)
+    assert ledger.read(3, [b(P, 4, 5, D), b(P, 6, 6, C)], 7) == []
+    # ... and it is decided again: a later truncation below its new marker reopens it.
+    (found,) = ledger.truncated(5)
+    assert (found.first_offset, found.last_offset) == (0, 2)
+
+
+def test_skipped_records_committed_since_are_reported() -> None:
+    ledger = TransactionLedger(TP)
+    ledger.read(0, [b(P, 0, 1, S), b(P, 2, 2, A)], 3, aborted=[(P, 0)])
+    ledger.truncated(2)
+    (found,) = ledger.read(2, [b(P, 3, 3, D), b(P, 4, 4, C)], 5)
+    assert not found.delivered and found.now_committed is True
+    assert found.cause is ReopenCause.DECIDED_AGAIN
+
+
+def test_an_aborted_list_reaching_below_the_fetch_reverts_deliveries() -> None:
+    ledger = TransactionLedger(TP)
+    ledger.read(0, [b(P, 0, 2, D), b(P, 3, 3, C)], 4)
+    ledger.truncated(3)
+    # Kafka lists an aborted transaction whose range overlaps the fetch, first offset 0
+    # included, although the fetch starts at 3.
+    found = ledger.read(3, [b(P, 3, 4, S)], 5, aborted=[(P, 0)])
+    assert [f.cause for f in found] == [ReopenCause.ABORTED_LISTED]
+    assert (found[0].first_offset, found[0].last_offset, found[0].now_committed) == (0, 2, False)
+    # Reported once: the ABORT marker that follows, and the same list again, are quiet.
+    assert ledger.read(5, [b(P, 5, 5, A)], 6, aborted=[(P, 0)]) == []
+
+
+def test_an_aborted_list_names_a_decided_transaction_whose_truncation_went_unseen() -> None:
+    """The consumer never saw the truncation (it had read up to the divergence exactly), but
+    the transaction it read committed is aborted in the new leader's index."""
+    ledger = TransactionLedger(TP)
+    ledger.read(0, [b(P, 0, 1, D), b(P, 2, 2, C)], 3)
+    (found,) = ledger.read(3, [], 4, aborted=[(P, 0)])
+    assert found.cause is ReopenCause.ABORTED_LISTED and found.delivered
+
+
+def test_a_log_that_keeps_its_markers_reports_nothing() -> None:
+    """Interleaved producers, commits and aborts, answers cut between records and markers,
+    aborted lists that reach back below the fetch for transactions this consumer skipped."""
+    ledger = TransactionLedger(TP)
+    answers = [
+        (0, [b(P, 0, 1, D), b(Q, 2, 2, S)], 3, [(Q, 2)]),
+        (3, [b(P, 3, 3, C), b(Q, 4, 4, S)], 5, [(Q, 2)]),
+        (5, [b(Q, 5, 5, A), b(P, 6, 7, S)], 8, [(P, 6)]),
+        (8, [b(P, 8, 8, A), b(Q, 9, 9, D), b(Q, 10, 10, C)], 11, None),
+    ]
+    for offset, batches, end, aborted in answers:
+        assert ledger.read(offset, batches, end, aborted) == []
+
+
+def test_a_seek_back_forgets_what_will_be_read_again() -> None:
+    ledger = TransactionLedger(TP)
+    ledger.read(0, [b(P, 0, 2, D), b(P, 3, 3, C)], 4)
+    # Sought back to 2: the marker at 3 is read again, the transaction is open from 0.
+    assert ledger.read(2, [b(P, 2, 2, D)], 3) == []
+    (found,) = ledger.truncated(3)  # the marker is gone after all
+    assert (found.first_offset, found.last_offset, found.marker_offset) == (0, 2, None)
+
+
+def test_a_seek_forward_forgets_open_transactions() -> None:
+    ledger = TransactionLedger(TP)
+    ledger.read(0, [b(P, 0, 1, D)], 2)
+    ledger.read(10, [b(Q, 10, 10, D)], 11)  # 2..9 never read: P's marker may be there
+    assert [f.producer_id for f in ledger.truncated(11)] == [Q]
+
+
+def test_a_transaction_begun_before_the_reading_says_so() -> None:
+    ledger = TransactionLedger(TP)
+    ledger.read(7, [b(P, 7, 8, D), b(P, 9, 9, C)], 10)
+    (found,) = ledger.truncated(9)
+    assert not found.from_start and found.covers(3) and not found.covers(9)
+    assert "read earlier" in found.describe()
+
+
+def test_a_second_truncation_does_not_report_a_reopened_transaction_again() -> None:
+    ledger = TransactionLedger(TP)
+    ledger.read(0, [b(P, 0, 2, D), b(P, 3, 3, C)], 4)
+    assert len(ledger.truncated(3)) == 1
+    assert ledger.truncated(2) == []
+    (found,) = ledger.read(2, [b(P, 2, 2, A)], 3)
+    assert (found.first_offset, found.last_offset) == (0, 1)
+
+
+def test_memory_is_bounded_and_says_what_it_forgot() -> None:
+    ledger = TransactionLedger(TP, max_transactions=3)
+    offset = 0
+    for _ in range(10):
+        ledger.read(offset, [b(P, offset, offset, D), b(P, offset + 1, offset + 1, C)], offset + 2)
+        offset += 2
+    assert len(ledger) == 3
+    assert ledger.forgotten_below == 14  # the markers at 1..13 are forgotten
+    assert ledger.truncated(1) == []  # too deep to name
+    with pytest.raises(ValueError, match="max_transactions"):
+        TransactionLedger(TP, max_transactions=0)
+
+
+def test_reset_forgets_everything() -> None:
+    ledger = TransactionLedger(TP)
+    ledger.read(0, [b(P, 0, 2, D), b(P, 3, 3, C)], 4)
+    ledger.reset()
+    assert len(ledger) == 0 and ledger.next_offset is None
+    assert ledger.truncated(1) == []
+
+
+def test_every_move_is_in_the_table_and_others_refused() -> None:
+    for (state, trigger), target in TRANSITIONS.items():
+        txn = _Txn(P, 0, 0, 0, True, True, state)
+        txn.goto(trigger)
+        assert txn.state is target
+    missing = [(s, t) for s in TxnState for t in TxnTrigger if (s, t) not in TRANSITIONS]
+    assert (TxnState.REVERTED, TxnTrigger.COMMIT_READ) in missing
+    for state, trigger in missing:
+        txn = _Txn(P, 0, 0, 0, True, True, state)
+        with pytest.raises(InvalidTransitionError):
+            txn.goto(trigger)

@@ -15,6 +15,7 @@ from epochguard.testing.chaos.oracle import (
     HangingReported,
     History,
     LogSnapshot,
+    ReopenedReported,
     Reported,
     judge,
     txn_view,
@@ -285,3 +286,53 @@ def test_without_transactions_the_judgement_and_its_figures_are_unchanged() -> N
         "reports",
     }
     assert "aborted deliveries" not in v.describe()
+
+
+def reopened(first: int, last: int, pid: int = PID, from_start: bool = True) -> ReopenedReported:
+    return ReopenedReported(0, 0, pid, first, last, 1, from_start=from_start)
+
+
+def test_records_decided_again_are_covered_only_by_a_report_naming_them() -> None:
+    """Read as committed, aborted since: a committed loss unless a reopened-transaction
+    report names the producer and those offsets."""
+    lost_marker = log((0, b"a"), (0, b"b"), txn={0: PID, 1: PID})
+    aborted = log((0, b"a"), (0, b"b"), ("marker", PID, False), txn={0: PID, 1: PID})
+    committed = log((0, b"a"), (0, b"b"), ("marker", PID, True), txn={0: PID, 1: PID})
+    snaps = [committed, lost_marker, aborted]
+    base: list[Event] = [Assigned(0, 0, 0), d(0, b"a", 0), d(1, b"b", 0)]
+    told = judge(history([*base, reopened(0, 1)], snaps, aborted))
+    assert told.ok, told.describe()
+    assert (told.decided_again_reported, told.reopened_reports, told.decided_again) == (2, 1, 0)
+    # Without it, or with one of another producer, both records fail.
+    for events in (base, [*base, reopened(0, 1, pid=OTHER)]):
+        v = judge(history(events, snaps, aborted))
+        assert (v.committed_losses, v.decided_again, v.decided_again_reported) == (2, 2, 0)
+    # One naming the first record only leaves the second.
+    assert judge(history([*base, reopened(0, 0)], snaps, aborted)).committed_losses == 1
+    # One that says the transaction began before its first offset covers what is below.
+    assert judge(history([*base, reopened(1, 1, from_start=False)], snaps, aborted)).ok
+
+
+def test_skipped_records_committed_since_are_covered_by_a_report_naming_them() -> None:
+    aborted = log((0, b"a"), (0, b"b"), ("marker", PID, False), txn={0: PID, 1: PID})
+    lost_marker = log((0, b"a"), (0, b"b"), txn={0: PID, 1: PID})
+    merged = log(
+        (0, b"a"), (0, b"b"), (1, b"c"), ("marker", PID, True), txn={0: PID, 1: PID, 2: PID}
+    )
+    events: list[Event] = [Assigned(0, 0, 0), Reported(0, 0, 2, 3, 1), d(2, b"c", 2, epoch=1)]
+    snaps = [aborted, lost_marker, merged]
+    assert judge(history(events, snaps, merged)).silent_losses == 2
+    told = judge(history([*events, reopened(0, 1)], snaps, merged))
+    assert told.ok, told.describe()
+    assert told.decided_again_reported == 2
+
+
+def test_a_reopened_report_covers_no_loss_that_was_not_decided_again() -> None:
+    """A record replaced by the truncation (another value at its offset) is a silent loss
+    whatever reopened-transaction report names its offset."""
+    committed = log((0, b"a"), ("marker", PID, True), txn={0: PID})
+    replaced = log((1, b"z"), txn={})
+    events: list[Event] = [Assigned(0, 0, 0), d(0, b"a", 0), reopened(0, 0)]
+    v = judge(history(events, [committed, replaced], replaced))
+    assert v.silent_losses == 2 and not v.ok  # a is replaced, z never delivered
+    assert v.decided_again_reported == 0

@@ -85,9 +85,10 @@ def test_the_next_marker_deciding_the_same_way_is_quiet() -> None:
     ledger.read(0, [b(P, 0, 2, D), b(P, 3, 3, C)], 4)
     ledger.truncated(3)
     assert ledger.read(3, [b(P, 4, 5, D), b(P, 6, 6, C)], 7) == []
-    # ... and it is decided again: a later truncation below its new marker reopens it.
-    (found,) = ledger.truncated(5)
-    assert (found.first_offset, found.last_offset) == (0, 2)
+    # ... and it is decided again, its records now 0..5: a later truncation below its new
+    # marker reopens all it read.
+    (found,) = ledger.truncated(6)
+    assert (found.first_offset, found.last_offset) == (0, 5)
 
 
 def test_skipped_records_committed_since_are_reported() -> None:
@@ -129,7 +130,7 @@ def test_a_log_that_keeps_its_markers_reports_nothing() -> None:
         (0, [b(P, 0, 1, D), b(Q, 2, 2, S)], 3, [(Q, 2)]),
         (3, [b(P, 3, 3, C), b(Q, 4, 4, S)], 5, [(Q, 2)]),
         (5, [b(Q, 5, 5, A), b(P, 6, 7, S)], 8, [(P, 6)]),
-        (8, [b(P, 8, 8, A), b(Q, 9, 9, D), b(Q, 10, 10, C)], 11, None),
+        (8, [b(P, 8, 8, A), b(Q, 9, 9, D), b(Q, 10, 10, C)], 11, [(P, 6)]),
     ]
     for offset, batches, end, aborted in answers:
         assert ledger.read(offset, batches, end, aborted) == []

@@ -217,6 +217,9 @@ class _Txn:
     from_start: bool
     state: TxnState = TxnState.OPEN
     marker: int | None = None
+    #: REOPENED: the last record read under the decision its lost marker made (records of
+    #: the producer read since are read under the new one)
+    undecided_last: int | None = None
 
     def goto(self, trigger: TxnTrigger) -> None:
         target = TRANSITIONS.get((self.state, trigger))
@@ -278,11 +281,14 @@ class TransactionLedger:
         """An answer that does not continue the last one: the records from ``offset`` on
         will be read again (backwards), or the ones in between never (forwards)."""
         if self.next_offset is not None and offset < self.next_offset:
+            self._origin = min(self._origin, offset)
             for pid, txn in list(self._open.items()):
                 if txn.first >= offset:
                     del self._open[pid]
                 else:
                     txn.last = min(txn.last, offset - 1)
+                    if txn.undecided_last is not None:
+                        txn.undecided_last = min(txn.undecided_last, offset - 1)
             again = [t for t in self._decided if t.marker is not None and t.marker >= offset]
             self._decided = collections.deque(
                 t for t in self._decided if t.marker is not None and t.marker < offset
@@ -344,8 +350,11 @@ class TransactionLedger:
                 txn.last = b.last
                 txn.delivered = txn.delivered or delivered
                 txn.producer_epoch = max(txn.producer_epoch, b.producer_epoch)
-            # REOPENED: records the producer added since belong to it on the new leader,
-            # and are read with its new decision: the report names the earlier ones only.
+            else:
+                # REOPENED: records the producer added since belong to it on the new leader,
+                # read under its new decision: a report of that decision names the earlier
+                # ones only, a later truncation all of them.
+                txn.last = b.last
         if next_offset is not None:
             self.next_offset = max(next_offset, fetch_offset)
         return out
@@ -363,6 +372,7 @@ class TransactionLedger:
             return self._report(txn, ReopenCause.DECIDED_AGAIN, commit, marker=b.first)
         txn.goto(TxnTrigger.COMMIT_READ if commit else TxnTrigger.ABORT_READ)
         txn.marker = b.first
+        txn.undecided_last = None
         self._decided.append(txn)
         while len(self._decided) > self.max_transactions:
             gone = self._decided.popleft()
@@ -407,7 +417,10 @@ class TransactionLedger:
             txn.last = min(txn.last, divergence - 1)
             self._open[pid] = txn
             if txn.state is TxnState.REOPENED:
-                continue  # reported open again already; still undecided
+                # Reported open again already; still undecided.
+                txn.undecided_last = min(txn.undecided_last or 0, txn.last)
+                continue
+            txn.undecided_last = txn.last
             marker = txn.marker if txn.state is not TxnState.OPEN else None
             txn.goto(TxnTrigger.MARKER_TRUNCATED)
             txn.marker = None
@@ -434,7 +447,7 @@ class TransactionLedger:
             producer_id=txn.producer_id,
             producer_epoch=txn.producer_epoch,
             first_offset=txn.first,
-            last_offset=txn.last,
+            last_offset=txn.last if txn.undecided_last is None else txn.undecided_last,
             delivered=txn.delivered,
             cause=cause,
             now_committed=now_committed,

@@ -201,3 +201,27 @@ def test_every_move_is_in_the_table_and_others_refused() -> None:
         txn = _Txn(P, 0, 0, 0, True, True, state)
         with pytest.raises(InvalidTransitionError):
             txn.goto(trigger)
+
+
+def test_a_truncation_found_before_reading_names_aborted_transactions_across_it() -> None:
+    """A restarted consumer (or a new owner) finds its committed position 6 diverged at 4:
+    an aborted transaction of the new log from 2 to past 4 lost its old marker to the
+    truncation, whatever an earlier session read of it."""
+    ledger = TransactionLedger(TP)
+    assert ledger.truncated(4) == []
+    (found,) = ledger.read(4, [b(P, 4, 4, S, epoch=2), b(P, 5, 5, A, epoch=2)], 6, [(P, 2)])
+    assert found.cause is ReopenCause.ABORTED_LISTED and found.delivered is None
+    assert (found.first_offset, found.last_offset, found.divergence) == (2, 3, 4)
+    assert found.producer_epoch is None and found.was == "unknown" and found.now == "aborted"
+    assert "read by an earlier session" in found.describe()
+    # Once: the same list in the next answer is quiet.
+    assert ledger.read(6, [], 7, [(P, 2)]) == []
+    # A transaction aborted from above the divergence, or ending below it, is no such one.
+    other = TransactionLedger(TP)
+    other.truncated(4)
+    assert other.read(4, [b(Q, 4, 4, S), b(Q, 5, 5, A)], 6, [(Q, 4)]) == []
+    # A consumer that read the partition knows what it read: no such guess.
+    reading = TransactionLedger(TP)
+    reading.read(0, [b(Q, 0, 0, D), b(Q, 1, 1, C)], 2)
+    reading.truncated(2)
+    assert reading.read(2, [b(P, 2, 2, S), b(P, 3, 3, A)], 4, [(P, 0)]) == []

@@ -24,7 +24,12 @@ and the offsets of the records this consumer acted on:
 * ``ABORTED_LISTED``: a Fetch answer lists an aborted transaction of a producer starting at
   or below records of that producer this consumer delivered as committed (Kafka lists every
   aborted transaction whose range overlaps the fetch, from its first offset to its marker,
-  so a fetch past the records still names it): those deliveries were reverted.
+  so a fetch past the records still names it): those deliveries were reverted. After a
+  truncation found by a session that had read nothing yet (a restart or a new owner of
+  the partition validating its committed position), an aborted transaction of the new log
+  that began below the divergence point and ends above it is one whose old marker the
+  truncation took: records of it an earlier session read, as committed or not, are
+  aborted now (``delivered`` is ``None``: this session cannot tell).
 
 Sans-IO, one :class:`TransactionLedger` per partition: the driver hands it each Fetch
 answer's transactional batches (:meth:`~TransactionLedger.read`) and each truncation's
@@ -129,17 +134,19 @@ class ReopenedTransaction:
 
     The records of producer ``producer_id`` at offsets ``first_offset..last_offset`` were
     ``delivered`` to the application as committed (``delivered=False``: skipped as
-    aborted). ``now_committed`` is the new decision (``None``: undecided, the transaction
-    is open again on the partition leader: its producer's next marker there decides it).
+    aborted; ``None``: read by an earlier session, as committed or not). ``now_committed``
+    is the new decision (``None``: undecided, the transaction is open again on the
+    partition leader: its producer's next marker there decides it).
     ``from_start`` is ``False`` when the consumer began reading inside the transaction:
     records of it before ``first_offset`` (read by an earlier session) share its fate."""
 
     tp: Any
     producer_id: int
-    producer_epoch: int
+    #: ``None`` when only an aborted-transaction list named it
+    producer_epoch: int | None
     first_offset: int
     last_offset: int
-    delivered: bool
+    delivered: bool | None
     cause: ReopenCause
     now_committed: bool | None = None
     #: the marker the consumer read (taken by the truncation) or the one deciding again
@@ -150,6 +157,8 @@ class ReopenedTransaction:
 
     @property
     def was(self) -> str:
+        if self.delivered is None:
+            return "unknown"
         return "committed" if self.delivered else "aborted"
 
     @property
@@ -167,8 +176,14 @@ class ReopenedTransaction:
         records = f"offsets {self.first_offset}..{self.last_offset}"
         if not self.from_start:
             records += " (and records of it before, read earlier)"
-        did = "delivered as committed" if self.delivered else "skipped as aborted"
-        who = f"producer {self.producer_id} epoch {self.producer_epoch}"
+        did = {
+            True: "delivered as committed",
+            False: "skipped as aborted",
+            None: "read by an earlier session",
+        }[self.delivered]
+        who = f"producer {self.producer_id}" + (
+            "" if self.producer_epoch is None else f" epoch {self.producer_epoch}"
+        )
         if self.cause is ReopenCause.MARKER_TRUNCATED:
             return (
                 f"{where}: the truncation at offset {self.divergence} took the marker of the "
@@ -240,6 +255,8 @@ class TransactionLedger:
         "_open",
         "_origin",
         "_seen_marker",
+        "_told",
+        "_unknown_below",
         "forgotten_below",
         "max_transactions",
         "next_offset",
@@ -264,6 +281,11 @@ class TransactionLedger:
         self._open: dict[int, _Txn] = {}
         # Decided transactions (COMMITTED or ABORTED), in marker order; bounded.
         self._decided: collections.deque[_Txn] = collections.deque()
+        # A truncation found before anything was read: transactions spanning its divergence
+        # point were read by an earlier session, and those aborted since are reported once
+        # each (producer id, first offset).
+        self._unknown_below: int | None = None
+        self._told: set[tuple[int, int]] = set()
 
     def __len__(self) -> int:
         return len(self._open) + len(self._decided)
@@ -276,6 +298,8 @@ class TransactionLedger:
         self._seen_marker.clear()
         self.next_offset = None
         self.forgotten_below = 0
+        self._unknown_below = None
+        self._told.clear()
 
     def _jump(self, offset: int) -> None:
         """An answer that does not continue the last one: the records from ``offset`` on
@@ -329,6 +353,9 @@ class TransactionLedger:
         for pid, first in aborted or ():
             if first < fetch_offset:
                 out += self._aborted_listed(pid, first, fetch_offset)
+                found = self._aborted_across(pid, first, fetch_offset)
+                if found is not None:
+                    out.append(found)
         for b in batches:
             if b.kind is BatchKind.COMMIT or b.kind is BatchKind.ABORT:
                 found = self._marker(b)
@@ -396,11 +423,38 @@ class TransactionLedger:
                 out.append(self._report(txn, ReopenCause.ABORTED_LISTED, False))
         return out
 
+    def _aborted_across(
+        self, pid: int, first: int, fetch_offset: int
+    ) -> ReopenedTransaction | None:
+        """After a truncation found before anything was read: an aborted transaction from
+        below its divergence point to above it lost its old marker to it (see the module
+        doc)."""
+        below = self._unknown_below
+        if below is None or not first < below <= fetch_offset or (pid, first) in self._told:
+            return None
+        if pid in self._open or any(t.producer_id == pid for t in self._decided):
+            return None  # read by this session: the rules above judge it
+        self._told.add((pid, first))
+        return ReopenedTransaction(
+            tp=self.tp,
+            producer_id=pid,
+            producer_epoch=None,
+            first_offset=first,
+            last_offset=below - 1,
+            delivered=None,
+            cause=ReopenCause.ABORTED_LISTED,
+            now_committed=False,
+            divergence=below,
+        )
+
     def truncated(self, divergence: int) -> list[ReopenedTransaction]:
         """The partition's log diverges from what the consumer read at ``divergence``; it
         reads on from there. Answers the transactions that are open again: those whose
         marker lay at or past the divergence (or was never read) with records below it."""
         out: list[ReopenedTransaction] = []
+        if self.next_offset is None:
+            self._unknown_below = divergence
+            self._origin = divergence
         reopened: dict[int, _Txn] = {}
         for txn in self._decided:
             taken = txn.marker is None or txn.marker >= divergence

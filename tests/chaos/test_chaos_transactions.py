@@ -211,6 +211,32 @@ def test_a_restart_from_a_commit_past_a_marker_reports_what_it_read() -> None:
     assert result.verdict.reports == 2
 
 
+#: Schedules of ``generate(seed, transactions=True)`` where an unclean election took a
+#: transaction's marker and another marker decided the reopened transaction otherwise
+#: before it hung: records read as committed aborted since (50298, two producers; 50220,
+#: found by a restarted consumer validating its commit), records skipped as aborted
+#: committed since (50044).
+DECIDED_AGAIN_SEEDS = (50044, 50220, 50298)
+
+
+def test_transactions_decided_again_are_reported_and_a_deaf_application_is_caught() -> None:
+    schedules = [generate(s, transactions=True) for s in DECIDED_AGAIN_SEEDS]
+    results = list(run_many(schedules, workers=WORKERS))
+    bad = [r.describe() for r in results if not r.verdict.ok]
+    assert not bad, bad[0]
+    assert all(r.verdict.decided_again_reported > 0 for r in results)
+    assert all(r.verdict.reopened_reports > 0 for r in results)
+
+    def deaf(ctx: MemberContext) -> object:
+        """EpochConsumer whose application never hears of reopened transactions."""
+        client = epoch_consumer(ctx)
+        client.reopened.reported = lambda _found: None  # type: ignore[method-assign]
+        return client
+
+    caught = run_schedule(schedules[0], deaf)  # type: ignore[arg-type]
+    assert caught.verdict.decided_again > 0 and not caught.verdict.ok, caught.describe()
+
+
 def test_aborted_records_read_uncommitted_are_caught() -> None:
     """An application reading uncommitted records is judged by the same oracle: the records
     of the aborted and of the open transaction it delivers are aborted deliveries."""

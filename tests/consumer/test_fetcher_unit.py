@@ -688,3 +688,101 @@ def test_a_partition_no_session_holds_leaves_the_sessions_alone(mocker: Any) -> 
     f.remove_partition(other)
     f.add_partition(other)
     assert session.state is SessionState.OPEN
+
+
+def test_read_committed_answers_feed_the_transaction_ledger(mocker: Any) -> None:
+    """Fed Fetch answers: a transaction read as committed (records and COMMIT marker), then
+    an answer whose aborted-transaction list names its producer from below the fetch
+    offset: the deliveries were reverted, and ``on_reopened`` hears of it."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    from epochguard.offsets.reopened import ReopenCause
+    from epochguard.testing.embedded.records import build_control_batch
+
+    pid = 7000
+    client = mocker.Mock()
+    f = Fetcher(
+        client,
+        build_config({"isolation_level": "read_committed"}),
+        OffsetPolicy(auto_offset_reset="earliest", on_truncation="raise"),
+        None,
+        None,
+        lambda _event: None,
+    )
+    found: list[Any] = []
+    f.on_reopened = found.append
+    tracker = f.add_partition(TP)
+    assert TP in f.ledgers
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), _metadata(leader=1, epoch=0))
+    tracker.seek(0)
+    f.after_input(TP)
+    client.send.return_value = Future()
+    f.send_requests(0.0)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=True,
+        producer_id=pid,
+        producer_epoch=2,
+        base_sequence=0,
+        batch_size=1 << 20,
+    )
+    for i in range(2):
+        builder.append(i, 0, None, b"v%d" % i, [])
+    marker = bytearray(build_control_batch(pid, 2, commit=True, coordinator_epoch=0))
+    marker[7] = 2  # base offset 2 (big-endian int64, outside the CRC)
+
+    def part(records: bytes, aborted: Any) -> Any:
+        return NS(
+            partition_index=0,
+            error_code=0,
+            diverging_epoch=None,
+            records=records,
+            high_watermark=4,
+            last_stable_offset=4,
+            aborted_transactions=aborted,
+        )
+
+    resp = NS(
+        API_VERSION=12,
+        error_code=0,
+        responses=[NS(topic="t", partitions=[part(bytes(builder.build()) + bytes(marker), None)])],
+    )
+    f._on_fetch(
+        FetchSent(1, {TP: FetchAction(TP, 1, 0, 0, None, _token(tracker))}, {}),
+        Future().success(resp),
+    )
+    got = f.fetched_records(10, lambda tp: True)
+    assert [r.value for r in got[TP]] == [b"v0", b"v1"] and found == []
+    assert tracker.position is not None and tracker.position.offset == 3
+    # The next answer, from 3: Kafka lists an aborted transaction of the producer from 0.
+    f.send_requests(0.0)
+    plain = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    plain.append(0, 0, None, b"p", [])
+    plain_batch = bytearray(plain.build())
+    plain_batch[7] = 3
+    aborted = [NS(producer_id=pid, first_offset=0)]
+    resp = NS(
+        API_VERSION=12,
+        error_code=0,
+        responses=[NS(topic="t", partitions=[part(bytes(plain_batch), aborted)])],
+    )
+    f._on_fetch(
+        FetchSent(1, {TP: FetchAction(TP, 1, 3, 0, None, _token(tracker))}, {}),
+        Future().success(resp),
+    )
+    (reverted,) = found
+    assert reverted.cause is ReopenCause.ABORTED_LISTED
+    assert (reverted.producer_id, reverted.producer_epoch) == (pid, 2)
+    assert (reverted.first_offset, reverted.last_offset) == (0, 1)
+    assert reverted.delivered and reverted.now_committed is False
+    f.remove_partition(TP)
+    assert TP not in f.ledgers

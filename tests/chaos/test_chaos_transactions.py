@@ -41,13 +41,13 @@ SEEDS = 14
 
 
 def known_gap(result: RunResult) -> bool:
-    """What EpochConsumer does not report yet (docs/reliability.md, "Transactions under
-    chaos"; the transactions guide, "Behaviour to know"): a transaction whose marker an
-    unclean election took, decided again by its producer's next marker before it hung long
-    enough to be reported. The records it had delivered as committed are aborted since, or
-    those it skipped as aborted are committed since; the truncation report names only the
-    offsets from the lost marker on. A schedule failing only so passes here; any other
-    failure fails."""
+    """What no member of the application can report (docs/reliability.md, known limits):
+    a transaction whose marker an unclean election took, decided again otherwise after the
+    consumer that read it gave the partition up with its position exactly at the
+    divergence point (no truncation shows to it or to the next owner), or records an
+    earlier session skipped as aborted, committed since. A schedule failing only with
+    records decided again and not named by a reopened-transaction report passes here; any
+    other failure fails."""
     return result.verdict.only_decided_again
 
 

@@ -742,12 +742,29 @@ def chaos_at_scale(results: Path, name: str = "chaos_at_scale") -> str:
         rows,
     ) + (
         f"\n*{CLIENT_NAMES.get(r['client'], r['client'])}, `make chaos SEEDS={r['seeds']}"
-        f"{' CHAOS_ARGS=--raft' if kind == 'Raft-term brokers' else ''}`.*\n"
+        f"{_chaos_args(r)}`.*\n"
+    )
+
+
+def _chaos_args(r: dict[str, Any]) -> str:
+    args = []
+    if r["client"] != "epochguard":
+        args.append(f"--client {r['client']}")
+    if r.get("epochs", "kafka") == "raft":
+        args.append("--raft")
+    return (
+        f' CHAOS_ARGS="{" ".join(args)}"'
+        if len(args) > 1
+        else (f" CHAOS_ARGS={args[0]}" if args else "")
     )
 
 
 def chaos_raft_at_scale(results: Path) -> str:
     return chaos_at_scale(results, "chaos_raft_at_scale")
+
+
+def chaos_asyncio_at_scale(results: Path) -> str:
+    return chaos_at_scale(results, "chaos_asyncio_at_scale")
 
 
 #: Failures counted apart in the transactional tables; the rest are summed.
@@ -843,6 +860,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "chaos_apache": chaos_apache,
     "chaos_at_scale": chaos_at_scale,
     "chaos_raft_at_scale": chaos_raft_at_scale,
+    "chaos_asyncio_at_scale": chaos_asyncio_at_scale,
     "chaos_transactions": chaos_transactions,
     "chaos_transactions_apache": chaos_transactions_apache,
 }

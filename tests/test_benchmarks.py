@@ -149,13 +149,15 @@ def test_every_benchmark_module_imports() -> None:
 
 
 def test_one_current_result_file_per_benchmark() -> None:
-    # soak.json: make soak; chaos_at_scale.json, chaos_raft_at_scale.json and
-    # chaos_transactions.json: make chaos; chaos_transactions_apache.json: the real-Kafka
-    # chaos command with --transactions (benchmarks/README.md).
+    # soak.json: make soak; chaos_at_scale.json, chaos_raft_at_scale.json,
+    # chaos_asyncio_at_scale.json and chaos_transactions.json: make chaos;
+    # chaos_transactions_apache.json: the real-Kafka chaos command with --transactions
+    # (benchmarks/README.md).
     by_commands = {
         "soak",
         "chaos_at_scale",
         "chaos_raft_at_scale",
+        "chaos_asyncio_at_scale",
         "chaos_transactions",
         "chaos_transactions_apache",
     }

@@ -231,13 +231,33 @@ def test_a_restart_from_a_commit_past_a_marker_reports_what_it_read() -> None:
 DECIDED_AGAIN_SEEDS = (50044, 50220, 50298)
 
 
+def _meeting_the_shape(
+    schedule: Schedule, client: Any = None, attempts: int = 3
+) -> list[RunResult]:
+    """Runs of ``schedule`` until one meets a transaction decided again (the seed stages it,
+    but whether its unclean election takes the marker hangs on timing: a loaded machine can
+    miss it); every run, honest or not, is returned for judging."""
+    runs: list[RunResult] = []
+    for _ in range(attempts):
+        run = run_schedule(schedule) if client is None else run_schedule(schedule, client)
+        runs.append(run)
+        if run.verdict.decided_again > 0:
+            break
+    return runs
+
+
 def test_transactions_decided_again_are_reported_and_a_deaf_application_is_caught() -> None:
     schedules = [generate(s, transactions=True) for s in DECIDED_AGAIN_SEEDS]
     results = list(run_many(schedules, workers=WORKERS))
     bad = [r.describe() for r in results if not r.verdict.ok]
     assert not bad, bad[0]
-    assert all(r.verdict.decided_again_reported > 0 for r in results)
-    assert all(r.verdict.reopened_reports > 0 for r in results)
+    for schedule, first in zip(schedules, results, strict=True):
+        runs = [first] if first.verdict.decided_again > 0 else _meeting_the_shape(schedule)
+        bad = [r.describe() for r in runs if not r.verdict.ok]
+        assert not bad, bad[0]
+        met = runs[-1]
+        assert met.verdict.decided_again_reported > 0, met.describe()
+        assert met.verdict.reopened_reports > 0, met.describe()
 
     def deaf(ctx: MemberContext) -> object:
         """EpochConsumer whose application never hears of reopened transactions."""
@@ -245,7 +265,7 @@ def test_transactions_decided_again_are_reported_and_a_deaf_application_is_caugh
         client.reopened.reported = lambda _found: None  # type: ignore[method-assign]
         return client
 
-    caught = run_schedule(schedules[0], deaf)  # type: ignore[arg-type]
+    caught = _meeting_the_shape(schedules[0], deaf)[-1]
     assert caught.verdict.decided_again > 0 and not caught.verdict.ok, caught.describe()
 
 

@@ -747,15 +747,13 @@ def chaos_at_scale(results: Path, name: str = "chaos_at_scale") -> str:
 
 
 def _chaos_args(r: dict[str, Any]) -> str:
-    args = []
-    if r["client"] != "epochguard":
-        args.append(f"--client {r['client']}")
+    """The ``CHAOS_ARGS`` that reproduce a chaos-at-scale record ("" for the defaults)."""
+    args = [] if r["client"] == "epochguard" else [f"--client {r['client']}"]
     if r.get("epochs", "kafka") == "raft":
         args.append("--raft")
+    joined = " ".join(args)
     return (
-        f' CHAOS_ARGS="{" ".join(args)}"'
-        if len(args) > 1
-        else (f" CHAOS_ARGS={args[0]}" if args else "")
+        "" if not args else f' CHAOS_ARGS="{joined}"' if " " in joined else f" CHAOS_ARGS={joined}"
     )
 
 

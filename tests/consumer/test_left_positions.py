@@ -13,13 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.structs import TopicPartition
 
+from epochguard.consumer import EpochConsumer
 from epochguard.consumer.left_positions import LeftPositions
+from epochguard.offsets.errors import LogTruncationError
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import DetectedBy
 from epochguard.testing import EmbeddedCluster, produce
 
 from ..examples import scaled
 from ..kip848_scenarios import member, wait
+from ..scenarios.epoch_subjects import LoopDriven, consumer_config
 
 OPS = st.lists(
     st.tuples(
@@ -135,5 +138,61 @@ def test_a_re_created_topic_is_reported_while_the_old_position_is_kept(
         else:
             [rep] = reports
             assert rep.detected_by is DetectedBy.TOPIC_RECREATED and rep.lost_count == 5
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("driver", ["threads", "asyncio"])
+def test_a_partition_given_back_reports_a_truncation_of_what_the_failed_commit_left_out(
+    cluster: EmbeddedCluster, driver: str
+) -> None:
+    """A consumer reads 0..2, commits 3, reads the doomed record 3, and has not committed 4
+    when the partition is taken away (a rebalance, here an assign() without it) and given
+    back. Meanwhile an unclean election replaced offset 3. The committed position (3, e0) is
+    valid on the new leader, so restoring it alone would deliver the new offset 3 with the
+    doomed one unreported: the consumer validates where it had read to first."""
+    topic = "givenback"
+    tp, other = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    cluster.create_topic(topic, partitions=2, replication_factor=2)
+    leader = cluster.leader(topic, 0)
+    [follower] = [r for r in cluster.replicas(topic, 0) if r != leader]
+    produce(cluster, topic, ["a", "b", "c"])
+    cfg = consumer_config(
+        cluster, group_id="ggivenback", on_truncation="raise", auto_offset_reset="earliest"
+    )
+    c: Any = EpochConsumer(**cfg) if driver == "threads" else LoopDriven(**cfg)
+    got: list[Any] = []
+
+    def read(n: int) -> bool:
+        for recs in c.poll(timeout_ms=50).values():
+            got.extend(recs)
+        return len(got) >= n
+
+    try:
+        c.assign([tp, other])
+        wait(lambda: read(3), "a, b, c")
+        c.commit()
+        cluster.stop_broker(follower)
+        produce(cluster, topic, ["doomed"])
+        wait(lambda: read(4), "the doomed record")
+        assert c.position(tp) == 4
+        c.assign([other])
+        cluster.stop_broker(leader)
+        cluster.start_broker(follower)
+        cluster.elect_leader(topic, 0, follower, unclean=True)
+        produce(cluster, topic, ["after1", "after2"])
+        cluster.start_broker(leader)
+        c.assign([tp, other])
+        with pytest.raises(LogTruncationError) as caught:
+            wait(lambda: read(len(got) + 1), "the truncation reported")
+        [report] = caught.value.truncations.values()
+        assert (report.consumed_to.offset, report.consumed_to.leader_epoch) == (4, 0)
+        assert (report.lost_from, report.lost_to) == (3, 4)
+        assert report.position_source == "left_position"
+        assert [r.value for r in got] == [b"a", b"b", b"c", b"doomed"]
+        # The application resumes at the divergence and reads the new log.
+        c.seek(tp, report.divergence)
+        wait(lambda: read(6), "the new records")
+        assert [r.value for r in got[4:]] == [b"after1", b"after2"]
     finally:
         c.close()

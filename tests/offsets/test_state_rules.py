@@ -482,6 +482,56 @@ def test_restore_with_epoch_waits_for_metadata_epoch_then_validates() -> None:
     assert t.report.detected_by is DetectedBy.RESTORE and t.report.position_source == "sqlite"
 
 
+def given_back(on_truncation: str = "raise") -> PartitionTracker:
+    """A tracker given a partition back: committed (3, e0), while it had read to (4, e0)
+    before a rebalance took the partition away (the commit of 4 failed on the way)."""
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", on_truncation))
+    tr.on_metadata(2, 2, "topic-a")
+    tr.restore(EpochOffset(3, 0, topic_id="topic-a"), read_to=EpochOffset(4, 0, topic_id="topic-a"))
+    return tr
+
+
+def test_a_partition_given_back_validates_what_was_read_before_the_committed_position() -> None:
+    tr = given_back()
+    v = validate(tr)
+    assert (v.leader_epoch, v.position) == (0, EpochOffset(4, 0))
+    tr.on_validation(v, 0, 0, 3, 0.0)  # epoch 0 ends at 3 on the new leader: 3 was replaced
+    (t,) = truncations(tr)
+    r = t.report
+    assert (r.consumed_to, r.divergence) == (EpochOffset(4, 0), EpochOffset(3, 0))
+    assert (r.lost_from, r.lost_to, r.position_source) == (3, 4, "left_position")
+    assert tr.state is S.TRUNCATED
+
+
+def test_a_partition_given_back_intact_starts_at_the_committed_position() -> None:
+    tr = given_back()
+    v = validate(tr)
+    tr.on_validation(v, 0, 0, 9, 0.0)
+    assert truncations(tr) == []
+    # Then the committed position itself, validated as any restored one.
+    v2 = validate(tr)
+    assert v2.position == EpochOffset(3, 0)
+    tr.on_validation(v2, 0, 0, 9, 0.0)
+    f = fetch(tr)
+    assert f.offset == 3 and tr.position == EpochOffset(3, 0)
+
+
+def test_a_seek_while_validating_a_given_back_partition_drops_the_committed_start() -> None:
+    tr = given_back()
+    validate(tr)
+    tr.seek(EpochOffset(1, 0))
+    tr.on_validation(validate(tr), 0, 0, 9, 0.0)
+    assert fetch(tr).offset == 1
+
+
+def test_read_to_equal_to_the_position_is_one_validation() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(2, 2, "topic-a")
+    tr.restore(EpochOffset(4, 0), read_to=EpochOffset(4, 0))
+    tr.on_validation(validate(tr), 0, 0, 9, 0.0)
+    assert fetch(tr).offset == 4
+
+
 def test_restore_without_epoch_fetches_directly() -> None:
     tr = PartitionTracker(TP)
     tr.on_metadata(1, 3)

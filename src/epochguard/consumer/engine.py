@@ -411,10 +411,18 @@ class ConsumerEngine:
                         # on an answer asked for now (the next poll, or the one after).
                         self.fetcher.request_metadata()
                         continue
+            read_to = None
+            if position is not None and left is not None and from_ != "left_position":
+                current = normalise_topic_id(topic_ids.get(tp.topic))
+                if current is None or current == left.topic_id:
+                    # This consumer read the partition before a rebalance took it away; a
+                    # commit that failed on the way leaves the committed position below
+                    # what it delivered, and a truncation there must still be reported.
+                    read_to = left
             self._left_positions.forget(tp)
             self._left_checked.pop(tp, None)
             if tracker.state is PartitionState.INITIALIZING:
-                tracker.restore(position, source=from_)
+                tracker.restore(position, source=from_, read_to=read_to)
                 self.fetcher.after_input(tp)
             self._restored.add(tp)
 

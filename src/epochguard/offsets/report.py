@@ -34,6 +34,9 @@ class PositionSource(enum.StrEnum):
     TRUNCATION_HANDLER = "truncation_handler"  # a truncation handler's EpochOffset
     RESET_EARLIEST = "reset_earliest"  # ListOffsets earliest
     RESET_LATEST = "reset_latest"  # ListOffsets latest
+    # Where this consumer stood in a partition it gave up and was given back (restore()'s
+    # ``read_to``), or in a re-created topic's old log.
+    LEFT_POSITION = "left_position"
 
 
 def records_count(count: int | None) -> str:

@@ -195,6 +195,17 @@ SUB_STATES: Final[Mapping[str, SubState]] = {
         ("on_fetch_error", "_begin_validation"),
         ("_apply_epoch_answer",),
     ),
+    "_start_after": SubState(
+        frozenset({S.AWAIT_VALIDATION}),
+        None,
+        "tuple[EpochOffset, PositionSource | str, bool] | None",
+        "restore() with ``read_to``: the position validated is where this consumer had read "
+        "to before it gave the partition up; once the leader confirms it, the consumer "
+        "starts from this one (the committed or stored position, its source, epoch_exact), "
+        "validated in turn",
+        ("restore", "seek"),
+        ("_validated",),
+    ),
     "_cause": SubState(
         frozenset({S.AWAIT_VALIDATION}),
         DetectedBy.RESTORE,
@@ -403,6 +414,7 @@ class PartitionTracker:
         "_retry_at",
         "_source",
         "_splices",
+        "_start_after",
         "_state",
         "_topic_confirmed",
         "_topic_id",
@@ -464,6 +476,7 @@ class PartitionTracker:
         # A divergence point found below the leader's answer, waiting for the log start probe.
         self._probe_divergence: EpochOffset | None = None
         self._reset_on_valid = False
+        self._start_after: tuple[EpochOffset, PositionSource | str, bool] | None = None
         # Reset in progress.
         self._reset_strategy = ResetStrategy.LATEST
         self._reset_reason: ResetReason | str | None = None
@@ -651,14 +664,37 @@ class PartitionTracker:
         position: EpochOffset | None,
         source: PositionSource | str = PositionSource.COMMITTED,
         epoch_exact: bool = False,
+        read_to: EpochOffset | None = None,
     ) -> None:
         """Start from a committed/stored position (``None``: there is none).
 
         ``epoch_exact``: see :meth:`seek`.
+
+        ``read_to``: where this consumer had read to in the partition before it gave it up
+        (a rebalance took it away and gave it back). A commit that failed on the way leaves
+        ``position`` below it, and the records in between were delivered: ``read_to`` is
+        validated first, so a truncation of them is reported (with ``read_to`` as
+        ``consumed_to``, source ``left_position``); once it is confirmed, the consumer starts
+        from ``position`` as without it. Ignored without an epoch or when equal to
+        ``position``.
         """
         if position is None:
             self._source = source
             self._no_valid_offset(ResetReason.NO_COMMITTED_OFFSET, no_offset=True)
+        elif (
+            read_to is not None
+            and read_to.offset > 0
+            and read_to.leader_epoch is not None
+            and (read_to.offset, read_to.leader_epoch) != (position.offset, position.leader_epoch)
+            and (
+                read_to.topic_id is None
+                or position.topic_id is None
+                or read_to.topic_id == position.topic_id
+            )
+        ):
+            self.seek(read_to, source=PositionSource.LEFT_POSITION)
+            if self._state is S.AWAIT_VALIDATION:
+                self._start_after = (position, source, epoch_exact)
         else:
             self.seek(position, source=source, epoch_exact=epoch_exact)
 
@@ -681,6 +717,7 @@ class PartitionTracker:
         if not isinstance(position, EpochOffset):
             position = EpochOffset(position)
         epoch_exact = epoch_exact or position.epoch_exact
+        self._start_after = None
         report = self._report
         # The application resumes where this tracker's own report said the logs part (the
         # documented answer to LogTruncationError, and a truncation handler's usual one).
@@ -1127,6 +1164,7 @@ class PartitionTracker:
             self._probe = False
             self._probe_divergence = None
             self._reset_on_valid = False
+            self._start_after = None
         if new is not S.AWAIT_RESET:
             self._reset_reason = None
         if new in STOPPED_STATES:
@@ -1372,6 +1410,7 @@ class PartitionTracker:
 
     def _validated(self, current_leader_epoch: int | None) -> None:
         cause = self._cause
+        start_after = self._start_after
         self._goto(T.VALIDATED)
         self._bump()
         self._events.append(
@@ -1379,6 +1418,11 @@ class PartitionTracker:
                 self.tp, EpochOffset(self._offset, self._epoch), current_leader_epoch, cause
             )
         )
+        if start_after is not None:
+            # What this consumer read before giving the partition up is intact: start where
+            # the commit (or store) says, validated as any restored position.
+            position, source, epoch_exact = start_after
+            self.seek(position, source=source, epoch_exact=epoch_exact)
 
     def _truncation(self, divergence: EpochOffset | None, leader_epoch: int | None) -> None:
         if self._from_reset and not self._hist:

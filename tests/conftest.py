@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
 
 from . import jvm_markers, work_groups
+
+if TYPE_CHECKING:
+    from epochguard.testing.apache_kafka import ApacheKafkaCluster
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -23,3 +28,14 @@ def pytest_configure(config: pytest.Config) -> None:
 settings.register_profile("repeatable", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("EPOCHGUARD_HYPOTHESIS", "repeatable"))
+
+
+@pytest.fixture(scope="session")
+def shared_apache_cluster() -> Iterator[ApacheKafkaCluster]:
+    """Three real Kafka brokers shared by the modules of this test process that need no
+    special cluster (tests/shared_kafka.py); take it through ``module_share``."""
+    from epochguard.testing.apache_kafka import ApacheKafkaCluster
+    from epochguard.testing.apache_kafka.pytest_support import require_real_kafka
+
+    with ApacheKafkaCluster(brokers=3, jars=require_real_kafka()) as cluster:
+        yield cluster

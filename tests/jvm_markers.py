@@ -28,6 +28,7 @@ JVM_MARKERS = ("real_kafka", "spark")
 #: Fixtures that start a JVM, and the marker a test requesting them must carry.
 JVM_FIXTURES = {
     "kafka_jars": "real_kafka",  # real Kafka brokers, the Java probe and group members
+    "shared_apache_cluster": "real_kafka",  # tests/shared_kafka.py
     "spark": "spark",  # a SparkSession (py4j gateway JVM)
     "master_url": "spark",  # a Spark standalone master and worker
 }

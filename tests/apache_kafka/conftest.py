@@ -19,6 +19,8 @@ from epochguard.testing.apache_kafka.pytest_support import (
     require_real_kafka,
 )
 
+from ..shared_kafka import module_share
+
 ROOT = Path(__file__).resolve().parents[2]
 LOG_ARCHIVE = ROOT / "build" / "kafka-logs"
 HERE = Path(__file__).resolve().parent
@@ -51,9 +53,12 @@ def kafka_jars() -> KafkaJars:
 
 
 @pytest.fixture(scope="module")
-def module_cluster(kafka_jars: KafkaJars) -> Iterator[ApacheKafkaCluster]:
-    """Three brokers shared by one test module (start-up is the expensive part)."""
-    with ApacheKafkaCluster(brokers=3, jars=kafka_jars) as cluster:
+def module_cluster(
+    kafka_jars: KafkaJars, shared_apache_cluster: ApacheKafkaCluster
+) -> Iterator[ApacheKafkaCluster]:
+    """Three brokers for the module: the process's shared cluster (start-up is the expensive
+    part), given back with every broker running and the module's topics deleted."""
+    with module_share(shared_apache_cluster) as cluster:
         yield cluster
 
 

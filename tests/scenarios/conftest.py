@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from epochguard.testing import ApacheKafkaCluster, Cluster, EmbeddedCluster
+from epochguard.testing import Cluster, EmbeddedCluster
 from epochguard.testing.apache_kafka.pytest_support import (
     archive_logs_if_failed,
     record_report,
@@ -25,6 +25,7 @@ from epochguard.testing.franzgo import (
     go_probe_required,
 )
 
+from ..shared_kafka import module_share
 from . import epoch_subjects
 from .summary import write_summary
 
@@ -63,13 +64,16 @@ CLUSTERS_AND_DRIVERS = [*CLUSTERS, "embedded-asyncio", "embedded-raft"]
 
 
 @contextlib.contextmanager
-def scenario_cluster(name: str) -> Iterator[Cluster]:
-    cluster: Cluster
+def scenario_cluster(name: str, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """The module's cluster: the process's shared real Kafka cluster for "apache" (given back
+    as the module found it, tests/shared_kafka.py), else an EmbeddedCluster of its own."""
     if name == "apache":
-        cluster = ApacheKafkaCluster(brokers=3, jars=require_real_kafka())
-    else:
-        epochs = "raft" if name == "embedded-raft" else "kafka"
-        cluster = EmbeddedCluster(brokers=3, first_broker_id=0, epochs=epochs)
+        require_real_kafka()
+        with module_share(request.getfixturevalue("shared_apache_cluster")) as shared:
+            yield shared
+        return
+    epochs = "raft" if name == "embedded-raft" else "kafka"
+    cluster = EmbeddedCluster(brokers=3, first_broker_id=0, epochs=epochs)
     driver = epoch_subjects.DRIVER
     if name.endswith("-asyncio"):
         epoch_subjects.DRIVER = "asyncio"
@@ -82,7 +86,7 @@ def scenario_cluster(name: str) -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module", params=CLUSTERS)
 def module_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    with scenario_cluster(request.param) as cluster:
+    with scenario_cluster(request.param, request) as cluster:
         yield cluster
 
 

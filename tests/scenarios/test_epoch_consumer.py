@@ -100,7 +100,7 @@ LIVE_DETECTORS = {
 @pytest.fixture(scope="module", params=CLUSTERS_AND_DRIVERS)
 def module_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """This module's scenarios also run with AIOEpochConsumer subjects."""
-    with scenario_cluster(request.param) as cluster:
+    with scenario_cluster(request.param, request) as cluster:
         yield cluster
 
 

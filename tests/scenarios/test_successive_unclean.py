@@ -66,7 +66,7 @@ D_VALUES, E_VALUES = ["d0", "d1"], ["e0", "e1"]
 @pytest.fixture(scope="module", params=CLUSTERS_AND_DRIVERS)
 def module_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """This module's scenarios also run with AIOEpochConsumer subjects."""
-    with scenario_cluster(request.param) as cluster:
+    with scenario_cluster(request.param, request) as cluster:
         yield cluster
 
 

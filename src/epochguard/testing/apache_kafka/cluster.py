@@ -1104,6 +1104,12 @@ class ApacheKafkaCluster:
 
         _wait(f"ACLs for {principal} on {name}", enforced_everywhere, timeout=30)
 
+    def topic_names(self) -> set[str]:
+        """The topics the cluster has, internal ones (``__consumer_offsets`` and the like)
+        left out."""
+        meta = self._metadata_from(self.running_broker_ids[0], None)
+        return {t.name for t in meta.topics if t.error_code == 0 and not t.is_internal}
+
     def delete_topic(self, name: str) -> None:
         req = DeleteTopicsRequest(
             topics=[DeleteTopicsRequest.DeleteTopicState(name=name)], timeout_ms=30000

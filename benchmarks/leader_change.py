@@ -23,7 +23,10 @@ Method (also written into the JSON):
   retried every 5 ms until it is taken, from the moment of the ElectLeaders call). A
   client's time is from the election to its receipt of the marker; ``marker_written`` is
   the same clock for the write's acknowledgement (records committed, the floor for every
-  client).
+  client), and a client's ``after_marker_written`` its time less that floor, change by
+  change. On Apache Kafka the floor is most of the time: the new leader takes writes only
+  once it has learnt of the election, and the marker is committed only once the followers
+  fetch from it.
 * Unclean changes (``LEADER_UNCLEAN_CHANGES``, default ``LEADER_CHANGES``): a topic of one
   partition on two brokers (min.insync.replicas 1; on Apache Kafka brokers 0 and 1, broker
   2 has no replica and is never stopped). Each change: the follower is stopped (it leaves
@@ -40,7 +43,11 @@ Method (also written into the JSON):
   naming the truncation or an offset reset (``auto.offset.reset=error``; it restarts the
   partition at the log start, having no divergence point); aiokafka has no signal
   (``auto_offset_reset="earliest"``). A client with no signal for a change is counted
-  "not detected", with where it read on.
+  "not detected", with where it read on. ``new_leader_written``: when the new leader took
+  the 5 records (every client's floor). The time between the leader's stop and the
+  election (seconds on Apache Kafka, a broker JVM starting) is outside the measure, but
+  the clients spend it without a leader, retrying: their backoffs then decide how soon
+  they look again.
 * p50, p99 and max per client (nearest rank). Requests per change: over the changes (the
   quiet start and the end excluded), divided by their number. On the EmbeddedCluster the
   brokers count every client's requests by client id, per API, for every client alike. On
@@ -58,6 +65,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -300,11 +308,13 @@ def _confluent(bootstrap: str, topic: str, unclean: bool, out: _Out) -> None:
                     "truncat" in text.lower()
                     or name in ("_AUTO_OFFSET_RESET", "OFFSET_OUT_OF_RANGE")
                 ):
-                    out.report(None, f"{name}: {text}")
+                    # The divergence is only in the text ("... broker end offset is 5").
+                    found = re.search(r"broker end offset is (\d+)", text)
+                    div = None if found is None else int(found.group(1))
+                    out.report(div, f"{name}: {text}")
                     # librdkafka stops the partition after the error and refuses a seek in
-                    # that state: assigning it again restarts it (at the log start: it gives
-                    # no divergence point).
-                    start = TopicPartition(topic, 0, OFFSET_BEGINNING)
+                    # that state: assigning it again restarts it.
+                    start = TopicPartition(topic, 0, OFFSET_BEGINNING if div is None else div)
                     try:
                         c.seek(start)
                     except Exception:
@@ -774,15 +784,19 @@ def clean_section(stage: EmbeddedStage, logs: Path) -> dict[str, Any]:
         events, counted = _end_fleet(stage, fleet, topic, before, CHANGES)
     clients: dict[str, Any] = {}
     for name, ev in events.items():
-        ms = []
-        for i, (t0, _w) in enumerate(elected):
+        ms, after_written = [], []
+        for i, (t0, written) in enumerate(elected):
             at = first_record(ev, f"marker-{i}", t0)
             if at is not None:
                 ms.append((at - t0) * 1000)
+                after_written.append((at - written) * 1000)
         clients[name] = {
             "received": len(ms),
             "missed": CHANGES - len(ms),
             **summary(ms),
+            "after_marker_written": {
+                k: v for k, v in summary(after_written).items() if k != "each_ms"
+            },
             "requests_counted_by": counted[name]["counted_by"],
             "requests_per_change": counted[name]["per_change"],
         }
@@ -856,7 +870,12 @@ def unclean_section(stage: EmbeddedStage, logs: Path) -> dict[str, Any]:
             "requests_per_change": counted[name]["per_change"],
             "example_report": next((e["report"]["detail"] for e in ev if "report" in e), None),
         }
-    return {"changes": UNCLEAN_CHANGES, "lost_per_change": LOST, "clients": clients}
+    return {
+        "changes": UNCLEAN_CHANGES,
+        "lost_per_change": LOST,
+        "new_leader_written": summary([(c["written"] - c["t0"]) * 1000 for c in changes]),
+        "clients": clients,
+    }
 
 
 def _unclean_changes(
@@ -875,14 +894,21 @@ def _unclean_changes(
         stage.stop(leader)
         stage.start(follower)
         new = [f"new-{i}-{j}" for j in range(NEW)]
-        t0, _written, at = stage.elect_and_write(topic, follower, new, unclean=True)
+        t0, written, at = stage.elect_and_write(topic, follower, new, unclean=True)
         assert at == divergence, f"the new leader wrote at {at}, not at {divergence}"
         fleet.wait(
             lambda ev, t0=t0, last=new[-1]: (
                 first_report(ev, t0) is not None or first_record(ev, last, t0) is not None
             )
         )
-        changes.append({"t0": t0, "divergence": divergence, "last_read": divergence + LOST - 1})
+        changes.append(
+            {
+                "t0": t0,
+                "written": written,
+                "divergence": divergence,
+                "last_read": divergence + LOST - 1,
+            }
+        )
         stage.start(leader)
         stage.wait_isr(topic, [leader, follower])
         leader, follower = follower, leader

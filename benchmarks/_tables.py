@@ -319,15 +319,16 @@ def _ms(value: float | None) -> str:
 
 
 def _requests_per_change(x: dict[str, Any]) -> str:
-    """``Metadata 0.07, OffsetForLeaderEpoch 1, Fetch 3.9; hints used 0.97``, and who
-    counted them when it was the client itself."""
+    """``5: Metadata 0.1, OffsetForLeaderEpoch 1, Fetch 3.9; hints used 0.97`` (the total
+    first), and who counted them when it was the client itself."""
     counts = x.get("requests_per_change")
     if counts is None:
         return "not counted"
     hints = counts.get("leader hints used")
     apis = [k for k in counts if k != "leader hints used"]
     apis.sort(key=lambda k: (k == "Fetch", k))
-    text = ", ".join(f"{k} {counts[k]:g}" for k in apis) or "none"
+    total = round(sum(counts[k] for k in apis), 2)
+    text = f"{total:g}: " + (", ".join(f"{k} {counts[k]:g}" for k in apis) or "none")
     if hints is not None:
         text += f"; hints used {hints:g}"
     if x.get("requests_counted_by") not in (None, "brokers"):
@@ -356,9 +357,11 @@ def _leader_change_footer(record: dict[str, Any], r: dict[str, Any], section: st
         if section == "clean":
             floor = c["clean"]["marker_written"]
             extra = f", marker written {_ms(floor['p50_ms'])} / {_ms(floor['p99_ms'])} after it"
+        day = str(c.get("started_at", ""))[:10]
+        when = f" (run of {day})" if day and day != str(record.get("started_at", ""))[:10] else ""
         parts.append(
-            f"{_CLUSTER_NAMES.get(cluster, cluster)}: {c[section]['changes']} changes{extra}, "
-            f"load average {load_avg:g}"
+            f"{_CLUSTER_NAMES.get(cluster, cluster)}{when}: {c[section]['changes']} "
+            f"changes{extra}, load average {load_avg:g}"
         )
     return measured(record, "; ".join(parts))
 
@@ -369,14 +372,17 @@ def leader_change(results: Path) -> str:
 
     def cells(x: dict[str, Any]) -> list[object]:
         missed = f" ({x['missed']} missed)" if x["missed"] else ""
+        after = x["after_marker_written"]
         return [
             _ms(x["p50_ms"]) + missed,
             _ms(x["p99_ms"]),
+            f"{_ms(after['p50_ms'])} / {_ms(after['p99_ms'])}",
             _requests_per_change(x),
         ]
 
     rows = _leader_change_rows(r, "clean", cells)
-    out = table(["cluster", "client", "p50", "p99", "requests per change"], rows)
+    header = ["cluster", "client", "p50", "p99", "p50 / p99 after the record was committed"]
+    out = table([*header, "requests per change"], rows)
     return out + _leader_change_footer(record, r, "clean")
 
 

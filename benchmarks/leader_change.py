@@ -55,7 +55,8 @@ Method (also written into the JSON):
   OffsetForLeaderEpoch, ListOffsets, Fetch) and librdkafka (its statistics, every API, one
   statistics interval of 1 s at each end of the window); the others are not counted there.
 * The load average is recorded before and after each cluster's sections (the machine may
-  be shared).
+  be shared). ``LEADER_CLUSTERS`` (default ``embedded,apache``) runs some of them; the
+  other cluster's sections are kept from the current result file, each with its start.
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ LOGS = ROOT / "build" / "leader_change"
 LOST, NEW = 3, 5
 #: How long a client may take to show a change before it counts as missed.
 WAIT_S = 30.0
+#: How long a broker may refuse a write (it has not learnt it leads) before the run fails.
+WRITE_S = 120.0
 #: A client that missed this many changes in a row is not waited for any more.
 GIVE_UP_AFTER = 3
 #: Java's own defaults for what ``TruncationProbe``'s driver shortens for tests.
@@ -553,6 +556,8 @@ class EmbeddedStage:
     """The schedule's operations on an EmbeddedCluster."""
 
     name = "embedded"
+    #: What the cluster raises when it refuses an election.
+    refused: type[Exception] = RuntimeError
 
     def __init__(self, cluster: Any) -> None:
         self.c = cluster
@@ -620,7 +625,11 @@ class ApacheStage(EmbeddedStage):
     # replicas, fenced epoch: the broker has not learnt its new role yet
 
     def __init__(self, cluster: Any) -> None:
+        from epochguard.testing.apache_kafka.cluster import ElectionError
+
         super().__init__(cluster)
+        self.refused = ElectionError
+        self._stop_writing = threading.Event()
         self.label = (
             f"Apache Kafka {cluster.kafka_version}, 3 KRaft brokers and a controller, "
             "each its own JVM"
@@ -662,8 +671,8 @@ class ApacheStage(EmbeddedStage):
             ],
         )
         host, port = self.c.broker_address(target).rsplit(":", 1)
-        deadline = time.monotonic() + WAIT_S
-        while True:
+        deadline = time.monotonic() + WRITE_S
+        while not self._stop_writing.is_set():
             error = "unreachable"
             try:
                 answer = call((host, int(port)), request, ProduceResponse, 9)
@@ -676,8 +685,13 @@ class ApacheStage(EmbeddedStage):
             except WireError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"write to broker {target}: {error} for {WAIT_S} s")
+                views = {b: self.c.partition_state(topic, 0, b) for b in self.c.running_broker_ids}
+                raise RuntimeError(
+                    f"write of {values} to broker {target}: {error} for {WRITE_S} s; "
+                    f"the brokers' views: {views}"
+                )
             time.sleep(0.005)
+        raise RuntimeError(f"write of {values} to broker {target}: the election was refused")
 
     def leader(self, topic: str) -> int:
         leader = self.c.leader(topic, 0)
@@ -703,10 +717,18 @@ class ApacheStage(EmbeddedStage):
             except BaseException as exc:
                 failed.append(exc)
 
-        writer = threading.Thread(target=write)
+        writer = threading.Thread(target=write, daemon=True)
         t0 = time.time()
         writer.start()
-        self.c.elect_leader(topic, 0, broker, unclean=unclean)
+        try:
+            self.c.elect_leader(topic, 0, broker, unclean=unclean)
+        except self.refused:
+            # The writer keeps knocking on a broker that will not lead: wait for it to give
+            # up, or the marker lands later, in the middle of the next attempt.
+            self._stop_writing.set()
+            writer.join()
+            self._stop_writing.clear()
+            raise
         writer.join()
         if failed:
             raise failed[0]
@@ -813,13 +835,28 @@ def _clean_changes(
     """The clean changes: when each election started and when its marker was written."""
     elected: list[tuple[float, float]] = []
     for i in range(CHANGES):
+        _progress(f"{stage.name} clean change {i}")
         stage.write(topic, [f"before-{i}"])
         fleet.wait_for_value(f"before-{i}")
-        leader = stage.leader(topic)
-        target = next(b for b in replicas[replicas.index(leader) + 1 :] + replicas if b != leader)
-        stage.prefer(topic, target)
-        time.sleep(0.5)  # every client idle, waiting at the end of the log
-        t0, written, _ = stage.elect_and_write(topic, target, [f"marker-{i}"], unclean=False)
+        for attempt in range(3):
+            # A loaded machine can slow a follower out of the ISR for a moment: the change
+            # starts with every replica in sync, and a refused election starts it again.
+            stage.wait_isr(topic, replicas)
+            leader = stage.leader(topic)
+            target = next(
+                b for b in replicas[replicas.index(leader) + 1 :] + replicas if b != leader
+            )
+            stage.prefer(topic, target)
+            time.sleep(0.5)  # every client idle, waiting at the end of the log
+            try:
+                t0, written, _ = stage.elect_and_write(
+                    topic, target, [f"marker-{i}"], unclean=False
+                )
+                break
+            except stage.refused as exc:
+                _progress(f"election refused ({exc!r}); again")
+                if attempt == 2:
+                    raise
         elected.append((t0, written))
         fleet.wait_for_value(f"marker-{i}", after=t0)
     return elected
@@ -884,6 +921,7 @@ def _unclean_changes(
     """The unclean changes: when each election started and what the clients had read."""
     changes: list[dict[str, Any]] = []
     for i in range(UNCLEAN_CHANGES):
+        _progress(f"{stage.name} unclean change {i}: leader {leader}, follower {follower}")
         stage.prefer(topic, follower)
         stage.stop(follower)
         stage.wait_isr(topic, [leader])
@@ -915,13 +953,21 @@ def _unclean_changes(
     return changes
 
 
+def _progress(text: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
+
+
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
 def _run_cluster(stage: EmbeddedStage, logs: Path) -> dict[str, Any]:
     load_before = _load()
-    out: dict[str, Any] = {"cluster": stage.label, "load_avg_before": load_before}
+    out: dict[str, Any] = {
+        "cluster": stage.label,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_avg_before": load_before,
+    }
     out["clean"] = clean_section(stage, logs)
     out["load_avg_after_clean"] = _load()
     out["unclean"] = unclean_section(stage, logs)
@@ -951,7 +997,23 @@ def run() -> dict[str, Any]:
         with ApacheKafkaCluster(brokers=3) as kafka:
             result["clusters"]["apache"] = _run_cluster(ApacheStage(kafka), logs)
     result["load_avg_after"] = _load()
+    result["clusters"] = {**_earlier_sections(), **result["clusters"]}
     return result
+
+
+def _earlier_sections() -> dict[str, Any]:
+    """The sections of the clusters this run left out (``LEADER_CLUSTERS``), from the
+    current result file: one file holds both clusters, each section says when it ran."""
+    try:
+        earlier = json.loads((ROOT / "benchmarks" / "results" / "leader_change.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    sections = earlier.get("result", {}).get("clusters", {})
+    return {
+        name: sections[name]
+        for name in ("embedded", "apache")
+        if name not in CLUSTERS and name in sections and "started_at" in sections[name]
+    }
 
 
 if __name__ == "__main__":

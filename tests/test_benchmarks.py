@@ -5,6 +5,7 @@ are run by ``make bench``, not here."""
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import time
 from collections.abc import Iterator
@@ -283,3 +284,23 @@ def test_leader_change_says_where_a_client_without_a_signal_read_on(
     if offset is not None:
         events.append({"value": "v", "offset": offset, "at": t0 + 0.2})
     assert leader_change._what_it_did(events, t0, divergence=10, last_read=12) == what
+
+
+def test_leader_change_keeps_the_other_clusters_section_from_the_result_file(
+    leader_change: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    sections = {
+        "embedded": {"started_at": "2026-11-26T11:00:00Z", "clean": {}},
+        "apache": {"started_at": "2026-11-26T10:00:00Z", "clean": {}},
+    }
+    (results / "leader_change.json").write_text(json.dumps({"result": {"clusters": sections}}))
+    monkeypatch.setattr(leader_change, "ROOT", tmp_path)
+    monkeypatch.setattr(leader_change, "CLUSTERS", ["apache"])
+    assert leader_change._earlier_sections() == {"embedded": sections["embedded"]}
+    monkeypatch.setattr(leader_change, "CLUSTERS", ["embedded", "apache"])
+    assert leader_change._earlier_sections() == {}
+    (results / "leader_change.json").write_text('{"result": {"clients": {}}}')  # older form
+    monkeypatch.setattr(leader_change, "CLUSTERS", ["apache"])
+    assert leader_change._earlier_sections() == {}

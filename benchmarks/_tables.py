@@ -324,6 +324,10 @@ def _requests_per_change(x: dict[str, Any]) -> str:
     counts = x.get("requests_per_change")
     if counts is None:
         return "not counted"
+    if any(v < 0 for v in counts.values()):
+        # librdkafka's statistics count per broker connection and start over when a broker
+        # restarts: across restarts its own counts say nothing.
+        return "not counted (its counters started over)"
     hints = counts.get("leader hints used")
     apis = [k for k in counts if k != "leader hints used"]
     apis.sort(key=lambda k: (k == "Fetch", k))

@@ -790,7 +790,8 @@ def _end_fleet(
             if "leader hints used" in own:
                 diff["leader hints used"] = own["leader hints used"]
             counted[name] = {"counted_by": "brokers", "per_change": per_change(diff, n)}
-        elif own:
+        elif own and min(own.values()) >= 0:
+            # (librdkafka's statistics start over when a broker restarts: then not counted)
             counted[name] = {"counted_by": _own_counts_by(name), "per_change": per_change(own, n)}
         else:
             counted[name] = {"counted_by": None, "per_change": None}

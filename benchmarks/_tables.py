@@ -311,31 +311,104 @@ def detection(results: Path) -> str:
     return out + measured(record, "EmbeddedCluster, one unclean election of 5 records")
 
 
+_CLUSTER_NAMES = {"embedded": "EmbeddedCluster", "apache": "Apache Kafka"}
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:g} ms"
+
+
+def _requests_per_change(x: dict[str, Any]) -> str:
+    """``5: Metadata 0.1, OffsetForLeaderEpoch 1, Fetch 3.9; hints used 0.97`` (the total
+    first), and who counted them when it was the client itself."""
+    counts = x.get("requests_per_change")
+    if counts is None:
+        return "not counted"
+    if any(v < 0 for v in counts.values()):
+        # librdkafka's statistics count per broker connection and start over when a broker
+        # restarts: across restarts its own counts say nothing.
+        return "not counted (its counters started over)"
+    hints = counts.get("leader hints used")
+    apis = [k for k in counts if k != "leader hints used"]
+    apis.sort(key=lambda k: (k == "Fetch", k))
+    total = round(sum(counts[k] for k in apis), 2)
+    text = f"{total:g}: " + (", ".join(f"{k} {counts[k]:g}" for k in apis) or "none")
+    if hints is not None:
+        text += f"; hints used {hints:g}"
+    if x.get("requests_counted_by") not in (None, "brokers"):
+        text += f" ({x['requests_counted_by']})"
+    return text
+
+
+def _leader_change_rows(
+    r: dict[str, Any], section: str, cells: Callable[[dict[str, Any]], list[object]]
+) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for cluster, c in r["clusters"].items():
+        for client, x in c[section]["clients"].items():
+            name = CLIENT_NAMES.get(client, client)
+            if client.startswith("epochguard"):
+                name = f"**{name}**"
+            rows.append([_CLUSTER_NAMES.get(cluster, cluster), name, *cells(x)])
+    return rows
+
+
+def _leader_change_footer(record: dict[str, Any], r: dict[str, Any], section: str) -> str:
+    parts = []
+    for cluster, c in r["clusters"].items():
+        load_avg = c["load_avg_before"][0]
+        extra = ""
+        if section == "clean":
+            floor = c["clean"]["marker_written"]
+            extra = f", marker written {_ms(floor['p50_ms'])} / {_ms(floor['p99_ms'])} after it"
+        day = str(c.get("started_at", ""))[:10]
+        when = f" (run of {day})" if day and day != str(record.get("started_at", ""))[:10] else ""
+        parts.append(
+            f"{_CLUSTER_NAMES.get(cluster, cluster)}{when}: {c[section]['changes']} "
+            f"changes{extra}, load average {load_avg:g}"
+        )
+    return measured(record, "; ".join(parts))
+
+
 def leader_change(results: Path) -> str:
     record = load("leader_change", results)
     r = result_of(record)
-    rows = []
-    for client, x in r["clients"].items():
-        per_change = "-"
-        if "metadata_requests_per_change" in x:
-            per_change = (
-                f"Metadata {x['metadata_requests_per_change']:g}, OffsetForLeaderEpoch "
-                f"{x['offset_for_leader_epoch_requests_per_change']:g}, hints used "
-                f"{x['leader_hints_applied_per_change']:g}"
-            )
-        rows.append(
-            [
-                CLIENT_NAMES.get(client, client),
-                f"{x['p50_ms']:g} ms",
-                f"{x['p99_ms']:g} ms",
-                per_change,
-            ]
-        )
-    out = table(["client", "p50", "p99", "requests per change"], rows)
-    load_avg = f"load average {r['load_avg_1m_before']:g}"
-    return out + measured(
-        record, f"EmbeddedCluster, {r['changes']} clean leader changes; {load_avg}"
-    )
+
+    def cells(x: dict[str, Any]) -> list[object]:
+        missed = f" ({x['missed']} missed)" if x["missed"] else ""
+        after = x["after_marker_written"]
+        return [
+            _ms(x["p50_ms"]) + missed,
+            _ms(x["p99_ms"]),
+            f"{_ms(after['p50_ms'])} / {_ms(after['p99_ms'])}",
+            _requests_per_change(x),
+        ]
+
+    rows = _leader_change_rows(r, "clean", cells)
+    header = ["cluster", "client", "p50", "p99", "p50 / p99 after the record was committed"]
+    out = table([*header, "requests per change"], rows)
+    return out + _leader_change_footer(record, r, "clean")
+
+
+def leader_change_unclean(results: Path) -> str:
+    record = load("leader_change", results)
+    r = result_of(record)
+
+    def cells(x: dict[str, Any]) -> list[object]:
+        otherwise = "; ".join(f"{what}: {n}" for what, n in x["when_not_detected"].items())
+        return [
+            f"{x['detected']} / {x['detected'] + x['not_detected']}",
+            x["divergence_given"],
+            _ms(x["p50_ms"]),
+            _ms(x["p99_ms"]),
+            otherwise or "-",
+            _requests_per_change(x),
+        ]
+
+    rows = _leader_change_rows(r, "unclean", cells)
+    header = ["cluster", "client", "detected", "with the divergence point", "p50", "p99"]
+    out = table([*header, "not detected: what it did", "requests per change"], rows)
+    return out + _leader_change_footer(record, r, "unclean")
 
 
 def rebalance(results: Path) -> str:
@@ -842,6 +915,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "decoder": consumer_throughput,
     "detection": detection,
     "leader_change": leader_change,
+    "leader_change_unclean": leader_change_unclean,
     "rebalance": rebalance,
     "rebalance_pause": rebalance_pause,
     "cross_rack": cross_rack,

@@ -5,6 +5,7 @@ are run by ``make bench``, not here."""
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import time
 from collections.abc import Iterator
@@ -228,3 +229,78 @@ def test_spark_latency_summarises_what_the_sink_saw() -> None:
         bench.summarise(arrivals[:2], progress, warmup=1, records=3)
     with pytest.raises(RuntimeError, match=r"twice: \[2\]"):
         bench.summarise([*arrivals, (4, t + 2, [bench.stamp(2, t)])], progress, 1, 3)
+
+
+# ---------------------------------------------------------------------- leader_change
+
+
+@pytest.fixture(scope="module")
+def leader_change() -> Iterator[ModuleType]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(ROOT))
+        yield importlib.import_module("benchmarks.leader_change")
+
+
+def test_leader_change_reads_times_reports_and_counts_from_client_lines(
+    leader_change: ModuleType,
+) -> None:
+    t0 = 1000.0
+    events = [
+        {"value": "marker-0", "offset": 4, "at": t0 - 5},  # before the election: not it
+        {"counts": {"Fetch": 10, "Metadata": 2}, "label": "count-mark"},
+        {"report": {"divergence": 7, "detail": "x"}, "at": t0 + 0.03},
+        {"value": "marker-0", "offset": 9, "at": t0 + 0.05},
+        {"counts": {"Fetch": 70, "Metadata": 2, "OffsetForLeaderEpoch": 30}, "label": "end"},
+    ]
+    assert leader_change.first_record(events, "marker-0", t0) == t0 + 0.05
+    assert leader_change.first_record(events, "marker-0") == t0 - 5
+    assert leader_change.first_record(events, "marker-1") is None
+    assert leader_change.first_report(events, t0)["report"]["divergence"] == 7
+    assert leader_change.first_report(events, t0 + 1) is None
+    counted = leader_change.counts_between(events, "count-mark", "end")
+    assert counted == {"Fetch": 60, "OffsetForLeaderEpoch": 30}  # Metadata: none in between
+    assert leader_change.per_change(counted, 30) == {"Fetch": 2.0, "OffsetForLeaderEpoch": 1.0}
+    assert leader_change.counts_between(events[:3], "count-mark", "end") == {}
+    s = leader_change.summary([30.0, 10.0, 20.0])
+    assert (s["p50_ms"], s["p99_ms"], s["max_ms"]) == (20.0, 30.0, 30.0)
+    assert leader_change.summary([])["p50_ms"] is None
+
+
+@pytest.mark.parametrize(
+    ("offset", "what"),
+    [
+        (13, "read on past the lost records (new records at their offsets skipped)"),
+        (10, "read on at the divergence point"),
+        (0, "re-read from before the divergence"),
+        (11, "re-read records at the lost records' offsets"),
+        (None, "nothing read"),
+    ],
+)
+def test_leader_change_says_where_a_client_without_a_signal_read_on(
+    leader_change: ModuleType, offset: int | None, what: str
+) -> None:
+    t0 = 50.0
+    events: list[dict[str, Any]] = [{"value": "lost-0-2", "offset": 12, "at": t0 - 1}]
+    if offset is not None:
+        events.append({"value": "v", "offset": offset, "at": t0 + 0.2})
+    assert leader_change._what_it_did(events, t0, divergence=10, last_read=12) == what
+
+
+def test_leader_change_keeps_the_other_clusters_section_from_the_result_file(
+    leader_change: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    sections = {
+        "embedded": {"started_at": "2026-11-26T11:00:00Z", "clean": {}},
+        "apache": {"started_at": "2026-11-26T10:00:00Z", "clean": {}},
+    }
+    (results / "leader_change.json").write_text(json.dumps({"result": {"clusters": sections}}))
+    monkeypatch.setattr(leader_change, "ROOT", tmp_path)
+    monkeypatch.setattr(leader_change, "CLUSTERS", ["apache"])
+    assert leader_change._earlier_sections() == {"embedded": sections["embedded"]}
+    monkeypatch.setattr(leader_change, "CLUSTERS", ["embedded", "apache"])
+    assert leader_change._earlier_sections() == {}
+    (results / "leader_change.json").write_text('{"result": {"clients": {}}}')  # older form
+    monkeypatch.setattr(leader_change, "CLUSTERS", ["apache"])
+    assert leader_change._earlier_sections() == {}

@@ -196,6 +196,26 @@ def test_garbage_and_unknown_apis_close_only_that_connection(cluster: EmbeddedCl
     w.close()
 
 
+def test_requests_are_counted_per_client_id_and_api(cluster: EmbeddedCluster) -> None:
+    metadata = MetadataRequest(
+        version=12,
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    w = Wire.to(cluster, 2)
+    for _ in range(3):
+        w.call(metadata, MetadataResponse)
+    w.close()
+    garbage = Wire.to(cluster, 1)
+    garbage.send_raw(struct.pack(">ihhi", 8, 3, 12, 1))  # cut short: never decoded
+    assert garbage.closed_by_peer()
+    counts = cluster.requests_by_client()
+    assert counts[("wire-test", 3)] == 3  # tests/embedded/wire.py's client id, Metadata
+    assert {client for client, _api in counts} == {"wire-test"}
+    assert sum(counts.values()) == sum(cluster.requests_seen().values())
+
+
 def test_metadata_has_epochs_topic_ids_and_per_broker_views(cluster: EmbeddedCluster) -> None:
     cluster.create_topic("t", partitions=2, replication_factor=3)
     leader = cluster.leader("t", 0)

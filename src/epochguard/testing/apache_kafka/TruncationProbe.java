@@ -10,7 +10,8 @@
 //   seek_to_beginning | seek_to_end
 //   quit
 // Every command answers with exactly one terminal event ("polled", "position", "seeked",
-// "closed" or "error"), so a driver can read until it sees one.
+// "closed" or "error"), so a driver can read until it sees one. Record, truncation and
+// out-of-range events carry "at_ms", the wall clock when the consumer handed them over.
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -175,14 +176,16 @@ public final class TruncationProbe {
     }
 
     static String truncationJson(LogTruncationException ex) {
-        return "{\"event\":\"truncation\",\"divergent_offsets\":"
+        return "{\"event\":\"truncation\",\"at_ms\":" + System.currentTimeMillis()
+            + ",\"divergent_offsets\":"
             + divergentJson(ex.divergentOffsets()) + ",\"fetch_offsets\":"
             + offsetsJson(ex.offsetOutOfRangePartitions()) + ",\"message\":"
             + quote(ex.getMessage()) + "}";
     }
 
     static String outOfRangeJson(OffsetOutOfRangeException ex) {
-        return "{\"event\":\"out_of_range\",\"fetch_offsets\":"
+        return "{\"event\":\"out_of_range\",\"at_ms\":" + System.currentTimeMillis()
+            + ",\"fetch_offsets\":"
             + offsetsJson(ex.offsetOutOfRangePartitions()) + ",\"message\":"
             + quote(ex.getMessage()) + "}";
     }
@@ -210,7 +213,8 @@ public final class TruncationProbe {
                     // The consumer moved its position by itself (a reset or a truncation rewind).
                     emit("{\"event\":\"position_jump\",\"from\":" + expected + ",\"to\":" + r.offset() + "}");
                 }
-                emit("{\"event\":\"record\",\"offset\":" + r.offset() + ",\"leader_epoch\":"
+                emit("{\"event\":\"record\",\"at_ms\":" + System.currentTimeMillis()
+                    + ",\"offset\":" + r.offset() + ",\"leader_epoch\":"
                     + epoch(r.leaderEpoch()) + ",\"key\":" + bytes(r.key()) + ",\"value\":"
                     + bytes(r.value()) + "}");
                 expected = r.offset() + 1;

@@ -1281,8 +1281,10 @@ class ApacheKafkaCluster:
         result = resp.replica_election_results[0].partition_result[0]
         return int(result.error_code)
 
-    def _put_first(self, topic: str, partition: int, broker_id: int) -> None:
-        """Reorder the replica list so ``broker_id`` is preferred: same set, no data moves."""
+    def prefer_replica(self, topic: str, partition: int, broker_id: int) -> None:
+        """Reorder the replica list so ``broker_id`` is preferred: same set, no data moves,
+        the leader stays (:meth:`elect_leader` does this first; done beforehand, the election
+        alone is what clients see next)."""
         state = self.partition_state(topic, partition)
         if state.replicas[0] == broker_id:
             return
@@ -1340,7 +1342,7 @@ class ApacheKafkaCluster:
             raise ElectionError(
                 f"broker {broker_id} is not in the ISR {list(state.isr)} of {topic}-{partition}"
             )
-        self._put_first(topic, partition, broker_id)
+        self.prefer_replica(topic, partition, broker_id)
         election_type = 1 if unclean and not live_leader else 0  # 0 PREFERRED, 1 UNCLEAN
         deadline = time.monotonic() + 30.0
         while True:

@@ -286,6 +286,10 @@ class EmbeddedCluster:
         """How many requests of each (api_key, version) the brokers decoded."""
         return self._call(lambda: dict(self._state.request_counts))
 
+    def requests_by_client(self) -> dict[tuple[str | None, int], int]:
+        """How many requests of each API key each client (by its client id) sent."""
+        return self._call(lambda: dict(self._state.request_counts_by_client))
+
     def request_bytes(self) -> dict[int, int]:
         """Bytes of the requests the brokers decoded, per API key (size prefix included)."""
         return self._call(lambda: dict(self._state.request_bytes))

@@ -444,6 +444,8 @@ class EmbeddedServer:
             )
             return False
         self.state.request_counts[api_key, version] += 1
+        client_id = getattr(request.header, "client_id", None)
+        self.state.request_counts_by_client[client_id, api_key] += 1
         self.state.request_bytes[api_key] += len(payload) + 4  # with the size prefix
         faults = self.state.faults
         if faults.take_disconnect(broker_id, api_key):

@@ -192,6 +192,10 @@ class ClusterState:
         self.elr_enabled = True
         # (api_key, version) -> number of requests decoded, for tests to assert on.
         self.request_counts: collections.Counter[tuple[int, int]] = collections.Counter()
+        # (client_id, api_key) -> number of requests decoded: what each client asked for.
+        self.request_counts_by_client: collections.Counter[tuple[str | None, int]] = (
+            collections.Counter()
+        )
         #: bytes of requests received per API key (framing included)
         self.request_bytes: collections.Counter[int] = collections.Counter()
         self.default_partitions = 1

@@ -82,9 +82,12 @@ chaos: $(STAMP)
 # FIRST..FIRST+SEEDS-1 with EpochConsumer and the Java reference consumer side by side, one at
 # a time on one ApacheKafkaCluster (about 25 s each), and merges the figures into
 # benchmarks/results/chaos_scoreboard.json (the EmbeddedCluster rows stay).
+# CHAOS_ARGS=--network: the schedules with network faults, every client (EpochConsumer, Java,
+# kafka-python, confluent-kafka, aiokafka) through the fault proxy, into its own section.
 chaos-apache: $(STAMP) kafka-jars
 	$(BIN)/python -m benchmarks.chaos_scoreboard --apache-only \
-		--seeds $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),30) --first $(FIRST)
+		--seeds $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),30) --first $(FIRST) \
+		$(CHAOS_ARGS)
 
 # The first seeded chaos test (tests/consumer/test_chaos.py): SEEDS per mode from seed
 # index FIRST, about 3.5 s each, plus the regression schedules. CI runs 3.

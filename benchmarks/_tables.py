@@ -782,6 +782,67 @@ def chaos_apache(results: Path) -> str:
     return out + measured(record, f"{a['cluster']}, `{a['generator']}`")
 
 
+_VERDICT_HEADER = [
+    "client",
+    "schedules failed",
+    "silent losses",
+    "silent re-reads",
+    "spurious reports",
+    "stalls",
+    "raise breaches",
+    "reports",
+    "records delivered",
+]
+_VERDICT_KEYS = ("silent_losses", "silent_rereads", "spurious_reports", "stalls", "raise_breaches")
+
+
+def _verdict_rows(clients: dict[str, Any]) -> list[list[object]]:
+    return [
+        [
+            CLIENT_NAMES.get(name, name),
+            f"{c['schedules_failed']} / {c['schedules']}",
+            *(c[k] for k in _VERDICT_KEYS),
+            c["reports"],
+            f"{c['records_delivered']:,}",
+        ]
+        for name, c in clients.items()
+    ]
+
+
+def _section(name: str, results: Path) -> dict[str, Any]:
+    section: dict[str, Any] | None = result_of(load("chaos_scoreboard", results)).get(name)
+    if not section:
+        raise TableError(f"chaos_scoreboard.json has no {name} section")
+    return section
+
+
+def _load_range(section: dict[str, Any]) -> str:
+    return (
+        f"load average {load_text(section['load_average_before'])} before, "
+        f"{load_text(section['load_average_after'])} after"
+    )
+
+
+def chaos_apache_network(results: Path) -> str:
+    a = _section("apache_kafka_network", results)
+    faults = ", ".join(f"{k} {v}" for k, v in a["network_faults"].items())
+    return table(_VERDICT_HEADER, _verdict_rows(a["clients"])) + (
+        f"\n*Measured {a['started_at'][:10]}; {a['cluster']}, `{a['generator']}`, seeds "
+        f"{a['seeds']}; network faults: {faults} ({a['injected_delay_s']:g} s of injected "
+        f"delays); {a['seconds'] / 60:.0f} minutes, {_load_range(a)}.*\n"
+    )
+
+
+def chaos_scoreboard_network(results: Path) -> str:
+    n = _section("network", results)
+    minutes = sum(c["seconds"] for c in n["clients"].values()) / 60
+    return table(_VERDICT_HEADER, _verdict_rows(n["clients"])) + (
+        f"\n*Measured {n['started_at'][:10]}; {n['cluster']}, `{n['generator']}`, seeds "
+        f"{n['seeds']}, one client at a time, {n['workers']} schedules at a time; "
+        f"{minutes:.0f} minutes, {_load_range(n)}.*\n"
+    )
+
+
 def chaos_at_scale(results: Path, name: str = "chaos_at_scale") -> str:
     r = load(name, results)
     keys = ("silent_losses", "silent_rereads", "spurious_reports", "stalls", "raise_breaches")
@@ -930,6 +991,8 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "spark_pushdown": spark_pushdown,
     "chaos_scoreboard": chaos_scoreboard,
     "chaos_apache": chaos_apache,
+    "chaos_apache_network": chaos_apache_network,
+    "chaos_scoreboard_network": chaos_scoreboard_network,
     "chaos_at_scale": chaos_at_scale,
     "chaos_raft_at_scale": chaos_raft_at_scale,
     "chaos_asyncio_at_scale": chaos_asyncio_at_scale,

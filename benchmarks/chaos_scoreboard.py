@@ -13,6 +13,15 @@ section: ``EPOCHGUARD_SCOREBOARD_APACHE_SCHEDULES=N`` runs N of them with the re
 0: the section already in the file is kept), and ``python -m benchmarks.chaos_scoreboard
 --apache-only --seeds N`` (``make chaos-apache SEEDS=N``) runs only them and merges them
 into the file, keeping the EmbeddedCluster rows.
+
+With network faults (the fault proxy between every client and every broker, the schedules'
+``NetFault`` steps): ``--apache-only --network --seeds N`` (``make chaos-apache SEEDS=N
+CHAOS_ARGS=--network``) runs N real-Kafka schedules of ``generate_apache(seed,
+network=True)`` with every client side by side (EpochConsumer, Java, kafka-python,
+confluent-kafka, aiokafka) into the ``apache_kafka_network`` section, and ``--network-only
+--schedules N --first K`` runs the EmbeddedCluster schedules of ``generate(seed,
+network=True)``, seeds K..K+N-1, for EpochConsumer and the reference clients, one client at
+a time, into the ``network`` section. Either keeps the rest of the file.
 """
 
 from __future__ import annotations
@@ -34,18 +43,27 @@ from epochguard.testing.chaos.schedule import generate
 SCHEDULES = int(os.environ.get("EPOCHGUARD_SCOREBOARD_SCHEDULES", "100"))
 APACHE_SCHEDULES = int(os.environ.get("EPOCHGUARD_SCOREBOARD_APACHE_SCHEDULES", "0"))
 WORKERS = 6
+#: The clients of the EmbeddedCluster network rows (the asyncio driver shares the engine).
+NETWORK_CLIENTS = ("epochguard", "kafka-python", "confluent-kafka", "aiokafka")
 RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "chaos_scoreboard.json"
 
 
-def score(client: str, schedules: int = SCHEDULES, workers: int = WORKERS) -> dict[str, Any]:
+def score(
+    client: str,
+    schedules: int = SCHEDULES,
+    workers: int = WORKERS,
+    *,
+    first: int = 0,
+    network: bool = False,
+) -> dict[str, Any]:
     started = time.monotonic()
     totals: Counter[str] = Counter()
     failed: list[int] = []
     harness_failed: list[int] = []
     examples: list[str] = []
     runs = run_many(
-        map(generate, range(schedules)),
+        (generate(seed, network=network) for seed in range(first, first + schedules)),
         {client: CLIENTS[client]},
         workers=workers,
         end_timeout=10.0,
@@ -87,11 +105,15 @@ def _previous() -> dict[str, Any]:
     return previous
 
 
-def score_apache(schedules: int, first: int = 0) -> dict[str, Any]:
+def score_apache(schedules: int, first: int = 0, network: bool = False) -> dict[str, Any]:
     """The real-Kafka section: EpochConsumer and Java on the schedules of seeds
-    ``first..first+schedules-1`` (one ApacheKafkaCluster, one schedule at a time)."""
+    ``first..first+schedules-1`` (one ApacheKafkaCluster, one schedule at a time); with
+    ``network``, every client through the fault proxy on the network schedules."""
+    from epochguard.testing.chaos.apache import ALL_APPS
     from epochguard.testing.chaos.apache import score as apache_score
 
+    if network:
+        return apache_score(range(first, first + schedules), echo=True, network=True, apps=ALL_APPS)
     return apache_score(range(first, first + schedules), echo=True)
 
 
@@ -104,18 +126,49 @@ def run() -> dict[str, Any]:
     }
     if APACHE_SCHEDULES > 0:
         result["apache_kafka"] = score_apache(APACHE_SCHEDULES)
-    elif "apache_kafka" in (previous := _previous()):
-        result["apache_kafka"] = previous["apache_kafka"]
+    previous = _previous()
+    for kept in ("apache_kafka", "apache_kafka_network", "network"):
+        if kept not in result and kept in previous:
+            result[kept] = previous[kept]
     return result  # python -m benchmarks writes it, with the host details
 
 
-def run_apache_only(schedules: int, first: int = 0) -> dict[str, Any]:
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def run_apache_only(schedules: int, first: int = 0, network: bool = False) -> dict[str, Any]:
     """Run only the real-Kafka schedules and merge them into the result file (the
-    EmbeddedCluster rows stay as they are)."""
+    EmbeddedCluster rows stay as they are): the ``apache_kafka`` section, or with
+    ``network`` the ``apache_kafka_network`` one."""
     started = time.time()
-    section = score_apache(schedules, first)
+    section = score_apache(schedules, first, network)
+    section["started_at"] = _utc(started)
     result = _previous()
-    result["apache_kafka"] = section
+    result["apache_kafka_network" if network else "apache_kafka"] = section
+    write_record(RESULTS, "chaos_scoreboard", started, result)
+    return section
+
+
+def run_network_only(schedules: int, first: int, workers: int) -> dict[str, Any]:
+    """The EmbeddedCluster network rows (:data:`NETWORK_CLIENTS`, one client at a time on
+    the same seeds), merged into the result file as its ``network`` section."""
+    started = time.time()
+    section: dict[str, Any] = {
+        "cluster": "EmbeddedCluster (3 brokers; every client through the fault proxy)",
+        "generator": "generate(seed, network=True)",
+        "seeds": f"{first}..{first + schedules - 1}",
+        "workers": workers,
+        "load_average_before": [round(x, 2) for x in os.getloadavg()],
+        "clients": {},
+    }
+    for name in NETWORK_CLIENTS:
+        section["clients"][name] = score(name, schedules, workers, first=first, network=True)
+        print(json.dumps({name: section["clients"][name]}), flush=True)
+    section["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    section["started_at"] = _utc(started)
+    result = _previous()
+    result["network"] = section
     write_record(RESULTS, "chaos_scoreboard", started, result)
     return section
 
@@ -124,12 +177,29 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.chaos_scoreboard")
     ap.add_argument("--apache-only", action="store_true", help="only the real-Kafka rows")
     ap.add_argument("--seeds", type=int, default=30, help="real-Kafka schedules (default 30)")
-    ap.add_argument("--first", type=int, default=0, help="the first real-Kafka seed")
+    ap.add_argument("--first", type=int, default=0, help="the first seed")
+    ap.add_argument(
+        "--network",
+        action="store_true",
+        help="with --apache-only: the network schedules, every client through the fault proxy",
+    )
+    ap.add_argument(
+        "--network-only",
+        action="store_true",
+        help="only the EmbeddedCluster network rows (--schedules of them from --first)",
+    )
+    ap.add_argument("--schedules", type=int, default=100, help="with --network-only")
+    ap.add_argument("--workers", type=int, default=WORKERS, help="with --network-only")
     args = ap.parse_args(argv)
-    if args.seeds < 1 or args.first < 0:
-        ap.error("--seeds must be >= 1 and --first >= 0")
-    if args.apache_only:
-        print(json.dumps(run_apache_only(args.seeds, args.first), indent=2))
+    if args.seeds < 1 or args.first < 0 or args.schedules < 1 or args.workers < 1:
+        ap.error("--seeds, --schedules and --workers must be >= 1 and --first >= 0")
+    if args.network and not args.apache_only:
+        ap.error("--network goes with --apache-only (--network-only: the EmbeddedCluster rows)")
+    if args.network_only:
+        section = run_network_only(args.schedules, args.first, args.workers)
+        print(json.dumps(section, indent=2))
+    elif args.apache_only:
+        print(json.dumps(run_apache_only(args.seeds, args.first, args.network), indent=2))
     else:
         print(json.dumps(run(), indent=2))
     return 0

@@ -3,6 +3,8 @@ the faults ApacheKafkaCluster can apply, and short enough for 30 runs in minutes
 
 from __future__ import annotations
 
+import time
+
 import attrs
 import pytest
 
@@ -126,3 +128,93 @@ def test_transactional_real_kafka_schedules_lose_a_marker_each() -> None:
         assert sum(_heavy(x) for x in s.steps) <= APACHE_HEAVY_MAX
         assert generate_apache(seed) == generate_apache(seed, transactions=False)
     assert {sch.TxnProduce, sch.TxnEnd} <= txn_kinds
+
+
+def test_network_schedules_mix_proxy_faults_into_the_real_kafka_steps() -> None:
+    net_kinds: set[str] = set()
+    for seed in SEEDS:
+        s = generate_apache(seed, network=True)
+        assert (s.partitions, s.members, s.offsets) == (1, 1, "group")
+        assert s.network and s.unclean, s
+        assert sum(_heavy(x) for x in s.steps) <= APACHE_HEAVY_MAX
+        blackholed = False
+        for step in s.steps:
+            assert isinstance(step, sch.APACHE_NET_STEPS), step
+            if isinstance(step, sch.NetFault):
+                net_kinds.add(step.kind)
+                blackholed = blackholed or step.kind == "blackhole"
+            # A consumer created into a half-open broker is a known limit, kept apart.
+            assert not (blackholed and isinstance(step, sch.RestartConsumer)), s
+        # The schedules without network faults stay what they were.
+        assert not generate_apache(seed).network
+        assert generate_apache(seed) == generate_apache(seed, network=False)
+    assert net_kinds == set(sch.NET_FAULT_KINDS)
+    assert generate_apache(7, network=True) == generate_apache(7, network=True)
+    assert generate_apache(7, network=True).injected_delay_s == sum(
+        x.delay_s for x in generate_apache(7, network=True).steps if isinstance(x, sch.NetFault)
+    )
+
+
+def test_network_and_transactions_are_not_drawn_together() -> None:
+    with pytest.raises(ScheduleError, match="network and transactions"):
+        generate_apache(0, network=True, transactions=True)
+
+
+def test_a_network_schedule_needs_the_proxy_the_cluster_was_started_with() -> None:
+    s = generate_apache(2, network=True)
+    with pytest.raises(ValueError, match="needs proxy="):
+        run_apache_schedule(s, None)  # type: ignore[arg-type]
+
+
+def test_replay_code_of_a_network_schedule_puts_the_proxy_in_front() -> None:
+    s = generate_apache(11, network=True)
+    code = replay_code(s)
+    assert "FaultProxy() as proxy" in code and "fault_proxy=proxy" in code
+    assert "proxy=proxy)" in code
+    namespace: dict[str, object] = {}
+    exec(code.split("with FaultProxy")[0], namespace)  # the imports only
+    assert eval(repr(s), namespace) == s
+
+
+def test_a_client_that_raises_in_a_real_kafka_run_stalls_alone(tmp_path: object) -> None:
+    """Up to five clients share a real-Kafka run: one that raises is a stall of its own
+    (its error in the stall's text), and the runner goes on for the others."""
+    from epochguard.testing.chaos.apache import _ApacheRun
+    from epochguard.testing.chaos.runner import MemberContext
+
+    class Quiet:
+        def poll_once(self) -> None:
+            time.sleep(0.01)
+
+        def close(self) -> None:
+            pass
+
+    def quiet(_ctx: MemberContext) -> Quiet:
+        return Quiet()
+
+    def crashing(_ctx: MemberContext) -> Quiet:
+        raise RuntimeError("no broker answered")
+
+    class NoCluster:
+        all_bootstrap_servers = "127.0.0.1:1"
+
+    run = _ApacheRun(
+        generate_apache(1),
+        NoCluster(),  # type: ignore[arg-type]
+        {"quiet": quiet, "crashing": crashing},
+        str(tmp_path),
+        0.0,
+        "t",
+    )
+    run.start_member("quiet")
+    run.start_member("crashing")
+    (crashed,) = run.members["crashing"]
+    crashed.join(5)
+    try:
+        run.check_members()  # does not raise: the crash is the crashing client's alone
+        assert run.members["crashing"] == [] and run.alive("quiet")
+        assert "RuntimeError('no broker answered')" in run.crashed["crashing"]
+        assert "the client raised RuntimeError" in run.inner_state("crashing", 0)
+        assert "raised" not in run.inner_state("quiet", 0)
+    finally:
+        run.close_members()

@@ -29,11 +29,21 @@ records are transactional and where the markers are. The unclean-election recipe
 usually loses a marker (see :meth:`_ApacheRun._lose_marker`); EpochConsumer's application
 aborts the hanging transaction it reports, as the transactions guide says, which frees the
 Java consumer too. The coordinator's state is not read: no report is judged spurious here.
+
+With network faults (``generate_apache(seed, network=True)``, ``--network``) a
+:class:`~epochguard.testing.netfault.FaultProxy` stands in front of every broker
+(``ApacheKafkaCluster(fault_proxy=...)``): Metadata answers name the proxy's addresses, every
+consumer (the Java probe too) bootstraps from it and reaches each broker through it, while
+replication, the runner's writes, log reads and control calls stay on the brokers' own
+listener. :class:`~epochguard.testing.chaos.schedule.NetFault` steps set the proxy's faults,
+and the end-marker deadline counts their durations (``_Run.execute``). ``apps`` adds the
+scoreboard's other clients (kafka-python, confluent-kafka, aiokafka) on the same schedules.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -83,6 +93,7 @@ from epochguard.testing.chaos.schedule import (
     DeleteRecords,
     Elect,
     Idle,
+    NetFault,
     Produce,
     RestartConsumer,
     Schedule,
@@ -100,8 +111,10 @@ from epochguard.testing.chaos.transactions import (
     read_batches,
 )
 from epochguard.testing.helpers import produce
+from epochguard.testing.netfault import FaultProxy
 
 __all__ = [
+    "ALL_APPS",
     "REPLICAS",
     "JavaChaosClient",
     "java_consumer",
@@ -116,6 +129,9 @@ log = get_logger("epochguard.testing.chaos.apache")  # also when run as __main__
 
 #: The brokers holding the partition (leader first at creation); broker 2 holds none.
 REPLICAS = (0, 1)
+#: Every client a real-Kafka run can put on a schedule: EpochConsumer, the Java consumer and
+#: the EmbeddedCluster scoreboard's reference clients.
+ALL_APPS = ("epochguard", "java", "kafka-python", "confluent-kafka", "aiokafka")
 _topics = itertools.count()
 
 #: With transactions: the brokers' ``transaction.max.timeout.ms`` and the producer's
@@ -207,12 +223,31 @@ class _ApacheRun(_Run):
         tmpdir: str,
         step_gap: float,
         topic: str,
+        proxy: FaultProxy | None = None,
     ) -> None:
-        super().__init__(schedule, cluster, clients, tmpdir, step_gap)
+        super().__init__(schedule, cluster, clients, tmpdir, step_gap, proxy)
         self.topic = topic
         self.kafka = cluster
         self.consumer_txn_max_timeout_ms = CONSUMER_TXN_MAX_TIMEOUT_MS
         self.txn_settle_s = (TXN_TIMEOUT_MS + 3 * TXN_CLEANUP_INTERVAL_MS) / 1000 + 10
+        #: apps whose member raised, with the error: they stall, the others go on
+        self.crashed: dict[str, str] = {}
+
+    def check_members(self) -> None:
+        """A member that raised fails its own client (a stall: its end marker is never
+        received, and the stall names the error); the other clients of the schedule are
+        still judged. A real-Kafka run costs tens of seconds and puts up to five clients on
+        it: one client's crash must not take the others' verdicts with it."""
+        for app, members in self.members.items():
+            for m in [m for m in members if m.error is not None]:
+                log.warning("chaos_apache_member_failed", app=app, error=repr(m.error))
+                self.crashed.setdefault(app, f"{m.error!r}")
+                members.remove(m)
+
+    def inner_state(self, app: str, partition: int | None = None) -> str:
+        crashed = self.crashed.get(app)
+        prefix = f"; the client raised {crashed}" if crashed else ""
+        return prefix + super().inner_state(app, partition)
 
     def make_transactions(self) -> TxnDriver:
         ids = [
@@ -345,6 +380,8 @@ class _ApacheRun(_Run):
             return f"{step!r}: below {before}"
         if isinstance(step, Idle | RestartConsumer):
             return super().apply(step)
+        if isinstance(step, NetFault):
+            return self.apply_net_fault(step)
         if isinstance(step, TxnProduce | TxnEnd):
             return self.apply_txn(step)
         raise TypeError(f"not a real-Kafka chaos step: {step!r}")
@@ -421,6 +458,8 @@ class _ApacheRun(_Run):
 
     def heal(self) -> None:
         c = self.kafka
+        if self.proxy is not None:
+            self.proxy.heal()
         for b in c.broker_ids:
             if not c.is_running(b):
                 c.start_broker(b)
@@ -452,7 +491,16 @@ class JavaChaosClient:
         props = {"group.id": ctx.group_id}
         if ctx.read_committed:
             props["isolation.level"] = "read_committed"
-        self.probe: JavaTruncationProbe = cluster.java_probe(ctx.topic, 0, "none", props=props)
+        # ctx.bootstrap: through the fault proxy when the run has one, as every client.
+        self.probe = JavaTruncationProbe(
+            ctx.bootstrap,
+            ctx.topic,
+            0,
+            "none",
+            props=props,
+            jars=cluster.jars,
+            log_dir=cluster.work_dir / "probes",
+        )
         ctx.emit(Assigned(-1, 0, -1))
 
     def _seek(self, divergence: Mapping[str, Any] | None) -> None:
@@ -531,9 +579,14 @@ def java_consumer(cluster: ApacheKafkaCluster) -> ClientFactory:
 
 
 def default_clients(cluster: ApacheKafkaCluster) -> dict[str, ClientFactory]:
-    from epochguard.testing.chaos.clients import epoch_consumer
+    """Every client of :data:`ALL_APPS` by application name."""
+    from epochguard.testing.chaos.clients import CLIENTS
 
-    return {"epochguard": epoch_consumer, "java": java_consumer(cluster)}
+    return {
+        "epochguard": CLIENTS["epochguard"],
+        "java": java_consumer(cluster),
+        **{app: CLIENTS[app] for app in ALL_APPS if app not in ("epochguard", "java")},
+    }
 
 
 def run_apache_schedule(
@@ -543,20 +596,28 @@ def run_apache_schedule(
     *,
     step_gap: float = 0.3,
     end_timeout: float = 60.0,
+    proxy: FaultProxy | None = None,
 ) -> RunResult:
     """Run a one-partition ``schedule`` on ``cluster`` (a topic of its own), EpochConsumer
-    and the Java consumer side by side by default; :func:`verdicts` judges each."""
+    and the Java consumer side by side by default; :func:`verdicts` judges each. A schedule
+    with network faults needs ``proxy``, the fault proxy ``cluster`` was started with
+    (``ApacheKafkaCluster(fault_proxy=proxy)``): the consumers then connect through it."""
     if schedule.partitions != 1 or schedule.members != 1 or schedule.offsets != "group":
         raise ValueError(
             "a real-Kafka schedule has one partition and one consumer committing to its "
             f"group (generate_apache), got {schedule!r}"
         )
+    if schedule.network and proxy is None:
+        raise ValueError(
+            "a schedule with network faults needs proxy=, the FaultProxy the cluster was "
+            "started with (ApacheKafkaCluster(fault_proxy=proxy))"
+        )
     if clients is None:
-        clients = default_clients(cluster)
+        clients = {a: c for a, c in default_clients(cluster).items() if a in ("epochguard", "java")}
     topic = f"chaos-{schedule.seed}-{os.getpid()}-{next(_topics)}"
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="chaos-apache-") as tmpdir:
-        run = _ApacheRun(schedule, cluster, clients, tmpdir, step_gap, topic)
+        run = _ApacheRun(schedule, cluster, clients, tmpdir, step_gap, topic, proxy)
         try:
             try:
                 run.execute(end_timeout)
@@ -580,13 +641,25 @@ def run_apache_schedule(
 
 
 def replay_code(schedule: Schedule) -> str:
-    """Python that replays ``schedule`` on a fresh cluster (paste it into a test or a shell)."""
+    """Python that replays ``schedule`` on a fresh cluster (paste it into a test or a shell);
+    behind a fault proxy when it has network faults."""
+    if not schedule.network:
+        return (
+            "from epochguard.testing.apache_kafka import ApacheKafkaCluster\n"
+            "from epochguard.testing.chaos.apache import run_apache_schedule, verdicts\n"
+            "from epochguard.testing.chaos.schedule import *\n\n"
+            "with ApacheKafkaCluster(brokers=3) as cluster:\n"
+            f"    result = run_apache_schedule({schedule!r}, cluster)\n"
+            "for app, verdict in verdicts(result, ('epochguard', 'java')).items():\n"
+            "    print(app, verdict.describe())\n"
+        )
     return (
         "from epochguard.testing.apache_kafka import ApacheKafkaCluster\n"
         "from epochguard.testing.chaos.apache import run_apache_schedule, verdicts\n"
-        "from epochguard.testing.chaos.schedule import *\n\n"
-        "with ApacheKafkaCluster(brokers=3) as cluster:\n"
-        f"    result = run_apache_schedule({schedule!r}, cluster)\n"
+        "from epochguard.testing.chaos.schedule import *\n"
+        "from epochguard.testing.netfault import FaultProxy\n\n"
+        "with FaultProxy() as proxy, ApacheKafkaCluster(brokers=3, fault_proxy=proxy) as cluster:\n"
+        f"    result = run_apache_schedule({schedule!r}, cluster, proxy=proxy)\n"
         "for app, verdict in verdicts(result, ('epochguard', 'java')).items():\n"
         "    print(app, verdict.describe())\n"
     )
@@ -597,7 +670,9 @@ def verdicts(result: RunResult, apps: Iterable[str]) -> dict[str, Verdict]:
     return {app: judge(result.history, app) for app in apps}
 
 
-def _recover(cluster: ApacheKafkaCluster) -> None:
+def _recover(cluster: ApacheKafkaCluster, proxy: FaultProxy | None) -> None:
+    if proxy is not None:
+        proxy.heal()
     for b in cluster.broker_ids:
         if not cluster.is_running(b):
             cluster.start_broker(b)
@@ -611,46 +686,67 @@ def run_apache_many(
     step_gap: float = 0.3,
     end_timeout: float = 60.0,
     transactions: bool = False,
+    network: bool = False,
 ) -> Iterator[tuple[RunResult, dict[str, Verdict]]]:
     """Run ``schedules`` one after another on one fresh ApacheKafkaCluster (with
-    ``transactions``: configured for transactional schedules, :data:`TXN_BROKER_CONFIG`).
+    ``transactions``: configured for transactional schedules, :data:`TXN_BROKER_CONFIG`;
+    with ``network``: behind a fault proxy, for schedules with network faults).
+    ``apps``: which of :data:`ALL_APPS` consume each schedule.
     A run a client raised in (:class:`ChaosClientError`) comes with that client's verdict
     only, a stall; a run the cluster or the runner broke comes with no verdicts, its error
     as the step log and its traceback as ``harness_error``. Either way the cluster's
     brokers are started again."""
     config = TXN_BROKER_CONFIG if transactions else None
-    with ApacheKafkaCluster(brokers=3, jars=jars, broker_config=config) as cluster:
-        everyone = default_clients(cluster)
-        clients = {a: everyone[a] for a in apps}
-        for s in schedules:
-            try:
-                r = run_apache_schedule(
-                    s, cluster, clients, step_gap=step_gap, end_timeout=end_timeout
-                )
-            except Exception as exc:
-                log.warning("chaos_apache_run_failed", seed=s.seed, error=repr(exc))
-                _recover(cluster)
-                failed_app = exc.app if isinstance(exc, ChaosClientError) else None
-                if failed_app in apps:
-                    # The client raised: a stall of its own; the others were not judged.
-                    stall = Stalled(-1, f"the run raised {exc!r}", failed_app)
-                    history = History((stall,), (), {}, s.policy)
-                    r = RunResult(s, failed_app, history, judge(history), 0.0, (f"raised {exc!r}",))
-                    yield r, {failed_app: r.verdict}
-                    continue
-                trace = "".join(traceback.format_exception(exc))
-                r = RunResult(
-                    s,
-                    apps[0],
-                    History((), (), {}, s.policy),
-                    Verdict(),
-                    0.0,
-                    (f"the harness raised {exc!r}",),
-                    harness_error=trace,
-                )
-                yield r, {}
+    unknown = [a for a in apps if a not in ALL_APPS]
+    if unknown or not apps:
+        raise ValueError(f"apps must name some of {ALL_APPS}, got {apps!r}")
+    with contextlib.ExitStack() as stack:
+        proxy = stack.enter_context(FaultProxy()) if network else None
+        cluster = stack.enter_context(
+            ApacheKafkaCluster(brokers=3, jars=jars, broker_config=config, fault_proxy=proxy)
+        )
+        yield from _run_on(cluster, proxy, schedules, apps, step_gap, end_timeout)
+
+
+def _run_on(
+    cluster: ApacheKafkaCluster,
+    proxy: FaultProxy | None,
+    schedules: Iterable[Schedule],
+    apps: tuple[str, ...],
+    step_gap: float,
+    end_timeout: float,
+) -> Iterator[tuple[RunResult, dict[str, Verdict]]]:
+    everyone = default_clients(cluster)
+    clients = {a: everyone[a] for a in apps}
+    for s in schedules:
+        try:
+            r = run_apache_schedule(
+                s, cluster, clients, step_gap=step_gap, end_timeout=end_timeout, proxy=proxy
+            )
+        except Exception as exc:
+            log.warning("chaos_apache_run_failed", seed=s.seed, error=repr(exc))
+            _recover(cluster, proxy)
+            failed_app = exc.app if isinstance(exc, ChaosClientError) else None
+            if failed_app in apps:
+                # The client raised: a stall of its own; the others were not judged.
+                stall = Stalled(-1, f"the run raised {exc!r}", failed_app)
+                history = History((stall,), (), {}, s.policy)
+                r = RunResult(s, failed_app, history, judge(history), 0.0, (f"raised {exc!r}",))
+                yield r, {failed_app: r.verdict}
                 continue
-            yield r, verdicts(r, apps)
+            trace = "".join(traceback.format_exception(exc))
+            r = RunResult(
+                s,
+                apps[0],
+                History((), (), {}, s.policy),
+                Verdict(),
+                0.0,
+                (f"the harness raised {exc!r}",),
+                harness_error=trace,
+            )
+            yield r, {}
+            continue
+        yield r, verdicts(r, apps)
 
 
 _COUNTS = (
@@ -683,10 +779,14 @@ def score(
     jars: KafkaJars | None = None,
     echo: bool = False,
     transactions: bool = False,
+    network: bool = False,
+    apps: tuple[str, ...] = ("epochguard", "java"),
 ) -> dict[str, Any]:
     """Run the real-Kafka schedules of ``seeds`` and sum each client's verdicts (the
     ``apache_kafka`` section of benchmarks/results/chaos_scoreboard.json; with
-    ``transactions``, benchmarks/results/chaos_transactions_apache.json)."""
+    ``network``, its ``apache_kafka_network`` section; with ``transactions``,
+    benchmarks/results/chaos_transactions_apache.json). ``apps``: the clients put on
+    every schedule (:data:`ALL_APPS`)."""
     seeds = list(seeds)
     started = time.monotonic()
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -696,15 +796,23 @@ def score(
     examples: dict[str, list[str]] = {}
     seconds: list[float] = []
     not_run: list[str] = []
-    schedules = (generate_apache(s, steps=steps, transactions=transactions) for s in seeds)
+    net_faults: Counter[str] = Counter()
+    injected_delay_s = 0.0
+    schedules = (
+        generate_apache(s, steps=steps, transactions=transactions, network=network) for s in seeds
+    )
     counts = _COUNTS + (_TXN_COUNTS if transactions else ())
-    for r, vs in run_apache_many(schedules, jars=jars, transactions=transactions):
+    for r, vs in run_apache_many(
+        schedules, jars=jars, apps=apps, transactions=transactions, network=network
+    ):
         if not vs:  # the harness failed: no client is to blame, none is counted
             not_run.append(f"seed {r.schedule.seed}: {r.step_log[0]}")
             if echo:
                 print(f"seed {r.schedule.seed} did not run: {r.step_log[0]}", flush=True)
             continue
         seconds.append(round(r.seconds, 1))
+        net_faults.update(s.kind for s in r.schedule.steps if isinstance(s, NetFault))
+        injected_delay_s += r.schedule.injected_delay_s
         for app, v in vs.items():
             totals.setdefault(app, Counter()).update(
                 {k: getattr(v, k) for k in counts} | {"schedules": 1}
@@ -744,16 +852,25 @@ def score(
             ),
             "examples": examples.get(app, []),
         }
-    txn = ", transactions=True" if transactions else ""
+    flavour = ", transactions=True" if transactions else ", network=True" if network else ""
+    cluster = "ApacheKafkaCluster (3 KRaft brokers, one partition on brokers 0 and 1)"
+    extra: dict[str, Any] = {}
+    if network:
+        cluster = cluster[:-1] + "; every client through the fault proxy)"
+        extra = {
+            "network_faults": dict(sorted(net_faults.items())),
+            "injected_delay_s": round(injected_delay_s, 1),
+        }
     return {
-        "cluster": "ApacheKafkaCluster (3 KRaft brokers, one partition on brokers 0 and 1)",
-        "generator": f"generate_apache(seed, steps={steps}{txn})",
+        "cluster": cluster,
+        "generator": f"generate_apache(seed, steps={steps}{flavour})",
         "seeds": f"{seeds[0]}..{seeds[-1]}" if seeds else "",
         "seconds": round(time.monotonic() - started, 1),
         "seconds_per_schedule": seconds,
         "runs_that_raised": not_run,
         "load_average_before": load_before,
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        **extra,
         "clients": clients,
     }
 
@@ -770,7 +887,22 @@ def main(argv: list[str] | None = None) -> int:
         help="transactional schedules: a transactional producer, read_committed consumers,"
         " unclean elections that lose transaction markers",
     )
+    ap.add_argument(
+        "--network",
+        action="store_true",
+        help="network faults too: every client reaches the brokers through the fault proxy",
+    )
+    ap.add_argument(
+        "--clients",
+        default="epochguard,java",
+        help=f"comma-separated, of {','.join(ALL_APPS)} (default epochguard,java)",
+    )
     args = ap.parse_args(argv)
+    apps = tuple(a for a in args.clients.split(",") if a)
+    if not apps or any(a not in ALL_APPS for a in apps):
+        ap.error(f"--clients must name some of {','.join(ALL_APPS)}, got {args.clients!r}")
+    if args.network and args.transactions:
+        ap.error("--network and --transactions are not drawn together")
     if args.seeds < 1 or args.first < 0 or args.steps < 1:
         ap.error("--seeds and --steps must be >= 1, --first >= 0")
     result = score(
@@ -778,6 +910,8 @@ def main(argv: list[str] | None = None) -> int:
         steps=args.steps,
         echo=True,
         transactions=args.transactions,
+        network=args.network,
+        apps=apps,
     )
     print(json.dumps(result, indent=2), flush=True)
     if args.json:

@@ -524,6 +524,9 @@ def _net_fault(rng: random.Random, pick: int) -> NetFault:
 APACHE_STEPS = (Produce, Elect, StopBroker, StartBroker, DeleteRecords, Idle, RestartConsumer)
 #: With ``generate_apache(transactions=True)``, also these.
 APACHE_TXN_STEPS = (*APACHE_STEPS, TxnProduce, TxnEnd)
+#: With ``generate_apache(network=True)``, also this (applied by the fault proxy in front of
+#: every broker).
+APACHE_NET_STEPS = (*APACHE_STEPS, NetFault)
 
 #: Steps that stop or start a broker JVM (seconds each on real Kafka): at most this many a
 #: schedule, so 30 schedules take minutes, not an hour.
@@ -541,6 +544,7 @@ def generate_apache(
     unclean: bool = True,
     policy: Policy | None = None,
     transactions: bool = False,
+    network: bool = False,
 ) -> Schedule:
     """The real-Kafka schedule of ``seed`` (``epochguard.testing.chaos.apache``): one
     partition, one consumer per client on ``assign()`` committing to its group, and only the
@@ -564,7 +568,16 @@ def generate_apache(
     on both replicas when the follower stops; the leader alone gets its COMMIT, or its ABORT
     when ``pick`` is odd): the new leader has the transaction open with nobody to end it, a
     hanging transaction. Every such schedule has at least one of those.
+
+    ``network`` (another schedule for the same seed): :class:`NetFault` steps are drawn too,
+    the same kinds and durations as :func:`generate`'s, applied between the consumers and
+    one of the three brokers (``pick % 3``: a replica's or the spare's, which coordinates
+    the groups); every such schedule has at least one. After a blackhole no consumer is
+    restarted (the restart becomes an idle step), as in :func:`generate`. Not together with
+    ``transactions``.
     """
+    if network and transactions:
+        raise ScheduleError("generate_apache: network and transactions are not drawn together")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ScheduleError(f"steps must be an int >= 1, got {steps!r}")
     rng = random.Random(seed)
@@ -582,14 +595,22 @@ def generate_apache(
         weights.append(("unclean", 2))
     if transactions:
         weights += [("txn_produce", 5), ("txn_end", 3)]
+    if network:
+        weights.append(("net", 5))
     kinds, ws = zip(*weights, strict=True)
     out: list[Step] = []
     heavy = 0
+    blackholed = False
     for _ in range(steps):
         kind = rng.choices(kinds, ws)[0]
+        if kind == "restart" and blackholed:
+            kind = "idle"  # a consumer created into a half-open broker: see generate()
         pick = rng.randrange(6)
         step: Step
-        if kind == "clean":
+        if kind == "net":
+            step = _net_fault(rng, pick)
+            blackholed = blackholed or step.kind == "blackhole"
+        elif kind == "clean":
             step = Elect(0, False, pick)
         elif kind == "unclean":
             step = Elect(0, True, pick)
@@ -625,6 +646,13 @@ def generate_apache(
         else:
             at = rng.choice([i for i in light if i > 0] or light)
         out[at] = Elect(0, True, rng.randrange(6))
+    if network and not any(isinstance(s, NetFault) for s in out):
+        # Inserted (after the first step: consumers should have read something), so that
+        # the schedule keeps its unclean election; a blackhole moves to the end, where no
+        # restart follows it.
+        fault = _net_fault(rng, rng.randrange(6))
+        at = len(out) if fault.kind == "blackhole" else rng.randint(1, len(out))
+        out.insert(at, fault)
     if transactions and not any(
         isinstance(s, Elect) and s.unclean and s.pick % 3 != 2 for s in out
     ):

@@ -230,8 +230,6 @@ class _ApacheRun(_Run):
         self.kafka = cluster
         self.consumer_txn_max_timeout_ms = CONSUMER_TXN_MAX_TIMEOUT_MS
         self.txn_settle_s = (TXN_TIMEOUT_MS + 3 * TXN_CLEANUP_INTERVAL_MS) / 1000 + 10
-        #: apps whose member raised, with the error: they stall, the others go on
-        self.crashed: dict[str, str] = {}
 
     def check_members(self) -> None:
         """A member that raised fails its own client (a stall: its end marker is never

@@ -143,11 +143,28 @@ def run_apache_only(schedules: int, first: int = 0, network: bool = False) -> di
     ``network`` the ``apache_kafka_network`` one."""
     started = time.time()
     section = score_apache(schedules, first, network)
-    section["started_at"] = _utc(started)
+    if network:
+        section["started_at"] = _utc(started)
+        _merge_section("apache_kafka_network", section, started)
+        return section
     result = _previous()
-    result["apache_kafka_network" if network else "apache_kafka"] = section
+    result["apache_kafka"] = section
     write_record(RESULTS, "chaos_scoreboard", started, result)
     return section
+
+
+def _merge_section(name: str, section: dict[str, Any], started: float) -> None:
+    """Put ``section`` into the result file, the rest of the record as it was (its date is
+    the other rows' date; the section carries its own ``started_at``)."""
+    try:
+        record: dict[str, Any] = json.loads(OUT.read_text())
+        record["result"][name] = section
+    except (OSError, ValueError, KeyError, TypeError):
+        write_record(RESULTS, "chaos_scoreboard", started, {name: section})
+        return
+    tmp = OUT.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(OUT)
 
 
 def run_network_only(schedules: int, first: int, workers: int) -> dict[str, Any]:
@@ -167,9 +184,7 @@ def run_network_only(schedules: int, first: int, workers: int) -> dict[str, Any]
         print(json.dumps({name: section["clients"][name]}), flush=True)
     section["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     section["started_at"] = _utc(started)
-    result = _previous()
-    result["network"] = section
-    write_record(RESULTS, "chaos_scoreboard", started, result)
+    _merge_section("network", section, started)
     return section
 
 

@@ -59,9 +59,15 @@ class FakeCluster:
         self.started: list[tuple[Any, ...]] = []
 
     def java_probe(
-        self, topic: str, partition: int, reset: str, props: dict[str, str]
+        self,
+        topic: str,
+        partition: int,
+        reset: str,
+        props: dict[str, str],
+        *,
+        bootstrap_servers: str | None = None,
     ) -> FakeProbe:
-        self.started.append((topic, partition, reset, dict(props)))
+        self.started.append((topic, partition, reset, dict(props), bootstrap_servers))
         return self.probe
 
 
@@ -86,8 +92,9 @@ def client(polls: list[list[dict[str, Any]]]) -> tuple[JavaChaosClient, FakeProb
     probe = FakeProbe(polls)
     cluster = FakeCluster(probe)
     c = JavaChaosClient(ctx, cluster)  # type: ignore[arg-type]
-    # No reset policy: a truncation must be an exception, and commits go to the group.
-    assert cluster.started == [(TOPIC, 0, "none", {"group.id": "g"})]
+    # No reset policy: a truncation must be an exception, and commits go to the group. The
+    # probe bootstraps where every client of the run does (a fault proxy, when there is one).
+    assert cluster.started == [(TOPIC, 0, "none", {"group.id": "g"}, "127.0.0.1:1")]
     return c, probe, events
 
 

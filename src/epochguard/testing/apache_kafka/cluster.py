@@ -1375,10 +1375,13 @@ class ApacheKafkaCluster:
         partition: int,
         auto_offset_reset: str,
         props: Mapping[str, str] | None = None,
+        *,
+        bootstrap_servers: str | None = None,
     ) -> JavaTruncationProbe:
-        """Start the reference Java consumer on one partition; it knows every broker's address."""
+        """Start the reference Java consumer on one partition; it knows every broker's address
+        (or bootstraps from ``bootstrap_servers``: a fault proxy's, for example)."""
         return JavaTruncationProbe(
-            self.all_bootstrap_servers,
+            bootstrap_servers or self.all_bootstrap_servers,
             topic,
             partition,
             auto_offset_reset,

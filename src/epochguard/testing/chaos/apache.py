@@ -490,14 +490,8 @@ class JavaChaosClient:
         if ctx.read_committed:
             props["isolation.level"] = "read_committed"
         # ctx.bootstrap: through the fault proxy when the run has one, as every client.
-        self.probe = JavaTruncationProbe(
-            ctx.bootstrap,
-            ctx.topic,
-            0,
-            "none",
-            props=props,
-            jars=cluster.jars,
-            log_dir=cluster.work_dir / "probes",
+        self.probe: JavaTruncationProbe = cluster.java_probe(
+            ctx.topic, 0, "none", props=props, bootstrap_servers=ctx.bootstrap
         )
         ctx.emit(Assigned(-1, 0, -1))
 

@@ -177,7 +177,9 @@ def test_the_real_kafka_scoreboard_merges_into_the_one_result_file(
     monkeypatch.setattr(board, "RESULTS", tmp_path)
     monkeypatch.setattr(board, "OUT", tmp_path / "chaos_scoreboard.json")
     common.write_record(tmp_path, "chaos_scoreboard", time.time(), {"clients": {"x": 1}})
-    monkeypatch.setattr(board, "score_apache", lambda n, first=0: {"seeds": f"{first}..{n}"})
+    monkeypatch.setattr(
+        board, "score_apache", lambda n, first=0, network=False: {"seeds": f"{first}..{n}"}
+    )
     section = board.run_apache_only(3, first=2)
     assert section == {"seeds": "2..3"}
     assert [p.name for p in tmp_path.iterdir()] == ["chaos_scoreboard.json"]

@@ -15,7 +15,7 @@ from kafka import KafkaProducer
 from kafka.structs import TopicPartition
 
 from epochguard import AIOEpochConsumer, EpochConsumer
-from epochguard.consumer import LogTruncationError
+from epochguard.consumer import LogTruncationError, aio
 from epochguard.consumer.records import ConsumerRecord
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import TruncationReport
@@ -165,6 +165,79 @@ def test_cancelled_getmany_loses_and_repeats_nothing(cluster: EmbeddedCluster) -
             assert cancelled > 0
             assert [r.offset for r in got] == list(range(total))
             assert await c.position(TP0) == total
+
+    _run(main)
+
+
+def _fetches_seen(cluster: EmbeddedCluster) -> int:
+    return sum(n for (api_key, _v), n in cluster.requests_seen().items() if api_key == 1)
+
+
+def test_the_next_fetch_goes_out_before_the_application_awaits_again(
+    cluster: EmbeddedCluster,
+) -> None:
+    """A read that returns buffered records sends the fetch for what follows before it
+    returns: the broker gets it while the application is still busy (here: blocking the loop
+    outright), not only once the buffers run dry and the consumer waits."""
+    cluster.create_topic("t", partitions=1, replication_factor=1)
+    for k in range(4):
+        cluster.append("t", 0, [b"%d" % (k * 10 + i) for i in range(10)])
+
+    async def main() -> None:
+        # Fetches of one batch each (a broker returns at least one whole batch).
+        async with AIOEpochConsumer(**consumer_config(cluster, max_partition_fetch_bytes=1)) as c:
+            c.assign([TP0])
+            got = await _read(c, 1)
+            assert got[0].offset == 0
+            # From here the loop does not turn until the assertion.
+            deadline = time.monotonic() + 10
+            while _fetches_seen(cluster) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert _fetches_seen(cluster) >= 2
+            rest = await _read(c, 39)
+            assert [r.offset for r in got + rest] == list(range(40))
+
+    _run(main)
+
+
+def test_reading_at_full_speed_still_gives_the_loop_turns(cluster: EmbeddedCluster) -> None:
+    """An application that reads buffered records one at a time and awaits nothing else
+    still lets the loop's other tasks run: reads give the loop a turn now and then."""
+    cluster.create_topic("t", partitions=1, replication_factor=1)
+    total = 3000
+    for k in range(0, total, 500):
+        cluster.append("t", 0, [b"v%d" % i for i in range(k, k + 500)])
+
+    async def main() -> None:
+        async with AIOEpochConsumer(**consumer_config(cluster)) as c:
+            c.assign([TP0])
+            got: list[ConsumerRecord] = []
+            while not got:
+                for records in (await c.getmany(timeout_ms=100, max_records=1)).values():
+                    got += records
+            turns = 0
+
+            async def other_task() -> None:
+                nonlocal turns
+                while True:
+                    await asyncio.sleep(0)
+                    turns += 1
+
+            other = asyncio.create_task(other_task())
+            await asyncio.sleep(0)  # started
+            turns = 0
+            started = time.monotonic()
+            while len(got) < total:
+                for records in (await c.getmany(max_records=1)).values():
+                    got += records
+            took = time.monotonic() - started
+            other.cancel()
+            assert [r.value for r in got] == [b"v%d" % i for i in range(total)]
+            # Every record came from one fetch answer, so no read waited: without the turns
+            # reads give, the other task would not have run once. (3,000 reads take well
+            # over ten intervals.)
+            assert took > 10 * aio.YIELD_INTERVAL_S
+            assert turns >= 5
 
     _run(main)
 

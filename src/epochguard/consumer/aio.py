@@ -75,6 +75,13 @@ _ASSIGNORS_BY_NAME = {
 }
 #: ``getmany(max_records=None)`` (aiokafka: everything buffered).
 _UNBOUNDED = 2**31 - 1
+#: A read that finds records buffered returns without waiting, so an application reading
+#: at full speed would otherwise never give the loop back while the fetches keep up. Reads
+#: give the loop a turn (``asyncio.sleep(0)``) once this long has passed since it last had
+#: one: the loop's other tasks wait at most about twice this, plus one read.
+YIELD_INTERVAL_S = 0.002
+#: Most turns of the connections' selector per :meth:`_LoopIO.flush`.
+_FLUSH_TURNS = 3
 
 
 class _LoopIO:
@@ -87,19 +94,44 @@ class _LoopIO:
         self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
         self._fd: int = self._net._selector.fileno()
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: When the loop last ran other callbacks (see :meth:`give_loop_a_turn`).
+        self.loop_ran_at = time.monotonic()
         loop.add_reader(self._fd, self._step)
         loop.call_soon(self._step)
 
     # ------------------------------------------------------------------ the selector
 
     def _step(self) -> None:
+        # The loop called this: it is turning, so the application's other tasks run too.
+        self.loop_ran_at = time.monotonic()
+        self.flush()
+
+    def flush(self) -> None:
+        """Serve the connections now, without blocking: send the requests handed to them
+        and read what the sockets hold (the answers' futures complete here).
+
+        The loop does this when the selector's descriptor is readable, but only once the
+        running task gives the loop a turn; a read that finds records buffered does not.
+        So each read ends with this: the fetch sent ahead while the application works
+        through its records goes out at once rather than when the buffers run dry (which
+        left the broker idle for that time), and an answer arriving meanwhile is read off
+        the socket, so the broker can keep writing."""
         net = self._net
-        if net._closed:
-            return
-        # Never blocks: the loop only calls this when a socket (or the selector's wake-up
-        # pipe) is ready or a timer of the selector is due.
-        net.poll(timeout_ms=0)
+        if net._closed or net._poll_lock.locked():
+            return  # closed, or called from a callback of the selector's own step
+        # A turn may make more tasks ready (a request's task starts in the turn after it
+        # was handed over); a few turns see a request onto the socket.
+        for _ in range(_FLUSH_TURNS):
+            net.poll(timeout_ms=0)
+            if not net._ready:
+                break
         self._schedule()
+
+    async def give_loop_a_turn(self) -> None:
+        """Let the loop run its other tasks if it has not for :data:`YIELD_INTERVAL_S`."""
+        if time.monotonic() - self.loop_ran_at >= YIELD_INTERVAL_S:
+            await asyncio.sleep(0)
+            self.loop_ran_at = time.monotonic()
 
     def _schedule(self) -> None:
         if self._timer is not None:
@@ -428,10 +460,15 @@ class AIOEpochConsumer:
     async def _poll(
         self, partitions: tuple[Any, ...], timeout_ms: int, max_records: int | None, columns: bool
     ) -> Any:
-        engine, _io = self._started()
+        engine, io = self._started()
         only = [_as_tp(tp) for tp in partitions] or None
         limit = _UNBOUNDED if max_records is None else max_records
-        return await self._run(engine.poll(timeout_ms, limit, columns=columns, only=only))
+        # Before anything is taken from the buffers: cancelled here, nothing is lost.
+        await io.give_loop_a_turn()
+        try:
+            return await self._run(engine.poll(timeout_ms, limit, columns=columns, only=only))
+        finally:
+            io.flush()
 
     async def getone(self, *partitions: Any) -> ConsumerRecord:
         """The next record (of ``partitions``, if given); waits until there is one."""

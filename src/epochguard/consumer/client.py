@@ -218,7 +218,39 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
 
 class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
     """kafka-python's plaintext transport, reading with ``recv_into`` straight into
-    :class:`_LeanParser`'s frame buffers."""
+    :class:`_LeanParser`'s frame buffers, and writing a request at once when nothing waits
+    to be written before it."""
+
+    def write(self, data: Any) -> None:
+        # kafka-python queues every write for a task that first waits for the socket to be
+        # writable: three turns of its selector (and an epoll registration each way) per
+        # request. As asyncio's transports do, the socket is tried first; only what it does
+        # not take is queued (and a failing socket is left to that task, which closes the
+        # connection with the error).
+        sock = self._sock
+        if (
+            data
+            and sock is not None
+            and self._write
+            and not self._closed
+            and not self._writing
+            and not self._write_buffer
+        ):
+            try:
+                sent = sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                sent = 0  # the queued write meets the error again and reports it
+            if sent:
+                self.last_write = time.monotonic()
+                sensors = self._protocol._sensors if self._protocol is not None else None
+                if sensors:
+                    sensors.bytes_sent.record(sent)
+                if sent == len(data):
+                    return
+                data = memoryview(data)[sent:]
+        super().write(data)
 
     async def _read_from_sock(self) -> None:
         protocol = self._protocol

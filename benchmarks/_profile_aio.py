@@ -1,0 +1,150 @@
+"""Profile an asyncio consumer's ``getmany`` loop (not a benchmark module: ``_`` keeps it out
+of ``make bench``).
+
+The EmbeddedCluster runs in its own process with the matrix's preload
+(``benchmarks.matrix.serve``: the same batches, keys and values); the consumer reads the
+topic from offset 0 in this process, with the matrix's program (``getmany(timeout_ms=1000,
+max_records=500)``, key and value of every record touched) and its 1 ms ticker beside it.
+
+    python -m benchmarks._profile_aio 1024 100000                 # cProfile, AIOEpochConsumer
+    python -m benchmarks._profile_aio 100 500000 1 rate           # rate and loop block only
+    python -m benchmarks._profile_aio 1024 100000 1 blocks        # the slowest loop callbacks
+    python -m benchmarks._profile_aio 1024 100000 1 rate aiokafka # the same for aiokafka
+
+``blocks`` times every callback the event loop runs and prints the slowest, with the CPU
+time the thread spent in each (wall time well above it: the process was not running, the
+machine is shared).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import io
+import multiprocessing as mp
+import os
+import pstats
+import sys
+import time
+from typing import Any
+
+
+def _install_block_timer(slowest: list[tuple[float, str]], keep: int = 8) -> None:
+    handle_run = asyncio.events.Handle._run
+
+    def timed_run(self: Any) -> None:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            handle_run(self)
+        finally:
+            took = time.perf_counter() - t0
+            if len(slowest) < keep or took > slowest[-1][0]:
+                cpu = time.thread_time() - c0
+                slowest.append((took, f"cpu {cpu * 1000:6.2f} ms  {self!r}"[:200]))
+                slowest.sort(reverse=True)
+                del slowest[keep:]
+
+    asyncio.events.Handle._run = timed_run  # type: ignore[method-assign]
+
+
+def _install_gc_timer(worst: dict[int, list[float]]) -> None:
+    """``worst[generation] = [collections, longest seconds]``."""
+    import gc
+
+    started = [0.0]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+            return
+        took = time.perf_counter() - started[0]
+        entry = worst.setdefault(info["generation"], [0, 0.0])
+        entry[0] += 1
+        entry[1] = max(entry[1], took)
+
+    gc.callbacks.append(callback)
+
+
+def main(size: int, total: int, parts: int, mode: str, client: str) -> None:
+    import logging
+
+    logging.disable(logging.CRITICAL)
+    from benchmarks import matrix
+    from benchmarks._common import aiokafka_consumer
+
+    unit = parts * matrix.batch_records(size)
+    total = max(unit, total - total % unit)
+    parent, child = mp.Pipe()
+    proc = mp.get_context("spawn").Process(
+        target=matrix.serve, args=(size, parts, "none", total, child)
+    )
+    proc.start()
+    bootstrap = parent.recv()
+    slowest: list[tuple[float, str]] = []
+    gcs: dict[int, list[float]] = {}
+    if mode == "blocks":
+        _install_block_timer(slowest)
+        _install_gc_timer(gcs)
+
+    async def run() -> tuple[float, float, float, int]:
+        cls = None
+        if client == "epochguard-asyncio":
+            from epochguard import AIOEpochConsumer
+
+            cls = AIOEpochConsumer
+        c = await aiokafka_consumer(bootstrap, matrix.TOPIC, parts, cls)
+        worst = [0.0]
+
+        async def ticker() -> None:
+            last = time.perf_counter()
+            while True:
+                await asyncio.sleep(0.001)
+                now = time.perf_counter()
+                worst[0] = max(worst[0], now - last - 0.001)
+                last = now
+
+        tick = asyncio.create_task(ticker())
+        prof = cProfile.Profile() if mode == "prof" else None
+        n = touched = 0
+        started, cpu0 = time.perf_counter(), time.process_time()
+        if prof is not None:
+            prof.enable()
+        while n < total:
+            batch = await c.getmany(timeout_ms=1000, max_records=matrix.POLL_RECORDS)
+            for recs in batch.values():
+                n += len(recs)
+                for r in recs:
+                    touched += len(r.key) + len(r.value)
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu0
+        if prof is not None:
+            prof.disable()
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(30)
+            print(out.getvalue())
+        tick.cancel()
+        await c.stop()
+        return elapsed, cpu, worst[0], n
+
+    elapsed, cpu, worst, n = asyncio.run(run())
+    parent.send("done")
+    proc.join(30)
+    print(
+        f"client={client} size={size} partitions={parts} records={n} "
+        f"rec/s={n / elapsed:,.0f} cpu_s={cpu:.2f} loop_block_ms={worst * 1000:.2f} "
+        f"load={os.getloadavg()[0]:.2f} mode={mode}"
+    )
+    for gen, (count, longest) in sorted(gcs.items()):
+        print(f"  gc generation {gen}: {count} collections, longest {longest * 1000:.2f} ms")
+    for took, what in slowest:
+        print(f"  {took * 1000:7.2f} ms  {what}")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    main(
+        int(args[0]),
+        int(args[1]),
+        int(args[2]) if len(args) > 2 else 1,
+        args[3] if len(args) > 3 else "prof",
+        args[4] if len(args) > 4 else "epochguard-asyncio",
+    )

@@ -82,6 +82,11 @@ _UNBOUNDED = 2**31 - 1
 YIELD_INTERVAL_S = 0.002
 #: Most turns of the connections' selector per :meth:`_LoopIO.flush`.
 _FLUSH_TURNS = 3
+#: A read steps the connections' selector (see :meth:`_LoopIO.flush`) when requests wait
+#: to go out, or when it was last stepped this long ago: often enough that an answer
+#: arriving while the application works is read off the socket (the broker writes on
+#: meanwhile), rarely enough that most reads of small batches skip the system call.
+_FLUSH_INTERVAL_S = 0.0005
 
 
 class _LoopIO:
@@ -91,11 +96,15 @@ class _LoopIO:
         self._net = client.selector
         self._loop = loop
         self._thread = threading.get_ident()
+        # The loop's call of _step for the selector's next timer (or for its ready tasks:
+        # due at once), and when it is due (time.monotonic(), the default loop's clock).
         self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._timer_due = 0.0
         self._fd: int = self._net._selector.fileno()
         self._tasks: set[asyncio.Task[Any]] = set()
         #: When the loop last ran other callbacks (see :meth:`give_loop_a_turn`).
         self.loop_ran_at = time.monotonic()
+        self._stepped_at = 0.0
         loop.add_reader(self._fd, self._step)
         loop.call_soon(self._step)
 
@@ -104,18 +113,29 @@ class _LoopIO:
     def _step(self) -> None:
         # The loop called this: it is turning, so the application's other tasks run too.
         self.loop_ran_at = time.monotonic()
-        self.flush()
+        self._serve()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._step()
 
     def flush(self) -> None:
-        """Serve the connections now, without blocking: send the requests handed to them
-        and read what the sockets hold (the answers' futures complete here).
+        """Serve the connections now if requests wait to go out or they were last served
+        :data:`_FLUSH_INTERVAL_S` ago, without blocking.
 
-        The loop does this when the selector's descriptor is readable, but only once the
+        The loop serves them when the selector's descriptor is readable, but only once the
         running task gives the loop a turn; a read that finds records buffered does not.
         So each read ends with this: the fetch sent ahead while the application works
         through its records goes out at once rather than when the buffers run dry (which
         left the broker idle for that time), and an answer arriving meanwhile is read off
         the socket, so the broker can keep writing."""
+        net = self._net
+        if net._ready or time.monotonic() - self._stepped_at >= _FLUSH_INTERVAL_S:
+            self._serve()
+
+    def _serve(self) -> None:
+        """Send the requests handed to the connections and read what the sockets hold (the
+        answers' futures complete here)."""
         net = self._net
         if net._closed or net._poll_lock.locked():
             return  # closed, or called from a callback of the selector's own step
@@ -125,25 +145,32 @@ class _LoopIO:
             net.poll(timeout_ms=0)
             if not net._ready:
                 break
-        self._schedule()
+        now = self._stepped_at = time.monotonic()
+        # The next call: at once for tasks still ready, else at the selector's next timer.
+        # A call already due no later is kept (an early one only finds nothing to do).
+        if net._ready:
+            due: float | None = now
+        else:
+            wait = net._next_scheduled_timeout(now)
+            due = None if wait is None else now + max(0.0, wait)
+        if self._timer is not None:
+            if due is not None and self._timer_due <= due:
+                return
+            self._timer.cancel()
+            self._timer = None
+        if due is None:
+            return
+        self._timer_due = due
+        if due <= now:
+            self._timer = self._loop.call_soon(self._on_timer)
+        else:
+            self._timer = self._loop.call_later(due - now, self._on_timer)
 
     async def give_loop_a_turn(self) -> None:
         """Let the loop run its other tasks if it has not for :data:`YIELD_INTERVAL_S`."""
         if time.monotonic() - self.loop_ran_at >= YIELD_INTERVAL_S:
             await asyncio.sleep(0)
             self.loop_ran_at = time.monotonic()
-
-    def _schedule(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        net = self._net
-        if net._ready:
-            self._timer = self._loop.call_soon(self._step)
-            return
-        due = net._next_scheduled_timeout(time.monotonic())
-        if due is not None:
-            self._timer = self._loop.call_later(max(0.0, due), self._step)
 
     def close(self) -> None:
         if self._timer is not None:

@@ -278,6 +278,48 @@ def test_early_prefetches_of_one_answer_go_out_in_one_request(mocker: Any) -> No
     assert sorted((q.partition, q.fetch_offset) for q in early) == [(0, 10), (1, 10)]
 
 
+@pytest.mark.parametrize("budget", [None, 1])
+def test_a_decode_budget_spreads_one_answer_over_several_calls(
+    mocker: Any, budget: int | None
+) -> None:
+    # The asyncio driver bounds the decoding per read: a large answer for many partitions
+    # would otherwise stall the event loop. The answer's prefetches still go out at once,
+    # and the partitions not decoded yet stay awaited (nothing is fetched for them again).
+    f, client = _fetcher(mocker)
+    f.decode_budget_bytes = budget
+    tps = [TopicPartition("t", i) for i in range(3)]
+    trackers = [f.add_partition(tp) for tp in tps]
+    parts = [NS(partition_index=i, leader_id=1, leader_epoch=0, error_code=0) for i in range(3)]
+    topic = NS(name="t", error_code=0, topic_id=TID, is_internal=False, partitions=parts)
+    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), NS(topics=[topic], brokers=[]))
+    for tp, tracker in zip(tps, trackers, strict=True):
+        tracker.seek(0)
+        f.after_input(tp)
+    futures = _recording_sends(client)
+    f.send_requests(0.0)
+    answer = _fetch_answer(0, 10, hw=30)
+    for i in (1, 2):
+        more = NS(**vars(answer.responses[0].partitions[0]))
+        more.partition_index = i
+        answer.responses[0].partitions.append(more)
+    futures[0][1].success(answer)
+    decoded: list[list[TopicPartition]] = []
+    for _ in range(3):
+        f.process_completions()
+        got = f.fetched_records(100, lambda tp: True)
+        decoded.append(sorted(got))
+        assert all([r.offset for r in rs] == list(range(10)) for rs in got.values())
+        f.send_requests(0.0)
+    assert len(futures) == 2  # one request of prefetches for all three, nothing fetched again
+    early = futures[1][0][1].topics[0].partitions
+    assert sorted((q.partition, q.fetch_offset) for q in early) == [(0, 10), (1, 10), (2, 10)]
+    if budget is None:
+        assert decoded == [tps, [], []]
+    else:
+        assert decoded == [[tp] for tp in tps]
+    assert not f.has_completions()
+
+
 def _control_batch(base: int, epoch: int) -> bytes:
     import crc32c
     from kafka.record.default_records import DefaultRecordBatchBuilder

@@ -80,6 +80,11 @@ _UNBOUNDED = 2**31 - 1
 #: give the loop a turn (``asyncio.sleep(0)``) once this long has passed since it last had
 #: one: the loop's other tasks wait at most about twice this, plus one read.
 YIELD_INTERVAL_S = 0.002
+#: Fetched record bytes one read decodes at most (at least one partition's): a fetch answer
+#: for many partitions (up to ``fetch_max_bytes``, 50 MiB by default) is decoded over several
+#: reads, so the loop gets its turns in between. 1 MiB of 100-byte records decodes in about
+#: a millisecond with the C decoder.
+DECODE_BUDGET_BYTES = 1 << 20
 #: Most turns of the connections' selector per :meth:`_LoopIO.flush`.
 _FLUSH_TURNS = 3
 #: A read steps the connections' selector (see :meth:`_LoopIO.flush`) when requests wait
@@ -378,6 +383,7 @@ class AIOEpochConsumer:
         io = _LoopIO(client, loop)
         engine = ConsumerEngine(self.config, self._policy, client, io.spawn)
         engine.kind = "AIOEpochConsumer"
+        engine.fetcher.decode_budget_bytes = DECODE_BUDGET_BYTES
         try:
             await run_async(client.bootstrap_step(self.config["bootstrap_timeout_ms"]), io)
         except BaseException:

@@ -202,6 +202,16 @@ class Fetcher:
         # Delivery order across partitions (round robin), of partitions with a buffer.
         self._buffer_order: collections.deque[TopicPartition] = collections.deque()
         self._done: collections.deque[_Done] = collections.deque()
+        #: Most record bytes one :meth:`process_completions` decodes (``None``: no bound).
+        #: The asyncio driver sets one: an answer for many partitions (up to
+        #: ``fetch_max_bytes``) is then decoded a few partitions per read, each read giving
+        #: the event loop a turn, instead of in one go that stalls the loop.
+        self.decode_budget_bytes: int | None = None
+        # Partitions of answers that arrived (their trackers still await them) and wait for
+        # a later process_completions() to decode and apply them, oldest first.
+        self._undecoded: collections.deque[
+            tuple[FetchAction, wire.FetchedPartition, float, Prefetch | None]
+        ] = collections.deque()
         # The partitions send_requests() visits: each poll's work is proportional to the
         # partitions with something to do, not to all assigned ones (at 1,000 partitions
         # the walk over every tracker was most of each poll). A partition leaves the set
@@ -411,7 +421,7 @@ class Fetcher:
 
     def wait(self, timeout_s: float) -> None:
         """Sleep until an answer arrives or ``timeout_s`` passes."""
-        if self._done:
+        if self._done or self._undecoded:
             return
         if timeout_s > 0:
             self._wake.wait_blocking(timeout_s)
@@ -422,13 +432,28 @@ class Fetcher:
 
     def has_completions(self) -> bool:
         """Answers arrived that :meth:`process_completions` has not applied yet."""
-        return bool(self._done)
+        return bool(self._done) or bool(self._undecoded)
 
     def process_completions(self) -> None:
+        """Apply the answers that arrived, in order; with :attr:`decode_budget_bytes`, the
+        fetched records of about that many bytes (at least one partition's), the rest at the
+        next calls."""
         done = self._done
         while done:
             item = done.popleft()
             item.handler(item.context, item.future)
+        if self._undecoded:
+            self._apply_undecoded()
+
+    def _apply_undecoded(self) -> None:
+        budget = self.decode_budget_bytes
+        queue = self._undecoded
+        spent = 0
+        while queue and (budget is None or spent < budget):
+            action, p, now, ahead = queue.popleft()
+            if p.records:
+                spent += len(p.records)
+            self._apply_partition(action, p, now, ahead)
 
     def pump_until(self, predicate: Callable[[], bool], deadline: float) -> Step[bool]:
         """Apply answers, send what the trackers and metadata need, and wait for more, until
@@ -924,8 +949,13 @@ class Fetcher:
         of what follows them go out (one request per broker, before anything is decoded),
         then each is applied."""
         ahead = self._prefetch_ahead(pairs) if self._prefetch_enabled else {}
-        for action, p in pairs:
-            self._apply_partition(action, p, now, ahead.get(action.tp))
+        if self.decode_budget_bytes is None:
+            for action, p in pairs:
+                self._apply_partition(action, p, now, ahead.get(action.tp))
+            return
+        # Decoded by process_completions(), within its budget: the trackers await these
+        # answers until then, as if they were still on their way.
+        self._undecoded.extend((action, p, now, ahead.get(action.tp)) for action, p in pairs)
 
     def _note_offsets(self, tp: TopicPartition, p: wire.FetchedPartition) -> None:
         self.highwaters[tp] = p.high_watermark

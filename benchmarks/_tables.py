@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ CLIENT_NAMES = {
     "kafka-python": "kafka-python",
     "aiokafka": "aiokafka",
     "confluent-kafka": "confluent-kafka",
+    "confluent-asyncio": "confluent-kafka AIOConsumer",
     "embedded-alone": "test broker alone",
     "java": "Java KafkaConsumer",
 }
@@ -141,6 +143,61 @@ def matrix(results: Path) -> str:
         f"\n*Records/s, best of {result_of(record)['repeat']} rounds per client; measured {when}"
         f" on one EmbeddedCluster broker in its own process; load average "
         f"{min(loads):g}-{max(loads):g}.*\n"
+    )
+
+
+def _median_ratio(case: dict[str, Any], ours: str, other: str) -> float | None:
+    if f"{ours}_vs_{other}_median" in case:
+        return float(case[f"{ours}_vs_{other}_median"])
+    mine, theirs = case.get(f"{ours}_rounds"), case.get(f"{other}_rounds")
+    if not mine or not theirs:
+        return None
+    return round(statistics.median(mine) / statistics.median(theirs), 2)
+
+
+def _block(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms:.1f} ms"
+
+
+def matrix_asyncio(results: Path) -> str:
+    """The asyncio clients of the matrix: the cases AIOEpochConsumer was measured in."""
+    record = load("matrix", results)
+    ours, peers = "epochguard-asyncio", ("aiokafka", "confluent-asyncio")
+    cases = [c for c in result_of(record)["cases"] if c.get(ours)]
+    rows = []
+    for c in cases:
+        ratios = [
+            f"{ratio(c.get(f'{ours}_vs_{p}'))} / {ratio(_median_ratio(c, ours, p))}" for p in peers
+        ]
+        rows.append(
+            [
+                size(c["value_bytes"]),
+                c["partitions"],
+                c["compression"],
+                f"**{rate(c.get(ours))}**",
+                *(rate(c.get(p)) for p in peers),
+                *ratios,
+                " / ".join(_block(c.get(f"{k}_loop_block_ms")) for k in (ours, *peers)),
+            ]
+        )
+    header = [
+        "value",
+        "partitions",
+        "codec",
+        CLIENT_NAMES[ours],
+        *(CLIENT_NAMES[p] for p in peers),
+        *(f"vs {CLIENT_NAMES[p]} (best / median)" for p in peers),
+        "loop blocked (ours / aiokafka / AIOConsumer)",
+    ]
+    first = min(c["measured_at"] for c in cases)[:10]
+    last = max(c["measured_at"] for c in cases)[:10]
+    when = first if first == last else f"{first} to {last}"
+    loads = [c["load_avg_1m_before"] for c in cases]
+    return table(header, rows) + (
+        f"\n*Records/s, best of {result_of(record)['repeat']} rounds per client, in the same "
+        f"runs as the table above; ratios of the best and of the median rounds; loop blocked: "
+        f"the longest the event loop went without running a 1 ms ticker task (median over "
+        f"rounds). Measured {when}; load average {min(loads):g}-{max(loads):g}.*\n"
     )
 
 
@@ -968,6 +1025,7 @@ def chaos_transactions_apache(results: Path) -> str:
 
 TABLES: dict[str, Callable[[Path], str]] = {
     "matrix": matrix,
+    "matrix_asyncio": matrix_asyncio,
     "matrix_apache": matrix_apache,
     "latency": latency,
     "load": load_,

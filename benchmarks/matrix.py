@@ -18,7 +18,8 @@ Method (also written into the JSON as ``method`` and ``settings``):
 * Clients are interleaved within a case (one run side by side per round),
   ``MATRIX_REPEAT`` rounds (default 3); the best rate and the median CPU are kept, since
   single runs on a shared machine move by tens of percent (each round's rate and CPU are
-  in the row too, ``<client>_rounds`` and ``<client>_cpu_rounds``).
+  in the row too, ``<client>_rounds`` and ``<client>_cpu_rounds``). Ratios are given of
+  the best rounds (``<a>_vs_<b>``) and of the median rounds (``<a>_vs_<b>_median``).
 * The asyncio clients (``epochguard-asyncio``, ``aiokafka``, ``confluent-asyncio``) run the
   same loop as coroutines with a 1 ms ticker task beside them; ``<client>_loop_block_ms``
   is the longest the event loop went without running the ticker (median over rounds):
@@ -483,6 +484,11 @@ def summarise(row: dict[str, Any], runs: dict[str, list[dict[str, Any]]], total:
         for other in others:
             if row.get(ours) and row.get(other):
                 row[f"{ours}_vs_{other}"] = round(row[ours] / row[other], 2)
+                # Of the median rounds too: a best round can be a lucky one.
+                mine, theirs = row[f"{ours}_rounds"], row[f"{other}_rounds"]
+                row[f"{ours}_vs_{other}_median"] = round(
+                    statistics.median(mine) / statistics.median(theirs), 2
+                )
 
 
 def run() -> dict[str, Any]:

@@ -104,7 +104,8 @@ def main(size: int, total: int, parts: int, mode: str, client: str) -> None:
                 last = now
 
         tick = asyncio.create_task(ticker())
-        prof = cProfile.Profile() if mode == "prof" else None
+        # CPU time, not wall time: on a shared machine the process is often not running.
+        prof = cProfile.Profile(time.thread_time) if mode == "prof" else None
         n = touched = 0
         started, cpu0 = time.perf_counter(), time.process_time()
         if prof is not None:
@@ -119,7 +120,9 @@ def main(size: int, total: int, parts: int, mode: str, client: str) -> None:
         if prof is not None:
             prof.disable()
             out = io.StringIO()
-            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(30)
+            pstats.Stats(prof, stream=out).sort_stats(
+                os.environ.get("PROF_SORT", "tottime")
+            ).print_stats(int(os.environ.get("PROF_LINES", "30")))
             print(out.getvalue())
         tick.cancel()
         await c.stop()

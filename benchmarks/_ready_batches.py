@@ -58,7 +58,7 @@ class _Reader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
 
-        from epochguard.spark_connector.datasource import ARROW_SCHEMA
+        from epochguard.spark_connector.executor import ARROW_SCHEMA
 
         n = self.batch
         cols = [

@@ -279,7 +279,7 @@ def _durations(progress: list[dict[str, Any]]) -> dict[str, int]:
 
 def profile(servers: str, topic: str, top: int = 15) -> dict[str, Any]:
     """Our executor read of one whole partition under cProfile (no Spark), where time goes."""
-    from epochguard.spark_connector import datasource
+    from epochguard.spark_connector import datasource, executor
     from epochguard.spark_connector.options import parse_options
 
     opts = parse_options(
@@ -293,12 +293,12 @@ def profile(servers: str, topic: str, top: int = 15) -> dict[str, Any]:
     reader.stop()
     # One read first, unprofiled: imports and the connection are not what is measured.
     for rng in ranges:
-        for _ in datasource.read_range(opts, rng):
+        for _ in executor.read_range(opts, rng):
             pass
     prof = cProfile.Profile()
     started = time.perf_counter()
     prof.enable()
-    rows = sum(b.num_rows for rng in ranges for b in datasource.read_range(opts, rng))
+    rows = sum(b.num_rows for rng in ranges for b in executor.read_range(opts, rng))
     prof.disable()
     elapsed = time.perf_counter() - started
     stats = pstats.Stats(prof, stream=io.StringIO())
@@ -318,10 +318,10 @@ def profile(servers: str, topic: str, top: int = 15) -> dict[str, Any]:
                 "self_share": round(tt / total_tt, 3) if total_tt else None,
             }
         )
-    for consumers in datasource._POOL.values():
+    for consumers in executor._POOL.values():
         for c in consumers:
             c.close(autocommit=False)
-    datasource._POOL.clear()
+    executor._POOL.clear()
     return {
         "topic": topic,
         "rows": rows,

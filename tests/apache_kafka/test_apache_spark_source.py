@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from epochguard.offsets import EpochOffset
-from epochguard.spark_connector import datasource
+from epochguard.spark_connector import datasource, executor
 from epochguard.spark_connector.errors import SparkLogTruncationError
 from epochguard.spark_connector.options import parse_options
 from epochguard.testing import produce
@@ -32,10 +32,10 @@ _names = itertools.count()
 @pytest.fixture(autouse=True)
 def empty_pool() -> Iterator[None]:
     yield
-    for consumers in datasource._POOL.values():
+    for consumers in executor._POOL.values():
         for c in consumers:
             c.close(autocommit=False)
-    datasource._POOL.clear()
+    executor._POOL.clear()
 
 
 def reader(cluster: ApacheKafkaCluster, topic: str) -> datasource._StreamReader:
@@ -80,7 +80,7 @@ def test_truncation_refilled_past_the_checkpoint_is_caught_by_executor_and_drive
     r.stop()
     planned = part.range()
     assert planned.end == EpochOffset(8, first_epoch)
-    table = pa.Table.from_batches(list(datasource.read_range(r.opts, planned)))
+    table = pa.Table.from_batches(list(executor.read_range(r.opts, planned)))
     assert table.column("offset").to_pylist() == list(range(8))
     assert set(table.column("leaderEpoch").to_pylist()) == {first_epoch}
 
@@ -92,7 +92,7 @@ def test_truncation_refilled_past_the_checkpoint_is_caught_by_executor_and_drive
 
     # A replay of the planned batch on an executor: the records at 5.. carry a later epoch.
     with pytest.raises(SparkLogTruncationError) as info:
-        list(datasource.read_range(reader(cluster, topic).opts, planned))
+        list(executor.read_range(reader(cluster, topic).opts, planned))
     message = str(info.value)
     assert message.startswith(f"KAFKA_LOG_TRUNCATION: topic {topic} partition 0")
     assert "divergence at or before offset 5" in message

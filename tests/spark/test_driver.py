@@ -19,7 +19,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from epochguard.consumer import EpochConsumer
 from epochguard.offsets import EpochOffset
-from epochguard.spark_connector import datasource
+from epochguard.spark_connector import datasource, executor
 from epochguard.spark_connector.errors import (
     OffsetsJsonError,
     SourceOptionError,
@@ -204,7 +204,7 @@ def elect_and_refill(cluster: EmbeddedCluster, old: int, new: int, fresh: int) -
 def read_values(r: datasource._StreamReader, start: Any, end: Any) -> list[tuple[int, bytes, int]]:
     out: list[tuple[int, bytes, int]] = []
     for part in r.partitions(start, end):
-        for batch in datasource.read_range(r.opts, part.range()):
+        for batch in executor.read_range(r.opts, part.range()):
             d = batch.to_pydict()
             out += zip(d["offset"], d["value"], d["leaderEpoch"], strict=True)
     return out
@@ -213,10 +213,10 @@ def read_values(r: datasource._StreamReader, start: Any, end: Any) -> list[tuple
 @pytest.fixture
 def empty_pool() -> Iterator[None]:
     yield
-    for consumers in datasource._POOL.values():
+    for consumers in executor._POOL.values():
         for c in consumers:
             c.close(autocommit=False)
-    datasource._POOL.clear()
+    executor._POOL.clear()
 
 
 @pytest.mark.usefixtures("empty_pool")

@@ -15,7 +15,8 @@ import pytest
 from kafka.structs import TopicPartition
 
 from epochguard.offsets import EpochOffset
-from epochguard.spark_connector import datasource
+from epochguard.spark_connector import datasource, executor
+from epochguard.spark_connector import driver as driver_side
 from epochguard.spark_connector.errors import SparkDataLossError, SparkLogTruncationError
 from epochguard.spark_connector.options import SourceOptions, parse_options
 from epochguard.spark_connector.planning import OffsetRange
@@ -28,10 +29,10 @@ TP = TopicPartition("t", 0)
 @pytest.fixture(autouse=True)
 def empty_pool() -> Iterator[None]:
     yield
-    for consumers in datasource._POOL.values():
+    for consumers in executor._POOL.values():
         for c in consumers:
             c.close(autocommit=False)
-    datasource._POOL.clear()
+    executor._POOL.clear()
 
 
 def options(cluster: EmbeddedCluster, **extra: str) -> SourceOptions:
@@ -58,7 +59,7 @@ def unclean(cluster: EmbeddedCluster, old: int, new: int, fresh: int) -> None:
 
 
 def read_all(opts: SourceOptions, rng: OffsetRange) -> pa.Table:
-    batches = list(datasource.read_range(opts, rng))
+    batches = list(executor.read_range(opts, rng))
     return pa.Table.from_batches(batches) if batches else pa.table({})
 
 
@@ -69,10 +70,10 @@ def test_reads_exactly_the_range_in_arrow_batches(
     cluster.append(
         "t", 0, [(b"k%d" % i, b"v%d" % i) for i in range(40)], batch_size=6, timestamp_ms=1234
     )
-    monkeypatch.setattr(datasource, "_BATCH_ROWS", 7)
+    monkeypatch.setattr(executor, "_BATCH_ROWS", 7)
     opts = options(cluster)
-    batches = list(datasource.read_range(opts, OffsetRange(TP, EpochOffset(3), EpochOffset(31, 0))))
-    assert all(b.schema == datasource.ARROW_SCHEMA for b in batches)
+    batches = list(executor.read_range(opts, OffsetRange(TP, EpochOffset(3), EpochOffset(31, 0))))
+    assert all(b.schema == executor.ARROW_SCHEMA for b in batches)
     assert [b.num_rows for b in batches] == [7, 7, 7, 7]
     table = pa.Table.from_batches(batches)
     assert table.column("offset").to_pylist() == list(range(3, 31))
@@ -101,9 +102,9 @@ def test_headers_are_null_for_records_without_headers_as_in_sparks_source(
 
 def test_executor_fetch_settings_default_to_large_fetches_and_short_waits() -> None:
     base = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
-    kw = datasource._executor_kwargs(parse_options(base, streaming=True))
-    assert kw["max_partition_fetch_bytes"] == datasource.EXECUTOR_FETCH_BYTES == 8 << 20
-    assert kw["fetch_max_wait_ms"] == datasource.EXECUTOR_FETCH_WAIT_MS == 20
+    kw = executor._executor_kwargs(parse_options(base, streaming=True))
+    assert kw["max_partition_fetch_bytes"] == executor.EXECUTOR_FETCH_BYTES == 8 << 20
+    assert kw["fetch_max_wait_ms"] == executor.EXECUTOR_FETCH_WAIT_MS == 20
     assert kw["record_format"] == "columns"
     given = {
         **base,
@@ -111,7 +112,7 @@ def test_executor_fetch_settings_default_to_large_fetches_and_short_waits() -> N
         "kafka.fetch.max.wait.ms": "500",
         "includeHeaders": "true",
     }
-    kw = datasource._executor_kwargs(parse_options(given, streaming=True))
+    kw = executor._executor_kwargs(parse_options(given, streaming=True))
     assert (kw["max_partition_fetch_bytes"], kw["fetch_max_wait_ms"]) == (1048576, 500)
     assert (kw["record_format"], kw["column_headers"]) == ("columns", True)
 
@@ -121,20 +122,20 @@ def test_consumers_are_reused_per_configuration(cluster: EmbeddedCluster) -> Non
     cluster.append("t", 0, [b"x"] * 5)
     opts = options(cluster)
     read_all(opts, OffsetRange(TP, EpochOffset(0), EpochOffset(2, 0)))
-    (pooled,) = [c for cs in datasource._POOL.values() for c in cs]
+    (pooled,) = [c for cs in executor._POOL.values() for c in cs]
     assert read_all(opts, OffsetRange(TP, EpochOffset(2), EpochOffset(5, 0))).num_rows == 3
-    assert [c for cs in datasource._POOL.values() for c in cs] == [pooled]
+    assert [c for cs in executor._POOL.values() for c in cs] == [pooled]
     # includeHeaders decodes the headers into the column buffers too: a consumer of its
     # own, reused in turn; the one without headers stays pooled.
     other = options(cluster, includeHeaders="true")
     read_all(other, OffsetRange(TP, EpochOffset(0), EpochOffset(1, 0)))
-    pool = [c for cs in datasource._POOL.values() for c in cs]
+    pool = [c for cs in executor._POOL.values() for c in cs]
     assert len(pool) == 2 and pooled in pool
     (with_headers,) = [c for c in pool if c is not pooled]
     assert with_headers.config["record_format"] == pooled.config["record_format"] == "columns"
     assert (with_headers.config["column_headers"], pooled.config["column_headers"]) == (True, False)
     read_all(other, OffsetRange(TP, EpochOffset(1), EpochOffset(2, 0)))
-    assert sorted(map(id, (c for cs in datasource._POOL.values() for c in cs))) == sorted(
+    assert sorted(map(id, (c for cs in executor._POOL.values() for c in cs))) == sorted(
         map(id, pool)
     )
 
@@ -153,8 +154,8 @@ def test_truncation_between_planning_and_reading_is_caught_by_epochs(
     assert message.startswith("KAFKA_LOG_TRUNCATION: topic t partition 0 (t-0)")
     assert "divergence at or before offset 10" in message
     assert "lost range [10, 15) at most" in message
-    assert not datasource._POOL.get(
-        datasource._pool_key(datasource._executor_kwargs(options(cluster)))
+    assert not executor._POOL.get(
+        executor._pool_key(executor._executor_kwargs(options(cluster)))
     ), "a consumer that failed is not reused"
 
 
@@ -223,7 +224,7 @@ def test_truncation_message_says_record_or_records() -> None:
             DetectedBy.DIVERGING_EPOCH,
             2,
         )
-        return datasource.truncation_message(report, "in the batch")
+        return driver_side.truncation_message(report, "in the batch")
 
     assert "lost range [10, 11) (1 record);" in message(11)
     assert "lost range [10, 12) (2 records);" in message(12)
@@ -265,7 +266,7 @@ def test_a_recreated_topic_is_caught_on_a_range_planned_in_one_epoch(
     # tells the logs apart, and the fetch that skips validation still checks it.
     cluster.create_topic("t", replication_factor=1)
     cluster.append("t", 0, [b"old"] * 6)
-    driver = datasource._Driver(options(cluster))
+    driver = driver_side.Driver(options(cluster))
     try:
         (end,) = driver.latest([TP]).values()
     finally:
@@ -291,14 +292,14 @@ def test_a_range_of_one_arrow_batch_is_read_without_a_reading_thread(
     cluster.create_topic("t", replication_factor=1)
     cluster.append("t", 0, [b"v%d" % i for i in range(30)], batch_size=4)
     ahead: list[str] = []
-    fetch_ahead = datasource._fetch_ahead
+    fetch_ahead = executor._fetch_ahead
 
     def counted(polls: Iterator[object], name: str) -> Iterator[object]:
         ahead.append(name)
         return fetch_ahead(polls, name)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(datasource, "_fetch_ahead", counted)
-    monkeypatch.setattr(datasource, "_BATCH_ROWS", 10)
+    monkeypatch.setattr(executor, "_fetch_ahead", counted)
+    monkeypatch.setattr(executor, "_BATCH_ROWS", 10)
     opts = options(cluster)
     small = read_all(opts, OffsetRange(TP, EpochOffset(2), EpochOffset(12, 0)))
     assert ahead == []
@@ -306,9 +307,9 @@ def test_a_range_of_one_arrow_batch_is_read_without_a_reading_thread(
     assert ahead == ["t-0"]
     assert small.column("value").to_pylist() == [b"v%d" % i for i in range(2, 12)]
     assert large.column("value").to_pylist() == [b"v%d" % i for i in range(2, 30)]
-    key = datasource._pool_key(datasource._executor_kwargs(opts))
-    pooled = len(datasource._POOL[key])
-    unfinished = datasource.read_range(opts, OffsetRange(TP, EpochOffset(0), EpochOffset(5, 0)))
+    key = executor._pool_key(executor._executor_kwargs(opts))
+    pooled = len(executor._POOL[key])
+    unfinished = executor.read_range(opts, OffsetRange(TP, EpochOffset(0), EpochOffset(5, 0)))
     assert next(unfinished).num_rows == 5
     unfinished.close()  # Spark stopped reading before the end
-    assert len(datasource._POOL[key]) == pooled - 1
+    assert len(executor._POOL[key]) == pooled - 1

@@ -6,7 +6,12 @@ the JVM), so each message starts with a stable code or with the option it is abo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from epochguard.offsets.errors import EpochGuardError
+
+if TYPE_CHECKING:
+    from kafka.structs import TopicPartition
 
 __all__ = [
     "LOG_TRUNCATION_CODE",
@@ -18,6 +23,7 @@ __all__ = [
     "SparkLogTruncationError",
     "SparkMissingTopicError",
     "SparkUnreachableError",
+    "data_loss_message",
 ]
 
 #: Prefix of every truncation failure's message: the part users and alerting match on.
@@ -73,3 +79,14 @@ class SparkMissingTopicError(EpochGuardError):
             else f"{MISSING_TOPIC_CODE}: subscribed topics {names} do not exist "
             "(failOnMissingTopic=true)"
         )
+
+
+def data_loss_message(tp: TopicPartition, detail: str) -> str:
+    """Spark's wording for lost records under ``failOnDataLoss=true``, about ``tp``."""
+    return (
+        f"Some data may have been lost because they are not available in Kafka any more; "
+        f"either the data was aged out by Kafka or the topic may have been deleted before all "
+        f"the data in the topic was processed. {tp.topic}-{tp.partition}: {detail}. If you "
+        f"don't want your streaming query to fail on such cases, set the source option "
+        f'"failOnDataLoss" to "false".'
+    )

@@ -1,19 +1,34 @@
-"""The import each Python process of a Spark query pays before it does any work.
+"""What a Spark query pays before its first row: imports per Python process, and a whole
+small query end to end, our source next to Spark's.
 
-A query runs the source in several Python processes (the source runner, the planner workers
-that create the data source and plan a batch read, the executors' workers), and each one
-imports the source module. This measures that import in fresh interpreters, alternating
-the variants run by run (the machine is shared: a slow stretch hits every variant alike),
-and reports the median CPU and wall seconds of each:
+**Imports.** A query runs the source in several Python processes, each started for it:
+planner processes that create the data source and pickle its stream reader (they import
+the data source module only), the source runner on the driver (it also imports the
+driver's Kafka client on its first call) and the executors' Python workers (the executor
+read; Spark reuses them across tasks and queries). Each process is measured in a fresh
+interpreter after the pyspark module that process runs anyway (not counted), the variants
+alternated run by run (a slow stretch of the shared machine hits all alike); medians of
+CPU and wall seconds:
 
-- ``source``: ``import epochguard.spark_connector.datasource``, as Spark's workers do;
-- ``source_kafka_init_first``: the same after ``import kafka`` (kafka-python's package
-  ``__init__``, which imports its admin client, producer and consumer), as the import was
-  before the package ``__init__`` was deferred;
-- ``spark_floor``: ``pyspark.sql.datasource`` and ``pyarrow`` alone, what any Python
-  source pays.
+- ``planner``: ``epochguard.spark_connector.datasource`` after
+  ``pyspark.sql.worker.plan_data_source_read``;
+- ``source_runner``: the data source and ``driver`` modules after
+  ``pyspark.sql.streaming.python_streaming_source_runner``;
+- ``executor``: the data source and ``executor`` modules after ``pyspark.worker``;
+- ``spark_floor``: ``pyspark.sql.worker.plan_data_source_read`` itself, what every planner
+  process pays whatever the source.
 
-``SPARK_IMPORT_RUNS`` runs per variant (default 9).
+**A small query** (skipped with ``SPARK_IMPORT_QUERY=0``): one Apache Kafka broker, a topic
+of ``SPARK_IMPORT_QUERY_ROWS`` (10) records in one partition, each source read by an
+availableNow query into ``noop`` in one ``local[2]`` session, after a warm-up query per
+source, ``SPARK_IMPORT_QUERY_REPS`` (5) times taking turns. Per source, medians of: the
+wall time from ``start()`` to the end of the query (the first batch of a new query, end to
+end), and the CPU seconds of the Spark JVM, the processes it started and reaped during the
+query (a Python source's runner and planner processes), the Python workers under it and
+the broker (``benchmarks/spark_source.py``'s accounting): with so few rows, the fixed cost
+of a query.
+
+``SPARK_IMPORT_RUNS`` import runs per variant (default 9).
 """
 
 from __future__ import annotations
@@ -25,23 +40,38 @@ import subprocess
 import sys
 from typing import Any
 
+#: Per process: (what that process imports anyway, not timed; what it imports for us).
 VARIANTS = {
-    "source": "import epochguard.spark_connector.datasource",
-    "source_kafka_init_first": "import kafka; import epochguard.spark_connector.datasource",
-    "spark_floor": "import pyspark.sql.datasource, pyarrow",
+    "planner": (
+        "import pyspark.sql.worker.plan_data_source_read",
+        "import epochguard.spark_connector.datasource",
+    ),
+    "source_runner": (
+        "import pyspark.sql.streaming.python_streaming_source_runner",
+        "import epochguard.spark_connector.datasource, epochguard.spark_connector.driver",
+    ),
+    "executor": (
+        "import pyspark.worker",
+        "import epochguard.spark_connector.datasource, epochguard.spark_connector.executor",
+    ),
+    "spark_floor": ("pass", "import pyspark.sql.worker.plan_data_source_read"),
 }
 
 CHILD = """
 import json, time
+{prelude}
 t0, c0 = time.perf_counter(), time.process_time()
 {statement}
 print(json.dumps({{"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}))
 """
 
+QUERY_ROWS = int(os.environ.get("SPARK_IMPORT_QUERY_ROWS", "10"))
+QUERY_REPS = int(os.environ.get("SPARK_IMPORT_QUERY_REPS", "5"))
 
-def _measure(statement: str) -> dict[str, float]:
+
+def _measure(prelude: str, statement: str) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, "-P", "-c", CHILD.format(statement=statement)],
+        [sys.executable, "-P", "-c", CHILD.format(prelude=prelude, statement=statement)],
         capture_output=True,
         text=True,
         check=True,
@@ -50,22 +80,85 @@ def _measure(statement: str) -> dict[str, float]:
     return result
 
 
-def run() -> dict[str, Any]:
-    runs = int(os.environ.get("SPARK_IMPORT_RUNS", "9"))
+def imports(runs: int) -> dict[str, Any]:
     samples: dict[str, list[dict[str, float]]] = {name: [] for name in VARIANTS}
     for _ in range(runs):
-        for name, statement in VARIANTS.items():
-            samples[name].append(_measure(statement))
-    result: dict[str, Any] = {"runs": runs, "load_average": list(os.getloadavg())}
+        for name, (prelude, statement) in VARIANTS.items():
+            samples[name].append(_measure(prelude, statement))
+    result: dict[str, Any] = {}
     for name, values in samples.items():
         result[name] = {
             "cpu_s_median": round(statistics.median(v["cpu"] for v in values), 3),
             "wall_s_median": round(statistics.median(v["wall"] for v in values), 3),
         }
-    ours = result["source"]["cpu_s_median"]
-    before = result["source_kafka_init_first"]["cpu_s_median"]
-    result["cpu_saved_per_process_s"] = round(before - ours, 3)
-    result["cpu_above_spark_floor_s"] = round(ours - result["spark_floor"]["cpu_s_median"], 3)
+    return result
+
+
+def small_query() -> dict[str, Any]:
+    """A few records read by each source: what a query costs before its rows do."""
+    from pyspark import SparkContext
+
+    from benchmarks._common import produce
+    from benchmarks.spark_source import _query
+    from epochguard.spark_connector import register
+    from epochguard.testing.apache_kafka import ApacheKafkaCluster, ensure_kafka_jars
+    from epochguard.testing.apache_kafka.spark_kafka import ensure_spark_kafka_jars
+    from epochguard.testing.spark_session import local_session
+
+    connector = ensure_spark_kafka_jars()
+    sources = ["kafka", "epochguard"]
+    with ApacheKafkaCluster(brokers=1, jars=ensure_kafka_jars()) as cluster:
+        servers = cluster.bootstrap_servers
+        cluster.create_topic("small", partitions=1, replication_factor=1)
+        produce(servers, "small", QUERY_ROWS, value=b"v" * 100)
+        spark = local_session(
+            "epochguard-bench-fixed",
+            jars=connector.extra,
+            conf={"spark.ui.showConsoleProgress": "false"},
+        )
+        try:
+            register(spark)
+            jvm = SparkContext._gateway.proc.pid
+            brokers = [p.pid for p in cluster._procs.values()]
+            shape = (100, 1, QUERY_ROWS, False)
+            for fmt in sources:  # warm-up: the first query in a JVM loads its classes
+                _query(spark, fmt, servers, "small", jvm, brokers, shape)
+            runs: dict[str, list[dict[str, Any]]] = {fmt: [] for fmt in sources}
+            for _ in range(QUERY_REPS):
+                for fmt in sources:
+                    run = _query(spark, fmt, servers, "small", jvm, brokers, shape)
+                    if run["rows"] != QUERY_ROWS:
+                        raise RuntimeError(f"{fmt} read {run['rows']} of {QUERY_ROWS} rows")
+                    runs[fmt].append(run)
+        finally:
+            spark.stop()
+    median: dict[str, Any] = {}
+    for fmt, values in runs.items():
+        median[fmt] = {
+            "wall_s": round(statistics.median(r["wall_s"] for r in values), 3),
+            "cpu_s": round(statistics.median(r["cpu_s"] for r in values), 2),
+            "cpu_s_by_part": {
+                k: round(statistics.median(r["cpu_s_by_part"][k] for r in values), 2)
+                for k in values[0]["cpu_s_by_part"]
+            },
+        }
+    return {
+        "rows": QUERY_ROWS,
+        "reps": QUERY_REPS,
+        "spark_kafka_connector": connector.version,
+        "session": "local[2]",
+        "median": median,
+        "runs": runs,
+    }
+
+
+def run() -> dict[str, Any]:
+    runs = int(os.environ.get("SPARK_IMPORT_RUNS", "9"))
+    result: dict[str, Any] = {"runs": runs, "load_average_before": list(os.getloadavg())}
+    result["imports"] = imports(runs)
+    if os.environ.get("SPARK_IMPORT_QUERY", "1") != "0":
+        result["small_query"] = small_query()
+    result["load_average_after"] = list(os.getloadavg())
     return result
 
 

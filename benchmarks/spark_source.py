@@ -208,6 +208,23 @@ def cpu_split(jvm: int, brokers: list[int]) -> dict[str, float]:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
+def settle(jvm: int, keep: set[int] | None = None, timeout: float = 10.0) -> bool:
+    """Wait until the processes the JVM started for a query (its Python source runner and
+    planner processes) have exited and the JVM has reaped them (a process is in ``/proc``
+    until its parent reaps it), so their CPU is in the JVM's reaped-children figure of this
+    query, not of the next one. ``keep``: children that may stay (alive before the query,
+    such as the worker daemon); without it, wait until the set of children stops changing."""
+    deadline = time.monotonic() + timeout
+    last: set[int] | None = None
+    while time.monotonic() < deadline:
+        now = set(_children().get(jvm, []))
+        if (keep is not None and now <= keep) or (keep is None and now == last):
+            return True
+        last = now
+        time.sleep(0.1)
+    return False
+
+
 def _query(
     spark: Any,
     fmt: str,
@@ -231,6 +248,8 @@ def _query(
             .option("value_bytes", str(shape[0]))
             .option("parts", str(shape[1]))
         )
+    settle(jvm_pid)
+    children_before = set(_children().get(jvm_pid, []))
     cpu_before = _cpu_s([jvm_pid, *brokers])
     split_before = cpu_split(jvm_pid, brokers)
     started = time.monotonic()
@@ -245,6 +264,7 @@ def _query(
         finally:
             query.stop()
     wall = time.monotonic() - started
+    settled = settle(jvm_pid, children_before)
     cpu_after = _cpu_s([jvm_pid, *brokers])
     split_after = cpu_split(jvm_pid, brokers)
     # Spark (JVM and Python workers) and the broker: the work the query cost, whatever
@@ -263,6 +283,8 @@ def _query(
         "rows_per_cpu_s": round(rows / cpu) if cpu else None,
         "cpu_s_by_part": {k: round(v - split_before[k], 2) for k, v in split_after.items()},
         "load_average_1m": round(os.getloadavg()[0], 2),
+        # False: a process the JVM started for the query was still there 10 s after it.
+        "children_reaped": settled,
         "duration_ms": _durations(progress),
     }
 

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -458,6 +459,68 @@ def test_the_initial_offset_is_resolved_once_per_query(cluster: EmbeddedCluster)
         assert offsets(again.initialOffset()) == {0: (7, 0)}  # a new query looks again
     finally:
         again.stop()
+
+
+def test_initial_offsets_path_keeps_a_latest_start_across_restarts(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    # A restart before the first commit asks a new reader for its initial offset again.
+    cluster.create_topic("t", partitions=2, replication_factor=1)
+    cluster.append("t", 0, [b"x"] * 3)
+    path = tmp_path / "checkpoint" / "epochguard-initial-offsets.json"
+    first = reader(cluster, startingOffsets="latest", initialOffsetsPath=str(path))
+    try:
+        resolved = first.initialOffset()
+    finally:
+        first.stop()
+    assert offsets(resolved) == {0: (3, 0), 1: (0, None)}
+    assert path.is_file() and not list(path.parent.glob("*.tmp"))
+    cluster.append("t", 0, [b"y"] * 4)
+    cluster.append("t", 1, [b"z"] * 2)
+    # Other starting options too: the stored offsets win, as a checkpoint's do.
+    restarted = reader(cluster, startingOffsets="earliest", initialOffsetsPath=str(path))
+    try:
+        assert restarted.initialOffset() == resolved
+        end = restarted.latestOffset(resolved, ReadAllAvailable())
+        parts = restarted.partitions(resolved, end)
+        ranges = [
+            (p.partition, EpochOffset.from_json(p.start), EpochOffset.from_json(p.end))
+            for p in parts
+        ]
+        assert sorted((p, s.offset, e.offset) for p, s, e in ranges) == [(0, 3, 7), (1, 0, 2)]
+    finally:
+        restarted.stop()
+    without = reader(cluster, startingOffsets="latest")
+    try:
+        assert offsets(without.initialOffset()) == {0: (7, 0), 1: (2, 0)}  # the limit
+    finally:
+        without.stop()
+
+
+def test_initial_offsets_path_of_another_query_or_corrupt_is_refused(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    cluster.create_topic("u", replication_factor=1)
+    path = tmp_path / "initial.json"
+    other = reader(cluster, subscribe="u", initialOffsetsPath=str(path))
+    try:
+        other.initialOffset()
+    finally:
+        other.stop()
+    mine = reader(cluster, initialOffsetsPath=str(path))
+    with pytest.raises(OffsetsJsonError, match=r"initial offsets in .*initial.json.*\['u'\]"):
+        mine.initialOffset()
+    path.write_text('{"t": {"0": 5}}')
+    with pytest.raises(OffsetsJsonError, match="does not hold initial offsets written by"):
+        reader(cluster, initialOffsetsPath=str(path)).initialOffset()
+    path.write_text("{")
+    with pytest.raises(OffsetsJsonError, match="not valid JSON"):
+        reader(cluster, initialOffsetsPath=str(path)).initialOffset()
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(SourceOptionError, match=r"initialOffsetsPath.*cannot write"):
+        reader(cluster, initialOffsetsPath=str(blocked / "x.json")).initialOffset()
 
 
 def test_listings_within_the_metadata_backoff_reuse_the_last_one(cluster: EmbeddedCluster) -> None:

@@ -381,3 +381,13 @@ def test_numeric_options_round_trip(max_rows: int, min_rows: int, parts: int, pa
         min_rows,
         parts,
     )
+
+
+def test_initial_offsets_path_is_for_streams_and_names_a_file() -> None:
+    assert parse(initialOffsetsPath=" /chk/q/initial.json ").initial_offsets_path == (
+        "/chk/q/initial.json"
+    )
+    assert parse().initial_offsets_path is None
+    e = error(streaming=False, initialOffsetsPath="/chk/initial.json")
+    assert e.option == "initialOffsetsPath" and "streaming queries only" in str(e)
+    assert error(initialOffsetsPath=" ").option == "initialOffsetsPath"

@@ -52,6 +52,10 @@ from epochguard.spark_connector.errors import (
     SparkUnreachableError,
     data_loss_message,
 )
+from epochguard.spark_connector.initial_offsets import (
+    load_initial_offsets,
+    store_initial_offsets,
+)
 from epochguard.spark_connector.offsets import SourceOffset
 from epochguard.spark_connector.options import (
     SourceOptions,
@@ -365,13 +369,25 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         """Resolved once per reader: Spark asks twice for a query's first batch, for its
         plan and again for its start, and with ``latest`` or a timestamp two lookups could
-        differ. Spark's own source also writes them to its checkpoint (``sources/0``), so a
-        restart that replays the first batch starts where it was planned; a Python source
-        is not given the checkpoint's location, so a restart before the first batch has
-        committed resolves them again (docs/spark.md, "Status")."""
+        differ. Spark asks again whenever the query starts with no committed batch, and a
+        Python source is not told where the checkpoint is: with ``initialOffsetsPath``, the
+        first start writes what it resolved there and every later start reads it back, as
+        Spark's own source keeps its initial offsets in ``checkpoint/sources/0``."""
         if self._initial is None:
-            tps = self.driver.partitions()
-            self._initial = SourceOffset(self.driver.resolve(self.opts.starting, tps)).to_json()
+            path = self.opts.initial_offsets_path
+            stored = None if path is None else load_initial_offsets(path)
+            if stored is not None:
+                self._initial = SourceOffset(
+                    self._load(stored, f"the initial offsets in {path!r}")
+                ).to_json()
+                log.info("initial_offsets_read", path=path)
+            else:
+                tps = self.driver.partitions()
+                resolved = SourceOffset(self.driver.resolve(self.opts.starting, tps)).to_json()
+                if path is not None:
+                    store_initial_offsets(path, resolved)
+                    log.info("initial_offsets_stored", path=path)
+                self._initial = resolved
         return self._initial
 
     @_user_facing_errors

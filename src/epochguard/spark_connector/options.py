@@ -174,6 +174,7 @@ OPTIONS: dict[str, str | None] = {
     "commitToGroup": "false",
     "failOnMissingTopic": "false",
     "filterPushdown": "false",
+    "initialOffsetsPath": None,
 }
 _BY_LOWER = {name.lower(): name for name in OPTIONS}
 
@@ -360,6 +361,9 @@ class SourceOptions:
     fail_on_missing_topic: bool = False
     #: A batch read narrows its ranges by the filters Spark pushes (streams never do).
     filter_pushdown: bool = False
+    #: Streams: the file that keeps the starting offsets resolved at the first start, read
+    #: back at every later start (:mod:`~epochguard.spark_connector.initial_offsets`).
+    initial_offsets_path: str | None = None
 
     def consumer_kwargs(self) -> dict[str, Any]:
         """EpochConsumer keywords: the ``kafka.*`` settings plus what the source forces
@@ -677,6 +681,13 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         raise SourceOptionError(
             "commitToGroup", "needs 'kafka.group.id': the consumer group to commit to"
         )
+    initial_offsets_path = get("initialOffsetsPath")
+    if initial_offsets_path is not None:
+        initial_offsets_path = initial_offsets_path.strip()
+        if not streaming:
+            raise SourceOptionError("initialOffsetsPath", "applies to streaming queries only")
+        if not initial_offsets_path:
+            raise SourceOptionError("initialOffsetsPath", "must name a file, got ''")
     return SourceOptions(
         streaming=streaming,
         strategy=strategy,
@@ -705,6 +716,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         commit_to_group=commit_to_group,
         fail_on_missing_topic=opt_bool("failOnMissingTopic", False),
         filter_pushdown=opt_bool("filterPushdown", False),
+        initial_offsets_path=initial_offsets_path,
     )
 
 

@@ -99,3 +99,63 @@ def test_package_roots_load_their_parts_on_first_use(module: str, not_loaded: li
         True,
         True,
     ]
+
+
+def fresh(program: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-P", "-c", program],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.strip()
+
+
+def test_the_spark_source_module_loads_no_consumer_arrow_or_unused_kafka_python() -> None:
+    # Spark's planner processes import it only to create the source and pickle its
+    # readers: the driver's and the executors' parts are imported on their first call.
+    heavy = [
+        "epochguard.consumer",
+        "epochguard.spark_connector.driver",
+        "epochguard.spark_connector.executor",
+        "pyarrow",
+        "kafka.admin",
+        "kafka.producer",
+        "kafka.consumer.group",
+    ]
+    program = (
+        "import json, sys, epochguard.spark_connector.datasource\n"
+        f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]))\n"
+    )
+    assert json.loads(fresh(program)) == []
+
+
+def test_kafka_python_logs_nowhere_before_its_package_init_runs() -> None:
+    # kafka/__init__.py gives the "kafka" logger a NullHandler; deferred, epochguard does.
+    program = (
+        "import logging, sys, epochguard, kafka.structs\n"
+        "print('kafka.admin' in sys.modules, logging.getLogger('kafka').handlers)\n"
+    )
+    assert fresh(program) == "False [<NullHandler (NOTSET)>]"
+
+
+def test_a_kafka_imported_first_is_left_as_it_is() -> None:
+    program = "import kafka, sys; e = kafka.__dict__.get('KafkaProducer'); import epochguard; "
+    program += "print(e is not None and sys.modules['kafka'] is kafka)"
+    assert fresh(program) == "True"
+
+
+def test_threads_looking_up_kafka_names_during_its_init_all_get_them() -> None:
+    program = """
+import threading, epochguard, kafka
+names = ["KafkaConsumer", "KafkaProducer", "KafkaAdminClient", "OffsetAndMetadata"] * 4
+got, start = [], threading.Barrier(len(names))
+def look(name):
+    start.wait()
+    got.append(getattr(kafka, name).__name__)
+threads = [threading.Thread(target=look, args=(n,)) for n in names]
+for t in threads: t.start()
+for t in threads: t.join()
+print(sorted(got) == sorted(names))
+"""
+    assert fresh(program) == "True"

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from epochguard._lazy_kafka import defer_kafka_init
 
-from epochguard import _decoder_warning
-from epochguard.offsets import (
+# Before anything imports kafka-python: most processes need only some of its modules.
+defer_kafka_init()
+
+from typing import TYPE_CHECKING, Any  # noqa: E402
+
+from epochguard import _decoder_warning  # noqa: E402
+from epochguard.offsets import (  # noqa: E402
     DetectedBy,
     EpochGuardError,
     EpochOffset,

@@ -685,6 +685,99 @@ def spark_source(results: Path) -> str:
     )
 
 
+def spark_cpu(results: Path) -> str:
+    """Rows per CPU-second per shape, both sources, from the same run as ``spark_source``."""
+    record = load("spark_source", results)
+    r = result_of(record)
+    rows = []
+    for run in r["runs"]:
+        shape = f"{size(run['value_bytes'])} x {run['partitions']}"
+        if run.get("include_headers"):
+            shape += ", 3 headers"
+        per_cpu = run["median_rows_per_cpu_s"]
+        beyond = run.get("median_rows_per_cpu_s_beyond_small_query") or {}
+        rows.append(
+            [
+                shape,
+                f"{run['records']:,}",
+                rate(per_cpu["kafka"]),
+                rate(per_cpu["epochguard"]),
+                f"**{ratio(run['ours_vs_spark_per_cpu'])}**",
+                ratio(run.get("ours_vs_spark_per_cpu_beyond_small_query")),
+                rate(beyond.get("kafka")),
+                rate(beyond.get("epochguard")),
+            ]
+        )
+    out = table(
+        [
+            "shape",
+            "rows",
+            "Spark's Kafka source, rows per CPU-s",
+            "epochguard, rows per CPU-s",
+            "epochguard / Spark",
+            "beyond a small query: epochguard / Spark",
+            "Spark's, beyond a small query",
+            "epochguard's, beyond a small query",
+        ],
+        rows,
+    )
+    small = r.get("small_query") or {}
+    loads = (
+        f"load average {load_text(r['load_average_before'])}-{load_text(r['load_average_after'])}"
+    )
+    return out + measured(
+        record,
+        f"CPU of the Spark JVM, the processes it starts for the query, its Python workers and "
+        f'the broker; medians of {len(r["runs"][0]["kafka"])} queries per source; "beyond a '
+        f'small query": rows per CPU-second above the median CPU of a query of '
+        f"{small.get('rows', '?')} records; Spark's connector {r['spark_kafka_connector']}, "
+        f"`{r['session']}`, availableNow into `noop`; {loads}",
+    )
+
+
+def spark_query_cost(results: Path) -> str:
+    """What a query of a few records costs each source, end to end."""
+    record = load("spark_import_cost", results)
+    r = result_of(record)
+    q = r["small_query"]
+    names = {"kafka": "Spark's Kafka source", "epochguard": "epochguard"}
+    rows = [
+        [
+            names[fmt],
+            seconds(m["wall_s"]),
+            f"{m['cpu_s']:.2f}",
+            f"{m['cpu_s_by_part']['spark_jvm_own']:.2f}",
+            f"{m['cpu_s_by_part']['spark_jvm_reaped_children']:.2f}",
+            f"{m['cpu_s_by_part']['python_under_jvm']:.2f}",
+            f"{m['cpu_s_by_part']['kafka_broker']:.2f}",
+        ]
+        for fmt, m in q["median"].items()
+    ]
+    out = table(
+        [
+            "source",
+            "start to end",
+            "CPU-s",
+            "Spark JVM",
+            "Python processes started for the query",
+            "Python workers",
+            "broker",
+        ],
+        rows,
+    )
+    imp = r["imports"]
+    return out + measured(
+        record,
+        f"an availableNow query of {q['rows']} records into `noop` in a warm `{q['session']}` "
+        f"session, medians of {q['reps']} per source; imports per process of ours, CPU-s: "
+        f"planner {imp['planner']['cpu_s_median']:.2f}, source runner "
+        f"{imp['source_runner']['cpu_s_median']:.2f}, executor worker "
+        f"{imp['executor']['cpu_s_median']:.2f} (pyspark's own in a planner: "
+        f"{imp['spark_floor']['cpu_s_median']:.2f}); load average "
+        f"{load_text(r['load_average_before'])}-{load_text(r['load_average_after'])}",
+    )
+
+
 def spark_profile(results: Path) -> str:
     record = load("spark_profile", results)
     r = result_of(record)
@@ -1045,6 +1138,8 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "lean_fetch": lean_fetch,
     "spark_source": spark_source,
     "spark_profile": spark_profile,
+    "spark_cpu": spark_cpu,
+    "spark_query_cost": spark_query_cost,
     "spark_latency": spark_latency,
     "spark_pushdown": spark_pushdown,
     "chaos_scoreboard": chaos_scoreboard,

@@ -94,44 +94,22 @@ def imports(runs: int) -> dict[str, Any]:
     return result
 
 
-def small_query() -> dict[str, Any]:
-    """A few records read by each source: what a query costs before its rows do."""
-    from pyspark import SparkContext
-
-    from benchmarks._common import produce
+def small_query_runs(
+    spark: Any, servers: str, topic: str, jvm: int, brokers: list[int], reps: int = QUERY_REPS
+) -> dict[str, Any]:
+    """``reps`` availableNow queries of each source, taking turns, over ``topic`` (a few
+    records in one partition, in a warm session): their medians and the runs."""
     from benchmarks.spark_source import _query
-    from epochguard.spark_connector import register
-    from epochguard.testing.apache_kafka import ApacheKafkaCluster, ensure_kafka_jars
-    from epochguard.testing.apache_kafka.spark_kafka import ensure_spark_kafka_jars
-    from epochguard.testing.spark_session import local_session
 
-    connector = ensure_spark_kafka_jars()
     sources = ["kafka", "epochguard"]
-    with ApacheKafkaCluster(brokers=1, jars=ensure_kafka_jars()) as cluster:
-        servers = cluster.bootstrap_servers
-        cluster.create_topic("small", partitions=1, replication_factor=1)
-        produce(servers, "small", QUERY_ROWS, value=b"v" * 100)
-        spark = local_session(
-            "epochguard-bench-fixed",
-            jars=connector.extra,
-            conf={"spark.ui.showConsoleProgress": "false"},
-        )
-        try:
-            register(spark)
-            jvm = SparkContext._gateway.proc.pid
-            brokers = [p.pid for p in cluster._procs.values()]
-            shape = (100, 1, QUERY_ROWS, False)
-            for fmt in sources:  # warm-up: the first query in a JVM loads its classes
-                _query(spark, fmt, servers, "small", jvm, brokers, shape)
-            runs: dict[str, list[dict[str, Any]]] = {fmt: [] for fmt in sources}
-            for _ in range(QUERY_REPS):
-                for fmt in sources:
-                    run = _query(spark, fmt, servers, "small", jvm, brokers, shape)
-                    if run["rows"] != QUERY_ROWS:
-                        raise RuntimeError(f"{fmt} read {run['rows']} of {QUERY_ROWS} rows")
-                    runs[fmt].append(run)
-        finally:
-            spark.stop()
+    shape = (100, 1, QUERY_ROWS, False)
+    runs: dict[str, list[dict[str, Any]]] = {fmt: [] for fmt in sources}
+    for _ in range(reps):
+        for fmt in sources:
+            run = _query(spark, fmt, servers, topic, jvm, brokers, shape)
+            if run["rows"] != QUERY_ROWS:
+                raise RuntimeError(f"{fmt} read {run['rows']} of {QUERY_ROWS} rows")
+            runs[fmt].append(run)
     median: dict[str, Any] = {}
     for fmt, values in runs.items():
         median[fmt] = {
@@ -142,14 +120,47 @@ def small_query() -> dict[str, Any]:
                 for k in values[0]["cpu_s_by_part"]
             },
         }
-    return {
-        "rows": QUERY_ROWS,
-        "reps": QUERY_REPS,
-        "spark_kafka_connector": connector.version,
-        "session": "local[2]",
-        "median": median,
-        "runs": runs,
-    }
+    return {"rows": QUERY_ROWS, "reps": reps, "median": median, "runs": runs}
+
+
+def produce_small_topic(cluster: Any, topic: str) -> None:
+    from benchmarks._common import produce
+
+    cluster.create_topic(topic, partitions=1, replication_factor=1)
+    produce(cluster.bootstrap_servers, topic, QUERY_ROWS, value=b"v" * 100)
+
+
+def small_query() -> dict[str, Any]:
+    """A few records read by each source in a session of its own, after a warm-up query
+    per source: what a query costs before its rows do."""
+    from pyspark import SparkContext
+
+    from benchmarks.spark_source import _query
+    from epochguard.spark_connector import register
+    from epochguard.testing.apache_kafka import ApacheKafkaCluster, ensure_kafka_jars
+    from epochguard.testing.apache_kafka.spark_kafka import ensure_spark_kafka_jars
+    from epochguard.testing.spark_session import local_session
+
+    connector = ensure_spark_kafka_jars()
+    with ApacheKafkaCluster(brokers=1, jars=ensure_kafka_jars()) as cluster:
+        servers = cluster.bootstrap_servers
+        produce_small_topic(cluster, "small")
+        spark = local_session(
+            "epochguard-bench-fixed",
+            jars=connector.extra,
+            conf={"spark.ui.showConsoleProgress": "false"},
+        )
+        try:
+            register(spark)
+            jvm = SparkContext._gateway.proc.pid
+            brokers = [p.pid for p in cluster._procs.values()]
+            shape = (100, 1, QUERY_ROWS, False)
+            for fmt in ("kafka", "epochguard"):  # the first query in a JVM loads classes
+                _query(spark, fmt, servers, "small", jvm, brokers, shape)
+            out = small_query_runs(spark, servers, "small", jvm, brokers)
+        finally:
+            spark.stop()
+    return {"spark_kafka_connector": connector.version, "session": "local[2]", **out}
 
 
 def run() -> dict[str, Any]:

@@ -24,6 +24,11 @@ A third source, ``ready_batches`` (``benchmarks/_ready_batches.py``), yields the
 of rows as ready Arrow batches without Kafka: the most a Python source reaches in the
 session (``ready_vs_spark``, ``ours_vs_ready``).
 
+A query of a few records per source (``small_query``, as ``spark_import_cost`` measures
+it: what a query costs whatever it reads) runs ``REPS`` times after the warm-up; each shape
+also reports rows per CPU-second beyond it (``median_rows_per_cpu_s_beyond_small_query``):
+the CPU per row once the fixed cost of a query is taken out.
+
 A warm-up query per source runs first (the first query in a JVM pays 4-9 s of class loading
 and worker start). Then ``profile`` runs our executor read (``read_range``) of the 1-partition
 100 B topic under cProfile in this process and lists where the time goes.
@@ -48,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import produce
+from benchmarks.spark_import_cost import produce_small_topic, small_query_runs
 
 ROWS_100B = int(os.environ.get("SPARK_BENCH_ROWS_100B", "1000000"))
 ROWS_1KB = int(os.environ.get("SPARK_BENCH_ROWS_1KB", "300000"))
@@ -377,6 +383,7 @@ def run() -> dict[str, Any]:
             _produce(servers, topic, parts, size, rows, headers)
             topics[(size, parts, headers)] = (topic, rows)
         warmup_topic = next(iter(topics.values()))[0]
+        produce_small_topic(cluster, "bench-small")
         spark = local_session(
             "epochguard-bench",
             jars=connector.extra,
@@ -394,6 +401,9 @@ def run() -> dict[str, Any]:
         warmup = {
             fmt: _query(spark, fmt, servers, warmup_topic, jvm_pid, brokers) for fmt in sources
         }
+        # What a query costs whatever it reads: a few records per source, taking turns.
+        small = small_query_runs(spark, servers, "bench-small", jvm_pid, brokers, REPS)
+        fixed = {f: small["median"][f]["cpu_s"] for f in SOURCES}
         runs = []
         for (size, parts, headers), (topic, rows) in topics.items():
             row: dict[str, Any] = {
@@ -422,6 +432,15 @@ def run() -> dict[str, Any]:
             }
             row["median_rows_per_cpu_s"] = per_cpu
             row["ours_vs_spark_per_cpu"] = round(per_cpu["epochguard"] / per_cpu["kafka"], 2)
+            # Per row alone: the CPU above what a query of a few records costs each source.
+            beyond = {
+                f: round(rows / max(statistics.median(r["cpu_s"] for r in row[f]) - fixed[f], 0.01))
+                for f in SOURCES
+            }
+            row["median_rows_per_cpu_s_beyond_small_query"] = beyond
+            row["ours_vs_spark_per_cpu_beyond_small_query"] = round(
+                beyond["epochguard"] / beyond["kafka"], 2
+            )
             if READY in shape_sources:
                 ready = max(r["rows_per_s"] or 0 for r in row[READY])
                 row["best_rows_per_s"][READY] = ready
@@ -459,6 +478,7 @@ def run() -> dict[str, Any]:
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "idle_session_rss_mb": idle_mb,
         "warmup": warmup,
+        "small_query": small,
         "runs": runs,
         "profile_ours": prof,
     }

@@ -26,9 +26,12 @@ class ReadyBatches(DataSource):
         return NAME
 
     def schema(self) -> str:
-        from epochguard.spark_connector.datasource import spark_schema
-
-        return spark_schema(False)
+        # Our source's schema, written out: this source imports nothing of epochguard, so
+        # its planner processes and workers pay pyspark's imports alone.
+        return (
+            "key binary, value binary, topic string, partition int, offset long, "
+            "timestamp timestamp, timestampType int, leaderEpoch int"
+        )
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         opts = self.options
@@ -58,8 +61,18 @@ class _Reader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
 
-        from epochguard.spark_connector.executor import ARROW_SCHEMA
-
+        schema = pa.schema(
+            [
+                ("key", pa.binary()),
+                ("value", pa.binary()),
+                ("topic", pa.string()),
+                ("partition", pa.int32()),
+                ("offset", pa.int64()),
+                ("timestamp", pa.timestamp("us", tz="UTC")),
+                ("timestampType", pa.int32()),
+                ("leaderEpoch", pa.int32()),
+            ]
+        )
         n = self.batch
         cols = [
             pa.array([b"%d" % i for i in range(n)], pa.binary()),
@@ -71,7 +84,7 @@ class _Reader(DataSourceStreamReader):
             pa.array([0] * n, pa.int32()),
             pa.array([0] * n, pa.int32()),
         ]
-        batch = pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA)
+        batch = pa.RecordBatch.from_arrays(cols, schema=schema)
         left = self.rows // self.parts
         while left > 0:
             out = batch if left >= n else batch.slice(0, left)

@@ -740,7 +740,11 @@ def spark_query_cost(results: Path) -> str:
     record = load("spark_import_cost", results)
     r = result_of(record)
     q = r["small_query"]
-    names = {"kafka": "Spark's Kafka source", "epochguard": "epochguard"}
+    names = {
+        "kafka": "Spark's Kafka source",
+        "epochguard": "epochguard",
+        "ready_batches": "a Python source that reads nothing (the floor)",
+    }
     rows = [
         [
             names[fmt],

@@ -95,19 +95,27 @@ def imports(runs: int) -> dict[str, Any]:
 
 
 def small_query_runs(
-    spark: Any, servers: str, topic: str, jvm: int, brokers: list[int], reps: int = QUERY_REPS
+    spark: Any,
+    servers: str,
+    topic: str,
+    jvm: int,
+    brokers: list[int],
+    reps: int = QUERY_REPS,
+    ready: bool = True,
 ) -> dict[str, Any]:
     """``reps`` availableNow queries of each source, taking turns, over ``topic`` (a few
-    records in one partition, in a warm session): their medians and the runs."""
-    from benchmarks.spark_source import _query
+    records in one partition, in a warm session): their medians and the runs. With
+    ``ready`` (registered in the session), the ready batches too: a Python source that
+    imports nothing of ours and reads no Kafka, what any Python source pays per query."""
+    from benchmarks.spark_source import READY, _query
 
-    sources = ["kafka", "epochguard"]
+    sources = ["kafka", "epochguard", *([READY] if ready else [])]
     shape = (100, 1, QUERY_ROWS, False)
     runs: dict[str, list[dict[str, Any]]] = {fmt: [] for fmt in sources}
     for _ in range(reps):
         for fmt in sources:
             run = _query(spark, fmt, servers, topic, jvm, brokers, shape)
-            if run["rows"] != QUERY_ROWS:
+            if run["rows"] != QUERY_ROWS and fmt != READY:
                 raise RuntimeError(f"{fmt} read {run['rows']} of {QUERY_ROWS} rows")
             runs[fmt].append(run)
     median: dict[str, Any] = {}
@@ -135,7 +143,8 @@ def small_query() -> dict[str, Any]:
     per source: what a query costs before its rows do."""
     from pyspark import SparkContext
 
-    from benchmarks.spark_source import _query
+    from benchmarks._ready_batches import register as register_ready
+    from benchmarks.spark_source import READY, _query
     from epochguard.spark_connector import register
     from epochguard.testing.apache_kafka import ApacheKafkaCluster, ensure_kafka_jars
     from epochguard.testing.apache_kafka.spark_kafka import ensure_spark_kafka_jars
@@ -152,10 +161,11 @@ def small_query() -> dict[str, Any]:
         )
         try:
             register(spark)
+            register_ready(spark)
             jvm = SparkContext._gateway.proc.pid
             brokers = [p.pid for p in cluster._procs.values()]
             shape = (100, 1, QUERY_ROWS, False)
-            for fmt in ("kafka", "epochguard"):  # the first query in a JVM loads classes
+            for fmt in ("kafka", "epochguard", READY):  # the first query in a JVM loads classes
                 _query(spark, fmt, servers, "small", jvm, brokers, shape)
             out = small_query_runs(spark, servers, "small", jvm, brokers)
         finally:

@@ -402,7 +402,9 @@ def run() -> dict[str, Any]:
             fmt: _query(spark, fmt, servers, warmup_topic, jvm_pid, brokers) for fmt in sources
         }
         # What a query costs whatever it reads: a few records per source, taking turns.
-        small = small_query_runs(spark, servers, "bench-small", jvm_pid, brokers, REPS)
+        small = small_query_runs(
+            spark, servers, "bench-small", jvm_pid, brokers, REPS, ready=RUN_READY
+        )
         fixed = {f: small["median"][f]["cpu_s"] for f in SOURCES}
         runs = []
         for (size, parts, headers), (topic, rows) in topics.items():

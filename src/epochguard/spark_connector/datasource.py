@@ -1,11 +1,13 @@
-"""The PySpark data source: driver planning and executor reads on EpochConsumer.
+"""The PySpark data source: the classes Spark creates, pickles and calls.
 
 Spark runs the driver methods (``initialOffset``, ``latestOffset``, ``partitions``, ...) on
 one long-lived reader instance and ``read()`` on another, pickled to the executors, so
 everything ``read()`` needs travels in the :class:`EpochRangePartition` (start and planned
 end as positions with epochs) and Kafka clients are created lazily on each side. Decisions
-(options, offsets, planning) are the sans-IO modules'; this module only does the I/O,
-through EpochConsumer's public API.
+(options, offsets, planning) are the sans-IO modules'; the I/O, through EpochConsumer's
+public API, is in :mod:`~epochguard.spark_connector.driver` and
+:mod:`~epochguard.spark_connector.executor`, imported on their first call: Spark's planner
+processes import this module only to create the source and pickle its readers.
 """
 
 from __future__ import annotations

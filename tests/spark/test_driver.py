@@ -492,7 +492,14 @@ def test_initial_offsets_path_keeps_a_latest_start_across_restarts(
         restarted.stop()
     without = reader(cluster, startingOffsets="latest")
     try:
-        assert offsets(without.initialOffset()) == {0: (7, 0), 1: (2, 0)}  # the limit
+        again = without.initialOffset()
+        assert offsets(again) == {0: (7, 0), 1: (2, 0)}  # the limit
+        # A replay of the first batch (planned to end where the first start was) from
+        # there cannot be: the error names the option, not retention.
+        with pytest.raises(
+            SourceOptionError, match=r"initialOffsetsPath.*t-0 at 7 \(planned end 3\)"
+        ):
+            without.partitions(again, resolved)
     finally:
         without.stop()
 

@@ -475,10 +475,41 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 # latestOffset's check of the start and its look at the log end (retention
                 # never moves the end back): name it as the truncation it is.
                 self.driver.validate(behind, "planning a batch whose end is before its start")
+        if start == self._initial and self._latest is None:
+            self._check_first_batch_replay(begin, stop)
         new = [tp for tp in stop if tp not in begin]
         if new:
             begin = {**self.driver.earliest(new), **begin}
         return _plan(self.opts, begin, stop)
+
+    def _check_first_batch_replay(
+        self, start: Mapping[TopicPartition, EpochOffset], end: Mapping[TopicPartition, EpochOffset]
+    ) -> None:
+        """Spark replays a first batch that did not commit from the initial offsets it asks
+        for again (``latestOffset`` not called: a restart). Resolved again without
+        ``initialOffsetsPath``, a ``latest`` start may lie past the batch's planned end:
+        the batch's records cannot be found, and the error says why and what to set,
+        rather than reading as records lost to retention."""
+        if self.opts.initial_offsets_path is not None:
+            return
+        past = sorted(
+            (tp, s.offset, end[tp].offset)
+            for tp, s in start.items()
+            if tp in end and end[tp].offset < s.offset
+        )
+        if past:
+            where = ", ".join(
+                f"{tp.topic}-{tp.partition} at {s} (planned end {e})" for tp, s, e in past
+            )
+            raise SourceOptionError(
+                "initialOffsetsPath",
+                "the query restarted before its first batch committed, and its starting "
+                f"offsets, resolved again, lie past that batch's planned end: {where}; the "
+                "first start's offsets are not known, so the batch cannot be replayed. Set "
+                "initialOffsetsPath (a file in the query's checkpoint directory) so a "
+                "restart starts where the first start did; this checkpoint can only go on "
+                "from a new checkpoint location",
+            )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EpochRangePartition)

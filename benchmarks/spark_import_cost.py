@@ -173,13 +173,17 @@ def small_query() -> dict[str, Any]:
     return {"spark_kafka_connector": connector.version, "session": "local[2]", **out}
 
 
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def run() -> dict[str, Any]:
     runs = int(os.environ.get("SPARK_IMPORT_RUNS", "9"))
-    result: dict[str, Any] = {"runs": runs, "load_average_before": list(os.getloadavg())}
+    result: dict[str, Any] = {"runs": runs, "load_average_before": _load()}
     result["imports"] = imports(runs)
     if os.environ.get("SPARK_IMPORT_QUERY", "1") != "0":
         result["small_query"] = small_query()
-    result["load_average_after"] = list(os.getloadavg())
+    result["load_average_after"] = _load()
     return result
 
 

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from epochguard._lazy_kafka import defer_kafka_init
+from typing import TYPE_CHECKING, Any
 
-# Before anything imports kafka-python: most processes need only some of its modules.
-defer_kafka_init()
-
-from typing import TYPE_CHECKING, Any  # noqa: E402
-
-from epochguard import _decoder_warning  # noqa: E402
-from epochguard.offsets import (  # noqa: E402
+from epochguard import _decoder_warning
+from epochguard.offsets import (
     DetectedBy,
     EpochGuardError,
     EpochOffset,

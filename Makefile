@@ -37,12 +37,13 @@ spark-jars: $(STAMP)
 go-probe: $(STAMP)
 	$(BIN)/python -m epochguard.testing.franzgo
 
-# make test runs in one process (TEST_WORKERS=0). TEST_WORKERS=3 runs it on three processes
-# in lanes: one worker runs every Spark test and the builds from the source tree, one every
-# other test that starts a JVM (real Kafka, the Java client), one the rest, module by module
-# (tests/work_groups.py); on a loaded two-core machine its JVM tests run into their
-# timeouts, so it is not the default yet. make test-fast runs on FAST_WORKERS.
-TEST_WORKERS ?= 0
+# make test runs on two processes (TEST_WORKERS=2) in lanes (tests/work_groups.py): every
+# Spark test and the builds from the source tree are one unit of work, every other test that
+# starts a JVM (real Kafka, the Java client) another, and the rest module by module; each
+# worker takes a lane first, then modules. TEST_WORKERS=0 runs it in one process;
+# TEST_WORKERS=3 gives the third lane a worker of its own (for machines with more cores).
+# make test-fast runs on FAST_WORKERS.
+TEST_WORKERS ?= 2
 FAST_WORKERS ?= 4
 xdist = -n $(1) --dist loadgroup --no-loadscope-reorder
 

@@ -413,8 +413,11 @@ class ConsumerEngine:
                         continue
             read_to = None
             if position is not None and left is not None and from_ != "left_position":
+                # Only within one topic incarnation, known on every side: a position from
+                # the log of a topic since re-created must not be validated against the new one.
                 current = normalise_topic_id(topic_ids.get(tp.topic))
-                if current is None or current == left.topic_id:
+                committed_id = normalise_topic_id(position.topic_id)
+                if current is not None and current == left.topic_id == committed_id:
                     # This consumer read the partition before a rebalance took it away; a
                     # commit that failed on the way leaves the committed position below
                     # what it delivered, and a truncation there must still be reported.

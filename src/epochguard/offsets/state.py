@@ -675,8 +675,8 @@ class PartitionTracker:
         ``position`` below it, and the records in between were delivered: ``read_to`` is
         validated first, so a truncation of them is reported (with ``read_to`` as
         ``consumed_to``, source ``left_position``); once it is confirmed, the consumer starts
-        from ``position`` as without it. Ignored without an epoch or when equal to
-        ``position``.
+        from ``position`` as without it. Ignored without an epoch, when equal to
+        ``position``, or when their topic ids differ.
         """
         if position is None:
             self._source = source
@@ -686,11 +686,7 @@ class PartitionTracker:
             and read_to.offset > 0
             and read_to.leader_epoch is not None
             and (read_to.offset, read_to.leader_epoch) != (position.offset, position.leader_epoch)
-            and (
-                read_to.topic_id is None
-                or position.topic_id is None
-                or read_to.topic_id == position.topic_id
-            )
+            and read_to.topic_id == position.topic_id
         ):
             self.seek(read_to, source=PositionSource.LEFT_POSITION)
             if self._state is S.AWAIT_VALIDATION:

@@ -252,18 +252,24 @@ def test_the_prefetch_goes_out_before_the_answer_is_decoded(mocker: Any) -> None
     assert [r.offset for r in f.fetched_records(100, lambda tp: True)[TP]] == list(range(10, 20))
 
 
-def test_early_prefetches_of_one_answer_go_out_in_one_request(mocker: Any) -> None:
-    # A prefetch per partition, each its own request, would hold the others back (one
-    # request in flight per broker) and multiply the per-request cost.
-    f, client = _fetcher(mocker)
-    tps = [TopicPartition("t", 0), TopicPartition("t", 1)]
+def _fetching_from_zero(f: Any, count: int) -> list[TopicPartition]:
+    """``count`` partitions of topic t, led by broker 1 in epoch 0, each at offset 0."""
+    tps = [TopicPartition("t", i) for i in range(count)]
     trackers = [f.add_partition(tp) for tp in tps]
-    parts = [NS(partition_index=i, leader_id=1, leader_epoch=0, error_code=0) for i in (0, 1)]
+    parts = [NS(partition_index=i, leader_id=1, leader_epoch=0, error_code=0) for i in range(count)]
     topic = NS(name="t", error_code=0, topic_id=TID, is_internal=False, partitions=parts)
     _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), NS(topics=[topic], brokers=[]))
     for tp, tracker in zip(tps, trackers, strict=True):
         tracker.seek(0)
         f.after_input(tp)
+    return tps
+
+
+def test_early_prefetches_of_one_answer_go_out_in_one_request(mocker: Any) -> None:
+    # A prefetch per partition, each its own request, would hold the others back (one
+    # request in flight per broker) and multiply the per-request cost.
+    f, client = _fetcher(mocker)
+    _fetching_from_zero(f, 2)
     futures = _recording_sends(client)
     f.send_requests(0.0)
     assert len(futures) == 1
@@ -287,14 +293,7 @@ def test_a_decode_budget_spreads_one_answer_over_several_calls(
     # and the partitions not decoded yet stay awaited (nothing is fetched for them again).
     f, client = _fetcher(mocker)
     f.decode_budget_bytes = budget
-    tps = [TopicPartition("t", i) for i in range(3)]
-    trackers = [f.add_partition(tp) for tp in tps]
-    parts = [NS(partition_index=i, leader_id=1, leader_epoch=0, error_code=0) for i in range(3)]
-    topic = NS(name="t", error_code=0, topic_id=TID, is_internal=False, partitions=parts)
-    _answer(f, f._on_metadata, MetadataSent(0.0, ["t"]), NS(topics=[topic], brokers=[]))
-    for tp, tracker in zip(tps, trackers, strict=True):
-        tracker.seek(0)
-        f.after_input(tp)
+    tps = _fetching_from_zero(f, 3)
     futures = _recording_sends(client)
     f.send_requests(0.0)
     answer = _fetch_answer(0, 10, hw=30)

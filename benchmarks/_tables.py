@@ -19,7 +19,7 @@ import argparse
 import json
 import re
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,11 @@ def load_text(values: Sequence[float] | float | None) -> str:
     if isinstance(values, (int, float)):
         return f"{values:g}"
     return f"{values[0]:g}"
+
+
+def load_range(result: Mapping[str, Any]) -> str:
+    """A run's load average from its start to its end (``load_average_before``/``_after``)."""
+    return f"{load_text(result['load_average_before'])}-{load_text(result['load_average_after'])}"
 
 
 def measured(record: dict[str, Any], extra: str = "") -> str:
@@ -675,9 +680,7 @@ def spark_source(results: Path) -> str:
         ],
         rows,
     )
-    loads = (
-        f"load average {load_text(r['load_average_before'])}-{load_text(r['load_average_after'])}"
-    )
+    loads = f"load average {load_range(r)}"
     return out + measured(
         record,
         f"rows/s, best of the runs; Spark's connector {r['spark_kafka_connector']}, "
@@ -730,9 +733,7 @@ def spark_cpu(results: Path) -> str:
             f'; "beyond a small query": rows per CPU-second above the median CPU of a '
             f"query of {small['rows']} records in the same run"
         )
-    loads = (
-        f"load average {load_text(r['load_average_before'])}-{load_text(r['load_average_after'])}"
-    )
+    loads = f"load average {load_range(r)}"
     return table(header, rows) + measured(
         record,
         f"CPU of the Spark JVM, the processes it starts for the query, its Python workers and "
@@ -785,7 +786,7 @@ def spark_query_cost(results: Path) -> str:
         f"{imp['source_runner']['cpu_s_median']:.2f}, executor worker "
         f"{imp['executor']['cpu_s_median']:.2f} (pyspark's own in a planner: "
         f"{imp['spark_floor']['cpu_s_median']:.2f}); load average "
-        f"{load_text(r['load_average_before'])}-{load_text(r['load_average_after'])}",
+        f"{load_range(r)}",
     )
 
 
@@ -808,9 +809,7 @@ def spark_profile(results: Path) -> str:
         ["source", "rows", "Spark JVM CPU-s", "Python workers CPU-s", "broker CPU-s", "rows/s"],
         rows,
     )
-    loads = (
-        f"load average {load_text(r['load_average_before'])}-{load_text(r['load_average_after'])}"
-    )
+    loads = f"load average {load_range(r)}"
     return out + measured(record, f"one query per row, 1 partition; {loads}")
 
 
@@ -874,7 +873,7 @@ def spark_pushdown(results: Path) -> str:
         f"of an EmbeddedCluster, the last 10 % by time ({r['rows_selected']:,} rows) into "
         f"`noop`; medians of {len(r['runs']['epochguard'])} runs; Spark's connector "
         f"{r['spark_kafka_connector']}, `{r['session']}`; load average "
-        f"{load_text(r['load_average_before'])}-{load_text(r['load_average_after'])}",
+        f"{load_range(r)}",
     )
 
 

@@ -400,10 +400,12 @@ def fencing_scenario(bootstrap: str, topic: str, group: str, txn_id: str) -> dic
         out["epoch_after_takeover"] = admin.describe_transactions([txn_id])[txn_id].producer_epoch
     finally:
         admin.close()
-    member = KafkaConsumer(
-        topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
-    )
+    member = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     deadline = time.monotonic() + 20
+    # Topic known before the join: see tests/embedded/test_transactions.py::_joined_member.
+    while not member.partitions_for_topic(topic) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    member.subscribe([topic])
     while not member.assignment() and time.monotonic() < deadline:
         member.poll(timeout_ms=100)
     # Not compared: kafka-python rejoins once if it joined before it knew the topic (timing).

@@ -346,12 +346,16 @@ def test_a_marker_waits_for_a_leader(cluster: EmbeddedCluster) -> None:
 
 def _joined_member(cluster: EmbeddedCluster) -> tuple[KafkaConsumer, Any]:
     consumer = KafkaConsumer(
-        "t",
-        bootstrap_servers=cluster.bootstrap_servers,
-        group_id="g",
-        enable_auto_commit=False,
+        bootstrap_servers=cluster.bootstrap_servers, group_id="g", enable_auto_commit=False
     )
+    # Know the topic before joining. Otherwise kafka-python 3.0.12 leads a second rebalance
+    # when the metadata arrives, and if poll's timeout ends while that join is in flight, the
+    # leader never applies its own assignment and stays with none.
     deadline = time.monotonic() + 20
+    while not consumer.partitions_for_topic("t"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    consumer.subscribe(["t"])
     while not consumer.assignment():
         assert time.monotonic() < deadline
         consumer.poll(timeout_ms=100)

@@ -261,3 +261,58 @@ def test_a_report_repeated_after_a_restart_from_an_older_commit_is_real() -> Non
     # Without any truncation the same pair of reports is spurious (twice).
     unchanged = judge(history([*events[:-1], d(2, b"c", 1)], [BEFORE, BEFORE], BEFORE))
     assert unchanged.spurious_reports == 2
+
+
+def test_a_member_given_back_a_partition_is_judged_on_what_it_received_itself() -> None:
+    # Member 0 reads a and b, and the partition moves to member 1, which reads c. An unclean
+    # election replaces the whole log by x, y: member 1 reports [0, 3) and reads x. Given the
+    # partition back, member 0 reports the a and b it had: gone, so real (if redundant),
+    # though the application already received x at the divergence.
+    replaced = log(0, (1, b"x"), (1, b"y"))
+    events: list[Event] = [
+        Assigned(0, 0, 0),
+        d(0, b"a", 0),
+        d(1, b"b", 0),
+        Assigned(1, 0, 0),
+        d(2, b"c", 0, member=1),
+        Reported(1, 0, 0, 3, 1),
+        Seeked(1, 0, 0, 1),
+        d(0, b"x", 1, epoch=1, member=1),
+        Committed(1, 0, 1, 1),
+        Assigned(0, 0, 1),
+        Reported(0, 0, 0, 2, 1),
+        Seeked(0, 0, 0, 1),
+        d(0, b"x", 1, epoch=1),
+        d(1, b"y", 1, epoch=1),
+    ]
+    v = judge(history(events, [BEFORE, replaced], replaced))
+    assert v.ok, v.describe()
+    # Had a and b stayed in the log, the member's report would be spurious all the same.
+    kept = log(0, (0, b"a"), (0, b"b"), (1, b"x"))
+    still = [*events[:7], d(2, b"x", 1, epoch=1, member=1), *events[8:11]]
+    v = judge(history(still, [BEFORE, kept], kept))
+    assert v.spurious_reports >= 1, v.describe()
+
+
+def test_a_restarted_member_is_judged_on_what_the_group_received_too() -> None:
+    # Member 0 reads a, b; member 1 reads c, which an unclean election replaces. Member 0,
+    # restarted from member 1's commit of 3, reports without a divergence: its own a and b
+    # are intact, but c, which the group received, is gone, so the report is real.
+    events: list[Event] = [
+        Assigned(0, 0, 0),
+        d(0, b"a", 0),
+        d(1, b"b", 0),
+        Assigned(1, 0, 0),
+        d(2, b"c", 0, member=1),
+        Committed(1, 0, 3, 0),
+        Assigned(0, 0, 1),
+        Reported(0, 0, None, 3, 1),
+        Seeked(0, 0, None, 1),
+        d(0, b"a", 1),
+        d(1, b"b", 1),
+        d(2, b"x", 1, epoch=1),
+    ]
+    v = judge(history(events, [BEFORE, AFTER], AFTER))
+    assert v.ok, v.describe()
+    unchanged = [*events[:-1], d(2, b"c", 1)]
+    assert judge(history(unchanged, [BEFORE, BEFORE], BEFORE)).spurious_reports == 1

@@ -21,7 +21,9 @@ The rules (issue 11), per application (a consumer or a consumer group):
   received that was in the leader's log, unchanged, from its delivery until the report (no
   snapshot in between shows it gone or replaced; below a snapshot's log start nothing can be
   shown gone); without a divergence, a report after which none of the records received
-  in the lost range was ever gone.
+  in the lost range was ever gone. The record the reporting member last received itself
+  there counts too: a report either shows gone is real (a member given back a partition it
+  read before reports what it had, even when another member reported it already).
 * **raise breach**: with policy ``raise``, a record of the partition delivered after a report
   and before the application seeks.
 * **stall**: the application did not reach the end of a partition after healing.
@@ -656,6 +658,26 @@ class _Transactions:
         return lost
 
 
+def _named(got: Mapping[int, tuple[bytes, int]], report: Reported) -> list[int]:
+    """The offsets received that ``report`` says are gone: with a divergence, the record at
+    it must be gone; without, some record received in the range must be."""
+    start = report.divergence if report.divergence is not None else 0
+    end = report.consumed_to
+    named = sorted(o for o in got if o >= start and (end is None or o < end))
+    return named[:1] if report.divergence is not None else named
+
+
+def _any_gone(
+    snaps: Sequence[Mapping[int, LogSnapshot | None]],
+    report: Reported,
+    got: Mapping[int, tuple[bytes, int]],
+    offsets: list[int],
+) -> bool:
+    return any(
+        _gone(snaps, report.partition, o, got[o][0], got[o][1], report.step + 1) for o in offsets
+    )
+
+
 def judge(history: History, app: str | None = None) -> Verdict:
     """Judge one application's events (``app``; default: every event)."""
     t = _Tally(transactional=history.read_committed)
@@ -665,6 +687,8 @@ def judge(history: History, app: str | None = None) -> Verdict:
     awaiting_seek: set[tuple[int, int]] = set()
     #: the last record delivered at each offset, per partition: (value, step)
     ever: dict[int, dict[int, tuple[bytes, int]]] = {}
+    #: the same per member and partition: what each member itself received
+    ever_own: dict[tuple[int, int], dict[int, tuple[bytes, int]]] = {}
     snaps = history.snapshots
     for ev in history.events:
         if app is not None and ev.app not in (app, "*"):
@@ -728,6 +752,7 @@ def judge(history: History, app: str | None = None) -> Verdict:
                 )
             held[ev.offset] = _Held(ev.value, ev.epoch, ev.step, ev.member)
             ever.setdefault(ev.partition, {})[ev.offset] = (ev.value, ev.step)
+            ever_own.setdefault((ev.member, ev.partition), {})[ev.offset] = (ev.value, ev.step)
         elif isinstance(ev, Reported):
             t.reports += 1
             start = ev.divergence if ev.divergence is not None else 0
@@ -737,21 +762,24 @@ def judge(history: History, app: str | None = None) -> Verdict:
             in_range = sorted(o for o in held if o >= start and (end is None or o < end))
             # Judged on the last record delivered at each offset, held or already dropped by
             # an earlier report: a restart from a commit older than that report validates
-            # again and may repeat it (real, if redundant).
+            # again and may repeat it (real, if redundant). Judged also on what the reporting
+            # member received itself: given back a partition it read before, it reports the
+            # records it had that are gone, even when another member has since reported them
+            # and received their replacements (real, if redundant). Spurious when neither
+            # shows a record gone.
             got = ever.get(ev.partition, {})
-            candidates = sorted(o for o in got if o >= start and (end is None or o < end))
-            if ev.divergence is not None:
-                candidates = candidates[:1]  # the record at the divergence must be gone
-            # else: no divergence given: some record it received must be gone
-            if candidates and not any(
-                _gone(snaps, ev.partition, o, got[o][0], got[o][1], ev.step + 1) for o in candidates
-            ):
-                o = candidates[0]
+            own = ever_own.get((ev.member, ev.partition), {})
+            candidates = _named(got, ev)
+            real = _any_gone(snaps, ev, got, candidates) or _any_gone(
+                snaps, ev, own, _named(own, ev)
+            )
+            if candidates and not real:
+                first = candidates[0]
                 t.spurious += 1
                 t.problems.append(
                     f"spurious report on p{ev.partition} at step {ev.step} (divergence "
-                    f"{ev.divergence}, consumed to {ev.consumed_to}): {got[o][0]!r} at {o} "
-                    f"was in the leader's log from its delivery (step {got[o][1]}) on; "
+                    f"{ev.divergence}, consumed to {ev.consumed_to}): {got[first][0]!r} at "
+                    f"{first} was in the leader's log from its delivery (step {got[first][1]}) on; "
                     f"{ev.text}"
                 )
             for o in in_range if end is not None else [o for o in held if o >= start]:

@@ -7,6 +7,8 @@ new writes, polls for a bounded time and records every record, error and excepti
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -233,3 +235,16 @@ def franzgo_seen(events: list[Event]) -> dict[str, list[Any]]:
             [e["offset"], e["leader_epoch"], e["value"]] for e in events if e["event"] == "record"
         ],
     }
+
+
+def read_all(clients: Sequence[ReferenceClient], count: int, timeout: float) -> dict[str, Any]:
+    """Each client's ``read(count, timeout)``, all at once (one thread each), by name.
+
+    The clients are independent of one another (their own connections, or processes of
+    their own), and a read that does not reach ``count`` runs its whole ``timeout``: one after
+    the other, four clients made a scenario wait four times as long for the same answers."""
+    if not clients:
+        return {}
+    with ThreadPoolExecutor(len(clients), thread_name_prefix="reference-client") as pool:
+        futures = {c.name: pool.submit(c.read, count, timeout) for c in clients}
+        return {name: future.result() for name, future in futures.items()}

@@ -43,6 +43,7 @@ from .clients import (
     KafkaPythonClient,
     ReferenceClient,
     franzgo_seen,
+    read_all,
 )
 from .observe import Observer
 from .test_unclean_truncation import RESULTS, kind
@@ -118,10 +119,6 @@ GROUP_SUFFIXES = {
     "java": "java",
     "franzgo": "franz-go",
 }
-
-
-def read_all(clients: list[ReferenceClient], count: int, timeout: float) -> dict[str, Any]:
-    return {c.name: c.read(count, timeout) for c in clients}
 
 
 def offsets_read(events: list[dict[str, Any]]) -> list[int]:
@@ -232,8 +229,8 @@ def test_unclean_election_while_stopped_then_restart_from_committed(
     clients_seen: dict[str, dict[str, Any]] = {}
     first = clients_for(cluster, topic, franzgo_probe, group)
     try:
-        for c in first:
-            clients_seen[c.name] = {"before": c.read(8, 20)}
+        for name, events in read_all(first, 8, 20).items():
+            clients_seen[name] = {"before": events}
         committed = {}
         for c in first:
             committed[c.name] = c.commit()  # type: ignore[attr-defined]
@@ -254,8 +251,8 @@ def test_unclean_election_while_stopped_then_restart_from_committed(
 
     restarted = clients_for(cluster, topic, franzgo_probe, group, from_committed=True)
     try:
-        for c in restarted:
-            clients_seen[c.name]["after_restart"] = c.read(5, 5)
+        for name, events in read_all(restarted, 5, 5).items():
+            clients_seen[name]["after_restart"] = events
     finally:
         close_all(restarted)
     seen["epoch_after"] = epoch

@@ -34,6 +34,7 @@ from .clients import (
     KafkaPythonClient,
     ReferenceClient,
     franzgo_seen,
+    read_all,
 )
 from .observe import Observer
 
@@ -186,12 +187,12 @@ def test_unclean_election_answers_match_kafka(
 
     clients = start_clients(cluster, topic, franzgo_probe)
     try:
-        for client in clients:
-            clients_seen[client.name] = {"before": client.read(8, 20)}
+        for name, events in read_all(clients, 8, 20).items():
+            clients_seen[name] = {"before": events}
         if idle_poll:
             # Caught up: empty fetches at the end of the log before anything goes wrong.
-            for client in clients:
-                clients_seen[client.name]["idle"] = client.read(1, 1.5)
+            for name, events in read_all(clients, 1, 1.5).items():
+                clients_seen[name]["idle"] = events
 
         cluster.stop_broker(a)
         eventually("no leader", lambda: cluster.leader(topic, 0) is None)
@@ -236,8 +237,8 @@ def test_unclean_election_answers_match_kafka(
             }
             for k, f in fetches.items()
         }
-        for client in clients:
-            clients_seen[client.name]["after"] = client.read(refill, 6)
+        for name, events in read_all(clients, refill, 6).items():
+            clients_seen[name]["after"] = events
     finally:
         for client in clients:
             client.close()

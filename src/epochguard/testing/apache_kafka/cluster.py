@@ -241,6 +241,17 @@ def _one_start_at_a_time() -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _scratch_dir() -> str | None:
+    """Where a cluster keeps its data: /dev/shm (memory) where there is one, else the temp dir.
+
+    A broker fsyncs a snapshot file per partition when it stops and loads every log when it
+    starts; on a disk shared with other work a broker of 500 small partitions took 20 s to
+    stop. The brokers' files behave the same in memory for every test here: a killed JVM
+    loses nothing it wrote either way, and no test survives a machine crash."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
 def _wait(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.1) -> T:
     """Poll ``probe`` until it returns something other than None, at most ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -479,7 +490,7 @@ class ApacheKafkaCluster:
         started = time.monotonic()
         jars = self.jars
         if self._work_dir is None:
-            self._work_dir = Path(tempfile.mkdtemp(prefix="epochguard-kafka-"))
+            self._work_dir = Path(tempfile.mkdtemp(prefix="epochguard-kafka-", dir=_scratch_dir()))
         self._cluster_id = self._random_cluster_id()
         sasl = bool(self._sasl_users)
         n = self._num_brokers
@@ -910,34 +921,62 @@ class ApacheKafkaCluster:
         )
         return call(self._nodes[broker_id].address, req, MetadataResponse, 12)
 
-    def partition_state(
-        self, topic: str, partition: int, broker: int | None = None
-    ) -> PartitionState:
-        """The partition as ``broker`` (default: the first running broker) sees it, with ELR."""
-        address = self._nodes[broker].address if broker is not None else self._any_broker()
+    def _describe_partitions(
+        self, address: tuple[str, int], topic: str, first: int, limit: int
+    ) -> tuple[dict[int, PartitionState], int | None]:
+        """DescribeTopicPartitions of ``topic`` from partition ``first`` on, at most ``limit``
+        of them; returns them and the next partition (None after the last)."""
         req = DescribeTopicPartitionsRequest(
             topics=[DescribeTopicPartitionsRequest.TopicRequest(name=topic)],
-            response_partition_limit=2000,
-            cursor=None,
+            response_partition_limit=limit,
+            cursor=DescribeTopicPartitionsRequest.Cursor(topic_name=topic, partition_index=first),
         )
         resp = call(address, req, DescribeTopicPartitionsResponse, 0)
+        states: dict[int, PartitionState] = {}
         for t in resp.topics:
             if t.name != topic:
                 continue
             if t.error_code != 0:
                 raise ClusterError(f"describe {topic}: {error_name(t.error_code)}")
             for p in t.partitions:
-                if p.partition_index == partition:
-                    return PartitionState(
-                        leader=p.leader_id,
-                        leader_epoch=p.leader_epoch,
-                        replicas=tuple(p.replica_nodes),
-                        isr=tuple(p.isr_nodes),
-                        elr=tuple(p.eligible_leader_replicas or ()),
-                        last_known_elr=tuple(p.last_known_elr or ()),
-                        offline_replicas=tuple(p.offline_replicas),
-                    )
-        raise ClusterError(f"no partition {topic}-{partition}")
+                states[p.partition_index] = PartitionState(
+                    leader=p.leader_id,
+                    leader_epoch=p.leader_epoch,
+                    replicas=tuple(p.replica_nodes),
+                    isr=tuple(p.isr_nodes),
+                    elr=tuple(p.eligible_leader_replicas or ()),
+                    last_known_elr=tuple(p.last_known_elr or ()),
+                    offline_replicas=tuple(p.offline_replicas),
+                )
+        cursor = resp.next_cursor
+        following = (
+            cursor.partition_index if cursor is not None and cursor.topic_name == topic else None
+        )
+        return states, following
+
+    def partition_states(self, topic: str, broker: int) -> dict[int, PartitionState]:
+        """Every partition of ``topic`` as ``broker`` sees it (in pages of 2,000)."""
+        states: dict[int, PartitionState] = {}
+        following: int | None = 0
+        while following is not None:
+            page, following = self._describe_partitions(
+                self._nodes[broker].address, topic, following, 2000
+            )
+            states.update(page)
+        return states
+
+    def partition_state(
+        self, topic: str, partition: int, broker: int | None = None
+    ) -> PartitionState:
+        """The partition as ``broker`` (default: the first running broker) sees it, with ELR.
+
+        Asks for this one partition only (the request's cursor), so a call costs the same on
+        a topic of 1,000 partitions as on one of a single partition."""
+        address = self._nodes[broker].address if broker is not None else self._any_broker()
+        states, _ = self._describe_partitions(address, topic, partition, 1)
+        if partition not in states:
+            raise ClusterError(f"no partition {topic}-{partition}")
+        return states[partition]
 
     def leader(self, topic: str, partition: int) -> int | None:
         leader = self.partition_state(topic, partition).leader
@@ -1021,18 +1060,31 @@ class ApacheKafkaCluster:
                     f"create topic {name}: {error_name(result.error_code)} {result.error_message}"
                 )
         count = len(assignments) if assignments else partitions
-        for p in range(count):
-            self.wait_for_partition(name, p, lambda s: s.leader >= 0, "a leader")
+        # One request per broker and poll for the whole topic, not one per partition: on a
+        # topic of 1,000 partitions the per-partition waits took a minute.
+        timeout = 30.0 + 0.12 * count
+
+        def led_everywhere() -> dict[int, PartitionState] | None:
+            views = [self.partition_states(name, b) for b in self.running_broker_ids]
+            if not views or len(views[0]) != count:
+                return None
+            if any(s.leader < 0 for s in views[0].values()):
+                return None
+            return views[0] if all(v == views[0] for v in views) else None
+
+        states = _wait(f"{name}: a leader for each of {count} partitions", led_everywhere, timeout)
         # Followers must have created their local replica before per-replica calls hit them.
-        for p in range(count):
-            state = self.partition_state(name, p)
+        hosted: dict[int, list[int]] = {}
+        for p, state in sorted(states.items()):
             for replica in state.replicas:
                 if self._running(replica):
-                    _wait(
-                        f"replica {name}-{p} on broker {replica}",
-                        functools.partial(self._replica_leo, name, p, replica),
-                        30.0,
-                    )
+                    hosted.setdefault(replica, []).append(p)
+        for replica, on_it in hosted.items():
+            _wait(
+                f"replicas of {name} on broker {replica}",
+                functools.partial(self._replicas_created, name, on_it, replica),
+                timeout,
+            )
         log.info("kafka_topic_created", topic=name, partitions=count)
 
     def grant(
@@ -1165,13 +1217,29 @@ class ApacheKafkaCluster:
     def high_watermark(self, topic: str, partition: int) -> int:
         return self.list_offsets(topic, partition, LATEST).offset
 
-    def _replica_leo(self, topic: str, partition: int, broker: int) -> int | None:
-        try:
-            return self.list_offsets(
-                topic, partition, LATEST, broker=broker, replica_id=DEBUGGING_REPLICA_ID
-            ).offset
-        except ClusterError:
-            return None
+    def _replicas_created(self, topic: str, partitions: list[int], broker: int) -> bool | None:
+        """True once ``broker`` answers ListOffsets (debugging replica id) for every one of
+        ``partitions`` of ``topic`` from its own log."""
+        req = ListOffsetsRequest(
+            replica_id=DEBUGGING_REPLICA_ID,
+            isolation_level=0,
+            topics=[
+                ListOffsetsRequest.ListOffsetsTopic(
+                    name=topic,
+                    partitions=[
+                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                            partition_index=p, current_leader_epoch=-1, timestamp=LATEST
+                        )
+                        for p in partitions
+                    ],
+                )
+            ],
+        )
+        resp = call(self._nodes[broker].address, req, ListOffsetsResponse, 7)
+        answered = {
+            p.partition_index for t in resp.topics for p in t.partitions if p.error_code == 0
+        }
+        return True if answered >= set(partitions) else None
 
     def log_end_offset(self, topic: str, partition: int, broker: int | None = None) -> int:
         """Log end offset of the leader's replica, or of ``broker``'s replica.

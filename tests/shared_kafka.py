@@ -14,13 +14,28 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from epochguard.testing import Cluster
 from epochguard.testing.apache_kafka import ApacheKafkaCluster
 
 
+def start_together(cluster: Cluster, broker_ids: list[int]) -> None:
+    """Start the stopped ``broker_ids``: real Kafka brokers side by side (a JVM boots in
+    seconds), embedded ones one after the other."""
+    if isinstance(cluster, ApacheKafkaCluster):
+        if broker_ids:
+            cluster.start_brokers(*broker_ids)
+        return
+    for broker_id in broker_ids:
+        cluster.start_broker(broker_id)
+
+
+def start_stopped(cluster: Cluster) -> None:
+    """Every broker of ``cluster`` running again."""
+    start_together(cluster, [b for b in cluster.broker_ids if not cluster.is_running(b)])
+
+
 def _all_running(cluster: ApacheKafkaCluster) -> None:
-    for broker_id in cluster.broker_ids:
-        if not cluster.is_running(broker_id):
-            cluster.start_broker(broker_id)
+    start_stopped(cluster)
 
 
 @contextlib.contextmanager

@@ -66,6 +66,6 @@ def module_cluster(
 def cluster(module_cluster: ApacheKafkaCluster) -> Iterator[ApacheKafkaCluster]:
     """The module's cluster, with every broker running again after the test."""
     yield module_cluster
-    for broker_id in module_cluster.broker_ids:
-        if broker_id not in module_cluster.running_broker_ids:
-            module_cluster.start_broker(broker_id)
+    stopped = [b for b in module_cluster.broker_ids if not module_cluster.is_running(b)]
+    if stopped:
+        module_cluster.start_brokers(*stopped)

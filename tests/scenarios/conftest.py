@@ -25,7 +25,7 @@ from epochguard.testing.franzgo import (
     go_probe_required,
 )
 
-from ..shared_kafka import module_share
+from ..shared_kafka import module_share, start_stopped
 from . import epoch_subjects
 from .summary import write_summary
 
@@ -94,9 +94,7 @@ def module_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 def cluster(module_cluster: Cluster) -> Iterator[Cluster]:
     """The module's cluster, every broker running again after the test."""
     yield module_cluster
-    for broker_id in module_cluster.broker_ids:
-        if not module_cluster.is_running(broker_id):
-            module_cluster.start_broker(broker_id)
+    start_stopped(module_cluster)
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,7 @@ from epochguard.offsets.report import DetectedBy
 from epochguard.testing import Cluster, EmbeddedCluster, produce
 from epochguard.testing import wait_until as eventually
 
+from ..shared_kafka import start_stopped, start_together
 from .conftest import CLUSTERS_AND_DRIVERS, scenario_cluster
 from .epoch_subjects import (
     POLICIES,
@@ -202,8 +203,7 @@ class SuccessiveRun(StagedRun):
         drive(self.subjects.values(), lambda s: len(s.reports) >= 2 and len(s.delivered) >= 12)
         settle_quietly(self.subjects.values())
 
-        cluster.start_broker(a)
-        cluster.start_broker(b)
+        start_together(cluster, [a, b])
         eventually(
             "A and B truncated to C's log",
             lambda: all(cluster.log_end_offset(topic, 0, r) == 5 for r in (a, b)),
@@ -212,9 +212,7 @@ class SuccessiveRun(StagedRun):
 
     def close(self) -> None:
         super().close()
-        for broker in self.cluster.broker_ids:
-            if not self.cluster.is_running(broker):
-                self.cluster.start_broker(broker)
+        start_stopped(self.cluster)
 
     def results(self) -> None:
         write_results(

@@ -893,16 +893,28 @@ class ApacheKafkaCluster:
         )
 
     def start_broker(self, broker_id: int) -> None:
-        if broker_id not in self.broker_ids:
-            raise ClusterError(f"no broker {broker_id} in this cluster")
-        if self._running(broker_id):
-            raise ClusterError(f"broker {broker_id} is already running")
+        self.start_brokers(broker_id)
+
+    def start_brokers(self, *broker_ids: int) -> None:
+        """Start the stopped ``broker_ids`` side by side (their JVMs boot at the same time)
+        and wait until every one has registered."""
+        for broker_id in broker_ids:
+            if broker_id not in self.broker_ids:
+                raise ClusterError(f"no broker {broker_id} in this cluster")
+            if self._running(broker_id):
+                raise ClusterError(f"broker {broker_id} is already running")
+        if len(set(broker_ids)) != len(broker_ids):
+            raise ClusterError(f"broker ids repeat: {list(broker_ids)}")
         started = time.monotonic()
-        self._launch(self._nodes[broker_id])
-        self._await_registered(broker_id)
-        log.info(
-            "kafka_broker_started", broker=broker_id, seconds=round(time.monotonic() - started, 2)
-        )
+        for broker_id in broker_ids:
+            self._launch(self._nodes[broker_id])
+        for broker_id in broker_ids:
+            self._await_registered(broker_id)
+            log.info(
+                "kafka_broker_started",
+                broker=broker_id,
+                seconds=round(time.monotonic() - started, 2),
+            )
 
     # -- metadata ----------------------------------------------------------------------------
 

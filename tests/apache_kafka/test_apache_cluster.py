@@ -10,6 +10,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
@@ -233,7 +234,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_no_jvm_survives_a_killed_test_process(kafka_jars: KafkaJars) -> None:
+def test_no_jvm_survives_a_killed_test_process(kafka_jars: KafkaJars, tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
         import sys, time
@@ -241,13 +242,14 @@ def test_no_jvm_survives_a_killed_test_process(kafka_jars: KafkaJars) -> None:
         from epochguard.testing.apache_kafka import ApacheKafkaCluster, KafkaJars
         from epochguard.testing.apache_kafka.process import live_pids
         jars = KafkaJars(version=sys.argv[1], home=Path(sys.argv[2]))
-        cluster = ApacheKafkaCluster(brokers=1, jars=jars).start()
+        # Its own work dir (the killed process cannot remove it): pytest's tmp_path does.
+        cluster = ApacheKafkaCluster(brokers=1, jars=jars, work_dir=Path(sys.argv[3])).start()
         print("PIDS", *live_pids(), flush=True)
         time.sleep(600)
         """
     )
     child = subprocess.Popen(
-        [sys.executable, "-c", script, kafka_jars.version, str(kafka_jars.home)],
+        [sys.executable, "-c", script, kafka_jars.version, str(kafka_jars.home), str(tmp_path)],
         stdout=subprocess.PIPE,
         text=True,
     )

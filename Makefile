@@ -137,12 +137,14 @@ bench: $(STAMP) kafka-jars spark-jars
 	$(BIN)/python -m benchmarks._matrix_plot
 	$(BIN)/python -m benchmarks._tables
 
-# Soak (docs/guides/testing.md, not in CI): one consumer under produce load and periodic unclean
-# elections for SOAK_MINUTES (default 10); fails if its RSS keeps growing after warm-up.
-# Writes benchmarks/results/soak.json.
+# Soak (docs/guides/testing.md, not in CI): one consumer under produce load, periodic unclean
+# elections and network faults for DURATION seconds (make soak DURATION=3600; SOAK_MINUTES=
+# also works, default 10 minutes); fails if a truncation is missed or its RSS, open fds or
+# threads grow after warm-up. Writes benchmarks/results/soak.json.
 SOAK_MINUTES ?= 10
+DURATION ?=
 soak: $(STAMP)
-	SOAK_MINUTES=$(SOAK_MINUTES) $(BIN)/python -m benchmarks._soak
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_DURATION_S=$(DURATION) $(BIN)/python -m benchmarks._soak
 	$(BIN)/python -m benchmarks._tables
 
 clean:

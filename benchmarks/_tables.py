@@ -287,6 +287,7 @@ def soak(results: Path) -> str:
     record = load("soak", results)
     r = result_of(record)
     d = r["detection_latency_s"]
+    faults = ", ".join(f"{n} {kind}" for kind, n in r["faults_by_kind"].items())
     rows = [
         [
             f"{r['minutes']:g} min",
@@ -294,10 +295,10 @@ def soak(results: Path) -> str:
             f"{r['produce_rate_records_per_s']:,}",
             f"{r['records_consumed']:,}",
             f"{r['elections']} / {r['reports']} / {r['missed_truncations']}",
+            f"{r['faults']} ({faults})",
             f"{seconds(d['p50'])} / {seconds(d['p99'])}",
             r["violations"],
-            f"{r['rss_at_warmup_end_mib']:.1f} MiB",
-            f"{r['rss_growth_after_warmup_mib']:+.1f} MiB (bound {r['rss_bound_mib']:g})",
+            "passed" if r["passed"] else "failed: " + "; ".join(r["problems"]),
         ]
     ]
     out = table(
@@ -307,14 +308,39 @@ def soak(results: Path) -> str:
             "produced/s",
             "records read",
             "elections / reports / missed",
+            "network faults",
             "detection p50 / p99",
             "violations",
-            "RSS after warm-up",
-            "RSS growth",
+            "verdict",
         ],
         rows,
     )
-    return out + measured(record, "EmbeddedCluster")
+    names = {"rss_mib": "RSS (MiB)", "fds": "open file descriptors", "threads": "threads"}
+    resources = table(
+        ["consumer process", "at warm-up end", "at the end", "largest after warm-up", "bound"],
+        [
+            [
+                names[key],
+                f"{f['at_warmup_end']:g}",
+                f"{f['end']:g}",
+                f"{f['max_after_warmup']:g} ({f['growth']:+g})",
+                f"+{f['bound']:g}",
+            ]
+            for key, f in r["resources"].items()
+        ],
+    )
+    return (
+        out
+        + "\n"
+        + resources
+        + measured(
+            record,
+            f"EmbeddedCluster behind the fault proxy, {r['warmup_minutes']:g} min warm-up, "
+            "load average (1 min) {:g} to {:g} over the samples".format(
+                *r["load_average_1min_range"]
+            ),
+        )
+    )
 
 
 def consumer_memory(results: Path) -> str:

@@ -193,3 +193,31 @@ def test_injected_faults_reach_the_proxy(soak: ModuleType) -> None:
         proxy.heal()
     assert set(kinds) == set(soak.FAULT_KINDS)
     assert sorted(k for k, _ in drawn) == sorted(k for k, n in kinds.items() for _ in range(n))
+
+
+def test_the_docs_table_shows_a_failed_run_and_why(soak: ModuleType, tmp_path: Path) -> None:
+    # A run that stalled: no final read, so no counts from the consumer.
+    common = importlib.import_module("benchmarks._common")
+    tables = importlib.import_module("benchmarks._tables")
+    samples = _samples(fds=[16, 16, 16, 16, 30])
+    resources, problems = soak.judge_resources(samples, 180.0, soak.Bounds())
+    problems.append("the consumer stopped making progress: doomed read: not reached in 300 s")
+    result = {
+        "minutes": 4.0,
+        "partitions": 100,
+        "produce_rate_records_per_s": 2000,
+        "elections": 35,
+        "faults": 12,
+        "faults_by_kind": {k: 2 for k in soak.FAULT_KINDS},
+        "warmup_minutes": 3.0,
+        "resources": resources,
+        "load_average_1min_range": [5.0, 9.5],
+        "passed": False,
+        "problems": problems,
+        "samples": samples,
+    }
+    common.write_record(tmp_path, "soak", 0.0, result)
+    text = tables.soak(tmp_path)
+    assert "| 4 min | 100 | 2,000 | - | 35 / - / - | 12 (2 reset, 2 cut," in text
+    assert "failed: fds grew by 14 after the warm-up (from 16, bound 8); the consumer" in text
+    assert "| open file descriptors | 16 | 30 | 30 (+14) | +8 |" in text

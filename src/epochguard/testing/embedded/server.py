@@ -178,6 +178,11 @@ def _null_field(value: Any, struct: Any, version: int) -> str | None:
     return None
 
 
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class EmbeddedServer:
     """Owns the event loop thread and the listeners of every broker of ``state``."""
 
@@ -366,6 +371,10 @@ class EmbeddedServer:
                     return
                 payload = await reader.readexactly(size)
                 dispatch = asyncio.ensure_future(self._dispatch(broker_id, payload, writer, conn))
+                # A dispatch cancelled below can still end with the reset that closed the
+                # connection (its drain failed before the cancel arrived): retrieved, or
+                # asyncio prints "Task exception was never retrieved".
+                dispatch.add_done_callback(_retrieve)
                 next_head = asyncio.ensure_future(reader.readexactly(4))
                 await asyncio.wait({dispatch, next_head}, return_when=asyncio.FIRST_COMPLETED)
                 if not dispatch.done() and next_head.exception() is not None:

@@ -1,9 +1,12 @@
-"""The source in a Spark Connect session: ``SparkSession.builder.remote("local[2]")`` starts a
-local Spark Connect server, the client registers the source and runs a streaming query
-through gRPC, and the server's Python workers read the EmbeddedCluster.
+"""The source in a Spark Connect session: a local Spark Connect server (a ``local[2]``
+SparkContext with the Connect plugin), a client that registers the source and runs queries
+through gRPC, and the server's Python workers reading the EmbeddedCluster.
 
-The client runs in its own process: a Connect server needs a SparkContext started with the
-Connect plugin, and this process may already hold another module's JVM.
+The module starts one server for all its tests, in its own process (a Connect server needs
+a SparkContext started with the Connect plugin, and this process may already hold another
+module's JVM), on a port the system picks: a fixed port (Spark's 15002) is taken when
+another run's server still holds it. Each client program runs in its own process too and
+gets its own server-side session.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import os
 import socket
 import subprocess
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import IO, Any
 
 import pytest
 
@@ -28,10 +32,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.connect.session import SparkSession as ConnectSession
 from epochguard.spark_connector import register
 
-servers, topic, ckpt = sys.argv[1:4]
+remote, servers, topic, ckpt = sys.argv[1:5]
 spark = (
-    SparkSession.builder.remote("local[2]")
-    .config("spark.ui.enabled", "false")
+    SparkSession.builder.remote(remote)
     .config("spark.sql.shuffle.partitions", "2")
     .getOrCreate()
 )
@@ -75,7 +78,7 @@ def failure(stream, **options):
 
 
 # A misspelt option, an unreachable cluster and a missing topic, in batch reads and streams.
-refused = {"kafka.bootstrap.servers": sys.argv[4]}
+refused = {"kafka.bootstrap.servers": sys.argv[5]}
 bad = failure(False, subscribe=topic, startingOfsets="earliest")
 bad_stream = failure(True, subscribe=topic, startingOfsets="earliest")
 unreachable = failure(False, subscribe=topic, **refused)
@@ -98,15 +101,77 @@ spark.stop()
 """
 
 
-def run_client(code: str, *args: str) -> dict[str, Any]:
-    """Runs a Connect client program (its own process, which starts a local Connect server)
-    and returns the JSON it printed after ``RESULT``."""
-    env = dict(
+SERVER = r"""
+import sys
+from pyspark import SparkConf, SparkContext
+from pyspark.sql import SparkSession
+
+# What SparkSession.builder.remote("local[2]") sets up in its own process, on port 0: the
+# system picks a free port, and the server says which one it bound.
+conf = SparkConf().setMaster("local[2]").setAll([
+    ("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin"),
+    ("spark.sql.artifact.isolation.enabled", "true"),
+    ("spark.sql.artifact.isolation.alwaysApplyClassloader", "true"),
+    ("spark.connect.grpc.binding.address", "127.0.0.1"),
+    ("spark.connect.grpc.binding.port", "0"),
+    ("spark.ui.enabled", "false"),
+])
+spark = SparkSession(SparkContext.getOrCreate(conf))
+service = getattr(spark._jvm, "org.apache.spark.sql.connect.service.SparkConnectService$")
+print("PORT %d" % getattr(service, "MODULE$").localPort(), flush=True)
+sys.stdin.read()  # until the test module closes it
+spark.stop()
+"""
+
+
+def _spark_env() -> dict[str, str]:
+    return dict(
         os.environ,
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_LOCAL_IP="127.0.0.1",
     )
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One local Spark Connect server for the module's tests; yields its ``sc://`` URL."""
+    log_path = tmp_path_factory.mktemp("connect") / "server.log"
+    with open(log_path, "w+") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-P", "-c", SERVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=_spark_env(),
+        )
+        try:
+            yield f"sc://127.0.0.1:{_bound_port(server, log)}"
+        finally:
+            assert server.stdin is not None
+            server.stdin.close()
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+def _bound_port(server: subprocess.Popen[str], log: IO[str]) -> int:
+    assert server.stdout is not None
+    for line in server.stdout:  # the JVM's own output goes to the log
+        if line.startswith("PORT "):
+            return int(line.split()[1])
+    server.wait()
+    log.seek(0)
+    raise AssertionError(f"the Connect server exited ({server.returncode}):\n{log.read()[-6000:]}")
+
+
+def run_client(code: str, *args: str) -> dict[str, Any]:
+    """Runs a Connect client program (its own process) and returns the JSON it printed after
+    ``RESULT``."""
+    env = _spark_env()
     proc = subprocess.run(
         [sys.executable, "-P", "-c", code, *args],
         capture_output=True,
@@ -121,7 +186,9 @@ def run_client(code: str, *args: str) -> dict[str, Any]:
     return result
 
 
-def test_streaming_query_through_spark_connect(cluster: EmbeddedCluster, tmp_path: str) -> None:
+def test_streaming_query_through_spark_connect(
+    connect_server: str, cluster: EmbeddedCluster, tmp_path: str
+) -> None:
     cluster.create_topic("conn", partitions=2, replication_factor=1)
     cluster.append("conn", 0, [b"a%d" % i for i in range(6)])
     cluster.append("conn", 1, [b"b%d" % i for i in range(4)])
@@ -133,7 +200,12 @@ def test_streaming_query_through_spark_connect(cluster: EmbeddedCluster, tmp_pat
     epoch_0 = cluster.leader_epoch("conn", 0)
     epoch_1 = cluster.leader_epoch("conn", 1)
     result = run_client(
-        CLIENT, cluster.bootstrap_servers, "conn", f"{tmp_path}/ckpt", f"127.0.0.1:{closed_port()}"
+        CLIENT,
+        connect_server,
+        cluster.bootstrap_servers,
+        "conn",
+        f"{tmp_path}/ckpt",
+        f"127.0.0.1:{closed_port()}",
     )
     assert result["error"] is None
     assert epoch_1 > epoch_before
@@ -181,8 +253,8 @@ import json, sys
 from pyspark.sql import SparkSession
 from epochguard.spark_connector import register
 
-servers, ckpt, out, phase = sys.argv[1:5]
-spark = SparkSession.builder.remote("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+remote, servers, ckpt, out, phase = sys.argv[1:6]
+spark = SparkSession.builder.remote(remote).getOrCreate()
 register(spark)
 query = (
     spark.readStream.format("epochguard")
@@ -211,13 +283,14 @@ spark.stop()
 """
 
 
-def test_truncation_message_reaches_the_connect_client(tmp_path: str) -> None:
+def test_truncation_message_reaches_the_connect_client(connect_server: str, tmp_path: str) -> None:
     """A query restarted after an unclean election fails with ``KAFKA_LOG_TRUNCATION:``, and a
     Connect client sees that text in what ``awaitTermination()`` raises, in its ``message``
     parameter and in ``query.exception()``."""
 
     def run(servers: str, phase: str) -> dict[str, Any]:
-        return run_client(TRUNCATION_CLIENT, servers, f"{tmp_path}/ckpt", f"{tmp_path}/out", phase)
+        ckpt, out = f"{tmp_path}/ckpt", f"{tmp_path}/out"
+        return run_client(TRUNCATION_CLIENT, connect_server, servers, ckpt, out, phase)
 
     with EmbeddedCluster(brokers=2) as cluster:
         old, new = stage_unreplicated_tail(cluster, "t")  # offsets 10..14 on `old` only

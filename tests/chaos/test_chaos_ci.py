@@ -3,9 +3,10 @@
 250 schedules drawn whole from seeds 0..249 (partitions, a consumer group or a single
 consumer committing to its group or a SqliteOffsetStore, policy, every kind of fault) and 50
 without unclean elections or topic re-creation (seeds 5000..5049), which must bring no report
-at all. Six runs at a time, each on its own EmbeddedCluster. A failure is shrunk and printed
-as code that replays it. Larger runs: ``make chaos SEEDS=N FIRST=K`` (docs/guides/testing.md);
-figures in docs/reliability.md.
+at all. Six runs at a time, each on its own EmbeddedCluster; a run that failed only by
+finishing late on a loaded machine runs again on its own (tests/chaos/late.py). A failure is
+shrunk and printed as code that replays it. Larger runs: ``make chaos SEEDS=N FIRST=K``
+(docs/guides/testing.md); figures in docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from epochguard.testing.chaos.schedule import (
     StopBroker,
 )
 from epochguard.testing.chaos.shrink import shrink
+
+from .late import settled
 
 pytestmark = [pytest.mark.independent, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -77,7 +80,7 @@ HANDED_BACK_PARTITION = 72
 def test_chaos_schedules(first: int) -> None:
     left_out = RESTORED_EXACT_COMMITS
     seeds = [s for s in range(first, first + CHUNK) if s not in left_out]
-    results = list(run_many(map(generate, seeds), workers=WORKERS))
+    results = settled(run_many(map(generate, seeds), workers=WORKERS))
     assert len(results) == len(seeds)
     _fail_with_replay(results)
     assert all(r.verdict.delivered > 0 for r in results)
@@ -86,7 +89,7 @@ def test_chaos_schedules(first: int) -> None:
 
 
 def test_a_partition_handed_back_takes_no_answer_meant_for_its_former_tracker() -> None:
-    results = list(run_many([generate(HANDED_BACK_PARTITION)] * 12, workers=WORKERS))
+    results = settled(run_many([generate(HANDED_BACK_PARTITION)] * 12, workers=WORKERS))
     _fail_with_replay(results)
 
 
@@ -109,7 +112,7 @@ def _group_recreate_schedules(count: int) -> list[Schedule]:
 
 
 def test_consumer_groups_through_topic_re_creation() -> None:
-    results = list(run_many(_group_recreate_schedules(30), workers=WORKERS))
+    results = settled(run_many(_group_recreate_schedules(30), workers=WORKERS))
     _fail_with_replay(results)
     assert sum(r.verdict.reports for r in results) > 0
 
@@ -133,22 +136,42 @@ def _network_schedules(count: int) -> list[Schedule]:
 
 
 def test_chaos_schedules_with_network_faults() -> None:
-    results = list(run_many(_network_schedules(24), workers=WORKERS))
+    results = settled(run_many(_network_schedules(24), workers=WORKERS))
     _fail_with_replay(results)
     assert all(r.verdict.delivered > 0 for r in results)
     assert sum(r.verdict.reports for r in results) > 0
 
 
+def _unplaced_restores(results: Iterable[RunResult]) -> int:
+    """Reports of a restored consumer that could not say where its log diverged."""
+    return sum(
+        1
+        for r in results
+        for ev in r.history.events
+        if isinstance(ev, Reported) and ev.divergence is None and ev.text == "restore"
+    )
+
+
 def test_restarts_from_exact_commits_report_what_they_cannot_place() -> None:
-    results = list(run_many(map(generate, RESTORED_EXACT_COMMITS), workers=WORKERS))
+    results = settled(run_many(map(generate, RESTORED_EXACT_COMMITS), workers=WORKERS))
     _fail_with_replay(results)
+    # The shape the set is for (a restart from a commit whose epoch the new leader never
+    # had) depends on timing: about half the runs stage it. At least some must, reported
+    # as unknown; a set that staged none runs once more.
+    if _unplaced_restores(results) == 0:
+        again = settled(run_many(map(generate, RESTORED_EXACT_COMMITS), workers=WORKERS))
+        _fail_with_replay(again)
+        results += again
+    assert _unplaced_restores(results) > 0, "no restart from an exact commit was staged"
 
 
 def test_chaos_schedules_without_unclean_elections_report_nothing() -> None:
     schedules = [generate(seed, unclean=False) for seed in range(5000, 5000 + CHUNK)]
-    results = list(run_many(schedules, workers=WORKERS))
+    first = list(run_many(schedules, workers=WORKERS))
+    results = settled(first)
     _fail_with_replay(results)
-    reported = [r.schedule.seed for r in results if r.verdict.reports]
+    # A report counts against the consumer even in a run that finished late and ran again.
+    reported = sorted({r.schedule.seed for r in first + results if r.verdict.reports})
     assert not reported, f"reports without an unclean election: seeds {reported}"
 
 
@@ -200,7 +223,7 @@ COMMIT_TO_A_COORDINATOR_WITH_LATE_METADATA = Schedule(
 
 def test_a_commit_refused_by_a_coordinator_with_late_metadata_is_asked_again() -> None:
     schedules = [COMMIT_TO_A_COORDINATOR_WITH_LATE_METADATA] * 5
-    results = list(run_many(schedules, workers=3))
+    results = settled(run_many(schedules, workers=3))
     assert all(r.ok for r in results), [r.describe() for r in results if not r.ok]
 
 
@@ -245,7 +268,7 @@ def test_chaos_schedules_with_the_asyncio_consumer() -> None:
     the CI set (seeds 250..299, not in the threaded consumer's set above)."""
     seeds = range(250, 300)
     clients = {"aio": aio_epoch_consumer}
-    results = list(run_many(map(generate, seeds), clients, workers=WORKERS))
+    results = settled(run_many(map(generate, seeds), clients, workers=WORKERS), clients)
     assert len(results) == len(seeds)
     _fail_with_replay(results, clients)
     assert all(r.verdict.delivered > 0 for r in results)

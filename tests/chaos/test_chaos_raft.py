@@ -21,6 +21,8 @@ from epochguard.testing.chaos import RunResult, generate, run_schedule
 from epochguard.testing.chaos.runner import run_many
 from epochguard.testing.chaos.shrink import shrink
 
+from .late import settled
+
 pytestmark = [pytest.mark.independent, pytest.mark.slow, pytest.mark.timeout(300)]
 
 WORKERS = 6
@@ -62,7 +64,7 @@ def _skipped_terms(result: RunResult) -> bool:
 
 
 def test_chaos_schedules_on_raft_term_brokers() -> None:
-    results = list(run_many(map(generate, SEEDS), workers=WORKERS, epochs="raft"))
+    results = settled(run_many(map(generate, SEEDS), workers=WORKERS, epochs="raft"), epochs="raft")
     assert len(results) == len(SEEDS)
     _fail_with_replay(results)
     assert all(r.verdict.delivered > 0 for r in results)

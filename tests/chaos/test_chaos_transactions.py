@@ -31,6 +31,8 @@ from epochguard.testing.chaos.schedule import (
 )
 from epochguard.testing.chaos.shrink import shrink
 
+from .late import settled
+
 pytestmark = [pytest.mark.independent, pytest.mark.slow, pytest.mark.timeout(300)]
 
 WORKERS = 2
@@ -75,7 +77,7 @@ def _fail_with_replay(results: list[RunResult], clients: Any = None) -> None:
 
 def test_transactional_chaos_schedules() -> None:
     schedules = [generate(s, transactions=True) for s in range(FIRST_SEED, FIRST_SEED + SEEDS)]
-    results = list(run_many(schedules, workers=WORKERS))
+    results = settled(run_many(schedules, workers=WORKERS))
     assert len(results) == SEEDS
     _fail_with_replay(results)
     assert all(r.verdict.transactional for r in results)
@@ -184,7 +186,7 @@ HANDED_BACK_WITHIN_THE_SESSION = Schedule(
 
 
 def test_a_partition_handed_back_within_its_fetch_session_reports_its_hang() -> None:
-    results = list(run_many([HANDED_BACK_WITHIN_THE_SESSION] * 4, workers=WORKERS))
+    results = settled(run_many([HANDED_BACK_WITHIN_THE_SESSION] * 4, workers=WORKERS))
     bad = [r.describe() for r in results if not r.ok]
     assert not bad, bad[0]
     assert all(r.verdict.hanging_transactions == 1 for r in results)

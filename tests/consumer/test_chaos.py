@@ -35,7 +35,7 @@ from epochguard.testing.helpers import describe_consumer
 
 from .conftest import make_consumer
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.independent, pytest.mark.slow, pytest.mark.timeout(120)]
 
 TOPIC = "chaos"
 PARTITIONS = 2

@@ -14,7 +14,9 @@ from epochguard.testing import EmbeddedCluster
 from epochguard.testing.netfault import FaultProxy, FaultProxyError
 from tests.netfault.readers import CLIENTS, FETCH, RECORDS, Reader
 
-pytestmark = pytest.mark.timeout(120)
+# independent: each test reads its own topic; a worker that takes some of them starts its own
+# cluster and proxy (a fraction of a second), and the waits for faults to heal overlap.
+pytestmark = [pytest.mark.independent, pytest.mark.timeout(120)]
 
 _topics = itertools.count()
 

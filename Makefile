@@ -40,10 +40,11 @@ go-probe: $(STAMP)
 # make test runs in one process (TEST_WORKERS=0). TEST_WORKERS=2 or 3 runs it in lanes
 # (tests/work_groups.py): every Spark test and the builds from the source tree are one unit
 # of work, every other test that starts a JVM (real Kafka, the Java client) another, and the
-# rest module by module. On a 2-core machine two workers took 28 minutes against about 34 in
-# one process, with three failures from contention (timing-bound chaos schedules, a Spark
-# Connect server port still held), so one process stays the default. make test-fast runs on
-# FAST_WORKERS.
+# rest module by module (or test by test, for modules marked independent). Tests that ran
+# into each other there are fixed: the Spark Connect server binds a port the system picks,
+# and a chaos run that failed only by finishing late on a loaded machine runs again on its
+# own (tests/chaos/late.py). One process stays the default until a quiet measurement.
+# make test-fast runs on FAST_WORKERS.
 TEST_WORKERS ?= 0
 FAST_WORKERS ?= 4
 xdist = -n $(1) --dist loadgroup --no-loadscope-reorder

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from epochguard.testing.chaos import RunResult, run_schedule
+from epochguard.testing.chaos import RunResult, Schedule, run_schedule
 
 _STALL = re.compile(r"stall on p(\d+): end marker not received in ")
 _NEVER_DELIVERED = re.compile(r"p(\d+) offset \d+ \(.*\) of the final log was never delivered$")
@@ -58,3 +58,11 @@ def settled(results: Iterable[RunResult], clients: Any = None, **options: Any) -
             result = run_schedule(result.schedule, clients, **options)
         out.append(result)
     return out
+
+
+def run_settled(schedule: Schedule, clients: Any = None, **options: Any) -> RunResult:
+    """:func:`run_schedule`, run again on its own while it fails only late (see
+    :func:`settled`). For a run that must pass; a run meant to catch a failing client is
+    judged as it comes."""
+    (result,) = settled([run_schedule(schedule, clients, **options)], clients, **options)
+    return result

@@ -34,7 +34,7 @@ from epochguard.testing.chaos.schedule import (
 )
 from epochguard.testing.chaos.shrink import shrink
 
-from .late import settled
+from .late import run_settled, settled
 
 pytestmark = [pytest.mark.independent, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -192,7 +192,7 @@ RESTART_BEHIND_A_LATE_COORDINATOR = Schedule(
 
 
 def test_a_restart_behind_a_coordinator_with_late_metadata_resumes_at_the_commit() -> None:
-    result = run_schedule(RESTART_BEHIND_A_LATE_COORDINATOR)
+    result = run_settled(RESTART_BEHIND_A_LATE_COORDINATOR)
     assert result.verdict.ok, result.describe()
     # 5 records and the end marker, some twice when the commit was refused before the restart
     assert result.verdict.delivered >= 6
@@ -246,7 +246,7 @@ KNOWN = Schedule(
 
 
 def test_a_known_truncation_is_reported_and_a_deaf_client_is_caught() -> None:
-    result = run_schedule(KNOWN)
+    result = run_settled(KNOWN)
     assert result.verdict.ok, result.describe()
     assert result.verdict.reports >= 1
 

@@ -31,7 +31,7 @@ from epochguard.testing.chaos.schedule import (
 )
 from epochguard.testing.chaos.shrink import shrink
 
-from .late import settled
+from .late import run_settled, settled
 
 pytestmark = [pytest.mark.independent, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -111,7 +111,7 @@ LOST_COMMIT = Schedule(
 
 
 def test_a_lost_commit_marker_is_reported_as_hanging_and_a_deaf_application_is_caught() -> None:
-    result = run_schedule(LOST_COMMIT)
+    result = run_settled(LOST_COMMIT)
     v = result.verdict
     assert v.ok, result.describe()
     assert v.reports >= 1  # the truncation that took the marker
@@ -220,7 +220,7 @@ RESTART_PAST_A_MARKER = Schedule(
 def test_a_restart_from_a_commit_past_a_marker_reports_what_it_read() -> None:
     # Shrunk when a follower joined the ISR the moment it caught up: the second unclean
     # election needs broker 3 back in the ISR at once to pick broker 1, the paused one.
-    result = run_schedule(RESTART_PAST_A_MARKER, isr_join_delay_s=0)
+    result = run_settled(RESTART_PAST_A_MARKER, isr_join_delay_s=0)
     assert result.verdict.ok, result.describe()
     assert result.verdict.reports == 2
 
@@ -241,7 +241,8 @@ def _meeting_the_shape(
     miss it); every run, honest or not, is returned for judging."""
     runs: list[RunResult] = []
     for _ in range(attempts):
-        run = run_schedule(schedule) if client is None else run_schedule(schedule, client)
+        # An honest run that failed only late runs again; a deaf one is judged as it comes.
+        run = run_settled(schedule) if client is None else run_schedule(schedule, client)
         runs.append(run)
         if run.verdict.decided_again > 0:
             break
@@ -250,10 +251,12 @@ def _meeting_the_shape(
 
 def test_transactions_decided_again_are_reported_and_a_deaf_application_is_caught() -> None:
     schedules = [generate(s, transactions=True) for s in DECIDED_AGAIN_SEEDS]
-    results = list(run_many(schedules, workers=WORKERS))
+    results = settled(run_many(schedules, workers=WORKERS))
     bad = [r.describe() for r in results if not r.verdict.ok]
     assert not bad, bad[0]
-    for schedule, first in zip(schedules, results, strict=True):
+    first_runs = {r.schedule.seed: r for r in results}  # run_many yields in completion order
+    for schedule in schedules:
+        first = first_runs[schedule.seed]
         runs = [first] if first.verdict.decided_again > 0 else _meeting_the_shape(schedule)
         bad = [r.describe() for r in runs if not r.verdict.ok]
         assert not bad, bad[0]
@@ -280,7 +283,7 @@ def test_aborted_records_read_uncommitted_are_caught() -> None:
         partitions=1,
         transactions=1,
     )
-    honest = run_schedule(schedule)
+    honest = run_settled(schedule)
     assert honest.verdict.ok, honest.describe()
 
     def uncommitted(ctx: MemberContext) -> object:

@@ -8,7 +8,7 @@ session must be stopped first: one SparkContext per process).
 from __future__ import annotations
 
 import os
-import socket
+import re
 import subprocess
 import sys
 import time
@@ -28,20 +28,15 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for_port(port: int, process: subprocess.Popen[bytes], what: str) -> None:
+def wait_for_log(log: Path, pattern: str, process: subprocess.Popen[bytes], what: str) -> str:
+    """The first match of ``pattern`` in the process's log, once it is written there."""
     deadline = time.monotonic() + 90
     while True:
+        found = re.search(pattern, log.read_text(errors="replace"))
+        if found is not None:
+            return found.group(1)
         assert process.poll() is None, f"{what} exited with {process.returncode}"
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        assert time.monotonic() < deadline, f"{what} did not listen on {port}"
+        assert time.monotonic() < deadline, f"{what} did not log {pattern!r} in {log}"
         time.sleep(0.2)
 
 
@@ -63,7 +58,8 @@ def master_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "SPARK_WORKER_DIR": str(tmp_path_factory.mktemp("worker")),
     }
     logs = tmp_path_factory.mktemp("logs")
-    port = free_port()
+    # Port 0 everywhere: each process binds a port the system picks and logs it (a port
+    # chosen free beforehand can be taken by another process before the JVM binds it).
     master = subprocess.Popen(
         [
             str(SPARK_CLASS),
@@ -71,9 +67,9 @@ def master_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             "--host",
             "127.0.0.1",
             "--port",
-            str(port),
+            "0",
             "--webui-port",
-            str(free_port()),
+            "0",
         ],
         env=env,
         stdout=(logs / "master.log").open("wb"),
@@ -81,8 +77,12 @@ def master_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     worker: subprocess.Popen[bytes] | None = None
     try:
-        wait_for_port(port, master, "the Spark master")
-        worker_port = free_port()
+        url = wait_for_log(
+            logs / "master.log",
+            r"Starting Spark master at (spark://127\.0\.0\.1:\d+)",
+            master,
+            "the Spark master",
+        )
         worker = subprocess.Popen(
             [
                 str(SPARK_CLASS),
@@ -90,21 +90,26 @@ def master_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 "--host",
                 "127.0.0.1",
                 "--port",
-                str(worker_port),
+                "0",
                 "--webui-port",
-                str(free_port()),
+                "0",
                 "--cores",
                 "2",
                 "--memory",
                 "1g",
-                f"spark://127.0.0.1:{port}",
+                url,
             ],
             env=env,
             stdout=(logs / "worker.log").open("wb"),
             stderr=subprocess.STDOUT,
         )
-        wait_for_port(worker_port, worker, "the Spark worker")
-        yield f"spark://127.0.0.1:{port}"
+        wait_for_log(
+            logs / "worker.log",
+            r"(Successfully registered with master)",
+            worker,
+            "the Spark worker",
+        )
+        yield url
     finally:
         if worker is not None:
             stop(worker)

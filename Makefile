@@ -37,15 +37,15 @@ spark-jars: $(STAMP)
 go-probe: $(STAMP)
 	$(BIN)/python -m epochguard.testing.franzgo
 
-# make test runs in one process (TEST_WORKERS=0). TEST_WORKERS=2 or 3 runs it in lanes
-# (tests/work_groups.py): every Spark test and the builds from the source tree are one unit
-# of work, every other test that starts a JVM (real Kafka, the Java client) another, and the
-# rest module by module (or test by test, for modules marked independent). Tests that ran
-# into each other there are fixed: the Spark Connect server binds a port the system picks,
-# and a chaos run that failed only by finishing late on a loaded machine runs again on its
-# own (tests/chaos/late.py). One process stays the default until a quiet measurement.
+# make test runs on TEST_WORKERS processes (3) in lanes (tests/work_groups.py): every Spark
+# test and the builds from the source tree are one unit of work, the real-Kafka runs of the
+# scenario suite another, every other test that starts a JVM (real Kafka, the Java client) a
+# third, and the rest module by module (or test by test, for modules marked independent).
+# Tests that ran into each other there are fixed: the Spark Connect server binds a port the
+# system picks, and a chaos run that failed only by finishing late on a loaded machine runs
+# again on its own (tests/chaos/late.py). TEST_WORKERS=0 runs it in one process.
 # make test-fast runs on FAST_WORKERS.
-TEST_WORKERS ?= 0
+TEST_WORKERS ?= 3
 FAST_WORKERS ?= 4
 xdist = -n $(1) --dist loadgroup --no-loadscope-reorder
 

@@ -2,16 +2,18 @@
 
 Three lanes, each run by one worker from start to end, so that the long JVM work overlaps
 instead of queueing: every test that starts Spark, plus the builds from the source tree
-(the install matrix, the wheel), is one unit of work ("lane-spark"); every other test that
-starts a JVM (real Kafka brokers, the Java client) is another ("lane-kafka"). A worker takes
-further units only once its own is nearly done, so with ``-n 3`` the third worker runs the
-tests that need no Java meanwhile, one test module per unit:
+(the install matrix, the wheel), is one unit of work ("lane-spark"); the real-Kafka runs of
+the scenario suite are another ("lane-kafka-scenarios"), and every other test that starts a
+JVM (real Kafka brokers, the Java client) a third ("lane-kafka"). Each Kafka lane has its
+own shared cluster (the session fixture is per worker). A worker takes further units only
+once its own is nearly done, so with ``-n 3`` the workers that finish their lane first run
+the tests that need no Java, one test module per unit:
 
 Each test module is one unit of work, so a module-scoped fixture (an EmbeddedCluster) starts
 once, on the one worker that runs the module. A module whose cluster fixture
 (``module_cluster``, ``rack_cluster``) is parametrised over clusters (tests/scenarios) is one
 unit per cluster, and those units can run at the same time on several workers (its real-Kafka
-unit joins lane-kafka). A module marked ``independent`` (its tests share no fixture beyond one
+unit joins lane-kafka-scenarios). A module marked ``independent`` (its tests share no fixture beyond one
 test) lets each test be its own unit.
 
 Units start longest first (the lanes, then modules marked ``slow``, then the rest), so the
@@ -26,6 +28,9 @@ from .jvm_markers import JVM_FIXTURES, JVM_MARKERS
 
 #: The lanes (see above), and the explicit groups that join one.
 SPARK_LANE, KAFKA_LANE = "lane-spark", "lane-kafka"
+#: The real-Kafka runs of the scenario suite: a lane of their own, with a cluster of their own
+#: (the session's shared cluster is per worker), beside tests/apache_kafka's.
+KAFKA_SCENARIOS_LANE = "lane-kafka-scenarios"
 _JOINS_SPARK_LANE = {"builds-from-the-source-tree"}
 
 
@@ -37,7 +42,7 @@ def _lane(item: pytest.Item) -> str | None:
     if "spark" in needs or item.get_closest_marker("install") is not None:
         return SPARK_LANE
     if needs:
-        return KAFKA_LANE
+        return KAFKA_SCENARIOS_LANE if item.nodeid.startswith("tests/scenarios/") else KAFKA_LANE
     return None
 
 

@@ -12,9 +12,9 @@ the tests that need no Java, one test module per unit:
 Each test module is one unit of work, so a module-scoped fixture (an EmbeddedCluster) starts
 once, on the one worker that runs the module. A module whose cluster fixture
 (``module_cluster``, ``rack_cluster``) is parametrised over clusters (tests/scenarios) is one
-unit per cluster, and those units can run at the same time on several workers (its real-Kafka
-unit joins lane-kafka-scenarios). A module marked ``independent`` (its tests share no fixture beyond one
-test) lets each test be its own unit.
+unit per cluster, and those units can run at the same time on several workers (its
+real-Kafka unit joins lane-kafka-scenarios). A module marked ``independent`` (its tests
+share no fixture beyond one test) lets each test be its own unit.
 
 Units start longest first (the lanes, then modules marked ``slow``, then the rest), so the
 run does not end on one worker still busy with a long module while the others idle.

@@ -260,7 +260,9 @@ def test_strategy_none_keeps_to_the_known_brokers(
         declined = events(caplog, "rebootstrap_disabled")
         assert [e["reason"] for e in declined] == ["no_reachable_broker"]
         assert "ECONNREFUSED" in declined[0]["last_connection_error"]
-        with pytest.raises(KafkaTimeoutError, match=r"backing off .*ECONNREFUSED"):
+        # The lookup may time out while backing off or just after a refused connect: both
+        # name the cause.
+        with pytest.raises(KafkaTimeoutError, match="ECONNREFUSED"):
             c.end_offsets([TP0])
         with pytest.raises(KafkaTimeoutError, match="ECONNREFUSED"):
             c.committed(TP0)

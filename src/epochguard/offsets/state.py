@@ -496,6 +496,18 @@ class PartitionTracker:
         return self._policy
 
     @property
+    def fetch_detects_divergence(self) -> bool:
+        """Whether a new leader epoch is left to the next fetch's ``DivergingEpoch`` (see
+        ``__init__``). Read when :meth:`on_metadata` names a new leader or epoch."""
+        return self._fetch_detects
+
+    @fetch_detects_divergence.setter
+    def fetch_detects_divergence(self, value: bool) -> None:
+        """Set before :meth:`on_metadata` from what the driver knows of the leader it names:
+        ``True`` only if that broker answered Fetch v12+ (it compares LastFetchedEpoch)."""
+        self._fetch_detects = value
+
+    @property
     def position(self) -> EpochOffset | None:
         """The next offset to deliver and the epoch of the record before it; ``None`` before
         the first position is known."""

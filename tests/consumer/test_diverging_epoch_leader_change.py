@@ -158,3 +158,21 @@ def test_asyncio_driver(cluster: EmbeddedCluster) -> None:
                 await c.stop()
 
     _check(asyncio.run(main()))
+
+
+def test_a_fetch_below_the_log_start_is_out_of_range_before_any_divergence(
+    cluster: EmbeddedCluster,
+) -> None:
+    """Kafka's Partition.readRecords: a fetch offset below the log start is answered
+    OFFSET_OUT_OF_RANGE even when its LastFetchedEpoch diverges (the consumer then validates
+    and resets, rather than rewinding to a divergence point that is gone)."""
+    from tests.embedded.test_protocol import OFFSET_OUT_OF_RANGE, diverged_cluster, fetch
+
+    _old, new = diverged_cluster(cluster)
+    # Epoch 0 ends at 10 on the new leader: offset 12 read in epoch 0 diverges there.
+    (p,) = fetch(cluster, new, "t", [(0, 2, 12, 0)])
+    assert (p.error_code, p.diverging_epoch.epoch, p.diverging_epoch.end_offset) == (0, 0, 10)
+    cluster.delete_records("t", 0, 13)
+    assert cluster.log_start_offset("t", 0, new) == 13
+    (p,) = fetch(cluster, new, "t", [(0, 2, 12, 0)])
+    assert p.error_code == OFFSET_OUT_OF_RANGE

@@ -169,10 +169,14 @@ def test_a_fetch_below_the_log_start_is_out_of_range_before_any_divergence(
     from tests.embedded.test_protocol import OFFSET_OUT_OF_RANGE, diverged_cluster, fetch
 
     _old, new = diverged_cluster(cluster)
-    # Epoch 0 ends at 10 on the new leader: offset 12 read in epoch 0 diverges there.
-    (p,) = fetch(cluster, new, "t", [(0, 2, 12, 0)])
-    assert (p.error_code, p.diverging_epoch.epoch, p.diverging_epoch.end_offset) == (0, 0, 10)
-    cluster.delete_records("t", 0, 13)
-    assert cluster.log_start_offset("t", 0, new) == 13
-    (p,) = fetch(cluster, new, "t", [(0, 2, 12, 0)])
+    cluster.elect_leader("t", 0, new)  # epoch 3: no record
+    cluster.elect_leader("t", 0, new)  # epoch 4
+    cluster.append("t", 0, [b"e4"] * 3)
+    assert cluster.epoch_cache("t", 0, new) == [(0, 0), (2, 10), (4, 13)]
+    # Last fetched epoch 3, unknown to the leader: the largest epoch below it, 2, ends at 13.
+    (p,) = fetch(cluster, new, "t", [(0, 4, 11, 3)])
+    assert (p.error_code, p.diverging_epoch.epoch, p.diverging_epoch.end_offset) == (0, 2, 13)
+    cluster.delete_records("t", 0, 12)
+    assert cluster.log_start_offset("t", 0, new) == 12
+    (p,) = fetch(cluster, new, "t", [(0, 4, 11, 3)])
     assert p.error_code == OFFSET_OUT_OF_RANGE

@@ -247,7 +247,8 @@ SUB_STATES: Final[Mapping[str, SubState]] = {
 TRACKER_FIELDS: Final[Mapping[str, str]] = {
     "tp": "the partition",
     "_policy": "OffsetPolicy: reset strategy, truncation policy, retry backoff",
-    "_fetch_detects": "Fetch v12+ DivergingEpoch replaces OffsetForLeaderEpoch on a new epoch",
+    "_fetch_detects": "Fetch v12+ DivergingEpoch replaces OffsetForLeaderEpoch on a new epoch "
+    "(from metadata, or after a FENCED fetch)",
     "_state": "PartitionState",
     "_offset": "position: next offset to deliver (-1: none yet)",
     "_epoch": "position: epoch of the record before the offset (None: unknown)",
@@ -951,13 +952,16 @@ class PartitionTracker:
             else:
                 self._no_valid_offset(ResetReason.OFFSET_OUT_OF_RANGE)
             return True
-        if kind is ErrorClass.FENCED and self._epoch is not None:
+        if kind is ErrorClass.FENCED and self._epoch is not None and not self._fetch_detects:
             min_epoch = (
                 None if fetch.current_leader_epoch is None else (fetch.current_leader_epoch + 1)
             )
             self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.FENCED, min_epoch)
             self._retry_after_error(RequestKind.FETCH, error_code, now, fetch.current_leader_epoch)
             return True
+        # Otherwise (no epoch, or fetch_detects_divergence) wait for metadata past the
+        # refused epoch: on_metadata then validates, unless the leader it names is one whose
+        # fetch answers judge the position (DivergingEpoch).
         self._retry_after_error(RequestKind.FETCH, error_code, now, fetch.current_leader_epoch)
         return True
 

@@ -365,3 +365,21 @@ def test_refused_fetch_asks_metadata_at_once(mocker: Any) -> None:
         Future().success(_fetch_answer(12, error=int(ErrorCode.NOT_LEADER_OR_FOLLOWER))),
     )
     assert f.metadata.due(100.001) is not None
+
+
+def test_a_fenced_fetch_from_a_leader_that_answered_v12_lets_the_next_leader_judge(
+    mocker: Any,
+) -> None:
+    """Broker 1 was not known to answer v12+ when metadata named it (validated the old way);
+    it has answered since. Its FENCED refusal (a controlled shutdown moved the epoch on)
+    waits for metadata, and the new leader, known too, judges the position by its fetch."""
+    events: list[Any] = []
+    f, client = _at_15_epoch_3(mocker, events, version=12)
+    tracker = f.trackers[TP]
+    f.send_requests(0.0)
+    assert _sent(client) == (1, "FetchRequest")
+    fenced = _fetch_answer(12, error=int(ErrorCode.FENCED_LEADER_EPOCH))
+    f._on_fetch(FetchSent(1, {TP: _pending(tracker, 1)}, {}), Future().success(fenced))
+    assert tracker.state is PartitionState.FETCHING  # no validation: metadata decides
+    assert _unclean_change_to_2(f, client) == "FetchRequest"
+    assert not [e for e in events if e.name == "offset_validation_started" and e.cause == "fenced"]

@@ -949,6 +949,8 @@ class Fetcher:
             for tp, action in actions.items():
                 tracker = self.trackers.get(tp)
                 if tracker is not None:
+                    # A refusal (FENCED) then waits for the next leader's judgement.
+                    self._judge_by_fetch(tracker, tracker.leader_id)
                     tracker.on_fetch_error(action, answer.error.errno, now)
                     self.after_input(tp)
             return
@@ -1041,6 +1043,8 @@ class Fetcher:
                 # An ACL removed after metadata allowed the topic: poll() raises it as Java's
                 # fetcher does, and the tracker retries with its backoff.
                 self.metadata.refuse(tp.topic)
+            # The leader may have answered its first v12+ fetch since metadata named it.
+            self._judge_by_fetch(tracker, tracker.leader_id)
             tracker.on_fetch_error(action, p.error.errno, now)
             hinted = p.current_leader is not None and self._apply_leader_hint(
                 tp, tracker, p.current_leader

@@ -961,7 +961,9 @@ class PartitionTracker:
             return True
         # Otherwise (no epoch, or fetch_detects_divergence) wait for metadata past the
         # refused epoch: on_metadata then validates, unless the leader it names is one whose
-        # fetch answers judge the position (DivergingEpoch).
+        # fetch answers judge the position (DivergingEpoch). No answer of before counts.
+        if kind is ErrorClass.FENCED:
+            self._bump()
         self._retry_after_error(RequestKind.FETCH, error_code, now, fetch.current_leader_epoch)
         return True
 

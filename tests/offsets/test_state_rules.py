@@ -955,6 +955,39 @@ def test_fetch_detects_divergence_skips_the_round_trip_on_leader_change() -> Non
     assert ev.report.divergence == EpochOffset(7, 1) and tr.position == EpochOffset(7, 1)
 
 
+@pytest.mark.parametrize("judged_by_fetch", [True, False])
+def test_fetch_detects_divergence_after_a_fenced_fetch_lets_the_next_leader_decide(
+    judged_by_fetch: bool,
+) -> None:
+    """A FENCED fetch waits for metadata past the refused epoch; the leader it names then
+    either judges the position by its next fetch, or (it does not compare, as the driver
+    says) is asked OffsetForLeaderEpoch, reported as a metadata validation."""
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"), fetch_detects_divergence=True)
+    tr.on_metadata(1, 1, "topic-a")
+    tr.seek(EpochOffset(0))
+    assert tr.on_records(fetch(tr), 0, 9, 1)
+    tr.on_fetch_error(fetch(tr), ErrorCode.FENCED_LEADER_EPOCH, now=0.0)
+    assert tr.state is S.FETCHING
+    refresh = [e for e in tr.drain_events() if isinstance(e, MetadataRefreshNeeded)]
+    assert refresh and refresh[-1].min_leader_epoch == 2
+    assert isinstance(tr.next_action(50.0), WaitAction)  # metadata still at epoch 1
+    tr.on_metadata(1, 1, "topic-a")
+    assert isinstance(tr.next_action(50.0), WaitAction)
+    tr.fetch_detects_divergence = judged_by_fetch
+    tr.on_metadata(2, 3, "topic-a")
+    if judged_by_fetch:
+        f = fetch(tr, 50.0)
+        assert (f.leader_id, f.current_leader_epoch, f.last_fetched_epoch) == (2, 3, 1)
+        tr.on_diverging_epoch(f, 1, 7, 50.0)
+        cause = DetectedBy.DIVERGING_EPOCH
+    else:
+        tr.on_validation(validate(tr, 50.0), 0, 1, 7, 50.0)
+        cause = DetectedBy.METADATA
+    (ev,) = truncations(tr)
+    assert ev.report.detected_by is cause
+    assert ev.report.divergence == EpochOffset(7, 1) and tr.position == EpochOffset(7, 1)
+
+
 def test_fetch_detects_divergence_still_validates_restored_positions() -> None:
     tr = PartitionTracker(TP, OffsetPolicy("earliest"), fetch_detects_divergence=True)
     tr.on_metadata(1, 5)

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import kafka.errors as kerrors
 from kafka.future import Future
 from kafka.net.manager import KafkaConnectionManager
@@ -356,6 +357,50 @@ def _is_refusal(exc: BaseException) -> bool:
     return isinstance(exc, kerrors.KafkaConnectionError) and exc.args == (_REFUSED,)
 
 
+@attrs.frozen
+class NodeLoad:
+    """What :func:`least_loaded_node` knows of one learned broker."""
+
+    node_id: Any
+    #: A connection is up and not throttled.
+    connected: bool
+    #: Requests in flight on that connection.
+    in_flight: int
+    #: Reconnects to it are backing off (or its connection is throttled): not a candidate.
+    backing_off: bool
+    #: When its connection was last lost or a connection attempt to it last failed
+    #: (``time.monotonic()``), since it last connected; ``None``: not since then.
+    failed_at: float | None
+
+
+def least_loaded_node(loads: list[NodeLoad]) -> Any:
+    """The broker a request for any broker (metadata) goes to, or ``None``: a connected one
+    with nothing in flight; else one without a connection that has not failed since it
+    last connected (no long poll to queue behind); else the connected one with the fewest
+    requests in flight; else the one whose failure is the oldest. A broker whose connection
+    was just lost (it was stopped) is thus the last choice, not a random one: asking it
+    costs a refused connection and the metadata backoff. ``loads`` in the order to break
+    ties in (shuffled by the caller)."""
+    fresh = busy = failed = None
+    for load in loads:
+        if load.backing_off:
+            continue
+        if load.connected:
+            if load.in_flight == 0:
+                return load.node_id
+            if busy is None or load.in_flight < busy.in_flight:
+                busy = load
+        elif load.failed_at is None:
+            if fresh is None:
+                fresh = load
+        elif failed is None or load.failed_at < (failed.failed_at or 0.0):
+            failed = load
+    for choice in (fresh, busy, failed):
+        if choice is not None:
+            return choice.node_id
+    return None
+
+
 class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
     """kafka-python's manager with larger plaintext reads, remembering the last error a
     connection attempt failed with and the refusals in a row per broker (kafka-python only
@@ -371,14 +416,48 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
         self.fatal_error: BaseException | None = None
         #: The error the last failed connection attempt to each broker ended with.
         self.connection_errors: dict[Any, BaseException] = {}
+        #: Per broker: when its connection was last lost or an attempt failed, since it
+        #: last connected (``least_loaded_node`` asks such a broker last).
+        self.failed_at: dict[Any, float] = {}
 
     def get_connection(self, node_id: Any, *args: Any, **kwargs: Any) -> Any:
+        known = node_id in self._conns
         conn = super().get_connection(node_id, *args, **kwargs)
-        conn.init_future.add_callback(lambda _v: self.refusals.pop(node_id, None))
-        conn.init_future.add_errback(functools.partial(self._connection_failed, node_id))
+        if not known:
+            conn.init_future.add_callback(functools.partial(self._connected, node_id))
+            conn.init_future.add_errback(functools.partial(self._connection_failed, node_id))
+            conn.close_future.add_errback(functools.partial(self._connection_lost, node_id))
         return conn
 
+    def _connected(self, node_id: Any, _value: Any) -> None:
+        self.refusals.pop(node_id, None)
+        self.failed_at.pop(node_id, None)
+
+    def _connection_lost(self, node_id: Any, _exc: BaseException) -> None:
+        self.failed_at[node_id] = time.monotonic()
+
+    def least_loaded_node(self) -> Any:
+        """kafka-python's choice, except that a broker that failed since it last connected
+        comes last (see :func:`least_loaded_node`)."""
+        loads = []
+        for broker in self.cluster.brokers():
+            node = broker.node_id
+            conn = self._conns.get(node)
+            paused = conn is not None and conn.paused
+            loads.append(
+                NodeLoad(
+                    node,
+                    connected=conn is not None and conn.connected and not paused,
+                    in_flight=len(conn.in_flight_requests) if conn is not None else 0,
+                    backing_off=paused or self.connection_delay(node) > 0,
+                    failed_at=self.failed_at.get(node),
+                )
+            )
+        random.shuffle(loads)
+        return least_loaded_node(loads)
+
     def _connection_failed(self, node_id: Any, exc: BaseException) -> None:
+        self.failed_at[node_id] = time.monotonic()
         self.last_connection_error = exc
         if isinstance(exc, FATAL_CONNECTION_ERRORS):
             log.error("connection_failed_for_good", node=str(node_id), error=str(exc))

@@ -31,6 +31,7 @@ import attrs
 from kafka.errors import KafkaTimeoutError
 from kafka.structs import TopicPartition
 
+from epochguard._errors import ErrorCode, error_name
 from epochguard._log import get_logger
 from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
@@ -84,6 +85,11 @@ _UNKNOWN_TOPIC_ERRORS = (
     wire.ERR.UnknownTopicOrPartitionError,
     wire.ERR.UnknownTopicIdError,
     wire.ERR.InconsistentTopicIdError,
+)
+#: Refusals by a broker that does not lead the partition (any more, or not yet): the
+#: metadata that sent the request there is out of date, so the refresh goes at once.
+_NOT_LEADING = frozenset(
+    error_name(code) for code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 )
 #: Between rounds of a blocking ListOffsets lookup whose leaders did not all answer.
 _LOOKUP_BACKOFF = RetryBackoff(0.05, 0.5)
@@ -237,6 +243,11 @@ class Fetcher:
         # Partitions whose refused fetch named their new leader (KIP-951) in the answer
         # being applied: no metadata refresh for that refusal.
         self._hinted: set[TopicPartition] = set()
+        # Brokers whose last Fetch answer was v12+: they compare a fetch's LastFetchedEpoch
+        # with their own epochs and answer DivergingEpoch (KIP-595), so a partition whose
+        # leader moves to one of them needs no OffsetForLeaderEpoch round trip (the next
+        # fetch is the validation). A broker not heard from yet is validated the old way.
+        self._diverging_nodes: set[int] = set()
         self.metadata_listeners: list[Callable[[], None]] = []
         # The connection layer's rebootstrap count when metadata was last asked for after one.
         self._rebootstraps_seen = client.rebootstraps
@@ -479,7 +490,9 @@ class Fetcher:
         for event in events:
             if isinstance(event, MetadataRefreshNeeded):
                 if tp not in self._hinted:
-                    self.request_metadata()
+                    refused = event.reason in _NOT_LEADING
+                    self.metadata.request(time.monotonic() if refused else None)
+                    self._wake.set()
             elif isinstance(event, TruncationDetected):
                 self.metrics.truncations_detected += 1
                 lost = event.report.lost_count
@@ -540,6 +553,7 @@ class Fetcher:
                 continue
             replicas = self.metadata.replicas_of(tp)
             before = (tracker.leader_id, tracker.leader_epoch)
+            self._judge_by_fetch(tracker, leader)
             if not tracker.on_metadata(leader, epoch, topic_ids.get(tp.topic), replicas):
                 self.metrics.stale_metadata_ignored += 1
                 log.info(
@@ -566,6 +580,20 @@ class Fetcher:
                 source.session.event(SessionEvent.LEADER_CHANGED)
                 self._session_event(source, before)
 
+    def _judge_by_fetch(self, tracker: PartitionTracker, leader: int | None) -> None:
+        """Before ``tracker`` hears of ``leader``: whether that broker's fetch answers judge
+        the position (DivergingEpoch) in place of an OffsetForLeaderEpoch request. With no
+        leader the choice waits for the metadata that names one (nothing is fetched or
+        validated until then), so a leaderless answer between two leaders does not commit
+        the partition to a round trip the next leader would have made unnecessary."""
+        tracker.fetch_detects_divergence = leader is None or leader in self._diverging_nodes
+
+    def _note_fetch_version(self, node: int, answer: wire.FetchAnswer) -> None:
+        if answer.version >= wire.FETCH_DIVERGING_MIN_VERSION:
+            self._diverging_nodes.add(node)
+        else:
+            self._diverging_nodes.discard(node)
+
     def _session_event(self, source: Source, before: SessionState) -> None:
         if before is SessionState.OPEN and source.session.state is not SessionState.OPEN:
             self.metrics.fetch_session_resets += 1
@@ -574,6 +602,7 @@ class Fetcher:
         known = self.metadata.leaders.get(tp)
         if known is not None:
             leader, epoch = known
+            self._judge_by_fetch(self.trackers[tp], leader)
             self.trackers[tp].on_metadata(
                 leader, epoch, self.metadata.topic_ids.get(tp.topic), self.metadata.replicas_of(tp)
             )
@@ -840,6 +869,8 @@ class Fetcher:
         source.request_done()
         now = time.monotonic()
         answer = None if future.exception is not None else self._read_fetch(node, future, names)
+        if answer is not None:
+            self._note_fetch_version(node, answer)
         waited: list[tuple[FetchAction, wire.FetchedPartition]] = []
         if answer is not None and answer.error is None:
             prefetches = source.prefetches
@@ -884,6 +915,8 @@ class Fetcher:
         source.request_done()
         now = time.monotonic()
         answer = None if future.exception is not None else self._read_fetch(node, future, names)
+        if answer is not None:
+            self._note_fetch_version(node, answer)
         if plan is not None:
             session = source.session
             before = session.state
@@ -916,6 +949,8 @@ class Fetcher:
             for tp, action in actions.items():
                 tracker = self.trackers.get(tp)
                 if tracker is not None:
+                    # A refusal (FENCED) then waits for the next leader's judgement.
+                    self._judge_by_fetch(tracker, tracker.leader_id)
                     tracker.on_fetch_error(action, answer.error.errno, now)
                     self.after_input(tp)
             return
@@ -1008,6 +1043,8 @@ class Fetcher:
                 # An ACL removed after metadata allowed the topic: poll() raises it as Java's
                 # fetcher does, and the tracker retries with its backoff.
                 self.metadata.refuse(tp.topic)
+            # The leader may have answered its first v12+ fetch since metadata named it.
+            self._judge_by_fetch(tracker, tracker.leader_id)
             tracker.on_fetch_error(action, p.error.errno, now)
             hinted = p.current_leader is not None and self._apply_leader_hint(
                 tp, tracker, p.current_leader
@@ -1125,6 +1162,7 @@ class Fetcher:
             return False
         self.metadata.leaders[tp] = (hint.leader_id, hint.leader_epoch)
         before = (tracker.leader_id, tracker.leader_epoch)
+        self._judge_by_fetch(tracker, hint.leader_id)
         accepted = tracker.on_metadata(
             hint.leader_id,
             hint.leader_epoch,

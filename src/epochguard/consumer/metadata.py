@@ -62,6 +62,10 @@ class Metadata:
         self.next_at = 0.0
         self.ok_at = 0.0
         self._failures = 0
+        # When a broker last refused a request because it does not lead (see request()), and
+        # whether next_at is only the spacing after an answer (no failure or hold backoff).
+        self._refused_at = float("-inf")
+        self._spacing_only = False
         # Topics a broker called unknown, and when. Fetch v12 names topics, so a fetch sent
         # after a delete + re-create would be answered from the new topic's log as if it
         # were the old one; fetches wait until metadata sent after that answer (with the
@@ -70,8 +74,18 @@ class Metadata:
         # Answers in a row that still held a topic back (for the refresh backoff).
         self._hold_misses = 0
 
-    def request(self) -> None:
+    def request(self, refused_at: float | None = None) -> None:
+        """Ask for a refresh. ``refused_at``: a broker refused a request at that time
+        because it does not lead the partition (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH):
+        an answer to a request sent before that is what sent the request there, so the
+        refresh goes without the spacing after that answer (failure backoffs still hold).
+        Each refusal is a request the tracker itself backs off, which bounds the refreshes."""
         self.needed = True
+        if refused_at is not None and refused_at > self._refused_at:
+            self._refused_at = refused_at
+
+    def _refusal_pending(self) -> bool:
+        return self._spacing_only and self._refused_at >= self.ok_at
 
     def fresh_since(self, when: float) -> bool:
         return self.ok_at >= when
@@ -86,13 +100,14 @@ class Metadata:
 
     def wake_at(self, now: float, wake_at: float) -> float:
         if self.needed:
-            return min(wake_at, max(self.next_at, now + 0.005))
+            at = now if self._refusal_pending() else self.next_at
+            return min(wake_at, max(at, now + 0.005))
         return wake_at
 
     def due(self, now: float) -> tuple[Any, list[str] | None] | None:
         """The request to send now, with the topics it asks for (``None``: all), or ``None``
         if nothing is due. Marks it in flight."""
-        if self.in_flight or now < self.next_at:
+        if self.in_flight or (now < self.next_at and not self._refusal_pending()):
             return None
         if not self.needed and now - self.ok_at < self._max_age_s:
             return None
@@ -106,6 +121,7 @@ class Metadata:
 
     def on_failure(self, error: BaseException, now: float) -> None:
         self.in_flight = False
+        self._spacing_only = False
         self._failures += 1
         backoff = self._failure_backoff.delay(self._failures)
         self.next_at = now + backoff
@@ -119,6 +135,7 @@ class Metadata:
         self.in_flight = False
         self._failures = 0
         self.next_at = now + self._retry_s
+        self._spacing_only = True
         self.ok_at = sent_at
         leaders: dict[TopicPartition, tuple[int | None, int | None]] = {}
         if topics is None:
@@ -158,6 +175,7 @@ class Metadata:
             # instead of waiting metadata_max_age_ms, backing off while it stays missing.
             self._hold_misses += 1
             self.next_at = now + self._hold_backoff.delay(self._hold_misses)
+            self._spacing_only = False
             self.needed = True
         else:
             self._hold_misses = 0
@@ -166,6 +184,7 @@ class Metadata:
             # application polling through the errors does not flood the brokers.
             self._refusals += 1
             self.next_at = max(self.next_at, now + self._failure_backoff.delay(self._refusals))
+            self._spacing_only = False
         else:
             self._refusals = 0
         return leaders

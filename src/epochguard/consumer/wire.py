@@ -55,6 +55,7 @@ from epochguard.offsets.hanging import ProducerState
 __all__ = [
     "CONSUMER_HEARTBEAT_MIN_VERSION",
     "ERR",
+    "FETCH_DIVERGING_MIN_VERSION",
     "FETCH_MAX_VERSION",
     "FETCH_MAX_VERSION_BY_NAME",
     "MEMBER_OFFSETS_MIN_VERSION",
@@ -133,6 +134,8 @@ ZERO_UUID: Final = uuid.UUID(int=0)
 #: v16: KIP-951 leader hints (``CurrentLeader`` per partition, ``NodeEndpoints``); v17 only
 #: adds a field replicas send.
 FETCH_MAX_VERSION: Final = 17
+#: The first Fetch version whose answers carry DivergingEpoch for a LastFetchedEpoch sent.
+FETCH_DIVERGING_MIN_VERSION: Final = 12
 FETCH_MAX_VERSION_BY_NAME: Final = 12
 #: Metadata v7+ carries leader epochs; v10+ topic ids; v13 a top-level error code (KIP-1102:
 #: REBOOTSTRAP_REQUIRED).

@@ -247,7 +247,8 @@ SUB_STATES: Final[Mapping[str, SubState]] = {
 TRACKER_FIELDS: Final[Mapping[str, str]] = {
     "tp": "the partition",
     "_policy": "OffsetPolicy: reset strategy, truncation policy, retry backoff",
-    "_fetch_detects": "Fetch v12+ DivergingEpoch replaces OffsetForLeaderEpoch on a new epoch",
+    "_fetch_detects": "Fetch v12+ DivergingEpoch replaces OffsetForLeaderEpoch on a new epoch "
+    "(from metadata, or after a FENCED fetch)",
     "_state": "PartitionState",
     "_offset": "position: next offset to deliver (-1: none yet)",
     "_epoch": "position: epoch of the record before the offset (None: unknown)",
@@ -494,6 +495,18 @@ class PartitionTracker:
     @property
     def policy(self) -> OffsetPolicy:
         return self._policy
+
+    @property
+    def fetch_detects_divergence(self) -> bool:
+        """Whether a new leader epoch is left to the next fetch's ``DivergingEpoch`` (see
+        ``__init__``). Read when :meth:`on_metadata` names a new leader or epoch."""
+        return self._fetch_detects
+
+    @fetch_detects_divergence.setter
+    def fetch_detects_divergence(self, value: bool) -> None:
+        """Set before :meth:`on_metadata` from what the driver knows of the leader it names:
+        ``True`` only if that broker answered Fetch v12+ (it compares LastFetchedEpoch)."""
+        self._fetch_detects = value
 
     @property
     def position(self) -> EpochOffset | None:
@@ -939,13 +952,18 @@ class PartitionTracker:
             else:
                 self._no_valid_offset(ResetReason.OFFSET_OUT_OF_RANGE)
             return True
-        if kind is ErrorClass.FENCED and self._epoch is not None:
+        if kind is ErrorClass.FENCED and self._epoch is not None and not self._fetch_detects:
             min_epoch = (
                 None if fetch.current_leader_epoch is None else (fetch.current_leader_epoch + 1)
             )
             self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.FENCED, min_epoch)
             self._retry_after_error(RequestKind.FETCH, error_code, now, fetch.current_leader_epoch)
             return True
+        # Otherwise (no epoch, or fetch_detects_divergence) wait for metadata past the
+        # refused epoch: on_metadata then validates, unless the leader it names is one whose
+        # fetch answers judge the position (DivergingEpoch). No answer of before counts.
+        if kind is ErrorClass.FENCED:
+            self._bump()
         self._retry_after_error(RequestKind.FETCH, error_code, now, fetch.current_leader_epoch)
         return True
 

@@ -103,6 +103,10 @@ def _answer(
             epoch, end = log.end_offset_for_epoch(last_epoch)
             if epoch < 0 or end < 0:
                 error = ErrorCode.OFFSET_OUT_OF_RANGE
+            elif offset < log.log_start_offset:
+                # Kafka's Partition.readRecords: below the log start is out of range,
+                # whether or not the epochs diverge.
+                error = ErrorCode.OFFSET_OUT_OF_RANGE
             elif epoch < last_epoch or end < offset:
                 diverging = P.EpochEndOffset(version=v, epoch=epoch, end_offset=end)
         leading = local.view.leader == ctx.broker_id

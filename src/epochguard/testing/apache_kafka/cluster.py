@@ -252,6 +252,27 @@ def _scratch_dir() -> str | None:
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
+def _list_offsets_request(
+    topic: str, partitions: list[int], timestamp: int, replica_id: int
+) -> ListOffsetsRequest:
+    """ListOffsets v7 for ``partitions`` of ``topic`` at ``timestamp``, as ``replica_id``."""
+    return ListOffsetsRequest(
+        replica_id=replica_id,
+        isolation_level=0,
+        topics=[
+            ListOffsetsRequest.ListOffsetsTopic(
+                name=topic,
+                partitions=[
+                    ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                        partition_index=p, current_leader_epoch=-1, timestamp=timestamp
+                    )
+                    for p in partitions
+                ],
+            )
+        ],
+    )
+
+
 def _wait(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.1) -> T:
     """Poll ``probe`` until it returns something other than None, at most ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -1204,20 +1225,7 @@ class ApacheKafkaCluster:
     ) -> OffsetAndEpoch:
         """ListOffsets v7 to ``broker`` (default: the leader), as a consumer by default."""
         target = broker if broker is not None else self._require_leader(topic, partition)
-        req = ListOffsetsRequest(
-            replica_id=replica_id,
-            isolation_level=0,
-            topics=[
-                ListOffsetsRequest.ListOffsetsTopic(
-                    name=topic,
-                    partitions=[
-                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                            partition_index=partition, current_leader_epoch=-1, timestamp=timestamp
-                        )
-                    ],
-                )
-            ],
-        )
+        req = _list_offsets_request(topic, [partition], timestamp, replica_id)
         resp = call(self._nodes[target].address, req, ListOffsetsResponse, 7)
         p = resp.topics[0].partitions[0]
         if p.error_code != 0:
@@ -1232,21 +1240,7 @@ class ApacheKafkaCluster:
     def _replicas_created(self, topic: str, partitions: list[int], broker: int) -> bool | None:
         """True once ``broker`` answers ListOffsets (debugging replica id) for every one of
         ``partitions`` of ``topic`` from its own log."""
-        req = ListOffsetsRequest(
-            replica_id=DEBUGGING_REPLICA_ID,
-            isolation_level=0,
-            topics=[
-                ListOffsetsRequest.ListOffsetsTopic(
-                    name=topic,
-                    partitions=[
-                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                            partition_index=p, current_leader_epoch=-1, timestamp=LATEST
-                        )
-                        for p in partitions
-                    ],
-                )
-            ],
-        )
+        req = _list_offsets_request(topic, partitions, LATEST, DEBUGGING_REPLICA_ID)
         resp = call(self._nodes[broker].address, req, ListOffsetsResponse, 7)
         answered = {
             p.partition_index for t in resp.topics for p in t.partitions if p.error_code == 0

@@ -185,21 +185,28 @@ def _fetch_from(f: Fetcher, client: Any, node: int, version: int, **answer: Any)
     return action
 
 
+def _reading_at_15_from(f: Fetcher, client: Any, *, leader: int, epoch: int, version: int) -> None:
+    """The partition restored at offset 15 (epoch 2), validated with ``leader`` at ``epoch``
+    by OffsetForLeaderEpoch, then fetched from it, answered at v``version``."""
+    tracker = f.add_partition(TP)
+    _leader(f, leader, epoch)
+    tracker.restore(EpochOffset(15, 2))
+    f.after_input(TP)
+    f.send_requests(0.0)
+    assert _sent(client) == (leader, "OffsetForLeaderEpochRequest")
+    validate = ValidateAction(TP, leader, epoch, 2, EpochOffset(15, 2), int(tracker._gen))
+    tracker.on_validation(validate, 0, 2, 15, 0.0)
+    f.after_input(TP)
+    _fetch_from(f, client, leader, version)
+
+
 def _at_15_epoch_3(mocker: Any, events: list[Any], *, version: int) -> tuple[Fetcher, Any]:
     """A partition at offset 15 (epoch 2) fetching from broker 1, leader at epoch 3, and
     broker 2, the other replica, leader at epoch 2 before; both answered a v``version``
     fetch."""
     f, client = _fetcher(mocker, events)
-    tracker = f.add_partition(TP)
-    _leader(f, 2, 2)
-    tracker.restore(EpochOffset(15, 2))
-    f.after_input(TP)
-    f.send_requests(0.0)
-    assert _sent(client) == (2, "OffsetForLeaderEpochRequest")
-    tracker.on_validation(ValidateAction(TP, 2, 2, 2, EpochOffset(15, 2), int(tracker._gen)),
-                          0, 2, 15, 0.0)  # fmt: skip
-    f.after_input(TP)
-    _fetch_from(f, client, 2, version)
+    _reading_at_15_from(f, client, leader=2, epoch=2, version=version)
+    tracker = f.trackers[TP]
     _leader(f, 1, 3)
     f.after_input(TP)
     f.send_requests(0.0)
@@ -259,16 +266,7 @@ def test_a_leader_not_known_to_answer_v12_is_asked_offset_for_leader_epoch(
     first answer is the one that tells)."""
     events: list[Any] = []
     f, client = _fetcher(mocker, events)
-    tracker = f.add_partition(TP)
-    _leader(f, 1, 3)
-    tracker.restore(EpochOffset(15, 2))
-    f.after_input(TP)
-    f.send_requests(0.0)
-    assert _sent(client) == (1, "OffsetForLeaderEpochRequest")
-    tracker.on_validation(ValidateAction(TP, 1, 3, 2, EpochOffset(15, 2), int(tracker._gen)),
-                          0, 2, 15, 0.0)  # fmt: skip
-    f.after_input(TP)
-    _fetch_from(f, client, 1, 12 if version is None else version)
+    _reading_at_15_from(f, client, leader=1, epoch=3, version=12 if version is None else version)
     assert _unclean_change_to_2(f, client) == "OffsetForLeaderEpochRequest"
 
 

@@ -263,6 +263,16 @@ def test_a_report_repeated_after_a_restart_from_an_older_commit_is_real() -> Non
     assert unchanged.spurious_reports == 2
 
 
+#: Member 0 reads a and b, then the partition moves to member 1, which reads c.
+HANDED_OVER: list[Event] = [
+    Assigned(0, 0, 0),
+    d(0, b"a", 0),
+    d(1, b"b", 0),
+    Assigned(1, 0, 0),
+    d(2, b"c", 0, member=1),
+]
+
+
 def test_a_member_given_back_a_partition_is_judged_on_what_it_received_itself() -> None:
     # Member 0 reads a and b, and the partition moves to member 1, which reads c. An unclean
     # election replaces the whole log by x, y: member 1 reports [0, 3) and reads x. Given the
@@ -270,11 +280,7 @@ def test_a_member_given_back_a_partition_is_judged_on_what_it_received_itself() 
     # though the application already received x at the divergence.
     replaced = log(0, (1, b"x"), (1, b"y"))
     events: list[Event] = [
-        Assigned(0, 0, 0),
-        d(0, b"a", 0),
-        d(1, b"b", 0),
-        Assigned(1, 0, 0),
-        d(2, b"c", 0, member=1),
+        *HANDED_OVER,
         Reported(1, 0, 0, 3, 1),
         Seeked(1, 0, 0, 1),
         d(0, b"x", 1, epoch=1, member=1),
@@ -299,11 +305,7 @@ def test_a_restarted_member_is_judged_on_what_the_group_received_too() -> None:
     # restarted from member 1's commit of 3, reports without a divergence: its own a and b
     # are intact, but c, which the group received, is gone, so the report is real.
     events: list[Event] = [
-        Assigned(0, 0, 0),
-        d(0, b"a", 0),
-        d(1, b"b", 0),
-        Assigned(1, 0, 0),
-        d(2, b"c", 0, member=1),
+        *HANDED_OVER,
         Committed(1, 0, 3, 0),
         Assigned(0, 0, 1),
         Reported(0, 0, None, 3, 1),

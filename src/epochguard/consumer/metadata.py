@@ -137,6 +137,14 @@ class Metadata:
         self.next_at = now + self._retry_s
         self._spacing_only = True
         self.ok_at = sent_at
+        if self._refused_at < sent_at and (
+            topics is None or (not self.want_all and self.topics.issubset(topics))
+        ):
+            # Refreshes asked for while this one was on its way are answered by it (as
+            # Java's Metadata clears its request flag on every full answer): asking again
+            # would only repeat it. Not so for a refusal seen after it went out, or for
+            # topics it did not ask about.
+            self.needed = False
         leaders: dict[TopicPartition, tuple[int | None, int | None]] = {}
         if topics is None:
             self.all_topics = set()

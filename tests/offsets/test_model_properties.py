@@ -102,7 +102,7 @@ class App:
         self.start(None)
 
     def start(self, position: EpochOffset | None, exact: bool = True) -> None:
-        self.tracker = PartitionTracker(TP, self.policy, self.fetch_detects)
+        self.tracker = PartitionTracker(TP, self.policy)
         self.seen_topics = (
             set() if position is None or position.topic_id is None else {position.topic_id}
         )
@@ -123,7 +123,7 @@ class App:
     def deliver_metadata(self, snapshot: tuple[int | None, int, str] | None = None) -> None:
         leader, epoch, topic = snapshot or self.cluster.metadata()
         self.seen_topics.add(topic)
-        self.tracker.on_metadata(leader, epoch, topic)
+        self.tracker.on_metadata(leader, epoch, topic, fetch_detects_divergence=self.fetch_detects)
 
     def handle_events(self) -> None:
         for ev in self.tracker.drain_events():
@@ -252,7 +252,7 @@ class App:
         if isinstance(a, FetchAction):
             kind, payload = self.cluster.fetch(a, self.fetch_max)
             if kind == "error":
-                tr.on_fetch_error(a, payload, self.now)
+                tr.on_fetch_error(a, payload, self.now, fetch_detects_divergence=self.fetch_detects)
             elif kind == "diverging":
                 tr.on_diverging_epoch(a, payload[0], payload[1], self.now)
             elif not payload:

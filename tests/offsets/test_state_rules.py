@@ -941,11 +941,11 @@ def test_topic_recreated_after_a_reset_without_a_commit_stays_silent() -> None:
 
 
 def test_fetch_detects_divergence_skips_the_round_trip_on_leader_change() -> None:
-    tr = PartitionTracker(TP, OffsetPolicy("earliest"), fetch_detects_divergence=True)
-    tr.on_metadata(1, 1, "topic-a")
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 1, "topic-a", fetch_detects_divergence=True)
     tr.seek(EpochOffset(0))
     assert tr.on_records(fetch(tr), 0, 9, 1)
-    tr.on_metadata(2, 2, "topic-a")
+    tr.on_metadata(2, 2, "topic-a", fetch_detects_divergence=True)
     assert tr.state is S.FETCHING  # no OffsetForLeaderEpoch: the fetch compares
     f = fetch(tr)
     assert (f.leader_id, f.current_leader_epoch, f.last_fetched_epoch) == (2, 2, 1)
@@ -962,19 +962,20 @@ def test_fetch_detects_divergence_after_a_fenced_fetch_lets_the_next_leader_deci
     """A FENCED fetch waits for metadata past the refused epoch; the leader it names then
     either judges the position by its next fetch, or (it does not compare, as the driver
     says) is asked OffsetForLeaderEpoch, reported as a metadata validation."""
-    tr = PartitionTracker(TP, OffsetPolicy("earliest"), fetch_detects_divergence=True)
-    tr.on_metadata(1, 1, "topic-a")
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 1, "topic-a", fetch_detects_divergence=True)
     tr.seek(EpochOffset(0))
     assert tr.on_records(fetch(tr), 0, 9, 1)
-    tr.on_fetch_error(fetch(tr), ErrorCode.FENCED_LEADER_EPOCH, now=0.0)
+    tr.on_fetch_error(
+        fetch(tr), ErrorCode.FENCED_LEADER_EPOCH, now=0.0, fetch_detects_divergence=True
+    )
     assert tr.state is S.FETCHING
     refresh = [e for e in tr.drain_events() if isinstance(e, MetadataRefreshNeeded)]
     assert refresh and refresh[-1].min_leader_epoch == 2
     assert isinstance(tr.next_action(50.0), WaitAction)  # metadata still at epoch 1
-    tr.on_metadata(1, 1, "topic-a")
+    tr.on_metadata(1, 1, "topic-a", fetch_detects_divergence=True)
     assert isinstance(tr.next_action(50.0), WaitAction)
-    tr.fetch_detects_divergence = judged_by_fetch
-    tr.on_metadata(2, 3, "topic-a")
+    tr.on_metadata(2, 3, "topic-a", fetch_detects_divergence=judged_by_fetch)
     if judged_by_fetch:
         f = fetch(tr, 50.0)
         assert (f.leader_id, f.current_leader_epoch, f.last_fetched_epoch) == (2, 3, 1)
@@ -989,8 +990,8 @@ def test_fetch_detects_divergence_after_a_fenced_fetch_lets_the_next_leader_deci
 
 
 def test_fetch_detects_divergence_still_validates_restored_positions() -> None:
-    tr = PartitionTracker(TP, OffsetPolicy("earliest"), fetch_detects_divergence=True)
-    tr.on_metadata(1, 5)
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 5, fetch_detects_divergence=True)
     tr.restore(EpochOffset(10, 5))
     assert isinstance(tr.next_action(0.0), ValidateAction)
 
@@ -1053,12 +1054,12 @@ def spliced(policy: str = "rewind", fetch_detects: bool = False) -> PartitionTra
     """Read offset 0 in epoch 1; an unclean leader (epoch 3) holds an older log whose epoch 0
     reaches 2 but whose log start retention moved to 1: the tracker continues at 1 in that
     log (a splice at 1), what it read at 0 kept in its history as the earlier log's."""
-    tr = PartitionTracker(TP, OffsetPolicy("earliest", policy), fetch_detects)
-    tr.on_metadata(1, 1, "topic-a")
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", policy))
+    tr.on_metadata(1, 1, "topic-a", fetch_detects_divergence=fetch_detects)
     tr.seek(EpochOffset(0))
     read_in(tr, (0, 0, 1))
     if fetch_detects:
-        tr.on_metadata(0, 3, "topic-a")
+        tr.on_metadata(0, 3, "topic-a", fetch_detects_divergence=True)
         assert tr.on_diverging_epoch(fetch(tr), 0, 2, 0.0)
     else:
         tr.on_validation(elect(tr, 3, leader=0), 0, 0, 2, 0.0)
@@ -1118,7 +1119,7 @@ def test_at_the_splice_a_diverging_epoch_answer_is_checked_with_the_earlier_epoc
     # Fetch v12+: the fetch carries the log start's epoch (0); its DivergingEpoch answer is
     # about that epoch, not about what was read, so the tracker asks about epoch 1 instead.
     tr = spliced(fetch_detects=True)
-    tr.on_metadata(1, 4, "topic-a")
+    tr.on_metadata(1, 4, "topic-a", fetch_detects_divergence=True)
     f = fetch(tr)
     assert f.last_fetched_epoch == 0
     assert tr.on_diverging_epoch(f, 0, 0, 0.0)

@@ -553,8 +553,13 @@ class Fetcher:
                 continue
             replicas = self.metadata.replicas_of(tp)
             before = (tracker.leader_id, tracker.leader_epoch)
-            self._judge_by_fetch(tracker, leader)
-            if not tracker.on_metadata(leader, epoch, topic_ids.get(tp.topic), replicas):
+            if not tracker.on_metadata(
+                leader,
+                epoch,
+                topic_ids.get(tp.topic),
+                replicas,
+                fetch_detects_divergence=self._judges_by_fetch(leader),
+            ):
                 self.metrics.stale_metadata_ignored += 1
                 log.info(
                     "stale_metadata_ignored",
@@ -580,13 +585,13 @@ class Fetcher:
                 source.session.event(SessionEvent.LEADER_CHANGED)
                 self._session_event(source, before)
 
-    def _judge_by_fetch(self, tracker: PartitionTracker, leader: int | None) -> None:
-        """Before ``tracker`` hears of ``leader``: whether that broker's fetch answers judge
-        the position (DivergingEpoch) in place of an OffsetForLeaderEpoch request. With no
-        leader the choice waits for the metadata that names one (nothing is fetched or
-        validated until then), so a leaderless answer between two leaders does not commit
-        the partition to a round trip the next leader would have made unnecessary."""
-        tracker.fetch_detects_divergence = leader is None or leader in self._diverging_nodes
+    def _judges_by_fetch(self, leader: int | None) -> bool:
+        """Whether ``leader``'s fetch answers judge a position (DivergingEpoch) in place of an
+        OffsetForLeaderEpoch request. With no leader the choice waits for the metadata that
+        names one (nothing is fetched or validated until then), so a leaderless answer
+        between two leaders does not commit the partition to a round trip the next leader
+        would have made unnecessary."""
+        return leader is None or leader in self._diverging_nodes
 
     def _note_fetch_version(self, node: int, answer: wire.FetchAnswer) -> None:
         if answer.version >= wire.FETCH_DIVERGING_MIN_VERSION:
@@ -602,9 +607,12 @@ class Fetcher:
         known = self.metadata.leaders.get(tp)
         if known is not None:
             leader, epoch = known
-            self._judge_by_fetch(self.trackers[tp], leader)
             self.trackers[tp].on_metadata(
-                leader, epoch, self.metadata.topic_ids.get(tp.topic), self.metadata.replicas_of(tp)
+                leader,
+                epoch,
+                self.metadata.topic_ids.get(tp.topic),
+                self.metadata.replicas_of(tp),
+                fetch_detects_divergence=self._judges_by_fetch(leader),
             )
             self.after_input(tp)
 
@@ -950,8 +958,12 @@ class Fetcher:
                 tracker = self.trackers.get(tp)
                 if tracker is not None:
                     # A refusal (FENCED) then waits for the next leader's judgement.
-                    self._judge_by_fetch(tracker, tracker.leader_id)
-                    tracker.on_fetch_error(action, answer.error.errno, now)
+                    tracker.on_fetch_error(
+                        action,
+                        answer.error.errno,
+                        now,
+                        fetch_detects_divergence=self._judges_by_fetch(tracker.leader_id),
+                    )
                     self.after_input(tp)
             return
         pairs = []
@@ -1044,8 +1056,12 @@ class Fetcher:
                 # fetcher does, and the tracker retries with its backoff.
                 self.metadata.refuse(tp.topic)
             # The leader may have answered its first v12+ fetch since metadata named it.
-            self._judge_by_fetch(tracker, tracker.leader_id)
-            tracker.on_fetch_error(action, p.error.errno, now)
+            tracker.on_fetch_error(
+                action,
+                p.error.errno,
+                now,
+                fetch_detects_divergence=self._judges_by_fetch(tracker.leader_id),
+            )
             hinted = p.current_leader is not None and self._apply_leader_hint(
                 tp, tracker, p.current_leader
             )
@@ -1162,12 +1178,12 @@ class Fetcher:
             return False
         self.metadata.leaders[tp] = (hint.leader_id, hint.leader_epoch)
         before = (tracker.leader_id, tracker.leader_epoch)
-        self._judge_by_fetch(tracker, hint.leader_id)
         accepted = tracker.on_metadata(
             hint.leader_id,
             hint.leader_epoch,
             self.metadata.topic_ids.get(tp.topic),
             self.metadata.replicas_of(tp),
+            fetch_detects_divergence=self._judges_by_fetch(hint.leader_id),
         )
         if not accepted:
             return False

@@ -247,8 +247,6 @@ SUB_STATES: Final[Mapping[str, SubState]] = {
 TRACKER_FIELDS: Final[Mapping[str, str]] = {
     "tp": "the partition",
     "_policy": "OffsetPolicy: reset strategy, truncation policy, retry backoff",
-    "_fetch_detects": "Fetch v12+ DivergingEpoch replaces OffsetForLeaderEpoch on a new epoch "
-    "(from metadata, or after a FENCED fetch)",
     "_state": "PartitionState",
     "_offset": "position: next offset to deliver (-1: none yet)",
     "_epoch": "position: epoch of the record before the offset (None: unknown)",
@@ -388,7 +386,6 @@ class PartitionTracker:
         "_epoch",
         "_error",
         "_events",
-        "_fetch_detects",
         "_from_reset",
         "_gen",
         "_hist",
@@ -423,16 +420,8 @@ class PartitionTracker:
         "tp",
     )
 
-    def __init__(
-        self, tp: Any, policy: OffsetPolicy | None = None, fetch_detects_divergence: bool = False
-    ) -> None:
-        """``fetch_detects_divergence``: the driver sends ``LastFetchedEpoch`` (Fetch v12+ was
-        negotiated with the leader) and passes ``DivergingEpoch`` to
-        :meth:`on_diverging_epoch`. A new leader epoch then needs no OffsetForLeaderEpoch
-        round trip: the next fetch carries the comparison. Never set it for older Fetch
-        versions: the leader would not compare and a truncation would go unnoticed."""
+    def __init__(self, tp: Any, policy: OffsetPolicy | None = None) -> None:
         self.tp = tp
-        self._fetch_detects = fetch_detects_divergence
         self._policy = OffsetPolicy() if policy is None else policy
         self._state = S.INITIALIZING
         self._gen = next(_GENERATIONS)
@@ -495,18 +484,6 @@ class PartitionTracker:
     @property
     def policy(self) -> OffsetPolicy:
         return self._policy
-
-    @property
-    def fetch_detects_divergence(self) -> bool:
-        """Whether a new leader epoch is left to the next fetch's ``DivergingEpoch`` (see
-        ``__init__``). Read when :meth:`on_metadata` names a new leader or epoch."""
-        return self._fetch_detects
-
-    @fetch_detects_divergence.setter
-    def fetch_detects_divergence(self, value: bool) -> None:
-        """Set before :meth:`on_metadata` from what the driver knows of the leader it names:
-        ``True`` only if that broker answered Fetch v12+ (it compares LastFetchedEpoch)."""
-        self._fetch_detects = value
 
     @property
     def position(self) -> EpochOffset | None:
@@ -833,10 +810,17 @@ class PartitionTracker:
         leader_epoch: int | None = None,
         topic_id: Any = None,
         replicas: Iterable[int] | None = None,
+        *,
+        fetch_detects_divergence: bool = False,
     ) -> bool:
         """Metadata for this partition. ``leader_epoch`` ``None``/-1: not known (old metadata
         versions). ``topic_id`` ``None``: not known. ``replicas``: the live replicas (``None``:
         not known); a read replica no longer among them sends fetches back to the leader.
+        ``fetch_detects_divergence``: the leader named answers Fetch v12+ (the driver sends
+        it ``LastFetchedEpoch`` and passes its ``DivergingEpoch`` to
+        :meth:`on_diverging_epoch`), so a new leader epoch needs no OffsetForLeaderEpoch round
+        trip: the next fetch carries the comparison. Never ``True`` for an older Fetch
+        version: the leader would not compare and a truncation would go unnoticed.
         Returns ``False`` for stale metadata (an older leader epoch than already seen, same
         topic)."""
         if leader_epoch is not None and leader_epoch < 0:
@@ -878,7 +862,7 @@ class PartitionTracker:
             self._await_epoch = None
         state = self._state
         if state is _FETCHING:
-            if self._epoch is not None and not self._fetch_detects:
+            if self._epoch is not None and not fetch_detects_divergence:
                 self._begin_validation(T.VALIDATION_NEEDED, DetectedBy.METADATA)
             else:
                 # No epoch: nothing to validate. Or the next fetch, carrying LastFetchedEpoch
@@ -928,7 +912,18 @@ class PartitionTracker:
         self._topic_confirmed = True
         return True
 
-    def on_fetch_error(self, fetch: FetchAction, error_code: int, now: float) -> bool:
+    def on_fetch_error(
+        self,
+        fetch: FetchAction,
+        error_code: int,
+        now: float,
+        *,
+        fetch_detects_divergence: bool = False,
+    ) -> bool:
+        """A Fetch refused with ``error_code``. ``fetch_detects_divergence``: the leader asked
+        answers Fetch v12+ (see :meth:`on_metadata`); a FENCED refusal then waits for
+        metadata past the refused epoch and lets the leader it names decide how to validate,
+        instead of asking OffsetForLeaderEpoch at once."""
         if fetch.token != self._gen or self._state is not _FETCHING:
             return False
         self._in_flight = False
@@ -952,7 +947,7 @@ class PartitionTracker:
             else:
                 self._no_valid_offset(ResetReason.OFFSET_OUT_OF_RANGE)
             return True
-        if kind is ErrorClass.FENCED and self._epoch is not None and not self._fetch_detects:
+        if kind is ErrorClass.FENCED and self._epoch is not None and not fetch_detects_divergence:
             min_epoch = (
                 None if fetch.current_leader_epoch is None else (fetch.current_leader_epoch + 1)
             )

@@ -422,6 +422,12 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
 
     def get_connection(self, node_id: Any, *args: Any, **kwargs: Any) -> Any:
         known = node_id in self._conns
+        # The consumer's own metadata (consumer/metadata.py) decides when to ask, and its
+        # answers carry the brokers' addresses here too. kafka-python would add a request
+        # for every broker's address each time a connection is lost: one more Metadata
+        # request on every leader change.
+        if len(args) < 3:
+            kwargs.setdefault("refresh_metadata_on_err", False)
         conn = super().get_connection(node_id, *args, **kwargs)
         if not known:
             conn.init_future.add_callback(functools.partial(self._connected, node_id))

@@ -491,7 +491,9 @@ class Fetcher:
             if isinstance(event, MetadataRefreshNeeded):
                 if tp not in self._hinted:
                     refused = event.reason in _NOT_LEADING
-                    self.metadata.request(time.monotonic() if refused else None)
+                    self.metadata.request(
+                        time.monotonic() if refused else None, any_answer=not refused
+                    )
                     self._wake.set()
             elif isinstance(event, TruncationDetected):
                 self.metrics.truncations_detected += 1

@@ -74,12 +74,18 @@ class Metadata:
         # Answers in a row that still held a topic back (for the refresh backoff).
         self._hold_misses = 0
 
-    def request(self, refused_at: float | None = None) -> None:
+    def request(self, refused_at: float | None = None, *, any_answer: bool = False) -> None:
         """Ask for a refresh. ``refused_at``: a broker refused a request at that time
         because it does not lead the partition (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH):
         an answer to a request sent before that is what sent the request there, so the
         refresh goes without the spacing after that answer (failure backoffs still hold).
-        Each refusal is a request the tracker itself backs off, which bounds the refreshes."""
+        Each refusal is a request the tracker itself backs off, which bounds the refreshes.
+        ``any_answer``: the answer to a request already on its way will do (a tracker still
+        waiting for a leader asks again, after its backoff, if that answer names none);
+        otherwise the refresh is a request sent from now on (callers wait for
+        :meth:`fresh_since`)."""
+        if any_answer and refused_at is None and self.in_flight:
+            return
         self.needed = True
         if refused_at is not None and refused_at > self._refused_at:
             self._refused_at = refused_at
@@ -137,14 +143,6 @@ class Metadata:
         self.next_at = now + self._retry_s
         self._spacing_only = True
         self.ok_at = sent_at
-        if self._refused_at < sent_at and (
-            topics is None or (not self.want_all and self.topics.issubset(topics))
-        ):
-            # Refreshes asked for while this one was on its way are answered by it (as
-            # Java's Metadata clears its request flag on every full answer): asking again
-            # would only repeat it. Not so for a refusal seen after it went out, or for
-            # topics it did not ask about.
-            self.needed = False
         leaders: dict[TopicPartition, tuple[int | None, int | None]] = {}
         if topics is None:
             self.all_topics = set()

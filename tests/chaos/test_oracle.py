@@ -318,3 +318,33 @@ def test_a_restarted_member_is_judged_on_what_the_group_received_too() -> None:
     assert v.ok, v.describe()
     unchanged = [*events[:-1], d(2, b"c", 1)]
     assert judge(history(unchanged, [BEFORE, BEFORE], BEFORE)).spurious_reports == 1
+
+
+def test_a_report_of_older_reads_leaves_what_the_group_read_since() -> None:
+    # Member 0 reads a, b (epoch 0) and commits 2; the partition moves to member 1, and an
+    # unclean election replaces the log by x, y, z (epoch 1). Member 1 reports and reads the
+    # new log to its end, committed. Given the partition back, member 0 reports the a and b
+    # it had (read in epoch 0): that report is not about x and y, which the group still holds.
+    replaced = log(0, (1, b"x"), (1, b"y"), (1, b"z"))
+    events: list[Event] = [
+        Assigned(0, 0, 0),
+        d(0, b"a", 0),
+        d(1, b"b", 0),
+        Committed(0, 0, 2, 0),
+        Assigned(1, 0, 0),
+        Reported(1, 0, 0, 2, 1, consumed_epoch=0),
+        d(0, b"x", 1, epoch=1, member=1),
+        d(1, b"y", 1, epoch=1, member=1),
+        d(2, b"z", 1, epoch=1, member=1),
+        Committed(1, 0, 3, 1),
+        Assigned(0, 0, 1),
+        Reported(0, 0, 0, 2, 1, consumed_epoch=0),
+    ]
+    v = judge(history(events, [BEFORE, replaced], replaced))
+    assert v.ok, v.describe()
+    # Rewound to the divergence, member 0 reads again what the group had committed.
+    again = [*events, *(d(o, x, 1, epoch=1) for o, x in enumerate([b"x", b"y", b"z"]))]
+    assert judge(history(again, [BEFORE, replaced], replaced)).silent_rereads == 3
+    # A report that does not say its epoch is about everything from its divergence on.
+    unsaid = [*events[:-1], Reported(0, 0, 0, 2, 1)]
+    assert judge(history(unsaid, [BEFORE, replaced], replaced)).silent_losses == 2

@@ -524,6 +524,55 @@ def test_a_seek_while_validating_a_given_back_partition_drops_the_committed_star
     assert fetch(tr).offset == 1
 
 
+def given_back_after_an_election(committed: EpochOffset) -> PartitionTracker:
+    """A tracker (policy rewind) given a partition back that it had read to (5, e0), whose
+    epoch 0 an unclean election replaced meanwhile (the new leader's epoch 1 starts at 0);
+    the group's commit is ``committed``."""
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "rewind"))
+    tr.on_metadata(2, 1, "topic-a")
+    tr.restore(committed, read_to=EpochOffset(5, 0, topic_id="topic-a"))
+    v = validate(tr)
+    assert v.position == EpochOffset(5, 0)
+    tr.on_validation(v, 0, 0, 0, 0.0)  # epoch 0 ends at 0 on the new leader: all replaced
+    return tr
+
+
+def test_a_partition_given_back_truncated_starts_at_a_commit_from_a_later_epoch() -> None:
+    # Another member owned the partition through the election: it reported the truncation,
+    # read the new log and committed (6, e1). What this consumer read before is reported;
+    # then it starts at the commit (validated in turn), not at the divergence: from there
+    # it read again the six records the group had committed (chaos seed 291, asyncio).
+    tr = given_back_after_an_election(EpochOffset(6, 1, topic_id="topic-a"))
+    (t,) = truncations(tr)
+    r = t.report
+    assert (r.consumed_to, r.lost_from, r.lost_to) == (EpochOffset(5, 0), 0, 5)
+    assert r.position_source == "left_position"
+    assert t.new_position == EpochOffset(6, 1, topic_id="topic-a")
+    v = validate(tr)
+    assert v.position == EpochOffset(6, 1)
+    tr.on_validation(v, 0, 1, 9, 0.0)
+    assert fetch(tr).offset == 6 and tr.position == EpochOffset(6, 1)
+    assert truncations(tr) == []
+
+
+@pytest.mark.parametrize(
+    "committed",
+    [
+        EpochOffset(3, 0, topic_id="topic-a"),  # of the replaced epoch: gone too
+        EpochOffset(6, None, topic_id="topic-a"),  # no epoch: which log, unknown
+    ],
+    ids=["same-epoch", "no-epoch"],
+)
+def test_a_partition_given_back_truncated_rewinds_past_a_commit_not_from_a_later_epoch(
+    committed: EpochOffset,
+) -> None:
+    tr = given_back_after_an_election(committed)
+    (t,) = truncations(tr)
+    assert t.report.lost_from == 0 and t.new_position is not None
+    assert t.new_position.offset == 0
+    assert fetch(tr).offset == 0
+
+
 def test_read_to_equal_to_the_position_is_one_validation() -> None:
     tr = PartitionTracker(TP, OffsetPolicy("earliest"))
     tr.on_metadata(2, 2, "topic-a")

@@ -202,9 +202,10 @@ SUB_STATES: Final[Mapping[str, SubState]] = {
         "restore() with ``read_to``: the position validated is where this consumer had read "
         "to before it gave the partition up; once the leader confirms it, the consumer "
         "starts from this one (the committed or stored position, its source, epoch_exact), "
-        "validated in turn",
+        "validated in turn; if it is truncated instead, from this one all the same when it was "
+        "read in a later epoch, past the divergence",
         ("restore", "seek"),
-        ("_validated",),
+        ("_validated", "_decide"),
     ),
     "_cause": SubState(
         frozenset({S.AWAIT_VALIDATION}),
@@ -362,6 +363,20 @@ _SKIP_FORWARD_REASONS: Final = frozenset(
 
 
 # ------------------------------------------------------------------------------------ tracker
+
+
+def _written_since(position: EpochOffset, report: TruncationReport) -> bool:
+    """Whether ``position`` was read in an epoch after the one ``report`` found truncated,
+    at or past its divergence point: in a log written since the truncation."""
+    consumed_epoch = report.consumed_to.leader_epoch
+    divergence = report.divergence
+    return (
+        divergence is not None
+        and position.leader_epoch is not None
+        and consumed_epoch is not None
+        and position.leader_epoch > consumed_epoch
+        and position.offset >= divergence.offset
+    )
 
 
 class PartitionTracker:
@@ -665,8 +680,11 @@ class PartitionTracker:
         ``position`` below it, and the records in between were delivered: ``read_to`` is
         validated first, so a truncation of them is reported (with ``read_to`` as
         ``consumed_to``, source ``left_position``); once it is confirmed, the consumer starts
-        from ``position`` as without it. Ignored without an epoch, when equal to
-        ``position``, or when their topic ids differ.
+        from ``position`` as without it. Found truncated under policy ``rewind``, it starts
+        from ``position`` too when that was read in a later epoch at or past the divergence
+        (the owner meanwhile read the new log and committed there), else from the
+        divergence. Ignored without an epoch, when equal to ``position``, or when their
+        topic ids differ.
         """
         if position is None:
             self._source = source
@@ -1463,6 +1481,16 @@ class PartitionTracker:
             return
         if decision is TruncationDecision.REWIND:
             target = report.divergence
+            later = self._start_after
+            if target is not None and later is not None and _written_since(later[0], report):
+                # What this consumer read before it gave the partition up is gone, but the
+                # commit it was given back was read past the divergence in a later epoch (the
+                # owner meanwhile was told, and read the new log): start there, validated as
+                # any restored position. The divergence would read again what was committed.
+                position, source, epoch_exact = later
+                self._events.append(TruncationDetected(report, TruncationOutcome.REWIND, position))
+                self.seek(position, source=source, epoch_exact=epoch_exact)
+                return
             if target is not None:
                 self._goto(T.TRUNCATION_REWOUND)
                 self._offset = target.offset

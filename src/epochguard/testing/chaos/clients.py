@@ -332,6 +332,7 @@ class _EpochConsumerClient(_KafkaPythonLike):
                 report.consumed_to.offset,
                 -1,
                 text=str(report.detected_by),
+                consumed_epoch=report.consumed_to.leader_epoch,
             )
         )
 

@@ -107,7 +107,9 @@ class Delivered:
 
 @attrs.frozen
 class Reported:
-    """A truncation signal; ``divergence`` None: the client did not say where."""
+    """A truncation signal; ``divergence`` None: the client did not say where.
+    ``consumed_epoch``: the leader epoch of the record before ``consumed_to`` (None: not
+    said); the report is about records read in that epoch or earlier ones."""
 
     member: int
     partition: int
@@ -116,6 +118,7 @@ class Reported:
     step: int
     app: str = "app"
     text: str = ""
+    consumed_epoch: int | None = None
 
 
 @attrs.frozen
@@ -678,6 +681,17 @@ def _any_gone(
     )
 
 
+def _read_since(held: _Held, report: Reported) -> bool:
+    """Whether ``held`` was read in a later epoch than anything ``report`` names: another
+    member read the new log at those offsets (a member given back a partition reports what
+    it read before the election, not what the group read since)."""
+    return (
+        report.consumed_epoch is not None
+        and held.epoch is not None
+        and held.epoch > report.consumed_epoch
+    )
+
+
 def judge(history: History, app: str | None = None) -> Verdict:
     """Judge one application's events (``app``; default: every event)."""
     t = _Tally(transactional=history.read_committed)
@@ -783,6 +797,8 @@ def judge(history: History, app: str | None = None) -> Verdict:
                     f"{ev.text}"
                 )
             for o in in_range if end is not None else [o for o in held if o >= start]:
+                if _read_since(held[o], ev):
+                    continue  # written after the truncation the report is about
                 del held[o]
             if history.policy == "raise":
                 awaiting_seek.add((ev.member, ev.partition))

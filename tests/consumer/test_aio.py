@@ -57,6 +57,55 @@ def test_no_thread_serves_the_connections(cluster: EmbeddedCluster) -> None:
     _run(main)
 
 
+def test_a_stopped_heartbeat_never_acts_on_an_answer_it_was_awaiting(
+    cluster: EmbeddedCluster,
+) -> None:
+    """Stopping a background step (heartbeats, before a join) ends it even while it awaits an
+    answer, as the threaded driver's join does: an answer arriving after it is not acted on
+    (a heartbeat's stale refusal asked for another rebalance after the join). A step that
+    stops its own heartbeats (one that leaves the group) carries on."""
+    from kafka.future import Future
+
+    from epochguard.consumer.effects import Await, Signal, Step
+    from epochguard.consumer.membership import Heartbeats
+
+    async def main() -> None:
+        async with AIOEpochConsumer(**consumer_config(cluster)) as c:
+            io = c._io
+            assert io is not None
+            acted: list[str] = []
+            answer: Future = Future()
+            beats = Heartbeats(io.spawn, "test-heartbeats")
+
+            def beat(_stop: Signal) -> Step[None]:
+                yield Await(answer, 5.0)
+                acted.append("answer applied")
+
+            beats.start(beat)
+            await asyncio.sleep(0)  # the task starts and awaits the answer
+            beats.stop()
+            answer.success(None)
+            for _ in range(3):
+                await asyncio.sleep(0)
+            assert acted == [] and not beats.running
+
+            own: Future = Future()
+
+            def leaving(_stop: Signal) -> Step[None]:
+                beats.stop()  # as leave() from the heartbeat step itself
+                yield Await(own, 5.0)
+                acted.append("left")
+
+            beats.start(leaving)
+            await asyncio.sleep(0)
+            own.success(None)
+            for _ in range(3):
+                await asyncio.sleep(0)
+            assert acted == ["left"]
+
+    _run(main)
+
+
 def test_group_consume_commit_and_lookups(cluster: EmbeddedCluster) -> None:
     cluster.create_topic("t", partitions=2, replication_factor=3)
     producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers)

@@ -263,9 +263,17 @@ class _LoopIO:
         task = self._loop.create_task(run_async(step, self), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        # A task cannot be joined from synchronous code; its step ends at its next wake-up
-        # once its stop signal is set (or it is cancelled when the consumer stops).
-        return TaskHandle(lambda _timeout: None, lambda: not task.done())
+
+        def stop(_timeout_s: float) -> None:
+            # A task cannot be joined from synchronous code: it is cancelled instead, so a
+            # step stopped while it awaits an answer never acts on it (the threaded driver
+            # joins its thread for the same): a heartbeat's answer arriving after a new join
+            # asked for yet another rebalance and forgot the coordinator. Not from within
+            # itself: a heartbeat that leaves the group stops its own heartbeats first.
+            if asyncio.current_task(self._loop) is not task:
+                task.cancel()
+
+        return TaskHandle(stop, lambda: not task.done())
 
 
 async def run_async(step: Step[Any], io: _LoopIO) -> Any:

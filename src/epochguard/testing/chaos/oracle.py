@@ -12,7 +12,9 @@ The rules (issue 11), per application (a consumer or a consumer group):
   no report covering it in between. A new owner of a partition (a restart, a rebalance) may
   re-read what was delivered but not committed (at-least-once), never below the commit; an
   application's own seek allows re-reading from there. A topic deleted and re-created is
-  a new log: what was held of the old one is released by a report or a new assignment.
+  a new log: what was held of the old one is released by a report or a new assignment. A
+  report that says the epoch it consumed to covers only records read in that epoch or an
+  earlier one: not what another member read at those offsets since, in a later epoch.
 * **silent loss**: a record held at the end that the final log does not hold at that offset
   with that epoch (it was replaced and nobody said so), or a record of the final log the
   application never received. Below the highest log start retention reached, nothing

@@ -196,3 +196,77 @@ def test_a_partition_given_back_reports_a_truncation_of_what_the_failed_commit_l
         assert [r.value for r in got[4:]] == [b"after1", b"after2"]
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("driver", ["threads", "asyncio"])
+def test_a_partition_given_back_after_another_member_read_past_a_truncation_starts_at_its_commit(
+    cluster: EmbeddedCluster, driver: str
+) -> None:
+    """Consumer A reads a, b, c and the doomed d (0..3, epoch 0), commits 4 and gives the
+    partition up. An unclean election replaces d; B takes the partition over, reports the
+    truncation, reads the new log (after1, after2 at 3, 4) and commits 5 with the new
+    leader's epoch. Given the partition back, A reports the d it had read, then starts at
+    B's commit: rewound to the divergence it read again the two records the group had
+    committed (chaos seed 291, AIOEpochConsumer)."""
+    topic = "handedback"
+    tp, other = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    cluster.create_topic(topic, partitions=2, replication_factor=2)
+    leader = cluster.leader(topic, 0)
+    [follower] = [r for r in cluster.replicas(topic, 0) if r != leader]
+    produce(cluster, topic, ["a", "b", "c"])
+    reports: dict[str, list[Any]] = {"a": [], "b": []}
+
+    def make(name: str) -> Any:
+        cfg = consumer_config(
+            cluster,
+            group_id="ghandedback",
+            on_truncation="rewind",
+            auto_offset_reset="earliest",
+            on_truncation_report=reports[name].append,
+        )
+        return EpochConsumer(**cfg) if driver == "threads" else LoopDriven(**cfg)
+
+    def reader(c: Any, got: list[Any]) -> Any:
+        def read(n: int) -> bool:
+            for recs in c.poll(timeout_ms=50).values():
+                got.extend(recs)
+            return len(got) >= n
+
+        return read
+
+    a, b = make("a"), make("b")
+    got_a: list[Any] = []
+    got_b: list[Any] = []
+    try:
+        read_a, read_b = reader(a, got_a), reader(b, got_b)
+        a.assign([tp, other])
+        wait(lambda: read_a(3), "a, b, c")
+        cluster.stop_broker(follower)
+        produce(cluster, topic, ["doomed"])
+        wait(lambda: read_a(4), "the doomed record")
+        a.commit()
+        a.assign([other])
+        cluster.stop_broker(leader)
+        cluster.start_broker(follower)
+        cluster.elect_leader(topic, 0, follower, unclean=True)
+        produce(cluster, topic, ["after1", "after2"])
+        cluster.start_broker(leader)
+        b.assign([tp])
+        wait(lambda: read_b(2), "the new log, by B")
+        assert [(r.offset, r.value) for r in got_b] == [(3, b"after1"), (4, b"after2")]
+        assert [(r.lost_from, r.lost_to) for r in reports["b"]] == [(3, 4)]
+        b.commit()
+        committed = b.committed_with_epoch(tp)
+        assert committed.offset == 5 and committed.leader_epoch > 0  # the new leader's
+        b.assign([TopicPartition(topic, 1)])
+        a.assign([tp, other])
+        produce(cluster, topic, ["later"])
+        wait(lambda: read_a(5), "the record after B's commit")
+        assert [(r.offset, r.value) for r in got_a[4:]] == [(5, b"later")]
+        [report] = reports["a"]
+        assert (report.consumed_to.offset, report.consumed_to.leader_epoch) == (4, 0)
+        assert (report.lost_from, report.lost_to, report.position_source) == (3, 4, "left_position")
+        assert a.position(tp) == 6
+    finally:
+        a.close()
+        b.close()

@@ -348,3 +348,8 @@ def test_a_report_of_older_reads_leaves_what_the_group_read_since() -> None:
     # A report that does not say its epoch is about everything from its divergence on.
     unsaid = [*events[:-1], Reported(0, 0, 0, 2, 1)]
     assert judge(history(unsaid, [BEFORE, replaced], replaced)).silent_losses == 2
+    # Member 1's commit failed: x, y, z are not committed, member 0 (restored from the old
+    # commit 2) may rewind and read them again.
+    uncommitted = [e for e in again if not (isinstance(e, Committed) and e.offset == 3)]
+    v = judge(history(uncommitted, [BEFORE, replaced], replaced))
+    assert v.ok, v.describe()

@@ -14,7 +14,8 @@ The rules (issue 11), per application (a consumer or a consumer group):
   application's own seek allows re-reading from there. A topic deleted and re-created is
   a new log: what was held of the old one is released by a report or a new assignment. A
   report that says the epoch it consumed to covers only records read in that epoch or an
-  earlier one: not what another member read at those offsets since, in a later epoch.
+  earlier one: not what another member read at those offsets since, in a later epoch, and
+  the application committed.
 * **silent loss**: a record held at the end that the final log does not hold at that offset
   with that epoch (it was replaced and nobody said so), or a record of the final log the
   application never received. Below the highest log start retention reached, nothing
@@ -437,6 +438,8 @@ class _Held:
     reread_ok: bool = False
     #: of a topic incarnation since deleted
     old: bool = False
+    #: the application's last commit since its delivery is past it
+    committed: bool = False
 
 
 @attrs.define
@@ -684,11 +687,13 @@ def _any_gone(
 
 
 def _read_since(held: _Held, report: Reported) -> bool:
-    """Whether ``held`` was read in a later epoch than anything ``report`` names: another
-    member read the new log at those offsets (a member given back a partition reports what
-    it read before the election, not what the group read since)."""
+    """Whether ``held`` was read, and committed, in a later epoch than anything ``report``
+    names: another member read the new log at those offsets and the application committed
+    past them (a member given back a partition reports what it read before the election,
+    not what the group read and committed since). Not committed, it may come again."""
     return (
-        report.consumed_epoch is not None
+        held.committed
+        and report.consumed_epoch is not None
         and held.epoch is not None
         and held.epoch > report.consumed_epoch
     )
@@ -811,6 +816,8 @@ def judge(history: History, app: str | None = None) -> Verdict:
                     h.reread_ok = True
         elif isinstance(ev, Committed):
             committed[ev.partition] = ev.offset
+            for o, h in held.items():
+                h.committed = o < ev.offset
         elif isinstance(ev, Assigned):
             # A new session: what was delivered past the last commit may come again.
             awaiting_seek.discard((ev.member, ev.partition))

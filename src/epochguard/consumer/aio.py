@@ -267,9 +267,10 @@ class _LoopIO:
         def stop(_timeout_s: float) -> None:
             # A task cannot be joined from synchronous code: it is cancelled instead, so a
             # step stopped while it awaits an answer never acts on it (the threaded driver
-            # joins its thread for the same): a heartbeat's answer arriving after a new join
-            # asked for yet another rebalance and forgot the coordinator. Not from within
-            # itself: a heartbeat that leaves the group stops its own heartbeats first.
+            # joins its thread for the same): a heartbeat's late refusal or timeout, taken
+            # after the join that stopped it, would ask for another rebalance and forget
+            # the coordinator. Not from within itself: a heartbeat that leaves the group
+            # stops its own heartbeats first.
             if asyncio.current_task(self._loop) is not task:
                 task.cancel()
 

@@ -142,6 +142,41 @@ def test_a_re_created_topic_is_reported_while_the_old_position_is_kept(
         c.close()
 
 
+def _given_back_topic(
+    cluster: EmbeddedCluster, topic: str
+) -> tuple[TopicPartition, TopicPartition, int, int]:
+    """Two partitions on two replicas, ``a, b, c`` at 0..2 of partition 0: its two
+    partitions, and partition 0's leader and follower."""
+    cluster.create_topic(topic, partitions=2, replication_factor=2)
+    leader = cluster.leader(topic, 0)
+    [follower] = [r for r in cluster.replicas(topic, 0) if r != leader]
+    produce(cluster, topic, ["a", "b", "c"])
+    return TopicPartition(topic, 0), TopicPartition(topic, 1), leader, follower
+
+
+def _reader(c: Any, got: list[Any]) -> Any:
+    """``read(n)``: one poll of ``c`` into ``got``; whether it holds ``n`` records."""
+
+    def read(n: int) -> bool:
+        for recs in c.poll(timeout_ms=50).values():
+            got.extend(recs)
+        return len(got) >= n
+
+    return read
+
+
+def _replace_the_doomed_record(
+    cluster: EmbeddedCluster, topic: str, leader: int, follower: int
+) -> None:
+    """The follower (stopped since the doomed record was written) is elected uncleanly and
+    takes ``after1, after2`` at the doomed record's offset; the old leader comes back."""
+    cluster.stop_broker(leader)
+    cluster.start_broker(follower)
+    cluster.elect_leader(topic, 0, follower, unclean=True)
+    produce(cluster, topic, ["after1", "after2"])
+    cluster.start_broker(leader)
+
+
 @pytest.mark.parametrize("driver", ["threads", "asyncio"])
 def test_a_partition_given_back_reports_a_truncation_of_what_the_failed_commit_left_out(
     cluster: EmbeddedCluster, driver: str
@@ -152,22 +187,13 @@ def test_a_partition_given_back_reports_a_truncation_of_what_the_failed_commit_l
     valid on the new leader, so restoring it alone would deliver the new offset 3 with the
     doomed one unreported: the consumer validates where it had read to first."""
     topic = "givenback"
-    tp, other = TopicPartition(topic, 0), TopicPartition(topic, 1)
-    cluster.create_topic(topic, partitions=2, replication_factor=2)
-    leader = cluster.leader(topic, 0)
-    [follower] = [r for r in cluster.replicas(topic, 0) if r != leader]
-    produce(cluster, topic, ["a", "b", "c"])
+    tp, other, leader, follower = _given_back_topic(cluster, topic)
     cfg = consumer_config(
         cluster, group_id="ggivenback", on_truncation="raise", auto_offset_reset="earliest"
     )
     c: Any = EpochConsumer(**cfg) if driver == "threads" else LoopDriven(**cfg)
     got: list[Any] = []
-
-    def read(n: int) -> bool:
-        for recs in c.poll(timeout_ms=50).values():
-            got.extend(recs)
-        return len(got) >= n
-
+    read = _reader(c, got)
     try:
         c.assign([tp, other])
         wait(lambda: read(3), "a, b, c")
@@ -177,11 +203,7 @@ def test_a_partition_given_back_reports_a_truncation_of_what_the_failed_commit_l
         wait(lambda: read(4), "the doomed record")
         assert c.position(tp) == 4
         c.assign([other])
-        cluster.stop_broker(leader)
-        cluster.start_broker(follower)
-        cluster.elect_leader(topic, 0, follower, unclean=True)
-        produce(cluster, topic, ["after1", "after2"])
-        cluster.start_broker(leader)
+        _replace_the_doomed_record(cluster, topic, leader, follower)
         c.assign([tp, other])
         with pytest.raises(LogTruncationError) as caught:
             wait(lambda: read(len(got) + 1), "the truncation reported")
@@ -209,11 +231,7 @@ def test_a_partition_given_back_after_another_member_read_past_a_truncation_star
     B's commit: rewound to the divergence it read again the two records the group had
     committed (chaos seed 291, AIOEpochConsumer)."""
     topic = "handedback"
-    tp, other = TopicPartition(topic, 0), TopicPartition(topic, 1)
-    cluster.create_topic(topic, partitions=2, replication_factor=2)
-    leader = cluster.leader(topic, 0)
-    [follower] = [r for r in cluster.replicas(topic, 0) if r != leader]
-    produce(cluster, topic, ["a", "b", "c"])
+    tp, other, leader, follower = _given_back_topic(cluster, topic)
     reports: dict[str, list[Any]] = {"a": [], "b": []}
 
     def make(name: str) -> Any:
@@ -226,19 +244,11 @@ def test_a_partition_given_back_after_another_member_read_past_a_truncation_star
         )
         return EpochConsumer(**cfg) if driver == "threads" else LoopDriven(**cfg)
 
-    def reader(c: Any, got: list[Any]) -> Any:
-        def read(n: int) -> bool:
-            for recs in c.poll(timeout_ms=50).values():
-                got.extend(recs)
-            return len(got) >= n
-
-        return read
-
     a, b = make("a"), make("b")
     got_a: list[Any] = []
     got_b: list[Any] = []
     try:
-        read_a, read_b = reader(a, got_a), reader(b, got_b)
+        read_a, read_b = _reader(a, got_a), _reader(b, got_b)
         a.assign([tp, other])
         wait(lambda: read_a(3), "a, b, c")
         cluster.stop_broker(follower)
@@ -246,11 +256,7 @@ def test_a_partition_given_back_after_another_member_read_past_a_truncation_star
         wait(lambda: read_a(4), "the doomed record")
         a.commit()
         a.assign([other])
-        cluster.stop_broker(leader)
-        cluster.start_broker(follower)
-        cluster.elect_leader(topic, 0, follower, unclean=True)
-        produce(cluster, topic, ["after1", "after2"])
-        cluster.start_broker(leader)
+        _replace_the_doomed_record(cluster, topic, leader, follower)
         b.assign([tp])
         wait(lambda: read_b(2), "the new log, by B")
         assert [(r.offset, r.value) for r in got_b] == [(3, b"after1"), (4, b"after2")]
@@ -258,7 +264,7 @@ def test_a_partition_given_back_after_another_member_read_past_a_truncation_star
         b.commit()
         committed = b.committed_with_epoch(tp)
         assert committed.offset == 5 and committed.leader_epoch > 0  # the new leader's
-        b.assign([TopicPartition(topic, 1)])
+        b.assign([other])
         a.assign([tp, other])
         produce(cluster, topic, ["later"])
         wait(lambda: read_a(5), "the record after B's commit")

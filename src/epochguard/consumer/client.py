@@ -426,7 +426,7 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
         # answers carry the brokers' addresses here too. kafka-python would add a request
         # for every broker's address each time a connection is lost: one more Metadata
         # request on every leader change.
-        if len(args) < 3:
+        if len(args) < 3:  # not given in place: (timeout_ms, pop_on_close, refresh_...)
             kwargs.setdefault("refresh_metadata_on_err", False)
         conn = super().get_connection(node_id, *args, **kwargs)
         if not known:

@@ -1448,8 +1448,13 @@ class PartitionTracker:
         if start_after is not None:
             # What this consumer read before giving the partition up is intact: start where
             # the commit (or store) says, validated as any restored position.
-            position, source, epoch_exact = start_after
-            self.seek(position, source=source, epoch_exact=epoch_exact)
+            self._start_from(start_after)
+
+    def _start_from(self, start: tuple[EpochOffset, PositionSource | str, bool]) -> None:
+        """Seek to a position ``restore()`` kept in ``_start_after`` (position, source,
+        epoch_exact): validated as any restored position."""
+        position, source, epoch_exact = start
+        self.seek(position, source=source, epoch_exact=epoch_exact)
 
     def _truncation(self, divergence: EpochOffset | None, leader_epoch: int | None) -> None:
         if self._from_reset and not self._hist:
@@ -1487,9 +1492,8 @@ class PartitionTracker:
                 # commit it was given back was read past the divergence in a later epoch (the
                 # owner meanwhile was told, and read the new log): start there, validated as
                 # any restored position. The divergence would read again what was committed.
-                position, source, epoch_exact = later
-                self._events.append(TruncationDetected(report, TruncationOutcome.REWIND, position))
-                self.seek(position, source=source, epoch_exact=epoch_exact)
+                self._events.append(TruncationDetected(report, TruncationOutcome.REWIND, later[0]))
+                self._start_from(later)
                 return
             if target is not None:
                 self._goto(T.TRUNCATION_REWOUND)

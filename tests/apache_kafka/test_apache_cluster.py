@@ -17,6 +17,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from epochguard.testing import ApacheKafkaCluster, Cluster, produce
 from epochguard.testing.apache_kafka import ClusterError, ElectionError, KafkaJars, process
+from epochguard.testing.apache_kafka.cluster import CONTROLLER_ID
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -269,3 +270,47 @@ def test_no_jvm_survives_a_killed_test_process(kafka_jars: KafkaJars, tmp_path: 
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in pids if _alive(p)]
+
+
+def _mapped_files(pid: int) -> str:
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/<pid>/maps")
+def test_every_jvm_maps_the_class_archive_of_its_role(cluster: ApacheKafkaCluster) -> None:
+    # make kafka-jars dumps the archives; a node that did not map its archive starts with
+    # every class parsed from the jars again, and nothing else would show it.
+    from epochguard.testing.apache_kafka import class_archive
+
+    class_archive.ensure_class_archives(cluster.jars)
+    for node_id, role in [
+        (CONTROLLER_ID, "controller"),
+        *((b, "broker") for b in cluster.broker_ids),
+    ]:
+        pid = cluster._procs[node_id].pid
+        assert str(class_archive.archive_path(cluster.jars, role)) in _mapped_files(pid), role
+    topic = new_topic("archive")
+    cluster.create_topic(topic, replication_factor=1)
+    with cluster.java_probe(topic, 0, "earliest") as probe:
+        archive = class_archive.archive_path(cluster.jars, "probe")
+        assert str(archive) in _mapped_files(probe._proc.pid)
+
+
+def test_a_class_archive_made_for_other_jars_is_skipped_quietly(kafka_jars: KafkaJars) -> None:
+    # The probes' archive was made with their jar ahead of Kafka's: the JVM must refuse it
+    # for Kafka's jars alone, run without it, and say nothing on the output tests read.
+    from epochguard.testing.apache_kafka import class_archive
+
+    class_archive.ensure_class_archives(kafka_jars)
+    probe_archive = class_archive.jvm_options(kafka_jars, "probe")
+    assert probe_archive, "make kafka-jars made no probe archive"
+    done = subprocess.run(
+        ["java", *probe_archive, "-cp", kafka_jars.classpath, "kafka.Kafka", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "cds" not in done.stdout + done.stderr
+    assert kafka_jars.version in done.stdout

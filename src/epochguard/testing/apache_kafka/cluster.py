@@ -65,7 +65,7 @@ from kafka.protocol.metadata import (
 from epochguard._errors import ErrorCode
 from epochguard._log import get_logger
 from epochguard.testing import ports
-from epochguard.testing.apache_kafka import process
+from epochguard.testing.apache_kafka import class_archive, process
 from epochguard.testing.apache_kafka.group_member import GroupProtocol, JavaGroupMember
 from epochguard.testing.apache_kafka.jars import (
     KafkaJars,
@@ -198,7 +198,7 @@ class OffsetAndEpoch:
 @attrs.frozen
 class _Node:
     node_id: int
-    role: str
+    role: class_archive.Role
     port: int
     directory: Path
     #: A second listener, SASL_PLAINTEXT with PLAIN and SCRAM, when the cluster has SASL users.
@@ -335,6 +335,7 @@ class ApacheKafkaCluster:
         replica_selector: str | None = None,
         fault_proxy: FaultProxy | None = None,
         telemetry_file: Path | None = None,
+        class_archive_dump: Mapping[class_archive.Role, Path] | None = None,
     ) -> None:
         """``sasl_users`` (name -> password): brokers also listen with SASL_PLAINTEXT,
         offering PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (``sasl_bootstrap_servers``; the
@@ -357,7 +358,10 @@ class ApacheKafkaCluster:
         ``TelemetryReceiverPlugin`` (a KIP-714 ``ClientTelemetry`` metrics reporter, compiled
         with the Java probes) that appends each client metrics push it accepts to this file
         as a JSON line (see :func:`read_telemetry_pushes`); subscriptions are made with
-        :meth:`set_client_metrics`."""
+        :meth:`set_client_metrics`. ``class_archive_dump`` (role -> path) makes the
+        controller and the first broker write their class-data-sharing archives there when
+        they exit (:mod:`~epochguard.testing.apache_kafka.class_archive` does it); without it
+        nodes map the archives already made."""
         if num_brokers is not None:
             if brokers is not None:
                 raise TypeError("pass brokers= or its deprecated alias num_brokers=, not both")
@@ -407,6 +411,7 @@ class ApacheKafkaCluster:
         self._jars = jars
         self._extra_config = dict(broker_config or {})
         self._telemetry_file = telemetry_file
+        self._class_archive_dump = dict(class_archive_dump or {})
         self._own_work_dir = work_dir is None
         self._work_dir = work_dir
         self._startup_timeout = startup_timeout
@@ -749,10 +754,11 @@ class ApacheKafkaCluster:
             )
         return props
 
-    def _java(self, node: _Node, main_class: str, *args: str) -> list[str]:
+    def _java(self, node: _Node, main_class: str, *args: str, dump: bool = False) -> list[str]:
         return [
             "java",
             *JVM_OPTS,
+            *self._class_archive_options(node, dump),
             f"-Dkafka.logs.dir={node.directory}",
             f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
             "-cp",
@@ -760,6 +766,15 @@ class ApacheKafkaCluster:
             main_class,
             *args,
         ]
+
+    def _class_archive_options(self, node: _Node, dump: bool) -> tuple[str, ...]:
+        if not self._class_archive_dump:
+            return class_archive.jvm_options(self.jars, node.role)
+        first_broker = self.broker_ids[0]
+        if dump and node.node_id in (CONTROLLER_ID, first_broker):
+            return (f"-XX:ArchiveClassesAtExit={self._class_archive_dump[node.role]}",)
+        # Every other JVM of the dumping cluster runs without an archive.
+        return ()
 
     def _classpath(self) -> str:
         if self._telemetry_file is None:
@@ -833,7 +848,7 @@ class ApacheKafkaCluster:
         return args
 
     def _launch(self, node: _Node) -> None:
-        args = self._java(node, "kafka.Kafka", str(node.config_path))
+        args = self._java(node, "kafka.Kafka", str(node.config_path), dump=True)
         self._procs[node.node_id] = process.spawn(
             args, node.directory / "stdout.log", node.directory
         )

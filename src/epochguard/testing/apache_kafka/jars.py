@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -38,6 +39,7 @@ MARKER = ".resolved"
 #: single-partition truncation probe, the consumer-group member and the broker-side KIP-714
 #: telemetry receiver (a metrics reporter plugin the brokers load).
 PROBE_SOURCES = ("TruncationProbe.java", "GroupMemberProbe.java", "TelemetryReceiverPlugin.java")
+PROBE_JAR = "probes.jar"
 
 
 class KafkaUnavailableError(RuntimeError):
@@ -181,35 +183,38 @@ def resolve_with_maven(home: Path, pom_text: str, properties: dict[str, str], wh
 
 
 def ensure_probe_classes(jars: KafkaJars) -> Path:
-    """Compile the reference Java clients against the same kafka-clients jar, once per source."""
+    """Compile the reference Java clients against the same kafka-clients jar, once per source;
+    returns the jar that holds their classes (a jar, not a folder of classes, so a JVM can
+    keep them in a class-data-sharing archive)."""
     package = resources.files(__package__)
     sources = {name: package.joinpath(name).read_text(encoding="utf-8") for name in PROBE_SOURCES}
     digest = hashlib.sha256("\0".join(sources[n] for n in PROBE_SOURCES).encode()).hexdigest()
     out = jars.home / "probe" / digest[:16]
     if _compiled(out):
-        return out
+        return out / PROBE_JAR
     if shutil.which("javac") is None:
         raise KafkaUnavailableError("cannot compile the Java probes: javac not found")
     with _locked(jars.home):
         if not _compiled(out):
             _compile_probes(jars, sources, out)
-    return out
+    return out / PROBE_JAR
 
 
 def _compiled(out: Path) -> bool:
-    return all((out / name.replace(".java", ".class")).is_file() for name in PROBE_SOURCES)
+    return (out / PROBE_JAR).is_file()
 
 
 def _compile_probes(jars: KafkaJars, sources: dict[str, str], out: Path) -> None:
     staging = out.with_name(out.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    classes = staging / "classes"
+    classes.mkdir(parents=True)
     files = []
     for name, text in sources.items():
         (staging / name).write_text(text, encoding="utf-8")
         files.append(str(staging / name))
     proc = subprocess.run(
-        ["javac", "-nowarn", "-cp", str(jars.clients_jar), "-d", str(staging), *files],
+        ["javac", "-nowarn", "-cp", str(jars.clients_jar), "-d", str(classes), *files],
         capture_output=True,
         text=True,
         timeout=300,
@@ -217,12 +222,16 @@ def _compile_probes(jars: KafkaJars, sources: dict[str, str], out: Path) -> None
     )
     if proc.returncode != 0:
         raise KafkaUnavailableError(f"javac failed on {', '.join(sources)}:\n{proc.stderr}")
+    with zipfile.ZipFile(staging / PROBE_JAR, "w") as jar:
+        for path in sorted(classes.rglob("*.class")):
+            jar.write(path, path.relative_to(classes).as_posix())
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Resolve the jars (and compile the probe) ahead of the tests; see ``make kafka-jars``."""
+    """Resolve the jars, compile the probes and dump the class archives ahead of the tests;
+    see ``make kafka-jars``."""
     del argv
     missing = missing_tools()
     if missing:
@@ -236,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         jars = ensure_kafka_jars()
         ensure_probe_classes(jars)
+        # Imported here: making the archives starts a cluster, which needs this module.
+        from epochguard.testing.apache_kafka.class_archive import ensure_class_archives
+
+        ensure_class_archives(jars)
     except KafkaUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

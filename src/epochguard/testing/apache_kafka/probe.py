@@ -18,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
-from epochguard.testing.apache_kafka import process
+from epochguard.testing.apache_kafka import class_archive, process
 from epochguard.testing.apache_kafka.jars import KafkaJars, ensure_kafka_jars, ensure_probe_classes
 
 TERMINAL_EVENTS = frozenset(
@@ -168,9 +168,15 @@ class JavaProgram(ProbeProgram):
         jars: KafkaJars | None,
         log_dir: Path,
         log_name: str,
+        class_archive_dump: Path | None = None,
     ) -> None:
         self.jars = jars or ensure_kafka_jars()
-        classes = ensure_probe_classes(self.jars)
+        probe_jar = ensure_probe_classes(self.jars)
+        archive = (
+            (f"-XX:ArchiveClassesAtExit={class_archive_dump}",)
+            if class_archive_dump is not None
+            else class_archive.jvm_options(self.jars, "probe")
+        )
         log_dir.mkdir(parents=True, exist_ok=True)
         config = log_dir / "probe-log4j2.properties"
         config.write_text(PROBE_LOG4J2)
@@ -181,9 +187,10 @@ class JavaProgram(ProbeProgram):
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
             "-XX:-UsePerfData",
+            *archive,
             f"-Dlog4j2.configurationFile={config}",
             "-cp",
-            f"{classes}:{self.jars.classpath}",
+            f"{probe_jar}:{self.jars.classpath}",
             main_class,
             *program_args,
         ]
@@ -207,7 +214,10 @@ class JavaTruncationProbe(JavaProgram):
         props: Mapping[str, str] | None = None,
         jars: KafkaJars | None = None,
         log_dir: Path,
+        class_archive_dump: Path | None = None,
     ) -> None:
+        """``class_archive_dump``: write the JVM's class-data-sharing archive there when it
+        exits (:mod:`~epochguard.testing.apache_kafka.class_archive`)."""
         settings = {**DEFAULT_PROPS, **(props or {})}
         self._launch(
             "TruncationProbe",
@@ -221,6 +231,7 @@ class JavaTruncationProbe(JavaProgram):
             jars=jars,
             log_dir=log_dir,
             log_name=f"probe-{topic}-{partition}-{int(time.time() * 1000)}.log",
+            class_archive_dump=class_archive_dump,
         )
         self._until_terminal(60.0)
 

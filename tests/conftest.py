@@ -15,9 +15,19 @@ if TYPE_CHECKING:
     from epochguard.testing.apache_kafka import ApacheKafkaCluster
 
 
+#: Options for the Spark JVMs tests start through spark-submit (every local SparkSession and
+#: the Spark Connect server) and for a standalone master and worker. Test JVMs live for
+#: seconds to minutes on small data: the optimising compiler and the parallel collector cost
+#: more CPU than they give back there (a module of Spark tests took 30 % less CPU without
+#: them). Benchmarks run without these options.
+SPARK_TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(jvm_markers, "epochguard-jvm-markers")
     config.pluginmanager.register(work_groups, "epochguard-work-groups")
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_TEST_JVM_OPTIONS)
+    os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", SPARK_TEST_JVM_OPTIONS)
 
 
 # `make test` (and so CI) replays the same hypothesis examples on every run: its verdict

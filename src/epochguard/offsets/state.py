@@ -697,8 +697,7 @@ class PartitionTracker:
             and read_to.offset > 0
             and read_to.leader_epoch is not None
             and not (
-                read_to.leader_epoch == position.leader_epoch
-                and read_to.offset <= position.offset
+                read_to.leader_epoch == position.leader_epoch and read_to.offset <= position.offset
             )
             and read_to.topic_id == position.topic_id
         ):

@@ -276,3 +276,63 @@ def test_a_partition_given_back_after_another_member_read_past_a_truncation_star
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("driver", ["threads", "asyncio"])
+def test_a_partition_given_back_below_the_next_owners_commit_reports_up_to_that_commit(
+    cluster: EmbeddedCluster, driver: str
+) -> None:
+    """Consumer A reads a, b, c (0..2, epoch 0; the follower holds only a), commits 3 and
+    gives the partition up. B takes it over, reads d, e (3, 4, still epoch 0) and commits 5.
+    An unclean election keeps only a. Given the partition back, A must report everything
+    the group delivered past the divergence, b..e, up to B's commit: it reported only what
+    it had read itself (b, c), and d, e were lost unreported (chaos seed 72080)."""
+    topic = "belowcommit"
+    cluster.create_topic(topic, partitions=2, replication_factor=2)
+    tp, other = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    leader = cluster.leader(topic, 0)
+    [follower] = [r for r in cluster.replicas(topic, 0) if r != leader]
+    produce(cluster, topic, ["a"])
+    cluster.stop_broker(follower)
+    produce(cluster, topic, ["b", "c"])
+
+    def make() -> Any:
+        cfg = consumer_config(
+            cluster, group_id="gbelowcommit", on_truncation="raise", auto_offset_reset="earliest"
+        )
+        return EpochConsumer(**cfg) if driver == "threads" else LoopDriven(**cfg)
+
+    a, b = make(), make()
+    got_a: list[Any] = []
+    got_b: list[Any] = []
+    try:
+        read_a, read_b = _reader(a, got_a), _reader(b, got_b)
+        a.assign([tp, other])
+        wait(lambda: read_a(3), "a, b, c")
+        a.commit()
+        a.assign([other])
+        produce(cluster, topic, ["d", "e"])
+        b.assign([tp])
+        wait(lambda: read_b(2), "d, e, by B")
+        assert [(r.offset, r.value) for r in got_b] == [(3, b"d"), (4, b"e")]
+        b.commit()
+        assert b.committed_with_epoch(tp) == EpochOffset(5, 0)
+        b.assign([other])
+        cluster.stop_broker(leader)
+        cluster.start_broker(follower)
+        cluster.elect_leader(topic, 0, follower, unclean=True)
+        produce(cluster, topic, ["after1", "after2"])
+        cluster.start_broker(leader)
+        a.assign([tp, other])
+        with pytest.raises(LogTruncationError) as caught:
+            wait(lambda: read_a(len(got_a) + 1), "the truncation reported")
+        [report] = caught.value.truncations.values()
+        assert (report.consumed_to.offset, report.consumed_to.leader_epoch) == (5, 0)
+        assert (report.lost_from, report.lost_to) == (1, 5)
+        # The application resumes at the divergence and reads the new log.
+        a.seek(tp, report.divergence)
+        wait(lambda: read_a(5), "the new records")
+        assert [r.value for r in got_a[3:]] == [b"after1", b"after2"]
+    finally:
+        a.close()
+        b.close()

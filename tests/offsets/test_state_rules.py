@@ -573,6 +573,38 @@ def test_a_partition_given_back_truncated_rewinds_past_a_commit_not_from_a_later
     assert fetch(tr).offset == 0
 
 
+@pytest.mark.parametrize("on_truncation", ["raise", "rewind"])
+def test_a_partition_given_back_below_a_commit_of_its_epoch_reports_up_to_the_commit(
+    on_truncation: str,
+) -> None:
+    # This consumer read to (5, e0) and gave the partition up; the next owner read on in
+    # epoch 0 and committed (10, e0). An unclean election then kept epoch 0 only up to 1.
+    # The commit covers what this consumer read (one epoch is one leader's log): the report
+    # runs to the commit, as it did for the next owner, not to where this consumer stopped
+    # (the group's 5..9 were lost unreported: chaos seed 72080, roundrobin groups).
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", on_truncation))
+    tr.on_metadata(2, 1, "topic-a")
+    tr.restore(
+        EpochOffset(10, 0, topic_id="topic-a"), read_to=EpochOffset(5, 0, topic_id="topic-a")
+    )
+    tr.on_validation(validate(tr), 0, 0, 1, 0.0)  # epoch 0 ends at 1 on the new leader
+    (t,) = truncations(tr)
+    r = t.report
+    assert (r.consumed_to, r.divergence) == (EpochOffset(10, 0), EpochOffset(1, 0))
+    assert (r.lost_from, r.lost_to, r.position_source) == (1, 10, "committed")
+
+
+def test_a_partition_given_back_below_an_intact_commit_of_its_epoch_starts_there() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(2, 1, "topic-a")
+    tr.restore(
+        EpochOffset(10, 0, topic_id="topic-a"), read_to=EpochOffset(5, 0, topic_id="topic-a")
+    )
+    tr.on_validation(validate(tr), 0, 0, 12, 0.0)
+    assert truncations(tr) == []
+    assert fetch(tr).offset == 10 and tr.position == EpochOffset(10, 0)
+
+
 def test_read_to_equal_to_the_position_is_one_validation() -> None:
     tr = PartitionTracker(TP, OffsetPolicy("earliest"))
     tr.on_metadata(2, 2, "topic-a")

@@ -683,8 +683,11 @@ class PartitionTracker:
         from ``position`` as without it. Found truncated under policy ``rewind``, it starts
         from ``position`` too when that was read in a later epoch at or past the divergence
         (the owner meanwhile read the new log and committed there), else from the
-        divergence. Ignored without an epoch, when equal to ``position``, or when their
-        topic ids differ.
+        divergence. Ignored without an epoch, when their topic ids differ, or when
+        ``position`` is at or past it in the same epoch: one epoch's records are one
+        leader's log, so ``position`` covers what this consumer read, and validating it
+        reports a truncation of those records up to ``position`` (validated first, the
+        report stopped at ``read_to`` and left out what the group read after it).
         """
         if position is None:
             self._source = source
@@ -693,7 +696,9 @@ class PartitionTracker:
             read_to is not None
             and read_to.offset > 0
             and read_to.leader_epoch is not None
-            and (read_to.offset, read_to.leader_epoch) != (position.offset, position.leader_epoch)
+            and not (
+                read_to.leader_epoch == position.leader_epoch and read_to.offset <= position.offset
+            )
             and read_to.topic_id == position.topic_id
         ):
             self.seek(read_to, source=PositionSource.LEFT_POSITION)

@@ -686,8 +686,7 @@ class PartitionTracker:
         divergence. Ignored without an epoch, when their topic ids differ, or when
         ``position`` is at or past it in the same epoch: one epoch's records are one
         leader's log, so ``position`` covers what this consumer read, and validating it
-        reports a truncation of those records up to ``position`` (validated first, the
-        report stopped at ``read_to`` and left out what the group read after it).
+        reports a truncation of those records together with what the group read after them.
         """
         if position is None:
             self._source = source

@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
 
-from . import jvm_markers, work_groups
-
-if TYPE_CHECKING:
-    from epochguard.testing.apache_kafka import ApacheKafkaCluster
-
+from . import jvm_markers, shared_kafka, work_groups
 
 #: Options for the Spark JVMs tests start through spark-submit (every local SparkSession and
 #: the Spark Connect server) and for a standalone master and worker. Test JVMs live for
@@ -26,6 +20,7 @@ SPARK_TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(jvm_markers, "epochguard-jvm-markers")
     config.pluginmanager.register(work_groups, "epochguard-work-groups")
+    config.pluginmanager.register(shared_kafka, "epochguard-shared-kafka")
     os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_TEST_JVM_OPTIONS)
     os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", SPARK_TEST_JVM_OPTIONS)
 
@@ -38,14 +33,3 @@ def pytest_configure(config: pytest.Config) -> None:
 settings.register_profile("repeatable", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("EPOCHGUARD_HYPOTHESIS", "repeatable"))
-
-
-@pytest.fixture(scope="session")
-def shared_apache_cluster() -> Iterator[ApacheKafkaCluster]:
-    """Three real Kafka brokers shared by the modules of this test process that need no
-    special cluster (tests/shared_kafka.py); take it through ``module_share``."""
-    from epochguard.testing.apache_kafka import ApacheKafkaCluster
-    from epochguard.testing.apache_kafka.pytest_support import require_real_kafka
-
-    with ApacheKafkaCluster(brokers=3, jars=require_real_kafka()) as cluster:
-        yield cluster

@@ -17,13 +17,16 @@ real-Kafka unit joins lane-kafka-scenarios). A module marked ``independent`` (it
 share no fixture beyond one test) lets each test be its own unit.
 
 Units start longest first (the lanes, then modules marked ``slow``, then the rest), so the
-run does not end on one worker still busy with a long module while the others idle.
+run does not end on one worker still busy with a long module while the others idle. Within
+a lane, the modules that run on the worker's shared real Kafka cluster come first, so it
+can stop when they are done (tests/shared_kafka.py).
 """
 
 from __future__ import annotations
 
 import pytest
 
+from . import shared_kafka
 from .jvm_markers import JVM_FIXTURES, JVM_MARKERS
 
 #: The lanes (see above), and the explicit groups that join one.
@@ -52,14 +55,8 @@ def _group(item: pytest.Item) -> str:
         return lane
     if item.get_closest_marker("independent") is not None:
         return item.nodeid
-    group = item.nodeid.split("::", 1)[0]
-    callspec = getattr(item, "callspec", None)
-    if callspec is not None:
-        # A module-scoped cluster fixture parametrised over clusters: one unit per cluster.
-        clusters = [str(v) for k, v in sorted(callspec.params.items()) if k.endswith("_cluster")]
-        if clusters:
-            group += f"[{'-'.join(clusters)}]"
-    return group
+    # A module-scoped cluster fixture parametrised over clusters: one unit per cluster.
+    return shared_kafka.unit(item)
 
 
 def _weight(item: pytest.Item) -> int:
@@ -95,9 +92,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     items = session.items
     weight: dict[str, int] = {}
     first: dict[str, int] = {}
+    first_of_unit: dict[str, int] = {}
+    on_shared: set[str] = set()
     for index, item in enumerate(items):
         group = _group_of(item)
         weight[group] = min(weight.get(group, 2), _weight(item))
         first.setdefault(group, index)
+        unit = shared_kafka.unit(item)
+        first_of_unit.setdefault(unit, index)
+        if shared_kafka.uses_shared_cluster(item):
+            on_shared.add(unit)
+
+    def order(item: pytest.Item) -> tuple[int, int, bool, int]:
+        group, unit = _group_of(item), shared_kafka.unit(item)
+        # In a lane, the modules on the shared cluster first: it stops after the last.
+        return (weight[group], first[group], unit not in on_shared, first_of_unit[unit])
+
     # Stable: a module's tests keep their order (and so its fixtures' scopes).
-    items.sort(key=lambda item: (weight[_group_of(item)], first[_group_of(item)]))
+    items.sort(key=order)

@@ -66,7 +66,9 @@ CLUSTERS_AND_DRIVERS = [*CLUSTERS, "embedded-asyncio", "embedded-raft"]
 @contextlib.contextmanager
 def scenario_cluster(name: str, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """The module's cluster: the process's shared real Kafka cluster for "apache" (given back
-    as the module found it, tests/shared_kafka.py), else an EmbeddedCluster of its own."""
+    as the module found it, tests/shared_kafka.py), else an EmbeddedCluster of its own. The
+    fixtures that call it are named ``module_cluster``: tests/shared_kafka.py finds the
+    modules that run on the shared cluster by that name."""
     if name == "apache":
         require_real_kafka()
         with module_share(request.getfixturevalue("shared_apache_cluster")) as shared:

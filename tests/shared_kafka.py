@@ -92,7 +92,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     )
 
 
-def _module(item: pytest.Item) -> str:
+def module(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
@@ -105,7 +105,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _SHARED.close()
         return
     on_shared = item.config.stash.get(_UNITS_ON_SHARED, frozenset())
-    if unit(nextitem) not in on_shared and _module(nextitem) != _module(item):
+    if unit(nextitem) not in on_shared and module(nextitem) != module(item):
         _SHARED.close()
 
 

@@ -1,13 +1,14 @@
 """How ``pytest -n N --dist loadgroup --no-loadscope-reorder`` (``make test``) shares the tests out.
 
-Three lanes, each run by one worker from start to end, so that the long JVM work overlaps
+Four lanes, each run by one worker from start to end, so that the long JVM work overlaps
 instead of queueing: every test that starts Spark, plus the builds from the source tree
 (the install matrix, the wheel), is one unit of work ("lane-spark"); the real-Kafka runs of
-the scenario suite are another ("lane-kafka-scenarios"), and every other test that starts a
-JVM (real Kafka brokers, the Java client) a third ("lane-kafka"). Each Kafka lane has its
-own shared cluster (the session fixture is per worker). A worker takes further units only
-once its own is nearly done, so with ``-n 3`` the workers that finish their lane first run
-the tests that need no Java, one test module per unit:
+the scenario suite are another ("lane-kafka-scenarios"); the modules of tests/apache_kafka
+that start brokers of their own a third ("lane-kafka-own-brokers"), and every other test
+that starts a JVM (real Kafka brokers, the Java client) a fourth ("lane-kafka"). The lanes
+with real Kafka modules on a shared cluster each have their own (the cluster is per
+worker). A worker takes further units only once its own is nearly done, so the workers
+that finish their lane first run the tests that need no Java, one test module per unit.
 
 Each test module is one unit of work, so a module-scoped fixture (an EmbeddedCluster) starts
 once, on the one worker that runs the module. A module whose cluster fixture
@@ -31,13 +32,16 @@ from .jvm_markers import JVM_FIXTURES, JVM_MARKERS
 
 #: The lanes (see above), and the explicit groups that join one.
 SPARK_LANE, KAFKA_LANE = "lane-spark", "lane-kafka"
+#: The real-Kafka modules of tests/apache_kafka that start brokers of their own (fault
+#: proxies, security, telemetry): no shared cluster, so they need not wait for lane-kafka.
+KAFKA_OWN_BROKERS_LANE = "lane-kafka-own-brokers"
 #: The real-Kafka runs of the scenario suite: a lane of their own, with a cluster of their own
 #: (the session's shared cluster is per worker), beside tests/apache_kafka's.
 KAFKA_SCENARIOS_LANE = "lane-kafka-scenarios"
 _JOINS_SPARK_LANE = {"builds-from-the-source-tree"}
 
 
-def _lane(item: pytest.Item) -> str | None:
+def _lane(item: pytest.Item, modules_on_shared: frozenset[str]) -> str | None:
     # Markers, and the fixtures that start a JVM: some directories mark their tests in a
     # conftest hook that may run after this one (tests/jvm_markers.py checks they agree).
     needs = {JVM_FIXTURES[f] for f in getattr(item, "fixturenames", ()) if f in JVM_FIXTURES}
@@ -45,12 +49,16 @@ def _lane(item: pytest.Item) -> str | None:
     if "spark" in needs or item.get_closest_marker("install") is not None:
         return SPARK_LANE
     if needs:
-        return KAFKA_SCENARIOS_LANE if item.nodeid.startswith("tests/scenarios/") else KAFKA_LANE
+        if item.nodeid.startswith("tests/scenarios/"):
+            return KAFKA_SCENARIOS_LANE
+        if shared_kafka.module(item) not in modules_on_shared:
+            return KAFKA_OWN_BROKERS_LANE
+        return KAFKA_LANE
     return None
 
 
-def _group(item: pytest.Item) -> str:
-    lane = _lane(item)
+def _group(item: pytest.Item, modules_on_shared: frozenset[str]) -> str:
+    lane = _lane(item, modules_on_shared)
     if lane is not None:
         return lane
     if item.get_closest_marker("independent") is not None:
@@ -77,10 +85,13 @@ def _group_of(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Before xdist's own hook, which turns the xdist_group marker into the "@group" suffix of
     # the node id that loadgroup distributes by.
+    modules_on_shared = frozenset(
+        shared_kafka.module(item) for item in items if shared_kafka.uses_shared_cluster(item)
+    )
     for item in items:
         marker = item.get_closest_marker("xdist_group")
         if marker is None:
-            item.add_marker(pytest.mark.xdist_group(_group(item)))
+            item.add_marker(pytest.mark.xdist_group(_group(item, modules_on_shared)))
         elif _group_of(item) in _JOINS_SPARK_LANE:
             item.add_marker(pytest.mark.xdist_group(SPARK_LANE))
 

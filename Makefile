@@ -39,8 +39,9 @@ go-probe: $(STAMP)
 
 # make test runs on TEST_WORKERS processes (3) in lanes (tests/work_groups.py): every Spark
 # test and the builds from the source tree are one unit of work, the real-Kafka runs of the
-# scenario suite another, every other test that starts a JVM (real Kafka, the Java client) a
-# third, and the rest module by module (or test by test, for modules marked independent).
+# scenario suite another, the real-Kafka modules with brokers of their own a third, every
+# other test that starts a JVM (real Kafka, the Java client) a fourth, and the rest module by
+# module (or test by test, for modules marked independent).
 # Tests that ran into each other there are fixed: the Spark Connect server binds a port the
 # system picks, and a chaos run that failed only by finishing late on a loaded machine runs
 # again on its own (tests/chaos/late.py). TEST_WORKERS=0 runs it in one process.

@@ -336,3 +336,88 @@ def test_a_partition_given_back_below_the_next_owners_commit_reports_up_to_that_
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("driver", ["threads", "asyncio"])
+def test_a_partition_given_back_stopped_by_raise_reports_the_next_owners_lost_commit_too(
+    cluster: EmbeddedCluster, driver: str
+) -> None:
+    """Consumer A reads a, b, c (0..2, epoch 0; two followers hold only a) and gives the
+    partition up. An unclean election keeps a; B takes the partition over, reads d, e in the
+    new epoch (1, 2), commits 3 and gives it up. A second unclean election keeps only a
+    again. Given the partition back, A finds b, c gone; stopped with that report alone, it
+    would not name B's d, e (read in a later epoch than it says), and nobody would validate
+    B's commit once the application seeks and commits the divergence: d, e were lost
+    unreported (chaos seed 72072, AIOEpochConsumer). Both reports come before the error,
+    which names B's commit."""
+    topic = "twoelections"
+    cluster.create_topic(topic, partitions=2, replication_factor=3)
+    tp, other = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    leader = cluster.leader(topic, 0)
+    first, second = [r for r in cluster.replicas(topic, 0) if r != leader]
+    produce(cluster, topic, ["a"])
+    cluster.stop_broker(first)
+    cluster.stop_broker(second)
+    produce(cluster, topic, ["b", "c"])
+    reports: dict[str, list[Any]] = {"a": [], "b": []}
+
+    def make(name: str) -> Any:
+        cfg = consumer_config(
+            cluster,
+            group_id="gtwoelections",
+            on_truncation="raise",
+            auto_offset_reset="earliest",
+            on_truncation_report=reports[name].append,
+        )
+        return EpochConsumer(**cfg) if driver == "threads" else LoopDriven(**cfg)
+
+    a, b = make("a"), make("b")
+    got_a: list[Any] = []
+    got_b: list[Any] = []
+    try:
+        read_a, read_b = _reader(a, got_a), _reader(b, got_b)
+        a.assign([tp, other])
+        wait(lambda: read_a(3), "a, b, c")
+        a.commit()
+        a.assign([other])
+        cluster.stop_broker(leader)
+        cluster.start_broker(first)
+        cluster.elect_leader(topic, 0, first, unclean=True)
+        produce(cluster, topic, ["d", "e"])
+        b.assign([tp])
+        with pytest.raises(LogTruncationError) as caught:
+            wait(lambda: read_b(1), "A's truncation reported by B")
+        assert [(r.lost_from, r.lost_to) for r in reports["b"]] == [(1, 3)]
+        b.seek(tp, caught.value.truncation_offsets()[tp])
+        wait(lambda: read_b(2), "d, e, by B")
+        assert [(r.offset, r.value) for r in got_b] == [(1, b"d"), (2, b"e")]
+        b.commit()
+        committed = b.committed_with_epoch(tp)
+        assert committed.offset == 3 and committed.leader_epoch > 0
+        b.assign([other])
+        cluster.stop_broker(first)
+        cluster.start_broker(second)
+        cluster.elect_leader(topic, 0, second, unclean=True)
+        produce(cluster, topic, ["f", "g"])
+        cluster.start_broker(leader)
+        cluster.start_broker(first)
+        a.assign([tp, other])
+        with pytest.raises(LogTruncationError) as caught:
+            wait(lambda: read_a(len(got_a) + 1), "the truncation reported")
+        assert [r.value for r in got_a] == [b"a", b"b", b"c"]
+        mine, theirs = reports["a"]
+        assert (mine.consumed_to.offset, mine.consumed_to.leader_epoch) == (3, 0)
+        assert (mine.lost_from, mine.lost_to, mine.position_source) == (1, 3, "left_position")
+        # B's commit carries its epoch exactly: a leader without that epoch cannot say where
+        # B's reads in it began, so the divergence is unknown.
+        assert theirs.consumed_to == EpochOffset(3, committed.leader_epoch)
+        assert (theirs.divergence, theirs.lost_to, theirs.position_source) == (None, 3, "committed")
+        [report] = caught.value.truncations.values()
+        assert report == theirs
+        # The application resumes at the log start, as the error says, and reads the new log.
+        a.seek_to_beginning(tp)
+        wait(lambda: read_a(6), "the new log")
+        assert [(r.offset, r.value) for r in got_a[3:]] == [(0, b"a"), (1, b"f"), (2, b"g")]
+    finally:
+        a.close()
+        b.close()

@@ -605,6 +605,98 @@ def test_a_partition_given_back_below_an_intact_commit_of_its_epoch_starts_there
     assert fetch(tr).offset == 10 and tr.position == EpochOffset(10, 0)
 
 
+def given_back_after_two_elections(on_truncation: Any = "raise") -> PartitionTracker:
+    """A tracker given a partition back that it had read to (20, e1) before an unclean
+    election kept 0..1 (epoch 2 starts at 2). Another member then read the new log 2..15
+    in epoch 2 and committed (16, e2); the current leader (epoch 3) has epoch 1 up to 2
+    and nothing of epoch 2 if a second unclean election took it. Validating (20, e1) finds
+    the divergence at 2."""
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", on_truncation))
+    tr.on_metadata(2, 3, "topic-a")
+    tr.restore(
+        EpochOffset(16, 2, topic_id="topic-a"), read_to=EpochOffset(20, 1, topic_id="topic-a")
+    )
+    v = validate(tr)
+    assert (v.position, v.leader_epoch) == (EpochOffset(20, 1), 1)
+    tr.on_validation(v, 0, 1, 2, 0.0)  # epoch 1 ends at 2 on the leader of epoch 3
+    return tr
+
+
+@pytest.mark.parametrize("handler", [False, True], ids=["raise", "handler"])
+def test_a_stop_on_a_given_back_partition_reports_a_later_commit_truncated_too(
+    handler: bool,
+) -> None:
+    # The second election took the other member's 2..15 of epoch 2 as well. Stopped on what
+    # this consumer read (20, e1) alone, the report names epoch 1: the group's epoch-2
+    # records, committed at (16, e2), are not in it, and once the application has answered
+    # it (seek and commit the divergence) nobody validates that commit (chaos seed 72072,
+    # asyncio: 14 records lost unreported). It is validated before the stop.
+    asked: list[TruncationReport] = []
+
+    def stop(report: TruncationReport) -> TruncationDecision:
+        asked.append(report)
+        return TruncationDecision.RAISE
+
+    tr = given_back_after_two_elections(stop if handler else "raise")
+    assert truncations(tr) == [] and tr.state is S.AWAIT_VALIDATION and tr.error is None
+    v = validate(tr)
+    assert (v.position, v.leader_epoch) == (EpochOffset(16, 2), 2)
+    tr.on_validation(v, 0, 1, 2, 0.0)  # no epoch 2: the leader's epochs <= 2 end at 2
+    left, commit = truncations(tr)
+    assert (left.report.consumed_to, left.report.divergence) == (
+        EpochOffset(20, 1),
+        EpochOffset(2, 1),
+    )
+    assert left.report.position_source == "left_position" and left.decision == "raise"
+    assert (commit.report.consumed_to, commit.report.divergence) == (
+        EpochOffset(16, 2),
+        EpochOffset(2, 1),
+    )
+    assert (commit.report.lost_from, commit.report.lost_to) == (2, 16)
+    assert commit.report.position_source == "committed" and commit.decision == "raise"
+    assert tr.state is S.TRUNCATED and tr.next_action(0.0) is None
+    assert isinstance(tr.error, LogTruncationError) and tr.error.report == commit.report
+    assert tr.last_report == commit.report
+    # A handler decides once, on what this consumer read: the stop it chose holds.
+    assert asked == ([left.report] if handler else [])
+    # The application seeks to the divergence, as the error says.
+    tr.seek(EpochOffset(2, 1))
+    tr.on_validation(validate(tr), 0, 1, 2, 0.0)
+    assert fetch(tr).offset == 2 and truncations(tr) == []
+
+
+def test_a_stop_on_a_given_back_partition_with_an_intact_later_commit_reports_only_its_reads() -> (
+    None
+):
+    tr = given_back_after_two_elections()
+    v = validate(tr)
+    tr.on_validation(v, 0, 2, 18, 0.0)  # the leader holds epoch 2 up to 18
+    (left,) = truncations(tr)
+    assert left.report.consumed_to == EpochOffset(20, 1) and left.decision == "raise"
+    assert tr.state is S.TRUNCATED and tr.error is not None
+    assert tr.error.report == left.report == tr.last_report
+
+
+def test_a_stop_on_a_given_back_partition_whose_later_commit_fell_to_retention() -> None:
+    tr = given_back_after_two_elections()
+    v = validate(tr)
+    tr.on_validation(v, 0, None, None, 0.0)  # the leader knows no epoch <= 2 any more
+    tr.on_list_offsets(list_offsets(tr), 30, 3)  # retention: the log starts at 30
+    (left,) = truncations(tr)
+    assert left.report.consumed_to == EpochOffset(20, 1)
+    assert tr.state is S.TRUNCATED and tr.error is not None
+    assert tr.error.report == left.report
+
+
+def test_a_seek_while_a_given_back_stop_waits_for_the_later_commit_drops_both() -> None:
+    # As a seek during the validation of where this consumer had read to drops it.
+    tr = given_back_after_two_elections()
+    validate(tr)
+    tr.seek(EpochOffset(5, 3))
+    tr.on_validation(validate(tr), 0, 3, 9, 0.0)
+    assert truncations(tr) == [] and fetch(tr).offset == 5 and tr.error is None
+
+
 def test_read_to_equal_to_the_position_is_one_validation() -> None:
     tr = PartitionTracker(TP, OffsetPolicy("earliest"))
     tr.on_metadata(2, 2, "topic-a")

@@ -203,9 +203,23 @@ SUB_STATES: Final[Mapping[str, SubState]] = {
         "to before it gave the partition up; once the leader confirms it, the consumer "
         "starts from this one (the committed or stored position, its source, epoch_exact), "
         "validated in turn; if it is truncated instead, from this one all the same when it was "
-        "read in a later epoch, past the divergence",
+        "read in a later epoch, past the divergence (policy rewind), or this one is validated "
+        "before the partition stops (a stopping policy: see _pending_stop)",
         ("restore", "seek"),
         ("_validated", "_decide"),
+    ),
+    "_pending_stop": SubState(
+        frozenset({S.AWAIT_VALIDATION}),
+        None,
+        "TruncationReport | None",
+        "a stop decided on the report of where this consumer had read to, waiting for the "
+        "validation of the position it was given back at (read in a later epoch, past the "
+        "divergence: another member was told and read the new log): told and carried out "
+        "once that position is confirmed (or fell to retention); if that position is "
+        "truncated too, told before its own report, with which the partition stops; dropped "
+        "by a seek, as the validation it waits for",
+        ("_decide", "seek"),
+        ("_decide", "_validated", "on_list_offsets"),
     ),
     "_cause": SubState(
         frozenset({S.AWAIT_VALIDATION}),
@@ -412,6 +426,7 @@ class PartitionTracker:
         "_offset",
         "_old_topic_ids",
         "_paused",
+        "_pending_stop",
         "_policy",
         "_probe",
         "_probe_divergence",
@@ -482,6 +497,7 @@ class PartitionTracker:
         self._probe_divergence: EpochOffset | None = None
         self._reset_on_valid = False
         self._start_after: tuple[EpochOffset, PositionSource | str, bool] | None = None
+        self._pending_stop: TruncationReport | None = None
         # Reset in progress.
         self._reset_strategy = ResetStrategy.LATEST
         self._reset_reason: ResetReason | str | None = None
@@ -683,10 +699,13 @@ class PartitionTracker:
         from ``position`` as without it. Found truncated under policy ``rewind``, it starts
         from ``position`` too when that was read in a later epoch at or past the divergence
         (the owner meanwhile read the new log and committed there), else from the
-        divergence. Ignored without an epoch, when their topic ids differ, or when
-        ``position`` is at or past it in the same epoch: one epoch's records are one
-        leader's log, so ``position`` covers what this consumer read, and validating it
-        reports a truncation of those records together with what the group read after them.
+        divergence. Under a policy that stops, such a ``position`` is validated before the
+        partition stops: intact, it stops with the report of ``read_to``; truncated too, both
+        reports are told and it stops with the one of ``position``. Ignored without an
+        epoch, when their topic ids differ, or when ``position`` is at or past it in the same
+        epoch: one epoch's records are one leader's log, so ``position`` covers what this
+        consumer read, and validating it reports a truncation of those records together
+        with what the group read after them.
         """
         if position is None:
             self._source = source
@@ -726,6 +745,7 @@ class PartitionTracker:
             position = EpochOffset(position)
         epoch_exact = epoch_exact or position.epoch_exact
         self._start_after = None
+        self._pending_stop = None
         report = self._report
         # The application resumes where this tracker's own report said the logs part (the
         # documented answer to LogTruncationError, and a truncation handler's usual one).
@@ -1122,7 +1142,13 @@ class PartitionTracker:
         self._probe = False
         pending, self._probe_divergence = self._probe_divergence, None
         log_start = offset
-        if self._offset < log_start:
+        stop = self._pending_stop
+        if self._offset < log_start and stop is not None:
+            # The group's commit fell to retention, not to a truncation: nothing to add to the
+            # stop that waited for it.
+            self._report = stop
+            self._stop_truncated(stop)
+        elif self._offset < log_start:
             self._no_valid_offset(ResetReason.LOG_START_MOVED_PAST_POSITION)
         elif self._offset == log_start:
             # Nothing readable was lost: whatever preceded us is gone from this leader's log.
@@ -1196,6 +1222,7 @@ class PartitionTracker:
             self._probe_divergence = None
             self._reset_on_valid = False
             self._start_after = None
+            self._pending_stop = None
         if new is not S.AWAIT_RESET:
             self._reset_reason = None
         if new in STOPPED_STATES:
@@ -1442,13 +1469,20 @@ class PartitionTracker:
     def _validated(self, current_leader_epoch: int | None) -> None:
         cause = self._cause
         start_after = self._start_after
+        pending = self._pending_stop
+        validated = PositionValidated(
+            self.tp, EpochOffset(self._offset, self._epoch), current_leader_epoch, cause
+        )
+        if pending is not None:
+            # The group's commit is intact: what it read since is there. The stop decided on
+            # what this consumer read before goes ahead, with that report alone.
+            self._events.append(validated)
+            self._report = pending
+            self._stop_truncated(pending)
+            return
         self._goto(T.VALIDATED)
         self._bump()
-        self._events.append(
-            PositionValidated(
-                self.tp, EpochOffset(self._offset, self._epoch), current_leader_epoch, cause
-            )
-        )
+        self._events.append(validated)
         if start_after is not None:
             # What this consumer read before giving the partition up is intact: start where
             # the commit (or store) says, validated as any restored position.
@@ -1477,7 +1511,16 @@ class PartitionTracker:
         self._decide(report)
 
     def _decide(self, report: TruncationReport) -> None:
+        pending = self._pending_stop
         self._report = report
+        if pending is not None:
+            # The group's commit, validated before a stop on what this consumer read before,
+            # is truncated too: the policy already stopped the partition. Both reports are
+            # told, this one last: the partition stops with it, and its divergence is where
+            # the log this leader holds parts from what the group read.
+            self._events.append(TruncationDetected(pending, TruncationOutcome.RAISE, None))
+            self._stop_truncated(report)
+            return
         try:
             decision = self._policy.decide(report)
         except BaseException:
@@ -1488,10 +1531,11 @@ class PartitionTracker:
             self._events.append(TruncationDetected(report, TruncationOutcome.SEEK, decision))
             self.seek(decision, source=PositionSource.TRUNCATION_HANDLER)
             return
+        later = self._start_after
+        written_since = later is not None and _written_since(later[0], report)
         if decision is TruncationDecision.REWIND:
             target = report.divergence
-            later = self._start_after
-            if target is not None and later is not None and _written_since(later[0], report):
+            if target is not None and later is not None and written_since:
                 # What this consumer read before it gave the partition up is gone, but the
                 # commit it was given back was read past the divergence in a later epoch (the
                 # owner meanwhile was told, and read the new log): start there, validated as
@@ -1512,6 +1556,16 @@ class PartitionTracker:
             if strategy is not ResetStrategy.NONE:
                 self._events.append(TruncationDetected(report, TruncationOutcome.RESET, None))
                 self._begin_reset(strategy, ResetReason.TRUNCATION_DIVERGENCE_UNKNOWN)
+                return
+        if later is not None and written_since and later[0].offset > 0:
+            # A stop on what this consumer read before it gave the partition up, while the
+            # group's commit was read past the divergence in a later epoch: the records the
+            # group read since are not this report's, and once the application answers it
+            # (a seek, a commit of the divergence) nobody would validate that commit. So it
+            # is validated first; the stop follows with what that finds.
+            self._start_from(later)
+            if self._state is S.AWAIT_VALIDATION:
+                self._pending_stop = report
                 return
         self._stop_truncated(report)
 

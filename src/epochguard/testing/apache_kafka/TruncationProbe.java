@@ -225,8 +225,14 @@ public final class TruncationProbe {
             }
         }
         String position = "null";
+        // After a truncation or out-of-range error the position waits for the driver's seek:
+        // position() can block here for its whole timeout, a stall in which the consumer
+        // sends nothing and the driver hears of the error late.
+        boolean awaitingSeek = outcome.equals("truncation") || outcome.equals("out_of_range");
         try {
-            position = Long.toString(consumer.position(tp, Duration.ofMillis(2000)));
+            if (!awaitingSeek) {
+                position = Long.toString(consumer.position(tp, Duration.ofMillis(2000)));
+            }
         } catch (LogTruncationException ex) {
             // position() validates too, and the consumer throws a detected truncation only
             // once: swallowing it here would hide it from the driver for good.

@@ -245,13 +245,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         jars = ensure_kafka_jars()
         ensure_probe_classes(jars)
-        # Imported here: making the archives starts a cluster, which needs this module.
-        from epochguard.testing.apache_kafka.class_archive import ensure_class_archives
-
-        ensure_class_archives(jars)
     except KafkaUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    # Imported here: making the archives starts a cluster, which needs this module.
+    from epochguard.testing.apache_kafka.class_archive import ensure_class_archives
+
+    try:
+        ensure_class_archives(jars)
+    except Exception as exc:
+        # The archives only speed JVMs up: every JVM runs without them, and the test that
+        # checks they are mapped says why they are missing.
+        print(f"warning: no class archives, JVMs start without them: {exc!r}", file=sys.stderr)
     elapsed = time.monotonic() - started
     print(f"Apache Kafka {jars.version} jars in {jars.lib_dir} ({elapsed:.1f} s)")
     return 0

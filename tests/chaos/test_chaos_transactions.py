@@ -234,7 +234,7 @@ DECIDED_AGAIN_SEEDS = (50044, 50220, 50298)
 
 
 def _meeting_the_shape(
-    schedule: Schedule, client: Any = None, attempts: int = 3
+    schedule: Schedule, client: Any = None, attempts: int = 5
 ) -> list[RunResult]:
     """Runs of ``schedule`` until one meets a transaction decided again (the seed stages it,
     but whether its unclean election takes the marker hangs on timing: a loaded machine can
@@ -255,12 +255,19 @@ def test_transactions_decided_again_are_reported_and_a_deaf_application_is_caugh
     bad = [r.describe() for r in results if not r.verdict.ok]
     assert not bad, bad[0]
     first_runs = {r.schedule.seed: r for r in results}  # run_many yields in completion order
+    # Whether a seed's unclean election takes the marker hangs on timing (each seed met the
+    # shape in most runs of the whole suite, none on a quiet machine): every run is judged,
+    # and at least one seed must meet the shape, or the test proves nothing and fails.
+    met_runs: dict[int, RunResult] = {}
     for schedule in schedules:
         first = first_runs[schedule.seed]
         runs = [first] if first.verdict.decided_again > 0 else _meeting_the_shape(schedule)
         bad = [r.describe() for r in runs if not r.verdict.ok]
         assert not bad, bad[0]
-        met = runs[-1]
+        if runs[-1].verdict.decided_again > 0:
+            met_runs[schedule.seed] = runs[-1]
+    assert met_runs, "no seed met a transaction decided again: " + runs[-1].describe()
+    for met in met_runs.values():
         assert met.verdict.decided_again_reported > 0, met.describe()
         assert met.verdict.reopened_reports > 0, met.describe()
 
@@ -270,7 +277,8 @@ def test_transactions_decided_again_are_reported_and_a_deaf_application_is_caugh
         client.reopened.reported = lambda _found: None  # type: ignore[method-assign]
         return client
 
-    caught = _meeting_the_shape(schedules[0], deaf)[-1]
+    shaped = next(sc for sc in schedules if sc.seed in met_runs)
+    caught = _meeting_the_shape(shaped, deaf)[-1]
     assert caught.verdict.decided_again > 0 and not caught.verdict.ok, caught.describe()
 
 

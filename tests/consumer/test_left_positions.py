@@ -154,6 +154,26 @@ def _given_back_topic(
     return TopicPartition(topic, 0), TopicPartition(topic, 1), leader, follower
 
 
+def _two_members(
+    cluster: EmbeddedCluster, driver: str, group_id: str, on_truncation: str
+) -> tuple[dict[str, list[Any]], tuple[Any, Any]]:
+    """Consumers "a" and "b" of one group reading from the earliest offset, each with the
+    list its truncation reports go to."""
+    reports: dict[str, list[Any]] = {"a": [], "b": []}
+
+    def make(name: str) -> Any:
+        cfg = consumer_config(
+            cluster,
+            group_id=group_id,
+            on_truncation=on_truncation,
+            auto_offset_reset="earliest",
+            on_truncation_report=reports[name].append,
+        )
+        return EpochConsumer(**cfg) if driver == "threads" else LoopDriven(**cfg)
+
+    return reports, (make("a"), make("b"))
+
+
 def _reader(c: Any, got: list[Any]) -> Any:
     """``read(n)``: one poll of ``c`` into ``got``; whether it holds ``n`` records."""
 
@@ -232,19 +252,7 @@ def test_a_partition_given_back_after_another_member_read_past_a_truncation_star
     committed (chaos seed 291, AIOEpochConsumer)."""
     topic = "handedback"
     tp, other, leader, follower = _given_back_topic(cluster, topic)
-    reports: dict[str, list[Any]] = {"a": [], "b": []}
-
-    def make(name: str) -> Any:
-        cfg = consumer_config(
-            cluster,
-            group_id="ghandedback",
-            on_truncation="rewind",
-            auto_offset_reset="earliest",
-            on_truncation_report=reports[name].append,
-        )
-        return EpochConsumer(**cfg) if driver == "threads" else LoopDriven(**cfg)
-
-    a, b = make("a"), make("b")
+    reports, (a, b) = _two_members(cluster, driver, "ghandedback", "rewind")
     got_a: list[Any] = []
     got_b: list[Any] = []
     try:
@@ -359,19 +367,7 @@ def test_a_partition_given_back_stopped_by_raise_reports_the_next_owners_lost_co
     cluster.stop_broker(first)
     cluster.stop_broker(second)
     produce(cluster, topic, ["b", "c"])
-    reports: dict[str, list[Any]] = {"a": [], "b": []}
-
-    def make(name: str) -> Any:
-        cfg = consumer_config(
-            cluster,
-            group_id="gtwoelections",
-            on_truncation="raise",
-            auto_offset_reset="earliest",
-            on_truncation_report=reports[name].append,
-        )
-        return EpochConsumer(**cfg) if driver == "threads" else LoopDriven(**cfg)
-
-    a, b = make("a"), make("b")
+    reports, (a, b) = _two_members(cluster, driver, "gtwoelections", "raise")
     got_a: list[Any] = []
     got_b: list[Any] = []
     try:

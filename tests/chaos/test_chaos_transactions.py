@@ -233,6 +233,12 @@ def test_a_restart_from_a_commit_past_a_marker_reports_what_it_read() -> None:
 DECIDED_AGAIN_SEEDS = (50044, 50220, 50298)
 
 
+def _decided_again(run: RunResult) -> int:
+    """Records of the run whose transaction was decided again after its marker was lost,
+    told to the application or not: the shape the decided-again seeds stage."""
+    return run.verdict.decided_again + run.verdict.decided_again_reported
+
+
 def _meeting_the_shape(
     schedule: Schedule, client: Any = None, attempts: int = 5
 ) -> list[RunResult]:
@@ -244,7 +250,7 @@ def _meeting_the_shape(
         # An honest run that failed only late runs again; a deaf one is judged as it comes.
         run = run_settled(schedule) if client is None else run_schedule(schedule, client)
         runs.append(run)
-        if run.verdict.decided_again > 0:
+        if _decided_again(run) > 0:
             break
     return runs
 
@@ -255,24 +261,15 @@ def test_transactions_decided_again_are_reported_and_a_deaf_application_is_caugh
     bad = [r.describe() for r in results if not r.verdict.ok]
     assert not bad, bad[0]
     first_runs = {r.schedule.seed: r for r in results}  # run_many yields in completion order
-    # Whether a seed's unclean election takes the marker hangs on timing (each seed met the
-    # shape in most runs of the whole suite, none on a quiet machine): every run is judged,
-    # and at least one seed must meet the shape, or the test proves nothing and fails.
-    met_runs: dict[int, RunResult] = {}
     for schedule in schedules:
         first = first_runs[schedule.seed]
-        runs = [first] if first.verdict.decided_again > 0 else _meeting_the_shape(schedule)
+        runs = [first] if _decided_again(first) > 0 else _meeting_the_shape(schedule)
         bad = [r.describe() for r in runs if not r.verdict.ok]
         assert not bad, bad[0]
-        if runs[-1].verdict.decided_again > 0:
-            met_runs[schedule.seed] = runs[-1]
-    if not met_runs:
-        # Every run above was judged; what cannot be checked without the shape is said, not
-        # passed. Runs can miss it on every seed (seen with older code too); what decides
-        # it beyond timing is not pinned down yet.
-        pytest.xfail("no seed met a transaction decided again: " + runs[-1].describe())
-    for met in met_runs.values():
+        met = runs[-1]
+        # An honest application is told of every record decided again: none counts against it.
         assert met.verdict.decided_again_reported > 0, met.describe()
+        assert met.verdict.decided_again == 0, met.describe()
         assert met.verdict.reopened_reports > 0, met.describe()
 
     def deaf(ctx: MemberContext) -> object:
@@ -281,8 +278,7 @@ def test_transactions_decided_again_are_reported_and_a_deaf_application_is_caugh
         client.reopened.reported = lambda _found: None  # type: ignore[method-assign]
         return client
 
-    shaped = next(sc for sc in schedules if sc.seed in met_runs)
-    caught = _meeting_the_shape(shaped, deaf)[-1]
+    caught = _meeting_the_shape(schedules[0], deaf)[-1]
     assert caught.verdict.decided_again > 0 and not caught.verdict.ok, caught.describe()
 
 

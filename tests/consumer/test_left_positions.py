@@ -287,6 +287,58 @@ def test_a_partition_given_back_after_another_member_read_past_a_truncation_star
 
 
 @pytest.mark.parametrize("driver", ["threads", "asyncio"])
+def test_a_partition_given_back_under_a_late_commit_of_an_older_epoch_is_not_reported_again(
+    cluster: EmbeddedCluster, driver: str
+) -> None:
+    """A reads a, b, c, d1, d2 (0..4, epoch 0); an unclean election replaces d1, d2. A
+    reports them, reads after1, after2 at 3, 4 and commits (5, e1). Then a commit of
+    (5, e0) lands, as a request A had given up on after a timeout can, delayed on the way
+    (chaos seed 100902). Given the partition back, A validates where it had read, (5, e1),
+    and starts there: validating (5, e0) again reported d1, d2 a second time and read
+    after1, after2 again."""
+    topic = "latecommit"
+    cluster.create_topic(topic, partitions=2, replication_factor=2)
+    tp, other = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    leader = cluster.leader(topic, 0)
+    [follower] = [r for r in cluster.replicas(topic, 0) if r != leader]
+    produce(cluster, topic, ["a", "b", "c"])
+    reports, (a, late) = _two_members(cluster, driver, "glatecommit", "rewind")
+    got: list[Any] = []
+    try:
+        read = _reader(a, got)
+        a.assign([tp, other])
+        wait(lambda: read(3), "a, b, c")
+        cluster.stop_broker(follower)
+        produce(cluster, topic, ["d1", "d2"])
+        wait(lambda: read(5), "d1, d2")
+        cluster.stop_broker(leader)
+        cluster.start_broker(follower)
+        cluster.elect_leader(topic, 0, follower, unclean=True)
+        produce(cluster, topic, ["after1", "after2"])
+        cluster.start_broker(leader)
+        wait(lambda: read(7), "the new log")
+        assert [(r.offset, r.value) for r in got[5:]] == [(3, b"after1"), (4, b"after2")]
+        [first] = reports["a"]
+        assert (first.consumed_to, first.lost_from, first.lost_to) == (EpochOffset(5, 0), 3, 5)
+        a.commit()
+        ours = a.committed_with_epoch(tp)
+        assert ours is not None and ours.offset == 5 and (ours.leader_epoch or 0) > 0
+        # The late request is A's own earlier commit, with what A's commits carry.
+        late.commit({tp: EpochOffset(5, 0, topic_id=ours.topic_id)})
+        assert a.committed_with_epoch(tp) == EpochOffset(5, 0)
+        a.assign([other])
+        a.assign([tp, other])
+        produce(cluster, topic, ["later"])
+        wait(lambda: read(8), "the record after the commit")
+        assert [(r.offset, r.value) for r in got[7:]] == [(5, b"later")]
+        assert reports["a"] == [first]
+        assert a.position(tp) == 6
+    finally:
+        a.close()
+        late.close()
+
+
+@pytest.mark.parametrize("driver", ["threads", "asyncio"])
 def test_a_partition_given_back_below_the_next_owners_commit_reports_up_to_that_commit(
     cluster: EmbeddedCluster, driver: str
 ) -> None:

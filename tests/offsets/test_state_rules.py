@@ -697,6 +697,32 @@ def test_a_seek_while_a_given_back_stop_waits_for_the_later_commit_drops_both() 
     assert truncations(tr) == [] and fetch(tr).offset == 5 and tr.error is None
 
 
+def test_a_commit_at_the_same_offset_in_an_older_epoch_is_covered_by_what_was_read() -> None:
+    # This consumer reported epoch 1's loss at 5, read the new log to (6, e2) and committed
+    # that; a commit of (6, e1) it had given up on landed after it (chaos seed 100902, a
+    # delayed request). Given the partition back, it validates what it read and starts
+    # there: validating (6, e1) again reported the same loss twice and read 5 again.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "rewind"))
+    tr.on_metadata(2, 2, "topic-a")
+    tr.restore(EpochOffset(6, 1, topic_id="topic-a"), read_to=EpochOffset(6, 2, topic_id="topic-a"))
+    v = validate(tr)
+    assert v.position == EpochOffset(6, 2)
+    tr.on_validation(v, 0, 2, 9, 0.0)
+    assert truncations(tr) == []
+    assert fetch(tr).offset == 6 and tr.position == EpochOffset(6, 2, topic_id="topic-a")
+
+
+def test_what_was_read_truncated_under_an_older_commit_at_its_offset_rewinds() -> None:
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "rewind"))
+    tr.on_metadata(2, 3, "topic-a")
+    tr.restore(EpochOffset(6, 1, topic_id="topic-a"), read_to=EpochOffset(6, 2, topic_id="topic-a"))
+    tr.on_validation(validate(tr), 0, 2, 4, 0.0)  # epoch 2 ends at 4 on the new leader
+    (t,) = truncations(tr)
+    assert (t.report.consumed_to, t.report.divergence) == (EpochOffset(6, 2), EpochOffset(4, 2))
+    assert t.new_position == EpochOffset(4, 2)
+    assert fetch(tr).offset == 4
+
+
 def test_read_to_equal_to_the_position_is_one_validation() -> None:
     tr = PartitionTracker(TP, OffsetPolicy("earliest"))
     tr.on_metadata(2, 2, "topic-a")

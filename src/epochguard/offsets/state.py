@@ -379,6 +379,16 @@ _SKIP_FORWARD_REASONS: Final = frozenset(
 # ------------------------------------------------------------------------------------ tracker
 
 
+def _older_at_same_offset(position: EpochOffset, read_to: EpochOffset) -> bool:
+    """``position`` names ``read_to``'s offset in an older epoch."""
+    return (
+        position.offset == read_to.offset
+        and position.leader_epoch is not None
+        and read_to.leader_epoch is not None
+        and position.leader_epoch < read_to.leader_epoch
+    )
+
+
 def _written_since(position: EpochOffset, report: TruncationReport) -> bool:
     """Whether ``position`` was read in an epoch after the one ``report`` found truncated,
     at or past its divergence point: in a log written since the truncation."""
@@ -705,7 +715,12 @@ class PartitionTracker:
         epoch, when their topic ids differ, or when ``position`` is at or past it in the same
         epoch: one epoch's records are one leader's log, so ``position`` covers what this
         consumer read, and validating it reports a truncation of those records together
-        with what the group read after them.
+        with what the group read after them. A ``position`` at the same offset in an older
+        epoch is older than this consumer's own reading (a commit that landed late, after a
+        newer one: a request the client had given up on): ``read_to`` covers it, and the
+        consumer starts from ``read_to`` once it is confirmed; validating the older epoch
+        again would report a truncation this consumer already reported, and read again what
+        it read since.
         """
         if position is None:
             self._source = source
@@ -720,7 +735,7 @@ class PartitionTracker:
             and read_to.topic_id == position.topic_id
         ):
             self.seek(read_to, source=PositionSource.LEFT_POSITION)
-            if self._state is S.AWAIT_VALIDATION:
+            if self._state is S.AWAIT_VALIDATION and not _older_at_same_offset(position, read_to):
                 self._start_after = (position, source, epoch_exact)
         else:
             self.seek(position, source=source, epoch_exact=epoch_exact)

@@ -13,6 +13,7 @@ compresses the batches; the values are then the matrix's text-like ones
     python -m benchmarks._profile_poll 100 1000000 1000          # 1,000 partitions
     python -m benchmarks._profile_poll 1024 200000 1 snappy
     python -m benchmarks._profile_poll 100 1000000 100 none noprof   # rate only
+    python -m benchmarks._profile_poll 1024 300000 1 none inline     # io_thread=False
 """
 
 from __future__ import annotations
@@ -83,7 +84,14 @@ def _process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def main(size: int, total: int, parts: int = 1, codec: str = "none", profile: bool = True) -> None:
+def main(
+    size: int,
+    total: int,
+    parts: int = 1,
+    codec: str = "none",
+    profile: bool = True,
+    io_thread: bool = True,
+) -> None:
     import logging
 
     logging.disable(logging.CRITICAL)
@@ -110,6 +118,7 @@ def main(size: int, total: int, parts: int = 1, codec: str = "none", profile: bo
         enable_auto_commit=False,
         check_crcs=True,
         max_poll_records=500,
+        io_thread=io_thread,
     )
     c.assign([TopicPartition("prof", p) for p in range(parts)])
     main_prof = cProfile.Profile()
@@ -141,7 +150,7 @@ def main(size: int, total: int, parts: int = 1, codec: str = "none", profile: bo
     print(
         f"size={size} partitions={parts} codec={codec} records={n} "
         f"rec/s={n / elapsed:,.0f} cpu_s={cpu:.2f} cluster_cpu_s={cluster_cpu:.2f} "
-        f"load={os.getloadavg()[0]:.2f} profiled={profile}"
+        f"load={os.getloadavg()[0]:.2f} profiled={profile} io_thread={io_thread}"
     )
     if profile:
         out = io.StringIO()
@@ -156,11 +165,13 @@ def main(size: int, total: int, parts: int = 1, codec: str = "none", profile: bo
 if __name__ == "__main__":
     args = sys.argv[1:]
     noprof = "noprof" in args
-    args = [a for a in args if a != "noprof"]
+    inline = "inline" in args
+    args = [a for a in args if a not in ("noprof", "inline")]
     main(
         int(args[0]),
         int(args[1]),
         int(args[2]) if len(args) > 2 else 1,
         args[3] if len(args) > 3 else "none",
         profile=not noprof,
+        io_thread=not inline,
     )

@@ -212,6 +212,26 @@ def _epochguard(bootstrap: str, parts: int) -> Any:
     return touching_step(c), c.close
 
 
+def _epochguard_driver(io_thread: bool) -> Any:
+    """EpochConsumer with kafka-python's IO thread or without it (``poll()`` serving the
+    connections itself), whatever the default: ``benchmarks/io_thread.py`` compares them."""
+
+    def make(bootstrap: str, parts: int) -> Any:
+        from epochguard.consumer import EpochConsumer
+
+        c = kafka_python_api_consumer(
+            EpochConsumer,
+            bootstrap,
+            TOPIC,
+            parts,
+            max_poll_records=POLL_RECORDS,
+            io_thread=io_thread,
+        )
+        return touching_step(c), c.close
+
+    return make
+
+
 def _kafka_python(bootstrap: str, parts: int) -> Any:
     from kafka import KafkaConsumer
 
@@ -351,6 +371,8 @@ def _embedded_alone(bootstrap: str, parts: int) -> Any:
 
 FACTORIES = {
     "epochguard": _epochguard,
+    "epochguard-io-thread": _epochguard_driver(True),
+    "epochguard-inline": _epochguard_driver(False),
     "kafka-python": _kafka_python,
     "confluent-kafka": _confluent,
     "embedded-alone": _embedded_alone,
@@ -381,7 +403,7 @@ def _run_client(client: str, bootstrap: str, parts: int, total: int) -> dict[str
     )
 
 
-def run_case(size: int, parts: int, codec: str) -> dict[str, Any]:
+def run_case(size: int, parts: int, codec: str, clients: list[str] | None = None) -> dict[str, Any]:
     import multiprocessing as mp
 
     total = int(RECORDS[size] * SCALE)
@@ -403,7 +425,7 @@ def run_case(size: int, parts: int, codec: str) -> dict[str, Any]:
     try:
         if not parent.poll(600):
             raise RuntimeError("the broker process did not come up")
-        runs = run_rounds(CLIENTS, parent.recv(), size, parts, total, row)
+        runs = run_rounds(clients or CLIENTS, parent.recv(), size, parts, total, row)
     finally:
         stop_broker(proc, parent)
     summarise(row, runs, total)

@@ -48,7 +48,7 @@ from epochguard.consumer.effects import (
     timeout_error,
 )
 from epochguard.consumer.engine import ConsumerEngine, ValidationResult, make_policy
-from epochguard.consumer.errors import LogTruncationError
+from epochguard.consumer.errors import ConsumerConfigError, LogTruncationError
 from epochguard.consumer.records import ConsumerRecord, log_decoder_once
 from epochguard.offsets.hanging import HangingTransaction
 from epochguard.offsets.position import EpochOffset
@@ -310,6 +310,10 @@ def _as_tp(tp: Any) -> TopicPartition:
 
 def _aiokafka_config(configs: dict[str, Any]) -> dict[str, Any]:
     """aiokafka's keyword arguments as the engine's configuration."""
+    if "io_thread" in configs:
+        raise ConsumerConfigError(
+            "io_thread", "is EpochConsumer's: AIOEpochConsumer serves its connections from the loop"
+        )
     cfg = {**AIOKAFKA_DEFAULTS, **configs}
     cfg.pop("loop", None)  # deprecated in aiokafka: the running loop is used
     # aiokafka's own meaning (the background fetcher's wait), not kafka-python's iterator

@@ -523,6 +523,10 @@ class BrokerClient:
         #: Called (where the connections are served) after each rebootstrap: a driver
         #: wakes up to ask for metadata at once. Must be thread-safe and quick.
         self.rebootstrap_listeners: list[Callable[[], None]] = []
+        #: Without the IO thread: called after each request is handed to the connections,
+        #: so the driver can put it on the wire now instead of at its next wait (a fetch
+        #: sent ahead would otherwise wait for the answer before it to be decoded).
+        self.on_send: Callable[[], None] | None = None
         if io_thread:
             self._net.start()
 
@@ -619,10 +623,16 @@ class BrokerClient:
                     raise kerrors.NodeNotReadyError(f"broker {node} unknown: {exc}") from exc
             return await self._manager.send(request, node, request_timeout_ms=timeout_ms)
 
+        return self._hand_over(_send)
+
+    def _hand_over(self, task: Callable[[], Any]) -> Any:
         try:
-            return self._manager.call_soon(_send)
+            future = self._manager.call_soon(task)
         except RuntimeError as exc:  # the selector is closed
             return Future().failure(kerrors.KafkaConnectionError(str(exc)))
+        if self.on_send is not None:
+            self.on_send()
+        return future
 
     @staticmethod
     def wait(future: Any, timeout_s: float) -> Any:
@@ -654,10 +664,7 @@ class BrokerClient:
             self._on_metadata_answer(node, response)
             return response
 
-        try:
-            return self._manager.call_soon(_send)
-        except RuntimeError as exc:  # the selector is closed
-            return Future().failure(kerrors.KafkaConnectionError(str(exc)))
+        return self._hand_over(_send)
 
     @property
     def rebootstraps(self) -> int:

@@ -139,6 +139,11 @@ DEFAULT_CONFIG: dict[str, Any] = {
     #: too (``RecordColumns.to_arrow()["headers"]``, Arrow's
     #: ``list<struct<key: string, value: binary>>``); off, they are checked but not kept.
     "column_headers": False,
+    #: EpochConsumer: False (default), the threads that wait in the consumer (``poll()``,
+    #: ``commit()``, a heartbeat awaiting its answer) serve the connections; True,
+    #: kafka-python's IO thread does (reads answers while the application works, at the
+    #: cost of handing the GIL between the two threads). AIOEpochConsumer refuses it.
+    "io_thread": False,
 }
 
 #: Keys the "consumer" group protocol leaves to the broker (Java refuses them too).
@@ -190,6 +195,7 @@ _NON_NEGATIVE_INT = (
 )
 _BOOL = (
     "column_headers",
+    "io_thread",
     "enable_incremental_fetch_sessions",
     "enable_auto_commit",
     "check_crcs",

@@ -42,6 +42,7 @@ from epochguard.consumer.engine import (
     make_policy,
 )
 from epochguard.consumer.errors import ConsumerClosedError
+from epochguard.consumer.inline import CallerThreadIO
 from epochguard.consumer.records import ConsumerRecord, log_decoder_once
 from epochguard.offsets.hanging import HangingTransaction
 from epochguard.offsets.position import EpochOffset
@@ -72,8 +73,11 @@ class EpochConsumer:
         policy = make_policy(cfg)
         self.config = cfg
         log_decoder_once()
-        self._client = BrokerClient(cfg)
-        self._engine = ConsumerEngine(cfg, policy, self._client, spawn_thread)
+        self._client = BrokerClient(cfg, io_thread=cfg["io_thread"])
+        # Without the IO thread, the threads that wait in the consumer serve the connections.
+        self._io = None if cfg["io_thread"] else CallerThreadIO(self._client)
+        spawn = spawn_thread if self._io is None else self._io.spawn
+        self._engine = ConsumerEngine(cfg, policy, self._client, spawn)
         self._engine.before_commit = self._finish_async_commits
         self._engine.on_poll_round = self._run_commit_callbacks
         self._engine.iterator_reset = self._forget_iterator
@@ -83,15 +87,24 @@ class EpochConsumer:
         self._commit_worker: ThreadPoolExecutor | None = None
         self._async_commits: deque[_AsyncCommit] = deque()
         try:
-            self._client.bootstrap(cfg["bootstrap_timeout_ms"])
+            self._run(self._client.bootstrap_step(cfg["bootstrap_timeout_ms"]))
         except Exception:
-            self._client.close(1.0)
+            self._close_client(1.0)
             raise
         if topics:
             self.subscribe(topics=list(topics))
 
     def _run(self, step: Step[Any]) -> Any:
+        if self._io is not None:
+            return self._io.run(step)
         return run_blocking(step)
+
+    def _close_client(self, timeout_s: float) -> None:
+        if self._io is None:
+            self._client.close(timeout_s)
+            return
+        self._io.run(self._client.close_step(timeout_s))
+        self._io.close()
 
     # ------------------------------------------------------------------ assignment
 
@@ -329,7 +342,7 @@ class EpochConsumer:
 
             def send() -> None:
                 try:
-                    run_blocking(group.commit(norm, deadline))
+                    self._run(group.commit(norm, deadline))
                 except Exception as exc:
                     result.failure(exc)
                     raise
@@ -448,7 +461,7 @@ class EpochConsumer:
         self._engine._ensure_open()
         if refresh:
             timeout = self.config["bootstrap_timeout_ms"] if timeout_ms is None else timeout_ms
-            self._client.bootstrap(timeout)
+            self._run(self._client.bootstrap_step(timeout))
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """A snapshot of the group membership (kafka's ``ConsumerGroupMetadata``), e.g. for
@@ -490,7 +503,7 @@ class EpochConsumer:
             if pending.future.cancelled() and not pending.result.is_done:
                 pending.result.failure(ConsumerClosedError("closed before the commit was sent"))
         self._run(engine.close(autocommit, deadline))
-        self._client.close(max(0.2, deadline - time.monotonic()))
+        self._close_client(max(0.2, deadline - time.monotonic()))
         engine.close_deserializers()
         log.debug("consumer_closed")
 

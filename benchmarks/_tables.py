@@ -222,6 +222,50 @@ def matrix_apache(results: Path) -> str:
     return out + measured(record, f"{r['broker']}; records/s, best of {r['repeat']} rounds")
 
 
+def io_thread(results: Path) -> str:
+    """EpochConsumer with and without kafka-python's IO thread beside confluent-kafka."""
+    record = load("io_thread", results)
+    r = result_of(record)
+    drivers = ("epochguard-inline", "epochguard-io-thread", "confluent-kafka")
+    rows = []
+    loads: list[float] = []
+    for broker, title in (("embedded", "EmbeddedCluster"), ("apache", "Apache Kafka")):
+        for c in r.get(broker, {}).get("cases", []):
+            loads += [c["load_avg_1m_before"], c["load_avg_1m_after"]]
+            rows.append(
+                [
+                    title,
+                    size(c["value_bytes"]),
+                    c["partitions"],
+                    *(f"{rate(c.get(k))} / {rate(c.get(k + '_median'))}" for k in drivers),
+                    " / ".join(f"{c.get(k + '_cpu_s_per_million', 0):.2f}" for k in drivers),
+                    *(
+                        f"{ratio(c.get(k + '_vs_confluent-kafka'))} / "
+                        f"{ratio(c.get(k + '_vs_confluent-kafka_median'))}"
+                        for k in drivers[:2]
+                    ),
+                ]
+            )
+    header = [
+        "broker",
+        "value",
+        "partitions",
+        "`io_thread=False` (default)",
+        "`io_thread=True`",
+        "confluent-kafka",
+        "CPU-s per million (False / True / confluent-kafka)",
+        "False vs confluent-kafka",
+        "True vs confluent-kafka",
+    ]
+    repeat = r.get("embedded", r.get("apache", {})).get("repeat")
+    load_avg = f"{min(loads):g}-{max(loads):g}" if loads else "not recorded"
+    return table(header, rows) + measured(
+        record,
+        f"records/s, best / median of {repeat} rounds, clients interleaved; "
+        f"load average {load_avg}",
+    )
+
+
 def latency(results: Path) -> str:
     record = load("latency", results)
     r = result_of(record)
@@ -1160,6 +1204,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "matrix": matrix,
     "matrix_asyncio": matrix_asyncio,
     "matrix_apache": matrix_apache,
+    "io_thread": io_thread,
     "latency": latency,
     "load": load_,
     "soak": soak,

@@ -3,8 +3,10 @@ bench``).
 
 The EmbeddedCluster runs in its own process (so the profile holds only the consumer); the
 consumer reads ``records`` values of ``size`` bytes from ``partitions`` partitions (default
-1) in this process with every thread profiled by cProfile (the IO thread shares the GIL with
-``poll``, so its cost is part of the consumer's). ``codec`` (none, gzip, snappy, lz4, zstd)
+1) in this process with every thread profiled by cProfile (with ``io_thread``, kafka-python's
+IO thread shares the GIL with ``poll``, so its cost is part of the consumer's; times of calls
+that wait are wall-clock). ``io_thread`` (the argument) runs the consumer with
+``io_thread=True``; by default it serves its connections from ``poll()``. ``codec`` (none, gzip, snappy, lz4, zstd)
 compresses the batches; the values are then the matrix's text-like ones
 (``benchmarks.matrix.build_batch``), which compress about 3x.
 
@@ -13,7 +15,7 @@ compresses the batches; the values are then the matrix's text-like ones
     python -m benchmarks._profile_poll 100 1000000 1000          # 1,000 partitions
     python -m benchmarks._profile_poll 1024 200000 1 snappy
     python -m benchmarks._profile_poll 100 1000000 100 none noprof   # rate only
-    python -m benchmarks._profile_poll 1024 300000 1 none inline     # io_thread=False
+    python -m benchmarks._profile_poll 1024 300000 1 none io_thread  # io_thread=True
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def main(
     parts: int = 1,
     codec: str = "none",
     profile: bool = True,
-    io_thread: bool = True,
+    io_thread: bool = False,
 ) -> None:
     import logging
 
@@ -165,13 +167,13 @@ def main(
 if __name__ == "__main__":
     args = sys.argv[1:]
     noprof = "noprof" in args
-    inline = "inline" in args
-    args = [a for a in args if a not in ("noprof", "inline")]
+    io_thread = "io_thread" in args
+    args = [a for a in args if a not in ("noprof", "io_thread")]
     main(
         int(args[0]),
         int(args[1]),
         int(args[2]) if len(args) > 2 else 1,
         args[3] if len(args) > 3 else "none",
         profile=not noprof,
-        io_thread=not inline,
+        io_thread=io_thread,
     )

@@ -6,9 +6,9 @@ consumer reads ``records`` values of ``size`` bytes from ``partitions`` partitio
 1) in this process with every thread profiled by cProfile (with ``io_thread``, kafka-python's
 IO thread shares the GIL with ``poll``, so its cost is part of the consumer's; times of calls
 that wait are wall-clock). ``io_thread`` (the argument) runs the consumer with
-``io_thread=True``; by default it serves its connections from ``poll()``. ``codec`` (none, gzip, snappy, lz4, zstd)
-compresses the batches; the values are then the matrix's text-like ones
-(``benchmarks.matrix.build_batch``), which compress about 3x.
+``io_thread=True``; by default it serves its connections from ``poll()``. ``codec`` (none,
+gzip, snappy, lz4, zstd) compresses the batches; the values are then the matrix's text-like
+ones (``benchmarks.matrix.build_batch``), which compress about 3x.
 
     python -m benchmarks._profile_poll 100 1000000
     python -m benchmarks._profile_poll 1024 300000

@@ -49,6 +49,26 @@ def test_both_drivers_read_commit_and_close(cluster: EmbeddedCluster, io_thread:
     assert len(_io_threads()) == before
 
 
+@pytest.mark.parametrize("io_thread", [False, True])
+def test_poll_with_no_timeout_in_a_loop_gets_the_records(
+    cluster: EmbeddedCluster, io_thread: bool
+) -> None:
+    """``poll(timeout_ms=0)`` waits for nothing: without an IO thread it must still take in
+    the answers that arrived since the last call, or a loop of them never gets a record."""
+    _topic(cluster)
+    c = make_consumer(cluster, io_thread=io_thread)
+    got: list[bytes] = []
+    try:
+        c.assign([TP])
+        deadline = time.monotonic() + 20
+        while len(got) < 6 and time.monotonic() < deadline:
+            for records in c.poll(timeout_ms=0).values():
+                got.extend(r.value for r in records)
+        assert got == [b"v%d" % i for i in range(6)]
+    finally:
+        c.close()
+
+
 def test_a_commit_from_another_thread_is_answered_while_poll_waits(
     cluster: EmbeddedCluster,
 ) -> None:

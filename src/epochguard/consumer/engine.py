@@ -627,6 +627,7 @@ class ConsumerEngine:
         # Nothing assigned or subscribed: wait out the timeout and return {}, as kafka-python.
         fetcher = self.fetcher
         deadline = time.monotonic() + timeout_ms / 1000
+        last_turn = False
         while True:
             yield from self._ensure_group(deadline)
             self._warn_unmatched_subscription()
@@ -645,6 +646,13 @@ class ConsumerEngine:
             self._raise_pending()
             records = fetcher.fetched_records(max_records, self._eligible)
             now = time.monotonic()
+            if not records and now >= deadline and not last_turn:
+                # Nothing in hand when the time is up: one turn that does not wait takes in
+                # the answers that arrived (a driver without an IO thread reads them only in
+                # a Pump, so poll(timeout_ms=0) in a loop would never get a record).
+                last_turn = True
+                yield Pump(fetcher, now)
+                continue
             if records or now >= deadline:
                 # What the delivery freed goes out before the application gets the records.
                 fetcher.send_requests(now)

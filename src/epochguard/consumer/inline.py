@@ -93,9 +93,8 @@ class CallerThreadIO:
             self._waiters.add(event)
         try:
             while not ready():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
+                # A wait already due still turns the selector once: the answers that arrived
+                # are read (a poll(timeout_ms=0) loop gets its records).
                 if self._stepping.acquire(blocking=False):
                     try:
                         self._stepper = threading.get_ident()
@@ -105,6 +104,9 @@ class CallerThreadIO:
                         self._stepping.release()
                         self._hand_over()
                     return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
                 event.wait(remaining)
                 event.clear()
         finally:
@@ -113,12 +115,12 @@ class CallerThreadIO:
             unwatch()
 
     def _step_until(self, ready: Callable[[], bool], deadline: float) -> None:
+        """Turn the selector until ``ready()`` or ``deadline``, at least once."""
         net = self._net
-        while not ready() and not net._closed:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        while not net._closed:
+            net.poll(timeout_ms=max(0.0, deadline - time.monotonic()) * 1000)
+            if ready() or time.monotonic() >= deadline:
                 return
-            net.poll(timeout_ms=remaining * 1000)
 
     def _hand_over(self) -> None:
         with self._waiters_lock:

@@ -78,6 +78,7 @@ class EpochConsumer:
         self._io = None if cfg["io_thread"] else CallerThreadIO(self._client)
         spawn = spawn_thread if self._io is None else self._io.spawn
         self._engine = ConsumerEngine(cfg, policy, self._client, spawn)
+        self._engine.reads_only_in_effects = self._io is not None
         self._engine.before_commit = self._finish_async_commits
         self._engine.on_poll_round = self._run_commit_callbacks
         self._engine.iterator_reset = self._forget_iterator

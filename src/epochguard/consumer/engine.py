@@ -194,6 +194,9 @@ class ConsumerEngine:
         self.on_poll_round: Callable[[], None] | None = None
         #: Called when the iteration in progress must end (see settle_iterator).
         self.iterator_reset: Callable[[], None] | None = None
+        #: The driver reads the sockets only inside effects (the threaded driver without
+        #: an IO thread): a poll whose time is up with nothing in hand takes one more turn.
+        self.reads_only_in_effects = False
         # read_committed: last stable offsets that stopped (hanging transactions).
         self._hanging: HangingTransactionMonitor | None = None
         if cfg["isolation_level"] == "read_committed":
@@ -646,10 +649,10 @@ class ConsumerEngine:
             self._raise_pending()
             records = fetcher.fetched_records(max_records, self._eligible)
             now = time.monotonic()
-            if not records and now >= deadline and not last_turn:
+            if not records and now >= deadline and self.reads_only_in_effects and not last_turn:
                 # Nothing in hand when the time is up: one turn that does not wait takes in
-                # the answers that arrived (a driver without an IO thread reads them only in
-                # a Pump, so poll(timeout_ms=0) in a loop would never get a record).
+                # the answers that arrived (otherwise poll(timeout_ms=0) in a loop would
+                # never get a record).
                 last_turn = True
                 yield Pump(fetcher, now)
                 continue

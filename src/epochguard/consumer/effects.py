@@ -40,6 +40,7 @@ __all__ = [
     "Step",
     "TaskHandle",
     "WaitSignal",
+    "block_on",
     "request",
     "run_blocking",
     "spawn_thread",
@@ -159,7 +160,9 @@ def timeout_error(timeout_s: float) -> kerrors.KafkaTimeoutError:
 # ---------------------------------------------------------------------- threaded driver
 
 
-def _block_on(effect: Effect) -> Any:
+def block_on(effect: Effect) -> Any:
+    """Carry out ``effect`` on this thread, blocking until it is done (kafka-python's IO
+    thread, or another thread, completes the futures)."""
     if isinstance(effect, Pump):
         fetcher = effect.fetcher
         now = time.monotonic()
@@ -193,8 +196,9 @@ def _block_on(effect: Effect) -> Any:
     raise TypeError(f"not an effect: {effect!r}")
 
 
-def run_blocking(step: Step[T]) -> T:
-    """Run ``step`` to its end on this thread, blocking on each effect."""
+def run_blocking(step: Step[T], perform: Callable[[Effect], Any] = block_on) -> T:
+    """Run ``step`` to its end on this thread, each effect carried out by ``perform``
+    (default: blocking on it)."""
     value: Any = None
     error: BaseException | None = None
     while True:
@@ -204,7 +208,7 @@ def run_blocking(step: Step[T]) -> T:
             return stop.value  # type: ignore[no-any-return]
         value, error = None, None
         try:
-            value = _block_on(effect)
+            value = perform(effect)
         except Exception as exc:
             error = exc
 

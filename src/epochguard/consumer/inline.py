@@ -20,7 +20,6 @@ awaiting its answer.
 
 from __future__ import annotations
 
-import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -30,14 +29,13 @@ from epochguard._log import get_logger
 from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.effects import (
     Await,
-    Call,
     Effect,
     Pump,
     Signal,
-    Sleep,
     Step,
     TaskHandle,
-    WaitSignal,
+    block_on,
+    run_blocking,
     timeout_error,
 )
 
@@ -200,50 +198,23 @@ class CallerThreadIO:
             signal.clear()
             fetcher.process_completions()
             return None
-        if isinstance(effect, Await):
+        if isinstance(effect, Await) and not effect.future.is_done:
             future = effect.future
+            self._serve_until(
+                lambda: bool(future.is_done),
+                time.monotonic() + effect.timeout_s,
+                self._watch_future(future),
+            )
             if not future.is_done:
-                self._serve_until(
-                    lambda: bool(future.is_done),
-                    time.monotonic() + effect.timeout_s,
-                    self._watch_future(future),
-                )
-                if not future.is_done:
-                    raise timeout_error(effect.timeout_s)
-            if future.exception is not None:
-                raise future.exception
-            return future.value
-        if isinstance(effect, Sleep):
-            if effect.seconds > 0:
-                time.sleep(effect.seconds)
-            return None
-        if isinstance(effect, WaitSignal):
-            # Only heartbeats wait so (between beats, for a signal other threads set): they do
-            # not step the selector meanwhile, which would make theirs the IO thread again.
-            return effect.signal.wait_blocking(effect.timeout_s)
-        if isinstance(effect, Call):
-            result = effect.fn(*effect.args)
-            if inspect.isawaitable(result):
-                raise TypeError(
-                    f"{effect.fn!r} returned an awaitable: async callbacks need AIOEpochConsumer"
-                )
-            return result
-        raise TypeError(f"not an effect: {effect!r}")
+                raise timeout_error(effect.timeout_s)
+        # A completed future's outcome, and the effects that only wait, as without this
+        # runner. Heartbeats wait for a signal other threads set between beats (WaitSignal)
+        # without stepping the selector meanwhile, which would make theirs the IO thread again.
+        return block_on(effect)
 
     def run(self, step: Step[T]) -> T:
         """Run ``step`` to its end on this thread, serving the connections while it waits."""
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                effect = step.send(value) if error is None else step.throw(error)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            value, error = None, None
-            try:
-                value = self._perform(effect)
-            except Exception as exc:
-                error = exc
+        return run_blocking(step, self._perform)
 
     def spawn(self, step: Step[None], name: str) -> TaskHandle:
         """A background step (heartbeats) on a daemon thread of its own."""

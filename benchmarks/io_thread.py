@@ -82,26 +82,8 @@ def run_apache() -> dict[str, Any]:
     rows = []
     with ApacheKafkaCluster(brokers=1) as cluster:
         for size, parts, codec in cases:
-            total = int(matrix.RECORDS[size] * matrix.SCALE)
-            total -= total % parts
-            cluster.create_topic(matrix.TOPIC, partitions=parts, replication_factor=1)
-            try:
-                matrix_apache.preload(cluster.bootstrap_servers, size, parts, codec, total)
-                row: dict[str, Any] = {
-                    "value_bytes": size,
-                    "key_bytes": matrix.KEY_BYTES,
-                    "partitions": parts,
-                    "compression": codec,
-                    "records": total,
-                }
-                runs = matrix.run_rounds(
-                    CLIENTS, cluster.bootstrap_servers, size, parts, total, row
-                )
-            finally:
-                cluster.delete_topic(matrix.TOPIC)
-            matrix.summarise(row, runs, total)
+            row = matrix_apache.run_case(cluster, size, parts, codec, CLIENTS)
             _ratios(row)
-            print(json.dumps(row), flush=True)
             rows.append(row)
         version = cluster.kafka_version
     return {

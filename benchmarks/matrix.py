@@ -203,29 +203,17 @@ def serve(size: int, parts: int, codec: str, total: int, conn: Any) -> None:
 # --------------------------------------------------------------------------- clients
 
 
-def _epochguard(bootstrap: str, parts: int) -> Any:
-    from epochguard.consumer import EpochConsumer
-
-    c = kafka_python_api_consumer(
-        EpochConsumer, bootstrap, TOPIC, parts, max_poll_records=POLL_RECORDS
-    )
-    return touching_step(c), c.close
-
-
-def _epochguard_driver(io_thread: bool) -> Any:
-    """EpochConsumer with kafka-python's IO thread or without it (``poll()`` serving the
-    connections itself), whatever the default: ``benchmarks/io_thread.py`` compares them."""
+def _epochguard_driver(io_thread: bool | None = None) -> Any:
+    """EpochConsumer at its defaults, or with kafka-python's IO thread or without it
+    (``poll()`` serving the connections itself) whatever the default:
+    ``benchmarks/io_thread.py`` compares them."""
+    chosen = {} if io_thread is None else {"io_thread": io_thread}
 
     def make(bootstrap: str, parts: int) -> Any:
         from epochguard.consumer import EpochConsumer
 
         c = kafka_python_api_consumer(
-            EpochConsumer,
-            bootstrap,
-            TOPIC,
-            parts,
-            max_poll_records=POLL_RECORDS,
-            io_thread=io_thread,
+            EpochConsumer, bootstrap, TOPIC, parts, max_poll_records=POLL_RECORDS, **chosen
         )
         return touching_step(c), c.close
 
@@ -370,7 +358,7 @@ def _embedded_alone(bootstrap: str, parts: int) -> Any:
 
 
 FACTORIES = {
-    "epochguard": _epochguard,
+    "epochguard": _epochguard_driver(),
     "epochguard-io-thread": _epochguard_driver(True),
     "epochguard-inline": _epochguard_driver(False),
     "kafka-python": _kafka_python,

@@ -54,7 +54,9 @@ def preload(bootstrap: str, size: int, parts: int, codec: str, total: int) -> No
     )
 
 
-def run_case(cluster: Any, size: int, parts: int, codec: str) -> dict[str, Any]:
+def run_case(
+    cluster: Any, size: int, parts: int, codec: str, clients: list[str] | None = None
+) -> dict[str, Any]:
     total = int(matrix.RECORDS[size] * matrix.SCALE)
     total -= total % parts
     cluster.create_topic(matrix.TOPIC, partitions=parts, replication_factor=1)
@@ -67,7 +69,9 @@ def run_case(cluster: Any, size: int, parts: int, codec: str) -> dict[str, Any]:
             "compression": codec,
             "records": total,
         }
-        runs = matrix.run_rounds(CLIENTS, cluster.bootstrap_servers, size, parts, total, row)
+        runs = matrix.run_rounds(
+            clients or CLIENTS, cluster.bootstrap_servers, size, parts, total, row
+        )
     finally:
         cluster.delete_topic(matrix.TOPIC)
     matrix.summarise(row, runs, total)

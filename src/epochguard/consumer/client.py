@@ -435,6 +435,32 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
             conn.close_future.add_errback(functools.partial(self._connection_lost, node_id))
         return conn
 
+    def send(self, request: Any, node_id: Any = None, request_timeout_ms: Any = None) -> Any:
+        """kafka-python's, except that a request's timeout holds while it waits behind its
+        connection's handshake too. kafka-python closes a connection whose request times out
+        in flight, but a request made while the handshake (ApiVersions, SASL) is on its way
+        waits in a buffer until the handshake's own timeout, set by the request that opened
+        the connection: behind a handshake a half-open link swallowed, a heartbeat or a
+        commit would wait a whole ``request_timeout_ms``, past the group's session timeout."""
+        if node_id is None:
+            node_id = self.least_loaded_node()
+        future = super().send(request, node_id, request_timeout_ms)
+        conn = self._conns.get(node_id)
+        if conn is not None and conn.initializing and not future.is_done:
+            if request_timeout_ms is None:
+                request_timeout_ms = self.config["request_timeout_ms"]
+
+            def overdue() -> None:
+                self._handshake_overdue(node_id, conn, future)
+
+            self._net.call_later(request_timeout_ms / 1000, overdue)
+        return future
+
+    def _handshake_overdue(self, node_id: Any, conn: Any, future: Any) -> None:
+        if not future.is_done and conn.initializing and self._conns.get(node_id) is conn:
+            log.info("connection_dropped", node=str(node_id), reason="handshake_unanswered")
+            conn.close(kerrors.KafkaTimeoutError("no answer to the connection's handshake"))
+
     def _connected(self, node_id: Any, _value: Any) -> None:
         self.refusals.pop(node_id, None)
         self.failed_at.pop(node_id, None)

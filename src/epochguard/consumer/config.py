@@ -104,6 +104,12 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "on_truncation_report": None,
     "offset_store": None,
     "close_timeout_ms": 5000,
+    #: Java's ``socket.connection.setup.timeout.ms`` and ``.max.ms`` (kafka-python's
+    #: connection manager has them too): how long a new connection may take to connect
+    #: and answer its handshake (ApiVersions, TLS, SASL), growing exponentially to the
+    #: maximum with failures in a row.
+    "socket_connection_setup_timeout_ms": 10000,
+    "socket_connection_setup_timeout_max_ms": 30000,
     #: How often a partition stopped by a truncation (or with no valid offset) logs
     #: ``partition_awaiting_seek`` while the application has not sought it.
     "awaiting_seek_log_interval_ms": 30000,
@@ -182,6 +188,8 @@ _POSITIVE_INT = (
     "receive_message_max_bytes",
     "bootstrap_timeout_ms",
     "connections_max_idle_ms",
+    "socket_connection_setup_timeout_ms",
+    "socket_connection_setup_timeout_max_ms",
     "close_timeout_ms",
     "awaiting_seek_log_interval_ms",
     "transaction_max_timeout_ms",

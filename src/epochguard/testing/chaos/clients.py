@@ -307,6 +307,11 @@ class _EpochConsumerClient(_KafkaPythonLike):
             self.store = None
         if ctx.subscribe:
             cfg.update(_GROUP_KW)
+            # A new connection's set-up bounded within the session timeout, as Java's
+            # defaults are (10 s within 45 s): a handshake a half-open link swallowed must
+            # not keep a member from its coordinator past its session.
+            cfg["socket_connection_setup_timeout_ms"] = 2000
+            cfg["socket_connection_setup_timeout_max_ms"] = 5000
         if ctx.read_committed:
             cfg["isolation_level"] = "read_committed"
             cfg["transaction_max_timeout_ms"] = ctx.transaction_max_timeout_ms

@@ -428,6 +428,13 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
         # request on every leader change.
         if len(args) < 3:  # not given in place: (timeout_ms, pop_on_close, refresh_...)
             kwargs.setdefault("refresh_metadata_on_err", False)
+        # kafka-python's bootstrap gives its first connection the whole bootstrap timeout to
+        # set up: a half-open address (accepts, never answers) then takes all of it, and the
+        # other addresses are never tried. A set-up is bounded by its own timeout instead.
+        if not args and kwargs.get("timeout_ms") is not None:
+            kwargs["timeout_ms"] = min(
+                kwargs["timeout_ms"], self.socket_connection_setup_timeout_ms(node_id)
+            )
         conn = super().get_connection(node_id, *args, **kwargs)
         if not known:
             conn.init_future.add_callback(functools.partial(self._connected, node_id))

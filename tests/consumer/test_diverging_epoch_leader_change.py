@@ -113,7 +113,10 @@ async def _offset(c: Any, end: int) -> bool:
 
 def _check(reports: dict[str, list[TruncationReport]]) -> None:
     by_fetch, by_request = reports["fetch-v17"], reports["fetch-v11"]
-    assert [r.detected_by for r in by_request] == [DetectedBy.METADATA] * 2
+    # Validated by OffsetForLeaderEpoch, after metadata named the new epoch or after a broker
+    # that knows it refused a fetch (FENCED_LEADER_EPOCH; the old leader is back as a
+    # follower within milliseconds): which comes first is the machine's timing.
+    assert {r.detected_by for r in by_request} <= {DetectedBy.METADATA, DetectedBy.FENCED}
     # The first change goes to a broker the consumer never fetched from: validated the old
     # way; the second to one that answered v12+: by the fetch.
     assert by_fetch[1].detected_by is DetectedBy.DIVERGING_EPOCH

@@ -112,7 +112,7 @@ def test_asyncio_commit_reconnects_after_a_handshake_went_unanswered(
                 try:
                     await asyncio.wait_for(consumer.commit({TopicPartition(TOPIC, 0): 3}), 3)
                     break
-                except (kerrors.KafkaError, asyncio.TimeoutError):
+                except (kerrors.KafkaError, TimeoutError):
                     failures += 1
                     assert time.monotonic() - started < BLACKHOLE_S + DEADLINE_S, (
                         f"commits still failing after {failures} attempts"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-from typing import Any
 
 import pytest
 from kafka.errors import (
@@ -263,44 +262,3 @@ def test_bootstrap_waits_while_one_server_does_not_refuse() -> None:
         silent.close()
     text = str(info.value)
     assert servers in text and "last connection error" in text, text
-
-
-def test_bootstrap_moves_on_from_a_server_that_never_answers(
-    cluster: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A half-open bootstrap address (accepts, never answers) costs one connection set-up
-    timeout, not the whole bootstrap timeout: the next attempt tries another address."""
-    import kafka.net.manager
-
-    silent = socket.socket()  # accepts connections (the kernel's backlog), never answers
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(8)
-    silent_port = silent.getsockname()[1]
-    picks: list[int] = []
-    real_choice = kafka.net.manager.random.choice
-
-    def silent_first(items: Any) -> Any:
-        # kafka-python picks a bootstrap address at random: the silent one goes first.
-        ports = [getattr(item, "port", None) for item in items]
-        if silent_port not in ports:
-            return real_choice(items)  # another caller of random.choice
-        pick = real_choice([b for b in items if b.port == silent_port] if not picks else items)
-        picks.append(pick.port)
-        return pick
-
-    monkeypatch.setattr(kafka.net.manager.random, "choice", silent_first)
-    try:
-        servers = f"127.0.0.1:{silent_port},{cluster.bootstrap_servers}"
-        consumer = EpochConsumer(
-            bootstrap_servers=servers,
-            bootstrap_timeout_ms=120_000,
-            socket_connection_setup_timeout_ms=300,
-            socket_connection_setup_timeout_max_ms=600,
-        )
-        try:
-            assert consumer.topics() is not None
-        finally:
-            consumer.close(autocommit=False)
-    finally:
-        silent.close()
-    assert picks[0] == silent_port and picks[-1] != silent_port, picks

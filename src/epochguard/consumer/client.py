@@ -446,9 +446,9 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
         """kafka-python's, except that a request's timeout holds while it waits behind its
         connection's handshake too. kafka-python closes a connection whose request times out
         in flight, but a request made while the handshake (ApiVersions, SASL) is on its way
-        waits in a buffer until the handshake's own timeout, set by the request that opened
-        the connection: behind a handshake a half-open link swallowed, a heartbeat or a
-        commit would wait a whole ``request_timeout_ms``, past the group's session timeout."""
+        waits in a buffer until the connection's set-up timeout
+        (``socket_connection_setup_timeout_ms``): behind a handshake a half-open link
+        swallowed, a heartbeat or a commit would wait that long, past a short session."""
         if node_id is None:
             node_id = self.least_loaded_node()
         future = super().send(request, node_id, request_timeout_ms)

@@ -53,7 +53,9 @@ Method (also written into the JSON):
   brokers count every client's requests by client id, per API, for every client alike. On
   Apache Kafka only clients that count their own: EpochConsumer (its metrics: Metadata,
   OffsetForLeaderEpoch, ListOffsets, Fetch) and librdkafka (its statistics, every API, one
-  statistics interval of 1 s at each end of the window); the others are not counted there.
+  statistics interval of 1 s at each end of the window; librdkafka drops a broker that
+  leaves metadata, a stopped one, and its counters start over when it is learnt again, so
+  a window in which that happened is not counted); the others are not counted there.
 * The load average is recorded before and after each cluster's sections (the machine may
   be shared). ``LEADER_CLUSTERS`` (default ``embedded,apache``) runs some of them; the
   other cluster's sections are kept from the current result file, each with its start.
@@ -123,6 +125,8 @@ API_NAMES = {
     72: "PushTelemetry",
 }
 COUNT_MARK, END = "count-mark", "end"
+#: librdkafka's statistics: brokers whose request counters started over (not a request).
+RESTARTED = "statistics restarted"
 
 
 # --------------------------------------------------------------------------- client side
@@ -269,11 +273,26 @@ def _confluent(bootstrap: str, topic: str, unclean: bool, out: _Out) -> None:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     stats: list[dict[str, int]] = []
+    last: dict[str, dict[str, int]] = {}
 
     def on_stats(text: str) -> None:
+        # Each broker's counters start over when librdkafka drops the broker (it left
+        # metadata: stopped) and learns it again: the totals then count nothing reliable,
+        # and the restarts are counted with them (RESTARTED), so the window is not counted.
         total: Counter[str] = Counter()
-        for broker in json.loads(text).get("brokers", {}).values():
-            total.update({k: v for k, v in broker.get("req", {}).items() if v})
+        now: dict[str, dict[str, int]] = {}
+        for name, broker in json.loads(text).get("brokers", {}).items():
+            req = {k: v for k, v in broker.get("req", {}).items() if v}
+            now[name] = req
+            total.update(req)
+        restarted = sum(
+            1
+            for name, before in last.items()
+            if name not in now or any(now[name].get(k, 0) < v for k, v in before.items())
+        )
+        last.clear()
+        last.update(now)
+        total[RESTARTED] = (stats[-1].get(RESTARTED, 0) if stats else 0) + restarted
         stats.append(dict(total))
 
     settings: dict[str, Any] = {
@@ -790,7 +809,7 @@ def _end_fleet(
             if "leader hints used" in own:
                 diff["leader hints used"] = own["leader hints used"]
             counted[name] = {"counted_by": "brokers", "per_change": per_change(diff, n)}
-        elif own and min(own.values()) >= 0:
+        elif own and min(own.values()) >= 0 and not own.get(RESTARTED):
             # (librdkafka's statistics start over when a broker restarts: then not counted)
             counted[name] = {"counted_by": _own_counts_by(name), "per_change": per_change(own, n)}
         else:

@@ -114,9 +114,8 @@ class Metadata:
         self._dark_since: float | None = None
         #: Every broker an answer named: the driver knows where to reach it.
         self._known_brokers: set[int] = set()
-        #: Per replica of a dark partition: when to try connecting next, failures in a row.
+        #: Per replica of a dark partition: when to try connecting next.
         self._probe_at: dict[int, float] = {}
-        self._probe_failures: dict[int, int] = {}
         self._probing: set[int] = set()
         #: Replicas that cannot tell that they are back: a connection attempt failed
         #: other than by a refusal (the host may be down or unreachable), or one was
@@ -124,9 +123,6 @@ class Metadata:
         #: on the trackers' backoff, until an answer lists the broker again.
         self._unwatchable: set[int] = set()
         self._probe_interval_s = float(config["reconnect_backoff_ms"]) / 1000
-        self._probe_backoff = RetryBackoff(
-            self._probe_interval_s, max(self._probe_interval_s, reconnect_max_s)
-        )
 
     def request(
         self,
@@ -349,7 +345,6 @@ class Metadata:
 
     def _forget_probe(self, node: int) -> None:
         self._probe_at.pop(node, None)
-        self._probe_failures.pop(node, None)
 
     def _drop_idle_probes(self) -> None:
         if not self._dark:
@@ -374,9 +369,10 @@ class Metadata:
     def on_probe(self, node: int, now: float, *, reachable: bool, refused: bool = False) -> bool:
         """The outcome of a connection attempt to ``node``: accepted (``reachable``),
         refused (nothing listens there: the broker is down; tried again every
-        ``reconnect_backoff_ms``), or failed otherwise (backing off as reconnects do, and
-        its partitions are refreshed on the trackers' backoff meanwhile). Returns whether
-        a refresh is now due because the broker is back."""
+        ``reconnect_backoff_ms``), or failed otherwise (a timeout, an unreachable host: it
+        cannot tell when the broker is back, and its partitions are refreshed on the
+        trackers' backoff until an answer lists it again). Returns whether a refresh is now
+        due because the broker is back."""
         self._probing.discard(node)
         if reachable:
             self._forget_probe(node)
@@ -392,12 +388,8 @@ class Metadata:
             self._drop_idle_probes()
             return bool(back)
         if refused:
-            self._probe_failures.pop(node, None)
             self._probe_at[node] = now + self._probe_interval_s
             return False
-        failures = self._probe_failures.get(node, 0) + 1
-        self._probe_failures[node] = failures
-        self._probe_at[node] = now + self._probe_backoff.delay(failures)
         self._unwatchable.add(node)
         for tp in [tp for tp, replicas in self._dark.items() if node in replicas]:
             del self._dark[tp]

@@ -269,16 +269,18 @@ def _truncation_like(exc: BaseException) -> bool:
     return "truncat" in name or "outofrange" in name or "out of range" in str(exc).lower()
 
 
-def _confluent(bootstrap: str, topic: str, unclean: bool, out: _Out) -> None:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+class RdkafkaStats:
+    """librdkafka's statistics callbacks, each summed over the brokers into one line of
+    request counts. A broker's counters start over when librdkafka drops the broker (it
+    left metadata: stopped) and learns it again, which makes the sums count nothing
+    reliable: each line also counts, under ``RESTARTED``, the brokers seen to start over
+    so far, and a window in which that number grew is not counted."""
 
-    stats: list[dict[str, int]] = []
-    last: dict[str, dict[str, int]] = {}
+    def __init__(self) -> None:
+        self.totals: list[dict[str, int]] = []
+        self._last: dict[str, dict[str, int]] = {}
 
-    def on_stats(text: str) -> None:
-        # Each broker's counters start over when librdkafka drops the broker (it left
-        # metadata: stopped) and learns it again: the totals then count nothing reliable,
-        # and the restarts are counted with them (RESTARTED), so the window is not counted.
+    def add(self, text: str) -> None:
         total: Counter[str] = Counter()
         now: dict[str, dict[str, int]] = {}
         for name, broker in json.loads(text).get("brokers", {}).items():
@@ -287,13 +289,19 @@ def _confluent(bootstrap: str, topic: str, unclean: bool, out: _Out) -> None:
             total.update(req)
         restarted = sum(
             1
-            for name, before in last.items()
+            for name, before in self._last.items()
             if name not in now or any(now[name].get(k, 0) < v for k, v in before.items())
         )
-        last.clear()
-        last.update(now)
-        total[RESTARTED] = (stats[-1].get(RESTARTED, 0) if stats else 0) + restarted
-        stats.append(dict(total))
+        self._last = now
+        total[RESTARTED] = (self.totals[-1][RESTARTED] if self.totals else 0) + restarted
+        self.totals.append(dict(total))
+
+
+def _confluent(bootstrap: str, topic: str, unclean: bool, out: _Out) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    stats = RdkafkaStats()
+    on_stats = stats.add
 
     settings: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
@@ -311,14 +319,14 @@ def _confluent(bootstrap: str, topic: str, unclean: bool, out: _Out) -> None:
     c.assign([TopicPartition(topic, 0, 0)])
 
     def fresh_counts(label: str) -> None:
-        seen = len(stats)
+        seen = len(stats.totals)
         deadline = time.monotonic() + 3
-        while len(stats) == seen and time.monotonic() < deadline:
+        while len(stats.totals) == seen and time.monotonic() < deadline:
             for m in c.consume(num_messages=100, timeout=0.1):
                 if not m.error():
                     out.record(m.value(), m.offset())
-        if len(stats) > seen:
-            out.counts(label, stats[-1])
+        if len(stats.totals) > seen:
+            out.counts(label, stats.totals[-1])
 
     done = False
     while not done:

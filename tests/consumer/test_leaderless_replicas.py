@@ -94,16 +94,15 @@ def test_a_replica_accepting_a_connection_sends_the_refresh_at_once() -> None:
     assert _ask(md, 10.4)
 
 
-def test_after_a_short_outage_as_many_go_as_a_backoff_starting_over_would_send() -> None:
-    # Dark for less than retry_backoff_max_ms: a backoff starting over at the return
-    # (100, 200, 400 ms) would ask three times in its first second; those three go 100 ms
-    # apart, then the trackers' backoff asks again.
+def test_after_a_short_outage_the_backoff_starts_over_at_the_return() -> None:
+    # Dark for less than retry_backoff_max_ms: nothing was held back. The backoff starts
+    # over at the return (100, 200, 400, 800 ms), then the trackers' own (1 s) asks.
     md = _dark(_md(retry_backoff_ms=100))
-    gaps = _revival_gaps(md, 10.4, 4)
-    assert gaps == pytest.approx([0.1, 0.1, 0.1], abs=0.0015)
-    assert not _ask(md, 11.5)
+    gaps = _revival_gaps(md, 10.4, 5)
+    assert gaps == pytest.approx([0.1, 0.2, 0.4, 0.8], abs=0.0015)
+    assert not _ask(md, 13.0)
     md.request(leader_for=TP, any_answer=True)  # the tracker's next backoff step
-    assert _ask(md, 11.5)
+    assert _ask(md, 13.0)
 
 
 def _revival_gaps(md: Metadata, back_at: float, n: int) -> list[float]:
@@ -121,20 +120,21 @@ def _revival_gaps(md: Metadata, back_at: float, n: int) -> list[float]:
 
 def test_the_refreshes_not_sent_while_dark_are_sent_every_retry_backoff_when_it_is_back() -> None:
     # Dark for 5.5 s: the trackers' backoff (at most retry_backoff_max_ms, 1 s, apart)
-    # would have asked five times; those five go 100 ms apart after the one at the return.
+    # would have asked five times; those five go 100 ms apart after the one at the return,
+    # then the backoff starts over.
     md = _dark(_md(retry_backoff_ms=100))
-    gaps = _revival_gaps(md, 15.5, 6)
-    assert gaps == pytest.approx([0.1] * 5, abs=0.0015)
-    assert not _ask(md, 16.5)  # spent: the trackers' backoff asks from here on
+    gaps = _revival_gaps(md, 15.5, 10)
+    assert gaps == pytest.approx([0.1] * 6 + [0.2, 0.4, 0.8], abs=0.0015)
+    assert not _ask(md, 19.0)  # spent: the trackers' backoff asks from here on
     md.request(leader_for=TP, any_answer=True)
-    assert _ask(md, 16.5)
+    assert _ask(md, 19.0)
 
 
 def test_the_refreshes_every_retry_backoff_last_less_than_retry_backoff_max() -> None:
     md = _dark(_md(retry_backoff_ms=100))
-    gaps = _revival_gaps(md, 100.0, 10)
-    assert gaps == pytest.approx([0.1] * 9, abs=0.0015)
-    assert not _ask(md, 102.0)
+    gaps = _revival_gaps(md, 100.0, 14)
+    assert gaps == pytest.approx([0.1] * 10 + [0.2, 0.4, 0.8], abs=0.0015)
+    assert not _ask(md, 105.0)
 
 
 def test_an_answer_naming_a_leader_ends_the_watch() -> None:

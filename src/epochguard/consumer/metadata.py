@@ -24,15 +24,6 @@ log = get_logger("epochguard.consumer")
 _QUIET_TOPIC_ERRORS = (wire.ERR.UnknownTopicOrPartitionError, wire.ERR.LeaderNotAvailableError)
 
 
-def _steps_within(backoff: RetryBackoff, span_s: float) -> int:
-    """How many requests ``backoff`` sends within ``span_s`` after a first one."""
-    steps, spent = 0, backoff.delay(0)
-    while spent <= span_s:
-        steps += 1
-        spent += backoff.delay(steps)
-    return steps
-
-
 class Metadata:
     """Topics of interest, the last answer per partition, and the refresh schedule."""
 
@@ -97,18 +88,19 @@ class Metadata:
         self._dark: dict[TopicPartition, frozenset[int]] = {}
         #: Dark partitions one of whose replicas accepted a connection, when it did. An
         #: election follows a broker's return (the controller's, or an administrator's):
-        #: they are asked for at once, then every retry_backoff_ms until an answer names a
-        #: leader, as many times as the trackers' backoff (one refresh per
-        #: retry_backoff_max_ms at most) would have asked while they were dark, and at least
-        #: as many as a backoff starting over at the return would ask in its first
-        #: retry_backoff_max_ms (three with the defaults: after 100, 300 and 700 ms), sent
-        #: sooner. The trackers' backoff asks again after those.
+        #: they are asked for at once, then every retry_backoff_ms as many times as the
+        #: trackers' backoff (one refresh per retry_backoff_max_ms at most) would have asked
+        #: while they were dark (the refreshes not sent while no answer could change are
+        #: sent when one can), then on a backoff started over at the return, until an
+        #: answer names a leader or that backoff reaches retry_backoff_max_ms, where the
+        #: trackers' own backoff is.
         self._revived: dict[TopicPartition, float] = {}
         retry_max_s = max(retry_s, 1.0)
         self._revival_at = float("inf")
         self._revival_left = 0
         self._revival_max = max(0, int(retry_max_s / retry_s) - 1)
-        self._revival_min = _steps_within(RetryBackoff(retry_s, retry_max_s), retry_max_s)
+        self._revival_backoff = RetryBackoff(retry_s, retry_max_s)
+        self._revival_attempts = 0
         self._retry_max_s = retry_max_s
         #: When the partitions now dark went dark (the first of them).
         self._dark_since: float | None = None
@@ -319,9 +311,14 @@ class Metadata:
                 self._revival_left -= 1
                 self._revival_at = now + self._retry_s
             else:
-                # Spent: the trackers' backoff asks from here on, as for any partition.
-                self._revived.clear()
-                self._revival_at = float("inf")
+                delay = self._revival_backoff.delay(self._revival_attempts)
+                self._revival_attempts += 1
+                if delay < self._retry_max_s:
+                    self._revival_at = now + delay
+                else:
+                    # The trackers' backoff asks from here on, as for any partition.
+                    self._revived.clear()
+                    self._revival_at = float("inf")
         if self._dark and self._dark_since is None:
             self._dark_since = now
         self._drop_idle_probes()
@@ -382,8 +379,8 @@ class Metadata:
                 self._revived[tp] = now
             if back:
                 dark_for = now - (now if self._dark_since is None else self._dark_since)
-                held_back = int(dark_for / self._retry_max_s)
-                self._revival_left = min(max(held_back, self._revival_min), self._revival_max)
+                self._revival_left = min(int(dark_for / self._retry_max_s), self._revival_max)
+                self._revival_attempts = 0
                 self._revival_at = now
             self._drop_idle_probes()
             return bool(back)

@@ -163,16 +163,28 @@ def test_a_replica_not_refusing_is_left_to_the_trackers_backoff() -> None:
 
 
 def test_a_replica_accepting_connections_while_still_offline_is_not_trusted_again() -> None:
+    # A broker listens a little before the others list it: the answers right after the
+    # return may still call it offline, and the watch goes on. One that stays offline
+    # while it accepts connections is left to the trackers' backoff, without probes.
     md = _dark(_md())
+    still_offline = _answer(None, [0, 1], [0, 1], [2])
     md.probes_due(10.0)
     md.on_probe(0, 10.4, reachable=True)
-    assert _ask(md, 10.4)
-    md.on_answer(_answer(None, [0, 1], [0, 1], [2]), 10.4, ["t"], 10.41)
-    # back on the trackers' backoff; no more probes, no refresh on the revival schedule
-    assert md.probes_due(10.6) == []
-    assert not _ask(md, 10.6)
+    sent = []
+    t = 10.4
+    for _ in range(5):
+        while not _ask(md, t):
+            t = round(t + 0.001, 3)
+        sent.append(t)
+        md.on_answer(still_offline, t, ["t"], t)
+    assert [round(b - a, 3) for a, b in itertools.pairwise(sent)] == [0.1, 0.2, 0.4, 0.8]
+    assert not _ask(md, 13.0)
     md.request(leader_for=TP, any_answer=True)
-    assert _ask(md, 10.6)
+    assert _ask(md, 13.0)
+    md.on_answer(still_offline, 13.0, ["t"], 13.0)
+    assert md.probes_due(13.1) == []  # not dark again: the tracker's backoff asks
+    md.request(leader_for=TP, any_answer=True)
+    assert _ask(md, 13.2)
 
 
 def test_an_answer_to_a_request_sent_before_the_replica_was_back_is_asked_again() -> None:

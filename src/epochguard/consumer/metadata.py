@@ -95,6 +95,7 @@ class Metadata:
         #: answer names a leader or that backoff reaches retry_backoff_max_ms, where the
         #: trackers' own backoff is.
         self._revived: dict[TopicPartition, float] = {}
+        self._replicas_of_revived: dict[TopicPartition, frozenset[int]] = {}
         retry_max_s = max(retry_s, 1.0)
         self._revival_at = float("inf")
         self._revival_left = 0
@@ -290,15 +291,9 @@ class Metadata:
                 offline = bool(replicas) and not (replicas & set(p.live_replicas) & live)
                 back_at = self._revived.get(tp)
                 if back_at is not None:
-                    if sent_at < back_at:
-                        early = True  # asked before the replica was back: ask again
-                        continue
-                    if not offline:
-                        continue
-                    # A replica accepted a connection, yet the brokers still call it down:
-                    # connections cannot tell when it is back.
-                    self._unwatchable.update(replicas)
-                    del self._revived[tp]
+                    # A broker listens a little before the others list it: an answer still
+                    # calling every replica offline does not end the watch early.
+                    early = early or sent_at < back_at  # asked before it was back
                     continue
                 if offline and replicas <= self._known_brokers and not replicas & self._unwatchable:
                     self._dark[tp] = replicas
@@ -316,7 +311,13 @@ class Metadata:
                 if delay < self._retry_max_s:
                     self._revival_at = now + delay
                 else:
-                    # The trackers' backoff asks from here on, as for any partition.
+                    # The trackers' backoff asks from here on, as for any partition. A
+                    # replica still offline although it accepts connections cannot tell
+                    # when it is back: not watched again until an answer lists it.
+                    for tp in self._revived:
+                        replicas = self._replicas_of_revived.pop(tp, frozenset())
+                        if not replicas & live:
+                            self._unwatchable.update(replicas)
                     self._revived.clear()
                     self._revival_at = float("inf")
         if self._dark and self._dark_since is None:
@@ -327,6 +328,7 @@ class Metadata:
         self._waiting.discard(tp)
         self._dark.pop(tp, None)
         self._revived.pop(tp, None)
+        self._replicas_of_revived.pop(tp, None)
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         """The partitions are no longer assigned: stop watching their replicas."""
@@ -375,7 +377,7 @@ class Metadata:
             self._forget_probe(node)
             back = [tp for tp, replicas in self._dark.items() if node in replicas]
             for tp in back:
-                del self._dark[tp]
+                self._replicas_of_revived[tp] = self._dark.pop(tp)
                 self._revived[tp] = now
             if back:
                 dark_for = now - (now if self._dark_since is None else self._dark_since)

@@ -57,6 +57,14 @@ def _ask(md: Metadata, now: float) -> bool:
     return md.due(now) is not None
 
 
+def _back(md: Metadata, node: int, at: float) -> bool:
+    """``node`` refused a connection, then accepted one at ``at``: it is back."""
+    md.probes_due(at - 0.05)
+    md.on_probe(node, at - 0.05, reachable=False, refused=True)
+    md.probes_due(at)
+    return md.on_probe(node, at, reachable=True)
+
+
 def _dark(md: Metadata, now: float = 10.0) -> Metadata:
     """The leader stopped: answers name it, then no leader with every replica offline."""
     assert _ask(md, now - 2)
@@ -89,7 +97,7 @@ def test_a_replica_accepting_a_connection_sends_the_refresh_at_once() -> None:
     md = _dark(_md())
     md.probes_due(10.0)
     md.on_probe(0, 10.001, reachable=False, refused=True)
-    assert md.on_probe(1, 10.4, reachable=True)
+    assert _back(md, 1, 10.4)
     assert md.wake_at(10.4, 99.0) <= 10.41
     assert _ask(md, 10.4)
 
@@ -106,8 +114,7 @@ def test_after_a_short_outage_the_backoff_starts_over_at_the_return() -> None:
 
 
 def _revival_gaps(md: Metadata, back_at: float, n: int) -> list[float]:
-    md.probes_due(10.0)
-    md.on_probe(1, back_at, reachable=True)
+    assert _back(md, 1, back_at)
     sent = []
     t = back_at
     for _ in range(n):
@@ -139,13 +146,33 @@ def test_the_refreshes_every_retry_backoff_last_less_than_retry_backoff_max() ->
 
 def test_an_answer_naming_a_leader_ends_the_watch() -> None:
     md = _dark(_md())
-    md.probes_due(10.0)
-    md.on_probe(1, 10.4, reachable=True)
+    assert _back(md, 1, 10.4)
     assert _ask(md, 10.4)
     md.on_answer(_answer(1, [0, 1], [0], [1, 2], epoch=4), 10.4, ["t"], 10.41)
     assert md.leader_of(TP) == 1
     assert md.probes_due(11.0) == []
     assert not _ask(md, 11.0)  # nothing needed, and within metadata_max_age_ms
+
+
+def test_a_replica_still_shutting_down_is_not_back_until_it_refused() -> None:
+    # The others stop listing a broker in controlled shutdown while it still listens: a
+    # connection it accepts then is no return. It is tried again, backing off, until it
+    # refuses; the next connection it accepts is its return.
+    md = _dark(_md(reconnect_backoff_ms=50))
+    assert md.probes_due(10.0) == [0, 1]
+    assert not md.on_probe(0, 10.0, reachable=True)
+    md.on_probe(1, 10.0, reachable=False, refused=True)
+    assert md.probes_due(10.06) == [1]  # node 0: after 100 ms, not 50
+    md.on_probe(1, 10.06, reachable=False, refused=True)
+    assert md.probes_due(10.1) == [0]
+    assert not md.on_probe(0, 10.1, reachable=True)
+    assert md.wake_at(10.1, 99.0) == pytest.approx(10.11)  # node 1's next try
+    assert md.probes_due(10.25) == [1]
+    assert md.probes_due(10.3) == [0]  # 200 ms after the second accept
+    md.on_probe(0, 10.3, reachable=False, refused=True)  # it stopped
+    assert not _ask(md, 10.3)
+    assert _back(md, 0, 12.0)
+    assert _ask(md, 12.0)
 
 
 def test_a_replica_not_refusing_is_left_to_the_trackers_backoff() -> None:
@@ -168,8 +195,7 @@ def test_a_replica_accepting_connections_while_still_offline_is_not_trusted_agai
     # while it accepts connections is left to the trackers' backoff, without probes.
     md = _dark(_md())
     still_offline = _answer(None, [0, 1], [0, 1], [2])
-    md.probes_due(10.0)
-    md.on_probe(0, 10.4, reachable=True)
+    assert _back(md, 0, 10.4)
     sent = []
     t = 10.4
     for _ in range(5):
@@ -191,8 +217,7 @@ def test_an_answer_to_a_request_sent_before_the_replica_was_back_is_asked_again(
     md = _dark(_md())
     md.request()  # another partition's refresh: on its way when the replica is back
     assert _ask(md, 10.1)
-    md.probes_due(10.1)
-    assert md.on_probe(1, 10.2, reachable=True)
+    assert _back(md, 1, 10.2)
     assert not _ask(md, 10.2)  # one request at a time
     md.on_answer(_answer(None, [0, 1], [0, 1], [2]), 10.1, ["t"], 10.25)
     assert md.probes_due(10.3) == []

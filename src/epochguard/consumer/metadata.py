@@ -110,12 +110,21 @@ class Metadata:
         #: Per replica of a dark partition: when to try connecting next.
         self._probe_at: dict[int, float] = {}
         self._probing: set[int] = set()
+        #: Replicas whose last connection attempt was refused: the next one accepted is a
+        #: return. One accepted without a refusal before it is a broker still shutting
+        #: down (the others no longer list it, it still listens) or one the cluster fenced
+        #: while it runs: tried again later, backing off (_probe_backoff), until it refuses.
+        self._refused_by: set[int] = set()
+        self._accepted_in_a_row: dict[int, int] = {}
         #: Replicas that cannot tell that they are back: a connection attempt failed
         #: other than by a refusal (the host may be down or unreachable), or one was
         #: accepted while answers still called it offline. Their partitions are refreshed
         #: on the trackers' backoff, until an answer lists the broker again.
         self._unwatchable: set[int] = set()
         self._probe_interval_s = float(config["reconnect_backoff_ms"]) / 1000
+        self._probe_backoff = RetryBackoff(
+            self._probe_interval_s, max(self._probe_interval_s, reconnect_max_s)
+        )
 
     def request(
         self,
@@ -344,6 +353,8 @@ class Metadata:
 
     def _forget_probe(self, node: int) -> None:
         self._probe_at.pop(node, None)
+        self._refused_by.discard(node)
+        self._accepted_in_a_row.pop(node, None)
 
     def _drop_idle_probes(self) -> None:
         if not self._dark:
@@ -366,13 +377,20 @@ class Metadata:
         return due
 
     def on_probe(self, node: int, now: float, *, reachable: bool, refused: bool = False) -> bool:
-        """The outcome of a connection attempt to ``node``: accepted (``reachable``),
-        refused (nothing listens there: the broker is down; tried again every
-        ``reconnect_backoff_ms``), or failed otherwise (a timeout, an unreachable host: it
+        """The outcome of a connection attempt to ``node``: accepted (``reachable``: the
+        broker is back if the attempt before was refused; otherwise it is still shutting
+        down, or fenced while it runs, and is tried again backing off from
+        ``reconnect_backoff_ms``), refused (nothing listens there: the broker is down; tried
+        again every ``reconnect_backoff_ms``), or failed otherwise (a timeout, an unreachable host: it
         cannot tell when the broker is back, and its partitions are refreshed on the
         trackers' backoff until an answer lists it again). Returns whether a refresh is now
         due because the broker is back."""
         self._probing.discard(node)
+        if reachable and node not in self._refused_by:
+            accepted = self._accepted_in_a_row.get(node, 0)
+            self._accepted_in_a_row[node] = accepted + 1
+            self._probe_at[node] = now + self._probe_backoff.delay(accepted + 1)
+            return False
         if reachable:
             self._forget_probe(node)
             back = [tp for tp, replicas in self._dark.items() if node in replicas]
@@ -387,6 +405,8 @@ class Metadata:
             self._drop_idle_probes()
             return bool(back)
         if refused:
+            self._refused_by.add(node)
+            self._accepted_in_a_row.pop(node, None)
             self._probe_at[node] = now + self._probe_interval_s
             return False
         self._unwatchable.add(node)

@@ -380,11 +380,11 @@ class Metadata:
         """The outcome of a connection attempt to ``node``: accepted (``reachable``: the
         broker is back if the attempt before was refused; otherwise it is still shutting
         down, or fenced while it runs, and is tried again backing off from
-        ``reconnect_backoff_ms``), refused (nothing listens there: the broker is down; tried
-        again every ``reconnect_backoff_ms``), or failed otherwise (a timeout, an unreachable host: it
-        cannot tell when the broker is back, and its partitions are refreshed on the
-        trackers' backoff until an answer lists it again). Returns whether a refresh is now
-        due because the broker is back."""
+        ``reconnect_backoff_ms``), refused (nothing listens there: the broker is down;
+        tried again every ``reconnect_backoff_ms``), or failed otherwise (a timeout, an
+        unreachable host: it cannot tell when the broker is back, and its partitions are
+        refreshed on the trackers' backoff until an answer lists it again). Returns whether
+        a refresh is now due because the broker is back."""
         self._probing.discard(node)
         if reachable and node not in self._refused_by:
             accepted = self._accepted_in_a_row.get(node, 0)

@@ -53,7 +53,9 @@ Method (also written into the JSON):
   brokers count every client's requests by client id, per API, for every client alike. On
   Apache Kafka only clients that count their own: EpochConsumer (its metrics: Metadata,
   OffsetForLeaderEpoch, ListOffsets, Fetch) and librdkafka (its statistics, every API, one
-  statistics interval of 1 s at each end of the window); the others are not counted there.
+  statistics interval of 1 s at each end of the window; librdkafka drops a broker that
+  leaves metadata, a stopped one, and its counters start over when it is learnt again, so
+  a window in which that happened is not counted); the others are not counted there.
 * The load average is recorded before and after each cluster's sections (the machine may
   be shared). ``LEADER_CLUSTERS`` (default ``embedded,apache``) runs some of them; the
   other cluster's sections are kept from the current result file, each with its start.
@@ -123,6 +125,8 @@ API_NAMES = {
     72: "PushTelemetry",
 }
 COUNT_MARK, END = "count-mark", "end"
+#: librdkafka's statistics: brokers whose request counters started over (not a request).
+RESTARTED = "statistics restarted"
 
 
 # --------------------------------------------------------------------------- client side
@@ -265,16 +269,39 @@ def _truncation_like(exc: BaseException) -> bool:
     return "truncat" in name or "outofrange" in name or "out of range" in str(exc).lower()
 
 
+class RdkafkaStats:
+    """librdkafka's statistics callbacks, each summed over the brokers into one line of
+    request counts. A broker's counters start over when librdkafka drops the broker (it
+    left metadata: stopped) and learns it again, which makes the sums count nothing
+    reliable: each line also counts, under ``RESTARTED``, the brokers seen to start over
+    so far, and a window in which that number grew is not counted."""
+
+    def __init__(self) -> None:
+        self.totals: list[dict[str, int]] = []
+        self._last: dict[str, dict[str, int]] = {}
+
+    def add(self, text: str) -> None:
+        total: Counter[str] = Counter()
+        now: dict[str, dict[str, int]] = {}
+        for name, broker in json.loads(text).get("brokers", {}).items():
+            req = {k: v for k, v in broker.get("req", {}).items() if v}
+            now[name] = req
+            total.update(req)
+        restarted = sum(
+            1
+            for name, before in self._last.items()
+            if name not in now or any(now[name].get(k, 0) < v for k, v in before.items())
+        )
+        self._last = now
+        total[RESTARTED] = (self.totals[-1][RESTARTED] if self.totals else 0) + restarted
+        self.totals.append(dict(total))
+
+
 def _confluent(bootstrap: str, topic: str, unclean: bool, out: _Out) -> None:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    stats: list[dict[str, int]] = []
-
-    def on_stats(text: str) -> None:
-        total: Counter[str] = Counter()
-        for broker in json.loads(text).get("brokers", {}).values():
-            total.update({k: v for k, v in broker.get("req", {}).items() if v})
-        stats.append(dict(total))
+    stats = RdkafkaStats()
+    on_stats = stats.add
 
     settings: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
@@ -292,14 +319,14 @@ def _confluent(bootstrap: str, topic: str, unclean: bool, out: _Out) -> None:
     c.assign([TopicPartition(topic, 0, 0)])
 
     def fresh_counts(label: str) -> None:
-        seen = len(stats)
+        seen = len(stats.totals)
         deadline = time.monotonic() + 3
-        while len(stats) == seen and time.monotonic() < deadline:
+        while len(stats.totals) == seen and time.monotonic() < deadline:
             for m in c.consume(num_messages=100, timeout=0.1):
                 if not m.error():
                     out.record(m.value(), m.offset())
-        if len(stats) > seen:
-            out.counts(label, stats[-1])
+        if len(stats.totals) > seen:
+            out.counts(label, stats.totals[-1])
 
     done = False
     while not done:
@@ -790,7 +817,7 @@ def _end_fleet(
             if "leader hints used" in own:
                 diff["leader hints used"] = own["leader hints used"]
             counted[name] = {"counted_by": "brokers", "per_change": per_change(diff, n)}
-        elif own and min(own.values()) >= 0:
+        elif own and min(own.values()) >= 0 and not own.get(RESTARTED):
             # (librdkafka's statistics start over when a broker restarts: then not counted)
             counted[name] = {"counted_by": _own_counts_by(name), "per_change": per_change(own, n)}
         else:

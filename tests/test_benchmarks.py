@@ -268,6 +268,23 @@ def test_leader_change_reads_times_reports_and_counts_from_client_lines(
     assert leader_change.summary([])["p50_ms"] is None
 
 
+def test_leader_change_sees_librdkafkas_counters_start_over(leader_change: ModuleType) -> None:
+    # librdkafka drops a broker that leaves metadata and counts from zero once it is back:
+    # the sums over brokers then count nothing reliable.
+    def stats(**brokers: dict[str, int]) -> str:
+        return json.dumps({"brokers": {n: {"req": req} for n, req in brokers.items()}})
+
+    rd = leader_change.RdkafkaStats()
+    restarted = leader_change.RESTARTED
+    rd.add(stats(b0={"Fetch": 5, "Metadata": 1}, b1={"Fetch": 2}))
+    rd.add(stats(b0={"Fetch": 9, "Metadata": 1}, b1={"Fetch": 4}))
+    assert rd.totals[-1] == {"Fetch": 13, "Metadata": 1, restarted: 0}
+    rd.add(stats(b0={"Fetch": 10, "Metadata": 1}))  # b1 dropped
+    rd.add(stats(b0={"Fetch": 11, "Metadata": 1}, b1={"Fetch": 1}))  # back, from zero
+    rd.add(stats(b0={"Fetch": 1}, b1={"Fetch": 2}))  # b0 started over while not looked at
+    assert [t[restarted] for t in rd.totals] == [0, 0, 1, 1, 2]
+
+
 @pytest.mark.parametrize(
     ("offset", "what"),
     [

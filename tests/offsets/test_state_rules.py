@@ -244,6 +244,27 @@ def test_backoff_grows_and_is_capped() -> None:
     assert isinstance(wait, WaitAction) and wait.until - now == pytest.approx(0.1)
 
 
+def test_a_new_leader_starts_the_backoff_over() -> None:
+    # A long wait for a leader (every replica down) reached the longest backoff; the new
+    # leader refuses the first fetch while it applies its election: that retry goes after
+    # the first step, not after the longest.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest"))
+    tr.on_metadata(1, 1)
+    tr.seek(EpochOffset(0))
+    tr.on_metadata(None, 2)
+    now = 0.0
+    for _ in range(8):
+        wait = tr.next_action(now)
+        assert isinstance(wait, WaitAction)
+        now = wait.until
+    assert tr.next_action(now).until - now > 1.0  # type: ignore[union-attr]
+    tr.on_metadata(2, 3)
+    f = fetch(tr, now)
+    tr.on_fetch_error(f, ErrorCode.UNKNOWN_LEADER_EPOCH, now)
+    wait = tr.next_action(now)
+    assert isinstance(wait, WaitAction) and wait.until - now == pytest.approx(0.1)
+
+
 # ----------------------------------------------------------- when to (re)validate
 
 

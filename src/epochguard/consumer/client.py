@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 import kafka.errors as kerrors
 from kafka.future import Future
+from kafka.net.inet import create_connection
 from kafka.net.manager import KafkaConnectionManager
 from kafka.net.selector import NetworkSelector
 from kafka.net.transport import KafkaTCPTransport
@@ -42,7 +43,7 @@ from epochguard.consumer.effects import Await, Step, run_blocking
 from epochguard.consumer.errors import SslAuthenticationError
 from epochguard.consumer.rebootstrap import MetadataRecovery, RebootstrapReason
 
-__all__ = ["BrokerClient"]
+__all__ = ["BrokerClient", "is_refusal"]
 
 log = get_logger("epochguard.consumer")
 
@@ -352,7 +353,8 @@ def _plain_error(exc: BaseException | None) -> str | None:
     return text if text.startswith(name) else f"{name}: {text}"
 
 
-def _is_refusal(exc: BaseException) -> bool:
+def is_refusal(exc: BaseException) -> bool:
+    """The connection attempt was refused: nothing listens at that address."""
     # kafka-python reports a refused connect() as KafkaConnectionError("111 ECONNREFUSED").
     return isinstance(exc, kerrors.KafkaConnectionError) and exc.args == (_REFUSED,)
 
@@ -502,7 +504,7 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
             log.error("connection_failed_for_good", node=str(node_id), error=str(exc))
             self.fatal_error = exc
         self.connection_errors[node_id] = exc
-        if _is_refusal(exc):
+        if is_refusal(exc):
             self.refusals[node_id] = self.refusals.get(node_id, 0) + 1
         else:
             self.refusals.pop(node_id, None)
@@ -551,6 +553,9 @@ class BrokerClient:
             float(config.get("metadata_recovery_rebootstrap_trigger_ms", 300000)) / 1000,
         )
         self._addresses: dict[int, tuple[str, int]] = {}
+        # Every broker's last address, also of brokers the last answer left out (down):
+        # where probe() looks whether one is back.
+        self._last_addresses: dict[int, tuple[str, int]] = {}
         # A recovery the "none" strategy declined, already logged (until the next answer).
         self._declined: RebootstrapReason | None = None
         #: Called (where the connections are served) after each rebootstrap: a driver
@@ -699,6 +704,32 @@ class BrokerClient:
 
         return self._hand_over(_send)
 
+    def probe(self, node_id: int) -> Any:
+        """Connect to ``node_id`` at its last known address (also when the last Metadata
+        answer left it out) and close the connection at once: no request, only whether
+        something listens there. Returns a Future: ``True``, or the connection error
+        (:func:`is_refusal` tells a refusal)."""
+        address = self._last_addresses.get(node_id)
+        if self._closed or address is None:
+            return Future().failure(kerrors.NodeNotReadyError(f"broker {node_id} unknown"))
+        manager = self._manager
+
+        async def _probe() -> bool:
+            setup_s = manager.config["socket_connection_setup_timeout_ms"] / 1000
+            timeout_at = time.monotonic() + setup_s
+            sock = await create_connection(
+                self._net,
+                address[0],
+                address[1],
+                manager.config["socket_options"],
+                proxy_url=manager.config["proxy_url"],
+                timeout_at=timeout_at,
+            )
+            sock.close()
+            return True
+
+        return self._hand_over(_probe)
+
     @property
     def rebootstraps(self) -> int:
         """Rebootstraps made so far."""
@@ -823,6 +854,7 @@ class BrokerClient:
                 manager.close(node_id)
                 manager.reset_backoff(node_id)
         self._addresses = addresses
+        self._last_addresses.update(addresses)
         manager.cluster.update_metadata(response)
 
     # -------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from kafka.structs import TopicPartition
 from epochguard._errors import ErrorCode, error_name
 from epochguard._log import get_logger
 from epochguard.consumer import wire
-from epochguard.consumer.client import BrokerClient
+from epochguard.consumer.client import BrokerClient, is_refusal
 from epochguard.consumer.columns import decode_columns
 from epochguard.consumer.effects import Pump, Signal, Step
 from epochguard.consumer.errors import CorruptRecordError, RecordDeserializationError
@@ -54,6 +54,7 @@ from epochguard.offsets.events import (
     MetadataRefreshNeeded,
     OffsetReset,
     PositionValidated,
+    RefreshReason,
     ResetAction,
     TruncationDetected,
     ValidateAction,
@@ -133,6 +134,9 @@ class FetcherMetrics:
         self.fetch_session_resets = 0
         #: KIP-951: leaders taken from a refused Fetch's hint, without a metadata round trip.
         self.leader_hints_applied = 0
+        #: Replicas of a partition without a leader found back by a connection attempt
+        #: (every replica was down): metadata was asked at once.
+        self.replicas_back = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(vars(self))
@@ -344,6 +348,7 @@ class Fetcher:
 
     def remove_partition(self, tp: TopicPartition) -> None:
         self.clear_corrupt(tp)
+        self.metadata.forget((tp,))
         self.trackers.pop(tp, None)
         self.ledgers.pop(tp, None)
         self.highwaters.pop(tp, None)
@@ -492,7 +497,9 @@ class Fetcher:
                 if tp not in self._hinted:
                     refused = event.reason in _NOT_LEADING
                     self.metadata.request(
-                        time.monotonic() if refused else None, any_answer=not refused
+                        time.monotonic() if refused else None,
+                        any_answer=not refused,
+                        leader_for=tp if event.reason == RefreshReason.LEADER_UNKNOWN else None,
                     )
                     self._wake.set()
             elif isinstance(event, TruncationDetected):
@@ -534,6 +541,21 @@ class Fetcher:
         self.metrics.metadata_requests += 1
         fut = self._client.send_metadata(request)
         self._complete(self._on_metadata, MetadataSent(now, topics), fut)
+
+    def _send_probes(self, now: float) -> None:
+        for node in self.metadata.probes_due(now):
+            self._complete(self._on_probe, node, self._client.probe(node))
+
+    def _on_probe(self, node: int, future: Any) -> None:
+        now = time.monotonic()
+        error = future.exception
+        back = self.metadata.on_probe(
+            node, now, reachable=error is None, refused=error is not None and is_refusal(error)
+        )
+        if back:
+            self.metrics.replicas_back += 1
+            log.info("leaderless_replica_back", node=node)
+            self._wake.set()
 
     def _on_metadata(self, context: MetadataSent, future: Any) -> None:
         sent_at, topics = context.sent_at, context.topics
@@ -626,6 +648,7 @@ class Fetcher:
         Only the partitions in the ready set are asked (see ``__init__``): the others are
         known to be idle until an input, a timer or their broker wakes them."""
         self._maybe_send_metadata(now)
+        self._send_probes(now)
         metadata = self.metadata
         wake_at = metadata.wake_at(now, now + float(self._config["metadata_max_age_ms"]) / 1000)
         ready_set = self._ready

@@ -8,6 +8,7 @@ Sending and applying answers is the driver's (:class:`~epochguard.consumer.fetch
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from kafka.structs import TopicPartition
@@ -73,9 +74,69 @@ class Metadata:
         self._hold: dict[str, float] = {}
         # Answers in a row that still held a topic back (for the refresh backoff).
         self._hold_misses = 0
+        # Waiting for a leader whose replicas are all down. Only a live replica can be
+        # elected, so no answer can name a leader for such a partition before one of its
+        # replicas is back; refreshing on the trackers' backoff meanwhile only asks the
+        # brokers for the same answer. A broker that is down refuses connections, which
+        # costs the cluster no request: the driver tries to connect to the replicas
+        # (probes_due/on_probe) and the refresh goes the moment one accepts. See
+        # docs/guides/consumer.md, "Partitions without a leader".
+        #: Partitions whose tracker waits for a leader (request(leader_for=)).
+        self._waiting: set[TopicPartition] = set()
+        #: Of those, the ones whose last answer named no leader and only offline replicas,
+        #: all at addresses an answer gave: their replicas.
+        self._dark: dict[TopicPartition, frozenset[int]] = {}
+        #: Dark partitions one of whose replicas accepted a connection, when it did. An
+        #: election follows a broker's return (the controller's, or an administrator's):
+        #: they are asked for at once, then every retry_backoff_ms as many times as the
+        #: trackers' backoff (one refresh per retry_backoff_max_ms at most) would have asked
+        #: while they were dark (the refreshes not sent while no answer could change are
+        #: sent when one can), then on a backoff started over at the return, until an
+        #: answer names a leader or that backoff reaches retry_backoff_max_ms, where the
+        #: trackers' own backoff is.
+        self._revived: dict[TopicPartition, float] = {}
+        self._replicas_of_revived: dict[TopicPartition, frozenset[int]] = {}
+        retry_max_s = max(retry_s, 1.0)
+        self._revival_at = float("inf")
+        self._revival_left = 0
+        self._revival_max = max(0, int(retry_max_s / retry_s) - 1)
+        self._revival_backoff = RetryBackoff(retry_s, retry_max_s)
+        self._revival_attempts = 0
+        self._retry_max_s = retry_max_s
+        #: When the partitions now dark went dark (the first of them).
+        self._dark_since: float | None = None
+        #: Every broker an answer named: the driver knows where to reach it.
+        self._known_brokers: set[int] = set()
+        #: Per replica of a dark partition: when to try connecting next.
+        self._probe_at: dict[int, float] = {}
+        self._probing: set[int] = set()
+        #: Replicas whose last connection attempt was refused: the next one accepted is a
+        #: return. One accepted without a refusal before it is a broker still shutting
+        #: down (the others no longer list it, it still listens) or one the cluster fenced
+        #: while it runs: tried again later, backing off (_probe_backoff), until it refuses.
+        self._refused_by: set[int] = set()
+        self._accepted_in_a_row: dict[int, int] = {}
+        #: Replicas that cannot tell that they are back: a connection attempt failed
+        #: other than by a refusal (the host may be down or unreachable), or one was
+        #: accepted while answers still called it offline. Their partitions are refreshed
+        #: on the trackers' backoff, until an answer lists the broker again.
+        self._unwatchable: set[int] = set()
+        self._probe_interval_s = float(config["reconnect_backoff_ms"]) / 1000
+        self._probe_backoff = RetryBackoff(
+            self._probe_interval_s, max(self._probe_interval_s, reconnect_max_s)
+        )
 
-    def request(self, refused_at: float | None = None, *, any_answer: bool = False) -> None:
-        """Ask for a refresh. ``refused_at``: a broker refused a request at that time
+    def request(
+        self,
+        refused_at: float | None = None,
+        *,
+        any_answer: bool = False,
+        leader_for: TopicPartition | None = None,
+    ) -> None:
+        """Ask for a refresh. ``leader_for``: the refresh is for that partition's tracker,
+        which knows no leader; none is sent while the last answer said every replica of it
+        is down (it goes when one of them accepts a connection, see :meth:`on_probe`).
+        ``refused_at``: a broker refused a request at that time
         because it does not lead the partition (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH):
         an answer to a request sent before that is what sent the request there, so the
         refresh goes without the spacing after that answer (failure backoffs still hold).
@@ -84,6 +145,10 @@ class Metadata:
         waiting for a leader asks again, after its backoff, if that answer names none);
         otherwise the refresh is a request sent from now on (callers wait for
         :meth:`fresh_since`)."""
+        if leader_for is not None:
+            self._waiting.add(leader_for)
+            if leader_for in self._dark or leader_for in self._revived:
+                return
         if any_answer and refused_at is None and self.in_flight:
             return
         self.needed = True
@@ -107,16 +172,27 @@ class Metadata:
     def wake_at(self, now: float, wake_at: float) -> float:
         if self.needed:
             at = now if self._refusal_pending() else self.next_at
-            return min(wake_at, max(at, now + 0.005))
+            wake_at = min(wake_at, max(at, now + 0.005))
+        if self._revived and not self.in_flight:
+            wake_at = min(wake_at, max(self._revival_at, now + 0.005))
+        if self._dark:
+            for node in self._watched():
+                if node not in self._probing:
+                    wake_at = min(wake_at, max(self._probe_at.get(node, now), now + 0.005))
         return wake_at
 
     def due(self, now: float) -> tuple[Any, list[str] | None] | None:
         """The request to send now, with the topics it asks for (``None``: all), or ``None``
         if nothing is due. Marks it in flight."""
-        if self.in_flight or (now < self.next_at and not self._refusal_pending()):
+        if self.in_flight:
             return None
-        if not self.needed and now - self.ok_at < self._max_age_s:
-            return None
+        revival = bool(self._revived) and now >= self._revival_at
+        if not revival:
+            if now < self.next_at and not self._refusal_pending():
+                return None
+            if not self.needed and now - self.ok_at < self._max_age_s:
+                return None
+        self._revival_at = float("inf")
         topics = None if self.want_all else sorted(self.topics)
         if topics is not None and not topics and self.ok_at > 0:
             self.needed = False
@@ -132,6 +208,8 @@ class Metadata:
         backoff = self._failure_backoff.delay(self._failures)
         self.next_at = now + backoff
         self.needed = True
+        if self._revived:
+            self._revival_at = self.next_at
         log.debug("metadata_request_failed", error=repr(error), backoff_s=backoff)
 
     def on_answer(
@@ -176,6 +254,8 @@ class Metadata:
         self.leaders.update(leaders)
         if answer.racks:
             self.racks = dict(answer.racks)
+        self._known_brokers.update(answer.racks)
+        self._watch_leaderless(answer, sent_at, now)
         if self._hold:
             # Only metadata can release a held topic (it is back, with its new id): ask again
             # instead of waiting metadata_max_age_ms, backing off while it stays missing.
@@ -194,6 +274,146 @@ class Metadata:
         else:
             self._refusals = 0
         return leaders
+
+    # ---------------------------------------------------- partitions whose replicas are down
+
+    def _watch_leaderless(self, answer: wire.MetadataAnswer, sent_at: float, now: float) -> None:
+        """Which waiting partitions the answer leaves without a leader and without a live
+        replica (dark), and when to ask again for those whose replica came back."""
+        live = set(answer.racks)
+        self._unwatchable -= live
+        for node in live:
+            self._forget_probe(node)
+        waiting = self._waiting
+        if not waiting:
+            return
+        early = False
+        for topic in answer.topics:
+            for p in topic.partitions:
+                tp = p.tp
+                if tp not in waiting:
+                    continue
+                if p.leader_id is not None or topic.error is not None:
+                    self._stop_watching(tp)
+                    continue
+                replicas = frozenset(p.replicas)
+                offline = bool(replicas) and not (replicas & set(p.live_replicas) & live)
+                back_at = self._revived.get(tp)
+                if back_at is not None:
+                    # A broker listens a little before the others list it: an answer still
+                    # calling every replica offline does not end the watch early.
+                    early = early or sent_at < back_at  # asked before it was back
+                    continue
+                if offline and replicas <= self._known_brokers and not replicas & self._unwatchable:
+                    self._dark[tp] = replicas
+                else:
+                    self._dark.pop(tp, None)
+        if self._revived:
+            if early:
+                self._revival_at = now
+            elif self._revival_left > 0:
+                self._revival_left -= 1
+                self._revival_at = now + self._retry_s
+            else:
+                delay = self._revival_backoff.delay(self._revival_attempts)
+                self._revival_attempts += 1
+                if delay < self._retry_max_s:
+                    self._revival_at = now + delay
+                else:
+                    # The trackers' backoff asks from here on, as for any partition. A
+                    # replica still offline although it accepts connections cannot tell
+                    # when it is back: not watched again until an answer lists it.
+                    for tp in self._revived:
+                        replicas = self._replicas_of_revived.pop(tp, frozenset())
+                        if not replicas & live:
+                            self._unwatchable.update(replicas)
+                    self._revived.clear()
+                    self._revival_at = float("inf")
+        if self._dark and self._dark_since is None:
+            self._dark_since = now
+        self._drop_idle_probes()
+
+    def _stop_watching(self, tp: TopicPartition) -> None:
+        self._waiting.discard(tp)
+        self._dark.pop(tp, None)
+        self._revived.pop(tp, None)
+        self._replicas_of_revived.pop(tp, None)
+
+    def forget(self, tps: Iterable[TopicPartition]) -> None:
+        """The partitions are no longer assigned: stop watching their replicas."""
+        for tp in tps:
+            self._stop_watching(tp)
+        self._drop_idle_probes()
+
+    def _watched(self) -> set[int]:
+        nodes: set[int] = set()
+        for replicas in self._dark.values():
+            nodes |= replicas
+        return nodes
+
+    def _forget_probe(self, node: int) -> None:
+        self._probe_at.pop(node, None)
+        self._refused_by.discard(node)
+        self._accepted_in_a_row.pop(node, None)
+
+    def _drop_idle_probes(self) -> None:
+        if not self._dark:
+            self._dark_since = None
+        watched = self._watched()
+        for node in [n for n in self._probe_at if n not in watched]:
+            self._forget_probe(node)
+
+    def probes_due(self, now: float) -> list[int]:
+        """Replicas of dark partitions to try connecting to now (no request: a connection
+        made and closed, see :meth:`on_probe`). Marks them in flight."""
+        if not self._dark:
+            return []
+        due = [
+            node
+            for node in sorted(self._watched())
+            if node not in self._probing and now >= self._probe_at.get(node, now)
+        ]
+        self._probing.update(due)
+        return due
+
+    def on_probe(self, node: int, now: float, *, reachable: bool, refused: bool = False) -> bool:
+        """The outcome of a connection attempt to ``node``: accepted (``reachable``: the
+        broker is back if the attempt before was refused; otherwise it is still shutting
+        down, or fenced while it runs, and is tried again backing off from
+        ``reconnect_backoff_ms``), refused (nothing listens there: the broker is down;
+        tried again every ``reconnect_backoff_ms``), or failed otherwise (a timeout, an
+        unreachable host: it cannot tell when the broker is back, and its partitions are
+        refreshed on the trackers' backoff until an answer lists it again). Returns whether
+        a refresh is now due because the broker is back."""
+        self._probing.discard(node)
+        if reachable and node not in self._refused_by:
+            accepted = self._accepted_in_a_row.get(node, 0)
+            self._accepted_in_a_row[node] = accepted + 1
+            self._probe_at[node] = now + self._probe_backoff.delay(accepted + 1)
+            return False
+        if reachable:
+            self._forget_probe(node)
+            back = [tp for tp, replicas in self._dark.items() if node in replicas]
+            for tp in back:
+                self._replicas_of_revived[tp] = self._dark.pop(tp)
+                self._revived[tp] = now
+            if back:
+                dark_for = now - (now if self._dark_since is None else self._dark_since)
+                self._revival_left = min(int(dark_for / self._retry_max_s), self._revival_max)
+                self._revival_attempts = 0
+                self._revival_at = now
+            self._drop_idle_probes()
+            return bool(back)
+        if refused:
+            self._refused_by.add(node)
+            self._accepted_in_a_row.pop(node, None)
+            self._probe_at[node] = now + self._probe_interval_s
+            return False
+        self._unwatchable.add(node)
+        for tp in [tp for tp, replicas in self._dark.items() if node in replicas]:
+            del self._dark[tp]
+        self._drop_idle_probes()
+        return False
 
     def refuse(self, topic: str) -> None:
         """A broker refused ``topic`` outside metadata (Fetch): raise it like an answer's."""

@@ -233,6 +233,8 @@ class PartitionLeader:
     leader_epoch: int | None
     #: The replicas that are not offline (KIP-392: where a read replica may be).
     live_replicas: tuple[int, ...] = ()
+    #: Every replica, offline ones included.
+    replicas: tuple[int, ...] = ()
 
 
 @attrs.frozen
@@ -284,6 +286,7 @@ def read_metadata(response: Any) -> MetadataAnswer:
                 # Metadata below v7 has no leader epochs.
                 epoch_from_wire(getattr(p, "leader_epoch", None)),
                 _live_replicas(p),
+                tuple(int(r) for r in getattr(p, "replica_nodes", None) or ()),
             )
             for p in topic.partitions
         )

@@ -909,8 +909,15 @@ class PartitionTracker:
         # A new leader (or epoch) chooses the read replica afresh; the validation that a new
         # epoch starts below covers the change of replica too.
         self._replica = None
-        # A new leader answers differently: whatever was waiting may go now.
-        self._retry_at = 0.0
+        if leader_id is not None:
+            # A new leader answers differently: whatever was waiting may go now. Failures
+            # in a row were the old leader's, or the wait for one: a broker taking over may
+            # refuse the first request (UNKNOWN_LEADER_EPOCH before it has applied its
+            # election), and that retry comes after retry_backoff_ms, not after the longest
+            # backoff the wait for a leader had reached. (Without a leader the backoff
+            # goes on: asking at once would only fetch the answer just applied again.)
+            self._retry_at = 0.0
+            self._attempts = 0
         if (
             self._await_epoch is not None
             and new_epoch is not None

@@ -18,7 +18,7 @@ from kafka.structs import TopicPartition
 from epochguard.consumer import wire
 from epochguard.consumer.config import build_config
 from epochguard.consumer.fetcher import Fetcher
-from epochguard.consumer.metadata import Metadata
+from epochguard.consumer.metadata import DARK_REFRESH_S, Metadata
 from epochguard.offsets.policy import OffsetPolicy
 from epochguard.offsets.state import PartitionState
 
@@ -77,9 +77,21 @@ def _dark(md: Metadata, now: float = 10.0) -> Metadata:
 
 def test_waiting_for_a_leader_while_every_replica_is_down_asks_nothing() -> None:
     md = _dark(_md())
-    for t in (10.1, 10.5, 11.0, 12.0, 30.0):
+    for t in (10.1, 10.5, 11.0, 12.0, 13.9):
         md.request(leader_for=TP, any_answer=True)  # the tracker's backoff steps
         assert not _ask(md, t)
+
+
+def test_a_dark_partition_is_still_asked_about_every_few_seconds() -> None:
+    """A broker may come back where the probes do not look (a new address): an answer, at
+    DARK_REFRESH_S after the last one, is the only way to learn it."""
+    md = _dark(_md())  # the last answer was to a request sent at 9.0
+    assert md.wake_at(10.0, 99.0) <= 9.0 + DARK_REFRESH_S
+    assert not _ask(md, 9.0 + DARK_REFRESH_S - 0.1)
+    assert _ask(md, 9.0 + DARK_REFRESH_S)
+    md.on_answer(_answer(None, [0, 1], [0, 1], [2]), 14.0, ["t"], 14.01)
+    assert not _ask(md, 18.9)
+    assert _ask(md, 19.0)
 
 
 def test_the_replicas_are_tried_every_reconnect_backoff_while_they_refuse() -> None:
@@ -241,12 +253,6 @@ def test_a_partition_given_up_stops_the_probes() -> None:
     md.on_probe(0, 10.01, reachable=False, refused=True)
     assert md.probes_due(11.0) == []
     assert md.wake_at(11.0, 99.0) == 99.0
-
-
-def test_metadata_max_age_still_refreshes_a_dark_partition() -> None:
-    md = _dark(_md(metadata_max_age_ms=60_000))
-    assert not _ask(md, 40.0)
-    assert _ask(md, 70.0)
 
 
 # ------------------------------------------------------------------ through the fetcher

@@ -22,6 +22,10 @@ __all__ = ["Metadata"]
 log = get_logger("epochguard.consumer")
 
 _QUIET_TOPIC_ERRORS = (wire.ERR.UnknownTopicOrPartitionError, wire.ERR.LeaderNotAvailableError)
+#: While a partition waits for a replica to accept a connection, metadata is still asked this
+#: long after the last answer: a broker can come back where the probes do not look (a pod
+#: restarted on a new address, a replica reassigned away), and only an answer says so.
+DARK_REFRESH_S = 5.0
 
 
 class Metadata:
@@ -176,6 +180,7 @@ class Metadata:
         if self._revived and not self.in_flight:
             wake_at = min(wake_at, max(self._revival_at, now + 0.005))
         if self._dark:
+            wake_at = min(wake_at, max(self.ok_at + DARK_REFRESH_S, now + 0.005))
             for node in self._watched():
                 if node not in self._probing:
                     wake_at = min(wake_at, max(self._probe_at.get(node, now), now + 0.005))
@@ -186,6 +191,8 @@ class Metadata:
         if nothing is due. Marks it in flight."""
         if self.in_flight:
             return None
+        if self._dark and now - self.ok_at >= DARK_REFRESH_S:
+            self.needed = True
         revival = bool(self._revived) and now >= self._revival_at
         if not revival:
             if now < self.next_at and not self._refusal_pending():

@@ -8,8 +8,10 @@ and heartbeats to its coordinator, past its session timeout)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import kafka.errors as kerrors
 import pytest
@@ -54,6 +56,23 @@ def _cut_off(proxy: FaultProxy, coordinator: int) -> None:
     assert proxy.reset(coordinator) >= 1
 
 
+async def _commit_until_it_lands(commit: Callable[[], Any]) -> int:
+    """Commit offset 3 until it succeeds (failing past the deadline); the failures before."""
+    started = time.monotonic()
+    failures = 0
+    while True:
+        try:
+            done = commit()
+            if inspect.isawaitable(done):
+                await asyncio.wait_for(done, 3)
+            return failures
+        except (kerrors.KafkaError, TimeoutError):
+            failures += 1
+            assert time.monotonic() - started < BLACKHOLE_S + DEADLINE_S, (
+                f"commits still failing after {failures} attempts"
+            )
+
+
 def test_threaded_commit_reconnects_after_a_handshake_went_unanswered(
     proxied: tuple[EmbeddedCluster, FaultProxy],
 ) -> None:
@@ -69,17 +88,11 @@ def test_threaded_commit_reconnects_after_a_handshake_went_unanswered(
         coordinator = consumer._engine.group.coordinator_id
         assert coordinator is not None
         _cut_off(proxy, coordinator)
-        started = time.monotonic()
-        failures = 0
-        while True:
-            try:
-                consumer.commit({TopicPartition(TOPIC, 0): 3}, timeout_ms=1000)
-                break
-            except kerrors.KafkaError:
-                failures += 1
-                assert time.monotonic() - started < BLACKHOLE_S + DEADLINE_S, (
-                    f"commits still failing after {failures} attempts"
-                )
+        failures = asyncio.run(
+            _commit_until_it_lands(
+                lambda: consumer.commit({TopicPartition(TOPIC, 0): 3}, timeout_ms=1000)
+            )
+        )
         # The blackhole made at least the first attempt fail: the fault was in the way.
         assert failures >= 1
         assert consumer.committed(TopicPartition(TOPIC, 0)) == 3
@@ -106,17 +119,9 @@ def test_asyncio_commit_reconnects_after_a_handshake_went_unanswered(
             coordinator = consumer._engine.group.coordinator_id
             assert coordinator is not None
             _cut_off(proxy, coordinator)
-            started = time.monotonic()
-            failures = 0
-            while True:
-                try:
-                    await asyncio.wait_for(consumer.commit({TopicPartition(TOPIC, 0): 3}), 3)
-                    break
-                except (kerrors.KafkaError, TimeoutError):
-                    failures += 1
-                    assert time.monotonic() - started < BLACKHOLE_S + DEADLINE_S, (
-                        f"commits still failing after {failures} attempts"
-                    )
+            failures = await _commit_until_it_lands(
+                lambda: consumer.commit({TopicPartition(TOPIC, 0): 3})
+            )
             assert failures >= 1
             return await consumer.committed(TopicPartition(TOPIC, 0))
         finally:

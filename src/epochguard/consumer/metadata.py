@@ -90,7 +90,8 @@ class Metadata:
         #: Of those, the ones whose last answer named no leader and only offline replicas,
         #: all at addresses an answer gave: their replicas.
         self._dark: dict[TopicPartition, frozenset[int]] = {}
-        #: Dark partitions one of whose replicas accepted a connection, when it did. An
+        #: Dark partitions one of whose replicas accepted a connection: when it did, and
+        #: their replicas. An
         #: election follows a broker's return (the controller's, or an administrator's):
         #: they are asked for at once, then every retry_backoff_ms as many times as the
         #: trackers' backoff (one refresh per retry_backoff_max_ms at most) would have asked
@@ -98,8 +99,7 @@ class Metadata:
         #: sent when one can), then on a backoff started over at the return, until an
         #: answer names a leader or that backoff reaches retry_backoff_max_ms, where the
         #: trackers' own backoff is.
-        self._revived: dict[TopicPartition, float] = {}
-        self._replicas_of_revived: dict[TopicPartition, frozenset[int]] = {}
+        self._revived: dict[TopicPartition, tuple[float, frozenset[int]]] = {}
         retry_max_s = max(retry_s, 1.0)
         self._revival_at = float("inf")
         self._revival_left = 0
@@ -305,8 +305,9 @@ class Metadata:
                     continue
                 replicas = frozenset(p.replicas)
                 offline = bool(replicas) and not (replicas & set(p.live_replicas) & live)
-                back_at = self._revived.get(tp)
-                if back_at is not None:
+                revived = self._revived.get(tp)
+                if revived is not None:
+                    back_at = revived[0]
                     # A broker listens a little before the others list it: an answer still
                     # calling every replica offline does not end the watch early.
                     early = early or sent_at < back_at  # asked before it was back
@@ -330,8 +331,7 @@ class Metadata:
                     # The trackers' backoff asks from here on, as for any partition. A
                     # replica still offline although it accepts connections cannot tell
                     # when it is back: not watched again until an answer lists it.
-                    for tp in self._revived:
-                        replicas = self._replicas_of_revived.pop(tp, frozenset())
+                    for _back_at, replicas in self._revived.values():
                         if not replicas & live:
                             self._unwatchable.update(replicas)
                     self._revived.clear()
@@ -344,7 +344,6 @@ class Metadata:
         self._waiting.discard(tp)
         self._dark.pop(tp, None)
         self._revived.pop(tp, None)
-        self._replicas_of_revived.pop(tp, None)
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         """The partitions are no longer assigned: stop watching their replicas."""
@@ -402,8 +401,7 @@ class Metadata:
             self._forget_probe(node)
             back = [tp for tp, replicas in self._dark.items() if node in replicas]
             for tp in back:
-                self._replicas_of_revived[tp] = self._dark.pop(tp)
-                self._revived[tp] = now
+                self._revived[tp] = (now, self._dark.pop(tp))
             if back:
                 dark_for = now - (now if self._dark_since is None else self._dark_since)
                 self._revival_left = min(int(dark_for / self._retry_max_s), self._revival_max)

@@ -16,6 +16,7 @@ import base64
 import contextlib
 import fcntl
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
@@ -221,6 +222,10 @@ class _Node:
     def address(self) -> tuple[str, int]:
         return ("127.0.0.1", self.port)
 
+
+#: The file ``kafka-storage format`` writes into a node's log directory besides
+#: ``meta.properties``.
+BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 
 #: The listener a fault proxy forwards to (``ApacheKafkaCluster(fault_proxy=...)``).
 FAULT_PROXY_LISTENER = "FAULT_PROXY"
@@ -668,7 +673,7 @@ class ApacheKafkaCluster:
                 # A follower that stops fetching (SIGSTOP, a hung JVM) leaves the ISR in ~2 s;
                 # a stopped broker leaves it at once through fencing / controlled shutdown.
                 "replica.lag.time.max.ms": "2000",
-                "replica.fetch.wait.max.ms": "200",
+                "replica.fetch.wait.max.ms": "500",
                 "replica.fetch.backoff.ms": "100",
                 "replica.socket.timeout.ms": "5000",
                 "num.replica.fetchers": "1",
@@ -816,8 +821,27 @@ class ApacheKafkaCluster:
                 )
 
     def _format_storage(self) -> None:
+        """What ``kafka-storage format`` writes for each node: ``meta.properties`` (the
+        cluster, node and directory ids) and ``bootstrap.checkpoint`` (the metadata version
+        and features, and for the controller the SCRAM credentials). The checkpoint does not
+        depend on the cluster, so the tool runs once per role, credentials and jars, and
+        later clusters copy its checkpoint and write their own ids: a JVM per node less on
+        every start."""
         procs = []
         for node in self._nodes.values():
+            if (node.data_dir / "meta.properties").is_file():
+                continue  # formatted already (the tool's --ignore-formatted)
+            cached = self._formatted_checkpoint(node)
+            if cached.is_file():
+                node.data_dir.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(cached, node.data_dir / BOOTSTRAP_CHECKPOINT)
+                (node.data_dir / "meta.properties").write_text(
+                    "version=1\n"
+                    f"cluster.id={self._cluster_id}\n"
+                    f"node.id={node.node_id}\n"
+                    f"directory.id={self._random_cluster_id()}\n"
+                )
+                continue
             args = self._java(
                 node,
                 "kafka.tools.StorageTool",
@@ -836,6 +860,20 @@ class ApacheKafkaCluster:
             out, _ = proc.communicate(timeout=120)
             if proc.returncode != 0:
                 raise ClusterError(f"kafka-storage format failed for node {node.node_id}: {out!r}")
+            cached = self._formatted_checkpoint(node)
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            # Another process may be writing the same file: each renames its own copy.
+            partial = cached.with_name(f"{cached.name}.{os.getpid()}")
+            shutil.copyfile(node.data_dir / BOOTSTRAP_CHECKPOINT, partial)
+            os.replace(partial, cached)
+
+    def _formatted_checkpoint(self, node: _Node) -> Path:
+        """Where the checkpoint ``kafka-storage format`` writes for ``node`` is kept."""
+        jar_names = sorted(p.name for p in self.jars.lib_dir.glob("*.jar"))
+        key = hashlib.sha256(
+            "\0".join([node.role, *self._scram_format_args(node), *jar_names]).encode()
+        )
+        return self.jars.home / "formatted" / f"{node.role}-{key.hexdigest()[:16]}.checkpoint"
 
     def _scram_format_args(self, node: _Node) -> list[str]:
         # SCRAM credentials live in the metadata log: the controller's bootstrap records.

@@ -329,3 +329,40 @@ def test_kafka_jars_goes_on_without_class_archives(
     assert jars.main([]) == 0
     err = capsys.readouterr().err
     assert "warning: no class archives" in err and "staged failure" in err
+
+
+def test_later_clusters_reuse_the_formatted_checkpoint(
+    kafka_jars: KafkaJars, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The session's clusters formatted their storage already (or this one does): a later
+    # cluster copies the checkpoint and writes its own ids, with no kafka-storage JVM.
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+    with ApacheKafkaCluster(brokers=1, jars=kafka_jars, work_dir=tmp_path / "first"):
+        pass
+    launched: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def popen(args: list[str], *rest: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        launched.append(list(args))
+        return real_popen(args, *rest, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    with ApacheKafkaCluster(brokers=2, jars=kafka_jars, work_dir=tmp_path / "second") as cluster:
+        topic = new_topic("formatted")
+        cluster.create_topic(topic, replication_factor=2)
+        produce(cluster, topic, ["a", "b"])
+        metas = [
+            dict(
+                line.split("=", 1)
+                for line in (tmp_path / "second" / name / "data" / "meta.properties")
+                .read_text()
+                .splitlines()
+                if "=" in line
+            )
+            for name in ("controller", "broker-0", "broker-1")
+        ]
+    assert not [a for a in launched if "kafka.tools.StorageTool" in a]
+    assert {m["cluster.id"] for m in metas} == {cluster._cluster_id}
+    assert [m["node.id"] for m in metas] == [str(CONTROLLER_ID), "0", "1"]
+    assert len({m["directory.id"] for m in metas}) == 3

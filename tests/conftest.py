@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -23,6 +24,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(shared_kafka, "epochguard-shared-kafka")
     os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_TEST_JVM_OPTIONS)
     os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", SPARK_TEST_JVM_OPTIONS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    work_groups.check_groups_applied(node.config, ids)
 
 
 # `make test` (and so CI) replays the same hypothesis examples on every run: its verdict

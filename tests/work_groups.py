@@ -96,6 +96,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(SPARK_LANE))
 
 
+def check_groups_applied(config: pytest.Config, ids: list[str]) -> None:
+    """On the controller of ``--dist loadgroup``, the node ids a worker collected: each test's
+    group must have become its id's "@group" suffix, or xdist shares the tests out one by one
+    and every lane runs on every worker (each starting its own brokers and Spark), with no
+    error. tests/conftest.py calls it for each worker."""
+    if config.getvalue("dist") != "loadgroup":
+        return
+    lost = [i for i in ids if "@" not in i.rpartition("]")[2]]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist did not apply the xdist_group of {len(lost)} tests (the first: "
+            f"{lost[0]}); pytest {pytest.__version__} with this pytest-xdist ignores "
+            "groups (pytest-dev/pytest-xdist#1386): install the versions pyproject.toml names"
+        )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     # After every conftest has added its markers (tests/apache_kafka marks its tests

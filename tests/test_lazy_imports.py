@@ -99,3 +99,25 @@ def test_package_roots_load_their_parts_on_first_use(module: str, not_loaded: li
         True,
         True,
     ]
+
+
+def test_the_core_and_the_spark_planner_import_no_kafka_python() -> None:
+    # kafka-python's package imports its consumer, producer and admin client (about a third of
+    # a second of CPU): a Spark query's planner processes, which import only the data source,
+    # and programs that use only the sans-IO core pay for none of it.
+    program = (
+        "import json, sys, epochguard, epochguard.offsets, epochguard.spark_connector.datasource\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'kafka')\n"
+        "from epochguard import TopicPartition\n"
+        "from epochguard.offsets import TopicPartition as Core\n"
+        "import kafka\n"
+        "print(json.dumps([loaded, TopicPartition is kafka.TopicPartition is Core]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", program],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == [[], True]

@@ -22,12 +22,13 @@ from epochguard.offsets import (
     ResetStrategy,
     RetryBackoff,
     SqliteOffsetStore,
-    TopicPartition,
     TruncationDecision,
     TruncationReport,
 )
 
 if TYPE_CHECKING:
+    from kafka.structs import TopicPartition
+
     from epochguard.consumer import (
         AIOEpochConsumer,
         EpochConsumer,
@@ -60,6 +61,11 @@ if _missing is not None:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "TopicPartition":
+        # kafka-python's class, imported when first asked for (epochguard._topic_partition).
+        from epochguard._topic_partition import topic_partition_class
+
+        return topic_partition_class()
     if name in _CONSUMER_NAMES:
         import epochguard.consumer
 
@@ -68,7 +74,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _CONSUMER_NAMES)
+    return sorted(set(globals()) | _CONSUMER_NAMES | {"TopicPartition"})
 
 
 __all__ = [

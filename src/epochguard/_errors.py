@@ -1,7 +1,10 @@
 """Kafka error codes by name, for the consumer, the core and the test brokers.
 
-The codes themselves come from ``kafka.errors`` (one source); this enum only gives the ones
-epochguard branches on or answers with readable names and an ``int`` type. Names follow
+The codes are Kafka's protocol constants; this enum only gives the ones epochguard branches
+on or answers with readable names and an ``int`` type. They are written out rather than read
+from ``kafka.errors``, whose import imports all of kafka-python's package (its consumer,
+producer and admin client) and so every process that imports the sans-IO core;
+tests/test_errors_codes.py checks each against kafka-python's class of the same error. Names follow
 Kafka's protocol (``NOT_LEADER_OR_FOLLOWER``, code 6, is kafka-python's
 ``NotLeaderForPartitionError``). To turn a code from the wire into an exception class use
 ``epochguard.consumer.wire.error_from_wire``.
@@ -11,88 +14,86 @@ from __future__ import annotations
 
 import enum
 
-import kafka.errors as kerrors
-
 __all__ = ["ErrorCode", "error_name"]
 
 
 class ErrorCode(enum.IntEnum):
-    NONE = kerrors.NoError.errno
-    UNKNOWN_SERVER_ERROR = kerrors.UnknownError.errno
-    OFFSET_OUT_OF_RANGE = kerrors.OffsetOutOfRangeError.errno
-    CORRUPT_MESSAGE = kerrors.CorruptRecordError.errno
-    UNKNOWN_TOPIC_OR_PARTITION = kerrors.UnknownTopicOrPartitionError.errno
-    LEADER_NOT_AVAILABLE = kerrors.LeaderNotAvailableError.errno
-    NOT_LEADER_OR_FOLLOWER = kerrors.NotLeaderForPartitionError.errno
-    REQUEST_TIMED_OUT = kerrors.RequestTimedOutError.errno
-    REPLICA_NOT_AVAILABLE = kerrors.ReplicaNotAvailableError.errno
-    OFFSET_METADATA_TOO_LARGE = kerrors.OffsetMetadataTooLargeError.errno
-    NETWORK_EXCEPTION = kerrors.NetworkExceptionError.errno
-    COORDINATOR_LOAD_IN_PROGRESS = kerrors.CoordinatorLoadInProgressError.errno
-    COORDINATOR_NOT_AVAILABLE = kerrors.CoordinatorNotAvailableError.errno
-    NOT_COORDINATOR = kerrors.NotCoordinatorError.errno
-    NOT_ENOUGH_REPLICAS = kerrors.NotEnoughReplicasError.errno
-    INVALID_REQUIRED_ACKS = kerrors.InvalidRequiredAcksError.errno
-    ILLEGAL_GENERATION = kerrors.IllegalGenerationError.errno
-    INCONSISTENT_GROUP_PROTOCOL = kerrors.InconsistentGroupProtocolError.errno
-    INVALID_GROUP_ID = kerrors.InvalidGroupIdError.errno
-    UNKNOWN_MEMBER_ID = kerrors.UnknownMemberIdError.errno
-    INVALID_SESSION_TIMEOUT = kerrors.InvalidSessionTimeoutError.errno
-    REBALANCE_IN_PROGRESS = kerrors.RebalanceInProgressError.errno
-    TOPIC_AUTHORIZATION_FAILED = kerrors.TopicAuthorizationFailedError.errno
-    GROUP_AUTHORIZATION_FAILED = kerrors.GroupAuthorizationFailedError.errno
-    CLUSTER_AUTHORIZATION_FAILED = kerrors.ClusterAuthorizationFailedError.errno
-    UNSUPPORTED_SASL_MECHANISM = kerrors.UnsupportedSaslMechanismError.errno
-    ILLEGAL_SASL_STATE = kerrors.IllegalSaslStateError.errno
-    SASL_AUTHENTICATION_FAILED = kerrors.SaslAuthenticationFailedError.errno
-    UNSUPPORTED_VERSION = kerrors.UnsupportedVersionError.errno
-    TOPIC_ALREADY_EXISTS = kerrors.TopicAlreadyExistsError.errno
-    INVALID_PARTITIONS = kerrors.InvalidPartitionsError.errno
-    INVALID_REPLICATION_FACTOR = kerrors.InvalidReplicationFactorError.errno
-    INVALID_CONFIG = kerrors.InvalidConfigurationError.errno
-    NOT_CONTROLLER = kerrors.NotControllerError.errno
-    INVALID_REQUEST = kerrors.InvalidRequestError.errno
-    POLICY_VIOLATION = kerrors.PolicyViolationError.errno
-    KAFKA_STORAGE_ERROR = kerrors.KafkaStorageError.errno
-    NON_EMPTY_GROUP = kerrors.NonEmptyGroupError.errno
-    GROUP_ID_NOT_FOUND = kerrors.GroupIdNotFoundError.errno
-    FENCED_LEADER_EPOCH = kerrors.FencedLeaderEpochError.errno
-    UNKNOWN_LEADER_EPOCH = kerrors.UnknownLeaderEpochError.errno
-    OFFSET_NOT_AVAILABLE = kerrors.OffsetNotAvailableError.errno
-    MEMBER_ID_REQUIRED = kerrors.MemberIdRequiredError.errno
-    PREFERRED_LEADER_NOT_AVAILABLE = kerrors.PreferredLeaderNotAvailableError.errno
-    FENCED_INSTANCE_ID = kerrors.FencedInstanceIdError.errno
-    ELIGIBLE_LEADERS_NOT_AVAILABLE = kerrors.EligibleLeadersNotAvailableError.errno
-    ELECTION_NOT_NEEDED = kerrors.ElectionNotNeededError.errno
-    NO_REASSIGNMENT_IN_PROGRESS = kerrors.NoReassignmentInProgressError.errno
-    GROUP_SUBSCRIBED_TO_TOPIC = kerrors.GroupSubscribedToTopicError.errno
-    UNSTABLE_OFFSET_COMMIT = kerrors.UnstableOffsetCommitError.errno
-    UNKNOWN_TOPIC_ID = kerrors.UnknownTopicIdError.errno
-    INCONSISTENT_TOPIC_ID = kerrors.InconsistentTopicIdError.errno
+    NONE = 0
+    UNKNOWN_SERVER_ERROR = -1
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    REPLICA_NOT_AVAILABLE = 9
+    OFFSET_METADATA_TOO_LARGE = 12
+    NETWORK_EXCEPTION = 13
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    NOT_ENOUGH_REPLICAS = 19
+    INVALID_REQUIRED_ACKS = 21
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
+    SASL_AUTHENTICATION_FAILED = 58
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
+    INVALID_REQUEST = 42
+    POLICY_VIOLATION = 44
+    KAFKA_STORAGE_ERROR = 56
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    OFFSET_NOT_AVAILABLE = 78
+    MEMBER_ID_REQUIRED = 79
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    FENCED_INSTANCE_ID = 82
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+    ELECTION_NOT_NEEDED = 84
+    NO_REASSIGNMENT_IN_PROGRESS = 85
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
+    UNSTABLE_OFFSET_COMMIT = 88
+    UNKNOWN_TOPIC_ID = 100
+    INCONSISTENT_TOPIC_ID = 103
     # KIP-848 consumer groups.
-    GROUP_MAX_SIZE_REACHED = kerrors.GroupMaxSizeReachedError.errno
-    FENCED_MEMBER_EPOCH = kerrors.FencedMemberEpochError.errno
-    UNRELEASED_INSTANCE_ID = kerrors.UnreleasedInstanceIdError.errno
-    UNSUPPORTED_ASSIGNOR = kerrors.UnsupportedAssignorError.errno
-    STALE_MEMBER_EPOCH = kerrors.StaleMemberEpochError.errno
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
     # kafka-python 3.0 has no class for it (Kafka 4's Errors.INVALID_REGULAR_EXPRESSION).
     INVALID_REGULAR_EXPRESSION = 128
     # KIP-1102 (Metadata v13's top-level error); kafka-python 3.0 has no class for it either.
     REBOOTSTRAP_REQUIRED = 129
-    FETCH_SESSION_ID_NOT_FOUND = kerrors.FetchSessionIdNotFoundError.errno
-    INVALID_FETCH_SESSION_EPOCH = kerrors.InvalidFetchSessionEpochError.errno
-    FETCH_SESSION_TOPIC_ID_ERROR = kerrors.FetchSessionTopicIdError.errno
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
+    FETCH_SESSION_TOPIC_ID_ERROR = 106
     # Idempotent and transactional producers.
-    OUT_OF_ORDER_SEQUENCE_NUMBER = kerrors.OutOfOrderSequenceNumberError.errno
-    INVALID_PRODUCER_EPOCH = kerrors.InvalidProducerEpochError.errno
-    INVALID_TXN_STATE = kerrors.InvalidTxnStateError.errno
-    INVALID_PRODUCER_ID_MAPPING = kerrors.InvalidProducerIdMappingError.errno
-    INVALID_TRANSACTION_TIMEOUT = kerrors.InvalidTransactionTimeoutError.errno
-    CONCURRENT_TRANSACTIONS = kerrors.ConcurrentTransactionsError.errno
-    TRANSACTION_COORDINATOR_FENCED = kerrors.TransactionCoordinatorFencedError.errno
-    OPERATION_NOT_ATTEMPTED = kerrors.OperationNotAttemptedError.errno
-    PRODUCER_FENCED = kerrors.ProducerFencedError.errno
-    TRANSACTIONAL_ID_NOT_FOUND = kerrors.TransactionalIdNotFoundError.errno
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
+    OPERATION_NOT_ATTEMPTED = 55
+    PRODUCER_FENCED = 90
+    TRANSACTIONAL_ID_NOT_FOUND = 105
 
 
 def error_name(code: int) -> str:

@@ -7,8 +7,9 @@ threads or clocks: drivers feed answers in and carry actions out.
 
 from __future__ import annotations
 
-from kafka.structs import TopicPartition
+from typing import TYPE_CHECKING, Any
 
+from epochguard._topic_partition import topic_partition_class
 from epochguard.offsets.errors import (
     EpochGuardError,
     InvalidPolicyError,
@@ -60,6 +61,17 @@ from epochguard.offsets.state import (
     Trigger,
 )
 from epochguard.offsets.stores import JsonFileOffsetStore, OffsetStore, SqliteOffsetStore
+
+if TYPE_CHECKING:
+    from kafka.structs import TopicPartition
+
+
+def __getattr__(name: str) -> Any:
+    # kafka-python's class, imported when first asked for (epochguard._topic_partition).
+    if name == "TopicPartition":
+        return topic_partition_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "SUB_STATES",

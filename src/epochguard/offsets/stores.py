@@ -16,12 +16,14 @@ import sqlite3
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
-from kafka.structs import TopicPartition
-
+from epochguard._topic_partition import topic_partition
 from epochguard.offsets.errors import InvalidPositionError, OffsetStoreError
 from epochguard.offsets.position import EpochOffset
+
+if TYPE_CHECKING:
+    from kafka.structs import TopicPartition
 
 JSON_FORMAT: Final = "epochguard-offsets"
 #: Version 2 added ``topic_id`` and ``epoch_exact``; version 1 files are still read.
@@ -227,7 +229,7 @@ class SqliteOffsetStore:
                         f"topic must be a non-empty string and partition an integer, got "
                         f"{topic!r} and {partition!r}"
                     )
-                out[TopicPartition(topic, partition)] = EpochOffset(
+                out[topic_partition(topic, partition)] = EpochOffset(
                     offset, epoch, topic_id=topic_id, epoch_exact=bool(exact)
                 )
             except InvalidPositionError as exc:
@@ -343,14 +345,14 @@ class JsonFileOffsetStore:
                 )
             except (KeyError, TypeError, InvalidPositionError) as exc:
                 raise OffsetStoreError(f"{self.path}: bad entry {entry!r}: {exc}") from exc
-            out[TopicPartition(topic, partition)] = pos
+            out[topic_partition(topic, partition)] = pos
         return out
 
     def save(self, mapping: Mapping[TopicPartition, EpochOffset]) -> None:
         rows = _check_mapping(mapping)
         merged = self.load()
         for topic, partition, pos in rows:
-            merged[TopicPartition(topic, partition)] = pos
+            merged[topic_partition(topic, partition)] = pos
         doc = {
             "format": JSON_FORMAT,
             "version": JSON_VERSION,

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
-from kafka.structs import TopicPartition
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -44,6 +43,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from epochguard._log import get_logger
+from epochguard._topic_partition import topic_partition
 from epochguard.offsets.position import EpochOffset
 from epochguard.spark_connector.errors import (
     OffsetsJsonError,
@@ -74,6 +74,7 @@ from epochguard.spark_connector.pushdown import COLUMNS, Comparison, Op, ReadBou
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from kafka.structs import TopicPartition
     from pyspark.sql.types import StructType
 
     from epochguard.consumer import EpochConsumer
@@ -175,7 +176,7 @@ class EpochRangePartition(InputPartition):
 
     def range(self) -> OffsetRange:
         return OffsetRange(
-            TopicPartition(self.topic, self.partition),
+            topic_partition(self.topic, self.partition),
             EpochOffset.from_json(self.start),
             EpochOffset.from_json(self.end),
         )

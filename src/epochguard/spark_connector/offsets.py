@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-from kafka.structs import TopicPartition
 
+from epochguard._topic_partition import topic_partition, topic_partition_class
 from epochguard.offsets.errors import InvalidPositionError
 from epochguard.offsets.position import EpochOffset
 from epochguard.spark_connector.errors import OffsetsJsonError
+
+if TYPE_CHECKING:
+    from kafka.structs import TopicPartition
 
 __all__ = [
     "EARLIEST",
@@ -56,7 +59,7 @@ def _partition(topic: str, key: object, what: str) -> TopicPartition:
         raise OffsetsJsonError(
             f"{what}: partition {key!r} of topic {topic!r} is not a non-negative integer"
         )
-    return TopicPartition(topic, int(key))
+    return topic_partition(topic, int(key))
 
 
 def _topics(data: Any, what: str) -> Iterable[tuple[str, Mapping[str, Any]]]:
@@ -139,7 +142,7 @@ def parse_partitions(text: str | bytes, what: str) -> frozenset[TopicPartition]:
                 raise OffsetsJsonError(
                     f"{what}: partition {p!r} of topic {topic!r} is not a non-negative integer"
                 )
-            out.add(TopicPartition(topic, p))
+            out.add(topic_partition(topic, p))
     return frozenset(out)
 
 
@@ -149,7 +152,7 @@ def _sorted_positions(
     items = positions.items() if isinstance(positions, Mapping) else positions
     out = []
     for tp, pos in items:
-        if not isinstance(tp, TopicPartition) or not isinstance(pos, EpochOffset):
+        if not isinstance(tp, topic_partition_class()) or not isinstance(pos, EpochOffset):
             raise TypeError(
                 f"a SourceOffset maps TopicPartition to EpochOffset, got {tp!r}: {pos!r}"
             )

@@ -14,10 +14,9 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
-from kafka.structs import TopicPartition
 
 from epochguard.offsets.position import EpochOffset
 from epochguard.spark_connector.errors import OffsetsJsonError, SourceOptionError
@@ -30,6 +29,9 @@ from epochguard.spark_connector.offsets import (
     parse_partition_timestamps,
     parse_partitions,
 )
+
+if TYPE_CHECKING:
+    from kafka.structs import TopicPartition
 
 __all__ = [
     "KAFKA_PARAMS",

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
-from kafka.structs import TopicPartition
 
 from epochguard.offsets.position import EpochOffset
+
+if TYPE_CHECKING:
+    from kafka.structs import TopicPartition
 
 __all__ = [
     "MinOffsetsGate",

@@ -93,6 +93,22 @@ def test_a_partition_handed_back_takes_no_answer_meant_for_its_former_tracker() 
     _fail_with_replay(results)
 
 
+#: Seed 4392 (an offset store; the topic re-created twice, broker 2's metadata 0.5 s late):
+#: the consumer restarted after the second re-creation from a stored position of the new
+#: incarnation, and metadata from the lagging broker named the deleted topic's id. Taken for
+#: a newer incarnation, it made the consumer report a re-creation of records that were there,
+#: in about one run in two, until a topic id was judged by which one a leader serves.
+RESTART_BEHIND_LAGGING_METADATA = 4392
+
+
+def test_a_restart_hearing_a_deleted_topic_s_id_from_a_broker_behind_reports_nothing() -> None:
+    schedule = generate(RESTART_BEHIND_LAGGING_METADATA)
+    assert schedule.offsets == "store"
+    assert any(isinstance(step, MetadataDelay) and step.seconds > 0 for step in schedule.steps)
+    results = settled(run_many([schedule] * 6, workers=WORKERS))
+    _fail_with_replay(results)
+
+
 #: Consumer groups through topic re-creation (``generate(group_recreate=True)``): the first
 #: 30 seeds from 20000 on whose schedule is a group that sees the topic re-created. Groups
 #: were kept apart from re-creation because seed 72 gave a spurious report there; that was

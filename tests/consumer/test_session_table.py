@@ -156,6 +156,22 @@ def test_incremental_plan_sends_only_changes_and_forgets_dropped_partitions() ->
     assert [e.tp for e in lfe.entries] == [B]
 
 
+def test_a_partition_fetched_under_another_topic_id_forgets_its_old_key() -> None:
+    # The broker's session holds a partition by topic id and partition (Kafka's
+    # TopicIdPartition): under a new id it is a new key, and the old one is forgotten, as
+    # Java's FetchSessionHandler does with replaced partitions. Kept, the broker would go
+    # on answering the old key, read as the partition's answer.
+    s = reach(S.OPEN)
+    other = "7d1c5b6e-0000-4000-8000-000000000002"
+    plan = s.plan([Entry(A, 10, topic_id=other), Entry(B, 20)], by_id=True)
+    assert [(e.tp, e.topic_id) for e in plan.entries] == [(A, other)]
+    assert plan.forgotten == ((A, TID),)
+    s.on_answer(plan, 0, SID, [A])
+    back = s.plan(ENTRIES, by_id=True)
+    assert [(e.tp, e.topic_id) for e in back.entries] == [(A, TID)]
+    assert back.forgotten == ((A, other),)
+
+
 def test_an_answer_after_a_reset_does_not_reopen_the_old_session() -> None:
     s = reach(S.OPEN)
     in_flight = s.plan(ENTRIES, by_id=True)

@@ -118,6 +118,25 @@ def test_fetch_falls_back_to_names_when_an_id_is_unknown() -> None:
     assert request13._max_version == wire.FETCH_MAX_VERSION
 
 
+def test_partitions_of_one_topic_under_two_ids_each_go_under_their_own() -> None:
+    # One partition has seen the topic re-created, another not yet (or asks whether a leader
+    # serves the other id): one entry per id, each partition under its own, also when
+    # forgotten. Sent under the first id found, the other partition fetched another log.
+    other = uuid.UUID("7d1c5b6e-0000-4000-8000-000000000002")
+    entries = [
+        wire.FetchEntry(TP, 3, 0, None, str(TID)),
+        wire.FetchEntry(TopicPartition("t", 1), 7, 0, None, str(other)),
+    ]
+    forgotten = [(TopicPartition("t", 2), str(TID)), (TopicPartition("t", 3), str(other))]
+    request, names = wire.fetch_request(entries, _params(), forgotten=forgotten, by_id=True)
+    assert names == {TID: "t", other: "t"}
+    decoded = _round_trip(request, 13)
+    sent = {t.topic_id: [p.partition for p in t.partitions] for t in decoded.topics}
+    assert sent == {TID: [0], other: [1]}
+    gone = {t.topic_id: list(t.partitions) for t in decoded.forgotten_topics_data}
+    assert gone == {TID: [2], other: [3]}
+
+
 def _fetch_response(version: int, partition: Any, topic: Any) -> Any:
     FR = FetchResponse
     kw: dict[str, Any] = {"topic": topic} if version < 13 else {"topic_id": topic}

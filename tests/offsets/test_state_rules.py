@@ -81,6 +81,18 @@ def truncations(tr: PartitionTracker) -> list[TruncationDetected]:
     return [e for e in tr.drain_events() if isinstance(e, TruncationDetected)]
 
 
+def recreated(
+    tr: PartitionTracker, topic: str = "topic-b", leader: int = 2, epoch: int = 0
+) -> None:
+    """Metadata names a new topic id, and its leader serves it (the probe is answered): the
+    evidence that the position's incarnation was deleted (tests/offsets/test_topic_ids.py)."""
+    assert tr.on_metadata(leader, epoch, topic)
+    probe = tr.next_action(0.0)
+    assert isinstance(probe, FetchAction) and probe.topic_probe, probe
+    assert probe.topic_id == topic and probe.leader_id == leader
+    assert tr.on_empty_fetch(probe)
+
+
 def elect(tr: PartitionTracker, epoch: int, leader: int = 2) -> ValidateAction:
     tr.on_metadata(leader, epoch, "topic-a")
     assert tr.state is S.AWAIT_VALIDATION
@@ -866,7 +878,7 @@ def test_transport_failure_retries_with_backoff() -> None:
 
 def test_topic_recreated_is_reported_as_truncation_to_the_new_log() -> None:
     tr = fetching(10, 4, leader_epoch=4)
-    assert tr.on_metadata(2, 0, "topic-b")  # epoch 0 < 4 but a new topic id
+    recreated(tr)  # epoch 0 < 4 but a new topic id
     (ev,) = truncations(tr)
     assert ev.report.detected_by is DetectedBy.TOPIC_RECREATED
     assert ev.report.divergence == EpochOffset(0) and ev.report.lost_count == 10
@@ -876,7 +888,7 @@ def test_topic_recreated_is_reported_as_truncation_to_the_new_log() -> None:
 
 def test_topic_recreated_with_raise() -> None:
     tr = fetching(10, 4, leader_epoch=4, on_truncation="raise")
-    tr.on_metadata(2, 0, "topic-b")
+    recreated(tr)
     assert tr.state is S.TRUNCATED and tr.leader_epoch == 0
 
 
@@ -885,35 +897,38 @@ def test_a_broker_still_naming_the_old_topic_id_is_stale_not_a_second_recreation
     # again: ids are never reused, so that answer is behind. Reporting it would tell the
     # application its new reads were lost, and send it back to the old log's offsets.
     tr = fetching(10, 4, leader_epoch=4)
-    assert tr.on_metadata(2, 0, "topic-b")
+    recreated(tr)
     assert len(truncations(tr)) == 1
+    assert not tr.on_metadata(1, 4, "topic-a")  # stale at once: a leader served topic-b
     assert tr.on_records(fetch(tr), 0, 2, 0)
     assert not tr.on_metadata(1, 4, "topic-a")
     assert truncations(tr) == [] and tr.topic_id == "topic-b" and tr.leader_epoch == 0
     assert fetch(tr).offset == 3
     assert tr.on_metadata(2, 0, "topic-b")
     assert truncations(tr) == []
-    # A third id is a real re-creation again.
-    assert tr.on_metadata(2, 0, "topic-c")
+    # A third id is a real re-creation again, once its leader serves it.
+    recreated(tr, "topic-c")
     assert len(truncations(tr)) == 1
 
 
-def test_an_id_no_leader_has_served_gives_way_to_the_next_metadata() -> None:
-    # A tracker that knew only topic-b hears topic-a from a broker that is behind: it cannot
-    # tell that from a re-creation, so it follows; but no leader served topic-a to it, so
-    # the next metadata naming topic-b takes it back instead of being ignored as stale.
+def test_an_id_no_leader_serves_gives_way_to_the_next_metadata() -> None:
+    # A tracker on topic-a hears topic-0 from a broker that is behind: no leader serves
+    # topic-0 (the probe is refused), and the next metadata naming topic-a goes on with it.
     tr = fetching(0, None, leader_epoch=0)
-    tr.on_metadata(1, 0, "topic-b")
-    tr.on_metadata(1, 0, "topic-a")
+    tr.on_metadata(1, 0, "topic-0")
     assert tr.topic_id == "topic-a"
-    assert tr.on_metadata(1, 0, "topic-b")
-    assert tr.topic_id == "topic-b" and truncations(tr) == []
-    assert fetch(tr).topic_id == "topic-b"
+    probe = fetch(tr)
+    assert probe.topic_probe and probe.topic_id == "topic-0"
+    tr.on_fetch_error(probe, ErrorCode.UNKNOWN_TOPIC_ID, 0.0)
+    assert tr.on_metadata(1, 0, "topic-a")
+    assert tr.topic_id == "topic-a" and truncations(tr) == []
+    f = fetch(tr)
+    assert f.topic_id == "topic-a" and not f.topic_probe
 
 
 def test_topic_recreated_before_reading_anything_is_silent() -> None:
     tr = fetching(0, None, leader_epoch=4)
-    tr.on_metadata(2, 0, "topic-b")
+    recreated(tr)
     assert truncations(tr) == [] and fetch(tr).offset == 0
 
 
@@ -1062,7 +1077,7 @@ def test_topic_recreated_after_reading_from_a_reset_position_is_reported() -> No
     tr.on_list_offsets(list_offsets(tr), 0, 3)
     assert tr.on_records(fetch(tr), 0, 4, 3)
     tr.drain_events()
-    tr.on_metadata(1, 0, "topic-b")
+    recreated(tr, leader=1)
     (ev,) = truncations(tr)
     assert ev.report.detected_by is DetectedBy.TOPIC_RECREATED and ev.report.lost_count == 5
 
@@ -1088,7 +1103,7 @@ def test_topic_recreated_after_a_reset_past_the_commit_reports_what_was_consumed
     # deleted log: the new log's offsets 0..5 are other records. Moved silently, the member
     # delivered them as if they were the ones already processed (chaos seed 20218).
     tr = fell_off_the_log_start()
-    tr.on_metadata(2, 0, "topic-b")
+    recreated(tr)
     (ev,) = truncations(tr)
     assert ev.report.detected_by is DetectedBy.TOPIC_RECREATED
     assert ev.report.consumed_to == EpochOffset(6, 0) and ev.report.divergence == EpochOffset(0)
@@ -1098,14 +1113,14 @@ def test_topic_recreated_after_a_reset_past_the_commit_reports_what_was_consumed
 
 def test_topic_recreated_after_a_reset_past_the_commit_raises_under_raise() -> None:
     tr = fell_off_the_log_start("raise")
-    tr.on_metadata(2, 0, "topic-b")
+    recreated(tr)
     assert tr.state is S.TRUNCATED and isinstance(tr.error, LogTruncationError)
     (ev,) = truncations(tr)
     assert ev.report.consumed_to == EpochOffset(6, 0)
     tr.seek(EpochOffset(0))
     assert fetch(tr).offset == 0
     # Told once: the next re-creation finds the position at 0 of a log it has not read.
-    tr.on_metadata(2, 0, "topic-c")
+    recreated(tr, "topic-c")
     assert truncations(tr) == [] and tr.state is S.FETCHING
 
 
@@ -1116,7 +1131,7 @@ def test_a_second_reset_keeps_the_position_the_first_one_replaced() -> None:
     tr.on_fetch_error(fetch(tr), ErrorCode.OFFSET_OUT_OF_RANGE, 0.0)
     tr.on_validation(validate(tr), 0, 0, 12, 0.0)
     tr.on_list_offsets(list_offsets(tr), 12, 0)
-    tr.on_metadata(2, 0, "topic-b")
+    recreated(tr)
     (ev,) = truncations(tr)
     assert ev.report.consumed_to == EpochOffset(6, 0)
 
@@ -1131,7 +1146,7 @@ def test_topic_recreated_while_resetting_past_the_commit_reports_what_was_consum
     tr.on_fetch_error(fetch(tr), ErrorCode.OFFSET_OUT_OF_RANGE, 0.0)
     tr.on_validation(validate(tr), 0, 0, 9, 0.0)
     stale = list_offsets(tr)
-    tr.on_metadata(2, 0, "topic-b")
+    recreated(tr)
     (ev,) = truncations(tr)
     assert ev.report.detected_by is DetectedBy.TOPIC_RECREATED
     assert ev.report.consumed_to == EpochOffset(6, 0) and ev.report.divergence == EpochOffset(0)
@@ -1144,7 +1159,7 @@ def test_topic_recreated_while_resetting_without_a_commit_stays_silent() -> None
     tr.on_metadata(1, 0, "topic-a")
     tr.restore(None)
     stale = list_offsets(tr)
-    tr.on_metadata(2, 0, "topic-b")
+    recreated(tr)
     assert not tr.on_list_offsets(stale, 9, 0)
     tr.on_list_offsets(list_offsets(tr), 0, 0)
     assert truncations(tr) == [] and fetch(tr).offset == 0
@@ -1156,7 +1171,7 @@ def test_topic_recreated_after_a_reset_without_a_commit_stays_silent() -> None:
     tr.on_metadata(1, 0, "topic-a")
     tr.restore(None)
     tr.on_list_offsets(list_offsets(tr), 9, 0)
-    tr.on_metadata(2, 0, "topic-b")
+    recreated(tr)
     assert truncations(tr) == [] and fetch(tr).offset == 0
 
 
@@ -1414,6 +1429,8 @@ def test_a_restored_position_on_a_former_topic_id_retires_that_id() -> None:
     tr = PartitionTracker(TP, OffsetPolicy("earliest", "rewind"))
     tr.on_metadata(1, 0, "topic-y")
     tr.restore(EpochOffset(10, 3, topic_id="topic-x"), source="left_position")
+    assert truncations(tr) == []  # until a leader serves topic-y
+    assert tr.on_empty_fetch(fetch(tr))
     (ev,) = truncations(tr)
     assert ev.report.detected_by is DetectedBy.TOPIC_RECREATED
     assert tr.on_records(fetch(tr), 0, 4, 0)

@@ -92,7 +92,10 @@ def fire(tr: PartitionTracker, state: PartitionState, trigger: Trigger) -> None:
         tr.on_validation(_act(tr), 0, 1, 10, 0.0)
     elif trigger in (T.TRUNCATION_REWOUND, T.TRUNCATION_RAISED):
         if state is S.FETCHING:
-            tr.on_metadata(1, 0, "id-2")  # topic recreated
+            tr.on_metadata(1, 0, "id-2")  # another topic id: is it served?
+            probe = _act(tr)
+            assert isinstance(probe, FetchAction) and probe.topic_probe
+            tr.on_empty_fetch(probe)  # served: the topic was re-created
         else:
             tr.on_validation(_act(tr), 0, 1, 4, 0.0)
     elif trigger is T.RESET_DONE:
@@ -160,8 +163,13 @@ def test_table_has_no_dead_states() -> None:
 # --------------------------------------------------------------------------- fuzz
 
 INPUT = st.one_of(
-    st.tuples(st.just("metadata"), st.integers(0, 2), st.integers(-1, 6), st.sampled_from("ab")),
-    st.tuples(st.just("seek"), st.integers(0, 30), st.none() | st.integers(0, 6)),
+    st.tuples(st.just("metadata"), st.integers(0, 2), st.integers(-1, 6), st.sampled_from("abc")),
+    st.tuples(
+        st.just("seek"),
+        st.integers(0, 30),
+        st.none() | st.integers(0, 6),
+        st.none() | st.sampled_from("abc"),
+    ),
     st.tuples(st.just("restore_none")),
     st.tuples(st.just("reset"), st.sampled_from(["earliest", "latest"])),
     st.tuples(st.just("act"), st.integers(0, 30), st.integers(-1, 6), st.integers(-1, 40)),
@@ -194,7 +202,7 @@ def test_fuzz_inputs_keep_the_invariants(
         if name == "metadata":
             tr.on_metadata(op[1], op[2], op[3])
         elif name == "seek":
-            tr.seek(EpochOffset(op[1], op[2]))
+            tr.seek(EpochOffset(op[1], op[2], topic_id=op[3]))
         elif name == "restore_none":
             tr.restore(None)
         elif name == "reset":
@@ -226,7 +234,8 @@ def test_fuzz_inputs_keep_the_invariants(
                 elif e < 0 and x % 3 == 0:
                     tr.on_diverging_epoch(a, None, None if end < 0 else end, now)
                 else:
-                    tr.on_records(a, a.offset, a.offset + x % 5, e)
+                    delivered = tr.on_records(a, a.offset, a.offset + x % 5, e)
+                    assert not (delivered and a.topic_probe), "a probe's records delivered"
             elif isinstance(a, ValidateAction):
                 tr.on_validation(a, code if code != 1 else 0, ne, nend, now)
             elif isinstance(a, ResetAction):

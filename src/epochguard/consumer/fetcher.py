@@ -866,7 +866,7 @@ class Fetcher:
                 continue
             tp = action.tp
             tracker = self.trackers.get(tp)
-            if tracker is None or not tracker.awaits(action):
+            if tracker is None or action.topic_probe or not tracker.awaits(action):
                 continue
             source = self._source(action.node_id)
             if self._source_of.get(tp, source) is not source:
@@ -1057,9 +1057,12 @@ class Fetcher:
             # Except what it says of the partition: the broker's fetch session has sent
             # these, and leaves the partition out of its answers until they change
             # (KIP-227). From the broker that serves it now, they are the latest.
-            if p.error is None and action.node_id == tracker.fetch_node:
+            if p.error is None and action.node_id == tracker.fetch_node and not action.topic_probe:
                 self._note_offsets(tp, p)
             self.mark_ready(tp)
+            return
+        if action.topic_probe:
+            self._apply_probe(tracker, action, p, now)
             return
         if action.read_replica is not None:
             self.metrics.fetches_from_followers += 1
@@ -1188,6 +1191,27 @@ class Fetcher:
         if found and self.on_reopened is not None:
             for reopened in found:
                 self.on_reopened(reopened)
+
+    def _apply_probe(
+        self,
+        tracker: PartitionTracker,
+        action: FetchAction,
+        p: wire.FetchedPartition,
+        now: float,
+    ) -> None:
+        """The answer to a fetch under a topic id metadata names instead of the position's:
+        it says only whether that leader serves the id. Its records are of the other
+        incarnation: never decoded, and its offsets are not this position's."""
+        tp = action.tp
+        if p.error is None:
+            tracker.on_empty_fetch(action)
+        else:
+            self.metrics.fetch_errors += 1
+            if issubclass(p.error, _UNKNOWN_TOPIC_ERRORS):
+                self.metadata.hold(tp.topic, now)
+                self.request_metadata()
+            tracker.on_fetch_error(action, p.error.errno, now)
+        self.after_input(tp)
 
     def _apply_leader_hint(
         self, tp: TopicPartition, tracker: PartitionTracker, hint: wire.LeaderHint

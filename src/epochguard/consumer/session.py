@@ -272,7 +272,16 @@ class FetchSession:
         for tp, e in new.items():
             if old.get(tp) != _sent(e):
                 changed.append(e)
-        forgotten = tuple((tp, s.topic_id) for tp, s in old.items() if tp not in new)
+        # A partition now fetched under another topic id is another key of the broker's
+        # session (Kafka keys it by topic id and partition): the old key is forgotten, as
+        # Java's FetchSessionHandler does with its replaced partitions. Kept, the broker
+        # would go on answering it (UNKNOWN_TOPIC_ID from then on), and an answer under an
+        # id another partition of the topic still uses would be read as this partition's.
+        forgotten = tuple(
+            (tp, s.topic_id)
+            for tp, s in old.items()
+            if tp not in new or (by_id and new[tp].topic_id != s.topic_id)
+        )
         self._partitions = {tp: _sent(e) for tp, e in new.items()}
         return SessionPlan(
             self.session_id, self.epoch, tuple(changed), forgotten, True, names, by_id, self._token

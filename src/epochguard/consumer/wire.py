@@ -455,15 +455,18 @@ def fetch_request(
     entries = list(entries)
     if by_id is None:
         by_id = uses_topic_ids(entries, params)
-    by_topic: dict[str, list[Any]] = {}
-    ids: dict[str, uuid.UUID | None] = {}
+    # By id, partitions of one topic may name two ids in one request (one has seen the
+    # topic re-created, another not yet, or asks whether a leader serves another id): each
+    # goes under its own. By name there is one entry per topic.
+    by_topic: dict[tuple[str, str | None], list[Any]] = {}
+    ids: dict[tuple[str, str | None], uuid.UUID | None] = {}
     FP = FetchRequest.FetchTopic.FetchPartition
     pmax = params.partition_max_bytes
     for e in entries:
-        topic = e.tp.topic
-        if topic not in ids:  # one id per topic: parse it once per request
-            ids[topic] = topic_id_to_wire(e.topic_id)
-        by_topic.setdefault(topic, []).append(
+        key = (e.tp.topic, e.topic_id if by_id else None)
+        if key not in ids:  # parse each id once per request
+            ids[key] = topic_id_to_wire(e.topic_id)
+        by_topic.setdefault(key, []).append(
             FP(
                 partition=e.tp.partition,
                 current_leader_epoch=epoch_to_wire(e.current_leader_epoch),
@@ -473,11 +476,10 @@ def fetch_request(
                 partition_max_bytes=pmax,
             )
         )
-    forget: dict[str, list[int]] = {}
-    forget_ids: dict[str, uuid.UUID | None] = {}
+    forget: dict[tuple[str, str | None], list[int]] = {}
     for tp, topic_id in forgotten:
-        forget.setdefault(tp.topic, []).append(tp.partition)
-        forget_ids.setdefault(tp.topic, topic_id_to_wire(topic_id))
+        forget.setdefault((tp.topic, topic_id if by_id else None), []).append(tp.partition)
+    forget_ids = {key: topic_id_to_wire(key[1]) for key in forget}
     max_version = params.max_version
     if not by_id:
         max_version = min(max_version, FETCH_MAX_VERSION_BY_NAME)
@@ -493,23 +495,23 @@ def fetch_request(
         session_epoch=session_epoch,
         topics=[
             FetchRequest.FetchTopic(
-                topic=t, topic_id=ZERO_UUID if ids[t] is None else ids[t], partitions=ps
+                topic=key[0], topic_id=ZERO_UUID if ids[key] is None else ids[key], partitions=ps
             )
-            for t, ps in by_topic.items()
+            for key, ps in by_topic.items()
         ],
         forgotten_topics_data=[
             FetchRequest.ForgottenTopic(
-                topic=t,
-                topic_id=ZERO_UUID if forget_ids[t] is None else forget_ids[t],
+                topic=key[0],
+                topic_id=ZERO_UUID if forget_ids[key] is None else forget_ids[key],
                 partitions=ps,
             )
-            for t, ps in forget.items()
+            for key, ps in forget.items()
         ],
         rack_id=params.rack_id,
         min_version=FETCH_MIN_VERSION,
         max_version=max_version,
     )
-    return request, {tid: t for t, tid in ids.items() if tid is not None}
+    return request, {tid: key[0] for key, tid in ids.items() if tid is not None}
 
 
 def read_fetch(response: Any, names: Mapping[uuid.UUID, str]) -> FetchAnswer:

@@ -37,6 +37,11 @@ class FetchAction:
     #: from the leader). Its answers are judged differently: an error from it sends the
     #: partition back to the leader instead of being acted on.
     read_replica: int | None = None
+    #: Metadata names another topic id than the position's: this fetch under that id only
+    #: asks whether a leader serves it (which of the two incarnations is live). Its records
+    #: are never delivered (``on_records`` refuses them): a driver may pass an answer with
+    #: records to ``on_empty_fetch`` without decoding it.
+    topic_probe: bool = False
 
     @property
     def node_id(self) -> int:

@@ -281,13 +281,18 @@ TRACKER_FIELDS: Final[Mapping[str, str]] = {
     "may hold again, so each stretch is validated against its own epochs",
     "_leader_id": "metadata: leader node (None: unknown)",
     "_leader_epoch": "metadata: leader epoch (None: unknown)",
-    "_topic_id": "metadata: topic id as text (None: unknown)",
-    "_old_topic_ids": "metadata: the ids this partition's topic had before it was re-created "
-    "(the last few): while _topic_confirmed, a broker that still names one is behind, not a "
-    "second re-creation",
-    "_topic_confirmed": "metadata: a leader has answered a fetch under _topic_id (records or "
-    "none) since it was adopted, so that id is live; an id adopted from a broker that was "
-    "itself behind is not, and the next metadata may take it back",
+    "_topic_id": "the topic id (as text) of the incarnation the position is in, which fetches "
+    "name (None: unknown)",
+    "_old_topic_ids": "topic ids known to be older than one a leader served since they were "
+    "named (the last few): deleted incarnations; metadata naming one is behind, a position "
+    "in one is reported at once",
+    "_rival": "(topic id, leader, leader epoch) of the metadata that named another id than "
+    "_topic_id last, not judged yet (None: none): the next request is a fetch under it "
+    "(FetchAction.topic_probe); a leader serving it proves the position's incarnation "
+    "deleted, metadata naming _topic_id again ends it",
+    "_unjudged": "topic ids named (by metadata or a position given up by a seek) since a "
+    "leader last served one, neither _topic_id nor known to be older: a leader serving "
+    "_topic_id (or the rival) now proves each of them older",
     "_replicas": "metadata: the partition's live replicas (None: not known)",
     "_replica": "KIP-392: the follower fetches go to (None: the leader); any change of the "
     "replica serving the partition validates the position with the leader",
@@ -450,12 +455,13 @@ class PartitionTracker:
         "_reset_reason",
         "_reset_strategy",
         "_retry_at",
+        "_rival",
         "_source",
         "_splices",
         "_start_after",
         "_state",
-        "_topic_confirmed",
         "_topic_id",
+        "_unjudged",
         "_wait_reason",
         "tp",
     )
@@ -488,7 +494,8 @@ class PartitionTracker:
         # As text (``normalise_topic_id``): metadata gives ``uuid.UUID``, stored positions str.
         self._topic_id: str | None = None
         self._old_topic_ids: tuple[str, ...] = ()
-        self._topic_confirmed = False
+        self._rival: tuple[str, int | None, int | None] | None = None
+        self._unjudged: tuple[str, ...] = ()
         self._replicas: frozenset[int] | None = None
         # KIP-392 follower fetching.
         self._replica: int | None = None
@@ -614,6 +621,11 @@ class PartitionTracker:
         state = self._state
         if state is S.INITIALIZING or state in STOPPED_STATES or self._in_flight:
             return None
+        if self._rival is not None:
+            # Which incarnation is live comes first: validation and resets ask by name, and
+            # a broker answers them from whichever one it holds. Not held up by a pause: the
+            # probe's records are never delivered.
+            return self._topic_probe(now)
         if state is _FETCHING and self._paused:
             return None
         if self._replica is not None and now >= self._replica_until:
@@ -683,6 +695,7 @@ class PartitionTracker:
             or self._paused
             or self._in_flight
             or now < self._retry_at
+            or self._rival is not None
             or self._metadata_blocked()
         ):
             return None
@@ -788,12 +801,14 @@ class PartitionTracker:
         else:
             self._clear_history()
         wanted = position.topic_id
-        other_topic = False
-        if wanted is not None:
-            if self._topic_id is None:
-                self._topic_id = wanted  # metadata will be compared with it
+        deleted = False
+        if wanted is not None and wanted != self._topic_id:
+            if wanted in self._old_topic_ids:
+                # A leader served another id since this one was named: the position's
+                # incarnation is deleted (reported below, once the position is taken).
+                deleted = True
             else:
-                other_topic = self._topic_id != wanted
+                self._take_position_topic(wanted)
         if self._epoch is not None and epoch_exact and not resumes_at_report:
             # What the position itself says: offset-1 was read in this epoch. Where the
             # reader entered that epoch is unknown (``_hist_inexact``).
@@ -808,10 +823,7 @@ class PartitionTracker:
             self._bump()
         else:
             self._begin_validation(T.SEEK_UNVALIDATED, DetectedBy.RESTORE)
-        if other_topic:
-            # A position in a log that no longer exists: the topic was re-created since.
-            assert wanted is not None
-            self._retire_topic_id(wanted)
+        if deleted:
             self._topic_recreated(self._leader_id, self._leader_epoch, self._topic_id)
 
     def request_reset(
@@ -848,7 +860,7 @@ class PartitionTracker:
         request brought."""
         if not self._in_flight_now(action):
             return False
-        return not isinstance(action, FetchAction) or self._state is _FETCHING
+        return not isinstance(action, FetchAction) or self._state is _FETCHING or action.topic_probe
 
     def _in_flight_now(self, action: Action) -> bool:
         """``action`` is the request handed out last, still unanswered, at this generation."""
@@ -884,12 +896,23 @@ class PartitionTracker:
             leader_epoch = None
         topic_id = _id_text(topic_id)
         if topic_id is not None and self._topic_id is not None and topic_id != self._topic_id:
-            if topic_id in self._old_topic_ids and self._topic_confirmed:
-                # Topic ids are never reused and a leader serves ours: a broker that has not
-                # heard of the re-creation yet. Ignore its old log's leader and epoch.
+            if topic_id in self._old_topic_ids:
+                # Topic ids are never reused, and a leader served another since this one was
+                # named: a broker that has not heard of the re-creation yet. Ignore its old
+                # log's leader and epoch.
                 return False
-            self._topic_recreated(leader_id, leader_epoch, topic_id)
+            # A re-creation, or a broker behind one (the order ids are seen in is not the
+            # order of the incarnations): a leader serving one of the two decides.
+            self._rival_named(leader_id, leader_epoch, topic_id)
             return True
+        if topic_id is not None and self._rival is not None:
+            # Our id again: the broker that named the other one was behind it, or is ahead
+            # (judged when a leader serves ours, or the other one is named again). The wait
+            # was the probe's: this answer is the refresh it waited for.
+            self._rival = None
+            self._retry_at = 0.0
+            self._attempts = 0
+            self._bump()
         known = self._leader_epoch
         if leader_epoch is not None and known is not None and leader_epoch < known:
             return False
@@ -954,26 +977,38 @@ class PartitionTracker:
         ``partitionLeaderEpoch``) are being delivered. Call once per batch, or per part of a
         batch. ``False``: the fetch is stale (position moved, new leader, paused, seek):
         discard the records. Hot path: keep it to attribute checks and assignments."""
-        if fetch.token != self._gen or self._state is not _FETCHING or first_offset < self._offset:
+        if (
+            fetch.token != self._gen
+            or self._state is not _FETCHING
+            or first_offset < self._offset
+            or fetch.topic_probe
+        ):
+            if fetch.topic_probe:
+                self._probe_answered(fetch)
             return False
         self._in_flight = False
         if leader_epoch is not None and leader_epoch < 0:
             leader_epoch = None
         if leader_epoch != self._hist_epoch:
             self._note_epoch(leader_epoch, first_offset)
-        self._topic_confirmed = True
+        if self._unjudged:
+            self._topic_served()
         self._offset = last_offset + 1 if next_offset is None else next_offset
         self._epoch = leader_epoch
         self._attempts = 0
         return True
 
     def on_empty_fetch(self, fetch: FetchAction) -> bool:
-        """A fetch answered without records. The position, epoch included, stays."""
+        """A fetch answered without records. The position, epoch included, stays. (For a
+        ``topic_probe``: any answer but an error.)"""
+        if fetch.topic_probe:
+            return self._probe_answered(fetch)
         if fetch.token != self._gen or self._state is not _FETCHING:
             return False
         self._in_flight = False
         self._attempts = 0
-        self._topic_confirmed = True
+        if self._unjudged:
+            self._topic_served()
         return True
 
     def on_fetch_error(
@@ -988,6 +1023,15 @@ class PartitionTracker:
         answers Fetch v12+ (see :meth:`on_metadata`); a FENCED refusal then waits for
         metadata past the refused epoch and lets the leader it names decide how to validate,
         instead of asking OffsetForLeaderEpoch at once."""
+        if fetch.topic_probe:
+            if classify_error(error_code) is ErrorClass.OUT_OF_RANGE:
+                # Refused for the offset, not the id: the leader serves the topic.
+                return self._probe_answered(fetch)
+            if not self._in_flight_now(fetch):
+                return False
+            self._in_flight = False
+            self._retry_after_error(RequestKind.FETCH, error_code, now, None)
+            return True
         if fetch.token != self._gen or self._state is not _FETCHING:
             return False
         self._in_flight = False
@@ -1033,6 +1077,8 @@ class PartitionTracker:
         -1: the leader itself). Fetches go there until ``expires_at`` (the driver's clock),
         an error from it, or metadata without it; the position is validated with the leader
         first. Use it in place of :meth:`on_empty_fetch` (such answers carry no records)."""
+        if fetch.topic_probe:
+            return self._probe_answered(fetch)
         if fetch.token != self._gen or self._state is not _FETCHING:
             return False
         self._in_flight = False
@@ -1055,6 +1101,8 @@ class PartitionTracker:
         """A Fetch v12+ answer carried ``DivergingEpoch(epoch, end_offset)``: the leader's
         answer to OffsetForLeaderEpoch(last_fetched_epoch), without a round trip. ``None``
         (or Kafka's -1): the leader knows no such epoch."""
+        if fetch.topic_probe:
+            return self._probe_answered(fetch)
         if fetch.token != self._gen or self._state is not _FETCHING:
             return False
         self._in_flight = False
@@ -1318,6 +1366,113 @@ class PartitionTracker:
     def _retire_topic_id(self, topic_id: str) -> None:
         if topic_id not in self._old_topic_ids:
             self._old_topic_ids = (*self._old_topic_ids[-(MAX_OLD_TOPIC_IDS - 1) :], topic_id)
+        if topic_id in self._unjudged:
+            self._unjudged = tuple(t for t in self._unjudged if t != topic_id)
+
+    # Topic ids. Ids are never reused, and a leader serves only the live incarnation (a fetch
+    # under any other id is answered UNKNOWN_TOPIC_ID, or UNKNOWN_TOPIC_OR_PARTITION by a
+    # broker behind). Every id named (by metadata, a commit, a store) was live when it was
+    # named. So an id a leader serves is newer than every other id named before the fetch
+    # went out; nothing else orders them (a broker behind names the deleted id after the new
+    # one, and a tracker made after the re-creation never had the old one).
+
+    def _note_unjudged(self, topic_id: str) -> None:
+        if topic_id not in self._unjudged:
+            self._unjudged = (*self._unjudged[-(MAX_OLD_TOPIC_IDS - 1) :], topic_id)
+
+    def _rival_named(self, leader_id: int | None, leader_epoch: int | None, topic_id: str) -> None:
+        """Metadata names ``topic_id``, not the position's and not known to be older: the
+        next request asks a leader whether it serves it."""
+        rival = self._rival
+        if rival is not None and rival[0] == topic_id:
+            if leader_epoch is None:
+                leader_epoch = rival[2]
+            elif rival[2] is not None and leader_epoch < rival[2]:
+                return  # an older view of that incarnation
+            if rival[1:] == (leader_id, leader_epoch):
+                return
+        self._note_unjudged(topic_id)
+        self._rival = (topic_id, leader_id, leader_epoch)
+        if leader_id is not None:
+            self._retry_at = 0.0
+            self._attempts = 0
+        # Any answer in flight went out before this id was named: it cannot order them.
+        self._bump()
+
+    def _take_position_topic(self, topic_id: str) -> None:
+        """A seek to a position in incarnation ``topic_id`` (not known to be deleted) while
+        the tracker follows another: fetches name the position's id, metadata's is probed
+        (the position may be the newer: a commit made by a member that read the new
+        incarnation, while this one's metadata comes from a broker behind)."""
+        current = self._topic_id
+        rival = self._rival
+        if rival is not None and rival[0] == topic_id:
+            # The position is in the incarnation metadata named last: fetch there.
+            self._leader_id, self._leader_epoch = rival[1], rival[2]
+            self._rival = None
+        elif current is not None:
+            if rival is None:
+                self._rival = (current, self._leader_id, self._leader_epoch)
+            # The position's leader is not known: metadata naming its id will say.
+            self._leader_id = None
+            self._leader_epoch = None
+        if current is not None:
+            self._note_unjudged(current)
+        self._unjudged = tuple(t for t in self._unjudged if t != topic_id)
+        self._topic_id = topic_id
+        self._replica = None
+
+    def _topic_probe(self, now: float) -> Action:
+        rival = self._rival
+        assert rival is not None
+        topic_id, leader, _epoch = rival
+        if leader is None:
+            if now >= self._retry_at:
+                self._events.append(
+                    MetadataRefreshNeeded(self.tp, RefreshReason.LEADER_UNKNOWN, None)
+                )
+                self._schedule_retry(now, WaitReason.METADATA_REFRESH)
+            return WaitAction(self.tp, self._retry_at, WaitReason.METADATA_REFRESH)
+        if now < self._retry_at:
+            return WaitAction(self.tp, self._retry_at, self._wait_reason)
+        self._in_flight = True
+        # No epochs: the question is only whether this leader serves the id (an answer about
+        # the offset, records or out of range, says it does).
+        return FetchAction(
+            self.tp,
+            leader,
+            max(self._offset, 0),
+            None,
+            None,
+            self._gen,
+            topic_id,
+            None,
+            topic_probe=True,
+        )
+
+    def _probe_answered(self, fetch: FetchAction) -> bool:
+        """A leader served the probed id: it is the live incarnation, every other id named
+        before is older, the position's included (a re-creation)."""
+        rival = self._rival
+        if not self._in_flight_now(fetch) or rival is None or fetch.topic_id != rival[0]:
+            return False
+        self._in_flight = False
+        self._attempts = 0
+        topic_id, leader, epoch = rival
+        self._rival = None
+        for older in self._unjudged:
+            if older != topic_id:
+                self._retire_topic_id(older)
+        self._unjudged = ()
+        self._topic_recreated(leader, epoch, topic_id)
+        return True
+
+    def _topic_served(self) -> None:
+        """A leader served the position's id: the ids named before this fetch went out are
+        older."""
+        for older in self._unjudged:
+            self._retire_topic_id(older)
+        self._unjudged = ()
 
     def _splice_at(self, offset: int) -> None:
         """From ``offset`` on we read another log than the one ``_hist`` holds below it."""
@@ -1639,7 +1794,6 @@ class PartitionTracker:
         if self._topic_id is not None and self._topic_id != topic_id:
             self._retire_topic_id(self._topic_id)
         self._topic_id = topic_id
-        self._topic_confirmed = False
         self._replica = None
         self._leader_id = leader_id
         self._leader_epoch = leader_epoch

@@ -60,6 +60,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     leader_epoch=p.committed_leader_epoch if v >= 6 else -1,
                     metadata=p.committed_metadata,
                     commit_timestamp_ms=now,
+                    # The incarnation this broker knows: a commit taken while its view lags
+                    # a re-creation is not returned once the view has caught up, as Kafka's
+                    # coordinator deletes it (by name) when it applies the deletion.
                     topic_id=tv.topic_id,
                 )
                 keys[tp] = key

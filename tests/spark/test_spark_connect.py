@@ -283,6 +283,10 @@ spark.stop()
 """
 
 
+#: Spark's error when a Python process it started did not connect back within its (fixed) 10 s.
+SPARK_WORKER_TIMEOUT = "Python worker failed to connect back"
+
+
 def test_truncation_message_reaches_the_connect_client(connect_server: str, tmp_path: str) -> None:
     """A query restarted after an unclean election fails with ``KAFKA_LOG_TRUNCATION:``, and a
     Connect client sees that text in what ``awaitTermination()`` raises, in its ``message``
@@ -298,6 +302,10 @@ def test_truncation_message_reaches_the_connect_client(connect_server: str, tmp_
         assert first["raised"] is None and first["exception"] is None
         unclean_refill(cluster, "t", old, new, [b"new-0", b"new-1"])
         second = run(cluster.bootstrap_servers, "second")
+        if SPARK_WORKER_TIMEOUT in (second["raised"] or ""):
+            # Spark gives a Python process it starts 10 s to connect back; a CI machine busy
+            # with other work can starve one. The failed query committed nothing: run it again.
+            second = run(cluster.bootstrap_servers, "second")
     expected = "KAFKA_LOG_TRUNCATION: topic t partition 0 (t-0): divergence at 10"
     raised, exception, parameter = second["raised"], second["exception"], second["parameter"]
     assert raised is not None and exception is not None and parameter is not None

@@ -648,6 +648,9 @@ class ApacheKafkaCluster:
                 # A restarted preferred leader must not take leadership back behind a test's
                 # back: every leadership change is explicit.
                 "auto.leader.rebalance.enable": "false",
+                # The no-op records that keep the metadata log moving while nothing changes
+                # (Kafka writes one every 500 ms, and every broker applies it).
+                "metadata.max.idle.interval.ms": "5000",
             }
         else:
             props = {
@@ -673,7 +676,9 @@ class ApacheKafkaCluster:
                 # A follower that stops fetching (SIGSTOP, a hung JVM) leaves the ISR in ~2 s;
                 # a stopped broker leaves it at once through fencing / controlled shutdown.
                 "replica.lag.time.max.ms": "2000",
-                "replica.fetch.wait.max.ms": "500",
+                # An idle follower's fetch waits up to a second (data ends the wait at once):
+                # idle clusters are most of a test run's broker CPU.
+                "replica.fetch.wait.max.ms": "1000",
                 "replica.fetch.backoff.ms": "100",
                 "replica.socket.timeout.ms": "5000",
                 "num.replica.fetchers": "1",

@@ -20,6 +20,8 @@ from epochguard.offsets import (
     ValidateAction,
 )
 
+from .test_state_rules import fetch, validate
+
 TP = TopicPartition("t", 0)
 S = PartitionState
 LEADER, NEAR, FAR = 1, 2, 3
@@ -34,18 +36,6 @@ def fetching(offset: int = 10, epoch: int = 1) -> PartitionTracker:
     assert tr.on_records(f, 0, offset - 1, epoch)
     tr.drain_events()
     return tr
-
-
-def fetch(tr: PartitionTracker, now: float = 0.0) -> FetchAction:
-    a = tr.next_action(now)
-    assert isinstance(a, FetchAction), a
-    return a
-
-
-def validate(tr: PartitionTracker, now: float = 0.0) -> ValidateAction:
-    a = tr.next_action(now)
-    assert isinstance(a, ValidateAction), a
-    return a
 
 
 def on_near(tr: PartitionTracker, until: float = 100.0) -> FetchAction:

@@ -13,36 +13,19 @@ from epochguard.offsets import (
     DetectedBy,
     EpochOffset,
     ErrorCode,
-    FetchAction,
     MetadataRefreshNeeded,
     OffsetPolicy,
     PartitionState,
     PartitionTracker,
     TopicPartition,
-    TruncationDetected,
-    ValidateAction,
     WaitAction,
 )
+
+from .test_state_rules import fetch, truncations, validate
 
 TP = TopicPartition("t", 0)
 S = PartitionState
 OLD, NEW, NEWER = "topic-old", "topic-new", "topic-newer"
-
-
-def fetch(tr: PartitionTracker, now: float = 0.0) -> FetchAction:
-    a = tr.next_action(now)
-    assert isinstance(a, FetchAction), a
-    return a
-
-
-def validate(tr: PartitionTracker, now: float = 0.0) -> ValidateAction:
-    a = tr.next_action(now)
-    assert isinstance(a, ValidateAction), a
-    return a
-
-
-def truncations(tr: PartitionTracker) -> list[TruncationDetected]:
-    return [e for e in tr.drain_events() if isinstance(e, TruncationDetected)]
 
 
 def reading(topic: str, offset: int = 10, epoch: int = 0, **policy: str) -> PartitionTracker:

@@ -829,7 +829,7 @@ class ApacheKafkaCluster:
         """What ``kafka-storage format`` writes for each node: ``meta.properties`` (the
         cluster, node and directory ids) and ``bootstrap.checkpoint`` (the metadata version
         and features, and for the controller the SCRAM credentials). The checkpoint does not
-        depend on the cluster, so the tool runs once per role, credentials and jars, and
+        depend on the cluster, so the tool runs once per role, credentials and Kafka version, and
         later clusters copy its checkpoint and write their own ids: a JVM per node less on
         every start."""
         procs = []
@@ -873,11 +873,9 @@ class ApacheKafkaCluster:
             os.replace(partial, cached)
 
     def _formatted_checkpoint(self, node: _Node) -> Path:
-        """Where the checkpoint ``kafka-storage format`` writes for ``node`` is kept."""
-        jar_names = sorted(p.name for p in self.jars.lib_dir.glob("*.jar"))
-        key = hashlib.sha256(
-            "\0".join([node.role, *self._scram_format_args(node), *jar_names]).encode()
-        )
+        """Where the checkpoint ``kafka-storage format`` writes for ``node`` is kept: in the
+        Kafka version's own cache folder, by role and SCRAM credentials."""
+        key = hashlib.sha256("\0".join([node.role, *self._scram_format_args(node)]).encode())
         return self.jars.home / "formatted" / f"{node.role}-{key.hexdigest()[:16]}.checkpoint"
 
     def _scram_format_args(self, node: _Node) -> list[str]:

@@ -900,6 +900,14 @@ def spark_latency(results: Path) -> str:
     def ms(x: float | None) -> str:
         return "-" if x is None else f"{x:,.0f} ms"
 
+    def cpu(src: Mapping[str, Any]) -> str:
+        # Results before CPU was measured have no figure.
+        c = src.get("cpu_s_per_s")
+        if not c:
+            return "-"
+        broker = c.get("kafka_broker") or 0.0
+        return f"{c['total'] - broker:.2f} + {broker:.2f}"
+
     rows = []
     for fmt, src in r["sources"].items():
         batch = src["batch_duration_ms"]
@@ -908,10 +916,19 @@ def spark_latency(results: Path) -> str:
                 names.get(fmt, fmt),
                 *(ms(src[k]) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")),
                 *(ms(batch[p]["p50_ms"]) if p in batch else "-" for p in parts),
+                cpu(src),
             ]
         )
     out = table(
-        ["source", "p50", "p90", "p99", "max", *(f"`{p}` (p50)" for p in parts)],
+        [
+            "source",
+            "p50",
+            "p90",
+            "p99",
+            "max",
+            *(f"`{p}` (p50)" for p in parts),
+            "CPU-s per second: Spark + broker",
+        ],
         rows,
     )
     s = r["settings"]

@@ -31,6 +31,13 @@ Method (also written into the JSON as ``method``):
   read it (``sent_to_trigger_ms``), and from there to the sink (``trigger_to_sink_ms``).
 * Checkpoints go to ``/dev/shm`` where it exists (a tmpfs): Spark writes two checkpoint
   files per micro-batch, and a disk shared with other work would add its waits to both.
+* CPU while the query runs at that rate (the warm-up and the measured records), per
+  second of wall time, split as in ``benchmarks/spark_source.py``: the Spark JVM's own
+  threads, the Python processes under it (the source runner, planner processes and
+  workers), the processes it reaped meanwhile, and the broker. Between micro-batches a
+  query asks its source for new data every ``spark.sql.streaming.pollingDelay`` (10 ms):
+  at a few records per second this is mostly the cost of that asking. The JVM runs
+  nothing else meanwhile; the broker's figure includes its own idle work.
 * The load average (1 minute) before and after every run: other work shares the 2 cores.
 
 ``python -m benchmarks spark_latency``. ``SPARK_LATENCY_SOURCES`` (default
@@ -46,7 +53,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -164,6 +171,14 @@ def summarise(
     }
 
 
+def cpu_rate(
+    before: Mapping[str, float], after: Mapping[str, float], span_s: float
+) -> dict[str, float]:
+    """CPU seconds per second of ``span_s`` by part, and their ``total``."""
+    parts = {k: round((after[k] - before[k]) / span_s, 3) for k in before}
+    return {**parts, "total": round(sum(parts.values()), 3)}
+
+
 def batch_spread(batches: Sequence[Mapping[str, int]]) -> dict[str, dict[str, Any]]:
     """p50, p90 and the maximum of each part of ``durationMs`` over ``batches``."""
     out = {}
@@ -236,7 +251,12 @@ class _PacedFeed:
 
 
 def _one_run(
-    spark: Any, fmt: str, feed: _KafkaFeed | _PacedFeed, checkpoint: str, timeout_s: float = 120
+    spark: Any,
+    fmt: str,
+    feed: _KafkaFeed | _PacedFeed,
+    checkpoint: str,
+    cpu: Callable[[], dict[str, float]],
+    timeout_s: float = 120,
 ) -> dict[str, Any]:
     arrivals: list[tuple[int, float, list[bytes]]] = []
     first, seen = threading.Event(), threading.Event()
@@ -273,15 +293,23 @@ def _one_run(
         feed.first()
         if not first.wait(timeout_s):
             raise RuntimeError(f"{fmt}: record 0 did not reach the sink: {query.exception()}")
+        cpu_before, cpu_from = cpu(), time.monotonic()
         feed.steady(total - 1)
         if not seen.wait(timeout_s):
             raise RuntimeError(f"{fmt}: {sum(len(v) for *_, v in arrivals)} of {total} records")
+        cpu_after, cpu_span = cpu(), time.monotonic() - cpu_from
         progress = list(query.recentProgress)
     finally:
         query.stop()
     out = summarise(arrivals, progress, 1 + WARMUP, RECORDS)
+    out["cpu_s_per_s"] = cpu_rate(cpu_before, cpu_after, cpu_span)
     out["load_average_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     return out
+
+
+def _median_cpu(runs: Sequence[Mapping[str, float]]) -> dict[str, float | None]:
+    """The median of each part over ``runs``."""
+    return {k: percentile([r[k] for r in runs], 50) for k in (runs[0] if runs else {})}
 
 
 def run() -> dict[str, Any]:
@@ -306,6 +334,16 @@ def run() -> dict[str, Any]:
             },
         )
         register(spark)
+        from pyspark import SparkContext
+
+        from benchmarks.spark_source import cpu_split
+
+        jvm = SparkContext._gateway.proc.pid
+        brokers = [p.pid for p in cluster._procs.values()]
+
+        def cpu() -> dict[str, float]:
+            return cpu_split(jvm, brokers)
+
         if PACED in SOURCES:
             from benchmarks._paced_stamps import register as register_paced
 
@@ -320,7 +358,7 @@ def run() -> dict[str, Any]:
                         if fmt == PACED
                         else _KafkaFeed(cluster, name)
                     )
-                    result = _one_run(spark, fmt, feed, f"{tmp}/{name}")
+                    result = _one_run(spark, fmt, feed, f"{tmp}/{name}", cpu)
                     result["round"] = rnd
                     runs[fmt].append(result)
                     print(
@@ -337,6 +375,7 @@ def run() -> dict[str, Any]:
             "records": sum(r["records"] for r in runs[fmt]),
             **spread([v for r in runs[fmt] for v in r["latencies_ms"]]),
             "batch_duration_ms": batch_spread(batches),
+            "cpu_s_per_s": _median_cpu([r["cpu_s_per_s"] for r in runs[fmt]]),
             "runs": runs[fmt],
         }
     return {

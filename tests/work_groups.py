@@ -1,14 +1,16 @@
 """How ``pytest -n N --dist loadgroup --no-loadscope-reorder`` (``make test``) shares the tests out.
 
 Four lanes, each run by one worker from start to end, so that the long JVM work overlaps
-instead of queueing: every test that starts Spark, plus the builds from the source tree
-(the install matrix, the wheel), is one unit of work ("lane-spark"); the real-Kafka runs of
-the scenario suite are another ("lane-kafka-scenarios"); the modules of tests/apache_kafka
-that start brokers of their own a third ("lane-kafka-own-brokers"), and every other test
-that starts a JVM (real Kafka brokers, the Java client) a fourth ("lane-kafka"). The lanes
-with real Kafka modules on a shared cluster each have their own (the cluster is per
-worker). A worker takes further units only once its own is nearly done, so the workers
-that finish their lane first run the tests that need no Java, one test module per unit.
+instead of queueing: every test that starts Spark is one unit of work ("lane-spark"); the
+real-Kafka runs of the scenario suite are another ("lane-kafka-scenarios"); the modules of
+tests/apache_kafka that start brokers of their own a third ("lane-kafka-own-brokers"), and
+every other test that starts a JVM (real Kafka brokers, the Java client) a fourth ("lane-
+kafka"). The lanes with real Kafka modules on a shared cluster each have their own (the
+cluster is per worker). A worker takes further units only once its own is nearly done, so
+the workers that finish their lane first run the tests that need no Java, one test module
+per unit. The builds from the source tree (the install matrix, the wheel:
+tests/test_install.py and tests/test_packaging.py) share a group of their own ("builds-
+from-the-source-tree"), so no two builds run at once.
 
 Each test module is one unit of work, so a module-scoped fixture (an EmbeddedCluster) starts
 once, on the one worker that runs the module. A module whose cluster fixture
@@ -38,7 +40,6 @@ KAFKA_OWN_BROKERS_LANE = "lane-kafka-own-brokers"
 #: The real-Kafka runs of the scenario suite: a lane of their own, with a cluster of their own
 #: (the session's shared cluster is per worker), beside tests/apache_kafka's.
 KAFKA_SCENARIOS_LANE = "lane-kafka-scenarios"
-_JOINS_SPARK_LANE = {"builds-from-the-source-tree"}
 
 
 def _lane(item: pytest.Item, modules_on_shared: frozenset[str]) -> str | None:
@@ -46,7 +47,7 @@ def _lane(item: pytest.Item, modules_on_shared: frozenset[str]) -> str | None:
     # conftest hook that may run after this one (tests/jvm_markers.py checks they agree).
     needs = {JVM_FIXTURES[f] for f in getattr(item, "fixturenames", ()) if f in JVM_FIXTURES}
     needs.update(m for m in JVM_MARKERS if item.get_closest_marker(m) is not None)
-    if "spark" in needs or item.get_closest_marker("install") is not None:
+    if "spark" in needs:
         return SPARK_LANE
     if needs:
         if item.nodeid.startswith("tests/scenarios/"):
@@ -89,11 +90,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         shared_kafka.module(item) for item in items if shared_kafka.uses_shared_cluster(item)
     )
     for item in items:
-        marker = item.get_closest_marker("xdist_group")
-        if marker is None:
+        if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(_group(item, modules_on_shared)))
-        elif _group_of(item) in _JOINS_SPARK_LANE:
-            item.add_marker(pytest.mark.xdist_group(SPARK_LANE))
 
 
 def check_groups_applied(config: pytest.Config, ids: list[str]) -> None:

@@ -98,14 +98,11 @@ def test_program_runs(path: Path, marker: str) -> None:
     exec(compile(block, str(path.relative_to(ROOT)), "exec"), {"__name__": "recipe"})
 
 
-#: The pages a user reads; design.md (for contributors) has pseudocode in Python fences.
+#: The pages a user reads: all but design.md (for contributors), which has pseudocode in
+#: Python fences.
 USER_PAGES = [
     ROOT / "README.md",
-    DOCS / "install.md",
-    DOCS / "concepts.md",
-    *sorted((DOCS / "getting-started").glob("*.md")),
-    *sorted((DOCS / "guides").glob("*.md")),
-    *sorted((DOCS / "reference").glob("*.md")),
+    *sorted(p for p in DOCS.rglob("*.md") if p.name != "design.md"),
 ]
 
 

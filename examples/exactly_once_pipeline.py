@@ -11,9 +11,13 @@ input log exactly once, and the outputs of input records that no longer exist ar
 ones the truncation report names.
 
 On the EmbeddedCluster (the default) the script stages an unclean election under the
-pipeline and checks that outcome itself (exit code 0).
+pipeline and checks that outcome itself (exit code 0). With ``--bootstrap-servers`` it
+runs the pipeline on a real cluster, writing to ``<topic>-out``: create that topic first
+(unless the brokers auto-create topics), or the producer waits for its metadata until
+``max_block_ms`` (60 s) runs out.
 
     python examples/exactly_once_pipeline.py
+    python examples/exactly_once_pipeline.py --bootstrap-servers host:9092 --topic orders
 """
 
 from __future__ import annotations

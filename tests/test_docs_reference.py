@@ -1,15 +1,18 @@
 """The reference pages and the operations guide name everything the code has: every
-exception class, every metric, every command-line option and control operation."""
+exception class, every metric, every command-line option and control operation; and the
+testing guides' control API tables name only methods the clusters have."""
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import re
 from pathlib import Path
 
 import epochguard.consumer.errors as consumer_errors
 import epochguard.offsets.errors as core_errors
 import epochguard.spark_connector.errors as spark_errors
+import epochguard.testing as testing
 from epochguard.consumer.fetcher import FetcherMetrics
 from epochguard.testing.__main__ import parser as cluster_parser
 from epochguard.testing.control import OPERATIONS
@@ -65,3 +68,33 @@ def test_every_cluster_option_and_control_operation_is_in_the_cli_reference() ->
     assert not missing, missing
     ops = sorted(name.replace("_", "-") for name in OPERATIONS)
     assert not [op for op in ops if f"`{op}`" not in text]
+
+
+def _first_column_names(text: str, start: str, end: str) -> set[str]:
+    """Names opening a backticked span (`name(` or `name`) in the first column of the tables
+    between the two headings."""
+    section = text.split(start, 1)[1].split(end, 1)[0]
+    cells = [
+        line.strip("|").split("|")[0]
+        for line in section.splitlines()
+        if line.startswith("|") and not line.startswith("|---")
+    ]
+    return {name for cell in cells for name in re.findall(r"`([a-z_]+)[(`]", cell)}
+
+
+def test_control_api_tables_name_existing_methods() -> None:
+    guides = DOCS / "guides"
+    for page, start, end, cls in (
+        ("testing.md", "## Control API", "## Behaviour worth knowing", testing.EmbeddedCluster),
+        (
+            "testing-real-kafka.md",
+            "## The control API",
+            "### Per-replica",
+            testing.ApacheKafkaCluster,
+        ),
+    ):
+        names = _first_column_names((guides / page).read_text(), start, end)
+        assert {"create_topic", "elect_leader"} <= names, (page, names)
+        # A method of the cluster, or a helper of epochguard.testing (produce, wait_until).
+        unknown = sorted(n for n in names if not hasattr(cls, n) and not hasattr(testing, n))
+        assert not unknown, (page, unknown)

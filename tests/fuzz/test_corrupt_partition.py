@@ -71,6 +71,7 @@ def test_other_partitions_flow_while_one_serves_garbage(
         first = errors[0]
         assert first.tp == BAD and first.offset == 0
         assert "cp-1" in str(first) and "offset 0" in str(first)
+        assert str(first).count("CorruptRecordError") == 1, str(first)  # as the guide shows it
         for _ in range(5):
             _poll(c, got, errors)
         assert len(errors) == 1

@@ -11,6 +11,7 @@ from epochguard.offsets import (
     LogTruncationError,
     OffsetOutOfRangeError,
     OffsetPolicy,
+    PositionSource,
     ResetStrategy,
     RetryBackoff,
     TopicPartition,
@@ -63,6 +64,15 @@ def test_report_to_dict_is_json() -> None:
         "detected_by": "metadata",
         "position_source": None,
     }
+
+
+def test_report_to_dict_has_plain_values() -> None:
+    r = TruncationReport(
+        TP, EpochOffset(10, 1), AT_7, DetectedBy.METADATA, 2, position_source=PositionSource.SEEK
+    )
+    d = r.to_dict()
+    assert type(d["position_source"]) is str and d["position_source"] == "seek"
+    assert type(d["detected_by"]) is str
 
 
 def test_detected_by_accepts_strings() -> None:

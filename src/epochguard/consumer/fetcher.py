@@ -1260,9 +1260,12 @@ class Fetcher:
             offset=action.offset,
             error=str(exc),
         )
+        # The decoder's own text, without kafka's "[Error 2] CorruptRecordError: " prefix,
+        # which the error raised here carries once already.
+        reason = exc.args[0] if exc.args else exc
         error = CorruptRecordError(
             f"{tp.topic}-{tp.partition}: cannot decode the records fetched at offset "
-            f"{action.offset} ({exc}); the partition stays at offset {action.offset} until "
+            f"{action.offset} ({reason}); the partition stays at offset {action.offset} until "
             "seek()",
             tp=tp,
             offset=action.offset,

@@ -100,7 +100,9 @@ class TruncationReport:
             "lost_count": self.lost_count,
             "new_leader_epoch": self.new_leader_epoch,
             "detected_by": self.detected_by.value,
-            "position_source": self.position_source,
+            # Plain text, as the docs promise: a PositionSource member would show as an enum
+            # in reprs and to handlers that check types.
+            "position_source": None if self.position_source is None else str(self.position_source),
         }
 
     def describe(self) -> str:

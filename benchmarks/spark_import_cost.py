@@ -28,6 +28,14 @@ query (a Python source's runner and planner processes), the Python workers under
 the broker (``benchmarks/spark_source.py``'s accounting): with so few rows, the fixed cost
 of a query.
 
+**pyspark from Spark's zips.** Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` and the
+py4j zip first on the path of every Python process it starts, so those processes import
+pyspark from the zips; the source runner is a new process per query. Its own module,
+``pyspark.sql.streaming.python_streaming_source_runner``, imported in a fresh interpreter
+(medians, the variants alternated): from the zips as shipped (sources only: every module is
+compiled at import), from copies of them compiled by ``epochguard spark-compile-zips``, and
+from the installed package (its ``__pycache__``), as a process without Spark's path would.
+
 ``SPARK_IMPORT_RUNS`` import runs per variant (default 9).
 """
 
@@ -35,9 +43,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 #: Per process: (what that process imports anyway, not timed; what it imports for us).
@@ -69,12 +80,14 @@ QUERY_ROWS = int(os.environ.get("SPARK_IMPORT_QUERY_ROWS", "10"))
 QUERY_REPS = int(os.environ.get("SPARK_IMPORT_QUERY_REPS", "5"))
 
 
-def _measure(prelude: str, statement: str) -> dict[str, float]:
+def _measure(prelude: str, statement: str, path: str | None = None) -> dict[str, float]:
+    env = None if path is None else {**os.environ, "PYTHONPATH": path}
     out = subprocess.run(
         [sys.executable, "-P", "-c", CHILD.format(prelude=prelude, statement=statement)],
         capture_output=True,
         text=True,
         check=True,
+        env=env,
     ).stdout
     result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
     return result
@@ -92,6 +105,40 @@ def imports(runs: int) -> dict[str, Any]:
             "wall_s_median": round(statistics.median(v["wall"] for v in values), 3),
         }
     return result
+
+
+_RUNNER = "import pyspark.sql.streaming.python_streaming_source_runner"
+
+
+def zip_imports(runs: int) -> dict[str, Any]:
+    """The source runner's module from Spark's zips as shipped, from compiled copies of
+    them, and from the installed package (see the module's docstring)."""
+    from epochguard.spark_connector.compile_zips import compile_zips, spark_zips
+
+    shipped = spark_zips()
+    with tempfile.TemporaryDirectory(prefix="spark-zips-") as tmp:
+        copies = [Path(tmp) / z.name for z in shipped]
+        for z, copy in zip(shipped, copies, strict=True):
+            shutil.copyfile(z, copy)
+        compile_zips(copies)
+        paths = {
+            "zip_as_shipped": os.pathsep.join(map(str, shipped)),
+            "zip_compiled": os.pathsep.join(map(str, copies)),
+            "installed_package": None,
+        }
+        samples: dict[str, list[dict[str, float]]] = {name: [] for name in paths}
+        for _ in range(runs):
+            for name, path in paths.items():
+                samples[name].append(_measure("", _RUNNER, path))
+    out: dict[str, Any] = {
+        name: {
+            "cpu_s_median": round(statistics.median(v["cpu"] for v in values), 3),
+            "wall_s_median": round(statistics.median(v["wall"] for v in values), 3),
+        }
+        for name, values in samples.items()
+    }
+    out["zips"] = [z.name for z in shipped]
+    return out
 
 
 def small_query_runs(
@@ -181,6 +228,7 @@ def run() -> dict[str, Any]:
     runs = int(os.environ.get("SPARK_IMPORT_RUNS", "9"))
     result: dict[str, Any] = {"runs": runs, "load_average_before": _load()}
     result["imports"] = imports(runs)
+    result["pyspark_from_spark_zips"] = zip_imports(runs)
     if os.environ.get("SPARK_IMPORT_QUERY", "1") != "0":
         result["small_query"] = small_query()
     result["load_average_after"] = _load()

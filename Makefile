@@ -64,7 +64,7 @@ test-fast: $(STAMP)
 	EPOCHGUARD_EXAMPLES_SCALE=0.1 $(BIN)/python -P -m pytest $(call xdist,$(FAST_WORKERS)) \
 		-m "$(FAST_MARKERS)" $(PYTEST_ARGS)
 
-# Chaos schedules at scale (docs/guides/testing.md, "Chaos schedules"): `make chaos SEEDS=N` runs
+# Chaos schedules at scale (docs/contributing.md, "Chaos runs"): `make chaos SEEDS=N` runs
 # the generated schedules of seeds FIRST..FIRST+N-1 against EpochConsumer, CHAOS_WORKERS at a
 # time (each on its own EmbeddedCluster), and prints the oracle's totals and every failure
 # with its replay code; FIRST=K lets several processes split a large run. CI runs a fixed
@@ -81,8 +81,8 @@ chaos: $(STAMP)
 	$(BIN)/python -P -m epochguard.testing.chaos --seeds $(SEEDS) --first $(FIRST) \
 		--workers $(CHAOS_WORKERS) $(CHAOS_ARGS)
 
-# Chaos schedules on real Apache Kafka (docs/guides/testing.md, "Chaos schedules on real Apache
-# Kafka"): `make chaos-apache SEEDS=30` (30 by default) runs the real-Kafka schedules of seeds
+# Chaos schedules on real Apache Kafka (docs/contributing.md, "Chaos runs"): `make chaos-apache
+# SEEDS=30` (30 by default) runs the real-Kafka schedules of seeds
 # FIRST..FIRST+SEEDS-1 with EpochConsumer and the Java reference consumer side by side, one at
 # a time on one ApacheKafkaCluster (about 25 s each), and merges the figures into
 # benchmarks/results/chaos_scoreboard.json (the EmbeddedCluster rows stay).
@@ -93,8 +93,8 @@ chaos-apache: $(STAMP) kafka-jars
 		--seeds $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),30) --first $(FIRST) \
 		$(CHAOS_ARGS)
 
-# The first seeded chaos test (tests/consumer/test_chaos.py): SEEDS per mode from seed
-# index FIRST, about 3.5 s each, plus the regression schedules. CI runs 3.
+# The first seeded chaos test (tests/consumer/test_chaos.py, docs/contributing.md): SEEDS per
+# mode from seed index FIRST, about 3.5 s each, plus the regression schedules. CI runs 3.
 chaos-legacy: $(STAMP)
 	EPOCHGUARD_CHAOS_SEEDS=$(SEEDS) EPOCHGUARD_CHAOS_FIRST=$(FIRST) \
 		$(BIN)/python -P -m pytest tests/consumer/test_chaos.py \
@@ -106,7 +106,7 @@ FUZZ_EXAMPLES ?= 100000
 fuzz: $(STAMP)
 	EPOCHGUARD_HYPOTHESIS=explore EPOCHGUARD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -P -m pytest tests/fuzz -x -q -o timeout=0 $(PYTEST_ARGS)
 
-# New examples for the state machine's properties (docs/guides/testing.md, "Property tests"):
+# New examples for the state machine's properties (docs/contributing.md, "Property tests"):
 # make test replays fixed ones; this draws EXPLORE_EXAMPLES fresh ones per property.
 EXPLORE_EXAMPLES ?= 20000
 explore: $(STAMP)
@@ -139,7 +139,7 @@ bench: $(STAMP) kafka-jars spark-jars
 	$(BIN)/python -m benchmarks._matrix_plot
 	$(BIN)/python -m benchmarks._tables
 
-# Soak (docs/guides/testing.md, not in CI): one consumer under produce load, periodic unclean
+# Soak (docs/contributing.md, "Load and soak"; not in CI): one consumer under produce load, periodic unclean
 # elections and network faults for DURATION seconds (make soak DURATION=3600; SOAK_MINUTES=
 # also works, default 10 minutes); fails if a truncation is missed or its RSS, open fds or
 # threads grow after warm-up. Writes benchmarks/results/soak.json.

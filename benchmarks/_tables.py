@@ -827,9 +827,12 @@ def spark_query_cost(results: Path) -> str:
         "epochguard": "epochguard",
         "ready_batches": "a Python source that reads nothing (the floor)",
     }
+    # Results before the compiled zips were measured have only the first.
+    runs = [("as shipped", q), ("compiled", r.get("small_query_compiled_zips"))]
     rows = [
         [
             names[fmt],
+            zips,
             seconds(m["wall_s"]),
             f"{m['cpu_s']:.2f}",
             f"{m['cpu_s_by_part']['spark_jvm_own']:.2f}",
@@ -837,11 +840,15 @@ def spark_query_cost(results: Path) -> str:
             f"{m['cpu_s_by_part']['python_under_jvm']:.2f}",
             f"{m['cpu_s_by_part']['kafka_broker']:.2f}",
         ]
-        for fmt, m in q["median"].items()
+        for fmt in q["median"]
+        for zips, run in runs
+        if run is not None
+        for m in (run["median"][fmt],)
     ]
     out = table(
         [
             "source",
+            "Spark's pyspark zips",
             "start to end",
             "CPU-s",
             "Spark JVM",
@@ -859,8 +866,20 @@ def spark_query_cost(results: Path) -> str:
         f"planner {imp['planner']['cpu_s_median']:.2f}, source runner "
         f"{imp['source_runner']['cpu_s_median']:.2f}, executor worker "
         f"{imp['executor']['cpu_s_median']:.2f} (pyspark's own in a planner: "
-        f"{imp['spark_floor']['cpu_s_median']:.2f}); load average "
+        f"{imp['spark_floor']['cpu_s_median']:.2f}){_zip_imports(r)}; load average "
         f"{load_range(r)}",
+    )
+
+
+def _zip_imports(r: Mapping[str, Any]) -> str:
+    z = r.get("pyspark_from_spark_zips")
+    if not z:
+        return ""
+    return (
+        "; the source runner's own module from Spark's zips as shipped "
+        f"{z['zip_as_shipped']['cpu_s_median']:.2f} CPU-s, compiled "
+        f"{z['zip_compiled']['cpu_s_median']:.2f}, from the installed pyspark "
+        f"{z['installed_package']['cpu_s_median']:.2f}"
     )
 
 

@@ -36,6 +36,10 @@ pyspark from the zips; the source runner is a new process per query. Its own mod
 compiled at import), from copies of them compiled by ``epochguard spark-compile-zips``, and
 from the installed package (its ``__pycache__``), as a process without Spark's path would.
 
+The small query runs again in a JVM whose ``SPARK_HOME`` is the installed one with compiled
+copies of its zips (``small_query_compiled_zips``): the same figures with Spark's Python
+processes importing compiled pyspark modules.
+
 ``SPARK_IMPORT_RUNS`` import runs per variant (default 9).
 """
 
@@ -185,9 +189,10 @@ def produce_small_topic(cluster: Any, topic: str) -> None:
     produce(cluster.bootstrap_servers, topic, QUERY_ROWS, value=b"v" * 100)
 
 
-def small_query() -> dict[str, Any]:
+def small_query(spark_home: Path | None = None) -> dict[str, Any]:
     """A few records read by each source in a session of its own, after a warm-up query
-    per source: what a query costs before its rows do."""
+    per source: what a query costs before its rows do. With ``spark_home``, in a JVM
+    started with that ``SPARK_HOME`` (its own, stopped at the end)."""
     from pyspark import SparkContext
 
     from benchmarks._ready_batches import register as register_ready
@@ -195,9 +200,13 @@ def small_query() -> dict[str, Any]:
     from epochguard.spark_connector import register
     from epochguard.testing.apache_kafka import ApacheKafkaCluster, ensure_kafka_jars
     from epochguard.testing.apache_kafka.spark_kafka import ensure_spark_kafka_jars
-    from epochguard.testing.spark_session import local_session
+    from epochguard.testing.spark_session import _stop_jvm, local_session
 
     connector = ensure_spark_kafka_jars()
+    home_before = os.environ.get("SPARK_HOME")
+    if spark_home is not None:
+        _stop_jvm()
+        os.environ["SPARK_HOME"] = str(spark_home)
     with ApacheKafkaCluster(brokers=1, jars=ensure_kafka_jars()) as cluster:
         servers = cluster.bootstrap_servers
         produce_small_topic(cluster, "small")
@@ -217,7 +226,37 @@ def small_query() -> dict[str, Any]:
             out = small_query_runs(spark, servers, "small", jvm, brokers)
         finally:
             spark.stop()
+            if spark_home is not None:
+                _stop_jvm()
+                if home_before is None:
+                    os.environ.pop("SPARK_HOME", None)
+                else:
+                    os.environ["SPARK_HOME"] = home_before
     return {"spark_kafka_connector": connector.version, "session": "local[2]", **out}
+
+
+def compiled_spark_home(where: Path) -> Path:
+    """A Spark home in ``where`` that is the installed one but for compiled copies of its
+    zips (``epochguard spark-compile-zips``): every other entry a symbolic link."""
+    from epochguard.spark_connector.compile_zips import compile_zips, spark_zips
+
+    zips = spark_zips()
+    lib = zips[0].parent
+    home = where / "spark-home"
+    for src, dst, own in (
+        (lib.parent.parent, home, "python"),
+        (lib.parent, home / "python", "lib"),
+    ):
+        dst.mkdir(parents=True)
+        for entry in src.iterdir():
+            if entry.name != own:
+                (dst / entry.name).symlink_to(entry)
+    (home / "python" / "lib").mkdir()
+    copies = [home / "python" / "lib" / z.name for z in zips]
+    for z, copy in zip(zips, copies, strict=True):
+        shutil.copyfile(z, copy)
+    compile_zips(copies)
+    return home
 
 
 def _load() -> list[float]:
@@ -231,6 +270,8 @@ def run() -> dict[str, Any]:
     result["pyspark_from_spark_zips"] = zip_imports(runs)
     if os.environ.get("SPARK_IMPORT_QUERY", "1") != "0":
         result["small_query"] = small_query()
+        with tempfile.TemporaryDirectory(prefix="spark-home-") as tmp:
+            result["small_query_compiled_zips"] = small_query(compiled_spark_home(Path(tmp)))
     result["load_average_after"] = _load()
     return result
 

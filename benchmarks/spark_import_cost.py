@@ -235,35 +235,13 @@ def small_query(spark_home: Path | None = None) -> dict[str, Any]:
     return {"spark_kafka_connector": connector.version, "session": "local[2]", **out}
 
 
-def compiled_spark_home(where: Path) -> Path:
-    """A Spark home in ``where`` that is the installed one but for compiled copies of its
-    zips (``epochguard spark-compile-zips``): every other entry a symbolic link."""
-    from epochguard.spark_connector.compile_zips import compile_zips, spark_zips
-
-    zips = spark_zips()
-    lib = zips[0].parent
-    home = where / "spark-home"
-    for src, dst, own in (
-        (lib.parent.parent, home, "python"),
-        (lib.parent, home / "python", "lib"),
-    ):
-        dst.mkdir(parents=True)
-        for entry in src.iterdir():
-            if entry.name != own:
-                (dst / entry.name).symlink_to(entry)
-    (home / "python" / "lib").mkdir()
-    copies = [home / "python" / "lib" / z.name for z in zips]
-    for z, copy in zip(zips, copies, strict=True):
-        shutil.copyfile(z, copy)
-    compile_zips(copies)
-    return home
-
-
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
 def run() -> dict[str, Any]:
+    from epochguard.spark_connector.compile_zips import compiled_spark_home
+
     runs = int(os.environ.get("SPARK_IMPORT_RUNS", "9"))
     result: dict[str, Any] = {"runs": runs, "load_average_before": _load()}
     result["imports"] = imports(runs)
@@ -271,7 +249,8 @@ def run() -> dict[str, Any]:
     if os.environ.get("SPARK_IMPORT_QUERY", "1") != "0":
         result["small_query"] = small_query()
         with tempfile.TemporaryDirectory(prefix="spark-home-") as tmp:
-            result["small_query_compiled_zips"] = small_query(compiled_spark_home(Path(tmp)))
+            home = compiled_spark_home(Path(tmp) / "spark-home")
+            result["small_query_compiled_zips"] = small_query(home)
     result["load_average_after"] = _load()
     return result
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +21,36 @@ from . import jvm_markers, shared_kafka, work_groups
 #: them). Benchmarks run without these options.
 SPARK_TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
+#: Where the run's Spark home with compiled pyspark zips is built (once per pyspark and
+#: Python version, shared by the workers).
+_BUILD = Path(__file__).resolve().parent.parent / "build"
+
+
+def _compiled_spark_home() -> None:
+    """Spark for the tests starts from a Spark home whose pyspark zips hold compiled modules
+    (``compiled_spark_home``; the installation is left as it is): each streaming query's
+    source runner, and each Python daemon, would compile pyspark's sources again otherwise
+    (docs/guides/spark.md, "Performance"). Benchmarks measure the zips as shipped.
+    ``EPOCHGUARD_TEST_SPARK_ZIPS=shipped`` runs the tests on those too."""
+    if os.environ.get("EPOCHGUARD_TEST_SPARK_ZIPS") == "shipped" or "SPARK_HOME" in os.environ:
+        return
+    try:
+        import pyspark
+    except ImportError:
+        return
+    from epochguard.spark_connector.compile_zips import compiled_spark_home
+
+    tag = f"pyspark-{pyspark.__version__}-py{sys.version_info.major}{sys.version_info.minor}"
+    home = _BUILD / f"spark-home-{tag}"
+    _BUILD.mkdir(exist_ok=True)
+    with open(_BUILD / f".spark-home-{tag}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker builds it, the others wait for it
+        if not (home / "python" / "lib").is_dir() or not home.joinpath(".built").exists():
+            shutil.rmtree(home, ignore_errors=True)
+            compiled_spark_home(home)
+            home.joinpath(".built").touch()
+    os.environ["SPARK_HOME"] = str(home)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(jvm_markers, "epochguard-jvm-markers")
@@ -24,6 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(shared_kafka, "epochguard-shared-kafka")
     os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_TEST_JVM_OPTIONS)
     os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", SPARK_TEST_JVM_OPTIONS)
+    _compiled_spark_home()
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -13,6 +13,10 @@ files are checked against a hash of their source at import, so a changed source 
 compiled again as before; another Python version ignores them (their magic number differs)
 and compiles the sources as before. The original zip is kept beside it as ``<name>.orig``,
 and :func:`restore_zips` puts it back. ``epochguard spark-compile-zips`` runs it.
+
+:func:`compiled_spark_home` leaves the installation as it is: it builds a Spark home of
+symbolic links to it, with compiled copies of the zips, for a ``SPARK_HOME`` of one's own
+(a test suite's, a benchmark's).
 """
 
 from __future__ import annotations
@@ -29,7 +33,14 @@ from pathlib import Path
 
 import attrs
 
-__all__ = ["ZipState", "compile_zips", "restore_zips", "spark_zips", "zip_state"]
+__all__ = [
+    "ZipState",
+    "compile_zips",
+    "compiled_spark_home",
+    "restore_zips",
+    "spark_zips",
+    "zip_state",
+]
 
 #: Flags of a hash-based ``.pyc`` whose hash the importer checks against the source (PEP 552).
 _CHECKED_HASH = 0b11
@@ -166,3 +177,23 @@ def restore_zips(paths: Iterable[Path]) -> list[Path]:
             os.replace(original, path)
             restored.append(path)
     return restored
+
+
+def compiled_spark_home(where: Path, spark_home: str | os.PathLike[str] | None = None) -> Path:
+    """A Spark home at ``where`` (which must not exist) that is ``spark_home`` (default as
+    :func:`spark_zips`) but for compiled copies of its zips: every other entry is a
+    symbolic link into it. Start Spark with ``SPARK_HOME`` set to it."""
+    zips = spark_zips(spark_home)
+    lib = zips[0].parent
+    levels = ((lib.parent.parent, where, "python"), (lib.parent, where / "python", "lib"))
+    for src, dst, own in levels:
+        dst.mkdir(parents=True)
+        for entry in src.iterdir():
+            if entry.name != own:
+                (dst / entry.name).symlink_to(entry)
+    (where / "python" / "lib").mkdir()
+    copies = [where / "python" / "lib" / z.name for z in zips]
+    for z, copy in zip(zips, copies, strict=True):
+        shutil.copyfile(z, copy)
+    compile_zips(copies)
+    return where

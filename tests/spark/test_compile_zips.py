@@ -181,6 +181,7 @@ def test_pyspark_imports_from_its_compiled_zip(tmp_path: Path) -> None:
 
 
 def _installed_spark_home() -> Path:
-    from pyspark.find_spark_home import _find_spark_home
+    # Not $SPARK_HOME: the suite sets that to its own compiled Spark home (tests/conftest.py).
+    import pyspark
 
-    return Path(_find_spark_home())
+    return Path(pyspark.__file__).parent

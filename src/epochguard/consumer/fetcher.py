@@ -467,8 +467,8 @@ class Fetcher:
         spent = 0
         while queue and (budget is None or spent < budget):
             action, p, now, ahead = queue.popleft()
-            if p.records:
-                spent += len(p.records)
+            spent += len(p.records)
+            self._source(action.node_id).undecoded -= 1
             self._apply_partition(action, p, now, ahead)
 
     def pump_until(self, predicate: Callable[[], bool], deadline: float) -> Step[bool]:
@@ -661,7 +661,7 @@ class Fetcher:
         for node, s in sources.items():
             if s.can_send:
                 self._release(self._parked_busy.get(node))
-                if not s.buffers:
+                if not s.holds_records:
                     self._release(self._parked_held.get(node))
         if timers:
             wake_at = min(wake_at, timers[0][0])
@@ -682,7 +682,7 @@ class Fetcher:
         # has buffered records, those of its partitions at the end of their log, which go
         # out only along with a partition that is not (held back, see the deferral below).
         busy = {node for node, s in sources.items() if not s.can_send}
-        draining = {node for node, s in sources.items() if s.buffers and node not in busy}
+        draining = {node for node, s in sources.items() if s.holds_records and node not in busy}
         held_back: dict[int, list[TopicPartition]] = {}
         for tp in ready_set:
             tracker = trackers.get(tp)
@@ -756,7 +756,7 @@ class Fetcher:
             self._add_held_back(going, tps, now)
         for node, actions in fetches.items():
             source = self._sources[node]
-            if source.buffers and source.all_caught_up(actions):
+            if source.holds_records and source.all_caught_up(actions):
                 # Only partitions at the end of their log: such a request long-polls for
                 # fetch_max_wait_ms. Send them along with the partitions the application
                 # is still draining from this broker instead.
@@ -1026,8 +1026,17 @@ class Fetcher:
                 self._apply_partition(action, p, now, ahead.get(action.tp))
             return
         # Decoded by process_completions(), within its budget: the trackers await these
-        # answers until then, as if they were still on their way.
-        self._undecoded.extend((action, p, now, ahead.get(action.tp)) for action, p in pairs)
+        # answers until then, as if they were still on their way. Partitions without
+        # records (caught up, left empty by fetch_max_bytes, errors) cost nothing to apply
+        # and are applied now: behind the others they would not be fetched again until the
+        # whole answer (up to fetch_max_bytes) was decoded.
+        queue = self._undecoded
+        for action, p in pairs:
+            if p.records:
+                self._source(action.node_id).undecoded += 1
+                queue.append((action, p, now, ahead.get(action.tp)))
+            else:
+                self._apply_partition(action, p, now, ahead.get(action.tp))
 
     def _note_offsets(self, tp: TopicPartition, p: wire.FetchedPartition) -> None:
         self.highwaters[tp] = p.high_watermark

@@ -83,6 +83,7 @@ class Source:
         "node",
         "prefetches",
         "session",
+        "undecoded",
         "unprefetched",
     )
 
@@ -99,6 +100,14 @@ class Source:
         #: buffered partitions not yet looked at for a prefetch (``prefetch_entries`` looks
         #: at each buffer once, not at every buffer on every poll)
         self.unprefetched: dict[TopicPartition, None] = {}
+        #: partitions of this broker's answers with records still to decode (the fetcher's
+        #: decode budget): records on their way into the buffers
+        self.undecoded = 0
+
+    @property
+    def holds_records(self) -> bool:
+        """Records of this broker not yet delivered: buffered, or still to be decoded."""
+        return bool(self.buffers) or self.undecoded > 0
 
     @property
     def can_send(self) -> bool:

@@ -319,6 +319,60 @@ def test_a_decode_budget_spreads_one_answer_over_several_calls(
     assert not f.has_completions()
 
 
+def _offsets_asked(futures: list[Any], i: int) -> list[int]:
+    return [q.fetch_offset for q in futures[i][0][1].topics[0].partitions]
+
+
+def test_a_prefetch_answered_early_has_what_follows_it_prefetched_at_once(mocker: Any) -> None:
+    # With one request in flight per broker, a prefetch answered while the application is
+    # still taking the records before it left the broker idle until the tracker asked for
+    # it. What follows goes out as soon as the answer is in, and takes its place when used.
+    f, _client, tracker, futures = _fetching(mocker)
+    f.send_requests(0.0)
+    futures[0][1].success(_fetch_answer(0, 10, hw=50))
+    f.process_completions()
+    assert _offsets_asked(futures, 1) == [10]  # the early prefetch of the answer in hand
+    futures[1][1].success(_fetch_answer(10, 10, hw=50))
+    f.process_completions()
+    assert len(futures) == 3 and _offsets_asked(futures, 2) == [20]
+    got = f.fetched_records(100, lambda tp: True)[TP]
+    assert [r.offset for r in got] == list(range(10))
+    f.send_requests(0.0)  # the tracker asks for 10: the prefetch answers it
+    assert len(futures) == 3  # 20 is on its way already
+    futures[2][1].success(_fetch_answer(20, 10, hw=50))
+    f.process_completions()
+    assert len(futures) == 4 and _offsets_asked(futures, 3) == [30]
+    for start in (10, 20):
+        got = f.fetched_records(100, lambda tp: True)[TP]
+        assert [r.offset for r in got] == list(range(start, start + 10))
+        f.send_requests(0.0)
+    assert tracker.position == EpochOffset(30, 0)
+    assert f.metrics.prefetches_used == 2 and f.metrics.prefetches_discarded == 0
+
+
+def test_a_seek_drops_a_chained_prefetch_with_the_one_before_it(mocker: Any) -> None:
+    f, _client, tracker, futures = _fetching(mocker)
+    f.send_requests(0.0)
+    futures[0][1].success(_fetch_answer(0, 10, hw=50))
+    f.process_completions()
+    futures[1][1].success(_fetch_answer(10, 10, hw=50))
+    f.process_completions()
+    assert len(futures) == 3  # 20 chained on the answer for 10
+    tracker.seek(5)
+    f.after_input(TP)
+    futures[2][1].success(_fetch_answer(20, 10, hw=50))
+    f.process_completions()
+    assert f.fetched_records(100, lambda tp: True) == {}  # fetched for the old position
+    f.send_requests(0.0)
+    # Nothing of the dropped chain is used: the tracker fetches from its new position.
+    assert len(futures) == 4 and _offsets_asked(futures, 3) == [5]
+    assert f.metrics.prefetches_discarded == 1
+    futures[-1][1].success(_fetch_answer(0, 10, hw=50))
+    f.process_completions()
+    got = f.fetched_records(100, lambda tp: True)[TP]
+    assert [r.offset for r in got] == list(range(5, 10))
+
+
 def _answer_for(parts: dict[int, tuple[int, int]], hw: int) -> Any:
     """A Fetch answer holding, for each partition, ``(base, n)`` records (``n == 0``: none,
     as for the partitions a broker leaves empty once ``fetch_max_bytes`` is reached)."""

@@ -328,6 +328,7 @@ def test_a_prefetch_answered_early_has_what_follows_it_prefetched_at_once(mocker
     # still taking the records before it left the broker idle until the tracker asked for
     # it. What follows goes out as soon as the answer is in, and takes its place when used.
     f, _client, tracker, futures = _fetching(mocker)
+    f.chain_prefetches = True  # as the asyncio driver has it
     f.send_requests(0.0)
     futures[0][1].success(_fetch_answer(0, 10, hw=50))
     f.process_completions()
@@ -350,8 +351,24 @@ def test_a_prefetch_answered_early_has_what_follows_it_prefetched_at_once(mocker
     assert f.metrics.prefetches_used == 2 and f.metrics.prefetches_discarded == 0
 
 
+def test_without_chaining_the_next_prefetch_waits_for_the_tracker(mocker: Any) -> None:
+    # The threaded driver's way (chain_prefetches off): what follows an early answer is
+    # prefetched once the tracker has asked for it.
+    f, _client, _tracker, futures = _fetching(mocker)
+    f.send_requests(0.0)
+    futures[0][1].success(_fetch_answer(0, 10, hw=50))
+    f.process_completions()
+    futures[1][1].success(_fetch_answer(10, 10, hw=50))
+    f.process_completions()
+    assert len(futures) == 2
+    f.fetched_records(100, lambda tp: True)
+    f.send_requests(0.0)
+    assert len(futures) == 3 and _offsets_asked(futures, 2) == [20]
+
+
 def test_a_seek_drops_a_chained_prefetch_with_the_one_before_it(mocker: Any) -> None:
     f, _client, tracker, futures = _fetching(mocker)
+    f.chain_prefetches = True
     f.send_requests(0.0)
     futures[0][1].success(_fetch_answer(0, 10, hw=50))
     f.process_completions()

@@ -319,6 +319,142 @@ def test_a_decode_budget_spreads_one_answer_over_several_calls(
     assert not f.has_completions()
 
 
+def _offsets_asked(futures: list[Any], i: int) -> list[int]:
+    return [q.fetch_offset for q in futures[i][0][1].topics[0].partitions]
+
+
+def test_a_prefetch_answered_early_has_what_follows_it_prefetched_at_once(mocker: Any) -> None:
+    # With one request in flight per broker, a prefetch answered while the application is
+    # still taking the records before it left the broker idle until the tracker asked for
+    # it. What follows goes out as soon as the answer is in, and takes its place when used.
+    f, _client, tracker, futures = _fetching(mocker)
+    f.chain_prefetches = True  # as the asyncio driver has it
+    f.send_requests(0.0)
+    futures[0][1].success(_fetch_answer(0, 10, hw=50))
+    f.process_completions()
+    assert _offsets_asked(futures, 1) == [10]  # the early prefetch of the answer in hand
+    futures[1][1].success(_fetch_answer(10, 10, hw=50))
+    f.process_completions()
+    assert len(futures) == 3 and _offsets_asked(futures, 2) == [20]
+    got = f.fetched_records(100, lambda tp: True)[TP]
+    assert [r.offset for r in got] == list(range(10))
+    f.send_requests(0.0)  # the tracker asks for 10: the prefetch answers it
+    assert len(futures) == 3  # 20 is on its way already
+    futures[2][1].success(_fetch_answer(20, 10, hw=50))
+    f.process_completions()
+    assert len(futures) == 4 and _offsets_asked(futures, 3) == [30]
+    for start in (10, 20):
+        got = f.fetched_records(100, lambda tp: True)[TP]
+        assert [r.offset for r in got] == list(range(start, start + 10))
+        f.send_requests(0.0)
+    assert tracker.position == EpochOffset(30, 0)
+    assert f.metrics.prefetches_used == 2 and f.metrics.prefetches_discarded == 0
+
+
+def test_without_chaining_the_next_prefetch_waits_for_the_tracker(mocker: Any) -> None:
+    # The threaded driver's way (chain_prefetches off): what follows an early answer is
+    # prefetched once the tracker has asked for it.
+    f, _client, _tracker, futures = _fetching(mocker)
+    f.send_requests(0.0)
+    futures[0][1].success(_fetch_answer(0, 10, hw=50))
+    f.process_completions()
+    futures[1][1].success(_fetch_answer(10, 10, hw=50))
+    f.process_completions()
+    assert len(futures) == 2
+    f.fetched_records(100, lambda tp: True)
+    f.send_requests(0.0)
+    assert len(futures) == 3 and _offsets_asked(futures, 2) == [20]
+
+
+def test_a_seek_drops_a_chained_prefetch_with_the_one_before_it(mocker: Any) -> None:
+    f, _client, tracker, futures = _fetching(mocker)
+    f.chain_prefetches = True
+    f.send_requests(0.0)
+    futures[0][1].success(_fetch_answer(0, 10, hw=50))
+    f.process_completions()
+    futures[1][1].success(_fetch_answer(10, 10, hw=50))
+    f.process_completions()
+    assert len(futures) == 3  # 20 chained on the answer for 10
+    tracker.seek(5)
+    f.after_input(TP)
+    futures[2][1].success(_fetch_answer(20, 10, hw=50))
+    f.process_completions()
+    assert f.fetched_records(100, lambda tp: True) == {}  # fetched for the old position
+    f.send_requests(0.0)
+    # Nothing of the dropped chain is used: the tracker fetches from its new position.
+    assert len(futures) == 4 and _offsets_asked(futures, 3) == [5]
+    assert f.metrics.prefetches_discarded == 1
+    futures[-1][1].success(_fetch_answer(0, 10, hw=50))
+    f.process_completions()
+    got = f.fetched_records(100, lambda tp: True)[TP]
+    assert [r.offset for r in got] == list(range(5, 10))
+
+
+def _answer_for(parts: dict[int, tuple[int, int]], hw: int) -> Any:
+    """A Fetch answer holding, for each partition, ``(base, n)`` records (``n == 0``: none,
+    as for the partitions a broker leaves empty once ``fetch_max_bytes`` is reached)."""
+    answer = _fetch_answer(0, 1, hw=hw)
+    template = answer.responses[0].partitions[0]
+    answer.responses[0].partitions = []
+    for i, (base, n) in parts.items():
+        part = NS(**vars(template))
+        part.partition_index = i
+        part.records = _records(base, n) if n else b""
+        answer.responses[0].partitions.append(part)
+    return answer
+
+
+def _fetched(request: Any) -> list[tuple[int, int]]:
+    return sorted((q.partition, q.fetch_offset) for q in request.topics[0].partitions)
+
+
+@pytest.mark.parametrize("budget", [None, 1])
+def test_partitions_left_empty_are_fetched_again_before_the_answer_is_decoded(
+    mocker: Any, budget: int | None
+) -> None:
+    # An answer for many partitions reaches fetch_max_bytes and leaves the last ones
+    # empty. Nothing to decode: they are fetched again at once, not after every other
+    # partition of the answer was decoded (a decode budget spreads that over many reads).
+    f, client = _fetcher(mocker)
+    f.decode_budget_bytes = budget
+    _fetching_from_zero(f, 4)
+    futures = _recording_sends(client)
+    f.send_requests(0.0)
+    futures[0][1].success(_answer_for({0: (0, 10), 1: (0, 10), 2: (0, 0), 3: (0, 0)}, hw=10))
+    f.process_completions()
+    got = f.fetched_records(10, lambda tp: True)
+    assert sorted(got) == [TopicPartition("t", 0)]
+    f.send_requests(0.0)
+    # Partition 0, at the end of its log, goes along with them; partition 1's records are
+    # still to be handed out (or decoded).
+    assert len(futures) == 2
+    assert _fetched(futures[1][0][1]) == [(0, 10), (2, 0), (3, 0)]
+
+
+@pytest.mark.parametrize("budget", [None, 1])
+def test_a_caught_up_partition_waits_while_its_brokers_records_are_still_to_decode(
+    mocker: Any, budget: int | None
+) -> None:
+    # A fetch of caught-up partitions alone long-polls for fetch_max_wait_ms, holding the
+    # broker's one request slot. Records still to decode are records still to hand out, as
+    # buffered ones are: the caught-up partition waits to go along with the others.
+    f, client = _fetcher(mocker)
+    f.decode_budget_bytes = budget
+    _fetching_from_zero(f, 2)
+    futures = _recording_sends(client)
+    f.send_requests(0.0)
+    futures[0][1].success(_answer_for({0: (0, 10), 1: (0, 10)}, hw=10))
+    f.process_completions()
+    assert sorted(f.fetched_records(10, lambda tp: True)) == [TopicPartition("t", 0)]
+    f.send_requests(0.0)
+    assert len(futures) == 1
+    f.process_completions()
+    assert sorted(f.fetched_records(10, lambda tp: True)) == [TopicPartition("t", 1)]
+    f.send_requests(0.0)
+    assert len(futures) == 2
+    assert _fetched(futures[1][0][1]) == [(0, 10), (1, 10)]
+
+
 def _control_batch(base: int, epoch: int) -> bytes:
     import crc32c
     from kafka.record.default_records import DefaultRecordBatchBuilder

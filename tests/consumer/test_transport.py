@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import selectors
 import socket
 
 import pytest
@@ -134,3 +135,36 @@ def test_a_certificate_refused_by_a_broker_other_than_the_bootstrap_one_reaches_
 
             caught = asyncio.run(run())
         assert "self-signed certificate" in str(caught.value)
+
+
+def test_the_selector_does_not_format_a_socket_it_does_not_hold() -> None:
+    # kafka-python looks every socket up before registering it for each read it waits
+    # for; the standard error message of that lookup formats the socket's repr.
+    class Watched:
+        def __init__(self, fd: int) -> None:
+            self.fd = fd
+            self.reprs = 0
+
+        def fileno(self) -> int:
+            return self.fd
+
+        def __repr__(self) -> str:
+            self.reprs += 1
+            return "Watched"
+
+    ours, theirs = socket.socketpair()
+    sel = client._Selector()
+    try:
+        watched = Watched(ours.fileno())
+        with pytest.raises(KeyError):
+            sel.get_key(watched)
+        assert watched.reprs == 0
+        key = sel.register(watched, selectors.EVENT_READ, "data")
+        assert sel.get_key(watched) is key
+        assert sel.get_key(ours.fileno()) is key
+    finally:
+        sel.close()
+        ours.close()
+        theirs.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        sel.get_key(watched)

@@ -397,6 +397,7 @@ class AIOEpochConsumer:
         engine = ConsumerEngine(self.config, self._policy, client, io.spawn)
         engine.kind = "AIOEpochConsumer"
         engine.fetcher.decode_budget_bytes = DECODE_BUDGET_BYTES
+        engine.fetcher.chain_prefetches = True
         try:
             await run_async(client.bootstrap_step(self.config["bootstrap_timeout_ms"]), io)
         except BaseException:

@@ -53,7 +53,7 @@ class Prefetch:
     leader epoch and last fetched epoch); otherwise it is thrown away. The tracker still
     sees one answer per request it made, so it keeps every decision."""
 
-    __slots__ = ("answer", "entry", "node", "waiting")
+    __slots__ = ("after", "answer", "entry", "node", "waiting")
 
     def __init__(self, node: int, entry: wire.FetchEntry) -> None:
         self.node = node
@@ -61,6 +61,10 @@ class Prefetch:
         #: The partition's part of the answer, once it arrived (and nobody waited for it).
         self.answer: wire.FetchedPartition | None = None
         self.waiting: FetchAction | None = None
+        #: The prefetch of what follows this one's answer, sent once that answer arrived
+        #: (before the tracker asked for it): it takes this one's place when this one is
+        #: used, and goes with it when this one is dropped.
+        self.after: Prefetch | None = None
 
     def matches(self, action: FetchAction) -> bool:
         e = self.entry
@@ -83,6 +87,7 @@ class Source:
         "node",
         "prefetches",
         "session",
+        "undecoded",
         "unprefetched",
     )
 
@@ -99,6 +104,14 @@ class Source:
         #: buffered partitions not yet looked at for a prefetch (``prefetch_entries`` looks
         #: at each buffer once, not at every buffer on every poll)
         self.unprefetched: dict[TopicPartition, None] = {}
+        #: partitions of this broker's answers with records still to decode (the fetcher's
+        #: decode budget): records on their way into the buffers
+        self.undecoded = 0
+
+    @property
+    def holds_records(self) -> bool:
+        """Records of this broker not yet delivered: buffered, or still to be decoded."""
+        return bool(self.buffers) or self.undecoded > 0
 
     @property
     def can_send(self) -> bool:

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -102,47 +101,39 @@ def imports(runs: int) -> dict[str, Any]:
     for _ in range(runs):
         for name, (prelude, statement) in VARIANTS.items():
             samples[name].append(_measure(prelude, statement))
-    result: dict[str, Any] = {}
-    for name, values in samples.items():
-        result[name] = {
-            "cpu_s_median": round(statistics.median(v["cpu"] for v in values), 3),
-            "wall_s_median": round(statistics.median(v["wall"] for v in values), 3),
-        }
-    return result
+    return _medians(samples)
 
 
-_RUNNER = "import pyspark.sql.streaming.python_streaming_source_runner"
-
-
-def zip_imports(runs: int) -> dict[str, Any]:
-    """The source runner's module from Spark's zips as shipped, from compiled copies of
-    them, and from the installed package (see the module's docstring)."""
-    from epochguard.spark_connector.compile_zips import compile_zips, spark_zips
-
-    shipped = spark_zips()
-    with tempfile.TemporaryDirectory(prefix="spark-zips-") as tmp:
-        copies = [Path(tmp) / z.name for z in shipped]
-        for z, copy in zip(shipped, copies, strict=True):
-            shutil.copyfile(z, copy)
-        compile_zips(copies)
-        paths = {
-            "zip_as_shipped": os.pathsep.join(map(str, shipped)),
-            "zip_compiled": os.pathsep.join(map(str, copies)),
-            "installed_package": None,
-        }
-        samples: dict[str, list[dict[str, float]]] = {name: [] for name in paths}
-        for _ in range(runs):
-            for name, path in paths.items():
-                samples[name].append(_measure("", _RUNNER, path))
-    out: dict[str, Any] = {
+def _medians(samples: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+    return {
         name: {
             "cpu_s_median": round(statistics.median(v["cpu"] for v in values), 3),
             "wall_s_median": round(statistics.median(v["wall"] for v in values), 3),
         }
         for name, values in samples.items()
     }
-    out["zips"] = [z.name for z in shipped]
-    return out
+
+
+_RUNNER = "import pyspark.sql.streaming.python_streaming_source_runner"
+
+
+def zip_imports(runs: int, compiled_home: Path) -> dict[str, Any]:
+    """The source runner's module from Spark's zips as shipped, from the compiled copies in
+    ``compiled_home`` (``compiled_spark_home``), and from the installed package (see the
+    module's docstring)."""
+    from epochguard.spark_connector.compile_zips import spark_zips
+
+    shipped = spark_zips()
+    paths = {
+        "zip_as_shipped": os.pathsep.join(map(str, shipped)),
+        "zip_compiled": os.pathsep.join(map(str, spark_zips(compiled_home))),
+        "installed_package": None,
+    }
+    samples: dict[str, list[dict[str, float]]] = {name: [] for name in paths}
+    for _ in range(runs):
+        for name, path in paths.items():
+            samples[name].append(_measure("", _RUNNER, path))
+    return {**_medians(samples), "zips": [z.name for z in shipped]}
 
 
 def small_query_runs(
@@ -245,11 +236,11 @@ def run() -> dict[str, Any]:
     runs = int(os.environ.get("SPARK_IMPORT_RUNS", "9"))
     result: dict[str, Any] = {"runs": runs, "load_average_before": _load()}
     result["imports"] = imports(runs)
-    result["pyspark_from_spark_zips"] = zip_imports(runs)
-    if os.environ.get("SPARK_IMPORT_QUERY", "1") != "0":
-        result["small_query"] = small_query()
-        with tempfile.TemporaryDirectory(prefix="spark-home-") as tmp:
-            home = compiled_spark_home(Path(tmp) / "spark-home")
+    with tempfile.TemporaryDirectory(prefix="spark-home-") as tmp:
+        home = compiled_spark_home(Path(tmp) / "spark-home")
+        result["pyspark_from_spark_zips"] = zip_imports(runs, home)
+        if os.environ.get("SPARK_IMPORT_QUERY", "1") != "0":
+            result["small_query"] = small_query()
             result["small_query_compiled_zips"] = small_query(home)
     result["load_average_after"] = _load()
     return result

@@ -45,7 +45,7 @@ def _compiled_spark_home() -> None:
     _BUILD.mkdir(exist_ok=True)
     with open(_BUILD / f".spark-home-{tag}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one worker builds it, the others wait for it
-        if not (home / "python" / "lib").is_dir() or not home.joinpath(".built").exists():
+        if not home.joinpath(".built").exists():
             shutil.rmtree(home, ignore_errors=True)
             compiled_spark_home(home)
             home.joinpath(".built").touch()

@@ -265,13 +265,23 @@ def _fetching_from_zero(f: Any, count: int) -> list[TopicPartition]:
     return tps
 
 
+def _first_fetch_of(
+    mocker: Any, count: int, budget: int | None = None
+) -> tuple[Fetcher, list[TopicPartition], list[Any]]:
+    """A fetcher (with ``budget`` as its decode budget) whose ``count`` partitions, from
+    offset 0, have sent their first fetch; the sends recorded."""
+    f, client = _fetcher(mocker)
+    f.decode_budget_bytes = budget
+    tps = _fetching_from_zero(f, count)
+    futures = _recording_sends(client)
+    f.send_requests(0.0)
+    return f, tps, futures
+
+
 def test_early_prefetches_of_one_answer_go_out_in_one_request(mocker: Any) -> None:
     # A prefetch per partition, each its own request, would hold the others back (one
     # request in flight per broker) and multiply the per-request cost.
-    f, client = _fetcher(mocker)
-    _fetching_from_zero(f, 2)
-    futures = _recording_sends(client)
-    f.send_requests(0.0)
+    f, _tps, futures = _first_fetch_of(mocker, 2)
     assert len(futures) == 1
     answer = _fetch_answer(0, 10, hw=30)
     second = NS(**vars(answer.responses[0].partitions[0]))
@@ -291,11 +301,7 @@ def test_a_decode_budget_spreads_one_answer_over_several_calls(
     # The asyncio driver bounds the decoding per read: a large answer for many partitions
     # would otherwise stall the event loop. The answer's prefetches still go out at once,
     # and the partitions not decoded yet stay awaited (nothing is fetched for them again).
-    f, client = _fetcher(mocker)
-    f.decode_budget_bytes = budget
-    tps = _fetching_from_zero(f, 3)
-    futures = _recording_sends(client)
-    f.send_requests(0.0)
+    f, tps, futures = _first_fetch_of(mocker, 3, budget)
     answer = _fetch_answer(0, 10, hw=30)
     for i in (1, 2):
         more = NS(**vars(answer.responses[0].partitions[0]))
@@ -415,11 +421,7 @@ def test_partitions_left_empty_are_fetched_again_before_the_answer_is_decoded(
     # An answer for many partitions reaches fetch_max_bytes and leaves the last ones
     # empty. Nothing to decode: they are fetched again at once, not after every other
     # partition of the answer was decoded (a decode budget spreads that over many reads).
-    f, client = _fetcher(mocker)
-    f.decode_budget_bytes = budget
-    _fetching_from_zero(f, 4)
-    futures = _recording_sends(client)
-    f.send_requests(0.0)
+    f, _tps, futures = _first_fetch_of(mocker, 4, budget)
     futures[0][1].success(_answer_for({0: (0, 10), 1: (0, 10), 2: (0, 0), 3: (0, 0)}, hw=10))
     f.process_completions()
     got = f.fetched_records(10, lambda tp: True)
@@ -438,11 +440,7 @@ def test_a_caught_up_partition_waits_while_its_brokers_records_are_still_to_deco
     # A fetch of caught-up partitions alone long-polls for fetch_max_wait_ms, holding the
     # broker's one request slot. Records still to decode are records still to hand out, as
     # buffered ones are: the caught-up partition waits to go along with the others.
-    f, client = _fetcher(mocker)
-    f.decode_budget_bytes = budget
-    _fetching_from_zero(f, 2)
-    futures = _recording_sends(client)
-    f.send_requests(0.0)
+    f, _tps, futures = _first_fetch_of(mocker, 2, budget)
     futures[0][1].success(_answer_for({0: (0, 10), 1: (0, 10)}, hw=10))
     f.process_completions()
     assert sorted(f.fetched_records(10, lambda tp: True)) == [TopicPartition("t", 0)]

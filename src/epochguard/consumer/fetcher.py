@@ -174,6 +174,19 @@ class _Done(NamedTuple):
     future: Any
 
 
+def _next_fetch(p: wire.FetchedPartition) -> tuple[int, int | None] | None:
+    """Where a fetch of what follows answer ``p`` starts (offset and the epoch of its last
+    batch), read from its batch headers; ``None`` for an error, a divergence, no records,
+    headers that cannot say, or an answer at the end of the log (held back instead)."""
+    data = p.records
+    if p.error is not None or p.diverging is not None or not data:
+        return None
+    end = fetch_end(data)
+    if end is None or end[0] >= p.high_watermark:
+        return None
+    return end
+
+
 def _all_done(futures: list[Any]) -> bool:
     return all(f.is_done for f in futures)
 
@@ -885,8 +898,8 @@ class Fetcher:
         using them: only as the answer to a tracker fetch that asks for exactly this."""
         by_node: dict[int, list[tuple[TopicPartition, Prefetch]]] = {}
         for action, p in pairs:
-            data = p.records
-            if p.error is not None or p.diverging is not None or not data:
+            end = _next_fetch(p)
+            if end is None:
                 continue
             tp = action.tp
             tracker = self.trackers.get(tp)
@@ -897,9 +910,6 @@ class Fetcher:
                 continue  # moved brokers: applying the answer first drops what the old one holds
             if not source.may_prefetch_ahead(tp, tracker, _FETCHING):
                 continue
-            end = fetch_end(data)
-            if end is None or end[0] >= p.high_watermark:
-                continue  # undecidable here, or at the end of the log (held back instead)
             by_node.setdefault(action.node_id, []).append(
                 (tp, source.prefetch(tp, tracker, end[0], end[1]))
             )
@@ -978,27 +988,16 @@ class Fetcher:
         with one request in flight per broker left a round trip per answer unoverlapped.
         One prefetch chained per partition at most (the answers held stay bounded); the
         conditions and the rule for using it are :meth:`_prefetch_ahead`'s."""
-        if source.in_flight > 0:
-            return
         items: list[tuple[TopicPartition, Prefetch]] = []
         for head, p in stored:
-            data = p.records
-            if p.error is not None or p.diverging is not None or not data:
+            end = _next_fetch(p)
+            if end is None:
                 continue
-            tp = p.tp
-            tracker = self.trackers.get(tp)
-            if (
-                tracker is None
-                or tracker.state is not _FETCHING
-                or tracker.paused
-                or tracker.fetch_node != source.node
-            ):
+            tracker = self.trackers.get(p.tp)
+            if tracker is None or not source.may_chain(tracker, _FETCHING):
                 continue
-            end = fetch_end(data)
-            if end is None or end[0] >= p.high_watermark:
-                continue
-            head.after = source.prefetch(tp, tracker, end[0], end[1])
-            items.append((tp, head.after))
+            head.after = source.prefetch(p.tp, tracker, end[0], end[1])
+            items.append((p.tp, head.after))
         if items:
             self._send_prefetch_request(source, items, chained=True)
 

@@ -182,9 +182,14 @@ class Source:
         """Whether a prefetch for ``tp`` may go out before its answer in hand is decoded:
         the conditions of :meth:`prefetch_entries`, checked while the tracker still awaits
         that answer."""
+        return tp not in self.prefetches and self.may_chain(tracker, fetching)
+
+    def may_chain(self, tracker: Any, fetching: Any) -> bool:
+        """Whether a fetch may go out ahead of ``tracker``'s request: nothing in flight to
+        this broker, and the tracker fetching from it, unpaused. A partition's stored
+        prefetch answer may have one chained after it (``Prefetch.after``)."""
         return (
             self.in_flight == 0
-            and tp not in self.prefetches
             and tracker.state is fetching
             and not tracker.paused
             and tracker.fetch_node == self.node

@@ -66,20 +66,16 @@ class ZipState:
 def spark_zips(spark_home: str | os.PathLike[str] | None = None) -> list[Path]:
     """The zips Spark puts on its Python processes' path: ``python/lib/*.zip`` under
     ``spark_home`` (default: ``$SPARK_HOME``, or the installed pyspark's own home)."""
-    home = Path(spark_home) if spark_home is not None else _spark_home()
+    if spark_home is None:
+        from pyspark.find_spark_home import _find_spark_home  # $SPARK_HOME first
+
+        spark_home = _find_spark_home()
+    home = Path(spark_home)
     lib = home / "python" / "lib"
     zips = sorted(lib.glob("*.zip"))
     if not zips:
         raise FileNotFoundError(f"no zip in {lib}: is {home} a Spark home?")
     return zips
-
-
-def _spark_home() -> Path:
-    if os.environ.get("SPARK_HOME"):
-        return Path(os.environ["SPARK_HOME"])
-    from pyspark.find_spark_home import _find_spark_home
-
-    return Path(_find_spark_home())
 
 
 def _pyc(source: bytes, filename: str) -> bytes:
@@ -100,15 +96,16 @@ def _pyc(source: bytes, filename: str) -> bytes:
     )
 
 
-def _is_current_pyc(data: bytes) -> bool:
-    return data[:4] == importlib.util.MAGIC_NUMBER
+def _is_current_pyc(zf: zipfile.ZipFile, name: str) -> bool:
+    with zf.open(name) as f:
+        return f.read(4) == importlib.util.MAGIC_NUMBER
 
 
 def zip_state(path: Path) -> ZipState:
     with zipfile.ZipFile(path) as zf:
         names = set(zf.namelist())
         sources = [n for n in names if n.endswith(".py")]
-        current = {n for n in sources if n + "c" in names and _is_current_pyc(zf.read(n + "c"))}
+        current = {n for n in sources if n + "c" in names and _is_current_pyc(zf, n + "c")}
         other = sum(1 for n in names if n.endswith(".pyc") and n[:-1] not in current)
     return ZipState(path, len(sources), len(current), other, _original(path).exists())
 

@@ -205,6 +205,13 @@ def test_pyspark_s_runner_hands_the_records_over(cluster: EmbeddedCluster) -> No
         return count, read_int(outfile)
 
     try:
+        # Read limits and availableNow stay: the runner takes both from this reader.
+        flags = io.BytesIO()
+        runner.check_support_func(r, flags)
+        flags.seek(0)
+        assert read_int(flags) == (
+            runner.SUPPORTS_ADMISSION_CONTROL | runner.SUPPORTS_TRIGGER_AVAILABLE_NOW
+        )
         start = r.initialOffset()
         end = r.latestOffset(start, ReadAllAvailable())
         assert plan(start, end) == (1, runner.NON_EMPTY_PYARROW_RECORD_BATCHES)

@@ -940,6 +940,8 @@ def clean_section(stage: EmbeddedStage, logs: Path) -> dict[str, Any]:
     }
     if trace is not None:
         out["idle_long_polls_per_change"] = idle_baseline([t0 for t0, _ in elected], every_window)
+        starts = [{"start": t0, "t0": t0, "written": w} for t0, w in elected]
+        _keep_timeline(logs / f"{topic}-timeline.json", starts, events, trace)
     return {**out, "clients": clients}
 
 
@@ -1036,7 +1038,20 @@ def unclean_section(stage: EmbeddedStage, logs: Path) -> dict[str, Any]:
     if trace is not None:
         starts = [c["stopped"] for c in changes]
         out["idle_long_polls_per_change"] = idle_baseline(starts, every_window)
+        timeline = [{"start": c["stopped"], **c} for c in changes]
+        _keep_timeline(logs / f"{topic}-timeline.json", timeline, events, trace)
     return {**out, "clients": clients}
+
+
+def _keep_timeline(
+    path: Path,
+    changes: list[dict[str, Any]],
+    events: dict[str, list[dict[str, Any]]],
+    trace: list[dict[str, Any]],
+) -> None:
+    """The section's changes, every client's printed events and the brokers' request
+    trace, for ``python -m benchmarks._leader_timeline`` to take apart."""
+    path.write_text(json.dumps({"changes": changes, "events": events, "trace": trace}))
 
 
 def _unclean_changes(

@@ -297,6 +297,30 @@ def test_leader_change_counts_each_change_from_its_start_to_the_clients_signal(
     assert leader_change.idle_baseline([10.0], windows) == 0.0
 
 
+def test_leader_timeline_takes_a_change_apart(leader_change: ModuleType) -> None:
+    timeline_mod = importlib.import_module("benchmarks._leader_timeline")
+    me = leader_change.CLIENT_ID + "me"
+    trace = [
+        {"client": me, "api": 1, "broker": 1, "at": 9.0, "answered": 9.5, "max_wait_ms": 500},
+        {"client": me, "api": 1, "broker": 1, "at": 9.7, "max_wait_ms": 500},  # cut
+        {"client": me, "api": 3, "broker": 3, "at": 10.05, "answered": 10.06},
+        {"client": me, "api": 18, "broker": 2, "at": 10.2, "answered": 10.21},
+        {"client": me, "api": 1, "broker": 2, "at": 10.22, "answered": 10.23, "errors": [0, -1]},
+        {"client": me, "api": 1, "broker": 2, "at": 10.24, "answered": 10.241, "errors": [0, 0]},
+    ]
+    timeline = {
+        "changes": [{"start": 10.0, "stopped": 10.0, "t0": 10.1, "written": 10.11}],
+        "events": {"me": [{"report": {"divergence": 3, "detail": ""}, "at": 10.235}]},
+        "trace": trace,
+    }
+    text = timeline_mod.take_apart(timeline)
+    assert "1 x  Fetch Metadata ApiVersions Fetch!" in text
+    # outside: the full wait before, the one answered at once after the signal
+    assert (
+        "Fetch outside the changes per change: 2.00 (answered at once 1.00, full wait 1.00)" in text
+    )
+
+
 def test_leader_change_sees_librdkafkas_counters_start_over(leader_change: ModuleType) -> None:
     # librdkafka drops a broker that leaves metadata and counts from zero once it is back:
     # the sums over brokers then count nothing reliable.

@@ -472,7 +472,7 @@ def _requests_per_change(x: dict[str, Any]) -> str:
     if hints is not None:
         text += f"; hints used {hints:g}"
     if x.get("requests_counted_by") not in (None, "brokers"):
-        text += f" ({x['requests_counted_by']})"
+        text += f" ({x['requests_counted_by']}, whole run)"
     return text
 
 
@@ -497,6 +497,9 @@ def _leader_change_footer(record: dict[str, Any], r: dict[str, Any], section: st
         if section == "clean":
             floor = c["clean"]["marker_written"]
             extra = f", marker written {_ms(floor['p50_ms'])} / {_ms(floor['p99_ms'])} after it"
+        idle = c[section].get("idle_long_polls_per_change")
+        if idle is not None:
+            extra += f", idle long polls outside the changes {idle:g} per change"
         day = str(c.get("started_at", ""))[:10]
         when = f" (run of {day})" if day and day != str(record.get("started_at", ""))[:10] else ""
         parts.append(

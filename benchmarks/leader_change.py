@@ -48,14 +48,28 @@ Method (also written into the JSON):
   election (seconds on Apache Kafka, a broker JVM starting) is outside the measure, but
   the clients spend it without a leader, retrying: their backoffs then decide how soon
   they look again.
-* p50, p99 and max per client (nearest rank). Requests per change: over the changes (the
-  quiet start and the end excluded), divided by their number. On the EmbeddedCluster the
-  brokers count every client's requests by client id, per API, for every client alike. On
-  Apache Kafka only clients that count their own: EpochConsumer (its metrics: Metadata,
-  OffsetForLeaderEpoch, ListOffsets, Fetch) and librdkafka (its statistics, every API, one
-  statistics interval of 1 s at each end of the window; librdkafka drops a broker that
-  leaves metadata, a stopped one, and its counters start over when it is learnt again, so
-  a window in which that happened is not counted); the others are not counted there.
+* p50, p99 and max per client (nearest rank).
+* Requests per change. On the EmbeddedCluster the brokers record every request with its
+  client id and the time it arrived, for every client alike, and each change is counted
+  from its start (clean: the election; unclean: the old leader's stop, before which every
+  client is idle) to the client's own signal (the marker handed over; the truncation
+  signal, or for a client without one the first record it read after the election): the
+  requests it sent in between and the one it had in flight at the start (the long poll
+  the change cuts short), divided by the changes counted. The rest of the schedule (the
+  quiet before each change, the waits for the slowest client and for the ISR) costs every
+  client the same idle long polls, one per 500 ms (``fetch.max.wait.ms`` and its
+  equivalents, every client's default): ``idle_long_polls_per_change`` is that baseline,
+  the median change's time outside the median client's window over 500 ms. A client that
+  signals sooner would otherwise be charged the idle polls it sends while the schedule
+  waits for the slower ones; the counts over the whole run (the quiet start and the end
+  excluded, divided by the changes), idle polls included, are kept as
+  ``requests_per_change_whole_run``. On Apache Kafka the brokers do not record by client,
+  and only clients that count their own are counted, over the whole run: EpochConsumer
+  (its metrics: Metadata, OffsetForLeaderEpoch, ListOffsets, Fetch) and librdkafka (its
+  statistics, every API, one statistics interval of 1 s at each end of the window;
+  librdkafka drops a broker that leaves metadata, a stopped one, and its counters start
+  over when it is learnt again, so a window in which that happened is not counted); the
+  others are not counted there.
 * The load average is recorded before and after each cluster's sections (the machine may
   be shared). ``LEADER_CLUSTERS`` (default ``embedded,apache``) runs some of them; the
   other cluster's sections are kept from the current result file, each with its start.
@@ -65,6 +79,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -104,6 +119,8 @@ WAIT_S = 30.0
 WRITE_S = 120.0
 #: A client that missed this many changes in a row is not waited for any more.
 GIVE_UP_AFTER = 3
+#: Every client's default long-poll wait (``fetch.max.wait.ms`` and its equivalents).
+FETCH_WAIT_S = 0.5
 #: Java's own defaults for what ``TruncationProbe``'s driver shortens for tests.
 JAVA_DEFAULTS = {
     "metadata.max.age.ms": "300000",
@@ -567,6 +584,62 @@ def per_change(counts: dict[str, int], changes: int) -> dict[str, float]:
     return {k: round(n / changes, 2) for k, n in sorted(counts.items())}
 
 
+def window_counts(
+    trace: Sequence[dict[str, Any]], client: str, windows: Sequence[tuple[float, float]]
+) -> dict[str, float]:
+    """A client's requests per change from the brokers' trace, each change counted from its
+    start to the client's own signal: the requests it sent in between, and the one it had
+    in flight at the start (the long poll the change cuts short)."""
+    cid = CLIENT_ID + client
+    mine = [e for e in trace if e["client"] == cid]
+    total: Counter[str] = Counter()
+    for start, end in windows:
+        for e in mine:
+            # unanswered (the broker stopped): in flight for at most its wait
+            until = e.get("answered") or e["at"] + e.get("max_wait_ms", 1000) / 1000 + 0.1
+            if start <= e["at"] <= end or e["at"] < start < until:
+                total[API_NAMES.get(e["api"], str(e["api"]))] += 1
+    return per_change(dict(total), len(windows)) if windows else {}
+
+
+def idle_baseline(starts: Sequence[float], windows: Iterable[tuple[float, float]]) -> float:
+    """The idle long polls of the part of a change outside the median client's window: a
+    client idle at the end of the log sends one per ``FETCH_WAIT_S``, every client alike."""
+    cycles = [b - a for a, b in itertools.pairwise(starts)]
+    spans = [end - start for start, end in windows]
+    if not cycles or not spans:
+        return 0.0
+    outside = (percentile(cycles, 50) or 0) - (percentile(spans, 50) or 0)
+    return round(max(0.0, outside) / FETCH_WAIT_S, 2)
+
+
+def _counted(
+    name: str,
+    counted: dict[str, Any],
+    trace: Sequence[dict[str, Any]] | None,
+    windows: Sequence[tuple[float, float]],
+) -> dict[str, Any]:
+    """The request columns of one client: from the start of each change to its own signal
+    where the brokers traced the requests, else over the whole run (its own counts)."""
+    whole = counted[name]["per_change"]
+    if trace is None or counted[name]["counted_by"] != "brokers":
+        return {
+            "requests_counted_by": counted[name]["counted_by"],
+            "requests_window": "whole run",
+            "requests_per_change": whole,
+        }
+    own = window_counts(trace, name, windows)
+    if whole is not None and "leader hints used" in whole:
+        own["leader hints used"] = whole["leader hints used"]
+    return {
+        "requests_counted_by": "brokers",
+        "requests_window": "change to signal",
+        "requests_per_change": own,
+        "changes_counted": len(windows),
+        "requests_per_change_whole_run": whole,
+    }
+
+
 def summary(ms: Sequence[float]) -> dict[str, Any]:
     return {
         "p50_ms": None if not ms else round(percentile(ms, 50) or 0, 1),
@@ -632,6 +705,10 @@ class EmbeddedStage:
 
     def start(self, broker: int) -> None:
         self.c.start_broker(broker)
+
+    def trace(self) -> list[dict[str, Any]] | None:
+        """Every request the brokers decoded so far, timestamped (see ``trace_requests``)."""
+        return list(self.c.request_trace())
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -767,6 +844,9 @@ class ApacheStage(EmbeddedStage):
     def counts(self) -> dict[str, dict[str, int]]:
         return {}  # the brokers do not count by client; clients that count their own do
 
+    def trace(self) -> list[dict[str, Any]] | None:
+        return None
+
 
 # ------------------------------------------------------------------------ the sections
 
@@ -832,14 +912,19 @@ def clean_section(stage: EmbeddedStage, logs: Path) -> dict[str, Any]:
     with _killed_on_error(fleet):
         elected = _clean_changes(stage, fleet, topic, replicas)
         events, counted = _end_fleet(stage, fleet, topic, before, CHANGES)
+    trace = stage.trace()
     clients: dict[str, Any] = {}
+    every_window: list[tuple[float, float]] = []
     for name, ev in events.items():
         ms, after_written = [], []
+        windows: list[tuple[float, float]] = []
         for i, (t0, written) in enumerate(elected):
             at = first_record(ev, f"marker-{i}", t0)
             if at is not None:
                 ms.append((at - t0) * 1000)
                 after_written.append((at - written) * 1000)
+                windows.append((t0, at))
+        every_window += windows
         clients[name] = {
             "received": len(ms),
             "missed": CHANGES - len(ms),
@@ -847,14 +932,17 @@ def clean_section(stage: EmbeddedStage, logs: Path) -> dict[str, Any]:
             "after_marker_written": {
                 k: v for k, v in summary(after_written).items() if k != "each_ms"
             },
-            "requests_counted_by": counted[name]["counted_by"],
-            "requests_per_change": counted[name]["per_change"],
+            **_counted(name, counted, trace, windows),
         }
-    return {
+    out: dict[str, Any] = {
         "changes": CHANGES,
         "marker_written": summary([(w - t0) * 1000 for t0, w in elected]),
-        "clients": clients,
     }
+    if trace is not None:
+        out["idle_long_polls_per_change"] = idle_baseline([t0 for t0, _ in elected], every_window)
+        starts = [{"start": t0, "t0": t0, "written": w} for t0, w in elected]
+        _keep_timeline(logs / f"{topic}-timeline.json", starts, events, trace)
+    return {**out, "clients": clients}
 
 
 def _clean_changes(
@@ -912,35 +1000,58 @@ def unclean_section(stage: EmbeddedStage, logs: Path) -> dict[str, Any]:
     with _killed_on_error(fleet):
         changes = _unclean_changes(stage, fleet, topic, leader, follower)
         events, counted = _end_fleet(stage, fleet, topic, before, UNCLEAN_CHANGES)
+    trace = stage.trace()
     clients: dict[str, Any] = {}
+    every_window: list[tuple[float, float]] = []
     for name, ev in events.items():
         ms: list[float] = []
         right_divergence = 0
         not_detected: Counter[str] = Counter()
+        windows: list[tuple[float, float]] = []
         for change in changes:
             report = first_report(ev, change["t0"])
             if report is not None:
                 ms.append((report["at"] - change["t0"]) * 1000)
                 right_divergence += report["report"]["divergence"] == change["divergence"]
+                windows.append((change["stopped"], report["at"]))
             else:
                 what = _what_it_did(ev, change["t0"], change["divergence"], change["last_read"])
                 not_detected[what] += 1
+                read = next((e["at"] for e in ev if "value" in e and e["at"] >= change["t0"]), None)
+                if read is not None:
+                    windows.append((change["stopped"], read))
+        every_window += windows
         clients[name] = {
             "detected": len(ms),
             "divergence_given": right_divergence,
             "not_detected": sum(not_detected.values()),
             "when_not_detected": dict(not_detected),
             **summary(ms),
-            "requests_counted_by": counted[name]["counted_by"],
-            "requests_per_change": counted[name]["per_change"],
+            **_counted(name, counted, trace, windows),
             "example_report": next((e["report"]["detail"] for e in ev if "report" in e), None),
         }
-    return {
+    out: dict[str, Any] = {
         "changes": UNCLEAN_CHANGES,
         "lost_per_change": LOST,
         "new_leader_written": summary([(c["written"] - c["t0"]) * 1000 for c in changes]),
-        "clients": clients,
     }
+    if trace is not None:
+        starts = [c["stopped"] for c in changes]
+        out["idle_long_polls_per_change"] = idle_baseline(starts, every_window)
+        timeline = [{"start": c["stopped"], **c} for c in changes]
+        _keep_timeline(logs / f"{topic}-timeline.json", timeline, events, trace)
+    return {**out, "clients": clients}
+
+
+def _keep_timeline(
+    path: Path,
+    changes: list[dict[str, Any]],
+    events: dict[str, list[dict[str, Any]]],
+    trace: list[dict[str, Any]],
+) -> None:
+    """The section's changes, every client's printed events and the brokers' request
+    trace, for ``python -m benchmarks._leader_timeline`` to take apart."""
+    path.write_text(json.dumps({"changes": changes, "events": events, "trace": trace}))
 
 
 def _unclean_changes(
@@ -957,6 +1068,7 @@ def _unclean_changes(
         divergence = stage.write(topic, lost)
         fleet.wait_for_value(lost[-1])
         time.sleep(0.5)  # every client idle at the end of the log
+        stopped = time.time()
         stage.stop(leader)
         stage.start(follower)
         new = [f"new-{i}-{j}" for j in range(NEW)]
@@ -969,6 +1081,7 @@ def _unclean_changes(
         )
         changes.append(
             {
+                "stopped": stopped,
                 "t0": t0,
                 "written": written,
                 "divergence": divergence,
@@ -1018,6 +1131,7 @@ def run() -> dict[str, Any]:
     logs.mkdir(parents=True)
     if "embedded" in CLUSTERS:
         with EmbeddedCluster(brokers=3) as cluster:
+            cluster.trace_requests()
             result["clusters"]["embedded"] = _run_cluster(EmbeddedStage(cluster), logs)
     if "apache" in CLUSTERS:
         from epochguard.testing.apache_kafka import ApacheKafkaCluster

@@ -268,6 +268,59 @@ def test_leader_change_reads_times_reports_and_counts_from_client_lines(
     assert leader_change.summary([])["p50_ms"] is None
 
 
+def test_leader_change_counts_each_change_from_its_start_to_the_clients_signal(
+    leader_change: ModuleType,
+) -> None:
+    me = leader_change.CLIENT_ID + "me"
+
+    def req(api: int, at: float, answered: float | None, **kw: Any) -> dict[str, Any]:
+        entry = {"client": me, "api": api, "broker": 1, "at": at, **kw}
+        return entry if answered is None else {**entry, "answered": answered}
+
+    trace = [
+        req(1, 9.0, 9.5, max_wait_ms=500),  # an idle poll before the change: not counted
+        req(1, 9.7, None, max_wait_ms=500),  # in flight at the stop, never answered
+        {**req(3, 10.05, 10.06), "client": "someone-else"},
+        req(3, 10.05, 10.06),
+        req(18, 10.2, 10.21),
+        req(1, 10.22, 10.23, max_wait_ms=500),  # answered: the signal
+        req(1, 10.24, 10.74, max_wait_ms=500),  # after the signal: idle again
+        req(1, 20.1, 20.2, max_wait_ms=500),  # in flight at the next change's start
+        req(1, 20.3, 20.4, max_wait_ms=500),
+    ]
+    windows = [(10.0, 10.23), (20.15, 20.35)]
+    counted = leader_change.window_counts(trace, "me", windows)
+    assert counted == {"ApiVersions": 0.5, "Fetch": 2.0, "Metadata": 0.5}
+    assert leader_change.window_counts(trace, "me", []) == {}
+    # changes 10 s apart; the median window (0.23 s, 0.2 s) leaves 9.77 s of idle polls
+    assert leader_change.idle_baseline([10.0, 20.0, 30.0], windows) == 19.6
+    assert leader_change.idle_baseline([10.0], windows) == 0.0
+
+
+def test_leader_timeline_takes_a_change_apart(leader_change: ModuleType) -> None:
+    timeline_mod = importlib.import_module("benchmarks._leader_timeline")
+    me = leader_change.CLIENT_ID + "me"
+    trace = [
+        {"client": me, "api": 1, "broker": 1, "at": 9.0, "answered": 9.5, "max_wait_ms": 500},
+        {"client": me, "api": 1, "broker": 1, "at": 9.7, "max_wait_ms": 500},  # cut
+        {"client": me, "api": 3, "broker": 3, "at": 10.05, "answered": 10.06},
+        {"client": me, "api": 18, "broker": 2, "at": 10.2, "answered": 10.21},
+        {"client": me, "api": 1, "broker": 2, "at": 10.22, "answered": 10.23, "errors": [0, -1]},
+        {"client": me, "api": 1, "broker": 2, "at": 10.24, "answered": 10.241, "errors": [0, 0]},
+    ]
+    timeline = {
+        "changes": [{"start": 10.0, "stopped": 10.0, "t0": 10.1, "written": 10.11}],
+        "events": {"me": [{"report": {"divergence": 3, "detail": ""}, "at": 10.235}]},
+        "trace": trace,
+    }
+    text = timeline_mod.take_apart(timeline)
+    assert "1 x  Fetch Metadata ApiVersions Fetch!" in text
+    # outside: the full wait before, the one answered at once after the signal
+    assert (
+        "Fetch outside the changes per change: 2.00 (answered at once 1.00, full wait 1.00)" in text
+    )
+
+
 def test_leader_change_sees_librdkafkas_counters_start_over(leader_change: ModuleType) -> None:
     # librdkafka drops a broker that leaves metadata and counts from zero once it is back:
     # the sums over brokers then count nothing reliable.

@@ -18,7 +18,7 @@ from kafka.structs import TopicPartition
 from epochguard.consumer import wire
 from epochguard.consumer.config import build_config
 from epochguard.consumer.fetcher import Fetcher
-from epochguard.consumer.metadata import DARK_REFRESH_S, Metadata
+from epochguard.consumer.metadata import ACCEPTED_UNTRUSTED, DARK_REFRESH_S, Metadata
 from epochguard.offsets.policy import OffsetPolicy
 from epochguard.offsets.state import PartitionState
 
@@ -185,6 +185,36 @@ def test_a_replica_still_shutting_down_is_not_back_until_it_refused() -> None:
     assert not _ask(md, 10.3)
     assert _back(md, 0, 12.0)
     assert _ask(md, 12.0)
+
+
+@pytest.mark.parametrize("returns", [False, True], ids=["proxy", "back-already"])
+def test_a_replica_accepting_every_connection_is_left_to_the_trackers_backoff(
+    returns: bool,
+) -> None:
+    # Behind a TCP proxy or load balancer every connection is accepted, whether the broker
+    # is down or back; a broker restarted before the answer that called it offline accepts
+    # them too. Neither ever refuses: after ACCEPTED_UNTRUSTED in a row the partition is
+    # asked for at once, then on the trackers' backoff, not at the dark refresh.
+    md = _dark(_md(reconnect_backoff_ms=50))
+    t = 10.0
+    for _ in range(ACCEPTED_UNTRUSTED):
+        while not (due := md.probes_due(t)):
+            t = round(t + 0.001, 3)
+        assert due == [0, 1]
+        for node in due:
+            assert not md.on_probe(node, t, reachable=True)
+    assert t < 10.5
+    assert md.wake_at(t, 99.0) <= t + 0.11  # not DARK_REFRESH_S after the last answer
+    assert _ask(md, round(t + 0.1, 3))
+    assert md.probes_due(t + 0.2) == []
+    if returns:
+        md.on_answer(_answer(1, [0, 1], [0], [1, 2], epoch=4), t + 0.1, ["t"], t + 0.11)
+        assert md.leader_of(TP) == 1
+        return
+    md.on_answer(_answer(None, [0, 1], [0, 1], [2]), t + 0.1, ["t"], t + 0.11)
+    assert md.probes_due(t + 0.3) == []  # not dark again
+    md.request(leader_for=TP, any_answer=True)  # the tracker's next backoff step
+    assert _ask(md, round(t + 0.3, 3))
 
 
 def test_a_replica_not_refusing_is_left_to_the_trackers_backoff() -> None:

@@ -216,6 +216,30 @@ def test_requests_are_counted_per_client_id_and_api(cluster: EmbeddedCluster) ->
     assert sum(counts.values()) == sum(cluster.requests_seen().values())
 
 
+def test_requests_are_traced_with_their_times_once_asked(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", replication_factor=1)
+    leader = cluster.leader("t", 0)
+    assert leader is not None
+    other = next(b for b in cluster.broker_ids if b != leader)
+    fetch(cluster, leader, "t", [(0, 0, 0, -1)])  # before tracing: not in the trace
+    assert cluster.request_trace() == []
+    cluster.trace_requests()
+    cluster.append("t", 0, [b"a"])
+    before = time.time()
+    (ok,) = fetch(cluster, leader, "t", [(0, 0, 0, -1)], max_wait_ms=200)
+    (refused,) = fetch(cluster, other, "t", [(0, 0, 0, -1)], max_wait_ms=200)
+    trace = cluster.request_trace()
+    assert [(e["client"], e["api"], e["broker"]) for e in trace] == [
+        ("wire-test", 1, leader),
+        ("wire-test", 1, other),
+    ]
+    assert all(e["max_wait_ms"] == 200 for e in trace)
+    assert before <= trace[0]["at"] <= trace[0]["answered"] <= trace[1]["at"]
+    # the top-level error, then each partition's
+    assert trace[0]["errors"] == [0, ok.error_code] == [0, 0]
+    assert trace[1]["errors"] == [0, refused.error_code] and refused.error_code != 0
+
+
 def test_metadata_has_epochs_topic_ids_and_per_broker_views(cluster: EmbeddedCluster) -> None:
     cluster.create_topic("t", partitions=2, replication_factor=3)
     leader = cluster.leader("t", 0)

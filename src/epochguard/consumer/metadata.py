@@ -26,6 +26,9 @@ _QUIET_TOPIC_ERRORS = (wire.ERR.UnknownTopicOrPartitionError, wire.ERR.LeaderNot
 #: long after the last answer: a broker can come back where the probes do not look (a pod
 #: restarted on a new address, a replica reassigned away), and only an answer says so.
 DARK_REFRESH_S = 5.0
+#: Connections a replica of a dark partition accepts in a row, never refusing one, before it
+#: is left to the trackers' backoff (see :meth:`Metadata.on_probe`).
+ACCEPTED_UNTRUSTED = 3
 
 
 class Metadata:
@@ -118,6 +121,9 @@ class Metadata:
         #: return. One accepted without a refusal before it is a broker still shutting
         #: down (the others no longer list it, it still listens) or one the cluster fenced
         #: while it runs: tried again later, backing off (_probe_backoff), until it refuses.
+        #: One that never refuses (ACCEPTED_UNTRUSTED in a row) may be back already (it
+        #: restarted before the answer that called it offline) or behind something that
+        #: accepts connections for it (a TCP proxy, a load balancer): unwatchable.
         self._refused_by: set[int] = set()
         self._accepted_in_a_row: dict[int, int] = {}
         #: Replicas that cannot tell that they are back: a connection attempt failed
@@ -386,16 +392,26 @@ class Metadata:
         """The outcome of a connection attempt to ``node``: accepted (``reachable``: the
         broker is back if the attempt before was refused; otherwise it is still shutting
         down, or fenced while it runs, and is tried again backing off from
-        ``reconnect_backoff_ms``), refused (nothing listens there: the broker is down;
-        tried again every ``reconnect_backoff_ms``), or failed otherwise (a timeout, an
-        unreachable host: it cannot tell when the broker is back, and its partitions are
-        refreshed on the trackers' backoff until an answer lists it again). Returns whether
-        a refresh is now due because the broker is back."""
+        ``reconnect_backoff_ms``, until ``ACCEPTED_UNTRUSTED`` accepted in a row leave its
+        partitions to the trackers' backoff, with a refresh now), refused (nothing listens
+        there: the broker is down; tried again every ``reconnect_backoff_ms``), or failed
+        otherwise (a timeout, an unreachable host: it cannot tell when the broker is back,
+        and its partitions are refreshed on the trackers' backoff until an answer lists it
+        again). Returns whether a refresh is now due because the broker is back."""
         self._probing.discard(node)
         if reachable and node not in self._refused_by:
-            accepted = self._accepted_in_a_row.get(node, 0)
-            self._accepted_in_a_row[node] = accepted + 1
-            self._probe_at[node] = now + self._probe_backoff.delay(accepted + 1)
+            accepted = self._accepted_in_a_row.get(node, 0) + 1
+            if accepted < ACCEPTED_UNTRUSTED:
+                self._accepted_in_a_row[node] = accepted
+                self._probe_at[node] = now + self._probe_backoff.delay(accepted)
+                return False
+            # A shutdown closes the listener soon after the others stop listing the broker;
+            # one still accepting may be back already, or never refuse (a proxy in front of
+            # it): nothing here tells its return. Asked for at once, then on the trackers'
+            # backoff, as a replica whose attempts time out.
+            log.info("leaderless_replica_unwatchable", node=node, accepted_in_a_row=accepted)
+            self._unwatch(node)
+            self.needed = True
             return False
         if reachable:
             self._forget_probe(node)
@@ -414,11 +430,14 @@ class Metadata:
             self._accepted_in_a_row.pop(node, None)
             self._probe_at[node] = now + self._probe_interval_s
             return False
+        self._unwatch(node)
+        return False
+
+    def _unwatch(self, node: int) -> None:
         self._unwatchable.add(node)
         for tp in [tp for tp, replicas in self._dark.items() if node in replicas]:
             del self._dark[tp]
         self._drop_idle_probes()
-        return False
 
     def refuse(self, topic: str) -> None:
         """A broker refused ``topic`` outside metadata (Fetch): raise it like an answer's."""

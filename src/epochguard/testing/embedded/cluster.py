@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import attrs
 
@@ -289,6 +289,22 @@ class EmbeddedCluster:
     def requests_by_client(self) -> dict[tuple[str | None, int], int]:
         """How many requests of each API key each client (by its client id) sent."""
         return self._call(lambda: dict(self._state.request_counts_by_client))
+
+    def trace_requests(self) -> None:
+        """Record every request from now on, timestamped (see :meth:`request_trace`)."""
+
+        def start() -> None:
+            self._state.request_trace = []
+
+        self._call(start)
+
+    def request_trace(self) -> list[dict[str, Any]]:
+        """The requests recorded since :meth:`trace_requests`, in arrival order: each a dict
+        with ``at`` (``time.time()`` when decoded), ``client`` (client id), ``api`` (key),
+        ``broker``, for Fetch ``max_wait_ms``, and once answered ``answered`` (when) and, for
+        Fetch, ``errors`` (the answer's error code, then each partition's; -1: a diverging
+        epoch)."""
+        return self._call(lambda: [dict(e) for e in self._state.request_trace or []])
 
     def request_bytes(self) -> dict[int, int]:
         """Bytes of the requests the brokers decoded, per API key (size prefix included)."""

@@ -15,6 +15,7 @@ import socket
 import ssl
 import struct
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -455,6 +456,14 @@ class EmbeddedServer:
         self.state.request_counts[api_key, version] += 1
         client_id = getattr(request.header, "client_id", None)
         self.state.request_counts_by_client[client_id, api_key] += 1
+        traced = self.state.request_trace
+        trace: dict[str, Any] | None = None
+        if traced is not None:
+            trace = {"at": time.time(), "client": client_id, "api": api_key, "broker": broker_id}
+            max_wait = getattr(request, "max_wait_ms", None)
+            if api_key == 1 and max_wait is not None:
+                trace["max_wait_ms"] = max_wait
+            traced.append(trace)
         self.state.request_bytes[api_key] += len(payload) + 4  # with the size prefix
         faults = self.state.faults
         if faults.take_disconnect(broker_id, api_key):
@@ -476,6 +485,10 @@ class EmbeddedServer:
             return False
         if response is None:
             return True
+        if trace is not None:
+            trace["answered"] = time.time()
+            if isinstance(response, FetchResponse):
+                trace["errors"] = _fetch_errors(response)
         delay = faults.take_delay(broker_id, api_key)
         if delay > 0:
             await asyncio.sleep(delay)
@@ -503,3 +516,14 @@ class EmbeddedServer:
             await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
             return False
         return True
+
+
+def _fetch_errors(response: Any) -> list[int]:
+    """A Fetch answer's error codes, the top-level one first, then each partition's (-1 for
+    a partition that names a diverging epoch): what a request trace shows of an answer."""
+    codes = [int(response.error_code or 0)]
+    for topic in response.responses:
+        for p in topic.partitions:
+            diverging = getattr(p, "diverging_epoch", None)
+            codes.append(-1 if diverging is not None and diverging.epoch >= 0 else p.error_code)
+    return codes

@@ -196,6 +196,10 @@ class ClusterState:
         self.request_counts_by_client: collections.Counter[tuple[str | None, int]] = (
             collections.Counter()
         )
+        #: When set (a list), every decoded request is appended to it as a dict: ``at``
+        #: (wall clock), ``client``, ``api``, ``broker``, Fetch's ``max_wait_ms``, and once
+        #: answered ``answered`` (wall clock) and a Fetch answer's ``errors``.
+        self.request_trace: list[dict[str, Any]] | None = None
         #: bytes of requests received per API key (framing included)
         self.request_bytes: collections.Counter[int] = collections.Counter()
         self.default_partitions = 1

@@ -87,6 +87,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             request.group_instance_id if v >= 7 else None,
             valid,
             now,
+            v,
         )
         for tp, err in results.items():
             errors[keys[tp]] = err

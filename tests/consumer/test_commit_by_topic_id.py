@@ -6,15 +6,18 @@ kept. The next member starts from it instead of reading the partition again."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import zlib
+from typing import Any
 
 import pytest
 from kafka.structs import TopicPartition
 
+from epochguard import AIOEpochConsumer
 from epochguard.testing import EmbeddedCluster
 
-from .conftest import make_consumer, read
+from .conftest import consumer_config, make_consumer, read
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -99,3 +102,26 @@ def test_a_commit_by_name_is_deleted_with_the_topic_the_coordinator_learns_of_la
     with make_consumer(cluster, bootstrap_servers=up_to_date, group_id=group) as nxt:
         nxt.assign([TP])
         assert nxt.committed(TP) is None
+
+
+def test_the_asyncio_driver_commits_by_id_through_the_same_engine(
+    cluster: EmbeddedCluster,
+) -> None:
+    group, up_to_date = _recreated_under_a_lagging_coordinator(cluster)
+    cfg = consumer_config(cluster, bootstrap_servers=up_to_date, group_id=group)
+
+    async def main() -> None:
+        async with AIOEpochConsumer(TOPIC, **cfg) as first:
+            got: list[Any] = []
+            deadline = time.monotonic() + 10
+            while len(got) < 5 and time.monotonic() < deadline:
+                for records in (await first.getmany(timeout_ms=100, max_records=5)).values():
+                    got += records
+            assert [r.value for r in got] == [b"new-%d" % i for i in range(5)]
+            await first.commit()  # refused until the coordinator knows the new topic
+        cluster.settle()
+        async with AIOEpochConsumer(**cfg) as nxt:
+            nxt.assign([TP])
+            assert await nxt.committed(TP) == 5
+
+    asyncio.run(main())

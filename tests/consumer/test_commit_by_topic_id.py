@@ -23,6 +23,7 @@ pytestmark = pytest.mark.timeout(60)
 
 TOPIC = "flap"
 TP = TopicPartition(TOPIC, 0)
+OFFSET_COMMIT = 8
 #: How late the coordinator learns of the deletion and the re-creation.
 DELAY_S = 2.0
 
@@ -73,6 +74,8 @@ def test_a_commit_of_the_new_incarnation_survives_a_coordinator_that_learns_the_
         # Refused (UNKNOWN_TOPIC_ID) until the coordinator knows the new topic.
         assert time.monotonic() - started < DELAY_S + 2.5
         assert first.truncation_reports() == []
+    commits = {v: n for (key, v), n in cluster.requests_seen().items() if key == OFFSET_COMMIT}
+    assert set(commits) == {10} and commits[10] >= 2, commits  # by id, asked again
 
     cluster.settle()  # the coordinator has applied the deletion and the re-creation
     with make_consumer(cluster, **kw) as nxt:

@@ -8,15 +8,17 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kafka.errors import KafkaTimeoutError
+from kafka.errors import KafkaTimeoutError, UnknownTopicIdError
 from kafka.future import Future
-from kafka.protocol.consumer import OffsetFetchResponse
+from kafka.protocol.consumer import OffsetCommitResponse, OffsetFetchResponse
 from kafka.structs import TopicPartition
 
+from epochguard.consumer import wire
 from epochguard.consumer.client import BrokerClient
 from epochguard.consumer.config import build_config
 from epochguard.consumer.effects import Step, run_blocking
-from epochguard.consumer.group import ClassicMember
+from epochguard.consumer.group import ClassicMember, CommitFailedError
+from epochguard.consumer.group_consumer import ConsumerGroupMember
 from epochguard.consumer.membership import CoordinatorLink
 from epochguard.offsets.position import EpochOffset
 
@@ -102,3 +104,95 @@ def test_a_connection_closed_on_a_correlation_id_out_of_order_is_retried(mocker:
     assert run_blocking(coord.call(object(), time.monotonic() + 5)) == "answer"
     assert client.send.call_count == 2
     dead.assert_called_once()
+
+
+def _commit_answer(error_code: int, version: int = 10) -> Any:
+    T = OffsetCommitResponse.OffsetCommitResponseTopic
+    P = T.OffsetCommitResponsePartition
+    return OffsetCommitResponse(
+        version=version,
+        throttle_time_ms=0,
+        topics=[T(topic_id=TID, partitions=[P(partition_index=0, error_code=error_code)])],
+    )
+
+
+TID = "5b8a1f0e-3f6b-4c4e-9a77-0d2b7a1c9e31"
+
+
+@pytest.mark.parametrize("member_class", [ClassicMember, ConsumerGroupMember])
+def test_a_commit_by_topic_id_is_asked_again_until_the_coordinator_knows_the_id(
+    mocker: Any, member_class: Any
+) -> None:
+    """UNKNOWN_TOPIC_ID (100): the coordinator's metadata does not know the topic's id yet
+    (it lags a re-creation). The same request goes again, by id, until it is taken."""
+    member = member_class(mocker.Mock(), build_config({"group_id": "g"}))
+    answers = [_commit_answer(100), _commit_answer(100), _commit_answer(0)]
+    sent: list[Any] = []
+
+    def call(req: Any, *_a: Any, **_k: Any) -> Step[Any]:
+        sent.append(req)
+        return _answered(answers.pop(0))
+
+    mocker.patch.object(member, "_call", side_effect=call)
+    mocker.patch("epochguard.consumer.group._RETRY_S", 0.0)
+    mocker.patch("epochguard.consumer.group_consumer._RETRY_S", 0.0)
+    run_blocking(member.commit({TP: (EpochOffset(5, 1, topic_id=TID), "")}, time.monotonic() + 5))
+    assert len(sent) == 3
+    for req in sent:
+        assert req._max_version == wire.OFFSETS_BY_ID_VERSION
+        (topic,) = req.topics
+        assert str(topic.topic_id) == TID
+
+
+@pytest.mark.parametrize("member_class", [ClassicMember, ConsumerGroupMember])
+def test_unknown_topic_id_past_the_deadline_reaches_the_caller(
+    mocker: Any, member_class: Any
+) -> None:
+    """Never a commit lost quietly: a coordinator that still does not know the id when the
+    commit's time is up fails the commit."""
+    member = member_class(mocker.Mock(), build_config({"group_id": "g"}))
+    mocker.patch.object(
+        member, "_call", side_effect=lambda *_a, **_k: _answered(_commit_answer(100))
+    )
+    with pytest.raises(UnknownTopicIdError):
+        run_blocking(
+            member.commit({TP: (EpochOffset(5, 1, topic_id=TID), "")}, time.monotonic() + 0.2)
+        )
+
+
+@pytest.mark.parametrize("member_class", [ClassicMember, ConsumerGroupMember])
+def test_a_position_without_a_topic_id_is_committed_by_name(mocker: Any, member_class: Any) -> None:
+    member = member_class(mocker.Mock(), build_config({"group_id": "g"}))
+    sent: list[Any] = []
+
+    def call(req: Any, *_a: Any, **_k: Any) -> Step[Any]:
+        sent.append(req)
+        return _answered(_commit_answer(0, version=8))
+
+    mocker.patch.object(member, "_call", side_effect=call)
+    other = TopicPartition("t", 1)
+    run_blocking(
+        member.commit(
+            {TP: (EpochOffset(5, 1, topic_id=TID), ""), other: (EpochOffset(3), "")},
+            time.monotonic() + 5,
+        )
+    )
+    (req,) = sent
+    assert req._max_version < wire.OFFSETS_BY_ID_VERSION
+    assert [t.name for t in req.topics] == ["t"]
+
+
+def test_a_group_the_coordinator_no_longer_has_ends_the_generation(mocker: Any) -> None:
+    """GROUP_ID_NOT_FOUND (69) to a member's commit (OffsetCommit v9+; ILLEGAL_GENERATION
+    before): the group is gone, and what this member owned with it."""
+    member = ClassicMember(mocker.Mock(), build_config({"group_id": "g"}))
+    member.protocol, member.generation, member.member_id = "range", 3, "m"
+    member.rejoin_needed = False
+    mocker.patch.object(
+        member, "_call", side_effect=lambda *_a, **_k: _answered(_commit_answer(69))
+    )
+    with pytest.raises(CommitFailedError):
+        run_blocking(
+            member.commit({TP: (EpochOffset(5, 1, topic_id=TID), "")}, time.monotonic() + 5)
+        )
+    assert member.rejoin_needed and member.partitions_lost

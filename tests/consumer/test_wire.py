@@ -14,6 +14,7 @@ from kafka.protocol.consumer import (
     ListOffsetsRequest,
     ListOffsetsResponse,
     OffsetCommitRequest,
+    OffsetCommitResponse,
     OffsetFetchResponse,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
@@ -345,6 +346,76 @@ def test_offset_commit_carries_the_epoch(epoch: int | None, wire_value: int) -> 
         wire_value,
         "m",
     )
+
+
+# ------------------------------------------------------- group: offsets by topic id (v10)
+
+OTHER_TID = uuid.UUID("0f4e9a2b-7c61-4d58-8e3a-5a9d2c7b1e64")
+
+
+@pytest.mark.parametrize("member", [False, True])
+def test_a_commit_names_topics_by_id_when_every_partition_has_one(member: bool) -> None:
+    """v10 on the wire carries the ids and no names; the same request, negotiated down to a
+    broker without v10, carries the names."""
+    offsets = [(TP, 10, 2, "m"), (TopicPartition("t", 1), 11, 2, "")]
+    ids = {tp: str(TID) for tp, *_ in offsets}
+    request = (
+        wire.member_offset_commit_request("g", offsets, "member", 4, ids)
+        if member
+        else wire.offset_commit_request("g", offsets, 3, "member", None, ids)
+    )
+    assert request._max_version == wire.OFFSETS_BY_ID_VERSION == 10
+    by_id = _round_trip(request, 10)
+    (topic,) = by_id.topics
+    assert topic.topic_id == TID
+    assert not hasattr(topic, "name") or topic.name in (None, "")
+    assert [(p.partition_index, p.committed_offset) for p in topic.partitions] == [
+        (0, 10),
+        (1, 11),
+    ]
+    by_name = _round_trip(request, 9)
+    assert [t.name for t in by_name.topics] == ["t"]
+
+
+def test_one_partition_without_an_id_names_every_topic_by_name() -> None:
+    offsets = [(TP, 10, 2, ""), (TopicPartition("u", 0), 5, None, "")]
+    request = wire.offset_commit_request("g", offsets, None, "", None, {TP: str(TID)})
+    assert request._max_version == 8
+    assert sorted(t.name for t in _round_trip(request, 8).topics) == ["t", "u"]
+    member = wire.member_offset_commit_request("g", offsets, "m", 1, {TP: str(TID)})
+    assert member._max_version == wire.MEMBER_OFFSETS_MIN_VERSION
+
+
+def test_two_incarnations_of_one_name_are_two_entries_by_id() -> None:
+    """One partition has seen the re-creation, the other not yet: each commit goes under
+    the id of the log it was read from."""
+    other = TopicPartition("t", 1)
+    topics, by_id = wire.commit_topics(
+        [(TP, 10, 0, ""), (other, 3, 0, "")], {TP: str(TID), other: str(OTHER_TID)}
+    )
+    assert by_id
+    assert sorted(
+        (t.topic_id, [p.partition_index for p in t.partitions]) for t in topics
+    ) == sorted([(TID, [0]), (OTHER_TID, [1])])
+
+
+def test_an_id_that_is_not_a_uuid_names_the_topic_by_name() -> None:
+    # Ids restored from stores written by other tools: the commit still goes, by name.
+    topics, by_id = wire.commit_topics([(TP, 10, 0, "")], {TP: "not-a-uuid"})
+    assert not by_id
+    assert [t.name for t in topics] == ["t"]
+
+
+def test_a_commit_answer_by_id_reads_its_errors() -> None:
+    R = OffsetCommitResponse
+    T = R.OffsetCommitResponseTopic
+    P = T.OffsetCommitResponsePartition
+    answer = R(
+        version=10,
+        throttle_time_ms=0,
+        topics=[T(topic_id=TID, partitions=[P(partition_index=0, error_code=100)])],
+    )
+    assert wire.commit_errors(_round_trip(answer, 10)) == {kerrors.UnknownTopicIdError}
 
 
 def test_offset_fetch_answer() -> None:

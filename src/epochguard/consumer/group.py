@@ -59,6 +59,10 @@ _REJOIN_ERRORS = (
     kerrors.UnknownMemberIdError,
     kerrors.RebalanceInProgressError,
 )
+#: Commit answers that end this member's generation besides those: a static member fenced
+#: by another process with its instance id, and a group the coordinator no longer has
+#: (OffsetCommit v9+ names it; older versions answer ILLEGAL_GENERATION).
+_COMMIT_REJOIN_ERRORS = (kerrors.FencedInstanceIdError, kerrors.GroupIdNotFoundError)
 #: OffsetFetch partitions that are not readable yet: ask again.
 _OFFSET_FETCH_RETRY = (
     kerrors.CoordinatorLoadInProgressError,
@@ -255,7 +259,8 @@ class ClassicMember:
     def commit(
         self, offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], deadline: float
     ) -> Step[None]:
-        """OffsetCommit v6+ with ``committed_leader_epoch``."""
+        """OffsetCommit v6+ with ``committed_leader_epoch``; v10 (by topic id) when every
+        position names its topic's incarnation."""
         if not offsets:
             return
         if self._join_step is not None:
@@ -277,6 +282,7 @@ class ClassicMember:
             generation if subscribed else None,
             member if subscribed else "",
             self._instance_id if subscribed else None,
+            {tp: pos.topic_id for tp, (pos, _m) in offsets.items()},
         )
         while True:
             resp = yield from self._call(req, deadline)
@@ -291,9 +297,13 @@ class ClassicMember:
             if commit_worth_retrying(self.link, errors) and time.monotonic() < deadline:
                 yield Sleep(_RETRY_S)
                 continue
-            if any(issubclass(e, (*_REJOIN_ERRORS, kerrors.FencedInstanceIdError)) for e in errors):
+            if any(issubclass(e, (*_REJOIN_ERRORS, *_COMMIT_REJOIN_ERRORS)) for e in errors):
                 self.rejoin_needed = True
-                lost = (kerrors.UnknownMemberIdError, kerrors.IllegalGenerationError)
+                lost = (
+                    kerrors.UnknownMemberIdError,
+                    kerrors.IllegalGenerationError,
+                    kerrors.GroupIdNotFoundError,
+                )
                 if any(issubclass(e, lost) for e in errors) and self.generation == generation:
                     # Only if no newer generation was joined meanwhile (the answer to an
                     # older one says nothing about the member now).

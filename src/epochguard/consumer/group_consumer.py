@@ -513,23 +513,25 @@ class ConsumerGroupMember:
     def commit(
         self, offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], deadline: float
     ) -> Step[None]:
-        """OffsetCommit v9 with ``committed_leader_epoch``, as this member at its epoch."""
+        """OffsetCommit v9 with ``committed_leader_epoch``, as this member at its epoch; v10
+        (by topic id) when every position names its topic's incarnation."""
         if not offsets:
             return
         entries = [
             (tp, p.offset, p.leader_epoch, provenance_metadata(p, m))
             for tp, (p, m) in offsets.items()
         ]
+        topic_ids = {tp: p.topic_id for tp, (p, _m) in offsets.items()}
         while True:
             with self._lock:
                 epoch, in_group = self.member_epoch, self.member_epoch > 0
             if in_group:
                 req = wire.member_offset_commit_request(
-                    self.group_id, entries, self.member_id, epoch
+                    self.group_id, entries, self.member_id, epoch, topic_ids
                 )
             else:
                 # Not a member (yet): the coordinator takes it only while the group is empty.
-                req = wire.offset_commit_request(self.group_id, entries, None, "", None)
+                req = wire.offset_commit_request(self.group_id, entries, None, "", None, topic_ids)
             resp = yield from self._call(req, deadline)
             errors = wire.commit_errors(resp)
             if not errors:

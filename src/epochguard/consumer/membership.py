@@ -38,9 +38,14 @@ COORDINATOR_ERRORS = (
     kerrors.CoordinatorNotAvailableError,
     kerrors.NotCoordinatorError,
 )
-#: OffsetCommit answers worth asking again, as Java's commitSync does: the coordinator may not
-#: know the topic yet (its metadata lags a restart) or the request timed out.
-COMMIT_RETRY = (kerrors.UnknownTopicOrPartitionError, kerrors.RequestTimedOutError)
+#: OffsetCommit answers worth asking again until the commit's deadline, as Java's commitSync
+#: does: the coordinator may not know the topic yet (its metadata lags a restart, or a
+#: re-creation: UNKNOWN_TOPIC_ID to a commit by id) or the request timed out.
+COMMIT_RETRY = (
+    kerrors.UnknownTopicOrPartitionError,
+    kerrors.UnknownTopicIdError,
+    kerrors.RequestTimedOutError,
+)
 #: Between FindCoordinator attempts.
 _LOOKUP_BACKOFF = RetryBackoff(0.1, 1.0)
 #: Between attempts of a coordinator request after a transport error.

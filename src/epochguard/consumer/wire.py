@@ -60,6 +60,7 @@ __all__ = [
     "FETCH_MAX_VERSION_BY_NAME",
     "MEMBER_OFFSETS_MIN_VERSION",
     "METADATA_MAX_VERSION",
+    "OFFSETS_BY_ID_VERSION",
     "ZERO_UUID",
     "CommittedOffset",
     "DescribedConsumerGroup",
@@ -84,6 +85,7 @@ __all__ = [
     "WireValueError",
     "broker_addresses",
     "commit_errors",
+    "commit_topics",
     "consumer_group_describe_request",
     "consumer_group_heartbeat_request",
     "describe_producers_request",
@@ -971,29 +973,22 @@ def offset_commit_request(
     generation: int | None,
     member_id: str,
     group_instance_id: str | None,
+    topic_ids: Mapping[TopicPartition, str | None] | None = None,
 ) -> Any:
     """OffsetCommit v6+ for ``(tp, offset, leader_epoch, metadata)``. ``generation`` ``None``:
-    a commit outside group membership (``assign()`` users)."""
-    T = OffsetCommitRequest.OffsetCommitRequestTopic
-    by_topic: dict[str, list[Any]] = {}
-    for tp, offset, epoch, metadata in offsets:
-        by_topic.setdefault(tp.topic, []).append(
-            T.OffsetCommitRequestPartition(
-                partition_index=tp.partition,
-                committed_offset=offset,
-                committed_leader_epoch=epoch_to_wire(epoch, "committed leader epoch"),
-                committed_metadata=metadata,
-            )
-        )
+    a commit outside group membership (``assign()`` users). By topic id (v10) when
+    ``topic_ids`` names every partition's incarnation and the broker has v10
+    (:func:`commit_topics`), by name (v6-v8) otherwise."""
+    topics, by_id = commit_topics(offsets, topic_ids)
     return OffsetCommitRequest(
         group_id=group_id,
         generation_id_or_member_epoch=_UNDEFINED if generation is None else generation,
         member_id=member_id,
         group_instance_id=group_instance_id,
         retention_time_ms=-1,
-        topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()],
+        topics=topics,
         min_version=6,
-        max_version=8,
+        max_version=OFFSETS_BY_ID_VERSION if by_id else 8,
     )
 
 
@@ -1001,6 +996,48 @@ def commit_errors(response: Any) -> set[type[ERR.KafkaError]]:
     """The distinct partition errors of an OffsetCommit answer (empty: all committed)."""
     errors = {error_from_wire(p.error_code) for _tp, p in _partitions(response)}
     return {e for e in errors if e is not None}
+
+
+# ------------------------------------------------- group: offsets by topic id (OffsetCommit v10)
+
+#: OffsetCommit v10 names topics by id only (KIP-848). The coordinator resolves the id through
+#: its own metadata and answers UNKNOWN_TOPIC_ID while it does not know it; by name it stores
+#: the commit under whatever id its metadata gives the name. A coordinator whose metadata lags
+#: a re-creation thus files a commit by name under the deleted topic's id, and drops it when
+#: it applies the deletion (Kafka drops a deleted topic's commits stored under its id or
+#: none); by id it refuses the commit until it knows the new topic, then keeps it.
+OFFSETS_BY_ID_VERSION: Final = 10
+
+
+def commit_topics(
+    offsets: Iterable[tuple[TopicPartition, int, int | None, str]],
+    topic_ids: Mapping[TopicPartition, str | None] | None,
+) -> tuple[list[Any], bool]:
+    """The topic entries of an OffsetCommit and whether they name topics by id: only when
+    every partition's id is known (one unknown names them all by name, as Java's
+    CommitRequestManager does). Entries carry both name and id, so kafka-python writes
+    whichever the negotiated version has: a broker without v10 gets names."""
+    T = OffsetCommitRequest.OffsetCommitRequestTopic
+    entries = list(offsets)
+    ids = {tp: topic_id_to_wire((topic_ids or {}).get(tp)) for tp, *_ in entries}
+    by_id = bool(entries) and all(i is not None for i in ids.values())
+    grouped: dict[tuple[str, uuid.UUID | None], list[Any]] = {}
+    for tp, offset, epoch, metadata in entries:
+        # By id, two partitions of one name may belong to two incarnations (one has seen
+        # the re-creation, the other not yet): each id is an entry of its own.
+        grouped.setdefault((tp.topic, ids[tp] if by_id else None), []).append(
+            T.OffsetCommitRequestPartition(
+                partition_index=tp.partition,
+                committed_offset=offset,
+                committed_leader_epoch=epoch_to_wire(epoch, "committed leader epoch"),
+                committed_metadata=metadata,
+            )
+        )
+    topics = [
+        T(name=name, topic_id=tid if tid is not None else ZERO_UUID, partitions=parts)
+        for (name, tid), parts in grouped.items()
+    ]
+    return topics, by_id
 
 
 # ------------------------------------------------- group: KIP-848 consumer protocol (API 68/69)
@@ -1191,32 +1228,23 @@ def member_offset_commit_request(
     offsets: Iterable[tuple[TopicPartition, int, int | None, str]],
     member_id: str,
     member_epoch: int,
+    topic_ids: Mapping[TopicPartition, str | None] | None = None,
 ) -> Any:
     """OffsetCommit v9+ for a KIP-848 member: the coordinator checks ``member_epoch``
-    against the member's (STALE_MEMBER_EPOCH when it moved on)."""
+    against the member's (STALE_MEMBER_EPOCH when it moved on). By topic id (v10) as
+    :func:`offset_commit_request`."""
     if member_epoch < 0:
         raise WireValueError(f"member epoch must be >= 0, got {member_epoch}")
-    T = OffsetCommitRequest.OffsetCommitRequestTopic
-    by_topic: dict[str, list[Any]] = {}
-    for tp, offset, epoch, metadata in offsets:
-        by_topic.setdefault(tp.topic, []).append(
-            T.OffsetCommitRequestPartition(
-                partition_index=tp.partition,
-                committed_offset=offset,
-                committed_leader_epoch=epoch_to_wire(epoch, "committed leader epoch"),
-                committed_metadata=metadata,
-            )
-        )
+    topics, by_id = commit_topics(offsets, topic_ids)
     return OffsetCommitRequest(
         group_id=group_id,
         generation_id_or_member_epoch=member_epoch,
         member_id=member_id,
         group_instance_id=None,
         retention_time_ms=-1,
-        topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()],
+        topics=topics,
         min_version=MEMBER_OFFSETS_MIN_VERSION,
-        # v10 names topics by id only: v9 keeps names, which every topic has.
-        max_version=MEMBER_OFFSETS_MIN_VERSION,
+        max_version=OFFSETS_BY_ID_VERSION if by_id else MEMBER_OFFSETS_MIN_VERSION,
     )
 
 

@@ -771,9 +771,12 @@ class GroupCoordinator:
         group_instance_id: str | None,
         offsets: Mapping[TopicPartition, CommittedOffset],
         now_ms: int,
+        api_version: int = 8,
     ) -> dict[TopicPartition, int]:
         """Store ``offsets``; returns an error code per partition (Kafka's checks)."""
-        error = self._commit_error(group_id, generation_id, member_id, group_instance_id, now_ms)
+        error = self._commit_error(
+            group_id, generation_id, member_id, group_instance_id, now_ms, api_version
+        )
         out: dict[TopicPartition, int] = {}
         group = self.groups.get(group_id)
         for tp, committed in offsets.items():
@@ -794,13 +797,20 @@ class GroupCoordinator:
         member_id: str,
         group_instance_id: str | None,
         now_ms: int,
+        api_version: int = 8,
     ) -> int:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
-                return ErrorCode.ILLEGAL_GENERATION
+                # Kafka's OffsetMetadataManager.validateOffsetCommit: OffsetCommit v9+ names
+                # the missing group, older versions the generation.
+                return (
+                    ErrorCode.GROUP_ID_NOT_FOUND
+                    if api_version >= 9
+                    else ErrorCode.ILLEGAL_GENERATION
+                )
             # A "simple" consumer (assign() plus commits) uses Kafka only to store offsets.
             self.groups[group_id] = Group(group_id)
             return ErrorCode.NONE

@@ -60,9 +60,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     leader_epoch=p.committed_leader_epoch if v >= 6 else -1,
                     metadata=p.committed_metadata,
                     commit_timestamp_ms=now,
-                    # The incarnation this broker knows: a commit taken while its view lags
-                    # a re-creation is not returned once the view has caught up, as Kafka's
-                    # coordinator deletes it (by name) when it applies the deletion.
+                    # The incarnation this broker knows (by id: the one asked for; by name:
+                    # its view's). Kafka deletes a deleted topic's commits stored under its
+                    # id when the coordinator applies the deletion, so a commit by name taken
+                    # while the view lags a re-creation is not returned once it has caught
+                    # up, and one by id (refused until the view knows the id) is.
                     topic_id=tv.topic_id,
                 )
                 keys[tp] = key
@@ -87,6 +89,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             request.group_instance_id if v >= 7 else None,
             valid,
             now,
+            v,
         )
         for tp, err in results.items():
             errors[keys[tp]] = err

@@ -915,6 +915,7 @@ def spark_latency(results: Path) -> str:
     names = {
         "kafka": "Spark's Kafka source",
         "epochguard": "epochguard",
+        "epochguard_driver_read": "epochguard, `driverReadMaxOffsets=10000`",
         "paced_stamps": "Python source without I/O",
     }
     parts = ("latestOffset", "walCommit", "addBatch", "commitOffsets", "triggerExecution")

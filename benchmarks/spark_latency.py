@@ -20,6 +20,9 @@ Method (also written into the JSON as ``method``):
   source without Kafka: its records exist from their scheduled time on (the same warm-up,
   first record and rate), so its latency is what Spark's Python Data Source API costs any
   Python source, the floor for ours.
+* A fourth, ``epochguard_driver_read``, is ours with ``driverReadMaxOffsets`` (10000):
+  micro-batches this small are read by the source's process on the driver and handed to
+  Spark with the plan, with no Python worker task.
 * Runs alternate between the sources, ``SPARK_LATENCY_ROUNDS`` rounds (default 3), each
   round starting with the next source: every source gets the same share of whatever else
   the shared machine runs. p50, p90, p99 and the maximum are over the records of all
@@ -66,7 +69,12 @@ ROUNDS = int(os.environ.get("SPARK_LATENCY_ROUNDS", "3"))
 #: Not a Kafka source: stamped records on the same schedule without I/O
 #: (``benchmarks/_paced_stamps.py``), what any Python streaming source pays.
 PACED = "paced_stamps"
-SOURCES = os.environ.get("SPARK_LATENCY_SOURCES", f"kafka,epochguard,{PACED}").split(",")
+#: Ours reading small micro-batches on the driver (``driverReadMaxOffsets``).
+DRIVER_READ = "epochguard_driver_read"
+DRIVER_READ_OPTIONS = {"driverReadMaxOffsets": "10000"}
+SOURCES = os.environ.get("SPARK_LATENCY_SOURCES", f"kafka,epochguard,{DRIVER_READ},{PACED}").split(
+    ","
+)
 #: More options for our source (a JSON object), to compare settings.
 EXTRA_OPTIONS: dict[str, str] = json.loads(os.environ.get("SPARK_LATENCY_OPTIONS", "{}"))
 VALUE_BYTES = 100
@@ -272,9 +280,12 @@ def _one_run(
             seen.set()
 
     load_before = os.getloadavg()[0]
-    reader = spark.readStream.format(fmt).options(**feed.options())
-    if fmt == "epochguard":
+    reader = spark.readStream.format("epochguard" if fmt == DRIVER_READ else fmt)
+    reader = reader.options(**feed.options())
+    if fmt in ("epochguard", DRIVER_READ):
         reader = reader.options(**EXTRA_OPTIONS)
+    if fmt == DRIVER_READ:
+        reader = reader.options(**DRIVER_READ_OPTIONS)
     query = (
         reader.load()
         .writeStream.foreachBatch(sink)
@@ -391,6 +402,7 @@ def run() -> dict[str, Any]:
         "source_names": {
             "kafka": "Spark's spark-sql-kafka-0-10",
             "epochguard": "ours",
+            DRIVER_READ: f"ours with {DRIVER_READ_OPTIONS}",
             PACED: "stamped records on the same schedule, no Kafka (benchmarks/_paced_stamps.py)",
         },
         "spark_kafka_connector": connector.version,

@@ -94,7 +94,7 @@ def recreated(cluster: EmbeddedCluster, old: int, new: int) -> list[tuple[int, b
 Scenario = Callable[[EmbeddedCluster, int, int], list[tuple[int, bytes]]]
 
 
-def source(spark: Any, cluster: EmbeddedCluster, mode: str) -> Any:
+def source(spark: Any, cluster: EmbeddedCluster, mode: str, **extra: str) -> Any:
     return (
         spark.readStream.format("epochguard")
         .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
@@ -102,6 +102,7 @@ def source(spark: Any, cluster: EmbeddedCluster, mode: str) -> Any:
         .option("startingOffsets", "earliest")
         .option("onTruncation", mode)
         .option("kafka.metadata.max.age.ms", "500")
+        .options(**extra)
         .load()
         .select("offset", "value")
     )
@@ -153,17 +154,26 @@ def test_truncation_while_stopped(
 
 
 RUNNING = [refill_below, refill_past, two_elections]
+#: Where a running query's micro-batches are read: by tasks, or (``driverReadMaxOffsets``)
+#: by the source's process on the driver, handed to Spark with the plan.
+READERS = {"tasks": {}, "driver": {"driverReadMaxOffsets": "1000"}}
 
 
 @pytest.mark.parametrize("scenario", RUNNING, ids=lambda s: s.__name__)
 @pytest.mark.parametrize("mode", ["fail", "rewind"])
+@pytest.mark.parametrize("read_by", list(READERS))
 def test_truncation_while_running(
-    spark: Any, cluster: EmbeddedCluster, tmp_path: Path, scenario: Scenario, mode: str
+    spark: Any,
+    cluster: EmbeddedCluster,
+    tmp_path: Path,
+    scenario: Scenario,
+    mode: str,
+    read_by: str,
 ) -> None:
     old, new = stage(cluster)
-    name = f"running_{mode}_{scenario.__name__}"
+    name = f"running_{mode}_{scenario.__name__}_{read_by}"
     query = (
-        source(spark, cluster, mode)
+        source(spark, cluster, mode, **READERS[read_by])
         .writeStream.format("memory")
         .queryName(name)
         .option("checkpointLocation", str(tmp_path / "ckpt"))
@@ -173,6 +183,9 @@ def test_truncation_while_running(
     try:
         query.processAllAvailable()
         assert output_table(spark, name) == BEFORE
+        # pyspark reports no latest offset for the reader that hands records over.
+        latest = query.lastProgress["sources"][0]["latestOffset"]
+        assert (latest in (None, "null")) == (read_by == "driver"), latest
         new_log = scenario(cluster, old, new)
         if mode == "fail":
             with pytest.raises(Exception) as info:

@@ -17,7 +17,7 @@ import datetime
 import functools
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 from pyspark.sql.datasource import (
@@ -34,6 +34,11 @@ from pyspark.sql.datasource import (
     LessThan,
     LessThanOrEqual,
 )
+
+# pyspark's source runner hands a stream reader's records to the JVM together with the
+# batch's plan only when the reader is its own wrapper of simple readers (the runner's
+# partitions_func tests the class, then calls getCache): _DriverReadingStreamReader is one.
+from pyspark.sql.datasource_internal import _SimpleStreamReaderWrapper
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -151,10 +156,12 @@ def _new_driver(opts: SourceOptions) -> Driver:
     return Driver(opts)
 
 
-def _read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+def _read_range(
+    opts: SourceOptions, rng: OffsetRange, reader: str = "an executor"
+) -> Generator[pa.RecordBatch, None, None]:
     from epochguard.spark_connector.executor import read_range
 
-    return read_range(opts, rng)
+    return read_range(opts, rng, reader)
 
 
 def _offsets_of(positions: Mapping[TopicPartition, EpochOffset]) -> dict[TopicPartition, int]:
@@ -180,6 +187,16 @@ class EpochRangePartition(InputPartition):
             EpochOffset.from_json(self.start),
             EpochOffset.from_json(self.end),
         )
+
+
+class EpochRangesPartition(InputPartition):
+    """One task reading several ranges in turn: a micro-batch planned to be read on the
+    driver (Spark takes records handed over with the plan for a single partition only),
+    read by a task when they were not handed over."""
+
+    def __init__(self, parts: Sequence[EpochRangePartition]) -> None:
+        self.parts = list(parts)
+        super().__init__(tuple(p.value for p in self.parts))
 
 
 def _plan(
@@ -513,9 +530,11 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, EpochRangePartition)
+        parts = partition.parts if isinstance(partition, EpochRangesPartition) else [partition]
         with _user_facing():
-            yield from _read_range(self.opts, partition.range())
+            for part in parts:
+                assert isinstance(part, EpochRangePartition)
+                yield from _read_range(self.opts, part.range())
 
     @_user_facing_errors
     def commit(self, end: dict[str, Any]) -> None:
@@ -538,6 +557,69 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._committer is not None:
             self._committer.close(autocommit=False)
             self._committer = None
+
+
+#: A micro-batch read on the driver that reaches this many bytes goes to a task instead:
+#: the driver holds what it read until Spark has taken it.
+DRIVER_READ_MAX_BYTES = 16 * 1024 * 1024
+
+
+class _DriverReadingStreamReader(_StreamReader, _SimpleStreamReaderWrapper):
+    """``driverReadMaxOffsets``: a micro-batch of at most that many records is read here, in
+    the query's source process on the driver, and handed to Spark with the batch's plan, so
+    no task starts a Python worker for it (Spark keeps the records in its block manager and
+    a JVM task reads them from there). Larger batches, and one that reaches
+    :data:`DRIVER_READ_MAX_BYTES`, are read by tasks as without the option. Every check is
+    the executors' (:func:`~epochguard.spark_connector.executor.read_range`).
+
+    pyspark's runner treats its wrapper class as a simple reader in two more ways: it takes
+    ``prepareForTriggerAvailableNow`` from ``simple_reader`` (this reader), and it reports
+    no latest offset in the query's progress."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        _StreamReader.__init__(self, opts)
+        # The runner calls only prepareForTriggerAvailableNow on it, which this has.
+        self.simple_reader = self  # type: ignore[assignment]
+        self.cache = []
+        self._planned: tuple[dict[str, Any], dict[str, Any], list[EpochRangePartition]] | None
+        self._planned = None
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        _DriverReadingStreamReader.__init__(self, state["opts"])
+
+    @_user_facing_errors
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        parts = _StreamReader.partitions(self, start, end)
+        self._planned = None
+        ranges = [p for p in parts if isinstance(p, EpochRangePartition)]
+        rows = sum(p.range().size for p in ranges)
+        if not ranges or len(ranges) < len(parts) or rows > self.opts.driver_read_max_offsets:
+            return parts
+        self._planned = (start, end, ranges)
+        return [EpochRangesPartition(ranges)]
+
+    @_user_facing_errors
+    def getCache(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Any] | None:
+        """The records of the batch :meth:`partitions` just planned to read here, or None
+        (Spark then runs the planned task)."""
+        planned, self._planned = self._planned, None
+        if planned is None or planned[0] != start or planned[1] != end:
+            return None
+        batches: list[pa.RecordBatch] = []
+        size = 0
+        for part in planned[2]:
+            with contextlib.closing(_read_range(self.opts, part.range(), "the driver")) as reads:
+                for batch in reads:
+                    size += batch.nbytes
+                    if size >= DRIVER_READ_MAX_BYTES:
+                        log.info(
+                            "driver_read_handed_to_task",
+                            planned_records=sum(p.range().size for p in planned[2]),
+                            bytes_read=size,
+                        )
+                        return None
+                    batches.append(batch)
+        return iter(batches)
 
 
 class EpochGuardDataSource(DataSource):
@@ -582,7 +664,10 @@ class EpochGuardDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:
-            return _StreamReader(self._options(streaming=True))
+            opts = self._options(streaming=True)
+            if opts.driver_read_max_offsets:
+                return _DriverReadingStreamReader(opts)
+            return _StreamReader(opts)
         except (SourceOptionError, OffsetsJsonError):
             return _InvalidStreamReader(dict(self.options))
 

@@ -130,8 +130,11 @@ def _column_batch(tp: TopicPartition, pieces: list[RecordColumns]) -> pa.RecordB
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """Read ``rng`` exactly, as Arrow batches, checking the epochs the records carry."""
+def read_range(
+    opts: SourceOptions, rng: OffsetRange, reader: str = "an executor"
+) -> Generator[pa.RecordBatch, None, None]:
+    """Read ``rng`` exactly, as Arrow batches, checking the epochs the records carry
+    (``reader``: where, for error messages)."""
     if rng.size <= 0:
         return
     kw = _executor_kwargs(opts)
@@ -143,7 +146,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
         consumer = connect(kw)
     done = False
     try:
-        reads = _read_with(consumer, opts, rng)
+        reads = _read_with(consumer, opts, rng, reader)
         polls: Iterator[RecordColumns] = reads
         if rng.size > _BATCH_ROWS:
             # More than one Arrow batch: fetch ahead of the hand-off on a thread of its own.
@@ -292,11 +295,11 @@ _START_TROUBLE = (
 
 
 def _read_with(
-    consumer: EpochConsumer, opts: SourceOptions, rng: OffsetRange
+    consumer: EpochConsumer, opts: SourceOptions, rng: OffsetRange, reader: str
 ) -> Generator[RecordColumns, None, None]:
     tp, end = rng.tp, rng.end.offset
     planned_epoch = rng.end.leader_epoch
-    where = f"while reading planned range [{rng.start}, {rng.end}) on an executor"
+    where = f"while reading planned range [{rng.start}, {rng.end}) on {reader}"
     consumer.assign([tp])
     # A range planned in one leader epoch starts where the driver found the log intact in
     # that epoch: it is fetched from at once (the topic id still checked), without an

@@ -177,6 +177,7 @@ OPTIONS: dict[str, str | None] = {
     "failOnMissingTopic": "false",
     "filterPushdown": "false",
     "initialOffsetsPath": None,
+    "driverReadMaxOffsets": "0",
 }
 _BY_LOWER = {name.lower(): name for name in OPTIONS}
 
@@ -366,6 +367,9 @@ class SourceOptions:
     #: Streams: the file that keeps the starting offsets resolved at the first start, read
     #: back at every later start (:mod:`~epochguard.spark_connector.initial_offsets`).
     initial_offsets_path: str | None = None
+    #: Streams: a micro-batch of at most this many records is read by the query's source
+    #: process on the driver and handed to Spark with the plan (0: always by tasks).
+    driver_read_max_offsets: int = 0
 
     def consumer_kwargs(self) -> dict[str, Any]:
         """EpochConsumer keywords: the ``kafka.*`` settings plus what the source forces
@@ -690,6 +694,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
             raise SourceOptionError("initialOffsetsPath", "applies to streaming queries only")
         if not initial_offsets_path:
             raise SourceOptionError("initialOffsetsPath", "must name a file, got ''")
+    driver_read = opt_int("driverReadMaxOffsets", 0) or 0
+    if driver_read and not streaming:
+        raise SourceOptionError("driverReadMaxOffsets", "applies to streaming queries only")
     return SourceOptions(
         streaming=streaming,
         strategy=strategy,
@@ -719,6 +726,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         fail_on_missing_topic=opt_bool("failOnMissingTopic", False),
         filter_pushdown=opt_bool("filterPushdown", False),
         initial_offsets_path=initial_offsets_path,
+        driver_read_max_offsets=driver_read,
     )
 
 

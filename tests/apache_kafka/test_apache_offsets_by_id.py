@@ -205,6 +205,9 @@ def _observe(
         create(topic)
         tid = _topic_id(w, topic)
         c = Wire(address(_coordinator(w, group)))
+        # Another group id may hash to another coordinator.
+        missing = f"{group}-none"
+        m = Wire(address(_coordinator(w, missing)))
     finally:
         w.close()
     try:
@@ -217,7 +220,7 @@ def _observe(
         seen["fetch_unknown_id"] = _fetch(c, 10, group, topic, stranger)[2]
         # A member's commit (a generation) to a group the coordinator does not have.
         for v in (8, 9, 10):
-            seen[f"missing_group_v{v}"] = _commit(c, v, f"{group}-none", topic, tid, {0: 1}, 1)
+            seen[f"missing_group_v{v}"] = _commit(m, v, missing, topic, tid, {0: 1}, 1)
 
         delete(topic)
         create(topic)
@@ -241,6 +244,7 @@ def _observe(
         seen["old_fetch_by_id"] = _fetch(c, 10, group, topic, tid)[2]
     finally:
         c.close()
+        m.close()
     return seen
 
 

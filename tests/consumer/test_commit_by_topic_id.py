@@ -24,8 +24,9 @@ pytestmark = pytest.mark.timeout(60)
 TOPIC = "flap"
 TP = TopicPartition(TOPIC, 0)
 OFFSET_COMMIT = 8
-#: How late the coordinator learns of the deletion and the re-creation.
-DELAY_S = 2.0
+#: How late the coordinator learns of the deletion and the re-creation: longer than a member
+#: takes to join and read under load, so that its commit meets the lagging coordinator.
+DELAY_S = 4.0
 
 
 def _coordinator(cluster: EmbeddedCluster, group: str) -> int:
@@ -75,7 +76,12 @@ def test_a_commit_of_the_new_incarnation_survives_a_coordinator_that_learns_the_
         assert time.monotonic() - started < DELAY_S + 2.5
         assert first.truncation_reports() == []
     commits = {v: n for (key, v), n in cluster.requests_seen().items() if key == OFFSET_COMMIT}
-    assert set(commits) == {10} and commits[10] >= 2, commits  # by id, asked again
+    assert set(commits) == {10}, commits  # by id
+    if protocol == "classic":
+        # Refused at first, asked again. A KIP-848 member may be given the partition only
+        # once the lagging coordinator knows the new topic (it assigns by topic id), and
+        # its commit then lands at once: what is checked for it is that the commit stays.
+        assert commits[10] >= 2, commits
 
     cluster.settle()  # the coordinator has applied the deletion and the re-creation
     with make_consumer(cluster, **kw) as nxt:

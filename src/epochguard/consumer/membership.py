@@ -202,6 +202,22 @@ class Heartbeats:
             task.join(2.0)
 
 
+#: The topic id each partition of a commit is named by (None: by name), given the positions
+#: and the commit's deadline.
+CommitTopicIds = Callable[
+    [Mapping[TopicPartition, tuple[EpochOffset, str]], float],
+    Step[dict[TopicPartition, str | None]],
+]
+
+
+def positions_topic_ids(
+    offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], deadline: float
+) -> Step[dict[TopicPartition, str | None]]:
+    """Each position's own topic id (the incarnation it was read in)."""
+    return {tp: pos.topic_id for tp, (pos, _m) in offsets.items()}
+    yield  # a step that sends nothing
+
+
 class MembershipHost(Protocol):
     """What a membership reads and drives on the consumer engine (its poll strand)."""
 
@@ -230,6 +246,7 @@ class Membership(Protocol):
     heartbeats_sent: int
     rebalances: int
     rejoin_needed: bool
+    commit_topic_ids: CommitTopicIds
 
     @property
     def generation(self) -> int: ...

@@ -450,3 +450,12 @@ def test_a_larger_frame_does_not_fit_a_smaller_free_buffer() -> None:
     assert id(frame.data.obj) != small_buffer
     [p] = wire.read_fetch(frame, {}).partitions
     assert _values(p) == {b"L" * 4096}
+
+
+def test_new_frame_buffers_are_unfilled_bytearrays_of_the_size_asked() -> None:
+    buf = client._new_frame_buffer(100_000)
+    assert type(buf) is bytearray and len(buf) == 100_000
+    assert len(client._new_frame_buffer(0)) == 0
+    if client._new_frame_buffer is not bytearray:  # the C extension's
+        with pytest.raises(ValueError, match="negative"):
+            client._new_frame_buffer(-1)

@@ -109,6 +109,20 @@ _POOL_MIN = 64 * 1024
 _POOL_BUFFERS = 2
 #: CPython's reference count (what tells a pooled buffer is free); elsewhere, no pool.
 _getrefcount: Callable[[Any], int] | None = getattr(sys, "getrefcount", None)
+
+
+def _load_unfilled() -> Callable[[int], bytearray]:
+    try:
+        from epochguard.consumer import _crecords
+    except ImportError:  # no C extension: zeroed buffers
+        return bytearray
+    unfilled: Callable[[int], bytearray] = _crecords.unfilled_bytearray
+    return unfilled
+
+
+#: A new Fetch frame's buffer: not zeroed first (the C extension's; the socket fills all of
+#: it before anything reads it), else ``bytearray``.
+_new_frame_buffer = _load_unfilled()
 #: Set (to anything but ``0``) to read responses through kafka-python's own parser (with
 #: ``RECV_CHUNK`` reads), as before the lean path: for comparisons, and a way out should the
 #: lean path ever misread a broker. Read when a connection is made.
@@ -211,7 +225,7 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
         Each view holds a reference to the buffer, so its reference count tells."""
         pool = self._pool
         if size < _POOL_MIN or _getrefcount is None:
-            return memoryview(bytearray(size))
+            return memoryview(_new_frame_buffer(size))
         for i in range(len(pool)):
             buf = pool[i]
             # The pool's reference, ``buf`` and the call's own: nothing else holds it.
@@ -220,9 +234,9 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
                     return memoryview(buf)[:size]
                 # Too small: a new one in its place (what the connection's frames need
                 # now), this one freed.
-                pool[i] = buf = bytearray(size)
+                pool[i] = buf = _new_frame_buffer(size)
                 return memoryview(buf)
-        buf = bytearray(size)
+        buf = _new_frame_buffer(size)
         if len(pool) < _POOL_BUFFERS:
             pool.append(buf)
         else:

@@ -369,7 +369,7 @@ def _with_last_length(data: bytes, cut: int) -> bytes:
 
 def _fetch_stream(cid: int, fill: bytes) -> tuple[bytes, _Header]:
     """A v12 Fetch answer framed as a broker sends it: one partition of 100 records of
-    1 KB of ``fill`` (larger than the parser's smallest pooled frame)."""
+    1 KB of ``fill``."""
     response = FR(
         version=12,
         throttle_time_ms=0,
@@ -401,7 +401,7 @@ def _answer(parser: Any, cid: int, fill: bytes) -> tuple[wire.FetchedPartition, 
     """Feed one answer; its partition (records still a view into the frame) and the id
     of the buffer it was read into."""
     stream, header = _fetch_stream(cid, fill)
-    assert len(stream) > client._POOL_MIN
+    assert len(stream) > client._POOL_MIN  # a pooled frame
     parser.in_flight_requests.append(header)
     [(_cid, frame)] = parser.receive_bytes(stream)
     buffer_id = id(frame.data.obj)
@@ -414,7 +414,10 @@ def _values(partition: wire.FetchedPartition) -> set[bytes]:
 
 
 @pytest.mark.skipif(client._getrefcount is None, reason="frame buffers are reused on CPython")
-def test_frame_buffers_are_reused_only_once_nothing_refers_to_them() -> None:
+def test_frame_buffers_are_reused_only_once_nothing_refers_to_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(client, "_POOL_MIN", 64 * 1024)  # pooled from 32 MiB on
     parser = _lean_parser()
     a, a_buffer = _answer(parser, 1, b"a")
     decoded_a = records.decode_records(a.records, "t", 0, 0).records
@@ -436,7 +439,10 @@ def test_frame_buffers_are_reused_only_once_nothing_refers_to_them() -> None:
 
 
 @pytest.mark.skipif(client._getrefcount is None, reason="frame buffers are reused on CPython")
-def test_a_larger_frame_does_not_fit_a_smaller_free_buffer() -> None:
+def test_a_larger_frame_does_not_fit_a_smaller_free_buffer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(client, "_POOL_MIN", 64 * 1024)
     parser = _lean_parser()
     small, small_buffer = _answer(parser, 1, b"s")
     del small
@@ -459,3 +465,18 @@ def test_new_frame_buffers_are_unfilled_bytearrays_of_the_size_asked() -> None:
     if client._new_frame_buffer is not bytearray:  # the C extension's
         with pytest.raises(ValueError, match="negative"):
             client._new_frame_buffer(-1)
+
+
+def test_frames_below_the_pooled_size_are_not_kept() -> None:
+    parser = _lean_parser()
+    small, _ = _answer_unpooled(parser)
+    assert parser._pool == [] and _values(small) == {b"s" * 1024}
+
+
+def _answer_unpooled(parser: Any) -> tuple[wire.FetchedPartition, int]:
+    stream, header = _fetch_stream(1, b"s")
+    assert len(stream) < client._POOL_MIN
+    parser.in_flight_requests.append(header)
+    [(_cid, frame)] = parser.receive_bytes(stream)
+    [partition] = wire.read_fetch(frame, {}).partitions
+    return partition, id(frame.data.obj)

@@ -102,10 +102,13 @@ RECV_CHUNK = 256 * 1024
 #: small frames and start the next).
 DIRECT_READ_MIN = 64 * 1024
 _FETCH_API_KEY = 1
-#: Fetch frames from this size on are read into buffers kept for reuse (smaller ones cost
-#: little to allocate); at most this many per connection: the frame being decoded and
-#: the next answer, which arrives meanwhile.
-_POOL_MIN = 64 * 1024
+#: Fetch frames from this size on are read into buffers kept for reuse; at most this many
+#: per connection (the frame being decoded and the next answer, which arrives meanwhile).
+#: The C library's allocator (glibc's) maps every allocation of 32 MiB or more afresh from
+#: the system and unmaps it when freed, faulting each page in again on every frame;
+#: smaller ones come from its heap once one as large was freed, so pooling those would
+#: only keep it from learning that (measured slower at 1 KB x 8 partitions).
+_POOL_MIN = 32 * 1024 * 1024
 _POOL_BUFFERS = 2
 #: CPython's reference count (what tells a pooled buffer is free); elsewhere, no pool.
 _getrefcount: Callable[[Any], int] | None = getattr(sys, "getrefcount", None)
@@ -218,8 +221,8 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
         """A view of ``size`` bytes to read a Fetch frame into: a buffer of an earlier
         frame that nothing refers to any more, else a new one.
 
-        A new buffer of a large frame costs more than reading into it (zeroed, and its
-        pages faulted in: ~50 ms for 50 MiB); a reused one is warm. A buffer is free once
+        A new buffer of a large frame costs more than reading into it (its pages faulted
+        in: ~50 ms for 50 MiB, see :data:`_POOL_MIN`); a reused one is warm. A buffer is free once
         every view of it is gone: the frame's partitions are decoded (records copy their
         keys and values out, none refers to the frame) and no prefetch keeps its answer.
         Each view holds a reference to the buffer, so its reference count tells."""

@@ -222,10 +222,11 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
         frame that nothing refers to any more, else a new one.
 
         A new buffer of a large frame costs more than reading into it (its pages faulted
-        in: ~50 ms for 50 MiB, see :data:`_POOL_MIN`); a reused one is warm. A buffer is free once
-        every view of it is gone: the frame's partitions are decoded (records copy their
-        keys and values out, none refers to the frame) and no prefetch keeps its answer.
-        Each view holds a reference to the buffer, so its reference count tells."""
+        in: ~50 ms for 50 MiB, see :data:`_POOL_MIN`); a reused one is warm. A buffer is
+        free once every view of it is gone: the frame's partitions are decoded (records
+        copy their keys and values out, none refers to the frame) and no prefetch keeps
+        its answer. Each view holds a reference to the buffer, so its reference count
+        tells."""
         pool = self._pool
         if size < _POOL_MIN or _getrefcount is None:
             return memoryview(_new_frame_buffer(size))

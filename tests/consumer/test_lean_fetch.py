@@ -362,3 +362,121 @@ def _with_last_length(data: bytes, cut: int) -> bytes:
     last = bytearray(data[2 * size : len(data) - cut])
     last[8:12] = (len(last) - 12).to_bytes(4, "big")
     return data[: 2 * size] + bytes(last)
+
+
+# ---------------------------------------------------------------- reused frame buffers
+
+
+def _fetch_stream(cid: int, fill: bytes) -> tuple[bytes, _Header]:
+    """A v12 Fetch answer framed as a broker sends it: one partition of 100 records of
+    1 KB of ``fill``."""
+    response = FR(
+        version=12,
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=0,
+        responses=[
+            FR.FetchableTopicResponse(
+                topic="t",
+                partitions=[
+                    P(
+                        partition_index=0,
+                        error_code=0,
+                        high_watermark=100,
+                        last_stable_offset=100,
+                        log_start_offset=0,
+                        aborted_transactions=None,
+                        preferred_read_replica=-1,
+                        records=build_batch([fill * 1024] * 100),
+                    )
+                ],
+            )
+        ],
+    )
+    frame = cid.to_bytes(4, "big") + b"\0" + response.encode(version=12)
+    return len(frame).to_bytes(4, "big") + frame, _Header(1, 12, cid, response)
+
+
+def _answer(parser: Any, cid: int, fill: bytes) -> tuple[wire.FetchedPartition, int]:
+    """Feed one answer; its partition (records still a view into the frame) and the id
+    of the buffer it was read into."""
+    stream, header = _fetch_stream(cid, fill)
+    assert len(stream) > client._POOL_MIN  # a pooled frame
+    parser.in_flight_requests.append(header)
+    [(_cid, frame)] = parser.receive_bytes(stream)
+    buffer_id = id(frame.data.obj)
+    [partition] = wire.read_fetch(frame, {}).partitions
+    return partition, buffer_id
+
+
+def _values(partition: wire.FetchedPartition) -> set[bytes]:
+    return {r.value for r in records.decode_records(partition.records, "t", 0, 0).records}
+
+
+@pytest.mark.skipif(client._getrefcount is None, reason="frame buffers are reused on CPython")
+def test_frame_buffers_are_reused_only_once_nothing_refers_to_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(client, "_POOL_MIN", 64 * 1024)  # pooled from 32 MiB on
+    parser = _lean_parser()
+    a, a_buffer = _answer(parser, 1, b"a")
+    decoded_a = records.decode_records(a.records, "t", 0, 0).records
+    del a  # decoded: nothing refers to the frame any more
+    b, b_buffer = _answer(parser, 2, b"b")
+    assert b_buffer == a_buffer  # read into the first answer's buffer
+    # Records decoded from it own their keys and values.
+    assert {r.value for r in decoded_a} == {b"a" * 1024} and len(decoded_a) == 100
+    # An answer not decoded yet (a stored prefetch) keeps its buffer: the next answer goes
+    # elsewhere and leaves it intact.
+    c, c_buffer = _answer(parser, 3, b"c")
+    assert c_buffer != b_buffer
+    assert _values(b) == {b"b" * 1024} and _values(c) == {b"c" * 1024}
+    del b
+    d, d_buffer = _answer(parser, 4, b"d")
+    assert d_buffer == b_buffer
+    assert _values(c) == {b"c" * 1024} and _values(d) == {b"d" * 1024}
+    assert {r.value for r in decoded_a} == {b"a" * 1024}
+
+
+@pytest.mark.skipif(client._getrefcount is None, reason="frame buffers are reused on CPython")
+def test_a_larger_frame_does_not_fit_a_smaller_free_buffer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(client, "_POOL_MIN", 64 * 1024)
+    parser = _lean_parser()
+    small, small_buffer = _answer(parser, 1, b"s")
+    del small
+    _stream, header = _fetch_stream(2, b"L")
+    response = header._response  # with records four times as large
+    response.responses[0].partitions[0].records = build_batch([b"L" * 4096] * 100)
+    body = (2).to_bytes(4, "big") + b"\0" + response.encode(version=12)
+    big = len(body).to_bytes(4, "big") + body
+    parser.in_flight_requests.append(header)
+    [(_cid, frame)] = parser.receive_bytes(big)
+    assert id(frame.data.obj) != small_buffer
+    [p] = wire.read_fetch(frame, {}).partitions
+    assert _values(p) == {b"L" * 4096}
+
+
+def test_new_frame_buffers_are_unfilled_bytearrays_of_the_size_asked() -> None:
+    buf = client._new_frame_buffer(100_000)
+    assert type(buf) is bytearray and len(buf) == 100_000
+    assert len(client._new_frame_buffer(0)) == 0
+    if client._new_frame_buffer is not bytearray:  # the C extension's
+        with pytest.raises(ValueError, match="negative"):
+            client._new_frame_buffer(-1)
+
+
+def test_frames_below_the_pooled_size_are_not_kept() -> None:
+    parser = _lean_parser()
+    small, _ = _answer_unpooled(parser)
+    assert parser._pool == [] and _values(small) == {b"s" * 1024}
+
+
+def _answer_unpooled(parser: Any) -> tuple[wire.FetchedPartition, int]:
+    stream, header = _fetch_stream(1, b"s")
+    assert len(stream) < client._POOL_MIN
+    parser.in_flight_requests.append(header)
+    [(_cid, frame)] = parser.receive_bytes(stream)
+    [partition] = wire.read_fetch(frame, {}).partitions
+    return partition, id(frame.data.obj)

@@ -452,3 +452,141 @@ def test_offset_fetch_answer() -> None:
     assert top is None
     assert (a.tp, a.offset, a.leader_epoch, a.metadata) == (TP, 5, 0, "x")
     assert (b.offset, b.leader_epoch) == (None, None)
+
+
+# ------------------------------------------------------------- Fetch: the request encoder
+
+#: Every version the consumer sends: v4 (the lowest it asks for) to v17.
+SENT_VERSIONS = range(wire.FETCH_MIN_VERSION, wire.FETCH_MAX_VERSION + 1)
+OTHER = uuid.UUID("7d1c5b6e-0000-4000-8000-000000000002")
+
+
+def _kafka_python_fetch(request: wire.FetchRequest, version: int) -> Any:
+    """The same request built with kafka-python's classes, from what ours says it holds."""
+    K = FetchRequest
+    return K(
+        version=version,
+        replica_id=-1,
+        max_wait_ms=request.max_wait_ms,
+        min_bytes=request.min_bytes,
+        max_bytes=request.max_bytes,
+        isolation_level=request.isolation_level,
+        session_id=request.session_id,
+        session_epoch=request.session_epoch,
+        topics=[
+            K.FetchTopic(
+                topic=t.topic,
+                topic_id=t.topic_id,
+                partitions=[K.FetchTopic.FetchPartition(**p._asdict()) for p in t.partitions],
+            )
+            for t in request.topics
+        ],
+        forgotten_topics_data=[
+            K.ForgottenTopic(topic=f.topic, topic_id=f.topic_id, partitions=f.partitions)
+            for f in request.forgotten_topics_data
+        ],
+        rack_id=request.rack_id,
+    )
+
+
+def _random_fetch(seed: int, by_id: bool) -> wire.FetchRequest:
+    import random
+
+    rng = random.Random(seed)
+    entries = []
+    for topic in rng.sample(["t", "tópic", "x" * 130, "u"], rng.randrange(0, 4)):
+        tid = rng.choice([str(TID), str(OTHER)]) if by_id else rng.choice([None, str(TID)])
+        for p in rng.sample(range(200), rng.choice([1, 2, 5, 130])):
+            entries.append(
+                wire.FetchEntry(
+                    TopicPartition(topic, p),
+                    rng.choice([0, 7, 2**40]),
+                    rng.choice([None, 0, 5, 2**31 - 1]),
+                    rng.choice([None, 0, 4]),
+                    tid,
+                )
+            )
+    forgotten = [
+        (TopicPartition(rng.choice(["t", "gone"]), p), rng.choice([None, str(TID)]))
+        for p in rng.sample(range(300), rng.choice([0, 1, 3, 140]))
+    ]
+    params = _params_with(
+        read_committed=rng.random() < 0.5,
+        rack_id=rng.choice(["", "rack-é", "r" * 200]),
+        max_wait_ms=rng.choice([0, 500]),
+        partition_max_bytes=rng.choice([1, 1 << 20]),
+    )
+    request, _ = wire.fetch_request(
+        entries,
+        params,
+        session_id=rng.choice([0, 12345]),
+        session_epoch=rng.choice([-1, 0, 9]),
+        forgotten=forgotten,
+        by_id=by_id,
+    )
+    return request
+
+
+def _params_with(**kw: Any) -> wire.FetchParams:
+    read_committed = kw.pop("read_committed", False)
+    base: dict[str, Any] = dict(
+        max_wait_ms=500, min_bytes=1, max_bytes=50_000_000, partition_max_bytes=1_000_000
+    )
+    base.update(kw)
+    return wire.FetchParams(read_committed=read_committed, **base)
+
+
+@pytest.mark.parametrize("version", SENT_VERSIONS)
+@pytest.mark.parametrize("seed", range(6))
+def test_fetch_request_bytes_equal_kafka_python_encoding(version: int, seed: int) -> None:
+    request = _random_fetch(seed, by_id=version >= 13)
+    theirs = _kafka_python_fetch(request, version)
+    assert request.encode(version=version) == theirs.encode(version=version)
+    # As a connection sends it: version negotiated, header (v2 from v12: tagged fields),
+    # the frame's length first.
+    for client_id in ("epochguard", None, "clïent"):
+        request.API_VERSION = version
+        request.with_header(correlation_id=seed * 1000 + version, client_id=client_id)
+        theirs.with_header(correlation_id=seed * 1000 + version, client_id=client_id)
+        assert request.encode(header=True, framed=True) == theirs.encode(header=True, framed=True)
+        assert request.header is not None
+        assert request.header.request_api_version == version
+        assert request.header.correlation_id == seed * 1000 + version
+
+
+def test_fetch_request_is_negotiated_and_answered_as_kafka_python_expects() -> None:
+    from kafka.protocol.broker_version_data import BrokerVersionData
+
+    entries = [wire.FetchEntry(TP, 0, 0, None, str(TID))]
+    request, _ = wire.fetch_request(entries, _params_with())
+    broker = BrokerVersionData(api_versions={1: (0, 15)})
+    assert broker.api_version(request) == 15
+    by_name, _ = wire.fetch_request([wire.FetchEntry(TP, 0, 0, None, None)], _params_with())
+    assert broker.api_version(by_name) == wire.FETCH_MAX_VERSION_BY_NAME
+    old = BrokerVersionData(api_versions={1: (0, 3)})
+    with pytest.raises(kerrors.IncompatibleBrokerVersion):
+        old.api_version(request)  # below v4: refused, as kafka-python's own request is
+    request.API_VERSION = 15
+    request.with_header(correlation_id=3, client_id="c")
+    assert request.expect_response()
+    header = request.header
+    assert header is not None
+    assert (header.request_api_key, header.request_api_version) == (1, 15)
+    assert header.get_response_class() is FetchResponse[15]
+
+
+def test_fetch_request_refuses_versions_it_does_not_encode() -> None:
+    request, _ = wire.fetch_request([wire.FetchEntry(TP, 0, 0, None, str(TID))], _params_with())
+    with pytest.raises(ValueError, match="Version required"):
+        request.encode()
+    with pytest.raises(ValueError, match="v3"):
+        request.encode(version=3)
+    with pytest.raises(ValueError, match="v18"):
+        request.encode(version=18)
+
+
+def test_fetch_request_refuses_negative_epochs() -> None:
+    with pytest.raises(wire.WireValueError, match="leader epoch"):
+        wire.fetch_request([wire.FetchEntry(TP, 0, -2, None, None)], _params_with())
+    with pytest.raises(wire.WireValueError, match="last fetched epoch"):
+        wire.fetch_request([wire.FetchEntry(TP, 0, 1, -1, None)], _params_with())

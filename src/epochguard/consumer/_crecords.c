@@ -1097,12 +1097,32 @@ decode_batch_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return over_buffer(args, columns_in);
 }
 
+PyDoc_STRVAR(unfilled_bytearray_doc,
+"unfilled_bytearray(n) -> bytearray of n bytes whose contents are not set: for a buffer\n"
+"the caller fills completely before reading it (a Fetch frame read off a socket), without\n"
+"bytearray(n)'s zeroing of every byte first.");
+
+static PyObject *
+unfilled_bytearray(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "n must not be negative");
+        return NULL;
+    }
+    return PyByteArray_FromStringAndSize(NULL, n);
+}
+
 static PyMethodDef methods[] = {
     {"decode_batch_records", (PyCFunction)(void (*)(void))decode_batch_records, METH_FASTCALL,
      decode_batch_records_doc},
     {"decode_batch_columns", (PyCFunction)(void (*)(void))decode_batch_columns, METH_FASTCALL,
      decode_batch_columns_doc},
     {"set_release_gil_bytes", set_release_gil_bytes, METH_O, set_release_gil_bytes_doc},
+    {"unfilled_bytearray", unfilled_bytearray, METH_O, unfilled_bytearray_doc},
     {NULL, NULL, 0, NULL},
 };
 

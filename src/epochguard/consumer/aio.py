@@ -22,7 +22,7 @@ import asyncio
 import inspect
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -112,6 +112,7 @@ class _LoopIO:
         self._stepped_at = 0.0
         loop.add_reader(self._fd, self._step)
         loop.call_soon(self._step)
+        client.send_directly = self.send_directly
 
     # ------------------------------------------------------------------ the selector
 
@@ -151,6 +152,21 @@ class _LoopIO:
             if not net._ready:
                 break
         now = self._stepped_at = time.monotonic()
+        self._arm_timer(now)
+
+    def send_directly(self, send: Callable[[], Any]) -> Any:
+        """``BrokerClient.send_directly``: on the loop's thread, outside a turn of the
+        selector, a request goes on its connection at once (the connection's own timer for
+        its timeout is then the selector's, which the loop's next call is armed for)."""
+        net = self._net
+        if net._closed or net._poll_lock.locked() or threading.get_ident() != self._thread:
+            return None
+        future = send()
+        self._arm_timer(time.monotonic())
+        return future
+
+    def _arm_timer(self, now: float) -> None:
+        net = self._net
         # The next call: at once for tasks still ready, else at the selector's next timer.
         # A call already due no later is kept (an early one only finds nothing to do).
         if net._ready:

@@ -23,6 +23,7 @@ import os
 import random
 import selectors
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -101,6 +102,30 @@ RECV_CHUNK = 256 * 1024
 #: small frames and start the next).
 DIRECT_READ_MIN = 64 * 1024
 _FETCH_API_KEY = 1
+#: Fetch frames from this size on are read into buffers kept for reuse; at most this many
+#: per connection (the frame being decoded and the next answer, which arrives meanwhile).
+#: The C library's allocator (glibc's) maps every allocation of 32 MiB or more afresh from
+#: the system and unmaps it when freed, faulting each page in again on every frame;
+#: smaller ones come from its heap once one as large was freed, so pooling those would
+#: only keep it from learning that (measured slower at 1 KB x 8 partitions).
+_POOL_MIN = 32 * 1024 * 1024
+_POOL_BUFFERS = 2
+#: CPython's reference count (what tells a pooled buffer is free); elsewhere, no pool.
+_getrefcount: Callable[[Any], int] | None = getattr(sys, "getrefcount", None)
+
+
+def _load_unfilled() -> Callable[[int], bytearray]:
+    try:
+        from epochguard.consumer import _crecords
+    except ImportError:  # no C extension: zeroed buffers
+        return bytearray
+    unfilled: Callable[[int], bytearray] = _crecords.unfilled_bytearray
+    return unfilled
+
+
+#: A new Fetch frame's buffer: not zeroed first (the C extension's; the socket fills all of
+#: it before anything reads it), else ``bytearray``.
+_new_frame_buffer = _load_unfilled()
 #: Set (to anything but ``0``) to read responses through kafka-python's own parser (with
 #: ``RECV_CHUNK`` reads), as before the lean path: for comparisons, and a way out should the
 #: lean path ever misread a broker. Read when a connection is made.
@@ -125,8 +150,10 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
         self._scratch_view = memoryview(self._scratch)
         self._head = bytearray(4)
         self._head_filled = 0
-        self._frame: bytearray | None = None
+        self._frame: memoryview | KafkaBytes | None = None
         self._frame_view: memoryview | None = None
+        # Buffers of Fetch frames, reused once their frames are no longer referred to.
+        self._pool: list[bytearray] = []
         self._filled = 0
         self._ready: list[tuple[int, Any]] = []
 
@@ -181,12 +208,49 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
         self._validate_frame_size(size)
         header = self.in_flight_requests[0] if self.in_flight_requests else None
         if header is not None and header.request_api_key == _FETCH_API_KEY:
-            frame: bytearray = bytearray(size)
+            view = self._fetch_buffer(size)
+            self._frame = view
+            self._frame_view = view
         else:
             frame = KafkaBytes(size)
-        self._frame = frame
-        self._frame_view = memoryview(frame)
+            self._frame = frame
+            self._frame_view = memoryview(frame)
         self._filled = 0
+
+    def _fetch_buffer(self, size: int) -> memoryview:
+        """A view of ``size`` bytes to read a Fetch frame into: a buffer of an earlier
+        frame that nothing refers to any more, else a new one.
+
+        A new buffer of a large frame costs more than reading into it (its pages faulted
+        in: ~50 ms for 50 MiB, see :data:`_POOL_MIN`); a reused one is warm. A buffer is
+        free once every view of it is gone: the frame's partitions are decoded (records
+        copy their keys and values out, none refers to the frame) and no prefetch keeps
+        its answer. Each view holds a reference to the buffer, so its reference count
+        tells."""
+        pool = self._pool
+        if size < _POOL_MIN or _getrefcount is None:
+            return memoryview(_new_frame_buffer(size))
+        for i in range(len(pool)):
+            buf = pool[i]
+            # The pool's reference, ``buf`` and the call's own: nothing else holds it.
+            if _getrefcount(buf) == 3:
+                if len(buf) >= size:
+                    return memoryview(buf)[:size]
+                # Too small: a new one in its place (what the connection's frames need
+                # now), this one freed.
+                pool[i] = buf = _new_frame_buffer(size)
+                return memoryview(buf)
+        buf = _new_frame_buffer(size)
+        if len(pool) < _POOL_BUFFERS:
+            pool.append(buf)
+        else:
+            # Every pooled buffer is in use: this one takes the place of the smallest if it
+            # is larger (that one is freed once its views are gone), so the pool holds what
+            # the large frames need.
+            smallest = min(range(len(pool)), key=lambda j: len(pool[j]))
+            if len(pool[smallest]) < size:
+                pool[smallest] = buf
+        return memoryview(buf)
 
     def _frame_done(self) -> None:
         frame = self._frame
@@ -199,7 +263,7 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
         else:
             self._ready.append(self._fetch_response(frame))
 
-    def _fetch_response(self, frame: bytearray) -> tuple[int, wire.FetchFrame]:
+    def _fetch_response(self, frame: memoryview) -> tuple[int, wire.FetchFrame]:
         header = self.in_flight_requests.popleft()
         if len(frame) < 4:
             raise kerrors.KafkaProtocolError(f"Fetch response frame of {len(frame)} bytes")
@@ -208,7 +272,7 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
             raise kerrors.CorrelationIdError(
                 f"Correlation IDs do not match: sent {header.correlation_id}, recv {correlation_id}"
             )
-        view = memoryview(frame)
+        view = frame
         pos = 4
         version = int(header.request_api_version)
         try:
@@ -583,6 +647,11 @@ class BrokerClient:
         #: so the driver can put it on the wire now instead of at its next wait (a fetch
         #: sent ahead would otherwise wait for the answer before it to be decoded).
         self.on_send: Callable[[], None] | None = None
+        #: Without the IO thread: ``send_directly(send)`` calls ``send()`` (which puts a
+        #: request on its connection) and returns its result when the calling thread may
+        #: use the connections now (it serves them and is not inside a turn of their
+        #: selector), else returns ``None`` and the request is handed over as usual.
+        self.send_directly: Callable[[Callable[[], Any]], Any] | None = None
         if io_thread:
             self._net.start()
 
@@ -656,6 +725,24 @@ class BrokerClient:
         """Send ``request`` to ``node_id`` (``None``: least loaded broker); returns a Future."""
         if self._closed:
             return Future().failure(kerrors.KafkaConnectionError("client closed"))
+        direct = self.send_directly
+        if direct is not None and node_id is not None:
+            manager = self._manager
+            conn = manager._conns.get(node_id)
+            # An established connection takes the request at once, from the thread that
+            # serves it: what the task below would end up doing one turn of the selector
+            # later (and a wake-up of the selector earlier), without the task, its two
+            # futures and the coroutine. A connection being set up, a broker backing off or
+            # with a refused login go the usual way.
+            if (
+                conn is not None
+                and not conn.initializing
+                and node_id not in manager._auth_failures
+                and manager.connection_delay(node_id) <= 0
+            ):
+                future = direct(functools.partial(conn.send_request, request, timeout_ms))
+                if future is not None:
+                    return future
 
         async def _send() -> Any:
             node = self._any_node(time.monotonic()) if node_id is None else node_id

@@ -1504,8 +1504,16 @@ class Fetcher:
             records = buf.records
             start = buf.pos
             end = min(len(records), start + remaining)
-            chunk = records[start:end]
             last_chunk = end >= len(records)
+            if not last_chunk and type(records) is list:
+                # The records handed out leave the buffer: the application frees them when
+                # it is done with them, while they are in the cache, not all at once (cold)
+                # with the buffer's last chunk.
+                chunk = records[start:end]
+                del records[:end]
+                end = 0
+            else:
+                chunk = records[start:end]
             if not self._advance(tracker, buf, chunk, last_chunk):
                 source.buffers.pop(tp, None)
                 self._drop_prefetch(tp)

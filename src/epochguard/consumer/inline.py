@@ -65,6 +65,7 @@ class CallerThreadIO:
         self._waiters: set[threading.Event] = set()
         self._waiters_lock = threading.Lock()
         client.on_send = self.send_now
+        client.send_directly = self.send_directly
 
     # ------------------------------------------------------------------ the selector
 
@@ -141,6 +142,27 @@ class CallerThreadIO:
                     break
         finally:
             self._stepper = None
+            self._stepping.release()
+            self._hand_over()
+
+    def send_directly(self, send: Callable[[], T]) -> T | None:
+        """``BrokerClient.send_directly``: unless another thread steps the selector (or this
+        one, from within a turn), a request goes on its connection at once, from this
+        thread, under the stepping lock."""
+        net = self._net
+        if net._closed or not self._stepping.acquire(blocking=False):
+            return None
+        try:
+            if net._closed:
+                return None
+            result = send()
+            # What the socket did not take waits for the selector's writer: a turn or two.
+            for _ in range(_FLUSH_TURNS):
+                if not net._ready:
+                    break
+                net.poll(timeout_ms=0)
+            return result
+        finally:
             self._stepping.release()
             self._hand_over()
 

@@ -18,16 +18,18 @@ through :data:`ERR` (``kafka.errors``) so that codes are defined in one place: k
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 import attrs
 import kafka.errors as ERR
 from kafka.protocol.admin import DescribeProducersRequest
+from kafka.protocol.consumer import FetchRequest as _KafkaFetchRequest
 from kafka.protocol.consumer import (
-    FetchRequest,
+    FetchResponse,
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
@@ -55,6 +57,7 @@ from epochguard.offsets.hanging import ProducerState
 __all__ = [
     "CONSUMER_HEARTBEAT_MIN_VERSION",
     "ERR",
+    "FETCH_API_KEY",
     "FETCH_DIVERGING_MIN_VERSION",
     "FETCH_MAX_VERSION",
     "FETCH_MAX_VERSION_BY_NAME",
@@ -71,8 +74,12 @@ __all__ = [
     "FetchEntry",
     "FetchFrame",
     "FetchParams",
+    "FetchRequest",
+    "FetchRequestPartition",
+    "FetchRequestTopic",
     "FetchTarget",
     "FetchedPartition",
+    "ForgottenFetchTopic",
     "HeartbeatAnswer",
     "LeaderHint",
     "ListedOffset",
@@ -195,6 +202,12 @@ def topic_id_to_wire(topic_id: str | None) -> uuid.UUID | None:
     (ids restored from stores written by other tools), so the request names the topic."""
     if topic_id is None:
         return None
+    return _parse_topic_id(topic_id)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_topic_id(topic_id: str) -> uuid.UUID | None:
+    # Every Fetch names its topics' ids (a fetch session each partition's): parsed once.
     try:
         value = uuid.UUID(topic_id)
     except ValueError:
@@ -439,6 +452,287 @@ def uses_topic_ids(entries: Iterable[FetchTarget], params: FetchParams) -> bool:
     return params.max_version >= 13 and all(e.topic_id is not None for e in entries)
 
 
+class FetchRequestPartition(NamedTuple):
+    """One partition of a :class:`FetchRequest`, as it goes on the wire."""
+
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+    partition_max_bytes: int
+
+
+class FetchRequestTopic(NamedTuple):
+    topic: str
+    #: The zero UUID when the request names topics (v12 and before).
+    topic_id: uuid.UUID
+    partitions: list[FetchRequestPartition]
+
+
+class ForgottenFetchTopic(NamedTuple):
+    topic: str
+    topic_id: uuid.UUID
+    partitions: list[int]
+
+
+class _FetchRequestHeader:
+    """The request header kafka-python's connections keep per request in flight: which
+    answer to expect (its own parser asks it for the response class)."""
+
+    __slots__ = ("client_id", "correlation_id", "request_api_key", "request_api_version")
+
+    def __init__(self, version: int, correlation_id: int, client_id: str | None) -> None:
+        self.request_api_key = FETCH_API_KEY
+        self.request_api_version = version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+
+    def get_response_class(self) -> Any:
+        return FetchResponse[self.request_api_version]
+
+    def __repr__(self) -> str:
+        return (
+            f"RequestHeader(api_key={FETCH_API_KEY}, api_version={self.request_api_version}, "
+            f"correlation_id={self.correlation_id}, client_id={self.client_id!r})"
+        )
+
+
+class FetchRequest:
+    """A Fetch request, encoded here rather than by kafka-python's schema classes (which
+    build an object per partition and walk the schema per field: about a tenth of
+    ``getmany`` at 1 KB records). It offers what kafka-python's connections use of a request
+    (``API_KEY``, ``API_VERSION`` and the version bounds its negotiation reads,
+    ``with_header``, ``encode``, ``header``, ``expect_response``), so it is sent as any
+    other; the version is the one the connection negotiates, known only when it is sent.
+
+    ``topics`` and ``forgotten_topics_data`` read as kafka-python's request would; the bytes
+    equal kafka-python's encoding for every version it has (tests/consumer/test_wire.py)."""
+
+    API_KEY: Final = 1
+    name: Final = "FetchRequest"
+    #: The class's bounds, as kafka-python's protocol classes give them (its version
+    #: negotiation reads both these and the request's own ``_min_version``/``_max_version``).
+    min_version: Final = 0
+    max_version: Final = FETCH_MAX_VERSION
+
+    __slots__ = (
+        "API_VERSION",
+        "_bodies",
+        "_forgotten",
+        "_header",
+        "_max_version",
+        "_min_version",
+        "_topics",
+        "isolation_level",
+        "max_bytes",
+        "max_wait_ms",
+        "min_bytes",
+        "rack_id",
+        "session_epoch",
+        "session_id",
+    )
+
+    def __init__(
+        self,
+        topics: list[tuple[str, uuid.UUID, list[tuple[int, int, int, int]]]],
+        forgotten: list[tuple[str, uuid.UUID, list[int]]],
+        params: FetchParams,
+        session_id: int,
+        session_epoch: int,
+        max_version: int,
+    ) -> None:
+        #: ``(name, id, [(partition, current leader epoch, offset, last fetched epoch)])``,
+        #: wire values (``-1`` for unknown epochs, the zero UUID for no id).
+        self._topics = topics
+        self._forgotten = forgotten
+        self.max_wait_ms = params.max_wait_ms
+        self.min_bytes = params.min_bytes
+        self.max_bytes = params.max_bytes
+        self.isolation_level = 1 if params.read_committed else 0
+        self.rack_id = params.rack_id
+        self.session_id = session_id
+        self.session_epoch = session_epoch
+        self._min_version = FETCH_MIN_VERSION
+        self._max_version = max_version
+        self.API_VERSION: int | None = None
+        self._header: _FetchRequestHeader | None = None
+        # The body per version: the partition max bytes is the params', kept with them.
+        self._bodies: dict[int, bytes] = {-1: params.partition_max_bytes.to_bytes(4, "big")}
+
+    # ---------------------------------------------------------- kafka-python's interface
+
+    @property
+    def header(self) -> _FetchRequestHeader | None:
+        return self._header
+
+    def with_header(self, correlation_id: int = 0, client_id: str | None = "kafka-python") -> None:
+        if self.API_VERSION is None:
+            raise ValueError("Version required to encode the request header")
+        self._header = _FetchRequestHeader(self.API_VERSION, correlation_id, client_id)
+
+    @staticmethod
+    def expect_response() -> bool:
+        return True
+
+    def encode(
+        self, version: int | None = None, header: bool = False, framed: bool = False
+    ) -> bytes:
+        """The request at ``version`` (default: ``API_VERSION``), with its header and the
+        frame's length when asked, as kafka-python's ``encode`` gives it."""
+        if version is not None:
+            self.API_VERSION = version
+            if self._header is not None:
+                self._header.request_api_version = version
+        version = self.API_VERSION
+        if version is None:
+            raise ValueError("Version required to encode data")
+        if not FETCH_MIN_VERSION <= version <= FETCH_MAX_VERSION:
+            raise ValueError(
+                f"Fetch v{version}: only v{FETCH_MIN_VERSION}-v{FETCH_MAX_VERSION} are encoded"
+            )
+        body = self._bodies.get(version)
+        if body is None:
+            body = self._bodies[version] = self._encode_body(version)
+        if not header:
+            return _I32_BYTES(len(body)) + body if framed else body
+        head = self._header
+        if head is None:
+            raise ValueError("No header found")
+        client = head.client_id
+        if client is None:
+            tail = b"\xff\xff"
+        else:
+            raw = client.encode("utf-8")
+            tail = len(raw).to_bytes(2, "big") + raw
+        prefix = _HEADER(FETCH_API_KEY, version, head.correlation_id) + tail
+        if version >= _FETCH_FLEXIBLE:
+            prefix += b"\x00"  # request header v2: no tagged fields
+        if framed:
+            return _I32_BYTES(len(prefix) + len(body)) + prefix + body
+        return prefix + body
+
+    @classmethod
+    def decode(cls, data: Any, version: int | None = None, **kwargs: Any) -> Any:
+        """kafka-python's decoding of such bytes (its ``FetchRequest``): for tests."""
+        return _KafkaFetchRequest.decode(data, version=version, **kwargs)
+
+    # ----------------------------------------------------------------------- encoding
+
+    def _encode_body(self, version: int) -> bytes:
+        flexible = version >= _FETCH_FLEXIBLE
+        by_id = version >= 13
+        out = bytearray()
+        if version <= 14:  # ReplicaId; from v15 in ReplicaState, a tag a consumer leaves out
+            out += b"\xff\xff\xff\xff"
+        out += _FETCH_TOP(self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level)
+        if version >= 7:
+            out += _SESSION(self.session_id, self.session_epoch)
+        out += _array_length(len(self._topics), flexible)
+        pmax = int.from_bytes(self._bodies[-1], "big", signed=True)
+        pack = _FETCH_PARTITION[min(version, 12)]
+        # v4: no log start offset; v5+: -1 (a consumer's); before v9: no leader epoch;
+        # before v12: no last fetched epoch.
+        for name, topic_id, partitions in self._topics:
+            out += topic_id.bytes if by_id else _string(name, flexible)
+            out += _array_length(len(partitions), flexible)
+            if version >= 12:
+                for p, cle, offset, lfe in partitions:
+                    out += pack(p, cle, offset, lfe, -1, pmax, 0)
+            elif version >= 9:
+                for p, cle, offset, _lfe in partitions:
+                    out += pack(p, cle, offset, -1, pmax)
+            elif version >= 5:
+                for p, _cle, offset, _lfe in partitions:
+                    out += pack(p, offset, -1, pmax)
+            else:
+                for p, _cle, offset, _lfe in partitions:
+                    out += pack(p, offset, pmax)
+            if flexible:
+                out += b"\x00"
+        if version >= 7:
+            out += _array_length(len(self._forgotten), flexible)
+            for name, topic_id, ps in self._forgotten:
+                out += topic_id.bytes if by_id else _string(name, flexible)
+                out += _array_length(len(ps), flexible)
+                out += struct.pack(f">{len(ps)}i", *ps)
+                if flexible:
+                    out += b"\x00"
+        if version >= 11:
+            out += _string(self.rack_id, flexible)
+        if flexible:
+            out += b"\x00"
+        return bytes(out)
+
+    # ---------------------------------------------------------------------- reading
+
+    @property
+    def topics(self) -> list[FetchRequestTopic]:
+        pmax = int.from_bytes(self._bodies[-1], "big", signed=True)
+        return [
+            FetchRequestTopic(
+                name,
+                topic_id,
+                [FetchRequestPartition(p, cle, off, lfe, -1, pmax) for p, cle, off, lfe in ps],
+            )
+            for name, topic_id, ps in self._topics
+        ]
+
+    @property
+    def forgotten_topics_data(self) -> list[ForgottenFetchTopic]:
+        return [ForgottenFetchTopic(n, tid, list(ps)) for n, tid, ps in self._forgotten]
+
+    def __repr__(self) -> str:
+        return (
+            f"FetchRequest(v{self.API_VERSION}, session {self.session_id}/"
+            f"{self.session_epoch}, topics={self.topics}, "
+            f"forgotten={self.forgotten_topics_data})"
+        )
+
+
+FETCH_API_KEY: Final = 1
+_FETCH_FLEXIBLE: Final = 12
+_HEADER = struct.Struct(">hhi").pack
+_I32_BYTES = struct.Struct(">i").pack
+_FETCH_TOP = struct.Struct(">iiib").pack
+_SESSION = struct.Struct(">ii").pack
+#: A partition's fields by version (the flexible versions end it with no tagged fields).
+_FETCH_PARTITION: Final = {
+    4: struct.Struct(">iqi").pack,
+    5: struct.Struct(">iqqi").pack,
+    6: struct.Struct(">iqqi").pack,
+    7: struct.Struct(">iqqi").pack,
+    8: struct.Struct(">iqqi").pack,
+    9: struct.Struct(">iiqqi").pack,
+    10: struct.Struct(">iiqqi").pack,
+    11: struct.Struct(">iiqqi").pack,
+    12: struct.Struct(">iiqiqib").pack,
+}
+
+
+def _uvarint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _array_length(n: int, flexible: bool) -> bytes:
+    if flexible:
+        return bytes((n + 1,)) if n < 127 else _uvarint_bytes(n + 1)
+    return _I32_BYTES(n)
+
+
+def _string(text: str, flexible: bool) -> bytes:
+    raw = text.encode("utf-8")
+    n = len(raw)
+    if flexible:
+        return (bytes((n + 1,)) if n < 127 else _uvarint_bytes(n + 1)) + raw
+    return n.to_bytes(2, "big") + raw
+
+
 def fetch_request(
     entries: Iterable[FetchTarget],
     params: FetchParams,
@@ -447,73 +741,62 @@ def fetch_request(
     session_epoch: int = -1,
     forgotten: Iterable[tuple[TopicPartition, str | None]] = (),
     by_id: bool | None = None,
-) -> tuple[Any, dict[uuid.UUID, str]]:
+) -> tuple[FetchRequest, dict[uuid.UUID, str]]:
     """A Fetch for ``entries`` and the topic names by id (v13+ answers name topics by id
     only). Falls back to v12 (by name) when any topic's id is unknown.
 
     The defaults make a sessionless full fetch (KIP-227 id 0, epoch -1); a fetch session
     (``consumer/session.py``) passes its id, epoch, the partitions to forget (with their
     topic ids) and ``by_id``, the addressing the whole session uses."""
-    entries = list(entries)
+    if not isinstance(entries, (list, tuple)):
+        entries = list(entries)
     if by_id is None:
         by_id = uses_topic_ids(entries, params)
     # By id, partitions of one topic may name two ids in one request (one has seen the
     # topic re-created, another not yet, or asks whether a leader serves another id): each
     # goes under its own. By name there is one entry per topic.
-    by_topic: dict[tuple[str, str | None], list[Any]] = {}
-    ids: dict[tuple[str, str | None], uuid.UUID | None] = {}
-    FP = FetchRequest.FetchTopic.FetchPartition
-    pmax = params.partition_max_bytes
+    by_topic: dict[tuple[str, str | None], list[tuple[int, int, int, int]]] = {}
+    ids: dict[tuple[str, str | None], str | None] = {}
     for e in entries:
-        key = (e.tp.topic, e.topic_id if by_id else None)
-        if key not in ids:  # parse each id once per request
-            ids[key] = topic_id_to_wire(e.topic_id)
-        by_topic.setdefault(key, []).append(
-            FP(
-                partition=e.tp.partition,
-                current_leader_epoch=epoch_to_wire(e.current_leader_epoch),
-                fetch_offset=e.offset,
-                last_fetched_epoch=epoch_to_wire(e.last_fetched_epoch, "last fetched epoch"),
-                log_start_offset=_UNDEFINED,
-                partition_max_bytes=pmax,
-            )
-        )
+        tp = e.tp
+        key = (tp.topic, e.topic_id if by_id else None)
+        cle = e.current_leader_epoch
+        lfe = e.last_fetched_epoch
+        if cle is None:
+            cle = _UNDEFINED
+        elif cle < 0:
+            epoch_to_wire(cle)  # raises
+        if lfe is None:
+            lfe = _UNDEFINED
+        elif lfe < 0:
+            epoch_to_wire(lfe, "last fetched epoch")  # raises
+        partitions = by_topic.get(key)
+        if partitions is None:
+            partitions = by_topic[key] = []
+            ids[key] = e.topic_id
+        partitions.append((tp.partition, cle, e.offset, lfe))
+    topics = []
+    names: dict[uuid.UUID, str] = {}
+    for key, partitions in by_topic.items():
+        # By name, the topic's id (of its first partition) still names it in ``names``.
+        tid = topic_id_to_wire(ids[key])
+        if tid is not None:
+            names[tid] = key[0]
+        topics.append((key[0], ZERO_UUID if tid is None else tid, partitions))
     forget: dict[tuple[str, str | None], list[int]] = {}
     for tp, topic_id in forgotten:
         forget.setdefault((tp.topic, topic_id if by_id else None), []).append(tp.partition)
-    forget_ids = {key: topic_id_to_wire(key[1]) for key in forget}
+    gone = []
+    for key, ps in forget.items():
+        tid = topic_id_to_wire(key[1])
+        gone.append((key[0], ZERO_UUID if tid is None else tid, ps))
     max_version = params.max_version
     if not by_id:
         max_version = min(max_version, FETCH_MAX_VERSION_BY_NAME)
     # A broker below Fetch v7 drops the session fields and answers in full without a session
     # id, which the session reads as "no session": full fetches, as before.
-    request = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=params.max_wait_ms,
-        min_bytes=params.min_bytes,
-        max_bytes=params.max_bytes,
-        isolation_level=1 if params.read_committed else 0,
-        session_id=session_id,
-        session_epoch=session_epoch,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=key[0], topic_id=ZERO_UUID if ids[key] is None else ids[key], partitions=ps
-            )
-            for key, ps in by_topic.items()
-        ],
-        forgotten_topics_data=[
-            FetchRequest.ForgottenTopic(
-                topic=key[0],
-                topic_id=ZERO_UUID if forget_ids[key] is None else forget_ids[key],
-                partitions=ps,
-            )
-            for key, ps in forget.items()
-        ],
-        rack_id=params.rack_id,
-        min_version=FETCH_MIN_VERSION,
-        max_version=max_version,
-    )
-    return request, {tid: key[0] for key, tid in ids.items() if tid is not None}
+    request = FetchRequest(topics, gone, params, session_id, session_epoch, max_version)
+    return request, names
 
 
 def read_fetch(response: Any, names: Mapping[uuid.UUID, str]) -> FetchAnswer:

@@ -119,7 +119,8 @@ def _load_unfilled() -> Callable[[int], bytearray]:
         from epochguard.consumer import _crecords
     except ImportError:  # no C extension: zeroed buffers
         return bytearray
-    unfilled: Callable[[int], bytearray] = _crecords.unfilled_bytearray
+    # An extension built from older sources (an in-place build not redone) lacks it.
+    unfilled: Callable[[int], bytearray] = getattr(_crecords, "unfilled_bytearray", bytearray)
     return unfilled
 
 

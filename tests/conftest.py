@@ -6,6 +6,7 @@ import fcntl
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +75,16 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 settings.register_profile("repeatable", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("EPOCHGUARD_HYPOTHESIS", "repeatable"))
+
+
+@pytest.fixture
+def empty_pool() -> Iterator[None]:
+    """Closes the consumers the Spark source's executor side pooled in this process (they
+    outlive the test that made them)."""
+    yield
+    from epochguard.spark_connector import executor
+
+    for consumers in executor._POOL.values():
+        for c in consumers:
+            c.close(autocommit=False)
+    executor._POOL.clear()

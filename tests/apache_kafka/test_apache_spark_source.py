@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -23,19 +22,15 @@ from epochguard.spark_connector.options import parse_options
 from epochguard.testing import produce
 from epochguard.testing.apache_kafka import ApacheKafkaCluster
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(240), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.timeout(240),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("empty_pool"),
+]
 
 A, B = 0, 1
 _names = itertools.count()
-
-
-@pytest.fixture(autouse=True)
-def empty_pool() -> Iterator[None]:
-    yield
-    for consumers in executor._POOL.values():
-        for c in consumers:
-            c.close(autocommit=False)
-    executor._POOL.clear()
 
 
 def reader(cluster: ApacheKafkaCluster, topic: str) -> datasource._StreamReader:

@@ -3,7 +3,7 @@ by name under the id its view gives the name (the deleted topic's) and drops it 
 applies the deletion: the known limit in docs/reliability.md, pinned here. Group commits go
 by name (the position's topic id in the commit's metadata): by id, Kafka's coordinator would
 also refuse for good a position in a topic deleted meanwhile, and the next owner would find
-nothing to compare with (see ``engine._commit_by_name``)."""
+nothing to compare with (see ``membership.commit_topic_ids``)."""
 
 from __future__ import annotations
 

@@ -126,6 +126,7 @@ def test_a_commit_by_topic_id_is_asked_again_until_the_coordinator_knows_the_id(
     """UNKNOWN_TOPIC_ID (100): the coordinator's metadata does not know the topic's id yet
     (it lags a re-creation). The same request goes again, by id, until it is taken."""
     member = member_class(mocker.Mock(), build_config({"group_id": "g"}))
+    member.commits_by_topic_id = True
     answers = [_commit_answer(100), _commit_answer(100), _commit_answer(0)]
     sent: list[Any] = []
 
@@ -151,6 +152,7 @@ def test_unknown_topic_id_past_the_deadline_reaches_the_caller(
     """Never a commit lost quietly: a coordinator that still does not know the id when the
     commit's time is up fails the commit."""
     member = member_class(mocker.Mock(), build_config({"group_id": "g"}))
+    member.commits_by_topic_id = True
     mocker.patch.object(
         member, "_call", side_effect=lambda *_a, **_k: _answered(_commit_answer(100))
     )
@@ -163,6 +165,7 @@ def test_unknown_topic_id_past_the_deadline_reaches_the_caller(
 @pytest.mark.parametrize("member_class", [ClassicMember, ConsumerGroupMember])
 def test_a_position_without_a_topic_id_is_committed_by_name(mocker: Any, member_class: Any) -> None:
     member = member_class(mocker.Mock(), build_config({"group_id": "g"}))
+    member.commits_by_topic_id = True
     sent: list[Any] = []
 
     def call(req: Any, *_a: Any, **_k: Any) -> Step[Any]:

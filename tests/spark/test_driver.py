@@ -10,7 +10,6 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -209,15 +208,6 @@ def read_values(r: datasource._StreamReader, start: Any, end: Any) -> list[tuple
             d = batch.to_pydict()
             out += zip(d["offset"], d["value"], d["leaderEpoch"], strict=True)
     return out
-
-
-@pytest.fixture
-def empty_pool() -> Iterator[None]:
-    yield
-    for consumers in executor._POOL.values():
-        for c in consumers:
-            c.close(autocommit=False)
-    executor._POOL.clear()
 
 
 @pytest.mark.usefixtures("empty_pool")

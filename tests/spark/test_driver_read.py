@@ -8,7 +8,6 @@ batch it plans; calling them directly stages a batch deterministically.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -21,6 +20,8 @@ from epochguard.spark_connector.errors import SourceOptionError, SparkLogTruncat
 from epochguard.spark_connector.options import parse_options
 from epochguard.testing import EmbeddedCluster
 from epochguard.testing.helpers import stage_unreplicated_tail, unclean_refill
+
+pytestmark = pytest.mark.usefixtures("empty_pool")
 
 
 def options(cluster: EmbeddedCluster, **extra: str) -> dict[str, str]:
@@ -45,15 +46,6 @@ def rows(batches: Any) -> list[tuple[int, int, bytes, int]]:
         d = batch.to_pydict()
         out += zip(d["partition"], d["offset"], d["value"], d["leaderEpoch"], strict=True)
     return out
-
-
-@pytest.fixture(autouse=True)
-def empty_pool() -> Iterator[None]:
-    yield
-    for consumers in executor._POOL.values():
-        for c in consumers:
-            c.close(autocommit=False)
-    executor._POOL.clear()
 
 
 def two_partitions(cluster: EmbeddedCluster) -> None:

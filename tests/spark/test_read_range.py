@@ -25,14 +25,7 @@ from epochguard.testing.helpers import recreate_topic, stage_unreplicated_tail, 
 
 TP = TopicPartition("t", 0)
 
-
-@pytest.fixture(autouse=True)
-def empty_pool() -> Iterator[None]:
-    yield
-    for consumers in executor._POOL.values():
-        for c in consumers:
-            c.close(autocommit=False)
-    executor._POOL.clear()
+pytestmark = pytest.mark.usefixtures("empty_pool")
 
 
 def options(cluster: EmbeddedCluster, **extra: str) -> SourceOptions:

@@ -1069,17 +1069,27 @@ PyDoc_STRVAR(set_release_gil_bytes_doc,
 "decode_batch_columns releases the GIL for batches of n bytes or more; returns the\n"
 "previous value (tests set 0 to run that path on small batches).");
 
+/* A size argument: -1 with an exception set unless it is an int >= 0. */
+static Py_ssize_t
+size_arg(PyObject *arg)
+{
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred())
+        return -1;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "n must not be negative");
+        return -1;
+    }
+    return n;
+}
+
 static PyObject *
 set_release_gil_bytes(PyObject *self, PyObject *arg)
 {
     (void)self;
-    Py_ssize_t n = PyLong_AsSsize_t(arg);
-    if (n == -1 && PyErr_Occurred())
+    Py_ssize_t n = size_arg(arg);
+    if (n < 0)
         return NULL;
-    if (n < 0) {
-        PyErr_SetString(PyExc_ValueError, "n must not be negative");
-        return NULL;
-    }
     Py_ssize_t old = release_gil_bytes;
     release_gil_bytes = n;
     return PyLong_FromSsize_t(old);
@@ -1106,13 +1116,9 @@ static PyObject *
 unfilled_bytearray(PyObject *self, PyObject *arg)
 {
     (void)self;
-    Py_ssize_t n = PyLong_AsSsize_t(arg);
-    if (n == -1 && PyErr_Occurred())
+    Py_ssize_t n = size_arg(arg);
+    if (n < 0)
         return NULL;
-    if (n < 0) {
-        PyErr_SetString(PyExc_ValueError, "n must not be negative");
-        return NULL;
-    }
     return PyByteArray_FromStringAndSize(NULL, n);
 }
 

@@ -145,8 +145,6 @@ class ConsumerEngine:
         self.group: Membership | None = (
             membership(self._client, cfg, spawn) if cfg["group_id"] is not None else None
         )
-        if self.group is not None:
-            self.group.commit_topic_ids = _commit_by_name
         self.assigned: list[TopicPartition] = []
         self._manual = False
         # subscribe() without a group_id: recompute the assignment after metadata answers.
@@ -1320,20 +1318,6 @@ class IterCursor:
         self.before = before
         self.k = 0
         self.i = -1
-
-
-def _commit_by_name(
-    offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], deadline: float
-) -> Step[dict[TopicPartition, str | None]]:
-    """Group commits name topics by name; the position's topic id goes into the commit's
-    metadata. By id (OffsetCommit v10), a coordinator that lags a re-creation refuses the
-    new topic's id until it knows it, and keeps the commit: but it also refuses, for good,
-    a position in a topic deleted meanwhile, and the next owner then finds nothing that
-    tells it of the re-creation, where a commit by name carries the deleted id to it. Which
-    of the two a refusal is needs the partition leader's view of the topic id, not yet
-    asked for: until then, by name (docs/reliability.md, known limits)."""
-    return {tp: None for tp in offsets}
-    yield  # a step that sends nothing
 
 
 def as_offsets_and_metadata(

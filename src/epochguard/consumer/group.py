@@ -42,12 +42,11 @@ from epochguard.consumer.effects import (
 )
 from epochguard.consumer.membership import (
     COORDINATOR_ERRORS,
-    CommitTopicIds,
     CoordinatorLink,
     Heartbeats,
     MembershipHost,
+    commit_topic_ids,
     commit_worth_retrying,
-    positions_topic_ids,
 )
 from epochguard.offsets.position import EpochOffset
 
@@ -159,8 +158,8 @@ class ClassicMember:
         self.group_id: str = config["group_id"]
         self._instance_id: str | None = config.get("group_instance_id")
         self.link = CoordinatorLink(client, self.group_id, self._timeout_s())
-        #: Which topic ids a commit names (the engine decides; by default the positions').
-        self.commit_topic_ids: CommitTopicIds = positions_topic_ids
+        #: OffsetCommit v10 by topic id (see :func:`commit_topic_ids`): off.
+        self.commits_by_topic_id = False
         self.member_id = ""
         self.generation = -1
         self.protocol: str | None = None
@@ -286,7 +285,7 @@ class ClassicMember:
             generation if subscribed else None,
             member if subscribed else "",
             self._instance_id if subscribed else None,
-            (yield from self.commit_topic_ids(offsets, deadline)),
+            commit_topic_ids(offsets, self.commits_by_topic_id),
         )
         while True:
             resp = yield from self._call(req, deadline)

@@ -59,12 +59,11 @@ from epochguard.consumer.group import (
 )
 from epochguard.consumer.membership import (
     COORDINATOR_ERRORS,
-    CommitTopicIds,
     CoordinatorLink,
     Heartbeats,
     MembershipHost,
+    commit_topic_ids,
     commit_worth_retrying,
-    positions_topic_ids,
 )
 from epochguard.offsets.position import EpochOffset
 
@@ -99,8 +98,8 @@ class ConsumerGroupMember:
         self.group_id: str = config["group_id"]
         self._instance_id: str | None = config.get("group_instance_id")
         self.link = CoordinatorLink(client, self.group_id, self._timeout_s())
-        #: Which topic ids a commit names (the engine decides; by default the positions').
-        self.commit_topic_ids: CommitTopicIds = positions_topic_ids
+        #: OffsetCommit v10 by topic id (see :func:`commit_topic_ids`): off.
+        self.commits_by_topic_id = False
         # KIP-1082: the member makes up its id once and keeps it for its whole life.
         self.member_id = str(uuid.uuid4())
         self.member_epoch = 0
@@ -525,7 +524,7 @@ class ConsumerGroupMember:
             (tp, p.offset, p.leader_epoch, provenance_metadata(p, m))
             for tp, (p, m) in offsets.items()
         ]
-        topic_ids = yield from self.commit_topic_ids(offsets, deadline)
+        topic_ids = commit_topic_ids(offsets, self.commits_by_topic_id)
         while True:
             with self._lock:
                 epoch, in_group = self.member_epoch, self.member_epoch > 0

@@ -202,20 +202,21 @@ class Heartbeats:
             task.join(2.0)
 
 
-#: The topic id each partition of a commit is named by (None: by name), given the positions
-#: and the commit's deadline.
-CommitTopicIds = Callable[
-    [Mapping[TopicPartition, tuple[EpochOffset, str]], float],
-    Step[dict[TopicPartition, str | None]],
-]
+def commit_topic_ids(
+    offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], by_id: bool
+) -> dict[TopicPartition, str | None] | None:
+    """The topic ids an OffsetCommit names: none (by name, the position's id in the commit's
+    metadata) unless ``by_id``, then each position's own (the incarnation it was read in).
 
-
-def positions_topic_ids(
-    offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], deadline: float
-) -> Step[dict[TopicPartition, str | None]]:
-    """Each position's own topic id (the incarnation it was read in)."""
+    By id (v10), a coordinator that lags a re-creation refuses the new topic's id until it
+    knows it, and keeps the commit; but it also refuses for good a position in a topic
+    deleted meanwhile, and the next owner then finds nothing telling it of the re-creation,
+    where a commit by name carries the deleted id to it. Telling the two refusals apart needs
+    the partition leader's view of the topic id, not asked for yet: members commit by name
+    (docs/reliability.md, known limits)."""
+    if not by_id:
+        return None
     return {tp: pos.topic_id for tp, (pos, _m) in offsets.items()}
-    yield  # a step that sends nothing
 
 
 class MembershipHost(Protocol):
@@ -246,7 +247,7 @@ class Membership(Protocol):
     heartbeats_sent: int
     rebalances: int
     rejoin_needed: bool
-    commit_topic_ids: CommitTopicIds
+    commits_by_topic_id: bool
 
     @property
     def generation(self) -> int: ...

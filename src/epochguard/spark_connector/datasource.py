@@ -580,7 +580,6 @@ class _DriverReadingStreamReader(_StreamReader, _SimpleStreamReaderWrapper):
         _StreamReader.__init__(self, opts)
         # The runner calls only prepareForTriggerAvailableNow on it, which this has.
         self.simple_reader = self  # type: ignore[assignment]
-        self.cache = []
         self._planned: tuple[dict[str, Any], dict[str, Any], list[EpochRangePartition]] | None
         self._planned = None
 

@@ -17,9 +17,13 @@ $(BIN)/python:
 
 # setuptools>=77 (PEP 639 license fields) and wheel in the venv itself, so builds need no
 # network: pip install --no-build-isolation -e . and python -m build --no-isolation.
+# The editable install gets compiled modules as a wheel install does: under
+# PYTHONDONTWRITEBYTECODE every process the tests start (Spark's, the chaos clients') would
+# otherwise compile each module it imports.
 $(STAMP): pyproject.toml setup.py src/epochguard/consumer/_crecords.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade 'setuptools>=77' wheel
 	$(BIN)/python -m pip install --quiet --no-build-isolation -e '.[dev]'
+	$(BIN)/python -m compileall -q src/epochguard
 	touch $(STAMP)
 
 venv install: $(STAMP)

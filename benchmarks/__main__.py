@@ -3,7 +3,9 @@
 Every module ``benchmarks/<name>.py`` (not starting with ``_``) that defines
 ``run() -> dict`` is a benchmark. ``python -m benchmarks`` runs them all;
 ``python -m benchmarks embedded_fetch`` runs the ones named. Each result goes to
-``benchmarks/results/<name>.json`` with the time and host details added.
+``benchmarks/results/<name>.json`` with the time and host details added. The epochguard
+package's modules are compiled first, as an installed wheel's are (see
+:func:`benchmarks._common.compile_package`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks._common import write_record
+from benchmarks._common import compile_package, write_record
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -35,6 +37,7 @@ def main(argv: list[str]) -> int:
         )
         return 2
     RESULTS.mkdir(exist_ok=True)
+    compile_package()
     failed = 0
     for name in names:
         module = importlib.import_module(f"benchmarks.{name}")

@@ -5,6 +5,7 @@ are run by ``make bench``, not here."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import pkgutil
 import time
@@ -139,6 +140,21 @@ def test_produce_paces_records_and_makes_each_value_when_it_is_sent(
 
 
 # --------------------------------------------------------------------------- results
+
+
+def test_compile_package_writes_what_a_wheel_install_writes(
+    common: ModuleType, tmp_path: Path
+) -> None:
+    """Benchmarks measure the package as installed: with compiled modules, even where the
+    environment says not to write them (PYTHONDONTWRITEBYTECODE, as here)."""
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    sources = [package / "__init__.py", package / "sub" / "__init__.py", package / "sub" / "m.py"]
+    for source in sources:
+        source.write_text("VALUE = 1\n")
+    common.compile_package(str(package))
+    for source in sources:
+        assert Path(importlib.util.cache_from_source(str(source))).is_file(), source
 
 
 def test_every_benchmark_module_imports() -> None:

@@ -299,3 +299,26 @@ def test_aborted_records_read_uncommitted_are_caught() -> None:
 
     caught = run_schedule(schedule, uncommitted)  # type: ignore[arg-type]
     assert caught.verdict.aborted_deliveries == 4, caught.describe()
+
+
+def test_a_marker_taken_at_a_committed_position_is_reported_by_the_next_owner() -> None:
+    """Seed 50710: a group member read two records of a transaction as committed and
+    stopped right before its marker; an unclean election took the marker at exactly that
+    position (no truncation shows to anyone), and the partition went to another member
+    before the coordinator aborted the reopened transaction. The commit carries the
+    transaction to the next owner, which reads the ABORT and reports it."""
+    schedule = generate(50710, transactions=True)
+    result = run_settled(schedule)
+    v = result.verdict
+    assert v.ok, result.describe()
+    assert v.decided_again_reported > 0 and v.reopened_reports > 0, result.describe()
+
+    def forgetful(ctx: MemberContext) -> object:
+        """EpochConsumer whose commits hand nothing over."""
+        client = epoch_consumer(ctx)
+        engine = client.consumer._engine  # type: ignore[attr-defined]
+        engine._with_undecided = lambda _tp, position: position
+        return client
+
+    lost = run_schedule(schedule, forgetful)  # type: ignore[arg-type]
+    assert lost.verdict.only_decided_again and not lost.verdict.ok, lost.describe()

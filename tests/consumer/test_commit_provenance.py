@@ -15,6 +15,7 @@ from epochguard.consumer.group import (
     provenance_metadata,
 )
 from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.reopened import UndecidedTransaction
 
 from .conftest import make_consumer, read
 
@@ -30,6 +31,23 @@ def test_exact_position_round_trips() -> None:
     back, app_metadata = committed_position(10, 3, metadata)
     assert app_metadata == ""
     assert back == pos and back.epoch_exact and back.topic_id == TOPIC_ID
+
+
+def test_undecided_transactions_round_trip() -> None:
+    """Under read_committed, the transactions read below the position without their marker
+    go to the partition's next reader with the commit."""
+    txns = (UndecidedTransaction(7, 0, 4, 8, True), UndecidedTransaction(9, 2, 6, 9, False, False))
+    pos = EpochOffset(10, 3, undecided_transactions=txns)
+    metadata = provenance_metadata(pos, "")
+    back, app_metadata = committed_position(10, 3, metadata)
+    assert app_metadata == "" and back == pos
+    assert back.undecided_transactions == txns and not back.epoch_exact
+    assert len(provenance_metadata(EpochOffset(10, 3, undecided_transactions=txns * 8), "")) < 4096
+    # The application's own metadata wins: no room for them.
+    assert provenance_metadata(pos, "mine") == "mine"
+    # Corrupt: the whole provenance is not ours to read.
+    bad = metadata.replace("[7,0,4,8,1,1]", "[7,0,9,8,1,1]")
+    assert committed_position(10, 3, bad) == (EpochOffset(10, 3), bad)
 
 
 def test_inexact_position_without_topic_id_writes_nothing() -> None:

@@ -15,6 +15,7 @@ from epochguard.offsets.reopened import (
     TxnBatch,
     TxnState,
     TxnTrigger,
+    UndecidedTransaction,
     _Txn,
 )
 
@@ -225,3 +226,106 @@ def test_a_truncation_found_before_reading_names_aborted_transactions_across_it(
     reading.read(0, [b(Q, 0, 0, D), b(Q, 1, 1, C)], 2)
     reading.truncated(2)
     assert reading.read(2, [b(P, 2, 2, S), b(P, 3, 3, A)], 4, [(P, 0)]) == []
+
+
+def _handed_over(ledger: TransactionLedger, at: int) -> TransactionLedger:
+    """A new reader of the partition starting at ``at``, a position committed by ``ledger``'s
+    consumer with what it read there undecided (the group commit's metadata, as JSON)."""
+    txns = ledger.undecided_below(at)
+    carried = [UndecidedTransaction.from_json(t.to_json()) for t in txns]
+    assert carried == list(txns)
+    nxt = TransactionLedger(TP)
+    nxt.inherit(at, carried)
+    return nxt
+
+
+def test_a_new_reader_reports_a_marker_that_decides_what_its_predecessor_read_otherwise() -> None:
+    """The predecessor read P's records 0..1 as committed and stopped at 2, before their
+    marker; an unclean election took that marker at exactly 2 (no truncation shows to
+    anyone) and the producer's next marker aborted the transaction."""
+    first = TransactionLedger(TP)
+    first.read(0, [b(P, 0, 1, D, epoch=3)], 2)
+    (txn,) = first.undecided_below(2)
+    assert (txn.producer_id, txn.producer_epoch, txn.first_offset, txn.last_offset) == (P, 3, 0, 1)
+    assert txn.delivered and txn.from_start
+    # The new leader's aborted index lists it from 0: the fetch at 2 names it.
+    found = _handed_over(first, 2).read(2, [b(P, 2, 2, A, epoch=3)], 3, aborted=[(P, 0)])
+    assert [f.cause for f in found] == [ReopenCause.ABORTED_LISTED]
+    assert (found[0].first_offset, found[0].last_offset, found[0].delivered) == (0, 1, True)
+    # Without the list (the bare marker rule): the marker itself.
+    (found2,) = _handed_over(first, 2).read(2, [b(P, 2, 2, A, epoch=3)], 3)
+    assert found2.cause is ReopenCause.DECIDED_AGAIN and found2.now_committed is False
+    # Where the marker the predecessor went by is there, nothing.
+    assert _handed_over(first, 2).read(2, [b(P, 2, 2, C, epoch=3)], 3) == []
+
+
+def test_records_a_predecessor_skipped_as_aborted_and_committed_since_are_reported() -> None:
+    first = TransactionLedger(TP)
+    first.read(0, [b(P, 0, 1, S)], 2, aborted=[(P, 0)])
+    (found,) = _handed_over(first, 2).read(2, [b(P, 2, 2, C)], 3)
+    assert found.cause is ReopenCause.DECIDED_AGAIN and found.delivered is False
+    assert found.now_committed is True
+    assert _handed_over(first, 2).read(2, [b(P, 2, 2, A)], 3, aborted=[(P, 0)]) == []
+
+
+def test_a_marker_read_past_the_committed_position_is_handed_over_too() -> None:
+    """The predecessor fetched ahead and read the COMMIT at 2, but its position (what the
+    application was handed) stood at 2: the next reader reads that marker again."""
+    first = TransactionLedger(TP)
+    first.read(0, [b(P, 0, 1, D), b(P, 2, 2, C)], 3)
+    (txn,) = first.undecided_below(2)
+    assert (txn.first_offset, txn.last_offset, txn.delivered) == (0, 1, True)
+    assert first.undecided_below(3) == ()  # decided below: nothing to hand over
+    (found,) = _handed_over(first, 2).read(2, [b(P, 2, 2, A)], 3)
+    assert found.cause is ReopenCause.DECIDED_AGAIN
+
+
+def test_a_hand_over_is_clipped_to_the_position_and_bounded() -> None:
+    first = TransactionLedger(TP)
+    first.read(0, [b(P, 0, 3, D), b(Q, 4, 5, D)], 6)
+    (txn,) = first.undecided_below(2)  # Q's records lie past it: the next reader reads them
+    assert (txn.producer_id, txn.last_offset) == (P, 1)
+    assert first.undecided_below(7) == ()  # past what was read: nothing vouched for
+    assert first.undecided_below(0) == ()
+    many = TransactionLedger(TP)
+    many.read(0, [b(pid, pid, pid, D) for pid in range(40)], 40)
+    handed = many.undecided_below(40)
+    assert len(handed) == 16 and [t.producer_id for t in handed] == list(range(16))
+
+
+def test_a_new_reader_that_starts_elsewhere_keeps_only_what_still_holds() -> None:
+    first = TransactionLedger(TP)
+    first.read(0, [b(P, 0, 3, D)], 4)
+    # Past the position (a seek forward): the marker may lie in between, nothing is kept.
+    ahead = _handed_over(first, 4)
+    assert ahead.read(6, [b(P, 6, 6, A)], 7) == []
+    # Below it (records read again): the hand-over keeps what lies below the fetch.
+    back = _handed_over(first, 4)
+    (found,) = back.read(2, [b(P, 2, 3, S)], 4, aborted=[(P, 0)])
+    assert found.cause is ReopenCause.ABORTED_LISTED
+    assert (found.first_offset, found.last_offset, found.delivered) == (0, 1, True)
+    # A truncation found before the first answer reopens what was handed over below it.
+    cut = _handed_over(first, 4)
+    (reopened,) = cut.truncated(2)
+    assert reopened.cause is ReopenCause.MARKER_TRUNCATED
+    assert (reopened.first_offset, reopened.last_offset, reopened.delivered) == (0, 1, True)
+    # A reader that already read the partition keeps its own record.
+    own = TransactionLedger(TP)
+    own.read(0, [b(Q, 0, 0, D), b(Q, 1, 1, C)], 2)
+    own.inherit(2, first.undecided_below(2))
+    assert own.read(2, [b(P, 2, 2, A)], 3) == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [1, 2, 3],
+        [1, 2, 5, 4, 1, 1],
+        [1, 2, 3, 4, 2, 1],
+        ["1", 2, 3, 4, 1, 1],
+        [1, 2, 3, 4, True, 1],
+    ],
+)
+def test_a_malformed_hand_over_is_refused(bad: list[object]) -> None:
+    with pytest.raises(ValueError, match="not an undecided transaction"):
+        UndecidedTransaction.from_json(bad)

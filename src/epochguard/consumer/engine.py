@@ -429,6 +429,9 @@ class ConsumerEngine:
             self._left_checked.pop(tp, None)
             if tracker.state is PartitionState.INITIALIZING:
                 tracker.restore(position, source=from_, read_to=read_to)
+                ledger = self.fetcher.ledgers.get(tp)
+                if ledger is not None and position is not None:
+                    ledger.inherit(position.offset, position.undecided_transactions)
                 self.fetcher.after_input(tp)
             self._restored.add(tp)
 
@@ -938,22 +941,37 @@ class ConsumerEngine:
         self, offsets: Mapping[TopicPartition, Any] | None
     ) -> dict[TopicPartition, tuple[EpochOffset, str]]:
         if offsets is None:
-            return {tp: (pos, "") for tp, pos in self.current_positions().items()}
+            return {
+                tp: (self._with_undecided(tp, pos), "")
+                for tp, pos in self.current_positions().items()
+            }
         out: dict[TopicPartition, tuple[EpochOffset, str]] = {}
         for tp, value in offsets.items():
             if isinstance(value, EpochOffset):
-                out[tp] = (value, "")
+                out[tp] = (self._with_undecided(tp, value), "")
             elif isinstance(value, OffsetAndMetadata):
                 epoch = value.leader_epoch if value.leader_epoch is not None else -1
+                position = EpochOffset(value.offset, epoch if epoch >= 0 else None)
+                # The application's own metadata leaves no room for the hand-over.
                 out[tp] = (
-                    EpochOffset(value.offset, epoch if epoch >= 0 else None),
-                    value.metadata or "",
+                    (position, value.metadata)
+                    if value.metadata
+                    else (self._with_undecided(tp, position), "")
                 )
             elif isinstance(value, int) and not isinstance(value, bool):
-                out[tp] = (EpochOffset(value), "")
+                out[tp] = (self._with_undecided(tp, EpochOffset(value)), "")
             else:
                 raise TypeError(f"cannot commit {value!r} for {tp}")
         return out
+
+    def _with_undecided(self, tp: TopicPartition, position: EpochOffset) -> EpochOffset:
+        """``position`` with the transactions this consumer read below it undecided (under
+        read_committed), for the partition's next reader: see ``TransactionLedger.inherit``."""
+        ledger = self.fetcher.ledgers.get(tp)
+        if ledger is None or position.undecided_transactions:
+            return position
+        undecided = ledger.undecided_below(position.offset)
+        return attrs.evolve(position, undecided_transactions=undecided) if undecided else position
 
     def commit(
         self, offsets: Mapping[TopicPartition, Any] | None = None, timeout_ms: int | None = None

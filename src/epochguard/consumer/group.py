@@ -49,6 +49,7 @@ from epochguard.consumer.membership import (
     commit_worth_retrying,
 )
 from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.reopened import UndecidedTransaction
 
 __all__ = ["ClassicMember", "CommitFailedError"]
 
@@ -75,10 +76,12 @@ _RETRY_S = 0.05
 
 #: Commit metadata that starts with this carries what OffsetCommit has no field for, written
 #: only when the application gave no metadata of its own: whether the committed epoch is the
-#: epoch of the record before the offset as this consumer read it (``epoch_exact``), and the
-#: topic's id. Without them a restart from the group validates by Java's looser rule and
-#: misses a truncation that began below the leader's answer (a leader that never had the
-#: committed epoch), or a topic re-created under the same name.
+#: epoch of the record before the offset as this consumer read it (``epoch_exact``), the
+#: topic's id, and under read_committed the transactions read below the offset whose marker
+#: was not read (``txns``). Without them a restart from the group validates by Java's looser
+#: rule and misses a truncation that began below the leader's answer (a leader that never
+#: had the committed epoch), or a topic re-created under the same name, and the next reader
+#: cannot tell a marker that decides those transactions otherwise than they were read.
 PROVENANCE_PREFIX = "epochguard:"
 
 
@@ -92,6 +95,8 @@ def provenance_metadata(position: EpochOffset, metadata: str) -> str:
         fields["epoch_exact"] = True
     if position.topic_id is not None:
         fields["topic_id"] = position.topic_id
+    if position.undecided_transactions:
+        fields["txns"] = [t.to_json() for t in position.undecided_transactions]
     if not fields:
         return ""
     return PROVENANCE_PREFIX + json.dumps(fields, sort_keys=True, separators=(",", ":"))
@@ -113,6 +118,9 @@ def committed_position(
                         leader_epoch,
                         topic_id=fields.get("topic_id"),
                         epoch_exact=fields.get("epoch_exact") is True and leader_epoch is not None,
+                        undecided_transactions=tuple(
+                            UndecidedTransaction.from_json(t) for t in fields.get("txns", ())
+                        ),
                     ),
                     "",
                 )

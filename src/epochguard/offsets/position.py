@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from epochguard.offsets.errors import InvalidPositionError
+
+if TYPE_CHECKING:
+    from epochguard.offsets.reopened import UndecidedTransaction
 
 #: Kafka's sentinel for "no epoch" on the wire.
 UNDEFINED_EPOCH = -1
@@ -64,8 +67,12 @@ class EpochOffset:
     (a consumer's position after reading it), not that the epoch is an upper bound (a
     position from ``auto_offset_reset``, or a bare commit). Seeking to an exact position
     is validated more strictly: a leader that lacks that epoch has lost the record even if
-    an older epoch of its log reaches the offset. Both are provenance, not part of the
-    position: they take no part in ``==`` or ``hash``.
+    an older epoch of its log reaches the offset. ``undecided_transactions``: under
+    ``read_committed``, transactions the reader read records of below ``offset`` without
+    reading their marker (:class:`~epochguard.offsets.reopened.UndecidedTransaction`);
+    a group commit carries them to the partition's next reader. All three are provenance,
+    not part of the position: they take no part in ``==`` or ``hash``, and JSON keeps the
+    first two.
     Positions are deliberately not ordered: offset 10 in epoch 3 and offset 10 in epoch 5 can
     be different records, so ``<`` between positions would be a lie.
     """
@@ -77,6 +84,9 @@ class EpochOffset:
     )
     epoch_exact: bool = attrs.field(
         default=False, kw_only=True, eq=False, validator=attrs.validators.instance_of(bool)
+    )
+    undecided_transactions: tuple[UndecidedTransaction, ...] = attrs.field(
+        default=(), kw_only=True, eq=False
     )
 
     @property

@@ -62,11 +62,16 @@ __all__ = [
     "TxnBatch",
     "TxnState",
     "TxnTrigger",
+    "UndecidedTransaction",
 ]
 
 #: Decided transactions remembered per partition: enough for the tail an unclean election
 #: takes on a partition with a few hundred transactions a minute. About 100 bytes each.
 DEFAULT_MAX_TRANSACTIONS: Final = 1000
+
+#: Transactions handed over with one committed position, at most: the group keeps a
+#: commit's metadata within ``offset.metadata.max.bytes`` (4096 by default).
+MAX_HANDED_OVER: Final = 16
 
 
 class BatchKind(enum.Enum):
@@ -126,6 +131,50 @@ class ReopenCause(enum.Enum):
     MARKER_TRUNCATED = "marker_truncated"
     DECIDED_AGAIN = "decided_again"
     ABORTED_LISTED = "aborted_listed"
+
+
+@attrs.frozen
+class UndecidedTransaction:
+    """Records ``first_offset..last_offset`` of a transaction of ``producer_id`` that a
+    reader of the partition read below a position without reading the marker that decides
+    them, ``delivered`` as committed or skipped as aborted (its aborted list said so).
+
+    A position committed to a group carries these (``EpochOffset.undecided_transactions``),
+    so that the next reader, which starts at that position and reads the marker, can tell
+    when it decides them otherwise than they were read: an unclean election that took the
+    old marker at exactly the committed offset shows no truncation to anyone."""
+
+    producer_id: int
+    producer_epoch: int
+    first_offset: int
+    last_offset: int
+    delivered: bool
+    from_start: bool = True
+
+    def to_json(self) -> list[int]:
+        return [
+            self.producer_id,
+            self.producer_epoch,
+            self.first_offset,
+            self.last_offset,
+            int(self.delivered),
+            int(self.from_start),
+        ]
+
+    @classmethod
+    def from_json(cls, data: Any) -> UndecidedTransaction:
+        """Parse :meth:`to_json`'s list; ``ValueError`` for anything else."""
+        if (
+            not isinstance(data, list)
+            or len(data) != 6
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in data)
+            or data[2] > data[3]
+            or data[4] not in (0, 1)
+            or data[5] not in (0, 1)
+        ):
+            raise ValueError(f"not an undecided transaction: {data!r}")
+        pid, epoch, first, last, delivered, from_start = data
+        return cls(pid, epoch, first, last, bool(delivered), bool(from_start))
 
 
 @attrs.frozen
@@ -252,6 +301,7 @@ class TransactionLedger:
 
     __slots__ = (
         "_decided",
+        "_inherited_at",
         "_open",
         "_origin",
         "_seen_marker",
@@ -286,6 +336,9 @@ class TransactionLedger:
         # each (producer id, first offset).
         self._unknown_below: int | None = None
         self._told: set[tuple[int, int]] = set()
+        # Where the transactions another reader handed over end (:meth:`inherit`), until
+        # the first answer.
+        self._inherited_at: int | None = None
 
     def __len__(self) -> int:
         return len(self._open) + len(self._decided)
@@ -300,6 +353,69 @@ class TransactionLedger:
         self.forgotten_below = 0
         self._unknown_below = None
         self._told.clear()
+        self._inherited_at = None
+
+    def undecided_below(
+        self, offset: int, limit: int = MAX_HANDED_OVER
+    ) -> tuple[UndecidedTransaction, ...]:
+        """What a reader starting at ``offset`` cannot see: transactions with records
+        below it whose marker this consumer has not read, or read at or past it, oldest
+        first, at most ``limit``. Nothing for an offset past what this consumer has read:
+        markers there it cannot vouch for."""
+        if self.next_offset is None or offset > self.next_offset:
+            return ()
+        txns = [t for t in self._open.values() if t.state is TxnState.OPEN]
+        for t in reversed(self._decided):  # in marker order: the newest first
+            if t.marker is None or t.marker < offset:
+                break
+            txns.append(t)
+        return tuple(
+            UndecidedTransaction(
+                t.producer_id,
+                t.producer_epoch,
+                t.first,
+                min(t.last, offset - 1),
+                t.delivered,
+                t.from_start,
+            )
+            for t in sorted(txns, key=lambda t: t.first)
+            if t.first < offset
+        )[:limit]
+
+    def inherit(self, offset: int, txns: Iterable[UndecidedTransaction]) -> None:
+        """This consumer starts reading at ``offset``, a position another reader committed
+        with the transactions it had read below it undecided (:meth:`undecided_below`): the
+        marker this consumer reads for each judges it as if it had read its records."""
+        if self.next_offset is not None:
+            return  # this consumer has read the partition itself: its own record stands
+        for t in txns:
+            if t.first_offset < offset and t.producer_id not in self._open:
+                self._open[t.producer_id] = _Txn(
+                    t.producer_id,
+                    t.producer_epoch,
+                    t.first_offset,
+                    min(t.last_offset, offset - 1),
+                    t.delivered,
+                    t.from_start,
+                )
+        self._inherited_at = offset
+
+    def _start(self, fetch_offset: int) -> None:
+        """The first answer, at ``fetch_offset``: handed-over transactions hold below it
+        (records from it on are read again); past the handed-over position, the markers
+        deciding them may lie in the skipped range."""
+        self._origin = fetch_offset
+        at, self._inherited_at = self._inherited_at, None
+        if at is None:
+            return
+        if fetch_offset > at:
+            self._open.clear()
+            return
+        for pid, txn in list(self._open.items()):
+            if txn.first >= fetch_offset:
+                del self._open[pid]
+            else:
+                txn.last = min(txn.last, fetch_offset - 1)
 
     def _jump(self, offset: int) -> None:
         """An answer that does not continue the last one: the records from ``offset`` on
@@ -346,7 +462,7 @@ class TransactionLedger:
         batch, None if it had none) and its aborted-transaction list (``(producer id, first
         offset)``). Answers the reverted decisions it reveals."""
         if self.next_offset is None:
-            self._origin = fetch_offset
+            self._start(fetch_offset)
         elif fetch_offset != self.next_offset:
             self._jump(fetch_offset)
         out: list[ReopenedTransaction] = []
@@ -454,7 +570,7 @@ class TransactionLedger:
         out: list[ReopenedTransaction] = []
         if self.next_offset is None:
             self._unknown_below = divergence
-            self._origin = divergence
+            self._start(divergence)
         reopened: dict[int, _Txn] = {}
         for txn in self._decided:
             taken = txn.marker is None or txn.marker >= divergence

@@ -46,10 +46,10 @@ def known_gap(result: RunResult) -> bool:
     """What no member of the application can report (docs/reliability.md, known limits):
     a transaction whose marker an unclean election took, decided again otherwise after the
     consumer that read it gave the partition up with its position exactly at the
-    divergence point (no truncation shows to it or to the next owner), or records an
-    earlier session skipped as aborted, committed since. A schedule failing only with
-    records decided again and not named by a reopened-transaction report passes here; any
-    other failure fails."""
+    divergence point (no truncation shows to it or to the next owner) and handed nothing
+    over (its positions in an offset store). A schedule failing only with records decided
+    again and not named by a reopened-transaction report passes here; any other failure
+    fails."""
     return result.verdict.only_decided_again
 
 

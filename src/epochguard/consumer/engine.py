@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -145,6 +145,8 @@ class ConsumerEngine:
         self.group: Membership | None = (
             membership(self._client, cfg, spawn) if cfg["group_id"] is not None else None
         )
+        if self.group is not None:
+            self.group.topic_leaders = self._topic_leaders
         self.assigned: list[TopicPartition] = []
         self._manual = False
         # subscribe() without a group_id: recompute the assignment after metadata answers.
@@ -553,6 +555,19 @@ class ConsumerEngine:
             fn = listener.on_partitions_revoked
         if fn is not None:
             yield Call(fn, (partitions,))
+
+    def _topic_leaders(self, topic: str, partitions: Sequence[int]) -> list[int]:
+        """The brokers this consumer's metadata names leaders of ``topic``: of
+        ``partitions`` first, then of the topic's other partitions (each broker once)."""
+        leaders = self.fetcher.metadata.leaders
+        asked = [TopicPartition(topic, p) for p in partitions]
+        others = sorted(tp for tp in list(leaders) if tp.topic == topic and tp not in asked)
+        out: list[int] = []
+        for tp in asked + others:
+            node = leaders.get(tp, (None, None))[0]
+            if node is not None and node not in out:
+                out.append(node)
+        return out
 
     def metadata_for(self, topics: set[str], deadline: float) -> Step[dict[str, set[int]]]:
         self.fetcher.metadata_topics.update(topics)

@@ -22,7 +22,7 @@ from epochguard.consumer.config import build_config
 from epochguard.consumer.effects import Step, run_blocking
 from epochguard.consumer.group import ClassicMember
 from epochguard.consumer.group_consumer import ConsumerGroupMember
-from epochguard.consumer.membership import CommitNaming, refused_id_deleted
+from epochguard.consumer.membership import CommitNaming, CommitView, refused_id_deleted
 from epochguard.offsets.position import EpochOffset
 
 TP = TopicPartition("t", 0)
@@ -108,6 +108,7 @@ class Harness:
         refuse: set[str],
         leader_ids: dict[str, str | None],
         leaders: list[int] | None = None,
+        older: frozenset[str] = frozenset(),
     ) -> None:
         self.client = mocker.Mock(closed=False)
         self.member = member_class(self.client, build_config({"group_id": "g"}))
@@ -115,7 +116,9 @@ class Harness:
         self.leader_ids = leader_ids
         self.commits: list[Any] = []
         self.asked: list[tuple[int, list[str]]] = []
-        self.member.topic_leaders = lambda _topic, _parts: [LEADER] if leaders is None else leaders
+        self.member.commit_view = lambda _topic, _parts: CommitView(
+            (LEADER,) if leaders is None else tuple(leaders), older
+        )
         mocker.patch.object(self.member, "_call", side_effect=self._call)
         mocker.patch("epochguard.consumer.group._RETRY_S", 0.0)
         mocker.patch("epochguard.consumer.group_consumer._RETRY_S", 0.0)
@@ -220,6 +223,27 @@ def test_a_leader_that_lags_the_deletion_is_asked_again(mocker: Any, member_clas
 
 
 @members
+def test_a_leader_naming_an_id_known_to_be_deleted_is_asked_again(
+    mocker: Any, member_class: Any
+) -> None:
+    """The leader names an id the partition's tracker knows to be older than one a leader
+    served since (a broker behind both the deletion and the re-creation): that says nothing
+    about the commit's id, so the commit stays by id, and goes by name once the leader
+    names yet another id."""
+    h = Harness(mocker, member_class, refuse={NEW}, leader_ids={"t": OLD}, older=frozenset({OLD}))
+    views = iter([OLD, OLD, U_ID])
+    original = h._send
+
+    def send(node: int, req: Any, timeout_ms: float) -> Any:
+        h.leader_ids["t"] = next(views)
+        return original(node, req, timeout_ms)
+
+    h.client.send.side_effect = send
+    h.commit({TP: NEW})
+    assert [_by_id(r) for r in h.commits] == [True, True, True, False]
+
+
+@members
 def test_a_topic_the_leader_does_not_know_stays_by_id(mocker: Any, member_class: Any) -> None:
     """No topic by that name at the leader decides nothing: a leader behind the topic's
     creation says the same, and by name a coordinator as far behind would file the commit
@@ -286,6 +310,7 @@ def test_refused_id_deleted_reads_the_leaders_answer() -> None:
     assert not refused_id_deleted(OLD, "t", answer(None, 3))  # unknown topic: no verdict
     assert not refused_id_deleted(OLD, "t", answer(None))  # no id (an old broker)
     assert not refused_id_deleted(OLD, "t", answer(NEW, name="other"))
+    assert not refused_id_deleted(NEW, "t", answer(OLD), older={OLD.upper()})  # known older
 
 
 def test_one_position_without_an_id_names_every_topic_by_name() -> None:

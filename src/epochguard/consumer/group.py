@@ -43,12 +43,12 @@ from epochguard.consumer.effects import (
 from epochguard.consumer.membership import (
     COORDINATOR_ERRORS,
     CommitNaming,
+    CommitViewOf,
     CoordinatorLink,
     Heartbeats,
     MembershipHost,
-    TopicLeaders,
     commit_worth_retrying,
-    no_leaders,
+    no_view,
 )
 from epochguard.offsets.position import EpochOffset
 
@@ -163,8 +163,8 @@ class ClassicMember:
         #: OffsetCommit v10 by topic id when the coordinator offers it (see
         #: :class:`~epochguard.consumer.membership.CommitNaming`).
         self.commits_by_topic_id = True
-        #: Where the consumer's metadata names a topic's leaders (set by the engine).
-        self.topic_leaders: TopicLeaders = no_leaders
+        #: What the consumer knows of a topic, to judge a refused id (set by the engine).
+        self.commit_view: CommitViewOf = no_view
         self.member_id = ""
         self.generation = -1
         self.protocol: str | None = None
@@ -312,7 +312,7 @@ class ClassicMember:
                 if refused and (
                     yield from naming.judge(
                         self._client,
-                        self.topic_leaders,
+                        self.commit_view,
                         refused,
                         deadline,
                         self._timeout_s(),

@@ -60,12 +60,12 @@ from epochguard.consumer.group import (
 from epochguard.consumer.membership import (
     COORDINATOR_ERRORS,
     CommitNaming,
+    CommitViewOf,
     CoordinatorLink,
     Heartbeats,
     MembershipHost,
-    TopicLeaders,
     commit_worth_retrying,
-    no_leaders,
+    no_view,
 )
 from epochguard.offsets.position import EpochOffset
 
@@ -103,8 +103,8 @@ class ConsumerGroupMember:
         #: OffsetCommit v10 by topic id when the coordinator offers it (see
         #: :class:`~epochguard.consumer.membership.CommitNaming`).
         self.commits_by_topic_id = True
-        #: Where the consumer's metadata names a topic's leaders (set by the engine).
-        self.topic_leaders: TopicLeaders = no_leaders
+        #: What the consumer knows of a topic, to judge a refused id (set by the engine).
+        self.commit_view: CommitViewOf = no_view
         # KIP-1082: the member makes up its id once and keeps it for its whole life.
         self.member_id = str(uuid.uuid4())
         self.member_epoch = 0
@@ -559,7 +559,7 @@ class ConsumerGroupMember:
                 if refused and (
                     yield from naming.judge(
                         self._client,
-                        self.topic_leaders,
+                        self.commit_view,
                         refused,
                         deadline,
                         self._timeout_s(),

@@ -15,9 +15,10 @@ background step the driver spawns (a thread or a task).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
+import attrs
 import kafka.errors as kerrors
 from kafka.structs import TopicPartition
 
@@ -28,7 +29,14 @@ from epochguard.consumer.effects import Await, Signal, Sleep, Step, TaskHandle, 
 from epochguard.offsets.policy import RetryBackoff
 from epochguard.offsets.position import EpochOffset
 
-__all__ = ["CommitNaming", "CoordinatorLink", "Heartbeats", "Membership", "MembershipHost"]
+__all__ = [
+    "CommitNaming",
+    "CommitView",
+    "CoordinatorLink",
+    "Heartbeats",
+    "Membership",
+    "MembershipHost",
+]
 
 log = get_logger("epochguard.consumer")
 
@@ -212,7 +220,9 @@ def commit_topic_ids(
     return {tp: pos.topic_id for tp, (pos, _m) in offsets.items()}
 
 
-def refused_id_deleted(topic_id: str, topic: str, answer: wire.MetadataAnswer) -> bool:
+def refused_id_deleted(
+    topic_id: str, topic: str, answer: wire.MetadataAnswer, older: Collection[str] = ()
+) -> bool:
     """Whether ``topic_id``, refused by a coordinator (UNKNOWN_TOPIC_ID to a commit by id),
     is a deleted incarnation of ``topic``, judged by a partition leader's Metadata answer.
 
@@ -223,10 +233,14 @@ def refused_id_deleted(topic_id: str, topic: str, answer: wire.MetadataAnswer) -
     once it knows the id and keeps it (by name it would file it under the id its view gives
     the name, a deleted one, and drop it). No topic by that name, an error or no id decide
     nothing: by id, asked again next round. A leader that itself lags the deletion names
-    the old id until it applies it, so asking again converges."""
+    the old id until it applies it, so asking again converges; one that names an id in
+    ``older`` (known deleted: the consumer saw a leader serve a later one) is behind too."""
     for t in answer.topics:
         if t.name == topic and t.error is None and t.topic_id is not None:
-            return _canonical(t.topic_id) != _canonical(topic_id)
+            named = _canonical(t.topic_id)
+            if named in {_canonical(o) for o in older}:
+                return False
+            return named != _canonical(topic_id)
     return False
 
 
@@ -236,17 +250,25 @@ def _canonical(topic_id: str | None) -> str | None:
     return wire.topic_id_from_wire(wire.topic_id_to_wire(topic_id))
 
 
-#: Where the consumer's metadata names a topic's leaders: the ``(topic, partitions)``
-#: leaders first (each once), then the topic's other partitions' (the engine's).
-TopicLeaders = Callable[[str, Sequence[int]], list[int]]
+@attrs.frozen
+class CommitView:
+    """What the consumer knows that judges a refused topic id: the brokers its metadata
+    names leaders of the topic (of the commit's partitions first, each once), and the
+    topic ids its trackers know to be deleted incarnations."""
 
+    leaders: tuple[int, ...] = ()
+    older_ids: frozenset[str] = frozenset()
+
+
+#: The engine's :class:`CommitView` of ``(topic, partitions)``.
+CommitViewOf = Callable[[str, Sequence[int]], CommitView]
 
 #: One partition of an OffsetCommit: ``(tp, offset, leader epoch, metadata)``.
 CommitEntry = tuple[TopicPartition, int, int | None, str]
 
 
-def no_leaders(_topic: str, _partitions: Sequence[int]) -> list[int]:
-    return []
+def no_view(_topic: str, _partitions: Sequence[int]) -> CommitView:
+    return CommitView()
 
 
 class CommitNaming:
@@ -292,11 +314,15 @@ class CommitNaming:
         return out
 
     def on_leader_answer(
-        self, topic_id: str, partitions: Sequence[TopicPartition], answer: wire.MetadataAnswer
+        self,
+        topic_id: str,
+        partitions: Sequence[TopicPartition],
+        answer: wire.MetadataAnswer,
+        older: Collection[str] = (),
     ) -> bool:
         """Takes a leader's Metadata answer for the refused ``topic_id``; whether its
         partitions go by name from now on."""
-        if not partitions or not refused_id_deleted(topic_id, partitions[0].topic, answer):
+        if not partitions or not refused_id_deleted(topic_id, partitions[0].topic, answer, older):
             return False
         self.by_name.update(partitions)
         return True
@@ -304,7 +330,7 @@ class CommitNaming:
     def judge(
         self,
         client: BrokerClient,
-        leaders: TopicLeaders,
+        view_of: CommitViewOf,
         refused: set[str],
         deadline: float,
         timeout_s: float,
@@ -316,7 +342,8 @@ class CommitNaming:
         changed = False
         for tid, tps in sorted(self.refused(refused).items()):
             topic = tps[0].topic
-            for node in leaders(topic, [tp.partition for tp in tps]):
+            view = view_of(topic, [tp.partition for tp in tps])
+            for node in view.leaders:
                 # request() waits half a second past the request's own timeout.
                 remaining = deadline - time.monotonic() - 0.5
                 if remaining <= 0:
@@ -332,7 +359,7 @@ class CommitNaming:
                 answer = wire.read_metadata(resp)
                 if answer.error is not None:
                     continue
-                if self.on_leader_answer(tid, tps, answer):
+                if self.on_leader_answer(tid, tps, answer, view.older_ids):
                     changed = True
                     log.info(
                         "commit_by_name_for_deleted_topic_id",
@@ -375,7 +402,7 @@ class Membership(Protocol):
     rebalances: int
     rejoin_needed: bool
     commits_by_topic_id: bool
-    topic_leaders: TopicLeaders
+    commit_view: CommitViewOf
 
     @property
     def generation(self) -> int: ...

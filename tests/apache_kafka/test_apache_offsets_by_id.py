@@ -3,7 +3,8 @@ the EmbeddedCluster give the same answers: the versions the brokers offer, UNKNO
 for an id the coordinator does not know (a deleted topic's included), a commit by id read
 back by id and by name, an id that does not match the commit answered "no commit", and a
 re-created topic's commits gone with the deleted one; and a member's commit to a group the
-coordinator does not have, answered GROUP_ID_NOT_FOUND from v9 on."""
+coordinator does not have, answered GROUP_ID_NOT_FOUND from v9 on. Then EpochConsumer's
+commits by id across a re-creation (membership.CommitNaming) on the real brokers."""
 
 from __future__ import annotations
 
@@ -27,8 +28,12 @@ from kafka.protocol.metadata import (
     MetadataRequest,
     MetadataResponse,
 )
+from kafka.structs import TopicPartition
 
-from epochguard.testing import EmbeddedCluster
+from epochguard import EpochConsumer
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.report import DetectedBy
+from epochguard.testing import EmbeddedCluster, produce
 from epochguard.testing.apache_kafka import ApacheKafkaCluster
 
 from ..embedded.wire import Wire
@@ -287,3 +292,51 @@ def test_offsets_by_topic_id_answer_alike(cluster: ApacheKafkaCluster) -> None:
         )
     assert real == EXPECTED
     assert emulated == real
+
+
+def test_commits_by_id_keep_a_deleted_incarnation_s_position_on_real_kafka(
+    cluster: ApacheKafkaCluster,
+) -> None:
+    """EpochConsumer on Kafka 4.3.1: a commit of its position goes by topic id and reads
+    back; after the topic is deleted and re-created, the consumer's commit of its position
+    in the deleted incarnation (made before it noticed) is refused by id, a leader names the
+    new id, and the commit goes by name, so the next session reports the re-creation."""
+    topic = f"by-id-{uuid.uuid4().hex[:8]}"
+    tp = TopicPartition(topic, 0)
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    produce(cluster, topic, [f"old-{i}" for i in range(8)])
+    settings: dict[str, Any] = {
+        "bootstrap_servers": cluster.bootstrap_servers,
+        "group_id": f"by-id-{topic}",
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+        "fetch_max_wait_ms": 100,
+        "allow_auto_create_topics": False,
+    }
+
+    def read(consumer: EpochConsumer, n: int) -> list[bytes]:
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < n:
+            assert time.monotonic() < deadline, f"read {len(got)} of {n}"
+            for recs in consumer.poll(timeout_ms=100, max_records=n - len(got)).values():
+                got += [r.value for r in recs]
+        return got
+
+    # Metadata asked once: the consumer does not learn of the re-creation before it commits.
+    with EpochConsumer(**settings, metadata_max_age_ms=300_000) as first:
+        first.assign([tp])
+        assert read(first, 5) == [f"old-{i}".encode() for i in range(5)]
+        assert first.position_with_epoch(tp).topic_id is not None
+        first.commit()
+        assert first.committed(tp) == 5
+        cluster.delete_topic(topic)
+        cluster.create_topic(topic, partitions=1, replication_factor=3)
+        produce(cluster, topic, [f"new-{i}" for i in range(3)])
+        first.commit()  # offset 5 of the deleted incarnation
+    with EpochConsumer(**settings, on_truncation="rewind") as nxt:
+        nxt.assign([tp])
+        assert read(nxt, 3) == [f"new-{i}".encode() for i in range(3)]
+        [rep] = nxt.truncation_reports()
+        assert rep.detected_by is DetectedBy.TOPIC_RECREATED
+        assert rep.divergence == EpochOffset(0, None) and rep.lost_count == 5

@@ -98,10 +98,10 @@ def test_no_consumer_starts_after_a_blackhole() -> None:
             assert not (seen and isinstance(step, sch.Join | sch.RestartConsumer)), seed
 
 
-def test_metadata_delays_meet_re_creation_only_without_group_commits() -> None:
-    # Kept apart: a group coordinator whose metadata lags a re-creation deletes the commits
-    # it took of the new incarnation when it learns of the deletion (docs/reliability.md,
-    # known limits). Schedules that store positions in an offset store get both.
+def test_metadata_delays_meet_re_creation_with_group_commits_too() -> None:
+    # Group commits go by topic id, so a coordinator whose metadata lags a re-creation
+    # keeps them (docs/reliability.md): schedules that commit to the group get metadata
+    # delays across re-creations, as those that store positions in an offset store do.
     both = {"group": 0, "store": 0}
     for seed in range(600):
         s = generate(seed, group_recreate=True)
@@ -110,7 +110,7 @@ def test_metadata_delays_meet_re_creation_only_without_group_commits() -> None:
             isinstance(x, sch.MetadataDelay) for x in steps
         ):
             both[s.offsets] += 1
-    assert both["group"] == 0 and both["store"] >= 5, both
+    assert both["group"] >= 5 and both["store"] >= 5, both
 
 
 def test_repr_is_code_that_replays_the_schedule() -> None:

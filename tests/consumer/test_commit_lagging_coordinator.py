@@ -1,9 +1,14 @@
-"""A group coordinator whose metadata lags a topic's deletion and re-creation files a commit
-by name under the id its view gives the name (the deleted topic's) and drops it once it
-applies the deletion: the known limit in docs/reliability.md, pinned here. Group commits go
-by name (the position's topic id in the commit's metadata): by id, Kafka's coordinator would
-also refuse for good a position in a topic deleted meanwhile, and the next owner would find
-nothing to compare with (see ``membership.commit_topic_ids``)."""
+"""Group commits name a topic by id (OffsetCommit v10) across a topic's deletion and
+re-creation, on the EmbeddedCluster:
+
+- a coordinator whose metadata lags the re-creation refuses the new incarnation's id until
+  it knows it, and then keeps the commit; by name (an offset given without a topic id) it
+  files it under the deleted id and drops it when it applies the deletion (the known limit
+  in docs/reliability.md);
+- a position in the deleted incarnation, committed by a consumer that has not noticed the
+  re-creation (its close-commit), is refused by id for good: a partition leader names
+  another id, and the commit goes by name, with the deleted id in its metadata, so the next
+  session reports the re-creation (``membership.CommitNaming``)."""
 
 from __future__ import annotations
 
@@ -12,9 +17,11 @@ import zlib
 import pytest
 from kafka.structs import TopicPartition
 
+from epochguard.offsets.position import EpochOffset
+from epochguard.offsets.report import DetectedBy
 from epochguard.testing import EmbeddedCluster
 
-from .conftest import make_consumer
+from .conftest import make_consumer, read
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,11 +55,36 @@ def _recreated_under_a_lagging_coordinator(cluster: EmbeddedCluster) -> tuple[st
     return group, up_to_date
 
 
+def test_a_commit_survives_a_coordinator_that_learns_of_the_re_creation_late(
+    cluster: EmbeddedCluster,
+) -> None:
+    """The position read in the new incarnation is committed by its id: refused until the
+    coordinator knows the id (the partition leader names that same id, so the commit waits
+    by id), then kept once the coordinator has applied the deletion too."""
+    group, up_to_date = _recreated_under_a_lagging_coordinator(cluster)
+    with make_consumer(cluster, bootstrap_servers=up_to_date, group_id=group) as first:
+        first.assign([TP])
+        got = read(first, 6, max_records=6)
+        assert [r.value for r in got] == [b"new-%d" % i for i in range(6)]
+        first.commit()
+        assert first.committed(TP) == 6
+    cluster.settle()
+    with make_consumer(
+        cluster, bootstrap_servers=up_to_date, group_id=group, on_truncation="rewind"
+    ) as nxt:
+        nxt.assign([TP])
+        assert nxt.committed(TP) == 6
+        got = read(nxt, 4)
+        assert [r.value for r in got] == [b"new-%d" % i for i in range(6, 10)]
+        assert nxt.truncation_reports() == []
+
+
 def test_a_commit_by_name_is_deleted_with_the_topic_the_coordinator_learns_of_late(
     cluster: EmbeddedCluster,
 ) -> None:
-    """A commit by name is filed under the id the lagging coordinator gives the name (the
-    deleted topic's) and gone once it applies the deletion."""
+    """An offset given as an int names no topic id, so it goes by name: filed under the id
+    the lagging coordinator gives the name (the deleted topic's) and gone once it applies
+    the deletion (the known limit in docs/reliability.md)."""
     group, up_to_date = _recreated_under_a_lagging_coordinator(cluster)
     with make_consumer(cluster, bootstrap_servers=up_to_date, group_id=group) as first:
         first.assign([TP])
@@ -62,3 +94,36 @@ def test_a_commit_by_name_is_deleted_with_the_topic_the_coordinator_learns_of_la
     with make_consumer(cluster, bootstrap_servers=up_to_date, group_id=group) as nxt:
         nxt.assign([TP])
         assert nxt.committed(TP) is None
+
+
+def test_a_close_commit_of_a_deleted_incarnation_tells_the_next_session(
+    cluster: EmbeddedCluster,
+) -> None:
+    """A consumer reads, the topic is deleted and re-created, and the consumer commits its
+    position (in the deleted incarnation) and closes before it notices. By id the
+    coordinator refuses that for good, and Kafka deleted the group's earlier commits with the
+    topic: the next session would start from the reset policy and report nothing. The leader
+    names the new id, so the commit goes by name, and the next session reports the records
+    its predecessor read of the deleted incarnation."""
+    cluster.create_topic(TOPIC, replication_factor=2)
+    cluster.append(TOPIC, 0, [b"old-%d" % i for i in range(8)])
+    group = "closing"
+    # Metadata asked once: the consumer does not learn of the re-creation before it closes.
+    with make_consumer(cluster, group_id=group, metadata_max_age_ms=60_000) as first:
+        first.assign([TP])
+        got = read(first, 5, max_records=5)
+        assert [r.value for r in got] == [b"old-%d" % i for i in range(5)]
+        first.commit()
+        cluster.delete_topic(TOPIC)
+        cluster.create_topic(TOPIC, replication_factor=2)
+        cluster.append(TOPIC, 0, [b"new-%d" % i for i in range(3)])
+        first.commit()  # the closing commit: offset 5 of the deleted incarnation
+    with make_consumer(
+        cluster, group_id=group, on_truncation="rewind", allow_auto_create_topics=False
+    ) as nxt:
+        nxt.assign([TP])
+        got = read(nxt, 3, timeout=15)
+        assert [r.value for r in got] == [b"new-%d" % i for i in range(3)]
+        [rep] = nxt.truncation_reports()
+        assert rep.detected_by is DetectedBy.TOPIC_RECREATED
+        assert rep.divergence == EpochOffset(0, None) and rep.lost_count == 5

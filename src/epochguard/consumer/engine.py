@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -48,7 +48,7 @@ from epochguard.consumer.group import ClassicMember
 from epochguard.consumer.group_consumer import ConsumerGroupMember
 from epochguard.consumer.hanging import HangingTransactionMonitor
 from epochguard.consumer.left_positions import LeftPositions
-from epochguard.consumer.membership import Membership
+from epochguard.consumer.membership import CommitView, Membership
 from epochguard.consumer.records import ConsumerRecord, as_deserializer
 from epochguard.consumer.telemetry import TelemetryReporter
 from epochguard.offsets.errors import EpochGuardError
@@ -145,6 +145,8 @@ class ConsumerEngine:
         self.group: Membership | None = (
             membership(self._client, cfg, spawn) if cfg["group_id"] is not None else None
         )
+        if self.group is not None:
+            self.group.commit_view = self._commit_view
         self.assigned: list[TopicPartition] = []
         self._manual = False
         # subscribe() without a group_id: recompute the assignment after metadata answers.
@@ -556,6 +558,25 @@ class ConsumerEngine:
             fn = listener.on_partitions_revoked
         if fn is not None:
             yield Call(fn, (partitions,))
+
+    def _commit_view(self, topic: str, partitions: Sequence[int]) -> CommitView:
+        """The brokers this consumer's metadata names leaders of ``topic`` (of
+        ``partitions`` first, then of the topic's other partitions, each broker once), and
+        the ids the partitions' trackers know to be deleted incarnations."""
+        leaders = self.fetcher.metadata.leaders
+        asked = [TopicPartition(topic, p) for p in partitions]
+        others = sorted(tp for tp in list(leaders) if tp.topic == topic and tp not in asked)
+        nodes: list[int] = []
+        for tp in asked + others:
+            node = leaders.get(tp, (None, None))[0]
+            if node is not None and node not in nodes:
+                nodes.append(node)
+        older: set[str] = set()
+        for tp in asked:
+            tracker = self.fetcher.trackers.get(tp)
+            if tracker is not None:
+                older.update(tracker.old_topic_ids)
+        return CommitView(tuple(nodes), frozenset(older))
 
     def metadata_for(self, topics: set[str], deadline: float) -> Step[dict[str, set[int]]]:
         self.fetcher.metadata_topics.update(topics)

@@ -42,11 +42,13 @@ from epochguard.consumer.effects import (
 )
 from epochguard.consumer.membership import (
     COORDINATOR_ERRORS,
+    CommitNaming,
+    CommitViewOf,
     CoordinatorLink,
     Heartbeats,
     MembershipHost,
-    commit_topic_ids,
     commit_worth_retrying,
+    no_view,
 )
 from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.reopened import UndecidedTransaction
@@ -166,8 +168,11 @@ class ClassicMember:
         self.group_id: str = config["group_id"]
         self._instance_id: str | None = config.get("group_instance_id")
         self.link = CoordinatorLink(client, self.group_id, self._timeout_s())
-        #: OffsetCommit v10 by topic id (see :func:`commit_topic_ids`): off.
-        self.commits_by_topic_id = False
+        #: OffsetCommit v10 by topic id when the coordinator offers it (see
+        #: :class:`~epochguard.consumer.membership.CommitNaming`).
+        self.commits_by_topic_id = True
+        #: What the consumer knows of a topic, to judge a refused id (set by the engine).
+        self.commit_view: CommitViewOf = no_view
         self.member_id = ""
         self.generation = -1
         self.protocol: str | None = None
@@ -284,20 +289,26 @@ class ClassicMember:
         with self._lock:
             generation, member = self.generation, self.member_id
         subscribed = self.protocol is not None
-        req = wire.offset_commit_request(
-            self.group_id,
-            [
-                (tp, pos.offset, pos.leader_epoch, provenance_metadata(pos, metadata))
-                for tp, (pos, metadata) in offsets.items()
-            ],
-            generation if subscribed else None,
-            member if subscribed else "",
-            self._instance_id if subscribed else None,
-            commit_topic_ids(offsets, self.commits_by_topic_id),
-        )
+        entries = [
+            (tp, pos.offset, pos.leader_epoch, provenance_metadata(pos, metadata))
+            for tp, (pos, metadata) in offsets.items()
+        ]
+        naming = CommitNaming(offsets, self.commits_by_topic_id)
         while True:
-            resp = yield from self._call(req, deadline)
-            errors = wire.commit_errors(resp)
+            errors: set[type[kerrors.KafkaError]] = set()
+            refused: set[str] = set()
+            for part, topic_ids in naming.requests(entries):
+                req = wire.offset_commit_request(
+                    self.group_id,
+                    part,
+                    generation if subscribed else None,
+                    member if subscribed else "",
+                    self._instance_id if subscribed else None,
+                    topic_ids,
+                )
+                resp = yield from self._call(req, deadline)
+                errors |= wire.commit_errors(resp)
+                refused |= wire.commit_refused_topic_ids(resp)
             if not errors:
                 log.debug(
                     "offsets_committed",
@@ -306,6 +317,17 @@ class ClassicMember:
                 )
                 return
             if commit_worth_retrying(self.link, errors) and time.monotonic() < deadline:
+                if refused and (
+                    yield from naming.judge(
+                        self._client,
+                        self.commit_view,
+                        refused,
+                        deadline,
+                        self._timeout_s(),
+                        self.group_id,
+                    )
+                ):
+                    continue
                 yield Sleep(_RETRY_S)
                 continue
             if any(issubclass(e, (*_REJOIN_ERRORS, *_COMMIT_REJOIN_ERRORS)) for e in errors):

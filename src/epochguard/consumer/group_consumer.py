@@ -59,11 +59,13 @@ from epochguard.consumer.group import (
 )
 from epochguard.consumer.membership import (
     COORDINATOR_ERRORS,
+    CommitNaming,
+    CommitViewOf,
     CoordinatorLink,
     Heartbeats,
     MembershipHost,
-    commit_topic_ids,
     commit_worth_retrying,
+    no_view,
 )
 from epochguard.offsets.position import EpochOffset
 
@@ -98,8 +100,11 @@ class ConsumerGroupMember:
         self.group_id: str = config["group_id"]
         self._instance_id: str | None = config.get("group_instance_id")
         self.link = CoordinatorLink(client, self.group_id, self._timeout_s())
-        #: OffsetCommit v10 by topic id (see :func:`commit_topic_ids`): off.
-        self.commits_by_topic_id = False
+        #: OffsetCommit v10 by topic id when the coordinator offers it (see
+        #: :class:`~epochguard.consumer.membership.CommitNaming`).
+        self.commits_by_topic_id = True
+        #: What the consumer knows of a topic, to judge a refused id (set by the engine).
+        self.commit_view: CommitViewOf = no_view
         # KIP-1082: the member makes up its id once and keeps it for its whole life.
         self.member_id = str(uuid.uuid4())
         self.member_epoch = 0
@@ -524,19 +529,24 @@ class ConsumerGroupMember:
             (tp, p.offset, p.leader_epoch, provenance_metadata(p, m))
             for tp, (p, m) in offsets.items()
         ]
-        topic_ids = commit_topic_ids(offsets, self.commits_by_topic_id)
+        naming = CommitNaming(offsets, self.commits_by_topic_id)
         while True:
             with self._lock:
                 epoch, in_group = self.member_epoch, self.member_epoch > 0
-            if in_group:
-                req = wire.member_offset_commit_request(
-                    self.group_id, entries, self.member_id, epoch, topic_ids
-                )
-            else:
-                # Not a member (yet): the coordinator takes it only while the group is empty.
-                req = wire.offset_commit_request(self.group_id, entries, None, "", None, topic_ids)
-            resp = yield from self._call(req, deadline)
-            errors = wire.commit_errors(resp)
+            errors: set[type[kerrors.KafkaError]] = set()
+            refused: set[str] = set()
+            for part, topic_ids in naming.requests(entries):
+                if in_group:
+                    req = wire.member_offset_commit_request(
+                        self.group_id, part, self.member_id, epoch, topic_ids
+                    )
+                else:
+                    # Not a member (yet): the coordinator takes it only while the group is
+                    # empty.
+                    req = wire.offset_commit_request(self.group_id, part, None, "", None, topic_ids)
+                resp = yield from self._call(req, deadline)
+                errors |= wire.commit_errors(resp)
+                refused |= wire.commit_refused_topic_ids(resp)
             if not errors:
                 log.debug(
                     "offsets_committed",
@@ -546,6 +556,17 @@ class ConsumerGroupMember:
                 )
                 return
             if commit_worth_retrying(self.link, errors) and time.monotonic() < deadline:
+                if refused and (
+                    yield from naming.judge(
+                        self._client,
+                        self.commit_view,
+                        refused,
+                        deadline,
+                        self._timeout_s(),
+                        self.group_id,
+                    )
+                ):
+                    continue
                 yield Sleep(_RETRY_S)
                 continue
             if errors == {kerrors.StaleMemberEpochError}:

@@ -15,9 +15,10 @@ background step the driver spawns (a thread or a task).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
+import attrs
 import kafka.errors as kerrors
 from kafka.structs import TopicPartition
 
@@ -28,7 +29,14 @@ from epochguard.consumer.effects import Await, Signal, Sleep, Step, TaskHandle, 
 from epochguard.offsets.policy import RetryBackoff
 from epochguard.offsets.position import EpochOffset
 
-__all__ = ["CoordinatorLink", "Heartbeats", "Membership", "MembershipHost"]
+__all__ = [
+    "CommitNaming",
+    "CommitView",
+    "CoordinatorLink",
+    "Heartbeats",
+    "Membership",
+    "MembershipHost",
+]
 
 log = get_logger("epochguard.consumer")
 
@@ -206,17 +214,163 @@ def commit_topic_ids(
     offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], by_id: bool
 ) -> dict[TopicPartition, str | None] | None:
     """The topic ids an OffsetCommit names: none (by name, the position's id in the commit's
-    metadata) unless ``by_id``, then each position's own (the incarnation it was read in).
-
-    By id (v10), a coordinator that lags a re-creation refuses the new topic's id until it
-    knows it, and keeps the commit; but it also refuses for good a position in a topic
-    deleted meanwhile, and the next owner then finds nothing telling it of the re-creation,
-    where a commit by name carries the deleted id to it. Telling the two refusals apart needs
-    the partition leader's view of the topic id, not asked for yet: members commit by name
-    (docs/reliability.md, known limits)."""
+    metadata) unless ``by_id``, then each position's own (the incarnation it was read in)."""
     if not by_id:
         return None
     return {tp: pos.topic_id for tp, (pos, _m) in offsets.items()}
+
+
+def refused_id_deleted(
+    topic_id: str, topic: str, answer: wire.MetadataAnswer, older: Collection[str] = ()
+) -> bool:
+    """Whether ``topic_id``, refused by a coordinator (UNKNOWN_TOPIC_ID to a commit by id),
+    is a deleted incarnation of ``topic``, judged by a partition leader's Metadata answer.
+
+    A leader serves the live incarnation, so its metadata names the live id: another id
+    there means ``topic_id`` was deleted (ids are never reused), and a commit by name goes
+    to the live topic with the deleted id in its metadata, where the next owner sees the
+    re-creation. The same id means the coordinator lags the topic: by id it takes the commit
+    once it knows the id and keeps it (by name it would file it under the id its view gives
+    the name, a deleted one, and drop it). No topic by that name, an error or no id decide
+    nothing: by id, asked again next round. A leader that itself lags the deletion names
+    the old id until it applies it, so asking again converges; one that names an id in
+    ``older`` (known deleted: the consumer saw a leader serve a later one) is behind too."""
+    for t in answer.topics:
+        if t.name == topic and t.error is None and t.topic_id is not None:
+            named = _canonical(t.topic_id)
+            if named in {_canonical(o) for o in older}:
+                return False
+            return named != _canonical(topic_id)
+    return False
+
+
+def _canonical(topic_id: str | None) -> str | None:
+    """A topic id as an answer names it (lower-case UUID text); ``None``: no id, or text
+    that is no UUID (a commit names those by name)."""
+    return wire.topic_id_from_wire(wire.topic_id_to_wire(topic_id))
+
+
+@attrs.frozen
+class CommitView:
+    """What the consumer knows that judges a refused topic id: the brokers its metadata
+    names leaders of the topic (of the commit's partitions first, each once), and the
+    topic ids its trackers know to be deleted incarnations."""
+
+    leaders: tuple[int, ...] = ()
+    older_ids: frozenset[str] = frozenset()
+
+
+#: The engine's :class:`CommitView` of ``(topic, partitions)``.
+CommitViewOf = Callable[[str, Sequence[int]], CommitView]
+
+#: One partition of an OffsetCommit: ``(tp, offset, leader epoch, metadata)``.
+CommitEntry = tuple[TopicPartition, int, int | None, str]
+
+
+def no_view(_topic: str, _partitions: Sequence[int]) -> CommitView:
+    return CommitView()
+
+
+class CommitNaming:
+    """How one commit names its partitions' topics: by each position's topic id (when every
+    position has one and ``by_id``), until a partition leader shows an id deleted
+    (:func:`refused_id_deleted`); that id's partitions then go by name, in a request of
+    their own."""
+
+    def __init__(self, offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], by_id: bool):
+        ids = commit_topic_ids(offsets, by_id)
+        canonical = {tp: _canonical(i) for tp, i in (ids or {}).items()}
+        # One position without an id names them all by name, as Java's CommitRequestManager.
+        self._ids: dict[TopicPartition, str] | None = (
+            None
+            if ids is None or any(i is None for i in canonical.values())
+            else {tp: i for tp, i in canonical.items() if i is not None}
+        )
+        #: Partitions whose position's topic id a leader showed deleted.
+        self.by_name: set[TopicPartition] = set()
+
+    def requests(
+        self, entries: Sequence[CommitEntry]
+    ) -> list[tuple[list[CommitEntry], dict[TopicPartition, str] | None]]:
+        """The requests of one round, as ``(entries, topic ids or None: by name)``."""
+        ids = self._ids
+        if ids is None:
+            return [(list(entries), None)]
+        by_id = [e for e in entries if e[0] not in self.by_name]
+        by_name = [e for e in entries if e[0] in self.by_name]
+        out: list[tuple[list[CommitEntry], dict[TopicPartition, str] | None]] = []
+        if by_id:
+            out.append((by_id, ids))
+        if by_name:
+            out.append((by_name, None))
+        return out
+
+    def refused(self, topic_ids: set[str]) -> dict[str, list[TopicPartition]]:
+        """The partitions still committed by id under each refused id."""
+        out: dict[str, list[TopicPartition]] = {}
+        for tp, tid in (self._ids or {}).items():
+            if tid in topic_ids and tp not in self.by_name:
+                out.setdefault(tid, []).append(tp)
+        return out
+
+    def on_leader_answer(
+        self,
+        topic_id: str,
+        partitions: Sequence[TopicPartition],
+        answer: wire.MetadataAnswer,
+        older: Collection[str] = (),
+    ) -> bool:
+        """Takes a leader's Metadata answer for the refused ``topic_id``; whether its
+        partitions go by name from now on."""
+        if not partitions or not refused_id_deleted(topic_id, partitions[0].topic, answer, older):
+            return False
+        self.by_name.update(partitions)
+        return True
+
+    def judge(
+        self,
+        client: BrokerClient,
+        view_of: CommitViewOf,
+        refused: set[str],
+        deadline: float,
+        timeout_s: float,
+        group_id: str,
+    ) -> Step[bool]:
+        """Asks a leader of each refused id's topic (in the consumer's metadata) for the
+        topic, never past ``deadline``; whether a partition goes by name from now on. No
+        leader, or none answering, leaves the commit by id (asked again next round)."""
+        changed = False
+        for tid, tps in sorted(self.refused(refused).items()):
+            topic = tps[0].topic
+            view = view_of(topic, [tp.partition for tp in tps])
+            for node in view.leaders:
+                # request() waits half a second past the request's own timeout.
+                remaining = deadline - time.monotonic() - 0.5
+                if remaining <= 0:
+                    return changed
+                req = wire.metadata_request([topic], allow_auto_create=False)
+                try:
+                    resp = yield from request(client, node, req, min(timeout_s, remaining))
+                except kerrors.KafkaError as exc:
+                    log.debug(
+                        "commit_leader_metadata_failed", group=group_id, node=node, error=repr(exc)
+                    )
+                    continue
+                answer = wire.read_metadata(resp)
+                if answer.error is not None:
+                    continue
+                if self.on_leader_answer(tid, tps, answer, view.older_ids):
+                    changed = True
+                    log.info(
+                        "commit_by_name_for_deleted_topic_id",
+                        group=group_id,
+                        topic=topic,
+                        topic_id=tid,
+                        node=node,
+                        partitions=sorted(tp.partition for tp in tps),
+                    )
+                break
+        return changed
 
 
 class MembershipHost(Protocol):
@@ -248,6 +402,7 @@ class Membership(Protocol):
     rebalances: int
     rejoin_needed: bool
     commits_by_topic_id: bool
+    commit_view: CommitViewOf
 
     @property
     def generation(self) -> int: ...

@@ -92,6 +92,7 @@ __all__ = [
     "WireValueError",
     "broker_addresses",
     "commit_errors",
+    "commit_refused_topic_ids",
     "commit_topics",
     "consumer_group_describe_request",
     "consumer_group_heartbeat_request",
@@ -1279,6 +1280,19 @@ def commit_errors(response: Any) -> set[type[ERR.KafkaError]]:
     """The distinct partition errors of an OffsetCommit answer (empty: all committed)."""
     errors = {error_from_wire(p.error_code) for _tp, p in _partitions(response)}
     return {e for e in errors if e is not None}
+
+
+def commit_refused_topic_ids(response: Any) -> set[str]:
+    """The topic ids an OffsetCommit v10 answer refused with UNKNOWN_TOPIC_ID (text; empty
+    for an answer by name)."""
+    refused: set[str] = set()
+    for topic in response.topics:
+        tid = topic_id_from_wire(getattr(topic, "topic_id", None))
+        if tid is not None and any(
+            p.error_code == ErrorCode.UNKNOWN_TOPIC_ID for p in topic.partitions
+        ):
+            refused.add(tid)
+    return refused
 
 
 # ------------------------------------------------- group: offsets by topic id (OffsetCommit v10)

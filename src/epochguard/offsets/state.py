@@ -588,6 +588,12 @@ class PartitionTracker:
         return self._topic_id
 
     @property
+    def old_topic_ids(self) -> tuple[str, ...]:
+        """Topic ids known to be older than one a leader served since they were named (the
+        last few): deleted incarnations of the topic."""
+        return self._old_topic_ids
+
+    @property
     def position_is_exact(self) -> bool:
         """True when the position's epoch is the epoch of the record before it as read by
         this tracker (or promised by ``epoch_exact``), False when it is an upper bound (after

@@ -442,7 +442,6 @@ def generate(
         weights += [(k, w) for k, w in TXN_FAULT_WEIGHTS if unclean or k != "unclean"]
     kinds, ws = zip(*weights, strict=True)
     out: list[Step] = []
-    recreates_under_group = src == "group" and any(k == "recreate" and w > 0 for k, w in weights)
     blackholed = False
     for _ in range(steps):
         kind = rng.choices(kinds, ws)[0]
@@ -450,13 +449,6 @@ def generate(
             # A consumer created while a bootstrap broker is half-open can wait out
             # bootstrap_timeout_ms on it and fail (kafka-python's bootstrap tries one
             # address; docs/guides/testing.md, fault proxy limits): kept apart until that is fixed.
-            kind = "idle"
-        if kind == "metadata" and recreates_under_group:
-            # A group coordinator whose metadata lags a re-creation takes commits of the new
-            # incarnation, then deletes them with the topic it learns was deleted (Kafka
-            # deletes a deleted topic's commits by name): the next session starts without
-            # them (docs/reliability.md, known limits). Kept apart; schedules that store
-            # positions in an offset store see metadata delays across re-creations.
             kind = "idle"
         p = rng.randrange(n_parts)
         pick = rng.randrange(6)

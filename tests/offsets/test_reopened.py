@@ -4,6 +4,8 @@ decision the consumer acted on no longer holds, and never on a log that keeps it
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.structs import TopicPartition
 
 from epochguard.offsets.errors import InvalidTransitionError
@@ -18,6 +20,8 @@ from epochguard.offsets.reopened import (
     UndecidedTransaction,
     _Txn,
 )
+
+from ..examples import scaled
 
 TP = TopicPartition("t", 0)
 P, Q = 1000, 2000
@@ -329,3 +333,70 @@ def test_a_new_reader_that_starts_elsewhere_keeps_only_what_still_holds() -> Non
 def test_a_malformed_hand_over_is_refused(bad: list[object]) -> None:
     with pytest.raises(ValueError, match="not an undecided transaction"):
         UndecidedTransaction.from_json(bad)
+
+
+# One reader, or two with a hand-over: the same reports. The prefix a first reader read (and
+# perhaps past the committed position), then one continuation from that position, read
+# either by the same reader or by a new one that inherited the commit's transactions.
+_KINDS = st.sampled_from([D, S, C, A])
+
+
+@st.composite
+def _log(draw: st.DrawFn, start: int, size: int) -> list[TxnBatch]:
+    out: list[TxnBatch] = []
+    at = start
+    for _ in range(draw(st.integers(0, size))):
+        kind = draw(_KINDS)
+        n = 1 if kind in (C, A) else draw(st.integers(1, 2))
+        out.append(b(draw(st.sampled_from([P, Q, 3000])), at, at + n - 1, kind))
+        at += n
+    return out
+
+
+def _answers(draw: st.DrawFn, log: list[TxnBatch], start: int) -> list[tuple[int, list, int]]:
+    """``log`` cut into Fetch answers: (fetch offset, batches, next offset)."""
+    out, at, i = [], start, 0
+    while i < len(log):
+        j = i + draw(st.integers(1, 3))
+        part = log[i:j]
+        out.append((at, part, part[-1].last + 1))
+        at, i = part[-1].last + 1, j
+    return out
+
+
+def _plain(found: list) -> list[tuple]:
+    return [
+        (
+            f.producer_id,
+            f.first_offset,
+            f.last_offset,
+            f.delivered,
+            f.cause,
+            f.now_committed,
+            f.marker_offset,
+        )
+        for f in found
+    ]
+
+
+@settings(max_examples=scaled(300), deadline=None)
+@given(st.data())
+def test_a_hand_over_reports_what_the_reader_itself_would_have(data: st.DataObject) -> None:
+    prefix = data.draw(_log(0, 8))
+    end = prefix[-1].last + 1 if prefix else 0
+    at = data.draw(st.integers(0, end))
+    first = TransactionLedger(TP)
+    for fetch, part, nxt in _answers(data.draw, prefix, 0):
+        first.read(fetch, part, nxt)
+    if first.next_offset is None:
+        first.read(0, [], end)
+    handed = first.undecided_below(at)
+    follower = TransactionLedger(TP)
+    follower.inherit(at, [UndecidedTransaction.from_json(t.to_json()) for t in handed])
+    rest = _answers(data.draw, data.draw(_log(at, 8)), at)
+    same: list = []
+    other: list = []
+    for fetch, part, nxt in rest:
+        same += _plain(first.read(fetch, part, nxt))
+        other += _plain(follower.read(fetch, part, nxt))
+    assert other == same

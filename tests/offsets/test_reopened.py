@@ -3,6 +3,8 @@ decision the consumer acted on no longer holds, and never on a log that keeps it
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +15,7 @@ from epochguard.offsets.reopened import (
     TRANSITIONS,
     BatchKind,
     ReopenCause,
+    ReopenedTransaction,
     TransactionLedger,
     TxnBatch,
     TxnState,
@@ -353,9 +356,10 @@ def _log(draw: st.DrawFn, start: int, size: int) -> list[TxnBatch]:
     return out
 
 
-def _answers(draw: st.DrawFn, log: list[TxnBatch], start: int) -> list[tuple[int, list, int]]:
+def _answers(draw: Any, log: list[TxnBatch], start: int) -> list[tuple[int, list[TxnBatch], int]]:
     """``log`` cut into Fetch answers: (fetch offset, batches, next offset)."""
-    out, at, i = [], start, 0
+    out: list[tuple[int, list[TxnBatch], int]] = []
+    at, i = start, 0
     while i < len(log):
         j = i + draw(st.integers(1, 3))
         part = log[i:j]
@@ -364,7 +368,7 @@ def _answers(draw: st.DrawFn, log: list[TxnBatch], start: int) -> list[tuple[int
     return out
 
 
-def _plain(found: list) -> list[tuple]:
+def _plain(found: list[ReopenedTransaction]) -> list[tuple[Any, ...]]:
     return [
         (
             f.producer_id,
@@ -394,8 +398,8 @@ def test_a_hand_over_reports_what_the_reader_itself_would_have(data: st.DataObje
     follower = TransactionLedger(TP)
     follower.inherit(at, [UndecidedTransaction.from_json(t.to_json()) for t in handed])
     rest = _answers(data.draw, data.draw(_log(at, 8)), at)
-    same: list = []
-    other: list = []
+    same: list[tuple[Any, ...]] = []
+    other: list[tuple[Any, ...]] = []
     for fetch, part, nxt in rest:
         same += _plain(first.read(fetch, part, nxt))
         other += _plain(follower.read(fetch, part, nxt))

@@ -27,7 +27,7 @@ from epochguard.testing import ports
 from epochguard.testing.embedded.fetch_frame import (
     fetch_response_parts,
     join_stored_batches,
-    send_parts,
+    write_parts,
 )
 from epochguard.testing.embedded.handlers import REGISTRY, RequestContext, load_all
 from epochguard.testing.embedded.security import PLAINTEXT, SASL_SSL, SSL, Connection
@@ -515,7 +515,7 @@ class EmbeddedServer:
             else None
         )
         if parts is not None:
-            send_parts(writer.transport, parts)
+            await write_parts(writer, parts)
         else:
             if isinstance(response, FetchResponse):
                 join_stored_batches(response)

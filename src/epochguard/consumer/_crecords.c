@@ -13,6 +13,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #define N_FIELDS 13
 
@@ -1140,7 +1143,12 @@ decode_batch_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 PyDoc_STRVAR(unfilled_bytearray_doc,
 "unfilled_bytearray(n) -> bytearray of n bytes whose contents are not set: for a buffer\n"
 "the caller fills completely before reading it (a Fetch frame read off a socket), without\n"
-"bytearray(n)'s zeroing of every byte first.");
+"bytearray(n)'s zeroing of every byte first; from 8 MiB on Linux, backed by transparent\n"
+"huge pages where the system grants them.");
+
+/* Transparent huge pages for the aligned part of a buffer at least this large. */
+#define HUGE_PAGE_BYTES ((uintptr_t)2 * 1024 * 1024)
+#define HUGE_PAGE_MIN_BUFFER (8 * 1024 * 1024)
 
 static PyObject *
 unfilled_bytearray(PyObject *self, PyObject *arg)
@@ -1149,7 +1157,22 @@ unfilled_bytearray(PyObject *self, PyObject *arg)
     Py_ssize_t n = size_arg(arg);
     if (n < 0)
         return NULL;
-    return PyByteArray_FromStringAndSize(NULL, n);
+    PyObject *buf = PyByteArray_FromStringAndSize(NULL, n);
+#ifdef MADV_HUGEPAGE
+    /* A large frame's buffer is mostly fresh memory from the system, faulted in page by
+       page as the socket fills it: 4 KiB pages cost about 28 ms per 50 MiB on the
+       measuring machine, 2 MiB ones about 8 ms. Asked before any page is touched; where
+       the system leaves huge pages to madvise (a common default), this is what gets them.
+       A refusal only leaves the small pages. */
+    if (buf != NULL && n >= HUGE_PAGE_MIN_BUFFER) {
+        uintptr_t start = (uintptr_t)PyByteArray_AS_STRING(buf);
+        uintptr_t first = (start + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);
+        uintptr_t last = (start + (uintptr_t)n) & ~(HUGE_PAGE_BYTES - 1);
+        if (last > first)
+            (void)madvise((void *)first, (size_t)(last - first), MADV_HUGEPAGE);
+    }
+#endif
+    return buf;
 }
 
 static PyMethodDef methods[] = {

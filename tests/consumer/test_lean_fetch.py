@@ -467,6 +467,43 @@ def test_new_frame_buffers_are_unfilled_bytearrays_of_the_size_asked() -> None:
             client._new_frame_buffer(-1)
 
 
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of this process's mapping that holds ``address``."""
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    return []
+
+
+def _thp_mode() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/smaps")
+    or client._new_frame_buffer is bytearray
+    or "[madvise]" not in _thp_mode(),
+    reason="transparent huge pages on request (Linux, THP in madvise mode, the C extension)",
+)
+def test_a_large_frame_buffer_asks_for_huge_pages() -> None:
+    import ctypes
+
+    size = 16 * 1024 * 1024
+    buf = client._new_frame_buffer(size)
+    middle = ctypes.addressof((ctypes.c_char * size).from_buffer(buf)) + size // 2
+    assert "hg" in _vm_flags(middle)
+
+
 def test_frames_below_the_pooled_size_are_not_kept() -> None:
     parser = _lean_parser()
     small, _ = _answer_unpooled(parser)

@@ -18,6 +18,7 @@ from epochguard.testing.embedded.fetch_frame import (
     fetch_response_parts,
     join_stored_batches,
     send_parts,
+    write_parts,
 )
 
 from ..examples import scaled
@@ -299,3 +300,79 @@ def test_send_parts_skips_empty_buffers() -> None:
         while len(got) < 70_004 - sum(len(bytes(p)) for p in transport.written):
             got += peer.recv(1 << 20)
     assert bytes(got) + b"".join(bytes(p) for p in transport.written) == b"head" + b"r" * 70_000
+
+
+async def _write_parts_and_read(
+    chunks_before: list[bytes], parts: list[bytes], sndbuf: int
+) -> tuple[bytes, int]:
+    """Write ``chunks_before`` through the transport, then ``parts`` with ``write_parts``,
+    on a loopback connection whose reader starts late; the bytes read and the most the
+    transport held once ``write_parts`` had started."""
+    received = bytearray()
+    expected = sum(map(len, chunks_before)) + sum(map(len, parts))
+    got_all = asyncio.Event()
+    start_reading = asyncio.Event()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await start_reading.wait()
+        while len(received) < expected:
+            received.extend(await reader.read(65536))
+        got_all.set()
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    for chunk in chunks_before:
+        writer.write(chunk)
+    held = [0]
+    before = writer.transport.get_write_buffer_size()
+
+    async def watch() -> None:
+        while not got_all.is_set():
+            held[0] = max(held[0], writer.transport.get_write_buffer_size() - before)
+            await asyncio.sleep(0)
+
+    watcher = asyncio.ensure_future(watch())
+    task = asyncio.ensure_future(write_parts(writer, parts))
+    await asyncio.sleep(0.05)
+    start_reading.set()
+    await asyncio.wait_for(task, 30)
+    await asyncio.wait_for(got_all.wait(), 30)
+    await watcher
+    writer.close()
+    server.close()
+    await server.wait_closed()
+    return bytes(received), held[0]
+
+
+def test_write_parts_writes_every_byte_in_order_holding_one_part_at_most() -> None:
+    # A small send buffer and a reader that starts late: what the socket does not take
+    # waits in write_parts, and the transport is given one part at a time (never the
+    # answer joined), while the peer reads every part in order.
+    parts = [bytes([i]) * 300_000 for i in range(1, 9)]
+    got, held = asyncio.run(_write_parts_and_read([], parts, sndbuf=4096))
+    assert got == b"".join(parts)
+    assert held <= 300_000
+
+
+def test_write_parts_goes_behind_what_the_transport_still_holds() -> None:
+    before = [b"\x07" * 2_000_000]
+    parts = [b"p" * 10, b"q" * 70_000, b"r" * 5]
+    got, _held = asyncio.run(_write_parts_and_read(before, parts, sndbuf=4096))
+    assert got == before[0] + b"".join(parts)
+
+
+def test_write_parts_leaves_tls_to_the_transport() -> None:
+    sock, peer = socket.socketpair()
+    with sock, peer:
+        transport = _Transport(sock, tls=True)
+
+        class Writer:
+            pass
+
+        writer = Writer()
+        writer.transport = transport  # type: ignore[attr-defined]
+        asyncio.run(write_parts(writer, [b"a", b"b"]))  # type: ignore[arg-type]
+    assert transport.written == [b"a", b"b"]

@@ -119,3 +119,24 @@ def test_closing_the_cluster_lets_a_stopped_brokers_port_go() -> None:
         port = _port(c.broker_address(2))
         c.stop_broker(2)
     _bind_elsewhere(port, reuse_address=False).close()
+
+
+def test_accepted_connections_have_tcp_nodelay(cluster: EmbeddedCluster) -> None:
+    # As Kafka's: without it, an answer's last partial segment waited for the client's
+    # delayed ACK (40 ms) whenever the client had not yet acknowledged the previous answer.
+    import time
+
+    host, _, port = cluster.bootstrap_servers.split(",")[0].rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=5):
+        server = cluster._server
+        deadline = time.monotonic() + 5
+        socks: list[socket.socket] = []
+        while not socks and time.monotonic() < deadline:
+            socks = cluster._call(
+                lambda: [
+                    w.get_extra_info("socket") for conns in server._conns.values() for w in conns
+                ]
+            )
+            time.sleep(0.01)
+        assert socks
+        assert all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in socks)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import select
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -106,6 +107,10 @@ class _LoopIO:
         self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
         self._timer_due = 0.0
         self._fd: int = self._net._selector.fileno()
+        # Whether the selector's descriptor is readable (a socket it watches is ready),
+        # asked without a turn of the selector (see flush).
+        self._ready_fd = select.poll()
+        self._ready_fd.register(self._fd, select.POLLIN)
         self._tasks: set[asyncio.Task[Any]] = set()
         #: When the loop last ran other callbacks (see :meth:`give_loop_a_turn`).
         self.loop_ran_at = time.monotonic()
@@ -136,8 +141,21 @@ class _LoopIO:
         left the broker idle for that time), and an answer arriving meanwhile is read off
         the socket, so the broker can keep writing."""
         net = self._net
-        if net._ready or time.monotonic() - self._stepped_at >= _FLUSH_INTERVAL_S:
+        if net._ready:
             self._serve()
+            return
+        now = time.monotonic()
+        if now - self._stepped_at < _FLUSH_INTERVAL_S:
+            return
+        # Nothing waits to go out: a turn would only read what the sockets hold and run
+        # the selector's timers that are due. Its descriptor tells whether a socket is
+        # ready (one poll(2)), so the turns that would find nothing are skipped: most of
+        # them once a large answer is in and its records are handed out.
+        wait = net._next_scheduled_timeout(now)
+        if (wait is not None and wait <= 0) or self._ready_fd.poll(0):
+            self._serve()
+        else:
+            self._stepped_at = now
 
     def _serve(self) -> None:
         """Send the requests handed to the connections and read what the sockets hold (the

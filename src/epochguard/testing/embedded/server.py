@@ -27,7 +27,7 @@ from epochguard.testing import ports
 from epochguard.testing.embedded.fetch_frame import (
     fetch_response_parts,
     join_stored_batches,
-    send_parts,
+    write_parts,
 )
 from epochguard.testing.embedded.handlers import REGISTRY, RequestContext, load_all
 from epochguard.testing.embedded.security import PLAINTEXT, SASL_SSL, SSL, Connection
@@ -118,6 +118,18 @@ def stop_listening(sock: socket.socket) -> socket.socket:
         held.close()
         raise
     return held
+
+
+def _no_delay(writer: asyncio.StreamWriter) -> None:
+    """TCP_NODELAY on an accepted connection, as Kafka sets it. asyncio sets it only on a
+    socket made with ``proto=IPPROTO_TCP`` (the listener's is 0); without it, the last
+    partial segment of an answer written while the client has not yet acknowledged the
+    previous one waited for the client's delayed ACK (40 ms): a Metadata request sent
+    right behind another one was answered 40 ms late."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 async def serve_on(callback: Any, sock: socket.socket, **kw: Any) -> asyncio.Server:
@@ -357,6 +369,7 @@ class EmbeddedServer:
             return
         conns = self._conns.setdefault(broker_id, set())
         conns.add(writer)
+        _no_delay(writer)
         # The next frame's size is read while a request is handled, so that a client that
         # goes away is noticed during a long poll (Fetch max_wait_ms can be hours): Kafka
         # closes such a connection and drops its request, and so does this server.
@@ -502,7 +515,7 @@ class EmbeddedServer:
             else None
         )
         if parts is not None:
-            send_parts(writer.transport, parts)
+            await write_parts(writer, parts)
         else:
             if isinstance(response, FetchResponse):
                 join_stored_batches(response)

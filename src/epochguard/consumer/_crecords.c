@@ -362,9 +362,17 @@ decode_in(PyObject *const *args, const unsigned char *buf, Py_ssize_t size)
             PyObject *vs = size_obj(&size_cache[1], vlen);
             PyObject *hs = PyLong_FromLongLong(hsize);
             /* Not tp_alloc (PyType_GenericAlloc): that zeroes the slots and tracks the
-               tuple, which is then filled at once and, most often, untracked again. */
+               tuple, which is then filled at once and, most often, untracked again. Up to
+               3.13 a tuple has no field beyond its items (3.14 caches its hash in one that
+               its own allocator sets): later versions take tp_alloc. */
+#if PY_VERSION_HEX < 0x030E0000
             rec = ks && vs && hs ? (PyObject *)PyObject_GC_NewVar(PyTupleObject, cls, N_FIELDS)
                                  : NULL;
+#else
+            rec = ks && vs && hs ? cls->tp_alloc(cls, N_FIELDS) : NULL;
+            if (rec != NULL)
+                PyObject_GC_UnTrack(rec);
+#endif
             if (rec == NULL) {
                 Py_DECREF(offset_obj);
                 Py_DECREF(ts_obj);

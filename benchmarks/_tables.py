@@ -126,6 +126,14 @@ def measured(record: dict[str, Any], extra: str = "") -> str:
 # ----------------------------------------------------------------------------- tables
 
 
+def _rounds(record: Any) -> str:
+    """How many rounds the rows took: a partial run keeps the other rows' own."""
+    counts = sorted(
+        {c.get("repeat", result_of(record)["repeat"]) for c in result_of(record)["cases"]}
+    )
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+
+
 def matrix(results: Path) -> str:
     record = load("matrix", results)
     cases = result_of(record)["cases"]
@@ -145,7 +153,7 @@ def matrix(results: Path) -> str:
     out = table(["value", "partitions", "codec", *(CLIENT_NAMES[k] for k in clients)], rows)
     loads = [c["load_avg_1m_before"] for c in cases]
     return out + (
-        f"\n*Records/s, best of {result_of(record)['repeat']} rounds per client; measured {when}"
+        f"\n*Records/s, best of {_rounds(record)} rounds per client; measured {when}"
         f" on one EmbeddedCluster broker in its own process; load average "
         f"{min(loads):g}-{max(loads):g}.*\n"
     )
@@ -199,7 +207,7 @@ def matrix_asyncio(results: Path) -> str:
     when = first if first == last else f"{first} to {last}"
     loads = [c["load_avg_1m_before"] for c in cases]
     return table(header, rows) + (
-        f"\n*Records/s, best of {result_of(record)['repeat']} rounds per client, in the same "
+        f"\n*Records/s, best of {_rounds(record)} rounds per client, in the same "
         f"runs as the table above; ratios of the best and of the median rounds; loop blocked: "
         f"the longest the event loop went without running a 1 ms ticker task (median over "
         f"rounds). Measured {when}; load average {min(loads):g}-{max(loads):g}.*\n"

@@ -410,25 +410,26 @@ class TransactionLedger:
             return
         if fetch_offset > at:
             self._open.clear()
-            return
+        else:
+            self._read_again_from(fetch_offset)
+
+    def _read_again_from(self, offset: int) -> None:
+        """Open transactions keep only their records below ``offset``: the rest will be
+        read again."""
         for pid, txn in list(self._open.items()):
-            if txn.first >= fetch_offset:
+            if txn.first >= offset:
                 del self._open[pid]
             else:
-                txn.last = min(txn.last, fetch_offset - 1)
+                txn.last = min(txn.last, offset - 1)
+                if txn.undecided_last is not None:
+                    txn.undecided_last = min(txn.undecided_last, offset - 1)
 
     def _jump(self, offset: int) -> None:
         """An answer that does not continue the last one: the records from ``offset`` on
         will be read again (backwards), or the ones in between never (forwards)."""
         if self.next_offset is not None and offset < self.next_offset:
             self._origin = min(self._origin, offset)
-            for pid, txn in list(self._open.items()):
-                if txn.first >= offset:
-                    del self._open[pid]
-                else:
-                    txn.last = min(txn.last, offset - 1)
-                    if txn.undecided_last is not None:
-                        txn.undecided_last = min(txn.undecided_last, offset - 1)
+            self._read_again_from(offset)
             again = [t for t in self._decided if t.marker is not None and t.marker >= offset]
             self._decided = collections.deque(
                 t for t in self._decided if t.marker is not None and t.marker < offset

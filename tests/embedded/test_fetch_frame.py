@@ -17,7 +17,6 @@ from epochguard.testing.embedded.fetch_frame import (
     StoredBatches,
     fetch_response_parts,
     join_stored_batches,
-    send_parts,
     write_parts,
 )
 
@@ -193,66 +192,8 @@ def test_stored_batches_are_handed_on_uncopied() -> None:
     assert all(any(p is b for p in parts) for b in batches)
 
 
-async def _send_and_read(
-    chunks_before: list[bytes], parts: list[bytes], sndbuf: int | None
-) -> tuple[bytes, int]:
-    """Write ``chunks_before`` through the transport, then ``parts`` with ``send_parts``,
-    on a real loopback connection whose reader starts late; the bytes read and how many
-    went out with ``writev`` directly."""
-    received = bytearray()
-    expected = sum(map(len, chunks_before)) + sum(map(len, parts))
-    got_all = asyncio.Event()
-    start_reading = asyncio.Event()
-
-    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await start_reading.wait()
-        while len(received) < expected:
-            received.extend(await reader.read(65536))
-        got_all.set()
-        writer.close()
-
-    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    if sndbuf is not None:
-        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
-    for chunk in chunks_before:
-        writer.write(chunk)
-    queued = writer.transport.get_write_buffer_size()
-    send_parts(writer.transport, parts)
-    direct = (
-        expected
-        - sum(map(len, chunks_before))
-        - (writer.transport.get_write_buffer_size() - queued)
-    )
-    start_reading.set()
-    await asyncio.wait_for(got_all.wait(), 30)
-    writer.close()
-    server.close()
-    await server.wait_closed()
-    return bytes(received), direct
-
-
-def test_send_parts_writes_every_byte_in_order_when_the_socket_takes_only_part() -> None:
-    # A small send buffer and a reader that has not started: writev takes a part, the
-    # transport gets the rest (cut inside a part), and the peer reads the parts in order.
-    parts = [bytes([i]) * 300_000 for i in range(1, 9)]
-    got, direct = asyncio.run(_send_and_read([], parts, sndbuf=4096))
-    assert got == b"".join(parts)
-    assert 0 < direct < len(got)
-
-
-def test_send_parts_goes_behind_what_the_transport_still_holds() -> None:
-    # Bytes queued in the transport go first: writev would overtake them, so it is not used.
-    before = [b"\x07" * 2_000_000]
-    parts = [b"p" * 10, b"q" * 70_000]
-    got, direct = asyncio.run(_send_and_read(before, parts, sndbuf=4096))
-    assert got == before[0] + b"".join(parts)
-    assert direct == 0
-
-
 class _Transport:
-    """What ``send_parts`` asks of an asyncio transport, over a given socket; ``tls``
+    """What ``write_parts`` asks of an asyncio transport, over a given socket; ``tls``
     makes it a TLS transport (an ``sslcontext`` extra)."""
 
     def __init__(self, sock: socket.socket, tls: bool) -> None:
@@ -270,36 +211,6 @@ class _Transport:
 
     def writelines(self, parts: list[Any]) -> None:
         self.written.extend(parts)
-
-
-def test_send_parts_leaves_tls_to_the_transport() -> None:
-    # A connected socket, which writev would write to: the TLS layer must not be bypassed.
-    sock, peer = socket.socketpair()
-    with sock, peer:
-        transport = _Transport(sock, tls=True)
-        send_parts(transport, [b"a", b"b"])  # type: ignore[arg-type]
-    assert transport.written == [b"a", b"b"]
-
-
-def test_send_parts_skips_empty_buffers() -> None:
-    # Answers below Fetch v12 end in an empty buffer after a large records section (no
-    # tagged fields follow it); writev of only empty buffers returns 0 and must not spin.
-    import threading
-
-    parts = [b"", b"head", b"r" * 70_000, b""]
-    sock, peer = socket.socketpair()
-    with sock, peer:
-        sock.setblocking(False)
-        transport = _Transport(sock, tls=False)
-        worker = threading.Thread(target=send_parts, args=(transport, parts), daemon=True)
-        worker.start()
-        worker.join(10)
-        assert not worker.is_alive(), "send_parts kept calling writev"
-        got = bytearray()
-        peer.settimeout(5)
-        while len(got) < 70_004 - sum(len(bytes(p)) for p in transport.written):
-            got += peer.recv(1 << 20)
-    assert bytes(got) + b"".join(bytes(p) for p in transport.written) == b"head" + b"r" * 70_000
 
 
 async def _write_parts_and_read(
@@ -376,3 +287,11 @@ def test_write_parts_leaves_tls_to_the_transport() -> None:
         writer.transport = transport  # type: ignore[attr-defined]
         asyncio.run(write_parts(writer, [b"a", b"b"]))  # type: ignore[arg-type]
     assert transport.written == [b"a", b"b"]
+
+
+def test_write_parts_skips_empty_buffers() -> None:
+    # Answers below Fetch v12 end in an empty buffer after a large records section (no
+    # tagged fields follow it); writev of only empty buffers returns 0 and must not spin.
+    parts = [b"", b"head", b"r" * 70_000, b""]
+    got, _held = asyncio.run(_write_parts_and_read([], parts, sndbuf=4096))
+    assert got == b"head" + b"r" * 70_000

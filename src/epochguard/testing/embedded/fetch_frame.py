@@ -12,8 +12,7 @@ A partition's records are read from its log as the stored batches themselves
 ``os.writev`` as the socket takes them: on Python 3.11 asyncio's ``writelines`` joins them
 into one copy and its transport copies again whatever the socket does not take at once; at
 1 KB values those copies were a third of the broker's CPU, and a 50 MiB answer stopped
-the broker for about 100 ms. (:func:`send_parts` is the synchronous form: the socket
-takes what it can, the transport the rest.)
+the broker for about 100 ms.
 
 Only the common answer is written this way: no aborted transactions (a null or empty
 list), none of the tagged fields (a diverging epoch, a current leader, a snapshot id, node
@@ -38,7 +37,6 @@ __all__ = [
     "StoredBatches",
     "fetch_response_parts",
     "join_stored_batches",
-    "send_parts",
     "write_parts",
 ]
 
@@ -86,46 +84,12 @@ def join_stored_batches(response: Any) -> None:
                 p.records = bytes(p.records)
 
 
-def send_parts(transport: asyncio.WriteTransport, parts: list[bytes | memoryview]) -> None:
-    """Write ``parts`` in order on ``transport``: straight to the socket with ``writev``
-    while the transport has nothing queued (a plain TCP connection), the rest (what the
-    socket did not take) through the transport as usual."""
-    sock = transport.get_extra_info("socket")
-    direct = (
-        sock is not None
-        and transport.get_extra_info("sslcontext") is None
-        and not transport.is_closing()
-        and transport.get_write_buffer_size() == 0
-    )
-    i = 0
-    if direct:
-        fd = sock.fileno()
-        pending = [part for part in parts if len(part)]  # an empty buffer would stall writev
-        while i < len(pending):
-            try:
-                sent = os.writev(fd, pending[i : i + _IOV_MAX])
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
-                break  # the transport meets the same error on its write and reports it
-            if sent <= 0:
-                break
-            while sent:
-                n = len(pending[i])
-                if sent < n:
-                    pending[i] = memoryview(pending[i])[sent:]
-                    break
-                sent -= n
-                i += 1
-        parts = pending
-    if i < len(parts):
-        transport.writelines(parts[i:])
-
-
 async def write_parts(writer: asyncio.StreamWriter, parts: list[bytes | memoryview]) -> None:
-    """:func:`send_parts` for a large answer, without its copies: what the socket does not
-    take at once waits here (one part handed to the transport, then until the socket took
-    it) instead of being joined into one buffer for the transport.
+    """Write ``parts`` in order on ``writer``: straight to the socket with ``writev``
+    while the transport holds nothing (a plain TCP connection; TLS goes through the
+    transport). What the socket does not take at once waits here (one part handed to the
+    transport, then until the socket took it) instead of being joined into one buffer for
+    the transport.
 
     Joining a 50 MiB answer and the transport's own copy of it (each a fresh allocation
     that glibc maps from the system and faults in page by page) kept the broker from

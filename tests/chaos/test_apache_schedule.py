@@ -132,6 +132,7 @@ def test_transactional_real_kafka_schedules_lose_a_marker_each() -> None:
 
 def test_network_schedules_mix_proxy_faults_into_the_real_kafka_steps() -> None:
     net_kinds: set[str] = set()
+    restarts_after_blackhole = 0
     for seed in SEEDS:
         s = generate_apache(seed, network=True)
         assert (s.partitions, s.members, s.offsets) == (1, 1, "group")
@@ -143,12 +144,14 @@ def test_network_schedules_mix_proxy_faults_into_the_real_kafka_steps() -> None:
             if isinstance(step, sch.NetFault):
                 net_kinds.add(step.kind)
                 blackholed = blackholed or step.kind == "blackhole"
-            # A consumer created into a half-open broker is a known limit, kept apart.
-            assert not (blackholed and isinstance(step, sch.RestartConsumer)), s
+            elif blackholed and isinstance(step, sch.RestartConsumer):
+                restarts_after_blackhole += 1
         # The schedules without network faults stay what they were.
         assert not generate_apache(seed).network
         assert generate_apache(seed) == generate_apache(seed, network=False)
     assert net_kinds == set(sch.NET_FAULT_KINDS)
+    # A consumer created while a bootstrap address is half-open is in the schedules too.
+    assert restarts_after_blackhole >= 10
     assert generate_apache(7, network=True) == generate_apache(7, network=True)
     assert generate_apache(7, network=True).injected_delay_s == sum(
         x.delay_s for x in generate_apache(7, network=True).steps if isinstance(x, sch.NetFault)

@@ -87,15 +87,18 @@ def test_network_faults_leave_the_other_seeds_alone() -> None:
     assert sum(generate(seed, network=True).network for seed in range(50)) >= 45
 
 
-def test_no_consumer_starts_after_a_blackhole() -> None:
-    # Kept apart: a consumer bootstrapping from a half-open broker can fail
-    # (docs/guides/testing.md, the fault proxy's limits).
+def test_consumers_start_and_join_after_a_blackhole() -> None:
+    # A consumer created while a bootstrap address is half-open must try the others
+    # (EpochConsumer gives a set-up up after its timeout): the schedules test it.
+    after = {sch.Join: 0, sch.RestartConsumer: 0}
     for seed in range(300):
         seen = False
         for step in generate(seed, network=True).steps:
             if isinstance(step, sch.NetFault) and step.kind == "blackhole":
                 seen = True
-            assert not (seen and isinstance(step, sch.Join | sch.RestartConsumer)), seed
+            elif seen and type(step) in after:
+                after[type(step)] += 1
+    assert min(after.values()) >= 10, after
 
 
 def test_metadata_delays_meet_re_creation_with_group_commits_too() -> None:

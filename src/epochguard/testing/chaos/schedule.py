@@ -442,14 +442,8 @@ def generate(
         weights += [(k, w) for k, w in TXN_FAULT_WEIGHTS if unclean or k != "unclean"]
     kinds, ws = zip(*weights, strict=True)
     out: list[Step] = []
-    blackholed = False
     for _ in range(steps):
         kind = rng.choices(kinds, ws)[0]
-        if kind in ("join", "restart") and blackholed:
-            # A consumer created while a bootstrap broker is half-open can wait out
-            # bootstrap_timeout_ms on it and fail (kafka-python's bootstrap tries one
-            # address; docs/guides/testing.md, fault proxy limits): kept apart until that is fixed.
-            kind = "idle"
         p = rng.randrange(n_parts)
         pick = rng.randrange(6)
         step: Step
@@ -487,7 +481,6 @@ def generate(
             step = Join()
         elif kind == "net":
             step = _net_fault(rng, pick)
-            blackholed = blackholed or step.kind == "blackhole"
         elif kind == "txn_produce":
             step = TxnProduce(p, rng.randint(1, 4), rng.randrange(n_txn))
         elif kind == "txn_end":
@@ -566,9 +559,7 @@ def generate_apache(
     ``network`` (another schedule for the same seed): :class:`NetFault` steps are drawn too,
     the same kinds and durations as :func:`generate`'s, applied between the consumers and
     one of the three brokers (``pick % 3``: a replica's or the spare's, which coordinates
-    the groups); every such schedule has at least one. After a blackhole no consumer is
-    restarted (the restart becomes an idle step), as in :func:`generate`. Not together with
-    ``transactions``.
+    the groups); every such schedule has at least one. Not together with ``transactions``.
     """
     if network and transactions:
         raise ScheduleError("generate_apache: network and transactions are not drawn together")
@@ -594,16 +585,12 @@ def generate_apache(
     kinds, ws = zip(*weights, strict=True)
     out: list[Step] = []
     heavy = 0
-    blackholed = False
     for _ in range(steps):
         kind = rng.choices(kinds, ws)[0]
-        if kind == "restart" and blackholed:
-            kind = "idle"  # a consumer created into a half-open broker: see generate()
         pick = rng.randrange(6)
         step: Step
         if kind == "net":
             step = _net_fault(rng, pick)
-            blackholed = blackholed or step.kind == "blackhole"
         elif kind == "clean":
             step = Elect(0, False, pick)
         elif kind == "unclean":
@@ -642,11 +629,9 @@ def generate_apache(
         out[at] = Elect(0, True, rng.randrange(6))
     if network and not any(isinstance(s, NetFault) for s in out):
         # Inserted (after the first step: consumers should have read something), so that
-        # the schedule keeps its unclean election; a blackhole moves to the end, where no
-        # restart follows it.
+        # the schedule keeps its unclean election.
         fault = _net_fault(rng, rng.randrange(6))
-        at = len(out) if fault.kind == "blackhole" else rng.randint(1, len(out))
-        out.insert(at, fault)
+        out.insert(rng.randint(1, len(out)), fault)
     if transactions and not any(
         isinstance(s, Elect) and s.unclean and s.pick % 3 != 2 for s in out
     ):

@@ -171,6 +171,27 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 _CHUNK = 1 << 20
 
+#: Each thread inflates batches into one buffer of its own, kept between batches. Inflated
+#: into a fresh allocation, every batch (512 KB at the default batch size) was mapped,
+#: paged in and unmapped again by malloc: an lz4 batch took up to twice as long as
+#: inflating it into memory already paged in. Kept up to this size; a larger batch
+#: inflates into an allocation of its own.
+_SCRATCH_KEEP = 16 << 20
+_SCRATCH = threading.local()
+
+
+def _scratch(size: int) -> bytearray | None:
+    """This thread's inflate buffer, at least ``size`` bytes (``None`` past
+    :data:`_SCRATCH_KEEP`). Its contents are the last batch inflated on this thread: a
+    caller reads them before the next one."""
+    buf: bytearray | None = getattr(_SCRATCH, "buf", None)
+    if buf is None or len(buf) < size:
+        if size > _SCRATCH_KEEP:
+            return None
+        # A new buffer, not a resize: a view of the old one may still be held.
+        buf = _SCRATCH.buf = bytearray(max(size, _CHUNK))
+    return buf
+
 
 class _Bomb(Exception):
     """Inflating would pass the limit."""
@@ -213,7 +234,7 @@ def _snappy_length(block: bytes | memoryview) -> int:
         shift += 7
 
 
-def _inflate_snappy(data: bytes | memoryview, limit: int) -> bytes | bytearray:
+def _inflate_snappy(data: bytes | memoryview, limit: int) -> bytes | memoryview:
     # python-snappy 0.7 is a wrapper around cramjam, whose *_into call lets every block of
     # a xerial stream inflate straight into one buffer (no per-block bytes, no join).
     import cramjam
@@ -242,15 +263,15 @@ def _inflate_snappy(data: bytes | memoryview, limit: int) -> bytes | bytearray:
             raise _Bomb
         blocks.append((block, n))
         cursor += block_size
-    out = bytearray(size)
-    target = memoryview(out)
+    out = _scratch(size)
+    target = memoryview(out if out is not None else bytearray(size))[:size]
     pos = 0
     for block, n in blocks:
         # The decoder checks the block against its announced length, so each fills exactly
         # its slot; it raises on a block that does not.
         cramjam.snappy.decompress_raw_into(block, target[pos : pos + n])
         pos += n
-    return out
+    return target
 
 
 def _inflate_lz4(data: bytes | memoryview, limit: int) -> bytes:
@@ -320,12 +341,51 @@ def _inflate_zstd(data: bytes | memoryview, limit: int) -> bytes:
     return b"".join(parts)
 
 
-_INFLATE = {1: _inflate_gzip, 2: _inflate_snappy, 3: _inflate_lz4, 4: _inflate_zstd}
+_Inflate = Callable[[bytes | memoryview, int], bytes | memoryview]
 
 
-def _decompress(codec: int, data: bytes | memoryview, where: str) -> bytes | bytearray:
+def _into_scratch(codec: str, exact: _Inflate) -> _Inflate:
+    """An inflater that writes into the thread's buffer with cramjam's ``decompress_into``
+    (which reads every concatenated frame, as Kafka's own decoders do) and falls back to
+    ``exact``, which streams and so tells a bomb, a cut frame and bad data apart, when the
+    data does not fit the buffer or does not decompress."""
+
+    def inflate(data: bytes | memoryview, limit: int) -> bytes | memoryview:
+        try:
+            import cramjam
+        except ImportError:  # an optional package: the codec's own library inflates
+            return exact(data, limit)
+        into = getattr(cramjam, codec).decompress_into
+        buf = _scratch(0)
+        assert buf is not None
+        try:
+            n = into(data, buf)
+        except Exception:  # cramjam's errors do not say which case: the exact path does
+            out = exact(data, limit)
+            _scratch(len(out))  # the next batch of this size fits
+            return out
+        if n > limit:
+            raise _Bomb
+        return memoryview(buf)[:n]
+
+    return inflate
+
+
+_INFLATE: dict[int, _Inflate] = {
+    1: _into_scratch("gzip", _inflate_gzip),
+    2: _inflate_snappy,
+    3: _into_scratch("lz4", _inflate_lz4),
+    # python-zstandard inflates a frame that declares its size (as Kafka's producers write
+    # them) into one allocation of that size, which malloc reuses: no gain from the buffer.
+    4: _inflate_zstd,
+}
+
+
+def _decompress(codec: int, data: bytes | memoryview, where: str) -> bytes | memoryview:
     """``data`` inflated, at most ``MAX_DECOMPRESSED_BATCH_BYTES`` (read at each call, so
-    it can be changed at run time); ``where`` names the batch in errors."""
+    it can be changed at run time); ``where`` names the batch in errors. Usually a view of
+    the thread's inflate buffer (:func:`_scratch`): read it before the thread inflates
+    another batch."""
     limit = MAX_DECOMPRESSED_BATCH_BYTES
     inflate = _INFLATE.get(codec)
     if inflate is None:

@@ -180,16 +180,25 @@ _SCRATCH_KEEP = 16 << 20
 _SCRATCH = threading.local()
 
 
-def _scratch(size: int) -> bytearray | None:
-    """This thread's inflate buffer, at least ``size`` bytes (``None`` past
-    :data:`_SCRATCH_KEEP`). Its contents are the last batch inflated on this thread: a
-    caller reads them before the next one."""
+def _scratch() -> bytearray:
+    """This thread's inflate buffer (at first :data:`_CHUNK` bytes). Its contents are the
+    last batch inflated on this thread: a caller reads them before the next one."""
     buf: bytearray | None = getattr(_SCRATCH, "buf", None)
-    if buf is None or len(buf) < size:
-        if size > _SCRATCH_KEEP:
-            return None
-        # A new buffer, not a resize: a view of the old one may still be held.
-        buf = _SCRATCH.buf = bytearray(max(size, _CHUNK))
+    if buf is None:
+        buf = _SCRATCH.buf = bytearray(_CHUNK)
+    return buf
+
+
+def _scratch_fitting(size: int) -> bytearray | None:
+    """:func:`_scratch`, grown to at least ``size`` bytes; ``None`` past
+    :data:`_SCRATCH_KEEP`."""
+    buf = _scratch()
+    if len(buf) >= size:
+        return buf
+    if size > _SCRATCH_KEEP:
+        return None
+    # A new buffer, not a resize: a view of the old one may still be held.
+    buf = _SCRATCH.buf = bytearray(size)
     return buf
 
 
@@ -263,7 +272,7 @@ def _inflate_snappy(data: bytes | memoryview, limit: int) -> bytes | memoryview:
             raise _Bomb
         blocks.append((block, n))
         cursor += block_size
-    out = _scratch(size)
+    out = _scratch_fitting(size)
     target = memoryview(out if out is not None else bytearray(size))[:size]
     pos = 0
     for block, n in blocks:
@@ -356,13 +365,12 @@ def _into_scratch(codec: str, exact: _Inflate) -> _Inflate:
         except ImportError:  # an optional package: the codec's own library inflates
             return exact(data, limit)
         into = getattr(cramjam, codec).decompress_into
-        buf = _scratch(0)
-        assert buf is not None
+        buf = _scratch()
         try:
             n = into(data, buf)
         except Exception:  # cramjam's errors do not say which case: the exact path does
             out = exact(data, limit)
-            _scratch(len(out))  # the next batch of this size fits
+            _scratch_fitting(len(out))  # the next batch of this size fits
             return out
         if n > limit:
             raise _Bomb

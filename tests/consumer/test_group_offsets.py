@@ -80,8 +80,12 @@ def test_a_short_wait_does_not_shorten_the_coordinator_lookup(mocker: Any) -> No
         run_blocking(coord.ensure(time.monotonic() + 0.01))
     assert client.send.call_count == 1
     assert client.send.call_args.args[2] == 30000  # timeout_ms: the full request timeout
-    lookup.success(SimpleNamespace(error_code=0, node_id=7))
-    assert run_blocking(coord.ensure(time.monotonic() + 5)) == 7
+    answer = SimpleNamespace(error_code=0, node_id=7)
+    lookup.success(answer)
+    node = run_blocking(coord.ensure(time.monotonic() + 5))
+    assert coord.coordinator_id == 7
+    client.coordinator_node.assert_called_once_with("g", answer)
+    assert node is client.coordinator_node.return_value
     assert client.send.call_count == 1
 
 

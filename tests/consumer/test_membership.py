@@ -197,7 +197,7 @@ def _cooperative(mocker: Any) -> tuple[ClassicMember, list[Any], list[Future]]:
     client.send.side_effect = send
     member = _member(client, partition_assignment_strategy=[CooperativeStickyAssignor()])
     mocker.patch.object(member.link, "ensure", side_effect=lambda *_a: _node(1))
-    member.link.coordinator_id = 1
+    member.link.coordinator_id = member.link.node = 1
     return member, sent, futures
 
 

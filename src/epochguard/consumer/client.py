@@ -617,6 +617,12 @@ class _Selector(selectors.DefaultSelector):
         return key
 
 
+def _coordinator_node_id(broker_id: int) -> str:
+    """The node id of the coordinator's own connection to ``broker_id`` (kafka-python's
+    ``ClusterMetadata.add_coordinator``)."""
+    return f"coordinator-{broker_id}"
+
+
 class BrokerClient:
     """Thread-safe request sending to broker ids; responses arrive as kafka ``Future``s."""
 
@@ -792,6 +798,14 @@ class BrokerClient:
     def request(self, node_id: int | str | None, request: Any, timeout_s: float) -> Any:
         return self.wait(self.send(node_id, request, timeout_s * 1000), timeout_s + 0.5)
 
+    def coordinator_node(self, group_id: str, answer: Any) -> Any:
+        """The node id of a connection of its own to the coordinator a FindCoordinator
+        ``answer`` names, for ``group_id``'s requests. A broker answers one connection's
+        requests in order, so on the fetch connection a commit or a heartbeat would wait
+        behind the long-poll Fetch in flight (up to ``fetch_max_wait_ms``). Java and
+        kafka-python keep the coordinator on a connection of its own for the same reason."""
+        return self._manager.cluster.add_coordinator(answer, "group", group_id)
+
     def send_metadata(self, request: Any) -> Any:
         """Send a Metadata request to any broker (to the bootstrap servers after a
         rebootstrap); returns a Future of the answer.
@@ -957,8 +971,9 @@ class BrokerClient:
                     old_address=f"{before[0]}:{before[1]}",
                     address=f"{address[0]}:{address[1]}",
                 )
-                manager.close(node_id)
-                manager.reset_backoff(node_id)
+                for node in (node_id, _coordinator_node_id(node_id)):
+                    manager.close(node)
+                    manager.reset_backoff(node)
         self._addresses = addresses
         self._last_addresses.update(addresses)
         manager.cluster.update_metadata(response)

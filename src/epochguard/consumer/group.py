@@ -622,7 +622,7 @@ class ClassicMember:
             resp.protocol_name,
             assignments,
         )
-        node = self.coordinator_id
+        node = self.link.node
         if node is None:
             return
         timeout_ms = int(self._config["max_poll_interval_ms"]) + 5000
@@ -728,11 +728,11 @@ class ClassicMember:
             self.generation = -1
             self.protocol = None
         self.rejoin_needed = True
-        if not member or self.coordinator_id is None or self._instance_id is not None:
+        if not member or self.link.node is None or self._instance_id is not None:
             return
         req = wire.leave_group_request(self.group_id, member, reason)
         try:
-            yield from request(self._client, self.coordinator_id, req, min(self._timeout_s(), 2.0))
+            yield from request(self._client, self.link.node, req, min(self._timeout_s(), 2.0))
             log.info("group_left", group=self.group_id, member_id=member, reason=reason)
         except kerrors.KafkaError as exc:
             log.debug("leave_group_failed", group=self.group_id, error=repr(exc))
@@ -762,7 +762,7 @@ class ClassicMember:
                 return
             with self._lock:
                 generation, member = self.generation, self.member_id
-            node = self.coordinator_id
+            node = self.link.node
             if node is None or not member:
                 continue
             req = wire.heartbeat_request(self.group_id, generation, member, self._instance_id)

@@ -355,7 +355,7 @@ class ConsumerGroupMember:
         subscription: tuple[tuple[str, ...] | None, str | None],
     ) -> Step[float]:
         """Send one heartbeat and apply the answer; the seconds until the next one."""
-        node = self.coordinator_id
+        node = self.link.node
         if node is None:
             try:
                 node = yield from self.link.ensure(time.monotonic() + self._timeout_s())

@@ -80,15 +80,20 @@ class CoordinatorLink:
         self._client = client
         self.group_id = group_id
         self.timeout_s = request_timeout_s
+        #: The coordinator's broker id, while known.
         self.coordinator_id: int | None = None
+        #: The connection requests to the coordinator go on (see
+        #: :meth:`BrokerClient.coordinator_node`), while known.
+        self.node: Any = None
         #: The FindCoordinator request in flight, if any (see :meth:`ensure`).
         self._lookup: Any = None
 
-    def ensure(self, deadline: float) -> Step[int]:
-        """The coordinator's broker id, looked up when not known."""
+    def ensure(self, deadline: float) -> Step[Any]:
+        """The connection to send the coordinator requests on, the coordinator looked up when
+        not known."""
         attempt = 0
         last_error: BaseException | None = None
-        while self.coordinator_id is None:
+        while self.node is None:
             if self._client.closed:
                 raise kerrors.KafkaConnectionError("consumer closed")
             remaining = deadline - time.monotonic()
@@ -120,6 +125,7 @@ class CoordinatorLink:
                 self._lookup = None
             if resp is not None and resp.error_code == 0:
                 self.coordinator_id = resp.node_id
+                self.node = self._client.coordinator_node(self.group_id, resp)
                 log.info("coordinator_found", group=self.group_id, node=resp.node_id)
                 break
             err = None if resp is None else wire.error_from_wire(resp.error_code)
@@ -130,11 +136,12 @@ class CoordinatorLink:
             delay = _LOOKUP_BACKOFF.delay(attempt)
             attempt += 1
             yield Sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        return self.coordinator_id
+        return self.node
 
     def forget(self) -> None:
         """The coordinator moved or is gone: the next request looks it up again."""
         self.coordinator_id = None
+        self.node = None
 
     def call(
         self,

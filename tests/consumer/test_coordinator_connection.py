@@ -1,0 +1,118 @@
+"""Requests to the group coordinator go on a connection of their own.
+
+A broker answers one connection's requests in order. On the connection that fetches, a
+commit (or a heartbeat, a join) would wait behind the long-poll Fetch in flight, up to
+``fetch_max_wait_ms``, whenever the coordinator also leads a partition the consumer reads. A
+commit that slow also stays exposed to a connection cut for that long (a chaos schedule lost
+one that way, then restarted from the commit before it)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kafka.structs import OffsetAndMetadata, TopicPartition
+
+from epochguard import AIOEpochConsumer
+from epochguard.consumer import EpochConsumer
+from epochguard.consumer.client import BrokerClient
+from epochguard.testing import EmbeddedCluster
+
+from .conftest import consumer_config
+
+TP = TopicPartition("t", 0)
+#: Long enough that a commit queued behind the Fetch could not pass for a quick one.
+FETCH_MAX_WAIT_MS = 10_000
+
+
+@pytest.fixture
+def one_broker() -> Iterator[EmbeddedCluster]:
+    # One broker: the coordinator leads the partition read, so the fetch connection is the
+    # coordinator's broker's.
+    with EmbeddedCluster(brokers=1) as c:
+        c.create_topic("t", partitions=1, replication_factor=1)
+        c.append("t", 0, [b"x"] * 10)
+        yield c
+
+
+def _config(cluster: EmbeddedCluster, **kw: Any) -> dict[str, Any]:
+    return consumer_config(
+        cluster,
+        group_id="g",
+        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+        request_timeout_ms=FETCH_MAX_WAIT_MS + 5000,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("io_thread", [True, False])
+def test_a_commit_does_not_wait_behind_the_long_poll_fetch(
+    one_broker: EmbeddedCluster, io_thread: bool
+) -> None:
+    consumer = EpochConsumer(**_config(one_broker, io_thread=io_thread))
+    try:
+        consumer.assign([TP])
+        got = 0
+        deadline = time.monotonic() + 20
+        while got < 10 and time.monotonic() < deadline:
+            got += sum(len(v) for v in consumer.poll(timeout_ms=200).values())
+        assert got == 10
+        took = []
+        for offset in (4, 7, 10):
+            consumer.poll(timeout_ms=50)  # caught up: a Fetch waits at the broker
+            started = time.monotonic()
+            consumer.commit({TP: OffsetAndMetadata(offset, "", -1)})
+            took.append(time.monotonic() - started)
+            assert consumer.committed(TP) == offset
+        # Behind the Fetch, each would take about FETCH_MAX_WAIT_MS.
+        assert max(took) < FETCH_MAX_WAIT_MS / 1000 / 4, took
+    finally:
+        consumer.close()
+
+
+def test_an_asyncio_commit_does_not_wait_behind_the_long_poll_fetch(
+    one_broker: EmbeddedCluster,
+) -> None:
+    async def main() -> list[float]:
+        consumer = AIOEpochConsumer(**_config(one_broker))
+        await consumer.start()
+        try:
+            consumer.assign([TP])
+            got = 0
+            deadline = time.monotonic() + 20
+            while got < 10 and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=200)
+                got += sum(len(v) for v in batch.values())
+            assert got == 10
+            took = []
+            for offset in (4, 7, 10):
+                await consumer.getmany(timeout_ms=50)
+                started = time.monotonic()
+                await consumer.commit({TP: OffsetAndMetadata(offset, "", -1)})
+                took.append(time.monotonic() - started)
+                assert await consumer.committed(TP) == offset
+            return took
+        finally:
+            await consumer.stop()
+
+    took = asyncio.run(main())
+    assert max(took) < FETCH_MAX_WAIT_MS / 1000 / 4, took
+
+
+def test_the_coordinator_has_a_node_id_of_its_own() -> None:
+    """The connection is kafka-python's coordinator node: another id for the same address,
+    which a broker that moves closes with the broker's own connection."""
+    client = BrokerClient({"bootstrap_servers": "127.0.0.1:1"}, io_thread=False)
+    try:
+        answer = SimpleNamespace(error_code=0, node_id=2, host="127.0.0.1", port=9092)
+        node = client.coordinator_node("g", answer)
+        assert node != 2
+        broker = client.manager.cluster.broker_metadata(node)
+        assert (broker.host, broker.port) == ("127.0.0.1", 9092)
+        assert client.manager.cluster.broker_metadata(2) is None  # not a broker of its own
+    finally:
+        client.close()

@@ -297,6 +297,32 @@ def latency(results: Path) -> str:
     )
 
 
+def commit_latency(results: Path) -> str:
+    record = load("commit_latency", results)
+    r = result_of(record)
+    rows = [
+        [
+            "Apache Kafka" if x["cluster"] == "apache" else "EmbeddedCluster",
+            CLIENT_NAMES[x["client"]],
+            *(
+                ("error", "", "", "")
+                if "error" in x
+                else (f"{x['p50_ms']} ms", f"{x['p99_ms']} ms", f"{x['max_ms']} ms", x["cpu_s"])
+            ),
+        ]
+        for x in r["rows"]
+    ]
+    s = r["settings"]
+    out = table(["broker", "client", "p50", "p99", "max", "CPU-s of the commits"], rows)
+    loads = [x["load_before"] for x in r["rows"]] + [x["load_after"] for x in r["rows"]]
+    return out + measured(
+        record,
+        f"{s['commits']} commits per client, the best of {s['repeat']} rounds by p99; "
+        f"`fetch_max_wait_ms` {s['fetch_max_wait_ms']}; load average {min(loads):g} to "
+        f"{max(loads):g}",
+    )
+
+
 def load_(results: Path) -> str:
     record = load("load", results)
     r = result_of(record)
@@ -1254,6 +1280,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "matrix_apache": matrix_apache,
     "io_thread": io_thread,
     "latency": latency,
+    "commit_latency": commit_latency,
     "load": load_,
     "soak": soak,
     "consumer_memory": consumer_memory,

@@ -288,3 +288,17 @@ def test_chaos_schedules_with_the_asyncio_consumer() -> None:
     assert len(results) == len(seeds)
     _fail_with_replay(results, clients)
     assert all(r.verdict.delivered > 0 for r in results)
+
+
+def test_a_commit_before_a_blackholed_coordinator_lands() -> None:
+    """Network-chaos seed 102203: the consumer commits four records, the coordinator's broker
+    is blackholed and the consumer restarted; an unclean election then drops the four
+    records. A commit that waited behind the long-poll Fetch on the coordinator's connection
+    was cut by the blackhole's reset, and the restart resumed before the four records with
+    nothing to report (AIOEpochConsumer, about two runs in three). Coordinator requests go
+    on a connection of their own, so the commit lands first; the schedule runs several
+    times."""
+    clients = {"aio": aio_epoch_consumer}
+    schedules = [generate(102203, network=True)] * 3
+    results = settled(run_many(schedules, clients, workers=3), clients)
+    assert all(r.ok for r in results), [r.describe() for r in results if not r.ok]

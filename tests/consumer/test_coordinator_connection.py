@@ -116,3 +116,36 @@ def test_the_coordinator_has_a_node_id_of_its_own() -> None:
         assert client.manager.cluster.broker_metadata(2) is None  # not a broker of its own
     finally:
         client.close()
+
+
+@pytest.mark.parametrize(
+    ("coordinator_at", "closed"),
+    [
+        # Looked up before the move: its connection goes to the old address.
+        (("127.0.0.1", 9092), True),
+        # Looked up after the move (rebootstrap asks a bootstrap server first): the
+        # group's live connection stays, or the member would have to join again.
+        (("127.0.0.1", 9093), False),
+    ],
+)
+def test_a_broker_that_moves_closes_its_coordinator_connection_only_when_stale(
+    mocker: Any, coordinator_at: tuple[str, int], closed: bool
+) -> None:
+    from epochguard.consumer import wire
+
+    client = BrokerClient({"bootstrap_servers": "127.0.0.1:1"}, io_thread=False)
+    try:
+        host, port = coordinator_at
+        node = client.coordinator_node(
+            "g", SimpleNamespace(error_code=0, node_id=2, host=host, port=port)
+        )
+        client._addresses = {2: ("127.0.0.1", 9092)}
+        mocker.patch.object(wire, "broker_addresses", return_value={2: ("127.0.0.1", 9093)})
+        mocker.patch.object(client.manager.cluster, "update_metadata")
+        close = mocker.patch.object(client.manager, "close")
+        client._apply_brokers(object())
+        assert mocker.call(2) in close.call_args_list  # the broker's own connection
+        assert (mocker.call(node) in close.call_args_list) is closed
+    finally:
+        mocker.stopall()
+        client.close()

@@ -971,9 +971,17 @@ class BrokerClient:
                     old_address=f"{before[0]}:{before[1]}",
                     address=f"{address[0]}:{address[1]}",
                 )
-                for node in (node_id, _coordinator_node_id(node_id)):
-                    manager.close(node)
-                    manager.reset_backoff(node)
+                manager.close(node_id)
+                manager.reset_backoff(node_id)
+                # The coordinator's own connection too, unless a FindCoordinator answer
+                # already named the new address (asked of a bootstrap server before this
+                # answer came): that connection is the group's, and closing it would make
+                # the member join again.
+                coordinator = _coordinator_node_id(node_id)
+                known = manager.cluster.broker_metadata(coordinator)
+                if known is not None and (known.host, known.port) != address:
+                    manager.close(coordinator)
+                    manager.reset_backoff(coordinator)
         self._addresses = addresses
         self._last_addresses.update(addresses)
         manager.cluster.update_metadata(response)

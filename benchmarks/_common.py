@@ -325,3 +325,41 @@ async def aiokafka_consumer(bootstrap: str, topic: str, parts: int, cls: Any = N
     for tp in tps:
         c.seek(tp, 0)
     return c
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    """Create ``topic`` (replication factor 1) through kafka-python's admin client."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        admin.close()
+
+
+def on_one_broker(
+    clusters: Sequence[str], cases: Callable[[str, str], list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """``cases(kind, bootstrap)``'s rows on one broker of each of ``clusters``: "embedded"
+    (``python -m epochguard cluster`` in its own process) and "apache" (one KRaft broker)."""
+    rows: list[dict[str, Any]] = []
+    if "embedded" in clusters:
+        broker = subprocess.Popen(
+            [sys.executable, "-m", "epochguard", "cluster", "--brokers", "1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert broker.stdout is not None
+            rows += cases("embedded", broker.stdout.readline().strip())
+        finally:
+            broker.terminate()
+            broker.wait(timeout=10)
+    if "apache" in clusters:
+        from epochguard.testing import ApacheKafkaCluster
+
+        with ApacheKafkaCluster(brokers=1) as cluster:
+            rows += cases("apache", cluster.bootstrap_servers)
+    return rows

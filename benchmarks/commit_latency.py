@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks._common import percentile, produce
+from benchmarks._common import create_topic, on_one_broker, percentile, produce
 
 RECORDS = int(os.environ.get("COMMIT_RECORDS", "10"))
 COUNT = int(os.environ.get("COMMIT_COUNT", "50"))
@@ -190,23 +190,13 @@ def _run_one(client: str, bootstrap: str, topic: str, group: str) -> dict[str, A
     }
 
 
-def _create_topic(bootstrap: str, topic: str) -> None:
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, 1, 1)])
-    finally:
-        admin.close()
-
-
 def _cases(kind: str, bootstrap: str) -> list[dict[str, Any]]:
     best: dict[str, dict[str, Any]] = {}
     load_before = os.getloadavg()[0]
     for round_no in range(REPEAT):
         for client in CLIENTS:
             name = f"commit-{client}-{round_no}"
-            _create_topic(bootstrap, name)
+            create_topic(bootstrap, name)
             produce(bootstrap, name, RECORDS)
             try:
                 got = _run_one(client, bootstrap, name, name)
@@ -231,25 +221,7 @@ def _cases(kind: str, bootstrap: str) -> list[dict[str, Any]]:
 
 
 def run() -> dict[str, Any]:
-    rows: list[dict[str, Any]] = []
-    if "embedded" in CLUSTERS:
-        broker = subprocess.Popen(
-            [sys.executable, "-m", "epochguard", "cluster", "--brokers", "1"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            assert broker.stdout is not None
-            rows += _cases("embedded", broker.stdout.readline().strip())
-        finally:
-            broker.terminate()
-            broker.wait(timeout=10)
-    if "apache" in CLUSTERS:
-        from epochguard.testing import ApacheKafkaCluster
-
-        with ApacheKafkaCluster(brokers=1) as cluster:
-            rows += _cases("apache", cluster.bootstrap_servers)
+    rows = on_one_broker(CLUSTERS, _cases)
     return {
         "method": __doc__,
         "settings": {

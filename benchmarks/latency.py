@@ -33,7 +33,7 @@ import sys
 import time
 from typing import Any
 
-from benchmarks._common import percentile, produce
+from benchmarks._common import create_topic, on_one_broker, percentile, produce
 
 RATE = int(os.environ.get("LATENCY_RATE", "1000"))
 SECONDS = float(os.environ.get("LATENCY_SECONDS", "8"))
@@ -220,16 +220,6 @@ def _run_one(
     }
 
 
-def _create_topic(bootstrap: str, topic: str) -> None:
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, 1, 1)])
-    finally:
-        admin.close()
-
-
 def _cases(kind: str, bootstrap: str) -> list[dict[str, Any]]:
     count = int(RATE * (WARMUP_S + SECONDS))
     rows = []
@@ -239,7 +229,7 @@ def _cases(kind: str, bootstrap: str) -> list[dict[str, Any]]:
         for round_no in range(REPEAT):
             for client in CLIENTS:
                 topic = f"lat-{client}-{wait}-{round_no}".replace("None", "default")
-                _create_topic(bootstrap, topic)
+                create_topic(bootstrap, topic)
                 try:
                     got = _run_one(client, bootstrap, topic, wait, count)
                 except Exception as exc:
@@ -264,25 +254,7 @@ def _cases(kind: str, bootstrap: str) -> list[dict[str, Any]]:
 
 
 def run() -> dict[str, Any]:
-    rows: list[dict[str, Any]] = []
-    if "embedded" in CLUSTERS:
-        broker = subprocess.Popen(
-            [sys.executable, "-m", "epochguard", "cluster", "--brokers", "1"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            assert broker.stdout is not None
-            rows += _cases("embedded", broker.stdout.readline().strip())
-        finally:
-            broker.terminate()
-            broker.wait(timeout=10)
-    if "apache" in CLUSTERS:
-        from epochguard.testing import ApacheKafkaCluster
-
-        with ApacheKafkaCluster(brokers=1) as cluster:
-            rows += _cases("apache", cluster.bootstrap_servers)
+    rows = on_one_broker(CLUSTERS, _cases)
     return {
         "method": __doc__,
         "settings": {

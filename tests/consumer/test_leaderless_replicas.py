@@ -285,6 +285,84 @@ def test_a_partition_given_up_stops_the_probes() -> None:
     assert md.wake_at(11.0, 99.0) == 99.0
 
 
+# ------------------------------------------- the leader's connection lost: probes first
+
+
+def _lost(md: Metadata, now: float = 100.0, leader: int = 0) -> Metadata:
+    """The last answer (at 10.0) named broker 0 the leader of replicas 0 and 1, both live;
+    a request to broker 0 failed with its connection at ``now``."""
+    assert _ask(md, 10.0)
+    md.on_answer(_answer(0, [0, 1], [], [0, 1, 2]), 10.0, ["t"], 10.0)
+    md.request(any_answer=True, lost_leader=(TP, leader), now=now)
+    return md
+
+
+def test_a_lost_leader_connection_asks_nothing_while_every_replica_refuses() -> None:
+    md = _lost(_md(reconnect_backoff_ms=50))
+    assert not _ask(md, 100.0)
+    assert md.probes_due(100.0) == [0, 1]
+    md.on_probe(0, 100.001, reachable=False, refused=True)
+    md.on_probe(1, 100.001, reachable=False, refused=True)
+    for t in (100.1, 101.0, 103.0, 104.9):
+        md.request(any_answer=True, lost_leader=(TP, 0), now=t)  # the tracker's retries
+        assert not _ask(md, t)
+        for node in md.probes_due(t):
+            md.on_probe(node, t, reachable=False, refused=True)
+    assert _back(md, 1, 104.95)
+    assert _ask(md, 104.95)
+
+
+def test_the_dark_refresh_counts_from_the_lost_connection_not_the_last_answer() -> None:
+    md = _lost(_md())
+    assert md.wake_at(100.0, 999.0) <= 100.005  # the probes, at once
+    assert not _ask(md, 104.9)
+    assert _ask(md, 100.0 + DARK_REFRESH_S)
+
+
+@pytest.mark.parametrize("node", [0, 1], ids=["the-leader", "the-follower"])
+def test_a_replica_accepting_after_a_lost_leader_connection_sends_the_refresh_at_once(
+    node: int,
+) -> None:
+    # The leader may still run (the connection was cut on the way), or another replica
+    # may lead by now: only an answer says, and it is asked for at once.
+    md = _lost(_md())
+    assert md.probes_due(100.0) == [0, 1]
+    md.on_probe(1 - node, 100.001, reachable=False, refused=True)
+    assert not _ask(md, 100.001)
+    assert not md.on_probe(node, 100.002, reachable=True)
+    assert _ask(md, 100.002)
+    assert md.probes_due(100.5) == []
+    md.on_answer(_answer(node, [0, 1], [], [0, 1, 2], epoch=4), 100.002, ["t"], 100.01)
+    assert md.leader_of(TP) == node
+    assert md.probes_due(101.0) == []
+
+
+def test_a_probe_failing_otherwise_after_a_lost_leader_connection_sends_the_refresh() -> None:
+    md = _lost(_md())
+    md.probes_due(100.0)
+    md.on_probe(1, 100.001, reachable=False, refused=True)
+    md.on_probe(0, 110.0, reachable=False, refused=False)  # a timeout
+    assert _ask(md, 110.0)
+
+
+def test_a_lost_connection_to_a_broker_the_answers_do_not_call_leader_asks_at_once() -> None:
+    md = _lost(_md(), leader=1)
+    assert _ask(md, 100.0)
+    assert md.probes_due(100.0) == []
+
+
+def test_an_answer_after_a_lost_leader_connection_decides_from_there() -> None:
+    # Asked for another reason meanwhile: an answer naming no leader with every replica
+    # offline keeps the partition dark as any such answer does (probes, no refreshes).
+    md = _lost(_md())
+    md.request()
+    assert _ask(md, 100.0)
+    md.on_answer(_answer(None, [0, 1], [0, 1], [2]), 100.0, ["t"], 100.01)
+    assert md.probes_due(100.01) == [0, 1]
+    md.on_probe(0, 100.02, reachable=True)  # still shutting down: not a return
+    assert not _ask(md, 100.02)
+
+
 # ------------------------------------------------------------------ through the fetcher
 
 
@@ -296,6 +374,7 @@ class _Client:
     def __init__(self) -> None:
         self.metadata: list[Future] = []
         self.probes: list[tuple[int, Future]] = []
+        self.sent: list[tuple[int, Future]] = []
 
     def send_metadata(self, request: Any) -> Future:
         fut = Future()
@@ -308,7 +387,9 @@ class _Client:
         return fut
 
     def send(self, node: int, request: Any, timeout_ms: float | None = None) -> Future:
-        return Future()
+        fut = Future()
+        self.sent.append((node, fut))
+        return fut
 
 
 def _wire_answer(leader: int | None, offline: list[int], brokers: list[int]) -> Any:
@@ -366,3 +447,44 @@ def test_the_fetcher_probes_the_replicas_and_asks_metadata_when_one_is_back(mock
     f.process_completions()
     assert tracker.leader_id == 1
     assert tracker.state is PartitionState.FETCHING
+
+
+def test_the_fetcher_asks_no_metadata_while_the_lost_leaders_replicas_refuse(mocker: Any) -> None:
+    """The leader stops while the partition's other replica is down: the long poll fails
+    with its connection, both replicas refuse connections, and no Metadata request goes
+    until one accepts; its answer names the new leader."""
+    clock = [100.0]
+    mocker.patch("epochguard.consumer.fetcher.time.monotonic", lambda: clock[0])
+    client = _Client()
+    f = Fetcher(client, build_config({}), OffsetPolicy("earliest"), None, None, lambda e: None)  # type: ignore[arg-type]
+    tracker = f.add_partition(TP)
+    tracker.seek(5)
+    f.send_requests(clock[0])
+    client.metadata.pop().success(_wire_answer(0, [], [0, 1, 2]))
+    f.process_completions()
+    asked = f.metrics.metadata_requests
+    for _ in range(30):  # three seconds: the fetches to broker 0 fail, the probes refused
+        clock[0] += 0.1
+        f.send_requests(clock[0])
+        for node, fut in client.sent:
+            assert node == 0
+            fut.failure(KafkaConnectionError("connection lost"))
+        client.sent.clear()
+        f.process_completions()
+        f.send_requests(clock[0])
+        for _node, fut in client.probes:
+            fut.failure(KafkaConnectionError("111 ECONNREFUSED"))
+        client.probes.clear()
+        f.process_completions()
+    assert f.metrics.metadata_requests == asked
+    assert tracker.leader_id == 0
+    clock[0] += 0.1
+    f.send_requests(clock[0])
+    assert {node for node, _ in client.probes} == {0, 1}
+    client.probes[1][1].success(True)  # broker 1 is back
+    f.process_completions()
+    f.send_requests(clock[0])
+    assert f.metrics.metadata_requests == asked + 1
+    client.metadata.pop().success(_wire_answer(1, [0], [1, 2]))
+    f.process_completions()
+    assert tracker.leader_id == 1

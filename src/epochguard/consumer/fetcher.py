@@ -92,6 +92,8 @@ _UNKNOWN_TOPIC_ERRORS = (
 _NOT_LEADING = frozenset(
     error_name(code) for code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 )
+#: A request to the leader failed with its connection (the trackers' reason).
+_CONNECTION_LOST = error_name(ErrorCode.NETWORK_EXCEPTION)
 #: Between rounds of a blocking ListOffsets lookup whose leaders did not all answer.
 _LOOKUP_BACKOFF = RetryBackoff(0.05, 0.5)
 #: Longest single wait inside :meth:`Fetcher.pump_until` (its predicate may depend on state
@@ -514,10 +516,14 @@ class Fetcher:
             if isinstance(event, MetadataRefreshNeeded):
                 if tp not in self._hinted:
                     refused = event.reason in _NOT_LEADING
+                    now = time.monotonic()
+                    leader_lost = event.reason == _CONNECTION_LOST and tracker.leader_id is not None
                     self.metadata.request(
-                        time.monotonic() if refused else None,
+                        now if refused else None,
                         any_answer=not refused,
                         leader_for=tp if event.reason == RefreshReason.LEADER_UNKNOWN else None,
+                        lost_leader=(tp, tracker.leader_id) if leader_lost else None,
+                        now=now,
                     )
                     self._wake.set()
             elif isinstance(event, TruncationDetected):

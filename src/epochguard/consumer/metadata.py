@@ -54,6 +54,8 @@ class Metadata:
         self.leaders: dict[TopicPartition, tuple[int | None, int | None]] = {}
         #: Each partition's live replicas (KIP-392: a read replica must be one of them).
         self.replicas: dict[TopicPartition, frozenset[int]] = {}
+        #: Each partition's replicas, offline ones included, from the last answer naming them.
+        self._every_replica: dict[TopicPartition, frozenset[int]] = {}
         #: Each broker's rack (``broker.rack``; ``None``: not set), from the last answer.
         self.racks: dict[int, str | None] = {}
         #: Topics the last answer about them called UNKNOWN_TOPIC_OR_PARTITION (fail fast).
@@ -93,6 +95,12 @@ class Metadata:
         #: Of those, the ones whose last answer named no leader and only offline replicas,
         #: all at addresses an answer gave: their replicas.
         self._dark: dict[TopicPartition, frozenset[int]] = {}
+        #: Dark partitions no answer called dark: their leader's connection was lost and
+        #: the probes decide (see :meth:`request`, ``lost_leader``). One of their replicas
+        #: accepting a connection it never refused sends the refresh at once.
+        self._presumed: set[TopicPartition] = set()
+        #: When a partition was last presumed dark (the dark refresh counts from there).
+        self._presumed_at = float("-inf")
         #: Dark partitions one of whose replicas accepted a connection: when it did, and
         #: their replicas. An
         #: election follows a broker's return (the controller's, or an administrator's):
@@ -142,6 +150,8 @@ class Metadata:
         *,
         any_answer: bool = False,
         leader_for: TopicPartition | None = None,
+        lost_leader: tuple[TopicPartition, int] | None = None,
+        now: float = 0.0,
     ) -> None:
         """Ask for a refresh. ``leader_for``: the refresh is for that partition's tracker,
         which knows no leader; none is sent while the last answer said every replica of it
@@ -154,7 +164,17 @@ class Metadata:
         ``any_answer``: the answer to a request already on its way will do (a tracker still
         waiting for a leader asks again, after its backoff, if that answer names none);
         otherwise the refresh is a request sent from now on (callers wait for
-        :meth:`fresh_since`)."""
+        :meth:`fresh_since`).
+        ``lost_leader``: ``(partition, leader)``, a request to the partition's leader failed
+        with its connection (at ``now``). Only a running replica can lead the partition,
+        so before asking, its replicas are tried with connections (no request): the first
+        one accepting, or an attempt failing other than by a refusal, sends the refresh at
+        once; while every one refuses the partition is dark, as after an answer naming no
+        leader, and the refresh goes when one is back."""
+        if lost_leader is not None:
+            tp = lost_leader[0]
+            if tp in self._dark or tp in self._revived or self._presume_dark(*lost_leader, now):
+                return
         if leader_for is not None:
             self._waiting.add(leader_for)
             if leader_for in self._dark or leader_for in self._revived:
@@ -164,6 +184,30 @@ class Metadata:
         self.needed = True
         if refused_at is not None and refused_at > self._refused_at:
             self._refused_at = refused_at
+
+    def _presume_dark(self, tp: TopicPartition, leader: int, now: float) -> bool:
+        replicas = self._every_replica.get(tp)
+        if (
+            replicas is None
+            or self.leaders.get(tp, (None, None))[0] != leader
+            or not replicas <= self._known_brokers
+            or replicas & self._unwatchable
+        ):
+            return False
+        self._waiting.add(tp)
+        self._dark[tp] = replicas
+        self._presumed.add(tp)
+        self._presumed_at = now
+        if self._dark_since is None:
+            self._dark_since = now
+        log.debug(
+            "leader_connection_lost", topic=tp.topic, partition=tp.partition, leader=leader
+        )
+        return True
+
+    def _dark_asked_at(self) -> float:
+        """When the dark partitions were last asked about (or presumed dark)."""
+        return max(self.ok_at, self._presumed_at)
 
     def _refusal_pending(self) -> bool:
         return self._spacing_only and self._refused_at >= self.ok_at
@@ -186,7 +230,7 @@ class Metadata:
         if self._revived and not self.in_flight:
             wake_at = min(wake_at, max(self._revival_at, now + 0.005))
         if self._dark:
-            wake_at = min(wake_at, max(self.ok_at + DARK_REFRESH_S, now + 0.005))
+            wake_at = min(wake_at, max(self._dark_asked_at() + DARK_REFRESH_S, now + 0.005))
             for node in self._watched():
                 if node not in self._probing:
                     wake_at = min(wake_at, max(self._probe_at.get(node, now), now + 0.005))
@@ -197,7 +241,7 @@ class Metadata:
         if nothing is due. Marks it in flight."""
         if self.in_flight:
             return None
-        if self._dark and now - self.ok_at >= DARK_REFRESH_S:
+        if self._dark and now - self._dark_asked_at() >= DARK_REFRESH_S:
             self.needed = True
         revival = bool(self._revived) and now >= self._revival_at
         if not revival:
@@ -264,6 +308,8 @@ class Metadata:
                 leaders[p.tp] = (p.leader_id, p.leader_epoch)
                 if p.live_replicas:
                     self.replicas[p.tp] = frozenset(p.live_replicas)
+                if p.replicas:
+                    self._every_replica[p.tp] = frozenset(p.replicas)
         self.leaders.update(leaders)
         if answer.racks:
             self.racks = dict(answer.racks)
@@ -318,6 +364,7 @@ class Metadata:
                     # calling every replica offline does not end the watch early.
                     early = early or sent_at < back_at  # asked before it was back
                     continue
+                self._presumed.discard(tp)  # an answer says from here on
                 if offline and replicas <= self._known_brokers and not replicas & self._unwatchable:
                     self._dark[tp] = replicas
                 else:
@@ -348,6 +395,7 @@ class Metadata:
 
     def _stop_watching(self, tp: TopicPartition) -> None:
         self._waiting.discard(tp)
+        self._presumed.discard(tp)
         self._dark.pop(tp, None)
         self._revived.pop(tp, None)
 
@@ -399,6 +447,8 @@ class Metadata:
         and its partitions are refreshed on the trackers' backoff until an answer lists it
         again). Returns whether a refresh is now due because the broker is back."""
         self._probing.discard(node)
+        if reachable and node not in self._refused_by and self._doubt(node):
+            return False
         if reachable and node not in self._refused_by:
             accepted = self._accepted_in_a_row.get(node, 0) + 1
             if accepted < ACCEPTED_UNTRUSTED:
@@ -418,6 +468,7 @@ class Metadata:
             back = [tp for tp, replicas in self._dark.items() if node in replicas]
             for tp in back:
                 self._revived[tp] = (now, self._dark.pop(tp))
+                self._presumed.discard(tp)
             if back:
                 dark_for = now - (now if self._dark_since is None else self._dark_since)
                 self._revival_left = min(int(dark_for / self._retry_max_s), self._revival_max)
@@ -433,10 +484,27 @@ class Metadata:
         self._unwatch(node)
         return False
 
+    def _doubt(self, node: int) -> bool:
+        """``node`` accepted a connection it never refused: the partitions presumed dark
+        that it replicates may have a leader (it may be one, still running); they are asked
+        about at once. Returns whether ``node`` is watched for no other partition."""
+        doubted = [tp for tp in self._presumed if node in self._dark.get(tp, ())]
+        if not doubted:
+            return False
+        for tp in doubted:
+            del self._dark[tp]
+            self._presumed.discard(tp)
+        self.needed = True
+        self._drop_idle_probes()
+        return node not in self._watched()
+
     def _unwatch(self, node: int) -> None:
         self._unwatchable.add(node)
         for tp in [tp for tp, replicas in self._dark.items() if node in replicas]:
             del self._dark[tp]
+            if tp in self._presumed:
+                self._presumed.discard(tp)
+                self.needed = True
         self._drop_idle_probes()
 
     def refuse(self, topic: str) -> None:

@@ -339,6 +339,51 @@ def test_a_partition_given_back_under_a_late_commit_of_an_older_epoch_is_not_rep
 
 
 @pytest.mark.parametrize("driver", ["threads", "asyncio"])
+def test_a_partition_given_back_under_the_commit_it_reported_truncated_is_not_reported_again(
+    cluster: EmbeddedCluster, driver: str
+) -> None:
+    """The group's commit is (5, e0), past a, b, c, d1, d2; an unclean election replaces
+    d1, d2 with after1. A restores the commit, reports d1, d2, rewinds and reads after1
+    (position (4, e1)), and loses the partition before a commit of that. Given it back
+    under the same group commit, A validates where it had read and starts there: validating
+    (5, e0) again reported d1, d2 a second time (chaos seed 100133, network faults)."""
+    topic = "reportedcommit"
+    cluster.create_topic(topic, partitions=2, replication_factor=2)
+    tp, other = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    leader = cluster.leader(topic, 0)
+    [follower] = [r for r in cluster.replicas(topic, 0) if r != leader]
+    produce(cluster, topic, ["a", "b", "c"])
+    cluster.stop_broker(follower)
+    produce(cluster, topic, ["d1", "d2"])
+    reports, (a, previous) = _two_members(cluster, driver, "greportedcommit", "rewind")
+    got: list[Any] = []
+    try:
+        previous.commit({tp: EpochOffset(5, 0, topic_id=cluster.topic_id(topic))})
+        cluster.stop_broker(leader)
+        cluster.start_broker(follower)
+        cluster.elect_leader(topic, 0, follower, unclean=True)
+        produce(cluster, topic, ["after1"])
+        cluster.start_broker(leader)
+        read = _reader(a, got)
+        a.assign([tp, other])
+        wait(lambda: read(1), "after1")
+        assert [(r.offset, r.value) for r in got] == [(3, b"after1")]
+        [first] = reports["a"]
+        assert (first.consumed_to, first.lost_from, first.lost_to) == (EpochOffset(5, 0), 3, 5)
+        assert a.committed_with_epoch(tp) == EpochOffset(5, 0)
+        a.assign([other])
+        a.assign([tp, other])
+        produce(cluster, topic, ["later"])
+        wait(lambda: read(2), "the record after after1")
+        assert [(r.offset, r.value) for r in got[1:]] == [(4, b"later")]
+        assert reports["a"] == [first]
+        assert a.position(tp) == 5
+    finally:
+        a.close()
+        previous.close()
+
+
+@pytest.mark.parametrize("driver", ["threads", "asyncio"])
 def test_a_partition_given_back_below_the_next_owners_commit_reports_up_to_that_commit(
     cluster: EmbeddedCluster, driver: str
 ) -> None:

@@ -756,6 +756,44 @@ def test_what_was_read_truncated_under_an_older_commit_at_its_offset_rewinds() -
     assert fetch(tr).offset == 4
 
 
+def test_a_commit_this_consumer_reported_truncated_is_covered_by_what_it_read_since() -> None:
+    # This consumer restored the group's commit (22, e0), reported its loss (divergence
+    # 20), rewound, read the new log to (21, e1) and lost the partition before its commit
+    # of that landed (chaos seed 100133, network faults). Given the partition back with
+    # the group's commit still (22, e0), it validates what it read and starts there:
+    # validating (22, e0) again reported the same loss a second time.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "rewind"))
+    tr.on_metadata(2, 1, "topic-a")
+    tr.restore(
+        EpochOffset(22, 0, topic_id="topic-a"),
+        read_to=EpochOffset(21, 1, topic_id="topic-a"),
+        reported=EpochOffset(22, 0, topic_id="topic-a"),
+    )
+    v = validate(tr)
+    assert v.position == EpochOffset(21, 1)
+    tr.on_validation(v, 0, 1, 30, 0.0)
+    assert truncations(tr) == []
+    assert fetch(tr).offset == 21 and tr.position == EpochOffset(21, 1, topic_id="topic-a")
+
+
+def test_a_commit_other_than_the_one_reported_is_still_validated() -> None:
+    # The report was of another position (an older commit): the group's commit (22, e0)
+    # is validated after what this consumer read, and its loss reported.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "rewind"))
+    tr.on_metadata(2, 1, "topic-a")
+    tr.restore(
+        EpochOffset(22, 0, topic_id="topic-a"),
+        read_to=EpochOffset(21, 1, topic_id="topic-a"),
+        reported=EpochOffset(18, 0, topic_id="topic-a"),
+    )
+    tr.on_validation(validate(tr), 0, 1, 30, 0.0)
+    v = validate(tr)
+    assert v.position == EpochOffset(22, 0)
+    tr.on_validation(v, 0, 0, 20, 0.0)  # epoch 0 ends at 20 on this leader
+    (t,) = truncations(tr)
+    assert (t.report.consumed_to, t.report.divergence) == (EpochOffset(22, 0), EpochOffset(20, 0))
+
+
 def test_read_to_equal_to_the_position_is_one_validation() -> None:
     tr = PartitionTracker(TP, OffsetPolicy("earliest"))
     tr.on_metadata(2, 2, "topic-a")

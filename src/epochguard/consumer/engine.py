@@ -347,9 +347,12 @@ class ConsumerEngine:
             self._left_checked.pop(tp, None)
         for tp in list(self.fetcher.trackers):
             if tp not in parts:
-                left = self.fetcher.trackers[tp].position
+                tracker = self.fetcher.trackers[tp]
+                left = tracker.position
                 if left is not None and left.offset > 0 and left.topic_id is not None:
-                    self._left_positions.remember(tp, left, now)
+                    report = tracker.last_report
+                    reported = None if report is None else report.consumed_to
+                    self._left_positions.remember(tp, left, now, reported)
                 self.fetcher.remove_partition(tp)
                 self._left_checked.pop(tp, None)
                 self._paused.discard(tp)
@@ -416,7 +419,7 @@ class ConsumerEngine:
                         # on an answer asked for now (the next poll, or the one after).
                         self.fetcher.request_metadata()
                         continue
-            read_to = None
+            read_to = reported = None
             if position is not None and left is not None and from_ != "left_position":
                 # Only within one topic incarnation, known on every side: a position from
                 # the log of a topic since re-created must not be validated against the new one.
@@ -427,10 +430,11 @@ class ConsumerEngine:
                     # commit that failed on the way leaves the committed position below
                     # what it delivered, and a truncation there must still be reported.
                     read_to = left
+                    reported = self._left_positions.reported(tp, time.monotonic())
             self._left_positions.forget(tp)
             self._left_checked.pop(tp, None)
             if tracker.state is PartitionState.INITIALIZING:
-                tracker.restore(position, source=from_, read_to=read_to)
+                tracker.restore(position, source=from_, read_to=read_to, reported=reported)
                 ledger = self.fetcher.ledgers.get(tp)
                 if ledger is not None and position is not None:
                     ledger.inherit(position.offset, position.undecided_transactions)

@@ -517,12 +517,13 @@ class Fetcher:
                 if tp not in self._hinted:
                     refused = event.reason in _NOT_LEADING
                     now = time.monotonic()
-                    leader_lost = event.reason == _CONNECTION_LOST and tracker.leader_id is not None
+                    leader = tracker.leader_id
+                    cut = leader is not None and event.reason == _CONNECTION_LOST
                     self.metadata.request(
                         now if refused else None,
                         any_answer=not refused,
                         leader_for=tp if event.reason == RefreshReason.LEADER_UNKNOWN else None,
-                        lost_leader=(tp, tracker.leader_id) if leader_lost else None,
+                        lost_leader=(tp, leader) if cut and leader is not None else None,
                         now=now,
                     )
                     self._wake.set()

@@ -24,6 +24,9 @@ __all__ = ["LeftPositions"]
 class _Left:
     position: EpochOffset
     left_at: float
+    #: The position whose truncation this consumer last reported in the partition (its
+    #: ``consumed_to``), if any.
+    reported: EpochOffset | None = None
 
 
 class LeftPositions:
@@ -40,16 +43,32 @@ class LeftPositions:
     def __len__(self) -> int:
         return len(self._left)
 
-    def remember(self, tp: TopicPartition, position: EpochOffset, now: float) -> None:
+    def remember(
+        self,
+        tp: TopicPartition,
+        position: EpochOffset,
+        now: float,
+        reported: EpochOffset | None = None,
+    ) -> None:
         self._left.pop(tp, None)
-        self._left[tp] = _Left(position, now)
+        self._left[tp] = _Left(position, now, reported)
         self.expire(now)
 
     def get(self, tp: TopicPartition, now: float) -> EpochOffset | None:
+        left = self._get(tp, now)
+        return None if left is None else left.position
+
+    def reported(self, tp: TopicPartition, now: float) -> EpochOffset | None:
+        """The ``consumed_to`` of the last truncation reported in ``tp`` before it was given
+        up (``None``: none, or the position is forgotten)."""
+        left = self._get(tp, now)
+        return None if left is None else left.reported
+
+    def _get(self, tp: TopicPartition, now: float) -> _Left | None:
         left = self._left.get(tp)
         if left is None or now - left.left_at >= self.ttl_s:
             return None
-        return left.position
+        return left
 
     def forget(self, tp: TopicPartition) -> None:
         self._left.pop(tp, None)

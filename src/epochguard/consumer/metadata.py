@@ -200,9 +200,7 @@ class Metadata:
         self._presumed_at = now
         if self._dark_since is None:
             self._dark_since = now
-        log.debug(
-            "leader_connection_lost", topic=tp.topic, partition=tp.partition, leader=leader
-        )
+        log.debug("leader_connection_lost", topic=tp.topic, partition=tp.partition, leader=leader)
         return True
 
     def _dark_asked_at(self) -> float:

@@ -384,6 +384,16 @@ _SKIP_FORWARD_REASONS: Final = frozenset(
 # ------------------------------------------------------------------------------------ tracker
 
 
+def _same_point(position: EpochOffset, other: EpochOffset | None) -> bool:
+    """``position`` and ``other`` name the same offset in the same known epoch."""
+    return (
+        other is not None
+        and position.leader_epoch is not None
+        and position.offset == other.offset
+        and position.leader_epoch == other.leader_epoch
+    )
+
+
 def _older_at_same_offset(position: EpochOffset, read_to: EpochOffset) -> bool:
     """``position`` names ``read_to``'s offset in an older epoch."""
     return (
@@ -715,6 +725,7 @@ class PartitionTracker:
         source: PositionSource | str = PositionSource.COMMITTED,
         epoch_exact: bool = False,
         read_to: EpochOffset | None = None,
+        reported: EpochOffset | None = None,
     ) -> None:
         """Start from a committed/stored position (``None``: there is none).
 
@@ -739,7 +750,10 @@ class PartitionTracker:
         newer one: a request the client had given up on): ``read_to`` covers it, and the
         consumer starts from ``read_to`` once it is confirmed; validating the older epoch
         again would report a truncation this consumer already reported, and read again what
-        it read since.
+        it read since. So does a ``position`` this consumer found truncated itself before it
+        gave the partition up (``reported``: the ``consumed_to`` of its last report there,
+        the same offset and epoch): a commit made after that report had not landed, and the
+        group's commit is still the position it reported.
         """
         if position is None:
             self._source = source
@@ -754,7 +768,11 @@ class PartitionTracker:
             and read_to.topic_id == position.topic_id
         ):
             self.seek(read_to, source=PositionSource.LEFT_POSITION)
-            if self._state is S.AWAIT_VALIDATION and not _older_at_same_offset(position, read_to):
+            if (
+                self._state is S.AWAIT_VALIDATION
+                and not _older_at_same_offset(position, read_to)
+                and not _same_point(position, reported)
+            ):
                 self._start_after = (position, source, epoch_exact)
         else:
             self.seek(position, source=source, epoch_exact=epoch_exact)

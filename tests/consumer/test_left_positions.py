@@ -384,6 +384,59 @@ def test_a_partition_given_back_under_the_commit_it_reported_truncated_is_not_re
 
 
 @pytest.mark.parametrize("driver", ["threads", "asyncio"])
+def test_a_partition_stopped_at_its_report_and_given_back_starts_at_the_next_owners_commit(
+    cluster: EmbeddedCluster, driver: str
+) -> None:
+    """The group's commit is (5, e0), past a, b, c, d1, d2; an unclean election replaces
+    d1, d2 with after1, after2. Under policy raise A restores the commit, reports d1, d2
+    and stops, and loses the partition before the application seeks. B is told the same,
+    seeks, reads after1, after2 and commits past them. Given the partition back, A has read
+    nothing since its report: it starts from B's commit, and reports nothing again (chaos
+    seed 201453, AIOEpochConsumer)."""
+    topic = "stoppedreport"
+    cluster.create_topic(topic, partitions=2, replication_factor=2)
+    tp, other = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    leader = cluster.leader(topic, 0)
+    [follower] = [r for r in cluster.replicas(topic, 0) if r != leader]
+    produce(cluster, topic, ["a", "b", "c"])
+    cluster.stop_broker(follower)
+    produce(cluster, topic, ["d1", "d2"])
+    reports, (a, b) = _two_members(cluster, driver, "gstoppedreport", "raise")
+    got_a: list[Any] = []
+    got_b: list[Any] = []
+    try:
+        b.commit({tp: EpochOffset(5, 0, topic_id=cluster.topic_id(topic))})
+        cluster.stop_broker(leader)
+        cluster.start_broker(follower)
+        cluster.elect_leader(topic, 0, follower, unclean=True)
+        produce(cluster, topic, ["after1", "after2"])
+        cluster.start_broker(leader)
+        read_a, read_b = _reader(a, got_a), _reader(b, got_b)
+        a.assign([tp, other])
+        with pytest.raises(LogTruncationError):
+            wait(lambda: read_a(1), "A's report")
+        [first] = reports["a"]
+        assert (first.consumed_to, first.lost_from, first.lost_to) == (EpochOffset(5, 0), 3, 5)
+        a.assign([other])
+        b.assign([tp])
+        with pytest.raises(LogTruncationError) as caught:
+            wait(lambda: read_b(1), "B's report")
+        b.seek(tp, caught.value.truncation_offsets()[tp])
+        wait(lambda: read_b(2), "after1, after2, by B")
+        assert [(r.offset, r.value) for r in got_b] == [(3, b"after1"), (4, b"after2")]
+        b.commit()
+        b.assign([other])
+        a.assign([tp, other])
+        produce(cluster, topic, ["later"])
+        wait(lambda: read_a(1), "the record after B's commit")
+        assert [(r.offset, r.value) for r in got_a] == [(5, b"later")]
+        assert reports["a"] == [first]
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("driver", ["threads", "asyncio"])
 def test_a_partition_given_back_below_the_next_owners_commit_reports_up_to_that_commit(
     cluster: EmbeddedCluster, driver: str
 ) -> None:

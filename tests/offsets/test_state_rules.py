@@ -776,6 +776,31 @@ def test_a_commit_this_consumer_reported_truncated_is_covered_by_what_it_read_si
     assert fetch(tr).offset == 21 and tr.position == EpochOffset(21, 1, topic_id="topic-a")
 
 
+@pytest.mark.parametrize("reported", [True, False], ids=["reported", "not-reported"])
+def test_a_left_position_this_consumer_reported_truncated_is_not_validated_again(
+    reported: bool,
+) -> None:
+    # This consumer restored the group's commit (4, e0), found it truncated (the log starts
+    # over at 0 in epoch 1) and stopped (policy raise), and lost the partition before the
+    # application sought: its left position is (4, e0), the report's consumed_to. Another
+    # member read the new log and committed (1, e1). Given the partition back, it has read
+    # nothing since its report: it starts from the commit (chaos seed 201453). A left
+    # position it did not report is validated first, as before.
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", "raise"))
+    tr.on_metadata(2, 1, "topic-a")
+    left = EpochOffset(4, 0, topic_id="topic-a")
+    tr.restore(
+        EpochOffset(1, 1, topic_id="topic-a"), read_to=left, reported=left if reported else None
+    )
+    v = validate(tr)
+    if reported:
+        assert v.position == EpochOffset(1, 1)
+        tr.on_validation(v, 0, 1, 5, 0.0)
+        assert truncations(tr) == [] and fetch(tr).offset == 1
+    else:
+        assert v.position == EpochOffset(4, 0)
+
+
 def test_a_commit_other_than_the_one_reported_is_still_validated() -> None:
     # The report was of another position (an older commit): the group's commit (22, e0)
     # is validated after what this consumer read, and its loss reported.

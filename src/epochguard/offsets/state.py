@@ -384,10 +384,11 @@ _SKIP_FORWARD_REASONS: Final = frozenset(
 # ------------------------------------------------------------------------------------ tracker
 
 
-def _same_point(position: EpochOffset, other: EpochOffset | None) -> bool:
+def _same_point(position: EpochOffset | None, other: EpochOffset | None) -> bool:
     """``position`` and ``other`` name the same offset in the same known epoch."""
     return (
-        other is not None
+        position is not None
+        and other is not None
         and position.leader_epoch is not None
         and position.offset == other.offset
         and position.leader_epoch == other.leader_epoch
@@ -753,8 +754,12 @@ class PartitionTracker:
         it read since. So does a ``position`` this consumer found truncated itself before it
         gave the partition up (``reported``: the ``consumed_to`` of its last report there,
         the same offset and epoch): a commit made after that report had not landed, and the
-        group's commit is still the position it reported.
+        group's commit is still the position it reported. A ``read_to`` that is itself that
+        position (the partition stopped at the report, or was taken away before it moved
+        on) holds nothing this consumer read since: it is ignored.
         """
+        if _same_point(read_to, reported):
+            read_to = None
         if position is None:
             self._source = source
             self._no_valid_offset(ResetReason.NO_COMMITTED_OFFSET, no_offset=True)

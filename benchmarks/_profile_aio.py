@@ -11,6 +11,9 @@ max_records=500)``, key and value of every record touched) and its 1 ms ticker b
     python -m benchmarks._profile_aio 1024 100000 1 blocks        # the slowest loop callbacks
     python -m benchmarks._profile_aio 1024 100000 1 rate aiokafka # the same for aiokafka
 
+``PROF_SORT`` (default ``tottime``) and ``PROF_LINES`` (30) shape the profile;
+``PROF_CALLEES`` (a regular expression) adds what the matching functions called.
+
 ``blocks`` times every callback the event loop runs and prints the slowest, with the CPU
 time the thread spent in each (wall time well above it: the process was not running, the
 machine is shared).
@@ -123,6 +126,9 @@ def main(size: int, total: int, parts: int, mode: str, client: str) -> None:
             pstats.Stats(prof, stream=out).sort_stats(
                 os.environ.get("PROF_SORT", "tottime")
             ).print_stats(int(os.environ.get("PROF_LINES", "30")))
+            if os.environ.get("PROF_CALLEES"):
+                callers = pstats.Stats(prof, stream=out).sort_stats("cumtime")
+                callers.print_callees(os.environ["PROF_CALLEES"])
             print(out.getvalue())
         tick.cancel()
         await c.stop()

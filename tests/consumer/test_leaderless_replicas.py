@@ -293,7 +293,7 @@ def _lost(md: Metadata, now: float = 100.0, leader: int = 0) -> Metadata:
     a request to broker 0 failed with its connection at ``now``."""
     assert _ask(md, 10.0)
     md.on_answer(_answer(0, [0, 1], [], [0, 1, 2]), 10.0, ["t"], 10.0)
-    md.request(any_answer=True, lost_leader=(TP, leader), now=now)
+    md.request(any_answer=True, lost_leader=(TP, leader, now))
     return md
 
 
@@ -304,7 +304,7 @@ def test_a_lost_leader_connection_asks_nothing_while_every_replica_refuses() -> 
     md.on_probe(0, 100.001, reachable=False, refused=True)
     md.on_probe(1, 100.001, reachable=False, refused=True)
     for t in (100.1, 101.0, 103.0, 104.9):
-        md.request(any_answer=True, lost_leader=(TP, 0), now=t)  # the tracker's retries
+        md.request(any_answer=True, lost_leader=(TP, 0, t))  # the tracker's retries
         assert not _ask(md, t)
         for node in md.probes_due(t):
             md.on_probe(node, t, reachable=False, refused=True)
@@ -410,7 +410,9 @@ def _wire_answer(leader: int | None, offline: list[int], brokers: list[int]) -> 
     )
 
 
-def test_the_fetcher_probes_the_replicas_and_asks_metadata_when_one_is_back(mocker: Any) -> None:
+def _fetcher_led_by_0(mocker: Any) -> tuple[list[float], _Client, Fetcher, Any]:
+    """A Fetcher on a test clock reading ``TP`` from offset 5, whose first answer named
+    broker 0 the leader: the clock, the client, the fetcher and the tracker."""
     clock = [100.0]
     mocker.patch("epochguard.consumer.fetcher.time.monotonic", lambda: clock[0])
     client = _Client()
@@ -420,6 +422,25 @@ def test_the_fetcher_probes_the_replicas_and_asks_metadata_when_one_is_back(mock
     f.send_requests(clock[0])
     client.metadata.pop().success(_wire_answer(0, [], [0, 1, 2]))
     f.process_completions()
+    return clock, client, f, tracker
+
+
+def _broker_1_back(clock: list[float], client: _Client, f: Fetcher, asked: int) -> None:
+    """Both replicas are tried; broker 1 accepts: one Metadata request goes, and its answer
+    names broker 1 the leader."""
+    clock[0] += 0.1
+    f.send_requests(clock[0])
+    assert {node for node, _ in client.probes} == {0, 1}
+    client.probes[1][1].success(True)
+    f.process_completions()
+    f.send_requests(clock[0])
+    assert f.metrics.metadata_requests == asked + 1
+    client.metadata.pop().success(_wire_answer(1, [0], [1, 2]))
+    f.process_completions()
+
+
+def test_the_fetcher_probes_the_replicas_and_asks_metadata_when_one_is_back(mocker: Any) -> None:
+    clock, client, f, tracker = _fetcher_led_by_0(mocker)
     assert tracker.leader_id == 0
     # the leader is gone: the next answer names no leader, both replicas offline
     f.request_metadata()
@@ -435,16 +456,8 @@ def test_the_fetcher_probes_the_replicas_and_asks_metadata_when_one_is_back(mock
         f.process_completions()
     asked = f.metrics.metadata_requests
     assert asked <= 3  # the first answers; none while both replicas refuse
-    clock[0] += 0.1
-    f.send_requests(clock[0])
-    assert {node for node, _ in client.probes} == {0, 1}
-    client.probes[1][1].success(True)  # broker 1 accepts
-    f.process_completions()
-    f.send_requests(clock[0])
-    assert f.metrics.metadata_requests == asked + 1
+    _broker_1_back(clock, client, f, asked)
     assert f.metrics.replicas_back == 1
-    client.metadata.pop().success(_wire_answer(1, [0], [1, 2]))
-    f.process_completions()
     assert tracker.leader_id == 1
     assert tracker.state is PartitionState.FETCHING
 
@@ -453,15 +466,7 @@ def test_the_fetcher_asks_no_metadata_while_the_lost_leaders_replicas_refuse(moc
     """The leader stops while the partition's other replica is down: the long poll fails
     with its connection, both replicas refuse connections, and no Metadata request goes
     until one accepts; its answer names the new leader."""
-    clock = [100.0]
-    mocker.patch("epochguard.consumer.fetcher.time.monotonic", lambda: clock[0])
-    client = _Client()
-    f = Fetcher(client, build_config({}), OffsetPolicy("earliest"), None, None, lambda e: None)  # type: ignore[arg-type]
-    tracker = f.add_partition(TP)
-    tracker.seek(5)
-    f.send_requests(clock[0])
-    client.metadata.pop().success(_wire_answer(0, [], [0, 1, 2]))
-    f.process_completions()
+    clock, client, f, tracker = _fetcher_led_by_0(mocker)
     asked = f.metrics.metadata_requests
     for _ in range(30):  # three seconds: the fetches to broker 0 fail, the probes refused
         clock[0] += 0.1
@@ -478,13 +483,5 @@ def test_the_fetcher_asks_no_metadata_while_the_lost_leaders_replicas_refuse(moc
         f.process_completions()
     assert f.metrics.metadata_requests == asked
     assert tracker.leader_id == 0
-    clock[0] += 0.1
-    f.send_requests(clock[0])
-    assert {node for node, _ in client.probes} == {0, 1}
-    client.probes[1][1].success(True)  # broker 1 is back
-    f.process_completions()
-    f.send_requests(clock[0])
-    assert f.metrics.metadata_requests == asked + 1
-    client.metadata.pop().success(_wire_answer(1, [0], [1, 2]))
-    f.process_completions()
+    _broker_1_back(clock, client, f, asked)
     assert tracker.leader_id == 1

@@ -186,15 +186,33 @@ def _reader(c: Any, got: list[Any]) -> Any:
 
 
 def _replace_the_doomed_record(
-    cluster: EmbeddedCluster, topic: str, leader: int, follower: int
+    cluster: EmbeddedCluster,
+    topic: str,
+    leader: int,
+    follower: int,
+    values: tuple[str, ...] = ("after1", "after2"),
 ) -> None:
     """The follower (stopped since the doomed record was written) is elected uncleanly and
-    takes ``after1, after2`` at the doomed record's offset; the old leader comes back."""
+    takes ``values`` at the doomed record's offset; the old leader comes back."""
     cluster.stop_broker(leader)
     cluster.start_broker(follower)
     cluster.elect_leader(topic, 0, follower, unclean=True)
-    produce(cluster, topic, ["after1", "after2"])
+    produce(cluster, topic, list(values))
     cluster.start_broker(leader)
+
+
+def _group_commit_past_lost_records(
+    cluster: EmbeddedCluster, topic: str, committer: Any, values: tuple[str, ...]
+) -> tuple[TopicPartition, TopicPartition]:
+    """``a, b, c, d1, d2`` at 0..4 of partition 0 (d1, d2 on its leader alone), the group's
+    commit (5, e0) made by ``committer``, then an unclean election that replaces d1, d2
+    with ``values``: the topic's two partitions."""
+    tp, other, leader, follower = _given_back_topic(cluster, topic)
+    cluster.stop_broker(follower)
+    produce(cluster, topic, ["d1", "d2"])
+    committer.commit({tp: EpochOffset(5, 0, topic_id=cluster.topic_id(topic))})
+    _replace_the_doomed_record(cluster, topic, leader, follower, values)
+    return tp, other
 
 
 @pytest.mark.parametrize("driver", ["threads", "asyncio"])
@@ -348,22 +366,10 @@ def test_a_partition_given_back_under_the_commit_it_reported_truncated_is_not_re
     under the same group commit, A validates where it had read and starts there: validating
     (5, e0) again reported d1, d2 a second time (chaos seed 100133, network faults)."""
     topic = "reportedcommit"
-    cluster.create_topic(topic, partitions=2, replication_factor=2)
-    tp, other = TopicPartition(topic, 0), TopicPartition(topic, 1)
-    leader = cluster.leader(topic, 0)
-    [follower] = [r for r in cluster.replicas(topic, 0) if r != leader]
-    produce(cluster, topic, ["a", "b", "c"])
-    cluster.stop_broker(follower)
-    produce(cluster, topic, ["d1", "d2"])
     reports, (a, previous) = _two_members(cluster, driver, "greportedcommit", "rewind")
     got: list[Any] = []
     try:
-        previous.commit({tp: EpochOffset(5, 0, topic_id=cluster.topic_id(topic))})
-        cluster.stop_broker(leader)
-        cluster.start_broker(follower)
-        cluster.elect_leader(topic, 0, follower, unclean=True)
-        produce(cluster, topic, ["after1"])
-        cluster.start_broker(leader)
+        tp, other = _group_commit_past_lost_records(cluster, topic, previous, ("after1",))
         read = _reader(a, got)
         a.assign([tp, other])
         wait(lambda: read(1), "after1")
@@ -394,23 +400,11 @@ def test_a_partition_stopped_at_its_report_and_given_back_starts_at_the_next_own
     nothing since its report: it starts from B's commit, and reports nothing again (chaos
     seed 201453, AIOEpochConsumer)."""
     topic = "stoppedreport"
-    cluster.create_topic(topic, partitions=2, replication_factor=2)
-    tp, other = TopicPartition(topic, 0), TopicPartition(topic, 1)
-    leader = cluster.leader(topic, 0)
-    [follower] = [r for r in cluster.replicas(topic, 0) if r != leader]
-    produce(cluster, topic, ["a", "b", "c"])
-    cluster.stop_broker(follower)
-    produce(cluster, topic, ["d1", "d2"])
     reports, (a, b) = _two_members(cluster, driver, "gstoppedreport", "raise")
     got_a: list[Any] = []
     got_b: list[Any] = []
     try:
-        b.commit({tp: EpochOffset(5, 0, topic_id=cluster.topic_id(topic))})
-        cluster.stop_broker(leader)
-        cluster.start_broker(follower)
-        cluster.elect_leader(topic, 0, follower, unclean=True)
-        produce(cluster, topic, ["after1", "after2"])
-        cluster.start_broker(leader)
+        tp, other = _group_commit_past_lost_records(cluster, topic, b, ("after1", "after2"))
         read_a, read_b = _reader(a, got_a), _reader(b, got_b)
         a.assign([tp, other])
         with pytest.raises(LogTruncationError):

@@ -756,24 +756,45 @@ def test_what_was_read_truncated_under_an_older_commit_at_its_offset_rewinds() -
     assert fetch(tr).offset == 4
 
 
-def test_a_commit_this_consumer_reported_truncated_is_covered_by_what_it_read_since() -> None:
+def _given_back(
+    on_truncation: str, committed: int, read_to: tuple[int, int], reported: int | None
+) -> PartitionTracker:
+    """A tracker (leader 2, epoch 1) given back under the group's commit (``committed``,
+    e0), having read to ``read_to`` and last reported (``reported``, e0) truncated."""
+    tr = PartitionTracker(TP, OffsetPolicy("earliest", on_truncation))
+    tr.on_metadata(2, 1, "topic-a")
+    tr.restore(
+        EpochOffset(committed, 0, topic_id="topic-a"),
+        read_to=EpochOffset(*read_to, topic_id="topic-a"),
+        reported=None if reported is None else EpochOffset(reported, 0, topic_id="topic-a"),
+    )
+    return tr
+
+
+@pytest.mark.parametrize("reported", [22, 18], ids=["the-commit", "an-older-position"])
+def test_a_commit_this_consumer_reported_truncated_is_covered_by_what_it_read_since(
+    reported: int,
+) -> None:
     # This consumer restored the group's commit (22, e0), reported its loss (divergence
     # 20), rewound, read the new log to (21, e1) and lost the partition before its commit
     # of that landed (chaos seed 100133, network faults). Given the partition back with
     # the group's commit still (22, e0), it validates what it read and starts there:
-    # validating (22, e0) again reported the same loss a second time.
-    tr = PartitionTracker(TP, OffsetPolicy("earliest", "rewind"))
-    tr.on_metadata(2, 1, "topic-a")
-    tr.restore(
-        EpochOffset(22, 0, topic_id="topic-a"),
-        read_to=EpochOffset(21, 1, topic_id="topic-a"),
-        reported=EpochOffset(22, 0, topic_id="topic-a"),
-    )
+    # validating (22, e0) again reported the same loss a second time. When its report was
+    # of another position (an older commit), the group's commit is validated after what it
+    # read, and its loss reported.
+    tr = _given_back("rewind", 22, (21, 1), reported)
     v = validate(tr)
     assert v.position == EpochOffset(21, 1)
     tr.on_validation(v, 0, 1, 30, 0.0)
-    assert truncations(tr) == []
-    assert fetch(tr).offset == 21 and tr.position == EpochOffset(21, 1, topic_id="topic-a")
+    if reported == 22:
+        assert truncations(tr) == []
+        assert fetch(tr).offset == 21 and tr.position == EpochOffset(21, 1, topic_id="topic-a")
+        return
+    v = validate(tr)
+    assert v.position == EpochOffset(22, 0)
+    tr.on_validation(v, 0, 0, 20, 0.0)  # epoch 0 ends at 20 on this leader
+    (t,) = truncations(tr)
+    assert (t.report.consumed_to, t.report.divergence) == (EpochOffset(22, 0), EpochOffset(20, 0))
 
 
 @pytest.mark.parametrize("reported", [True, False], ids=["reported", "not-reported"])
@@ -799,24 +820,6 @@ def test_a_left_position_this_consumer_reported_truncated_is_not_validated_again
         assert truncations(tr) == [] and fetch(tr).offset == 1
     else:
         assert v.position == EpochOffset(4, 0)
-
-
-def test_a_commit_other_than_the_one_reported_is_still_validated() -> None:
-    # The report was of another position (an older commit): the group's commit (22, e0)
-    # is validated after what this consumer read, and its loss reported.
-    tr = PartitionTracker(TP, OffsetPolicy("earliest", "rewind"))
-    tr.on_metadata(2, 1, "topic-a")
-    tr.restore(
-        EpochOffset(22, 0, topic_id="topic-a"),
-        read_to=EpochOffset(21, 1, topic_id="topic-a"),
-        reported=EpochOffset(18, 0, topic_id="topic-a"),
-    )
-    tr.on_validation(validate(tr), 0, 1, 30, 0.0)
-    v = validate(tr)
-    assert v.position == EpochOffset(22, 0)
-    tr.on_validation(v, 0, 0, 20, 0.0)  # epoch 0 ends at 20 on this leader
-    (t,) = truncations(tr)
-    assert (t.report.consumed_to, t.report.divergence) == (EpochOffset(22, 0), EpochOffset(20, 0))
 
 
 def test_read_to_equal_to_the_position_is_one_validation() -> None:

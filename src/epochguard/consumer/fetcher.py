@@ -518,13 +518,13 @@ class Fetcher:
                     refused = event.reason in _NOT_LEADING
                     now = time.monotonic()
                     leader = tracker.leader_id
-                    cut = leader is not None and event.reason == _CONNECTION_LOST
                     self.metadata.request(
                         now if refused else None,
                         any_answer=not refused,
                         leader_for=tp if event.reason == RefreshReason.LEADER_UNKNOWN else None,
-                        lost_leader=(tp, leader) if cut and leader is not None else None,
-                        now=now,
+                        lost_leader=(tp, leader, now)
+                        if leader is not None and event.reason == _CONNECTION_LOST
+                        else None,
                     )
                     self._wake.set()
             elif isinstance(event, TruncationDetected):

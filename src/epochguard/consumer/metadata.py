@@ -150,8 +150,7 @@ class Metadata:
         *,
         any_answer: bool = False,
         leader_for: TopicPartition | None = None,
-        lost_leader: tuple[TopicPartition, int] | None = None,
-        now: float = 0.0,
+        lost_leader: tuple[TopicPartition, int, float] | None = None,
     ) -> None:
         """Ask for a refresh. ``leader_for``: the refresh is for that partition's tracker,
         which knows no leader; none is sent while the last answer said every replica of it
@@ -165,15 +164,15 @@ class Metadata:
         waiting for a leader asks again, after its backoff, if that answer names none);
         otherwise the refresh is a request sent from now on (callers wait for
         :meth:`fresh_since`).
-        ``lost_leader``: ``(partition, leader)``, a request to the partition's leader failed
-        with its connection (at ``now``). Only a running replica can lead the partition,
+        ``lost_leader``: ``(partition, leader, now)``, a request to the partition's leader
+        failed with its connection at ``now``. Only a running replica can lead the partition,
         so before asking, its replicas are tried with connections (no request): the first
         one accepting, or an attempt failing other than by a refusal, sends the refresh at
         once; while every one refuses the partition is dark, as after an answer naming no
         leader, and the refresh goes when one is back."""
         if lost_leader is not None:
             tp = lost_leader[0]
-            if tp in self._dark or tp in self._revived or self._presume_dark(*lost_leader, now):
+            if tp in self._dark or tp in self._revived or self._presume_dark(*lost_leader):
                 return
         if leader_for is not None:
             self._waiting.add(leader_for)

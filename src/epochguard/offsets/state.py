@@ -385,14 +385,9 @@ _SKIP_FORWARD_REASONS: Final = frozenset(
 
 
 def _same_point(position: EpochOffset | None, other: EpochOffset | None) -> bool:
-    """``position`` and ``other`` name the same offset in the same known epoch."""
-    return (
-        position is not None
-        and other is not None
-        and position.leader_epoch is not None
-        and position.offset == other.offset
-        and position.leader_epoch == other.leader_epoch
-    )
+    """``position`` and ``other`` name the same offset in the same known epoch
+    (``EpochOffset`` equality compares those two alone)."""
+    return position is not None and position.leader_epoch is not None and position == other
 
 
 def _older_at_same_offset(position: EpochOffset, read_to: EpochOffset) -> bool:

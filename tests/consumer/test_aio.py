@@ -291,6 +291,33 @@ def test_reading_at_full_speed_still_gives_the_loop_turns(cluster: EmbeddedClust
     _run(main)
 
 
+def test_a_read_decodes_one_budget_of_a_large_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer for many partitions is decoded over several reads, one decode budget each
+    (the loop turns in between): the read that waited for it applies the budget once, not
+    once on waking and again before it returns."""
+    monkeypatch.setattr(aio, "DECODE_BUDGET_BYTES", 1)  # one partition a read
+    parts = [TopicPartition("t", p) for p in range(4)]
+    with EmbeddedCluster(brokers=1) as cluster:
+        cluster.create_topic("t", partitions=4, replication_factor=1)
+        for tp in parts:
+            cluster.append("t", tp.partition, [b"%d-%d" % (tp.partition, i) for i in range(10)])
+
+        async def main() -> None:
+            async with AIOEpochConsumer(**consumer_config(cluster)) as c:
+                c.assign(parts)
+                for tp in parts:
+                    c.seek(tp, 0)
+                reads: list[dict[TopicPartition, list[ConsumerRecord]]] = []
+                while sum(len(rs) for got in reads for rs in got.values()) < 40:
+                    got = await c.getmany(timeout_ms=5000, max_records=1000)
+                    assert got
+                    reads.append(got)
+                assert [len(got) for got in reads] == [1, 1, 1, 1]
+                assert sorted(tp for got in reads for tp in got) == parts
+
+        _run(main)
+
+
 class _AsyncListener:
     def __init__(self) -> None:
         self.events: list[tuple[str, set[TopicPartition]]] = []

@@ -294,15 +294,27 @@ def test_early_prefetches_of_one_answer_go_out_in_one_request(mocker: Any) -> No
     assert sorted((q.partition, q.fetch_offset) for q in early) == [(0, 10), (1, 10)]
 
 
-@pytest.mark.parametrize("budget", [None, 1])
+@pytest.mark.parametrize(
+    ("budget", "calls"),
+    [
+        (None, [[0, 1, 2], [], []]),
+        (1, [[0], [1], [2]]),
+        # One partition's records and half another's: one partition a call, not two.
+        (1.5, [[0], [1], [2]]),
+        (2, [[0, 1], [2], []]),
+    ],
+)
 def test_a_decode_budget_spreads_one_answer_over_several_calls(
-    mocker: Any, budget: int | None
+    mocker: Any, budget: float | None, calls: list[list[int]]
 ) -> None:
     # The asyncio driver bounds the decoding per read: a large answer for many partitions
     # would otherwise stall the event loop. The answer's prefetches still go out at once,
     # and the partitions not decoded yet stay awaited (nothing is fetched for them again).
-    f, tps, futures = _first_fetch_of(mocker, 3, budget)
     answer = _fetch_answer(0, 10, hw=30)
+    size = len(answer.responses[0].partitions[0].records)
+    f, tps, futures = _first_fetch_of(
+        mocker, 3, None if budget is None else max(1, int(budget * size))
+    )
     for i in (1, 2):
         more = NS(**vars(answer.responses[0].partitions[0]))
         more.partition_index = i
@@ -318,10 +330,7 @@ def test_a_decode_budget_spreads_one_answer_over_several_calls(
     assert len(futures) == 2  # one request of prefetches for all three, nothing fetched again
     early = futures[1][0][1].topics[0].partitions
     assert sorted((q.partition, q.fetch_offset) for q in early) == [(0, 10), (1, 10), (2, 10)]
-    if budget is None:
-        assert decoded == [tps, [], []]
-    else:
-        assert decoded == [[tp] for tp in tps]
+    assert decoded == [[tps[i] for i in call] for call in calls]
     assert not f.has_completions()
 
 

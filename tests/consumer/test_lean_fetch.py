@@ -7,7 +7,9 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import select
 import socket
+import threading
 import uuid
 from collections import deque
 from typing import Any
@@ -315,6 +317,42 @@ def test_parser_reads_a_socket_into_its_frames(seed: int) -> None:
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("budget", [None, 100_000])
+def test_a_read_budget_bounds_each_read_of_the_socket(budget: int | None) -> None:
+    """Under asyncio one read of a connection must not take a whole large answer off the
+    socket (up to fetch_max_bytes): with a read budget each read takes at most that, the
+    rest waits in the socket for the next, and every frame still arrives whole."""
+    rng = random.Random(7)
+    stream, headers, expected = _wire_frames(40, rng)
+    parser = _lean_parser()
+    parser.in_flight_requests = deque(headers)
+    ours, broker = socket.socketpair()
+    try:
+        ours.setblocking(False)
+        sender = threading.Thread(target=broker.sendall, args=(stream,))
+        sender.start()
+        transport = object.__new__(client._LargeReadTransport)
+        transport._sock = ours
+        transport.read_budget_bytes = budget
+        reads: list[int] = []
+        got: list[tuple[int, Any]] = []
+        while sum(reads) < len(stream):
+            select.select([ours], [], [], 5.0)
+            n, err = transport._recv_frames(parser)
+            assert err is None
+            reads.append(n)
+            got += parser.receive_bytes(b"")
+        sender.join()
+    finally:
+        ours.close()
+        broker.close()
+    _check(got, expected)
+    assert sum(reads) == len(stream)
+    if budget is not None:
+        assert max(reads) <= budget
+        assert len(reads) >= len(stream) // budget
 
 
 def test_parser_refuses_a_mismatched_correlation_id() -> None:

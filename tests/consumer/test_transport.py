@@ -54,8 +54,8 @@ def test_the_lean_reader_delivers_frames_completed_before_a_close() -> None:
     ours, broker = socket.socketpair()
 
     class Parser:
-        def recv_from(self, sock: socket.socket) -> int:
-            return len(sock.recv(4096))
+        def recv_from(self, sock: socket.socket, most: int | None = None) -> int:
+            return len(sock.recv(4096 if most is None else min(most, 4096)))
 
     try:
         ours.setblocking(False)

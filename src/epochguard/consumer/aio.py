@@ -86,6 +86,9 @@ YIELD_INTERVAL_S = 0.002
 #: reads, so the loop gets its turns in between. 1 MiB of 100-byte records decodes in about
 #: a millisecond with the C decoder.
 DECODE_BUDGET_BYTES = 1 << 20
+#: Bytes a turn of the connections reads off one socket at most: a large answer (up to
+#: ``fetch_max_bytes``) is read over several turns of the loop, as it is decoded.
+READ_BUDGET_BYTES = 1 << 20
 #: Most turns of the connections' selector per :meth:`_LoopIO.flush`.
 _FLUSH_TURNS = 3
 #: A read steps the connections' selector (see :meth:`_LoopIO.flush`) when requests wait
@@ -265,7 +268,6 @@ class _LoopIO:
             if not fetcher.has_completions():
                 await self.wait_signal(signal, min(effect.until, wake_at) - now)
             signal.clear()
-            fetcher.process_completions()
             return None
         if isinstance(effect, Await):
             kfuture = effect.future
@@ -426,7 +428,7 @@ class AIOEpochConsumer:
             return
         loop = asyncio.get_running_loop()
         log_decoder_once()
-        client = BrokerClient(self.config, io_thread=False)
+        client = BrokerClient(self.config, io_thread=False, read_budget_bytes=READ_BUDGET_BYTES)
         io = _LoopIO(client, loop)
         engine = ConsumerEngine(self.config, self._policy, client, io.spawn)
         engine.kind = "AIOEpochConsumer"

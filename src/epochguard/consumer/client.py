@@ -166,17 +166,19 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
         ready, self._ready = self._ready, []
         return ready
 
-    def recv_from(self, sock: Any) -> int:
-        """One ``recv_into`` from ``sock`` into the current frame or the scratch buffer;
-        the byte count (0: the peer closed). Raises what the socket raises."""
+    def recv_from(self, sock: Any, most: int | None = None) -> int:
+        """One ``recv_into`` from ``sock`` (of at most ``most`` bytes) into the current
+        frame or the scratch buffer; the byte count (0: the peer closed). Raises what the
+        socket raises."""
         frame_view = self._frame_view
         if frame_view is not None and len(frame_view) - self._filled >= DIRECT_READ_MIN:
-            n: int = sock.recv_into(frame_view[self._filled :])
+            end = len(frame_view) if most is None else self._filled + most
+            n: int = sock.recv_into(frame_view[self._filled : end])
             self._filled += n
             if self._filled == len(frame_view):
                 self._frame_done()
             return n
-        n = sock.recv_into(self._scratch_view)
+        n = sock.recv_into(self._scratch_view if most is None else self._scratch_view[:most])
         if n:
             self._feed(self._scratch_view[:n])
         return n
@@ -289,6 +291,10 @@ class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
     :class:`_LeanParser`'s frame buffers, and writing a request at once when nothing waits
     to be written before it."""
 
+    #: Bytes one read of the socket takes at most (None: all it holds), set by the
+    #: connection manager (:attr:`_ConnectionManager.read_budget_bytes`).
+    read_budget_bytes: int | None = None
+
     def write(self, data: Any) -> None:
         # kafka-python queues every write for a task that first waits for the socket to be
         # writable: three turns of its selector (and an epoll registration each way) per
@@ -355,10 +361,15 @@ class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
                 return
 
     def _recv_frames(self, parser: _LeanParser) -> tuple[int, Exception | None]:
+        budget = self.read_budget_bytes
         total = 0
         while True:
+            if budget is not None and total >= budget:
+                # The rest waits in the socket: its connection's next read (the selector
+                # finds it readable at once) takes it after the loop's other callbacks.
+                return total, None
             try:
-                n = parser.recv_from(self._sock)
+                n = parser.recv_from(self._sock, None if budget is None else budget - total)
             except (BlockingIOError, InterruptedError):
                 return total, None
             except kerrors.KafkaProtocolError as exc:
@@ -475,6 +486,10 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
     logs them and retries)."""
 
     last_connection_error: BaseException | None = None
+    #: Bytes one read of a plaintext connection takes at most before the connections'
+    #: other work (and, under asyncio, the loop's other callbacks) runs; None: all the
+    #: socket holds.
+    read_budget_bytes: int | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -597,6 +612,7 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
         # Only the exact plaintext class: SSL transports read through their own wrapper.
         if type(transport) is KafkaTCPTransport:
             transport.__class__ = _LargeReadTransport
+            transport.read_budget_bytes = self.read_budget_bytes
         return transport
 
 
@@ -626,12 +642,18 @@ def _coordinator_node_id(broker_id: int) -> str:
 class BrokerClient:
     """Thread-safe request sending to broker ids; responses arrive as kafka ``Future``s."""
 
-    def __init__(self, config: dict[str, Any], io_thread: bool = True) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        io_thread: bool = True,
+        read_budget_bytes: int | None = None,
+    ) -> None:
         cfg = {k: config[k] for k in PASSTHROUGH_KEYS if k in config and config[k] is not None}
         if isinstance(cfg.get("api_version"), str):
             cfg["api_version"] = tuple(int(p) for p in str(cfg["api_version"]).split("."))
         self._net: Any = NetworkSelector(selector=_Selector)
         self._manager: Any = _ConnectionManager(self._net, **cfg)
+        self._manager.read_budget_bytes = read_budget_bytes
         self._closed = False
         self._lock = threading.Lock()
         self.io_thread = io_thread

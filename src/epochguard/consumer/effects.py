@@ -127,7 +127,9 @@ class WaitSignal:
 @attrs.frozen
 class Pump:
     """Send what ``fetcher`` has to send, then wait for its next answer (or its next timer)
-    until ``until`` at the latest, and apply the answers that arrived."""
+    until ``until`` at the latest. The step that yields it applies the answers
+    (``process_completions``) at the top of its loop: once per turn, so a decode budget
+    bounds what one turn decodes."""
 
     fetcher: Fetcher
     until: float
@@ -168,7 +170,6 @@ def block_on(effect: Effect) -> Any:
         now = time.monotonic()
         wake_at = fetcher.send_requests(now)
         fetcher.wait(max(0.0, min(effect.until, wake_at) - now))
-        fetcher.process_completions()
         return None
     if isinstance(effect, Await):
         future = effect.future

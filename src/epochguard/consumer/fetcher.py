@@ -485,9 +485,12 @@ class Fetcher:
         budget = self.decode_budget_bytes
         queue = self._undecoded
         spent = 0
-        while queue and (budget is None or spent < budget):
+        while queue:
+            size = len(queue[0][1].records)
+            if budget is not None and spent and spent + size > budget:
+                return
             action, p, now, ahead = queue.popleft()
-            spent += len(p.records)
+            spent += size
             self._source(action.node_id).undecoded -= 1
             self._apply_partition(action, p, now, ahead)
 

@@ -218,7 +218,6 @@ class CallerThreadIO:
                     signal.is_set, min(effect.until, wake_at), self._watch_signal(signal)
                 )
             signal.clear()
-            fetcher.process_completions()
             return None
         if isinstance(effect, Await) and not effect.future.is_done:
             future = effect.future

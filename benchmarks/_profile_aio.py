@@ -10,6 +10,7 @@ max_records=500)``, key and value of every record touched) and its 1 ms ticker b
     python -m benchmarks._profile_aio 100 500000 1 rate           # rate and loop block only
     python -m benchmarks._profile_aio 1024 100000 1 blocks        # the slowest loop callbacks
     python -m benchmarks._profile_aio 1024 100000 1 rate aiokafka # the same for aiokafka
+    python -m benchmarks._profile_aio 1024 100000 8 rate epochguard-asyncio lz4  # compressed
 
 ``PROF_SORT`` (default ``tottime``) and ``PROF_LINES`` (30) shape the profile;
 ``PROF_CALLEES`` (a regular expression) adds what the matching functions called.
@@ -68,7 +69,7 @@ def _install_gc_timer(worst: dict[int, list[float]]) -> None:
     gc.callbacks.append(callback)
 
 
-def main(size: int, total: int, parts: int, mode: str, client: str) -> None:
+def main(size: int, total: int, parts: int, mode: str, client: str, codec: str = "none") -> None:
     import logging
 
     logging.disable(logging.CRITICAL)
@@ -79,7 +80,7 @@ def main(size: int, total: int, parts: int, mode: str, client: str) -> None:
     total = max(unit, total - total % unit)
     parent, child = mp.Pipe()
     proc = mp.get_context("spawn").Process(
-        target=matrix.serve, args=(size, parts, "none", total, child)
+        target=matrix.serve, args=(size, parts, codec, total, child)
     )
     proc.start()
     bootstrap = parent.recv()
@@ -138,7 +139,7 @@ def main(size: int, total: int, parts: int, mode: str, client: str) -> None:
     parent.send("done")
     proc.join(30)
     print(
-        f"client={client} size={size} partitions={parts} records={n} "
+        f"client={client} size={size} partitions={parts} codec={codec} records={n} "
         f"rec/s={n / elapsed:,.0f} cpu_s={cpu:.2f} loop_block_ms={worst * 1000:.2f} "
         f"load={os.getloadavg()[0]:.2f} mode={mode}"
     )
@@ -156,4 +157,5 @@ if __name__ == "__main__":
         int(args[2]) if len(args) > 2 else 1,
         args[3] if len(args) > 3 else "prof",
         args[4] if len(args) > 4 else "epochguard-asyncio",
+        args[5] if len(args) > 5 else "none",
     )

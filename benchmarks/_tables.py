@@ -245,6 +245,7 @@ def io_thread(results: Path) -> str:
                     title,
                     size(c["value_bytes"]),
                     c["partitions"],
+                    c.get("compression", "none"),
                     *(f"{rate(c.get(k))} / {rate(c.get(k + '_median'))}" for k in drivers),
                     " / ".join(f"{c.get(k + '_cpu_s_per_million', 0):.2f}" for k in drivers),
                     *(
@@ -258,6 +259,7 @@ def io_thread(results: Path) -> str:
         "broker",
         "value",
         "partitions",
+        "codec",
         "`io_thread=False` (default)",
         "`io_thread=True`",
         "confluent-kafka",
@@ -267,9 +269,16 @@ def io_thread(results: Path) -> str:
     ]
     repeat = r.get("embedded", r.get("apache", {})).get("repeat")
     load_avg = f"{min(loads):g}-{max(loads):g}" if loads else "not recorded"
+    # A run keeps the section of a broker it did not run: each says when it was measured.
+    dates = [
+        f"{title} {str(r[broker]['measured_at'])[:10]}"
+        for broker, title in (("embedded", "EmbeddedCluster"), ("apache", "Apache Kafka"))
+        if r.get(broker, {}).get("measured_at")
+    ]
     return table(header, rows) + measured(
         record,
-        f"records/s, best / median of {repeat} rounds, clients interleaved; "
+        (f"rows measured: {', '.join(dates)}; " if dates else "")
+        + f"records/s, best / median of {repeat} rounds, clients interleaved; "
         f"load average {load_avg}",
     )
 

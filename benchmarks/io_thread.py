@@ -18,7 +18,8 @@ and per round) and the ratios of each to confluent-kafka (best and median rounds
 load average before and after the case.
 
 ``IO_THREAD_BROKERS`` picks the brokers (default ``embedded``): ``embedded`` (the
-EmbeddedCluster, cases ``MATRIX_CASES``, default ``1024x1,1024x8,100x1,10240x1``) and
+EmbeddedCluster, cases ``MATRIX_CASES``, default
+``1024x1,1024x8,100x1,10240x1,1024x1:lz4,1024x1:zstd,1024x8:lz4``) and
 ``apache`` (one Apache Kafka 4.3.1 broker as ``benchmarks/matrix_apache.py`` runs it, cases
 ``MATRIX_APACHE_CASES``, default ``1024x1,1024x8``). A run keeps the previous result's
 section of a broker it did not run. Record counts: the matrix's, scaled by ``MATRIX_SCALE``
@@ -30,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +64,7 @@ def _ratios(row: dict[str, Any]) -> None:
 
 
 def run_embedded() -> dict[str, Any]:
-    cases = matrix.parse_cases(os.environ.get("MATRIX_CASES", "1024x1,1024x8,100x1,10240x1"))
+    cases = matrix.parse_cases(os.environ.get("MATRIX_CASES", "1024x1,1024x8,100x1,10240x1,1024x1:lz4,1024x1:zstd,1024x8:lz4"))
     rows = []
     for size, parts, codec in cases:
         row = matrix.run_case(size, parts, codec, [*CLIENTS, "embedded-alone"])
@@ -97,12 +99,16 @@ def run_apache() -> dict[str, Any]:
 def run() -> dict[str, Any]:
     brokers = [b.strip() for b in os.environ.get("IO_THREAD_BROKERS", "embedded").split(",")]
     previous: dict[str, Any] = {}
+    previous_at = None
     if RESULT.exists():
-        previous = json.loads(RESULT.read_text()).get("result", {})
+        record = json.loads(RESULT.read_text())
+        previous, previous_at = record.get("result", {}), record.get("started_at")
     result: dict[str, Any] = {"method": __doc__, "settings": matrix.SETTINGS["epochguard"]}
     for broker, runner in (("embedded", run_embedded), ("apache", run_apache)):
         if broker in brokers:
             result[broker] = runner()
+            result[broker]["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         elif broker in previous:
             result[broker] = previous[broker]
+            result[broker].setdefault("measured_at", previous_at)
     return result

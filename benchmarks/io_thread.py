@@ -64,7 +64,11 @@ def _ratios(row: dict[str, Any]) -> None:
 
 
 def run_embedded() -> dict[str, Any]:
-    cases = matrix.parse_cases(os.environ.get("MATRIX_CASES", "1024x1,1024x8,100x1,10240x1,1024x1:lz4,1024x1:zstd,1024x8:lz4"))
+    cases = matrix.parse_cases(
+        os.environ.get(
+            "MATRIX_CASES", "1024x1,1024x8,100x1,10240x1,1024x1:lz4,1024x1:zstd,1024x8:lz4"
+        )
+    )
     rows = []
     for size, parts, codec in cases:
         row = matrix.run_case(size, parts, codec, [*CLIENTS, "embedded-alone"])

@@ -337,3 +337,47 @@ def test_random_faults_with_retention_and_multi_record_batches_never_break_the_c
     for b in BROKERS:
         if b != leader and b not in p.failed_followers:
             assert p.logs[b].log_end_offset == p.logs[leader].log_end_offset
+
+
+class _HeldLoop:
+    """A loop whose delayed calls wait until the test runs them."""
+
+    def __init__(self) -> None:
+        self.held: list[tuple[object, tuple[object, ...]]] = []
+
+    def call_later(self, _delay: float, fn: object, *args: object) -> None:
+        self.held.append((fn, args))
+
+    def run_held(self) -> None:
+        held, self.held = self.held, []
+        for fn, args in held:
+            fn(*args)  # type: ignore[operator]
+
+
+def test_a_follower_not_yet_checked_against_the_new_leader_does_not_count() -> None:
+    """A follower that learns of a new leader before the leader itself does cannot check its
+    log against it yet: records the leader then appends must not be copied onto its old,
+    diverging log, nor its log end count toward the high watermark (Kafka's leader counts
+    a follower's position from its fetches, and a diverging follower truncates first).
+    Otherwise a consumer reads records of the new epoch at offsets the next leader (this
+    follower) holds other records at, and no epoch comparison can tell."""
+    state = ClusterState([1, 2, 3])
+    loop = _HeldLoop()
+    state.loop = loop  # type: ignore[assignment]
+    state.create_topic("t", 1, 3)
+    p = state.partition("t", 0)
+    append(state, 1, "e0-")  # 0 everywhere
+    state.faults.set_metadata_delay(3, 1.0)  # broker 3 learns every change late
+    state.stop_broker(1)
+    assert (p.leader, p.leader_epoch) == (2, 1)
+    append(state, 2, "e1-")  # 1..2 on broker 2 alone: 3 does not follow it yet
+    assert p.logs[2].high_watermark == 1 and 3 in p.isr
+    state.elect_leader("t", 0, 3, unclean=False)  # 3 is in the ISR; it does not know yet
+    assert (p.leader, p.leader_epoch) == (3, 2)
+    append(state, 4, "e2-")  # 1..4 on broker 3
+    assert p.logs[2].read(1, 10**6) != p.logs[3].read(1, 10**6)
+    assert p.logs[3].high_watermark == 1
+    loop.run_held()  # broker 3 takes over; broker 2 truncates to 1 and copies 1..4
+    assert p.logs[2].read(0, 10**6) == p.logs[3].read(0, 10**6)
+    assert p.logs[2].epoch_cache == p.logs[3].epoch_cache
+    assert p.logs[3].high_watermark == 5

@@ -135,6 +135,11 @@ class PartitionState:
     # Followers whose fetcher gave up on this partition (Kafka's markPartitionFailed) until
     # they learn a new leader or epoch, or restart.
     failed_followers: set[int] = attrs.field(factory=set)
+    # Followers that checked their log against the current leader epoch (truncating where it
+    # diverges): only their log end offsets count for the high watermark, and only they
+    # catch up by appending (Kafka's leader counts a follower's position from its fetches,
+    # and a diverging one truncates before it fetches on).
+    synced_followers: set[int] = attrs.field(factory=set)
 
     @property
     def leader_log(self) -> PartitionLog | None:
@@ -511,6 +516,7 @@ class ClusterState:
         old_leo = flog.log_end_offset
         flog.truncate_to(target)
         self.replica_shortened(p, follower, old_leo, "replica_truncated")
+        p.synced_followers.add(follower)
         self._catch_up(p, follower)
 
     def _catch_up(self, p: PartitionState, follower: int) -> None:
@@ -627,7 +633,7 @@ class ClusterState:
             return
         for r in p.replicas:
             if r != p.leader and self._follower_ready(p, r):
-                if r in p.isr and not resync:
+                if r in p.isr and not resync and r in p.synced_followers:
                     self._catch_up(p, r)
                 else:
                     self.sync_follower(p, r)
@@ -636,8 +642,10 @@ class ClusterState:
     def _update_hw(self, p: PartitionState) -> None:
         """HW = min LEO over the ISR, counting only followers that follow this leader now.
 
-        An ISR member that has not learnt about the current epoch yet (metadata delay) has
-        not fetched from this leader, so the high watermark waits for it, as in Kafka.
+        An ISR member that has not learnt about the current epoch yet (metadata delay), or
+        has not checked its log against it yet (the new leader had not taken over when it
+        learnt), has not fetched from this leader, so the high watermark waits for it, as in
+        Kafka: a log end offset of records another leader wrote must not count.
         """
         if p.leader is None:
             return
@@ -652,7 +660,7 @@ class ClusterState:
             for r in p.isr:
                 if r == p.leader:
                     continue
-                if self._follower_ready(p, r):
+                if self._follower_ready(p, r) and r in p.synced_followers:
                     hw = min(hw, p.logs[r].log_end_offset)
                 else:
                     hw = min(hw, llog.high_watermark)
@@ -841,6 +849,7 @@ class ClusterState:
     def _set_leader(self, p: PartitionState, leader: int | None) -> None:
         p.leader = leader
         p.leader_epoch += 1
+        p.synced_followers.clear()
         log.info(
             "leader_elected",
             topic=p.topic,

@@ -260,6 +260,14 @@ def _wire_frames(n: int, rng: random.Random) -> tuple[bytes, list[Any], list[Any
     return bytes(stream), headers, expected
 
 
+def _parser_awaiting(n: int, rng: random.Random) -> tuple[bytes, Any, list[Any]]:
+    """:func:`_wire_frames` and a parser whose requests those frames answer."""
+    stream, headers, expected = _wire_frames(n, rng)
+    parser = _lean_parser()
+    parser.in_flight_requests = deque(headers)
+    return stream, parser, expected
+
+
 def _decode(response: Any, version: int) -> Any:
     return type(response).decode(response.encode(version=version), version=version)
 
@@ -277,9 +285,7 @@ def _check(got: list[tuple[int, Any]], expected: list[Any]) -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_parser_reassembles_frames_fed_in_any_chunks(seed: int) -> None:
     rng = random.Random(seed)
-    stream, headers, expected = _wire_frames(12, rng)
-    parser = _lean_parser()
-    parser.in_flight_requests = deque(headers)
+    stream, parser, expected = _parser_awaiting(12, rng)
     got: list[tuple[int, Any]] = []
     pos = 0
     while pos < len(stream):
@@ -293,9 +299,7 @@ def test_parser_reassembles_frames_fed_in_any_chunks(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(3))
 def test_parser_reads_a_socket_into_its_frames(seed: int) -> None:
     rng = random.Random(100 + seed)
-    stream, headers, expected = _wire_frames(10, rng)
-    parser = _lean_parser()
-    parser.in_flight_requests = deque(headers)
+    stream, parser, expected = _parser_awaiting(10, rng)
     a, b = socket.socketpair()
     try:
         # Both ends non-blocking: a full socket buffer only means "read first".
@@ -325,9 +329,7 @@ def test_a_read_budget_bounds_each_read_of_the_socket(budget: int | None) -> Non
     socket (up to fetch_max_bytes): with a read budget each read takes at most that, the
     rest waits in the socket for the next, and every frame still arrives whole."""
     rng = random.Random(7)
-    stream, headers, expected = _wire_frames(40, rng)
-    parser = _lean_parser()
-    parser.in_flight_requests = deque(headers)
+    stream, parser, expected = _parser_awaiting(40, rng)
     ours, broker = socket.socketpair()
     try:
         ours.setblocking(False)

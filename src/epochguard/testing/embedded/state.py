@@ -480,8 +480,9 @@ class ClusterState:
                 if pv.leader == broker_id:
                     p.logs[broker_id].assign_epoch(pv.leader_epoch)
                     if changed:
-                        # A new leader: followers that already know it check for divergence.
-                        self.replicate(p, resync=True)
+                        # A new leader: followers that already know it check for divergence
+                        # (none has yet: a follower checks once the leader has taken over).
+                        self.replicate(p)
                 elif changed and pv.leader >= 0:
                     self.sync_follower(p, broker_id)
         self.notify_data()
@@ -623,17 +624,15 @@ class ClusterState:
             p.isr.remove(follower)
             self.publish()
 
-    def replicate(self, p: PartitionState, resync: bool = False) -> None:
-        """Copy the leader's new batches to every follower that follows it now.
-
-        ``resync`` (after a leader change) makes in-sync followers check for divergence by
-        epoch first, as every follower of a new leader does in Kafka.
-        """
+    def replicate(self, p: PartitionState) -> None:
+        """Copy the leader's new batches to every follower that follows it now; one that has
+        not checked its log against this leader (``synced_followers``) checks for divergence
+        by epoch first, as every follower of a new leader does in Kafka."""
         if p.leader is None:
             return
         for r in p.replicas:
             if r != p.leader and self._follower_ready(p, r):
-                if r in p.isr and not resync and r in p.synced_followers:
+                if r in p.isr and r in p.synced_followers:
                     self._catch_up(p, r)
                 else:
                     self.sync_follower(p, r)

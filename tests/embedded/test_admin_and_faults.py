@@ -176,6 +176,27 @@ def test_dropped_and_disconnected_responses(cluster: EmbeddedCluster) -> None:
     w.close()
 
 
+def test_a_held_request_is_handled_after_its_client_gave_up(cluster: EmbeddedCluster) -> None:
+    from kafka.protocol.metadata import MetadataRequest
+
+    from .wire import Wire
+
+    req = MetadataRequest(
+        version=12,
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    before = cluster.requests_seen().get((3, 12), 0)
+    cluster.faults.hold_requests(0.5, api_key=3, broker=1)
+    w = Wire.to(cluster, 1)
+    w.send(req)
+    w.close()
+    time.sleep(0.3)
+    assert cluster.requests_seen().get((3, 12), 0) == before  # still on its way
+    wait_until("the held request handled", lambda: cluster.requests_seen()[3, 12] == before + 1)
+
+
 def test_stop_broker_closes_listener_and_connections(cluster: EmbeddedCluster) -> None:
     from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 

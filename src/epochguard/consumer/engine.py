@@ -401,9 +401,26 @@ class ConsumerEngine:
         else:
             stored = {}
         topic_ids = self.fetcher.metadata.topic_ids
+        now = time.monotonic()
+        recommit: dict[TopicPartition, tuple[EpochOffset, str]] = {}
         for tp in todo:
             tracker = self.fetcher.trackers[tp]
             position, from_ = stored.get(tp), source
+            if self.group is not None and position is not None and from_ == "committed":
+                acknowledged = self.group.own_commits.overtaken(tp, position, now)
+                if acknowledged is not None:
+                    # One of this member's commits, cut off unanswered, reached the
+                    # coordinator after a later one it acknowledged: resume from that one,
+                    # and put it back in the group for whoever reads the partition next.
+                    log.warning(
+                        "commit_overtaken",
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        found=position.to_json(),
+                        acknowledged=acknowledged[0].to_json(),
+                    )
+                    position = acknowledged[0]
+                    recommit[tp] = acknowledged
             left = self._left_positions.get(tp, time.monotonic())
             if position is None and left is not None:
                 current = normalise_topic_id(topic_ids.get(tp.topic))
@@ -440,6 +457,11 @@ class ConsumerEngine:
                     ledger.inherit(position.offset, position.undecided_transactions)
                 self.fetcher.after_input(tp)
             self._restored.add(tp)
+        if recommit and self.group is not None:
+            try:
+                yield from self.group.commit(recommit, deadline)
+            except kerrors.KafkaError as exc:
+                log.warning("commit_overtaken_repair_failed", error=repr(exc))
 
     def subscribe(
         self,

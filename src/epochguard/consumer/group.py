@@ -47,6 +47,7 @@ from epochguard.consumer.membership import (
     CoordinatorLink,
     Heartbeats,
     MembershipHost,
+    OwnCommits,
     commit_worth_retrying,
     no_view,
 )
@@ -168,6 +169,7 @@ class ClassicMember:
         self.group_id: str = config["group_id"]
         self._instance_id: str | None = config.get("group_instance_id")
         self.link = CoordinatorLink(client, self.group_id, self._timeout_s())
+        self.own_commits = OwnCommits()
         #: OffsetCommit v10 by topic id when the coordinator offers it (see
         #: :class:`~epochguard.consumer.membership.CommitNaming`).
         self.commits_by_topic_id = True
@@ -218,8 +220,9 @@ class ClassicMember:
         deadline: float,
         timeout_s: float | None = None,
         lookup_deadline: float | None = None,
+        unanswered: Callable[[], None] | None = None,
     ) -> Step[Any]:
-        return self.link.call(req, deadline, timeout_s, lookup_deadline)
+        return self.link.call(req, deadline, timeout_s, lookup_deadline, unanswered)
 
     # ------------------------------------------------------------------ offsets
 
@@ -294,6 +297,10 @@ class ClassicMember:
             for tp, (pos, metadata) in offsets.items()
         ]
         naming = CommitNaming(offsets, self.commits_by_topic_id)
+
+        def sent_unanswered() -> None:
+            self.own_commits.unanswered(offsets, time.monotonic())
+
         while True:
             errors: set[type[kerrors.KafkaError]] = set()
             refused: set[str] = set()
@@ -306,10 +313,13 @@ class ClassicMember:
                     self._instance_id if subscribed else None,
                     topic_ids,
                 )
-                resp = yield from self._call(req, deadline)
+                resp = yield from self._call(req, deadline, unanswered=sent_unanswered)
                 errors |= wire.commit_errors(resp)
                 refused |= wire.commit_refused_topic_ids(resp)
+            if kerrors.RequestTimedOutError in errors:
+                sent_unanswered()  # the coordinator's write may yet complete
             if not errors:
+                self.own_commits.acknowledged(offsets, time.monotonic())
                 log.debug(
                     "offsets_committed",
                     group=self.group_id,

@@ -64,6 +64,7 @@ from epochguard.consumer.membership import (
     CoordinatorLink,
     Heartbeats,
     MembershipHost,
+    OwnCommits,
     commit_worth_retrying,
     no_view,
 )
@@ -100,6 +101,7 @@ class ConsumerGroupMember:
         self.group_id: str = config["group_id"]
         self._instance_id: str | None = config.get("group_instance_id")
         self.link = CoordinatorLink(client, self.group_id, self._timeout_s())
+        self.own_commits = OwnCommits()
         #: OffsetCommit v10 by topic id when the coordinator offers it (see
         #: :class:`~epochguard.consumer.membership.CommitNaming`).
         self.commits_by_topic_id = True
@@ -141,8 +143,10 @@ class ConsumerGroupMember:
     def coordinator_dead(self) -> None:
         self.link.forget()
 
-    def _call(self, req: Any, deadline: float) -> Step[Any]:
-        return self.link.call(req, deadline)
+    def _call(
+        self, req: Any, deadline: float, unanswered: Callable[[], None] | None = None
+    ) -> Step[Any]:
+        return self.link.call(req, deadline, unanswered=unanswered)
 
     # "The subscription may have changed": sent with the next heartbeat (no rejoin: KIP-848
     # members update their subscription in place).
@@ -530,6 +534,10 @@ class ConsumerGroupMember:
             for tp, (p, m) in offsets.items()
         ]
         naming = CommitNaming(offsets, self.commits_by_topic_id)
+
+        def sent_unanswered() -> None:
+            self.own_commits.unanswered(offsets, time.monotonic())
+
         while True:
             with self._lock:
                 epoch, in_group = self.member_epoch, self.member_epoch > 0
@@ -544,10 +552,13 @@ class ConsumerGroupMember:
                     # Not a member (yet): the coordinator takes it only while the group is
                     # empty.
                     req = wire.offset_commit_request(self.group_id, part, None, "", None, topic_ids)
-                resp = yield from self._call(req, deadline)
+                resp = yield from self._call(req, deadline, unanswered=sent_unanswered)
                 errors |= wire.commit_errors(resp)
                 refused |= wire.commit_refused_topic_ids(resp)
+            if kerrors.RequestTimedOutError in errors:
+                sent_unanswered()  # the coordinator's write may yet complete
             if not errors:
+                self.own_commits.acknowledged(offsets, time.monotonic())
                 log.debug(
                     "offsets_committed",
                     group=self.group_id,

@@ -36,6 +36,7 @@ __all__ = [
     "Heartbeats",
     "Membership",
     "MembershipHost",
+    "OwnCommits",
 ]
 
 log = get_logger("epochguard.consumer")
@@ -149,9 +150,12 @@ class CoordinatorLink:
         deadline: float,
         timeout_s: float | None = None,
         lookup_deadline: float | None = None,
+        unanswered: Callable[[], None] | None = None,
     ) -> Step[Any]:
         """Send to the coordinator; on transport errors find the coordinator again and retry
-        until ``deadline`` (looking the coordinator up until ``lookup_deadline``)."""
+        until ``deadline`` (looking the coordinator up until ``lookup_deadline``).
+        ``unanswered`` is called for each attempt cut by a transport error: the coordinator
+        may still have received it, and may act on it later."""
         t = self.timeout_s if timeout_s is None else timeout_s
         attempt = 0
         while True:
@@ -163,12 +167,85 @@ class CoordinatorLink:
                 return (yield from request(self._client, node, req, min(t, remaining)))
             except _TRANSPORT_ERRORS as exc:
                 self.forget()
+                if unanswered is not None:
+                    unanswered()
                 if time.monotonic() >= deadline or self._client.closed:
                     raise
                 log.debug("coordinator_request_failed", group=self.group_id, error=repr(exc))
                 delay = _CALL_BACKOFF.delay(attempt)
                 attempt += 1
                 yield Sleep(min(delay, max(0.0, deadline - time.monotonic())))
+
+
+#: How long a commit sent without an answer is held as one that may still land (seconds).
+OWN_COMMITS_TTL_S = 600.0
+
+
+class OwnCommits:
+    """What became of this member's commits: per partition, commits sent whose answer never
+    came, and the commit acknowledged after them.
+
+    An OffsetCommit cut by a timeout or a lost connection may still reach the coordinator,
+    and later than a commit sent after it: the group then holds the older position, over
+    one that was acknowledged. A member given the partition back that finds there one of
+    its own unanswered commits, older than the one acknowledged after it, resumes from the
+    acknowledged one (:meth:`overtaken`). Partitions without an unanswered commit cost one
+    test per commit. Sans-IO: time is passed in."""
+
+    def __init__(self, ttl_s: float = OWN_COMMITS_TTL_S) -> None:
+        self.ttl_s = ttl_s
+        #: Unanswered since the last acknowledgement: (offset, leader epoch) -> when sent.
+        self._unanswered: dict[TopicPartition, dict[tuple[int, int | None], float]] = {}
+        #: Unanswered before an acknowledgement, so possibly landing after it.
+        self._may_land_late: dict[TopicPartition, dict[tuple[int, int | None], float]] = {}
+        self._acknowledged: dict[TopicPartition, tuple[EpochOffset, str]] = {}
+
+    def unanswered(
+        self, offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], now: float
+    ) -> None:
+        for tp, (pos, _metadata) in offsets.items():
+            self._unanswered.setdefault(tp, {})[(pos.offset, pos.leader_epoch)] = now
+
+    def acknowledged(
+        self, offsets: Mapping[TopicPartition, tuple[EpochOffset, str]], now: float
+    ) -> None:
+        if not self._unanswered and not self._may_land_late:
+            return
+        self.expire(now)
+        for tp, committed in offsets.items():
+            sent = self._unanswered.pop(tp, None)
+            if sent is not None:
+                self._may_land_late.setdefault(tp, {}).update(sent)
+            if tp in self._may_land_late:
+                self._acknowledged[tp] = committed
+
+    def overtaken(
+        self, tp: TopicPartition, found: EpochOffset | None, now: float
+    ) -> tuple[EpochOffset, str] | None:
+        """The commit acknowledged for ``tp`` when ``found`` (what the group holds) is an
+        older unanswered commit of this member's that landed after it; else ``None``."""
+        if found is None or not self._may_land_late:
+            return None
+        self.expire(now)
+        acknowledged = self._acknowledged.get(tp)
+        late = self._may_land_late.get(tp, {})
+        key = (found.offset, found.leader_epoch)
+        if acknowledged is None or key not in late:
+            return None
+        if (acknowledged[0].offset, acknowledged[0].leader_epoch) == key:
+            return None
+        return acknowledged
+
+    def expire(self, now: float) -> None:
+        for held in (self._unanswered, self._may_land_late):
+            for tp in list(held):
+                sent = {k: at for k, at in held[tp].items() if now - at < self.ttl_s}
+                if sent:
+                    held[tp] = sent
+                else:
+                    del held[tp]
+        for tp in [tp for tp in self._acknowledged if tp not in self._may_land_late]:
+            del self._acknowledged[tp]
 
 
 def commit_worth_retrying(link: CoordinatorLink, errors: set[type[kerrors.KafkaError]]) -> bool:
@@ -410,6 +487,7 @@ class Membership(Protocol):
     rejoin_needed: bool
     commits_by_topic_id: bool
     commit_view: CommitViewOf
+    own_commits: OwnCommits
 
     @property
     def generation(self) -> int: ...

@@ -53,6 +53,7 @@ class Faults:
         self._lock = threading.Lock()
         self._errors: list[_Rule] = []
         self._delays: list[_Rule] = []
+        self._holds: list[_Rule] = []
         self._drops: list[_Rule] = []
         self._disconnects: list[_Rule] = []
         self._metadata_delays: dict[int, float] = {}
@@ -81,6 +82,19 @@ class Faults:
         """Hold responses for ``seconds`` before sending them."""
         with self._lock:
             self._delays.append(_Rule(broker, api_key, count, seconds))
+
+    def hold_requests(
+        self,
+        seconds: float,
+        api_key: int | None = None,
+        broker: int | None = None,
+        count: int | None = 1,
+    ) -> None:
+        """Hold requests ``seconds`` before handling them, as a slow network delivers them:
+        a request whose client gave up and closed the connection meanwhile is still handled
+        (its answer goes nowhere). Later requests on that connection wait behind it."""
+        with self._lock:
+            self._holds.append(_Rule(broker, api_key, count, seconds))
 
     def drop_responses(
         self, api_key: int | None = None, broker: int | None = None, count: int | None = 1
@@ -131,6 +145,7 @@ class Faults:
             self._metadata_delays.clear()
             self._errors.clear()
             self._delays.clear()
+            self._holds.clear()
             self._drops.clear()
             self._disconnects.clear()
             self._corruptions.clear()
@@ -161,6 +176,13 @@ class Faults:
     def take_delay(self, broker: int, api_key: int) -> float:
         with self._lock:
             rule = self._take(self._delays, broker, api_key)
+        return 0.0 if rule is None else float(rule.value)
+
+    def take_hold(self, broker: int, api_key: int) -> float:
+        if not self._holds:
+            return 0.0  # the common case, without taking the lock
+        with self._lock:
+            rule = self._take(self._holds, broker, api_key)
         return 0.0 if rule is None else float(rule.value)
 
     def take_drop(self, broker: int, api_key: int) -> bool:

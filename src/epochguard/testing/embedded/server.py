@@ -384,6 +384,15 @@ class EmbeddedServer:
                     log.warning("malformed_frame", broker=broker_id, size=size)
                     return
                 payload = await reader.readexactly(size)
+                hold = self.state.faults.take_hold(broker_id, _HEADER.unpack_from(payload)[0])
+                if hold > 0:
+                    # A slow network: the request arrives late but before anything the client
+                    # sent after it, its close included, so it is handled whatever the client
+                    # did meanwhile.
+                    await asyncio.sleep(hold)
+                    if not await self._dispatch(broker_id, payload, writer, conn):
+                        return
+                    continue
                 dispatch = asyncio.ensure_future(self._dispatch(broker_id, payload, writer, conn))
                 # A dispatch cancelled below can still end with the reset that closed the
                 # connection (its drain failed before the cancel arrived): retrieved, or

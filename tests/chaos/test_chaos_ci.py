@@ -42,6 +42,13 @@ WORKERS = 6
 CHUNK = 50
 
 
+def _all_ok(results: Iterable[RunResult]) -> None:
+    """Fail with every failed run's whole description (an assertion's would be cut short)."""
+    bad = [r for r in results if not r.ok]
+    if bad:
+        pytest.fail("\n\n".join(r.describe() for r in bad), pytrace=False)
+
+
 def _fail_with_replay(results: Iterable[RunResult], clients: Any = None) -> None:
     bad = sorted((r for r in results if not r.ok), key=lambda r: r.schedule.seed)
     if not bad:
@@ -240,7 +247,7 @@ COMMIT_TO_A_COORDINATOR_WITH_LATE_METADATA = Schedule(
 def test_a_commit_refused_by_a_coordinator_with_late_metadata_is_asked_again() -> None:
     schedules = [COMMIT_TO_A_COORDINATOR_WITH_LATE_METADATA] * 5
     results = settled(run_many(schedules, workers=3))
-    assert all(r.ok for r in results), [r.describe() for r in results if not r.ok]
+    _all_ok(results)
 
 
 # A known truncation: both followers lag, the leader alone takes 3 records that the consumer
@@ -301,4 +308,4 @@ def test_a_commit_before_a_blackholed_coordinator_lands() -> None:
     clients = {"aio": aio_epoch_consumer}
     schedules = [generate(102203, network=True)] * 3
     results = settled(run_many(schedules, clients, workers=3), clients)
-    assert all(r.ok for r in results), [r.describe() for r in results if not r.ok]
+    _all_ok(results)

@@ -58,6 +58,8 @@ def _at(offset: int, epoch: int | None = 0) -> tuple[EpochOffset, str]:
         # unanswered after the last acknowledgement: it may be the newest commit
         ([("acknowledged", 20), ("unanswered", 30)], 30, None),
         ([("acknowledged", 20), ("unanswered", 5)], 5, None),
+        # sent again after the acknowledgement: it may be the newest commit
+        ([("unanswered", 5), ("acknowledged", 20), ("unanswered", 5)], 5, None),
         # the application went back to 5 itself, acknowledged last
         ([("unanswered", 5), ("acknowledged", 20), ("acknowledged", 5)], 5, None),
         # nothing unanswered: nothing overtaken

@@ -230,7 +230,8 @@ class OwnCommits:
         acknowledged = self._acknowledged.get(tp)
         late = self._may_land_late.get(tp, {})
         key = (found.offset, found.leader_epoch)
-        if acknowledged is None or key not in late:
+        if acknowledged is None or key not in late or key in self._unanswered.get(tp, {}):
+            # Sent again since the acknowledgement: it may as well be the newest commit.
             return None
         if (acknowledged[0].offset, acknowledged[0].leader_epoch) == key:
             return None

@@ -17,7 +17,10 @@ max_records=500)``, key and value of every record touched) and its 1 ms ticker b
 
 ``blocks`` times every callback the event loop runs and prints the slowest, with the CPU
 time the thread spent in each (wall time well above it: the process was not running, the
-machine is shared).
+machine is shared). ``stacks`` samples the loop thread's stack every millisecond while the
+ticker is late by ``STACKS_LATE_MS`` (default 5) and prints where those samples were, the
+innermost ``STACKS_DEPTH`` (default 6) frames of each, and how many fell in a collection
+of the garbage collector.
 """
 
 from __future__ import annotations
@@ -69,6 +72,55 @@ def _install_gc_timer(worst: dict[int, list[float]]) -> None:
     gc.callbacks.append(callback)
 
 
+class _LateStacks:
+    """A thread that samples the loop thread's stack while the ticker is late."""
+
+    def __init__(self, late_s: float, depth: int) -> None:
+        import collections
+        import threading
+
+        self.late_s, self.depth = late_s, depth
+        self.ticked = time.perf_counter()
+        self.in_gc = False
+        self.samples: collections.Counter[tuple[str, ...]] = collections.Counter()
+        self.gc_samples = 0
+        self._loop_thread = threading.get_ident()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        import gc
+
+        gc.callbacks.append(self._gc)
+        self._thread.start()
+
+    def _gc(self, phase: str, _info: dict[str, int]) -> None:
+        self.in_gc = phase == "start"
+
+    def _run(self) -> None:
+        import traceback
+
+        while not self._stop.wait(0.001):
+            if time.perf_counter() - self.ticked < self.late_s:
+                continue
+            if self.in_gc:
+                self.gc_samples += 1
+                continue
+            frame = sys._current_frames().get(self._loop_thread)
+            if frame is None:
+                continue
+            stack = traceback.extract_stack(frame)[-self.depth :]
+            self.samples[
+                tuple(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in stack)
+            ] += 1
+
+    def report(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        total = sum(self.samples.values()) + self.gc_samples
+        print(f"  late samples: {total}, in a gc collection: {self.gc_samples}")
+        for stack, count in self.samples.most_common(12):
+            print(f"  {count:5d}  " + " <- ".join(reversed(stack)))
+
+
 def main(size: int, total: int, parts: int, mode: str, client: str, codec: str = "none") -> None:
     import logging
 
@@ -107,6 +159,25 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
                 worst[0] = max(worst[0], now - last - 0.001)
                 last = now
 
+        late = (
+            _LateStacks(
+                float(os.environ.get("STACKS_LATE_MS", "5")) / 1000,
+                int(os.environ.get("STACKS_DEPTH", "6")),
+            )
+            if mode == "stacks"
+            else None
+        )
+
+        async def ticker() -> None:  # noqa: F811 (the sampled variant)
+            last = time.perf_counter()
+            while True:
+                await asyncio.sleep(0.001)
+                now = time.perf_counter()
+                worst[0] = max(worst[0], now - last - 0.001)
+                last = now
+                if late is not None:
+                    late.ticked = now
+
         tick = asyncio.create_task(ticker())
         # CPU time, not wall time: on a shared machine the process is often not running.
         prof = cProfile.Profile(time.thread_time) if mode == "prof" else None
@@ -132,6 +203,8 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
                 callers.print_callees(os.environ["PROF_CALLEES"])
             print(out.getvalue())
         tick.cancel()
+        if late is not None:
+            late.report()
         await c.stop()
         return elapsed, cpu, worst[0], n
 

@@ -20,7 +20,9 @@ time the thread spent in each (wall time well above it: the process was not runn
 machine is shared). ``stacks`` samples the loop thread's stack every millisecond while the
 ticker is late by ``STACKS_LATE_MS`` (default 5) and prints where those samples were, the
 innermost ``STACKS_DEPTH`` (default 6) frames of each, and how many fell in a collection
-of the garbage collector.
+of the garbage collector. The sampling thread needs the GIL, so it samples where the loop
+thread lets go of it (system calls, C code that releases it): Python code that holds it
+throughout is under-counted; ``blocks`` gives CPU per callback instead.
 """
 
 from __future__ import annotations

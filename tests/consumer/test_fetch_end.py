@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import crc32c
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from epochguard.consumer.records import decode_records, fetch_end
+from epochguard.consumer import records
+from epochguard.consumer.records import _fetch_end_python, decode_records, fetch_end
 
 from ..examples import scaled
 
@@ -58,29 +61,53 @@ def _fetches(draw: st.DrawFn) -> bytes:
     return out
 
 
+#: Both walks: the C extension's (``fetch_end`` when it is built) and the Python one.
+WALKS = [fetch_end, _fetch_end_python]
+
+
+def test_the_c_walk_is_used_with_the_c_decoder() -> None:
+    if records.DECODER == "c":
+        assert records._native_fetch_end is not None
+        assert fetch_end(b"") is None
+
+
 @settings(max_examples=scaled(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=_fetches(), cut=st.integers(0, 200), skip=st.integers(0, 50))
 def test_fetch_end_is_what_decoding_returns(data: bytes, cut: int, skip: int) -> None:
     chunk = data[: max(0, len(data) - cut)]
     first = struct.unpack_from(">q", data, 0)[0]
     decoded = decode_records(chunk, "t", 0, first + skip)
-    end = fetch_end(memoryview(chunk))
-    if decoded.next_offset is None:
-        assert end is None  # no complete batch
-    else:
-        assert end == (decoded.next_offset, decoded.last_epoch)
+    for walk in WALKS:
+        end = walk(memoryview(chunk))
+        if decoded.next_offset is None:
+            assert end is None  # no complete batch
+        else:
+            assert end == (decoded.next_offset, decoded.last_epoch)
+    assert fetch_end(bytearray(chunk)) == _fetch_end_python(chunk)
 
 
-def test_legacy_message_sets_are_left_to_the_decoder() -> None:
+@pytest.mark.parametrize("walk", WALKS)
+def test_an_offset_past_64_bits_is_told_exactly(walk: Any) -> None:
+    batch = bytearray(_batch(0, 2, [0, 1], 0, False))
+    struct.pack_into(">q", batch, 0, 2**63 - 1)  # base offset: the next one is past 64 bits
+    assert walk(bytes(batch)) == (2**63 + 1, 2)
+
+
+@pytest.mark.parametrize("walk", WALKS)
+def test_legacy_message_sets_are_left_to_the_decoder(walk: Any) -> None:
     b = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=10**6)
     b.append(0, timestamp=1, key=None, value=b"v")
-    assert fetch_end(bytes(b.build())) is None
+    assert walk(bytes(b.build())) is None
+    assert walk(_batch(10, 3, [0], 0, False) + bytes(b.build()) * 2) is None
 
 
-def test_a_batch_cut_short_is_not_counted() -> None:
+@pytest.mark.parametrize("walk", WALKS)
+def test_a_batch_cut_short_is_not_counted(walk: Any) -> None:
     one = _batch(10, 3, [0, 1], 0, False)
     two = _batch(12, 4, [0], 0, False)
-    assert fetch_end(one + two) == (13, 4)
-    assert fetch_end(one + two[:-1]) == (12, 3)
-    assert fetch_end(one[:-1]) is None
-    assert fetch_end(b"") is None
+    assert walk(one + two) == (13, 4)
+    assert walk(one + two[:-1]) == (12, 3)
+    assert walk(one[:-1]) is None
+    assert walk(b"") is None
+    assert walk(_batch(12, -1, [0], 0, False)) == (13, None)
+    assert walk(one + _batch(12, -1, [0], 0, False)) == (13, 3)

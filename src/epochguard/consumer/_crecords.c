@@ -1183,6 +1183,82 @@ unfilled_bytearray(PyObject *self, PyObject *arg)
     return buf;
 }
 
+PyDoc_STRVAR(fetch_end_doc,
+"fetch_end(data) -> (next_offset, last_epoch), None, or NotImplemented: records.fetch_end's\n"
+"walk over the v2 batch headers of a Fetch answer's records, in C (a Python step per batch\n"
+"cost 2.6 ms per MiB of one-record batches). NotImplemented when next_offset would not\n"
+"fit 64 bits: the caller's Python walk answers then.");
+
+/* Batch header fields: baseOffset, batchLength, partitionLeaderEpoch, magic, lastOffsetDelta. */
+#define END_HEADER_SIZE 61
+#define END_LOG_OVERHEAD 12
+#define END_EPOCH_AT 12
+#define END_MAGIC_AT 16
+#define END_LAST_DELTA_AT 23
+
+static int64_t
+be_i64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+static int32_t
+be_i32(const unsigned char *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
+                     (uint32_t)p[3]);
+}
+
+static PyObject *
+fetch_end(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *data = (const unsigned char *)view.buf;
+    Py_ssize_t total = view.len, pos = 0;
+    int found = 0, has_epoch = 0, overflow = 0, legacy = 0;
+    int64_t next_offset = 0;
+    int32_t last_epoch = 0;
+    while (pos + END_HEADER_SIZE <= total) {
+        const unsigned char *h = data + pos;
+        int64_t length = be_i32(h + 8);
+        if ((signed char)h[END_MAGIC_AT] != 2 || length + END_LOG_OVERHEAD < END_HEADER_SIZE) {
+            legacy = 1;
+            break;
+        }
+        Py_ssize_t end = pos + END_LOG_OVERHEAD + (Py_ssize_t)length;
+        if (end > total)
+            break; /* a partial batch at the end, as the decoder skips it */
+        int64_t base = be_i64(h);
+        int64_t delta = be_i32(h + END_LAST_DELTA_AT);
+        if (__builtin_add_overflow(base, delta, &next_offset) ||
+            __builtin_add_overflow(next_offset, (int64_t)1, &next_offset)) {
+            overflow = 1;
+            break;
+        }
+        found = 1;
+        int32_t epoch = be_i32(h + END_EPOCH_AT);
+        if (epoch >= 0) {
+            last_epoch = epoch;
+            has_epoch = 1;
+        }
+        pos = end;
+    }
+    PyBuffer_Release(&view);
+    if (overflow)
+        Py_RETURN_NOTIMPLEMENTED;
+    if (legacy || !found)
+        Py_RETURN_NONE;
+    if (has_epoch)
+        return Py_BuildValue("(Li)", (long long)next_offset, (int)last_epoch);
+    return Py_BuildValue("(LO)", (long long)next_offset, Py_None);
+}
+
 static PyMethodDef methods[] = {
     {"decode_batch_records", (PyCFunction)(void (*)(void))decode_batch_records, METH_FASTCALL,
      decode_batch_records_doc},
@@ -1190,6 +1266,7 @@ static PyMethodDef methods[] = {
      decode_batch_columns_doc},
     {"set_release_gil_bytes", set_release_gil_bytes, METH_O, set_release_gil_bytes_doc},
     {"unfilled_bytearray", unfilled_bytearray, METH_O, unfilled_bytearray_doc},
+    {"fetch_end", fetch_end, METH_O, fetch_end_doc},
     {NULL, NULL, 0, NULL},
 };
 

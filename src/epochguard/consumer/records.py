@@ -118,6 +118,13 @@ def _load_native() -> tuple[Callable[..., None] | None, str]:
 _native, _native_reason = _load_native()
 #: Which decoder :func:`decode_records` uses in this process: ``"c"`` or ``"python"``.
 DECODER = "c" if _native is not None else "python"
+#: :func:`fetch_end`'s walk in C, with the C decoder (an extension built from older sources
+#: lacks it).
+_native_fetch_end: Callable[[Any], Any] | None = None
+if _native is not None:
+    from epochguard.consumer import _crecords
+
+    _native_fetch_end = getattr(_crecords, "fetch_end", None)
 _logged = False
 
 if _native is None:
@@ -740,7 +747,17 @@ def fetch_end(data: Any) -> tuple[int, int | None] | None:
     """``(next_offset, last_epoch)`` that decoding ``data`` will return, read from the batch
     headers alone (no CRC, no records): what the fetch after this one asks for, known before
     the records are decoded. ``None`` when it cannot be told that way (legacy message sets,
-    no complete batch, a header that does not parse: the decoder has the last word)."""
+    no complete batch, a header that does not parse: the decoder has the last word). The C
+    extension walks the headers when it is loaded (one Python step per batch is felt with
+    small batches: 2.6 ms per MiB of one-record batches)."""
+    if _native_fetch_end is not None:
+        end = _native_fetch_end(data)
+        if end is not NotImplemented:
+            return end  # type: ignore[no-any-return]
+    return _fetch_end_python(data)
+
+
+def _fetch_end_python(data: Any) -> tuple[int, int | None] | None:
     total = len(data)
     pos = 0
     next_offset: int | None = None

@@ -51,6 +51,17 @@ def read(
     return got
 
 
+async def aread(consumer: Any, n: int, timeout: float = 10.0) -> list[Any]:
+    """:func:`read` for an asyncio consumer: ``getmany`` until ``n`` records arrived (or the
+    timeout)."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        for records in (await consumer.getmany(timeout_ms=100)).values():
+            got += records
+    return got
+
+
 def poll_until(
     consumer: EpochConsumer,
     cond: Callable[[], bool],

@@ -8,7 +8,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import pytest
 from kafka import KafkaProducer
@@ -21,18 +20,9 @@ from epochguard.offsets.position import EpochOffset
 from epochguard.offsets.report import TruncationReport
 from epochguard.testing import EmbeddedCluster
 
-from .conftest import TP0, consumer_config, diverge, setup_topic, unclean_elect
+from .conftest import TP0, aread, consumer_config, diverge, setup_topic, unclean_elect
 
 pytestmark = pytest.mark.timeout(60)
-
-
-async def _read(consumer: AIOEpochConsumer, n: int, timeout: float = 10.0) -> list[Any]:
-    got: list[Any] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < deadline:
-        for records in (await consumer.getmany(timeout_ms=100)).values():
-            got += records
-    return got
 
 
 def _run(coro: Callable[[], Awaitable[None]]) -> None:
@@ -50,7 +40,7 @@ def test_no_thread_serves_the_connections(cluster: EmbeddedCluster) -> None:
         async with AIOEpochConsumer(
             "t", **consumer_config(cluster, group_id="g", heartbeat_interval_ms=50)
         ) as c:
-            got = await _read(c, 2)
+            got = await aread(c, 2)
             assert [r.value for r in got] == [b"a", b"b"]
             assert set(threading.enumerate()) - before == set()
 
@@ -117,7 +107,7 @@ def test_group_consume_commit_and_lookups(cluster: EmbeddedCluster) -> None:
 
     async def main() -> None:
         async with AIOEpochConsumer("t", **consumer_config(cluster, group_id="g")) as c:
-            got = await _read(c, 100)
+            got = await aread(c, 100)
             assert sorted(int(r.value[1:]) for r in got) == list(range(100))
             assert c.assignment() == {TP0, tp1}
             assert await c.position(TP0) == 50
@@ -157,12 +147,12 @@ def test_raise_policy_reports_the_truncation_exactly(cluster: EmbeddedCluster) -
         async with AIOEpochConsumer(**config) as c:
             old, new = setup_topic(cluster)
             c.assign([TP0])
-            assert [r.offset for r in await _read(c, 10)] == list(range(10))
+            assert [r.offset for r in await aread(c, 10)] == list(range(10))
             diverge(cluster, old, new)
-            assert [r.offset for r in await _read(c, 5)] == list(range(10, 15))
+            assert [r.offset for r in await aread(c, 5)] == list(range(10, 15))
             unclean_elect(cluster, old, new)
             with pytest.raises(LogTruncationError) as info:
-                await _read(c, 1, timeout=10)
+                await aread(c, 1, timeout=10)
             err = info.value
             assert err.truncation_offsets() == {TP0: EpochOffset(10, 0)}
             assert err.truncations[TP0].lost_count == 5
@@ -172,7 +162,7 @@ def test_raise_policy_reports_the_truncation_exactly(cluster: EmbeddedCluster) -
             assert isinstance(err, OffsetOutOfRangeError)
             assert await c.getmany(timeout_ms=300) == {}  # stopped until a seek
             c.seek(TP0, err.truncation_offsets()[TP0])
-            got = await _read(c, 8)
+            got = await aread(c, 8)
             assert [r.value for r in got] == [b"new-%d" % i for i in range(8)]
 
     _run(main)
@@ -236,14 +226,14 @@ def test_the_next_fetch_goes_out_before_the_application_awaits_again(
         # Fetches of one batch each (a broker returns at least one whole batch).
         async with AIOEpochConsumer(**consumer_config(cluster, max_partition_fetch_bytes=1)) as c:
             c.assign([TP0])
-            got = await _read(c, 1)
+            got = await aread(c, 1)
             assert got[0].offset == 0
             # From here the loop does not turn until the assertion.
             deadline = time.monotonic() + 10
             while _fetches_seen(cluster) < 2 and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert _fetches_seen(cluster) >= 2
-            rest = await _read(c, 39)
+            rest = await aread(c, 39)
             assert [r.offset for r in got + rest] == list(range(40))
 
     _run(main)

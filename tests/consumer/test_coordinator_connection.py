@@ -22,7 +22,7 @@ from epochguard.consumer import EpochConsumer
 from epochguard.consumer.client import BrokerClient
 from epochguard.testing import EmbeddedCluster
 
-from .conftest import consumer_config, read
+from .conftest import aread, consumer_config, read
 
 TP = TopicPartition("t", 0)
 #: Long enough that a commit queued behind the Fetch could not pass for a quick one.
@@ -78,12 +78,7 @@ def test_an_asyncio_commit_does_not_wait_behind_the_long_poll_fetch(
         await consumer.start()
         try:
             consumer.assign([TP])
-            got = 0
-            deadline = time.monotonic() + 20
-            while got < 10 and time.monotonic() < deadline:
-                batch = await consumer.getmany(timeout_ms=200)
-                got += sum(len(v) for v in batch.values())
-            assert got == 10
+            assert len(await aread(consumer, 10, timeout=20)) == 10
             took = []
             for offset in (4, 7, 10):
                 await consumer.getmany(timeout_ms=50)

@@ -26,7 +26,7 @@ from epochguard.consumer.records import ConsumerRecord
 from epochguard.offsets.position import EpochOffset
 from epochguard.testing import EmbeddedCluster
 
-from .conftest import consumer_config, poll_until, read
+from .conftest import aread, consumer_config, poll_until, read
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -183,12 +183,7 @@ def test_a_late_commit_does_not_move_its_asyncio_member_back() -> None:
         try:
             assignments = _AsyncAssignments()
             consumer.subscribe(["t"], listener=assignments)
-            got = 0
-            deadline = time.monotonic() + 15
-            while got < 20 and time.monotonic() < deadline:
-                batch = await consumer.getmany(timeout_ms=200)
-                got += sum(len(v) for v in batch.values())
-            assert got == 20
+            assert len(await aread(consumer, 20, timeout=15)) == 20
             cluster.faults.hold_requests(HOLD_S, api_key=OFFSET_COMMIT)
             with pytest.raises(kerrors.RequestTimedOutError):
                 await consumer.commit({TP: OffsetAndMetadata(5, "", 0)})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -13,6 +14,18 @@ from kafka.errors import NotLeaderForPartitionError
 from epochguard.testing import Cluster, EmbeddedCluster, EmbeddedClusterError, wait_until
 
 pytestmark = pytest.mark.timeout(60)
+
+
+def _metadata_v12() -> Any:
+    """A Metadata v12 request for every topic, sent raw with ``Wire``."""
+    from kafka.protocol.metadata import MetadataRequest
+
+    return MetadataRequest(
+        version=12,
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
 
 
 @pytest.fixture
@@ -150,16 +163,11 @@ def test_injected_errors_and_delays(cluster: EmbeddedCluster) -> None:
 
 
 def test_dropped_and_disconnected_responses(cluster: EmbeddedCluster) -> None:
-    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+    from kafka.protocol.metadata import MetadataResponse
 
     from .wire import Wire
 
-    req = MetadataRequest(
-        version=12,
-        topics=None,
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    )
+    req = _metadata_v12()
     cluster.faults.disconnect_on(api_key=3, broker=1)
     w = Wire.to(cluster, 1)
     w.send(req)
@@ -177,16 +185,9 @@ def test_dropped_and_disconnected_responses(cluster: EmbeddedCluster) -> None:
 
 
 def test_a_held_request_is_handled_after_its_client_gave_up(cluster: EmbeddedCluster) -> None:
-    from kafka.protocol.metadata import MetadataRequest
-
     from .wire import Wire
 
-    req = MetadataRequest(
-        version=12,
-        topics=None,
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    )
+    req = _metadata_v12()
     before = cluster.requests_seen().get((3, 12), 0)
     cluster.faults.hold_requests(0.5, api_key=3, broker=1)
     w = Wire.to(cluster, 1)
@@ -198,17 +199,12 @@ def test_a_held_request_is_handled_after_its_client_gave_up(cluster: EmbeddedClu
 
 
 def test_stop_broker_closes_listener_and_connections(cluster: EmbeddedCluster) -> None:
-    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+    from kafka.protocol.metadata import MetadataResponse
 
     from .wire import Wire
 
     w = Wire.to(cluster, 2)
-    req = MetadataRequest(
-        version=12,
-        topics=None,
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    )
+    req = _metadata_v12()
     assert w.call(req, MetadataResponse).brokers  # the broker has accepted this connection
     cluster.stop_broker(2)
     assert w.closed_by_peer()
@@ -230,7 +226,7 @@ def test_a_controlled_stop_moves_leaderships_while_the_broker_still_answers(
     reads on without a report."""
     import threading
 
-    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+    from kafka.protocol.metadata import MetadataResponse
 
     from epochguard import EpochConsumer
 
@@ -248,12 +244,7 @@ def test_a_controlled_stop_moves_leaderships_while_the_broker_still_answers(
         fetch_max_wait_ms=50,
     )
     w = Wire.to(cluster, 1)
-    metadata = MetadataRequest(
-        version=12,
-        topics=None,
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    )
+    metadata = _metadata_v12()
     try:
         consumer.assign([TopicPartition("cs", p) for p in range(3)])
         got: list[tuple[int, int]] = []

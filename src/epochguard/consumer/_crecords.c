@@ -1186,7 +1186,7 @@ unfilled_bytearray(PyObject *self, PyObject *arg)
 PyDoc_STRVAR(fetch_end_doc,
 "fetch_end(data) -> (next_offset, last_epoch), None, or NotImplemented: records.fetch_end's\n"
 "walk over the v2 batch headers of a Fetch answer's records, in C (a Python step per batch\n"
-"cost 2.6 ms per MiB of one-record batches). NotImplemented when next_offset would not\n"
+"cost 2.8 ms per MiB of one-record batches of 100 B). NotImplemented when next_offset would not\n"
 "fit 64 bits: the caller's Python walk answers then.");
 
 /* Batch header fields: baseOffset, batchLength, partitionLeaderEpoch, magic, lastOffsetDelta. */

@@ -421,7 +421,7 @@ class ConsumerEngine:
                     )
                     position = acknowledged[0]
                     recommit[tp] = acknowledged
-            left = self._left_positions.get(tp, time.monotonic())
+            left = self._left_positions.get(tp, now)
             if position is None and left is not None:
                 current = normalise_topic_id(topic_ids.get(tp.topic))
                 if current is not None and current != left.topic_id:
@@ -430,7 +430,7 @@ class ConsumerEngine:
                     # from where we stood in the old log; the tracker reports the re-creation.
                     position, from_ = left, "left_position"
                 else:
-                    since = self._left_checked.setdefault(tp, time.monotonic())
+                    since = self._left_checked.setdefault(tp, now)
                     if not self.fetcher.metadata.fresh_since(since):
                         # Metadata from before the deletion still names the old id: decide
                         # on an answer asked for now (the next poll, or the one after).
@@ -447,7 +447,7 @@ class ConsumerEngine:
                     # commit that failed on the way leaves the committed position below
                     # what it delivered, and a truncation there must still be reported.
                     read_to = left
-                    reported = self._left_positions.reported(tp, time.monotonic())
+                    reported = self._left_positions.reported(tp, now)
             self._left_positions.forget(tp)
             self._left_checked.pop(tp, None)
             if tracker.state is PartitionState.INITIALIZING:

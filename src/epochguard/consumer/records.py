@@ -749,7 +749,7 @@ def fetch_end(data: Any) -> tuple[int, int | None] | None:
     the records are decoded. ``None`` when it cannot be told that way (legacy message sets,
     no complete batch, a header that does not parse: the decoder has the last word). The C
     extension walks the headers when it is loaded (one Python step per batch is felt with
-    small batches: 2.6 ms per MiB of one-record batches)."""
+    small batches: 2.8 ms per MiB of one-record batches of 100 B, 0.03 in C)."""
     if _native_fetch_end is not None:
         end = _native_fetch_end(data)
         if end is not NotImplemented:

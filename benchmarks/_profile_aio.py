@@ -12,6 +12,11 @@ max_records=500)``, key and value of every record touched) and its 1 ms ticker b
     python -m benchmarks._profile_aio 1024 100000 1 rate aiokafka # the same for aiokafka
     python -m benchmarks._profile_aio 1024 100000 8 rate epochguard-asyncio lz4  # compressed
 
+Every mode prints the loop's longest block (``loop_block_ms``, as the matrix measures it),
+the same less the full collections of the garbage collector in it (``outside_gc_ms``), and
+how many full collections ran and the longest. ``GC_FREEZE=1`` calls ``gc.freeze()`` once
+the consumer has started, as a service may do after its start-up.
+
 ``PROF_SORT`` (default ``tottime``) and ``PROF_LINES`` (30) shape the profile;
 ``PROF_CALLEES`` (a regular expression) adds what the matching functions called.
 
@@ -128,7 +133,7 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
 
     logging.disable(logging.CRITICAL)
     from benchmarks import matrix
-    from benchmarks._common import aiokafka_consumer
+    from benchmarks._common import LoopTicker, aiokafka_consumer
 
     unit = parts * matrix.batch_records(size)
     total = max(unit, total - total % unit)
@@ -151,7 +156,13 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
 
             cls = AIOEpochConsumer
         c = await aiokafka_consumer(bootstrap, matrix.TOPIC, parts, cls)
-        worst = [0.0]
+        if os.environ.get("GC_FREEZE"):
+            import gc
+
+            # What a service does to keep its start-up objects (modules, classes) out of
+            # every full collection: those then walk only what came later.
+            gc.freeze()
+        ticks = LoopTicker()
 
         late = (
             _LateStacks(
@@ -162,17 +173,13 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
             else None
         )
 
-        async def ticker() -> None:
-            last = time.perf_counter()
-            while True:
+        async def stacks_ticker() -> None:
+            while late is not None:
                 await asyncio.sleep(0.001)
-                now = time.perf_counter()
-                worst[0] = max(worst[0], now - last - 0.001)
-                last = now
-                if late is not None:
-                    late.ticked = now
+                late.ticked = time.perf_counter()
 
-        tick = asyncio.create_task(ticker())
+        ticks.start()
+        tick = asyncio.create_task(stacks_ticker())
         # CPU time, not wall time: on a shared machine the process is often not running.
         prof = cProfile.Profile(time.thread_time) if mode == "prof" else None
         n = touched = 0
@@ -197,17 +204,20 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
                 callers.print_callees(os.environ["PROF_CALLEES"])
             print(out.getvalue())
         tick.cancel()
+        ticks.stop()
         if late is not None:
             late.report()
         await c.stop()
-        return elapsed, cpu, worst[0], n
+        return elapsed, cpu, ticks, n
 
-    elapsed, cpu, worst, n = asyncio.run(run())
+    elapsed, cpu, ticks, n = asyncio.run(run())
     parent.send("done")
     proc.join(30)
     print(
         f"client={client} size={size} partitions={parts} codec={codec} records={n} "
-        f"rec/s={n / elapsed:,.0f} cpu_s={cpu:.2f} loop_block_ms={worst * 1000:.2f} "
+        f"rec/s={n / elapsed:,.0f} cpu_s={cpu:.2f} loop_block_ms={ticks.worst_s * 1000:.2f} "
+        f"outside_gc_ms={ticks.worst_outside_gc_s * 1000:.2f} "
+        f"full_gcs={ticks.full_collections} longest_full_gc_ms={ticks.longest_full_s * 1000:.2f} "
         f"load={os.getloadavg()[0]:.2f} mode={mode}"
     )
     for gen, (count, longest) in sorted(gcs.items()):

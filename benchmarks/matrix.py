@@ -24,6 +24,11 @@ Method (also written into the JSON as ``method`` and ``settings``):
   same loop as coroutines with a 1 ms ticker task beside them; ``<client>_loop_block_ms``
   is the longest the event loop went without running the ticker (median over rounds):
   how long the consumer kept the loop from the application's other tasks.
+  ``<client>_loop_block_outside_gc_ms`` is the same less the full collections of the
+  garbage collector that ran meanwhile (``<client>_gc_full_collections`` of them): a full
+  collection walks the whole process (about 30 ms for a consumer program's 55,000 objects
+  here) and comes when enough objects outlived younger collections, whichever code made
+  them.
 * ``embedded-alone`` is what the cluster serves with no record decoding: Fetch requests one
   at a time (as the consumers send them), answers only walked batch by batch to count
   records. A client near that rate is limited by the cluster, not by itself.
@@ -52,6 +57,7 @@ from typing import Any
 
 from benchmarks._common import (
     aiokafka_consumer,
+    LoopTicker,
     atimed_loop,
     confluent_consumer,
     confluent_step,
@@ -237,14 +243,6 @@ def _confluent(bootstrap: str, parts: int) -> Any:
 def _run_asyncio(client: str, bootstrap: str, parts: int, total: int) -> dict[str, Any]:
     import asyncio
 
-    async def ticker(worst: list[float]) -> None:
-        last = time.perf_counter()
-        while True:
-            await asyncio.sleep(0.001)
-            now = time.perf_counter()
-            worst[0] = max(worst[0], now - last - 0.001)
-            last = now
-
     async def main() -> dict[str, Any]:
         if client == "confluent-asyncio":
             c, step, close = await _confluent_asyncio(bootstrap, parts)
@@ -266,14 +264,14 @@ def _run_asyncio(client: str, bootstrap: str, parts: int, total: int) -> dict[st
                 return n, touched
 
             close = c.stop
-        worst = [0.0]
-        tick = asyncio.create_task(ticker(worst))
+        ticker = LoopTicker()
+        ticker.start()
         try:
             out = await atimed_loop(step, total)
         finally:
-            tick.cancel()
+            ticker.stop()
             await close()
-        out["loop_block_ms"] = round(worst[0] * 1000, 2)
+        out.update(ticker.results())
         return out
 
     return asyncio.run(main())
@@ -484,9 +482,10 @@ def summarise(row: dict[str, Any], runs: dict[str, list[dict[str, Any]]], total:
         # Every round, so the spread (the machine is shared) can be read off the JSON.
         row[f"{client}_rounds"] = [round(total / o["elapsed_s"]) for o in outs]
         row[f"{client}_cpu_rounds"] = [round(o["cpu_s"] * 1e6 / total, 3) for o in outs]
-        blocks = [o["loop_block_ms"] for o in outs if "loop_block_ms" in o]
-        if blocks:
-            row[f"{client}_loop_block_ms"] = statistics.median(blocks)
+        for key in ("loop_block_ms", "loop_block_outside_gc_ms", "gc_full_collections"):
+            values = [o[key] for o in outs if key in o]
+            if values:
+                row[f"{client}_{key}"] = statistics.median(values)
     for ours, others in (
         ("epochguard", [c for c in runs if c != "epochguard"]),
         ("epochguard-asyncio", ["aiokafka", "confluent-asyncio", "confluent-kafka"]),

@@ -334,6 +334,50 @@ def test_a_decode_budget_spreads_one_answer_over_several_calls(
     assert not f.has_completions()
 
 
+@pytest.mark.parametrize(
+    ("wanted", "paused", "calls"),
+    [
+        # No reader's count: the budget alone (three partitions' worth) decodes them all.
+        (0, set(), [[0, 1, 2], [], []]),
+        # Ten records buffered answer a read of five: one partition a read, on demand.
+        (5, set(), [[0], [1], [2]]),
+        # Fifteen wanted: a second partition is decoded for them, the third waits.
+        (15, set(), [[0, 1], [2], []]),
+        # Records of a partition the reader does not take do not count for it (this
+        # fetcher's reader takes everything, to show what was decoded).
+        (5, {0}, [[0, 1], [2], []]),
+    ],
+)
+def test_a_reader_decodes_what_it_takes_not_the_whole_answer(
+    mocker: Any, wanted: int, paused: set[int], calls: list[list[int]]
+) -> None:
+    # Decoded records wait in the buffers as many small objects (what a collection of the
+    # garbage collector walks, and more memory than the bytes they came from); undecoded,
+    # a partition's data is one slice of its answer.
+    answer = _fetch_answer(0, 10, hw=30)
+    size = len(answer.responses[0].partitions[0].records)
+    f, tps, futures = _first_fetch_of(mocker, 3, 3 * size)
+    for i in (1, 2):
+        more = NS(**vars(answer.responses[0].partitions[0]))
+        more.partition_index = i
+        answer.responses[0].partitions.append(more)
+    futures[0][1].success(answer)
+    held = {tps[i] for i in paused}
+
+    def deliverable(tp: TopicPartition) -> bool:
+        return tp not in held
+
+    decoded: list[list[TopicPartition]] = []
+    for _ in range(3):
+        f.process_completions(wanted, deliverable)
+        got = f.fetched_records(100, lambda tp: True)
+        decoded.append(sorted(got))
+        assert all([r.offset for r in rs] == list(range(10)) for rs in got.values())
+        f.send_requests(0.0)
+    assert decoded == [[tps[i] for i in call] for call in calls]
+    assert not f.has_completions()
+
+
 def _offsets_asked(futures: list[Any], i: int) -> list[int]:
     return [q.fetch_offset for q in futures[i][0][1].topics[0].partitions]
 

@@ -498,13 +498,14 @@ def test_a_larger_frame_does_not_fit_a_smaller_free_buffer(
     assert _values(p) == {b"L" * 4096}
 
 
-def test_new_frame_buffers_are_unfilled_bytearrays_of_the_size_asked() -> None:
-    buf = client._new_frame_buffer(100_000)
+@pytest.mark.parametrize("huge_pages", [True, False])
+def test_new_frame_buffers_are_unfilled_bytearrays_of_the_size_asked(huge_pages: bool) -> None:
+    buf = client._new_frame_buffer(100_000, huge_pages)
     assert type(buf) is bytearray and len(buf) == 100_000
-    assert len(client._new_frame_buffer(0)) == 0
-    if client._new_frame_buffer is not bytearray:  # the C extension's
+    assert len(client._new_frame_buffer(0, huge_pages)) == 0
+    if client._new_frame_buffer is not client._zeroed_bytearray:  # the C extension's
         with pytest.raises(ValueError, match="negative"):
-            client._new_frame_buffer(-1)
+            client._new_frame_buffer(-1, huge_pages)
 
 
 def _vm_flags(address: int) -> list[str]:
@@ -531,17 +532,20 @@ def _thp_mode() -> str:
 
 @pytest.mark.skipif(
     not os.path.exists("/proc/self/smaps")
-    or client._new_frame_buffer is bytearray
+    or client._new_frame_buffer is client._zeroed_bytearray
     or "[madvise]" not in _thp_mode(),
     reason="transparent huge pages on request (Linux, THP in madvise mode, the C extension)",
 )
-def test_a_large_frame_buffer_asks_for_huge_pages() -> None:
+def test_a_large_frame_buffer_asks_for_huge_pages_when_told_to() -> None:
     import ctypes
 
     size = 16 * 1024 * 1024
-    buf = client._new_frame_buffer(size)
+    buf = client._new_frame_buffer(size, True)
     middle = ctypes.addressof((ctypes.c_char * size).from_buffer(buf)) + size // 2
     assert "hg" in _vm_flags(middle)
+    small_pages = client._new_frame_buffer(size, False)
+    middle = ctypes.addressof((ctypes.c_char * size).from_buffer(small_pages)) + size // 2
+    assert "hg" not in _vm_flags(middle)
 
 
 def test_frames_below_the_pooled_size_are_not_kept() -> None:

@@ -1149,19 +1149,23 @@ decode_batch_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 PyDoc_STRVAR(unfilled_bytearray_doc,
-"unfilled_bytearray(n) -> bytearray of n bytes whose contents are not set: for a buffer\n"
-"the caller fills completely before reading it (a Fetch frame read off a socket), without\n"
-"bytearray(n)'s zeroing of every byte first; from 8 MiB on Linux, backed by transparent\n"
-"huge pages where the system grants them.");
+"unfilled_bytearray(n, huge_pages=True) -> bytearray of n bytes whose contents are not set:\n"
+"for a buffer the caller fills completely before reading it (a Fetch frame read off a socket),\n"
+"without bytearray(n)'s zeroing of every byte first; with huge_pages, from 8 MiB on Linux,\n"
+"backed by transparent huge pages where the system grants them.");
 
 /* Transparent huge pages for the aligned part of a buffer at least this large. */
 #define HUGE_PAGE_BYTES ((uintptr_t)2 * 1024 * 1024)
 #define HUGE_PAGE_MIN_BUFFER (8 * 1024 * 1024)
 
 static PyObject *
-unfilled_bytearray(PyObject *self, PyObject *arg)
+unfilled_bytearray(PyObject *self, PyObject *args)
 {
     (void)self;
+    PyObject *arg;
+    int huge_pages = 1;
+    if (!PyArg_ParseTuple(args, "O|p:unfilled_bytearray", &arg, &huge_pages))
+        return NULL;
     Py_ssize_t n = size_arg(arg);
     if (n < 0)
         return NULL;
@@ -1171,8 +1175,11 @@ unfilled_bytearray(PyObject *self, PyObject *arg)
        page as the socket fills it: 4 KiB pages cost about 28 ms per 50 MiB on the
        measuring machine, 2 MiB ones about 8 ms. Asked before any page is touched; where
        the system leaves huge pages to madvise (a common default), this is what gets them.
-       A refusal only leaves the small pages. */
-    if (buf != NULL && n >= HUGE_PAGE_MIN_BUFFER) {
+       A refusal only leaves the small pages. The price is paid at the fault: where the
+       system compacts memory for the asker (defrag "madvise", a common default), one
+       fault of a fragmented machine's 2 MiB page took 9 ms on the measuring machine,
+       inside one recv: a reader that bounds each read's time asks for small pages. */
+    if (buf != NULL && huge_pages && n >= HUGE_PAGE_MIN_BUFFER) {
         uintptr_t start = (uintptr_t)PyByteArray_AS_STRING(buf);
         uintptr_t first = (start + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);
         uintptr_t last = (start + (uintptr_t)n) & ~(HUGE_PAGE_BYTES - 1);
@@ -1265,7 +1272,7 @@ static PyMethodDef methods[] = {
     {"decode_batch_columns", (PyCFunction)(void (*)(void))decode_batch_columns, METH_FASTCALL,
      decode_batch_columns_doc},
     {"set_release_gil_bytes", set_release_gil_bytes, METH_O, set_release_gil_bytes_doc},
-    {"unfilled_bytearray", unfilled_bytearray, METH_O, unfilled_bytearray_doc},
+    {"unfilled_bytearray", unfilled_bytearray, METH_VARARGS, unfilled_bytearray_doc},
     {"fetch_end", fetch_end, METH_O, fetch_end_doc},
     {NULL, NULL, 0, NULL},
 };

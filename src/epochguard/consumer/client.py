@@ -114,18 +114,24 @@ _POOL_BUFFERS = 2
 _getrefcount: Callable[[Any], int] | None = getattr(sys, "getrefcount", None)
 
 
-def _load_unfilled() -> Callable[[int], bytearray]:
+def _zeroed_bytearray(n: int, huge_pages: bool = True) -> bytearray:
+    return bytearray(n)
+
+
+def _load_unfilled() -> Callable[[int, bool], bytearray]:
     try:
         from epochguard.consumer import _crecords
     except ImportError:  # no C extension: zeroed buffers
-        return bytearray
+        return _zeroed_bytearray
     # An extension built from older sources (an in-place build not redone) lacks it.
-    unfilled: Callable[[int], bytearray] = getattr(_crecords, "unfilled_bytearray", bytearray)
+    unfilled: Callable[[int, bool], bytearray] = getattr(
+        _crecords, "unfilled_bytearray", _zeroed_bytearray
+    )
     return unfilled
 
 
-#: A new Fetch frame's buffer: not zeroed first (the C extension's; the socket fills all of
-#: it before anything reads it), else ``bytearray``.
+#: A new Fetch frame's buffer, ``(size, huge_pages)``: not zeroed first (the C extension's;
+#: the socket fills all of it before anything reads it), else zeroed.
 _new_frame_buffer = _load_unfilled()
 #: Set (to anything but ``0``) to read responses through kafka-python's own parser (with
 #: ``RECV_CHUNK`` reads), as before the lean path: for comparisons, and a way out should the
@@ -157,6 +163,10 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
         self._pool: list[bytearray] = []
         self._filled = 0
         self._ready: list[tuple[int, Any]] = []
+        #: Large new frame buffers on huge pages (see ``unfilled_bytearray``): off where a
+        #: read's time is bounded (:attr:`_LargeReadTransport.read_budget_bytes`, the event
+        #: loop's reads), as one huge page's fault can take longer than the whole read.
+        self.huge_pages = True
 
     def receive_bytes(self, data: Any) -> list[tuple[int, Any]]:
         """Feed ``data`` (any bytes-like; empty from the lean transport, which fills the
@@ -232,7 +242,7 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
         tells."""
         pool = self._pool
         if size < _POOL_MIN or _getrefcount is None:
-            return memoryview(_new_frame_buffer(size))
+            return memoryview(_new_frame_buffer(size, self.huge_pages))
         for i in range(len(pool)):
             buf = pool[i]
             # The pool's reference, ``buf`` and the call's own: nothing else holds it.
@@ -241,9 +251,9 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
                     return memoryview(buf)[:size]
                 # Too small: a new one in its place (what the connection's frames need
                 # now), this one freed.
-                pool[i] = buf = _new_frame_buffer(size)
+                pool[i] = buf = _new_frame_buffer(size, self.huge_pages)
                 return memoryview(buf)
-        buf = _new_frame_buffer(size)
+        buf = _new_frame_buffer(size, self.huge_pages)
         if len(pool) < _POOL_BUFFERS:
             pool.append(buf)
         else:
@@ -338,6 +348,7 @@ class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
             # ids, requests in flight) is kept, its receive side replaced.
             protocol.parser.__class__ = _LeanParser
             protocol.parser._lean_init()
+            protocol.parser.huge_pages = self.read_budget_bytes is None
         while self._read and not self._closed:
             await self._net.wait_read(self._sock)
             parser = self._protocol.parser

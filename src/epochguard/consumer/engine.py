@@ -690,7 +690,7 @@ class ConsumerEngine:
             yield from self._maybe_auto_commit()
             if self.on_poll_round is not None:
                 self.on_poll_round()
-            fetcher.process_completions()
+            fetcher.process_completions(max_records, self._deliverable)
             if self._hanging is not None:
                 self._hanging.tick(time.monotonic())
             if self.telemetry is not None:
@@ -712,10 +712,11 @@ class ConsumerEngine:
                 return records
             yield Pump(fetcher, deadline)
 
+    def _deliverable(self, tp: TopicPartition) -> bool:
+        return tp not in self._paused and (self._only is None or tp in self._only)
+
     def _eligible(self, tp: TopicPartition) -> bool:
-        if tp in self._paused:
-            return False
-        if self._only is not None and tp not in self._only:
+        if not self._deliverable(tp):
             return False
         capture = self.iter_capture
         if capture is not None and tp not in capture:

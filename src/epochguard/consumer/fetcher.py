@@ -470,24 +470,48 @@ class Fetcher:
         """Answers arrived that :meth:`process_completions` has not applied yet."""
         return bool(self._done) or bool(self._undecoded)
 
-    def process_completions(self) -> None:
+    def process_completions(
+        self, wanted: int = 0, deliverable: Callable[[TopicPartition], bool] | None = None
+    ) -> None:
         """Apply the answers that arrived, in order; with :attr:`decode_budget_bytes`, the
         fetched records of about that many bytes (at least one partition's), the rest at the
-        next calls."""
+        next calls. With ``wanted`` (a read's ``max_records``), decoding stops as soon as
+        that many records of ``deliverable`` partitions are buffered: a reader decodes what
+        it hands out, not a whole answer ahead of it (decoded records held in the buffers
+        are what the garbage collector walks; the undecoded bytes are one object each)."""
         done = self._done
         while done:
             item = done.popleft()
             item.handler(item.context, item.future)
         if self._undecoded:
-            self._apply_undecoded()
+            self._apply_undecoded(wanted, deliverable)
 
-    def _apply_undecoded(self) -> None:
+    def _buffered_at_least(
+        self, wanted: int, deliverable: Callable[[TopicPartition], bool] | None
+    ) -> bool:
+        """At least ``wanted`` records of ``deliverable`` partitions are buffered."""
+        source_of = self._source_of
+        for tp in self._buffer_order:
+            source = source_of.get(tp)
+            buf = None if source is None else source.buffers.get(tp)
+            if buf is None or (deliverable is not None and not deliverable(tp)):
+                continue
+            wanted -= len(buf.records) - buf.pos
+            if wanted <= 0:
+                return True
+        return False
+
+    def _apply_undecoded(
+        self, wanted: int, deliverable: Callable[[TopicPartition], bool] | None
+    ) -> None:
         budget = self.decode_budget_bytes
         queue = self._undecoded
         spent = 0
         while queue:
             size = len(queue[0][1].records)
             if budget is not None and spent and spent + size > budget:
+                return
+            if wanted and self._buffered_at_least(wanted, deliverable):
                 return
             action, p, now, ahead = queue.popleft()
             spent += size

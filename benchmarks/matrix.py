@@ -56,8 +56,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import (
-    aiokafka_consumer,
     LoopTicker,
+    aiokafka_consumer,
     atimed_loop,
     confluent_consumer,
     confluent_step,

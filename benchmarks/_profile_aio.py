@@ -17,6 +17,9 @@ the same less the full collections of the garbage collector in it (``outside_gc_
 how many full collections ran and the longest. ``GC_FREEZE=1`` calls ``gc.freeze()`` once
 the consumer has started, as a service may do after its start-up.
 
+``MATRIX_BATCH_RECORDS=1`` preloads batches of one record each (a producer that does not
+batch) instead of the matrix's 500.
+
 ``PROF_SORT`` (default ``tottime``) and ``PROF_LINES`` (30) shape the profile;
 ``PROF_CALLEES`` (a regular expression) adds what the matching functions called.
 

@@ -163,6 +163,11 @@ def parse_cases(specs: str) -> list[tuple[int, int, str]]:
 
 
 def batch_records(size: int) -> int:
+    """Records per batch: ``MATRIX_BATCH_RECORDS`` when set (``1``: a producer that does not
+    batch), else as many as ``BATCH`` and ``BATCH_BYTES`` allow."""
+    chosen = os.environ.get("MATRIX_BATCH_RECORDS")
+    if chosen:
+        return max(1, int(chosen))
     return max(1, min(BATCH, BATCH_BYTES // size))
 
 

@@ -5,6 +5,7 @@ past the record goes on."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -151,3 +152,62 @@ def test_only_the_partition_stops_at_the_record(cluster: EmbeddedCluster) -> Non
             poll(c)
         assert [r.offset for r in got if r.partition == 1] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
         assert len(errors) == 1
+
+
+@pytest.mark.parametrize("bad_at", [3, 37])
+def test_the_asyncio_consumer_stops_at_the_record_in_whichever_piece(
+    cluster: EmbeddedCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    bad_at: int,
+) -> None:
+    """AIOEpochConsumer decodes an answer in pieces as its reads reach them (here of 10
+    records): a record its deserializer refuses in a later piece stops the partition at
+    that record as in the first, the records before it delivered once."""
+    import asyncio
+
+    from epochguard import AIOEpochConsumer
+    from epochguard.consumer import fetcher
+
+    monkeypatch.setattr(fetcher, "DECODE_PIECE_RECORDS", 10)
+    values = [b"bad" if i == bad_at else b"p-%d" % i for i in range(60)]
+    cluster.create_topic("ds", partitions=1, replication_factor=1)
+    cluster.append("ds", 0, values, batch_size=5)
+    tp = TopicPartition("ds", 0)
+
+    async def main() -> tuple[list[Any], list[RecordDeserializationError], int]:
+        got: list[Any] = []
+        errors: list[RecordDeserializationError] = []
+        async with AIOEpochConsumer(
+            bootstrap_servers=cluster.bootstrap_servers,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            fetch_max_wait_ms=50,
+            value_deserializer=lambda value: _refusing(Refused)("ds", [], value),
+        ) as c:
+            c.assign([tp])
+            deadline = time.monotonic() + 20
+            while not errors:
+                assert time.monotonic() < deadline, (got, errors)
+                try:
+                    for recs in (await c.getmany(timeout_ms=50, max_records=7)).values():
+                        got.extend(recs)
+                except RecordDeserializationError as exc:
+                    errors.append(exc)
+            for _ in range(3):
+                assert not await c.getmany(timeout_ms=50)
+            return got, errors, await c.position(tp)
+
+    caplog.set_level(logging.DEBUG, logger="epochguard.consumer")
+    got, errors, position = asyncio.run(main())
+    # Beyond the first piece, the piece ended its answer (the fetch from 30 reported it).
+    ended = [
+        r.msg["offset"]
+        for r in caplog.records
+        if isinstance(r.msg, dict) and r.msg["event"] == "fetched_piece_not_decoded"
+    ]
+    assert ended == ([] if bad_at < 10 else [30])
+    assert [r.offset for r in got] == list(range(bad_at))
+    (err,) = errors
+    assert err.tp == tp and err.offset == bad_at and isinstance(err.__cause__, Refused)
+    assert position == bad_at

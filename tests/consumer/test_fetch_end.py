@@ -111,3 +111,57 @@ def test_a_batch_cut_short_is_not_counted(walk: Any) -> None:
     assert walk(b"") is None
     assert walk(_batch(12, -1, [0], 0, False)) == (13, None)
     assert walk(one + _batch(12, -1, [0], 0, False)) == (13, 3)
+
+
+@pytest.mark.skipif(records._native_batch_cuts is None, reason="the C extension cuts")
+@settings(max_examples=scaled(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=_fetches(),
+    cut=st.integers(0, 200),
+    skip=st.integers(0, 50),
+    max_records=st.integers(1, 12),
+    max_bytes=st.integers(1, 400),
+)
+def test_decoding_the_pieces_in_turn_is_decoding_the_whole(
+    data: bytes, cut: int, skip: int, max_records: int, max_bytes: int
+) -> None:
+    chunk = data[: max(0, len(data) - cut)]
+    offset = struct.unpack_from(">q", data, 0)[0] + skip
+    whole = decode_records(chunk, "t", 0, offset)
+    cuts = records.batch_cuts(memoryview(chunk), max_records, max_bytes)
+    if whole.next_offset is None:
+        assert cuts is None  # no complete batch
+        return
+    assert cuts is not None and cuts == sorted(set(cuts)) and cuts[-1] == whole.size
+    got: list[Any] = []
+    start, at, next_offset, last_epoch = 0, offset, None, None
+    for end in cuts:
+        piece = decode_records(memoryview(chunk)[start:end], "t", 0, at)
+        assert piece.size == end - start  # whole batches only
+        counts = _record_counts(chunk[start:end])
+        # At most max_records records and max_bytes bytes, unless one batch alone is more.
+        assert len(counts) == 1 or (sum(counts) <= max_records and end - start <= max_bytes)
+        got += piece.records
+        next_offset = piece.next_offset
+        at = max(at, next_offset)  # the next piece's records from here
+        last_epoch = piece.last_epoch if piece.last_epoch is not None else last_epoch
+        start = end
+    assert got == whole.records
+    assert (next_offset, last_epoch) == (whole.next_offset, whole.last_epoch)
+
+
+def _record_counts(data: bytes) -> list[int]:
+    """The records count of each batch of ``data``."""
+    counts, pos = [], 0
+    while pos < len(data):
+        counts.append(struct.unpack_from(">i", data, pos + 57)[0])
+        pos += 12 + struct.unpack_from(">i", data, pos + 8)[0]
+    return counts
+
+
+@pytest.mark.skipif(records._native_batch_cuts is None, reason="the C extension cuts")
+def test_legacy_message_sets_are_not_cut() -> None:
+    b = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=10**6)
+    b.append(0, timestamp=1, key=None, value=b"v")
+    assert records.batch_cuts(bytes(b.build()), 1, 1) is None
+    assert records.batch_cuts(b"", 1, 1) is None

@@ -382,6 +382,74 @@ def _offsets_asked(futures: list[Any], i: int) -> list[int]:
     return [q.fetch_offset for q in futures[i][0][1].topics[0].partitions]
 
 
+def _pieced(mocker: Any, data: bytes) -> tuple[Fetcher, Any, list[Any]]:
+    """A fetcher decoding in pieces of 10 records (as the asyncio driver, with a budget)
+    that has the answer ``data`` (offsets from 0) for its first fetch in hand."""
+    f, _client, tracker, futures = _fetching(mocker)
+    f.decode_budget_bytes = 1 << 20
+    f.decode_piece_records = 10
+    f.send_requests(0.0)
+    answer = _fetch_answer(0, 1, hw=100)
+    answer.responses[0].partitions[0].records = data
+    futures[0][1].success(answer)
+    f.process_completions()
+    return f, tracker, futures
+
+
+def _held(f: Fetcher) -> int:
+    buf = f._source_of[TP].buffers[TP]
+    return len(buf.records) - buf.pos
+
+
+def test_an_answer_is_decoded_in_pieces_as_the_reads_reach_them(mocker: Any) -> None:
+    # Decoding a partition's answer whole costs the read that does it in proportion to its
+    # batches (a megabyte of one-record batches: about 100 ms on the event loop).
+    data = b"".join(_records(base, 10) for base in (0, 10, 20, 30))
+    f, tracker, futures = _pieced(mocker, data)
+    assert _held(f) == 10  # the first piece only
+    assert _offsets_asked(futures, 1) == [40]  # the answer's end, read from its headers
+    got: list[int] = []
+    for _ in range(8):
+        got += [r.offset for r in f.fetched_records(7, lambda tp: True).get(TP, [])]
+        assert TP not in f._source_of or TP not in f._source_of[TP].buffers or _held(f) <= 10
+    assert got == list(range(40))
+    assert tracker.position == EpochOffset(40, 0)
+    f.send_requests(0.0)
+    assert len(futures) == 2  # the tracker's fetch at 40 is the prefetch already sent
+    futures[1][1].success(_fetch_answer(40, 10, hw=100))
+    f.process_completions()
+    got = [r.offset for r in f.fetched_records(100, lambda tp: True)[TP]]
+    assert got == list(range(40, 50))
+    assert f.metrics.prefetches_used == 1 and f.metrics.prefetches_discarded == 0
+
+
+def test_a_piece_that_does_not_decode_ends_its_answer_where_the_pieces_before_ended(
+    mocker: Any,
+) -> None:
+    # The records before it are delivered; the fetch from its first offset gets its bytes
+    # back as an answer of their own, whose error is reported as any answer's.
+    bad = bytearray(_records(20, 10))
+    bad[-1] ^= 0xFF  # the CRC no longer holds
+    data = _records(0, 10) + _records(10, 10) + bytes(bad) + _records(30, 10)
+    f, tracker, futures = _pieced(mocker, data)
+    got: list[int] = []
+    for _ in range(6):
+        got += [r.offset for r in f.fetched_records(7, lambda tp: True).get(TP, [])]
+    assert got == list(range(20))
+    assert tracker.position == EpochOffset(20, 0)
+    assert f.metrics.prefetches_discarded == 1  # the one at 40, answered in vain
+    futures[1][1].success(_fetch_answer(40, 10, hw=100))
+    f.process_completions()
+    f.send_requests(0.0)
+    assert _offsets_asked(futures, 2) == [20]
+    answer = _fetch_answer(20, 1, hw=100)
+    answer.responses[0].partitions[0].records = bytes(bad) + _records(30, 10)
+    futures[2][1].success(answer)
+    f.process_completions()
+    assert TP in f.corrupt and f.corrupt_errors[TP].offset == 20
+    assert not f.fetched_records(100, lambda tp: True)
+
+
 def test_a_prefetch_answered_early_has_what_follows_it_prefetched_at_once(mocker: Any) -> None:
     # With one request in flight per broker, a prefetch answered while the application is
     # still taking the records before it left the broker idle until the tracker asked for

@@ -1266,6 +1266,78 @@ fetch_end(PyObject *self, PyObject *arg)
     return Py_BuildValue("(LO)", (long long)next_offset, Py_None);
 }
 
+PyDoc_STRVAR(batch_cuts_doc,
+"batch_cuts(data, max_records, max_bytes) -> list of int, or None: where to cut a Fetch\n"
+"answer's records into pieces of whole v2 batches, each of at most max_records records and\n"
+"max_bytes bytes (or one batch, when a batch alone passes them): the end of each piece, the\n"
+"last one the end of the last complete batch. None when the data holds no complete batch or\n"
+"a legacy one (or a header that does not parse): decoded whole then.");
+
+/* Batch header: recordsCount, after baseSequence. */
+#define CUTS_COUNT_AT 57
+
+static PyObject *
+batch_cuts(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *arg;
+    Py_ssize_t max_records, max_bytes;
+    if (!PyArg_ParseTuple(args, "Onn:batch_cuts", &arg, &max_records, &max_bytes))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *data = (const unsigned char *)view.buf;
+    Py_ssize_t total = view.len, pos = 0, piece_start = 0, piece_records = 0;
+    PyObject *cuts = PyList_New(0);
+    if (cuts == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int bad = 0;
+    while (pos + END_HEADER_SIZE <= total) {
+        const unsigned char *h = data + pos;
+        int64_t length = be_i32(h + 8);
+        if ((signed char)h[END_MAGIC_AT] != 2 || length + END_LOG_OVERHEAD < END_HEADER_SIZE) {
+            bad = 1;
+            break;
+        }
+        Py_ssize_t end = pos + END_LOG_OVERHEAD + (Py_ssize_t)length;
+        if (end > total)
+            break; /* a partial batch at the end, as the decoder skips it */
+        int64_t count = be_i32(h + CUTS_COUNT_AT);
+        /* This batch starts a new piece when the piece so far is full with it. */
+        if (pos > piece_start &&
+            (piece_records + count > max_records || end - piece_start > max_bytes)) {
+            PyObject *at = PyLong_FromSsize_t(pos);
+            if (at == NULL || PyList_Append(cuts, at) < 0) {
+                Py_XDECREF(at);
+                Py_DECREF(cuts);
+                PyBuffer_Release(&view);
+                return NULL;
+            }
+            Py_DECREF(at);
+            piece_start = pos;
+            piece_records = 0;
+        }
+        piece_records += count > 0 ? count : 0;
+        pos = end;
+    }
+    PyBuffer_Release(&view);
+    if (bad || pos == 0) {
+        Py_DECREF(cuts);
+        Py_RETURN_NONE;
+    }
+    PyObject *at = PyLong_FromSsize_t(pos);
+    if (at == NULL || PyList_Append(cuts, at) < 0) {
+        Py_XDECREF(at);
+        Py_DECREF(cuts);
+        return NULL;
+    }
+    Py_DECREF(at);
+    return cuts;
+}
+
 static PyMethodDef methods[] = {
     {"decode_batch_records", (PyCFunction)(void (*)(void))decode_batch_records, METH_FASTCALL,
      decode_batch_records_doc},
@@ -1274,6 +1346,7 @@ static PyMethodDef methods[] = {
     {"set_release_gil_bytes", set_release_gil_bytes, METH_O, set_release_gil_bytes_doc},
     {"unfilled_bytearray", unfilled_bytearray, METH_VARARGS, unfilled_bytearray_doc},
     {"fetch_end", fetch_end, METH_O, fetch_end_doc},
+    {"batch_cuts", batch_cuts, METH_VARARGS, batch_cuts_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -43,6 +43,7 @@ from epochguard.consumer.records import (
     ConsumerRecord,
     DecodedFetch,
     Deserializer,
+    batch_cuts,
     decode_records,
     fetch_end,
 )
@@ -99,6 +100,10 @@ _LOOKUP_BACKOFF = RetryBackoff(0.05, 0.5)
 #: Longest single wait inside :meth:`Fetcher.pump_until` (its predicate may depend on state
 #: that no answer signals, such as the clock or another thread).
 _PUMP_MAX_WAIT_S = 0.05
+#: Records of one piece of a partition's answer, decoded at a time (see
+#: :attr:`Fetcher.decode_piece_records`): a read's worth (aiokafka's ``getmany`` reads
+#: take what is buffered; ``max_poll_records`` is 500 by default).
+DECODE_PIECE_RECORDS = 500
 
 
 class FetcherMetrics:
@@ -232,6 +237,11 @@ class Fetcher:
         #: ``fetch_max_bytes``) is then decoded a few partitions per read, each read giving
         #: the event loop a turn, instead of in one go that stalls the loop.
         self.decode_budget_bytes: int | None = None
+        #: With a decode budget, a partition's answer is decoded in pieces of whole batches
+        #: of at most this many records (and half the budget's bytes), each when the reads
+        #: reach it: the decoding a read does is bounded whatever the batches' size (one
+        #: MiB of one-record batches took about 100 ms decoded whole).
+        self.decode_piece_records = DECODE_PIECE_RECORDS
         #: Whether a prefetch answered before its tracker asked has what follows it
         #: prefetched at once (:meth:`_chain_prefetches`). The asyncio driver turns it on
         #: (measured faster at 1 KB x 1 partition, no slower at 8); for the threaded
@@ -496,6 +506,8 @@ class Fetcher:
             buf = None if source is None else source.buffers.get(tp)
             if buf is None or (deliverable is not None and not deliverable(tp)):
                 continue
+            if buf.rest is not None:
+                return True  # the reads decode its next piece when they need it
             wanted -= len(buf.records) - buf.pos
             if wanted <= 0:
                 return True
@@ -956,13 +968,21 @@ class Fetcher:
     @staticmethod
     def _ahead_holds(ahead: Prefetch, decoded: Any, offset: int) -> bool:
         """Whether the decoded answer ends where its early prefetch assumed."""
-        if decoded.next_offset is None or decoded.next_offset <= offset:
-            return False
-        if decoded.next_offset != ahead.entry.offset:
-            return False
         records = decoded.records
         last = records[-1].leader_epoch if len(records) else decoded.last_epoch
-        return (None if last is None or last < 0 else last) == ahead.entry.last_fetched_epoch
+        return Fetcher._ends_as_assumed(ahead, decoded.next_offset, last, offset)
+
+    @staticmethod
+    def _ends_as_assumed(
+        ahead: Prefetch, next_offset: int | None, last_epoch: int | None, offset: int
+    ) -> bool:
+        """Whether an answer to a fetch at ``offset`` that ends at ``next_offset``, its last
+        record (else its last batch) of ``last_epoch``, is where its early prefetch goes on
+        from."""
+        if next_offset is None or next_offset <= offset or next_offset != ahead.entry.offset:
+            return False
+        last = None if last_epoch is None or last_epoch < 0 else last_epoch
+        return last == ahead.entry.last_fetched_epoch
 
     def _on_prefetch(self, context: PrefetchSent, future: Any) -> None:
         node, sent, names = context.node, context.sent, context.names
@@ -1229,6 +1249,12 @@ class Fetcher:
             self.bytes_by_node[action.node_id] += len(data)
             if action.read_replica is not None:
                 self.metrics.bytes_fetched_from_followers += len(data)
+            cuts = self._piece_cuts(data)
+            if cuts is not None:
+                first = self._decode_first_piece(action, data, cuts)
+                if first is not None:
+                    self._buffer_in_pieces(action, p, data, cuts, first, ahead, source)
+                    return
             try:
                 decoded = self._decode(
                     data,
@@ -1297,6 +1323,128 @@ class Fetcher:
         else:
             tracker.on_empty_fetch(action)
         self.after_input(tp)
+
+    def _piece_cuts(self, data: Any) -> list[int] | None:
+        """Where to cut ``data`` into pieces decoded one at a time (see
+        :attr:`decode_piece_records`), or ``None``: decoded whole. Only with a decode budget
+        (the asyncio driver), records as tuples, and not read_committed (whose transaction
+        ledger reads an answer's transactional batches at once)."""
+        budget = self.decode_budget_bytes
+        if budget is None or self._read_committed or self._decode is not decode_records:
+            return None
+        cuts = batch_cuts(data, self.decode_piece_records, max(1, budget // 2))
+        return cuts if cuts is not None and len(cuts) > 1 else None
+
+    def _decode_first_piece(
+        self, action: FetchAction, data: Any, cuts: list[int]
+    ) -> DecodedFetch | None:
+        """The first piece of a partition's answer decoded, or ``None`` when it does not
+        decode or ends at or below the fetch offset: the whole answer is then decoded as one,
+        whose errors are reported as any answer's."""
+        tp = action.tp
+        try:
+            decoded = self._decode(
+                data[: cuts[0]],
+                tp.topic,
+                tp.partition,
+                action.offset,
+                check_crcs=self._config["check_crcs"],
+                key_deserializer=self._key_des,
+                value_deserializer=self._value_des,
+            )
+        except (CorruptRecordError, RecordDeserializationError):
+            return None
+        if decoded.next_offset is None or decoded.next_offset <= action.offset:
+            return None
+        return decoded  # type: ignore[no-any-return]
+
+    def _buffer_in_pieces(
+        self,
+        action: FetchAction,
+        p: wire.FetchedPartition,
+        data: Any,
+        cuts: list[int],
+        first: DecodedFetch,
+        ahead: Prefetch | None,
+        source: Source,
+    ) -> None:
+        tp = action.tp
+        end = fetch_end(data)
+        assert end is not None  # cut, so whole v2 batches
+        next_offset, last_epoch = end
+        source.caught_up[tp] = next_offset >= p.high_watermark
+        buf = Buffered(action, first.records, next_offset, last_epoch)
+        view = memoryview(data)
+        buf.rest = collections.deque(view[a:b] for a, b in itertools.pairwise(cuts))
+        assert first.next_offset is not None  # above action.offset (_decode_first_piece)
+        buf.rest_offset = first.next_offset
+        buf.rest_epoch = first.last_epoch
+        buf.last_record_epoch = first.records[-1].leader_epoch if first.records else None
+        buf.ahead = ahead
+        if tp not in source.buffers:
+            self._buffer_order.append(tp)
+        source.add_buffer(tp, buf)
+
+    def _decode_next_piece(self, tp: TopicPartition, buf: Buffered) -> None:
+        """Decode the next piece of ``buf``'s answer into it. A piece that does not decode
+        ends the buffer where the pieces before it ended: the fetch from there gets the same
+        bytes back as its answer's first batches, and their error is reported as any
+        answer's is (with nothing of them delivered)."""
+        rest = buf.rest
+        assert rest is not None
+        piece = rest.popleft()
+        try:
+            decoded = self._decode(
+                piece,
+                tp.topic,
+                tp.partition,
+                buf.rest_offset,
+                check_crcs=self._config["check_crcs"],
+                key_deserializer=self._key_des,
+                value_deserializer=self._value_des,
+            )
+        except (CorruptRecordError, RecordDeserializationError) as exc:
+            log.debug(
+                "fetched_piece_not_decoded",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=buf.rest_offset,
+                error=str(exc),
+            )
+            decoded = None
+        if decoded is None or decoded.next_offset is None or decoded.next_offset <= buf.rest_offset:
+            buf.rest = buf.ahead = None
+            buf.next_offset = buf.rest_offset
+            buf.last_epoch = buf.rest_epoch
+            self._drop_prefetch(tp)
+            return
+        if buf.pos >= len(buf.records):
+            buf.records = decoded.records
+            buf.pos = 0
+        else:
+            buf.records.extend(decoded.records)
+        if decoded.records:
+            buf.last_record_epoch = decoded.records[-1].leader_epoch
+        buf.rest_offset = decoded.next_offset
+        if decoded.last_epoch is not None:
+            buf.rest_epoch = decoded.last_epoch
+        if rest:
+            return
+        buf.rest = None
+        # The whole answer is decoded: does it end where its early prefetch assumed?
+        ahead, buf.ahead = buf.ahead, None
+        if ahead is not None:
+            last = buf.last_record_epoch
+            if not self._ends_as_assumed(
+                ahead,
+                buf.next_offset,
+                buf.last_epoch if last is None else last,
+                buf.action.offset,
+            ):
+                self._drop_prefetch(tp)
+        source = self._source_of.get(tp)
+        if source is not None:
+            source.unprefetched[tp] = None
 
     def _read_transactions(
         self,
@@ -1515,6 +1663,7 @@ class Fetcher:
         """Hand out up to ``max_records`` buffered records, advancing the trackers."""
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         remaining = max_records
+        pieced = False
         order = self._buffer_order
         source_of = self._source_of
         rounds = len(order)
@@ -1535,10 +1684,13 @@ class Fetcher:
                 source.buffers.pop(tp, None)
                 order.popleft()
                 continue
+            if buf.rest is not None and not pieced and len(buf.records) - buf.pos < remaining:
+                pieced = True  # one piece a call: what a read decodes stays bounded
+                self._decode_next_piece(tp, buf)
             records = buf.records
             start = buf.pos
             end = min(len(records), start + remaining)
-            last_chunk = end >= len(records)
+            last_chunk = end >= len(records) and buf.rest is None
             if not last_chunk and type(records) is list:
                 # The records handed out leave the buffer: the application frees them when
                 # it is done with them, while they are in the cache, not all at once (cold)

@@ -121,10 +121,12 @@ DECODER = "c" if _native is not None else "python"
 #: :func:`fetch_end`'s walk in C, with the C decoder (an extension built from older sources
 #: lacks it).
 _native_fetch_end: Callable[[Any], Any] | None = None
+_native_batch_cuts: Callable[[Any, int, int], list[int] | None] | None = None
 if _native is not None:
     from epochguard.consumer import _crecords
 
     _native_fetch_end = getattr(_crecords, "fetch_end", None)
+    _native_batch_cuts = getattr(_crecords, "batch_cuts", None)
 _logged = False
 
 if _native is None:
@@ -755,6 +757,18 @@ def fetch_end(data: Any) -> tuple[int, int | None] | None:
         if end is not NotImplemented:
             return end  # type: ignore[no-any-return]
     return _fetch_end_python(data)
+
+
+def batch_cuts(data: Any, max_records: int, max_bytes: int) -> list[int] | None:
+    """Where to cut one partition's fetched bytes into pieces of whole v2 batches of at most
+    ``max_records`` records and ``max_bytes`` bytes each (a batch larger than that is a
+    piece of its own): the end of each piece, the last one where the complete batches end.
+    Decoding the pieces one after the other, each from the offset the one before ended at,
+    returns what decoding the whole returns. ``None`` where the C extension is not loaded,
+    for legacy message sets, and without a complete batch: decode the whole then."""
+    if _native_batch_cuts is None:
+        return None
+    return _native_batch_cuts(data, max_records, max_bytes)
 
 
 def _fetch_end_python(data: Any) -> tuple[int, int | None] | None:

@@ -11,6 +11,7 @@ one source per broker it fetches from.
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 from kafka.structs import TopicPartition
@@ -30,7 +31,18 @@ MAX_FETCHES_PER_BROKER = 1
 class Buffered:
     """Decoded records of one partition not yet handed to the application."""
 
-    __slots__ = ("action", "last_epoch", "next_offset", "pos", "records")
+    __slots__ = (
+        "action",
+        "ahead",
+        "last_epoch",
+        "last_record_epoch",
+        "next_offset",
+        "pos",
+        "records",
+        "rest",
+        "rest_epoch",
+        "rest_offset",
+    )
 
     def __init__(
         self,
@@ -42,8 +54,19 @@ class Buffered:
         self.action = action
         self.records = records
         self.pos = 0
+        #: where the whole answer ends, and the leader epoch of its last batch
         self.next_offset = next_offset
         self.last_epoch = last_epoch
+        #: The answer's pieces still to decode (``Fetcher.fetched_records`` decodes the next
+        #: when the records run out), or ``None``: all decoded.
+        self.rest: collections.deque[Any] | None = None
+        #: With ``rest``: the offset the next piece's records start from, the epoch of the
+        #: last batch decoded, of the last record decoded, and the answer's early prefetch
+        #: (checked once the whole answer is decoded).
+        self.rest_offset = 0
+        self.rest_epoch: int | None = None
+        self.last_record_epoch: int | None = None
+        self.ahead: Prefetch | None = None
 
 
 class Prefetch:
@@ -154,6 +177,11 @@ class Source:
         for tp in todo:
             buf = self.buffers.get(tp)
             if buf is None or tp in self.prefetches or self.caught_up.get(tp, False):
+                continue
+            if buf.rest is not None:
+                # Its last record's epoch is not known until its last piece is decoded;
+                # the buffer is looked at again then (see Fetcher._decode_next_piece).
+                self.unprefetched[tp] = None
                 continue
             tracker = cursors.get(tp)
             if tracker is None or tracker.state is not fetching or tracker.paused:

@@ -179,9 +179,8 @@ class Source:
             if buf is None or tp in self.prefetches or self.caught_up.get(tp, False):
                 continue
             if buf.rest is not None:
-                # Its last record's epoch is not known until its last piece is decoded;
-                # the buffer is looked at again then (see Fetcher._decode_next_piece).
-                self.unprefetched[tp] = None
+                # Its last record's epoch is not known until its last piece is decoded,
+                # which puts it back here (Fetcher._decode_next_piece).
                 continue
             tracker = cursors.get(tp)
             if tracker is None or tracker.state is not fetching or tracker.paused:

@@ -69,6 +69,35 @@ def test_percentile_is_a_value_with_at_least_q_percent_at_or_below(
     assert percentile(values, 100) == max(values)
 
 
+def test_the_loop_ticker_tells_a_blocked_loop_from_a_full_collection(common: ModuleType) -> None:
+    import asyncio
+    import gc
+
+    async def main() -> Any:
+        ticker = common.LoopTicker()
+        ticker.start()
+        await asyncio.sleep(0.01)
+        time.sleep(0.03)  # the loop blocked by the program itself
+        await asyncio.sleep(0.01)
+        # A full collection of 0.3 s, as the garbage collector's callbacks announce one.
+        ticker._on_gc("start", {"generation": 2})
+        time.sleep(0.3)
+        ticker._on_gc("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+        await asyncio.sleep(0.01)
+        gc.collect()  # a real one: the ticker hears of it
+        await asyncio.sleep(0.01)
+        ticker.stop()
+        return ticker
+
+    ticker = asyncio.run(main())
+    assert ticker.full_collections >= 2 and ticker.longest_full_s >= 0.3
+    assert ticker.worst_s >= 0.3
+    # The program's own block stays; the collection's is taken out.
+    assert 0.03 <= ticker.worst_outside_gc_s < 0.2
+    assert ticker.results()["gc_full_collections"] == ticker.full_collections
+    assert ticker._on_gc not in gc.callbacks
+
+
 # --------------------------------------------------------------------------- produce
 
 

@@ -382,14 +382,16 @@ def _offsets_asked(futures: list[Any], i: int) -> list[int]:
     return [q.fetch_offset for q in futures[i][0][1].topics[0].partitions]
 
 
-def _pieced(mocker: Any, data: bytes) -> tuple[Fetcher, Any, list[Any]]:
-    """A fetcher decoding in pieces of 10 records (as the asyncio driver, with a budget)
-    that has the answer ``data`` (offsets from 0) for its first fetch in hand."""
+def _pieced(
+    mocker: Any, data: bytes, hw: int = 100, piece: int = 10
+) -> tuple[Fetcher, Any, list[Any]]:
+    """A fetcher decoding in pieces of ``piece`` records (as the asyncio driver, with a
+    budget) that has the answer ``data`` (offsets from 0) for its first fetch in hand."""
     f, _client, tracker, futures = _fetching(mocker)
     f.decode_budget_bytes = 1 << 20
-    f.decode_piece_records = 10
+    f.decode_piece_records = piece
     f.send_requests(0.0)
-    answer = _fetch_answer(0, 1, hw=100)
+    answer = _fetch_answer(0, 1, hw=hw)
     answer.responses[0].partitions[0].records = data
     futures[0][1].success(answer)
     f.process_completions()
@@ -448,6 +450,89 @@ def test_a_piece_that_does_not_decode_ends_its_answer_where_the_pieces_before_en
     f.process_completions()
     assert TP in f.corrupt and f.corrupt_errors[TP].offset == 20
     assert not f.fetched_records(100, lambda tp: True)
+
+
+def test_an_answer_ended_early_by_a_piece_is_not_caught_up(mocker: Any) -> None:
+    bad = bytearray(_records(20, 10))
+    bad[-1] ^= 0xFF
+    data = _records(0, 10) + _records(10, 10) + bytes(bad) + _records(30, 10)
+    f, _tracker, futures = _pieced(mocker, data, hw=40)
+    assert f._source_of[TP].caught_up[TP]  # the answer reaches the high watermark
+    assert len(futures) == 1  # nothing prefetched past it
+    got: list[int] = []
+    for _ in range(6):
+        got += [r.offset for r in f.fetched_records(7, lambda tp: True).get(TP, [])]
+    assert got == list(range(20))
+    assert not f._source_of[TP].caught_up[TP]  # it ended at 20: more to fetch
+    f.send_requests(0.0)
+    assert _offsets_asked(futures, 1) == [20]
+
+
+def test_a_piece_whose_decoding_is_interrupted_is_decoded_again(mocker: Any) -> None:
+    # Not a decoding error: the exception reaches the application, the piece stays.
+    data = b"".join(_records(base, 10) for base in (0, 10, 20, 30))
+    f, tracker, _futures = _pieced(mocker, data)
+    decode = f._decode
+    calls = [0]
+
+    def interrupted_once(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise MemoryError
+        return decode(*args, **kwargs)
+
+    f._decode = interrupted_once
+    got = [r.offset for r in f.fetched_records(7, lambda tp: True)[TP]]
+    with pytest.raises(MemoryError):
+        f.fetched_records(7, lambda tp: True)
+    for _ in range(8):
+        got += [r.offset for r in f.fetched_records(7, lambda tp: True).get(TP, [])]
+    assert got == list(range(40))
+    assert tracker.position == EpochOffset(40, 0)
+
+
+def test_a_read_takes_from_every_partition_in_pieces(mocker: Any) -> None:
+    # A partition with pieces left does not hold the others' answers back.
+    f, _client = _fetcher(mocker)
+    f.decode_budget_bytes = 1 << 20
+    f.decode_piece_records = 10
+    tps = _fetching_from_zero(f, 3)
+    futures = _recording_sends(_client)
+    f.send_requests(0.0)
+    answer = _fetch_answer(0, 1, hw=100)
+    data = b"".join(_records(base, 10) for base in (0, 10, 20, 30))
+    answer.responses[0].partitions[0].records = data
+    for i in (1, 2):
+        more = NS(**vars(answer.responses[0].partitions[0]))
+        more.partition_index = i
+        answer.responses[0].partitions.append(more)
+    futures[0][1].success(answer)
+    f.process_completions(100, lambda tp: True)
+    got = f.fetched_records(100, lambda tp: True)
+    assert sorted(got) == tps
+    assert all([r.offset for r in rs] == list(range(20)) for rs in got.values())
+
+
+def test_the_position_epoch_does_not_depend_on_where_the_pieces_are_cut(mocker: Any) -> None:
+    # Records of epoch 0, then a batch of the control kind written in epoch 1 (a marker):
+    # decoded whole, the position ends with its last record's epoch; in pieces, the last
+    # piece holds no record once the records before it are all handed out.
+    from .test_fetch_end import _batch
+
+    data = (
+        _batch(0, 0, list(range(10)), 0, False)
+        + _batch(10, 0, list(range(10)), 0, False)
+        + _batch(20, 1, [0], 0, True)
+    )
+    positions = []
+    for piece in (10**6, 10):
+        f, tracker, _futures = _pieced(mocker, data, piece=piece)
+        got: list[int] = []
+        for _ in range(4):
+            got += [r.offset for r in f.fetched_records(10, lambda tp: True).get(TP, [])]
+        assert got == list(range(20))
+        positions.append(tracker.position)
+    assert positions[0] == positions[1] == EpochOffset(21, 0)
 
 
 def test_a_prefetch_answered_early_has_what_follows_it_prefetched_at_once(mocker: Any) -> None:

@@ -1238,9 +1238,9 @@ fetch_end(PyObject *self, PyObject *arg)
             legacy = 1;
             break;
         }
-        Py_ssize_t end = pos + END_LOG_OVERHEAD + (Py_ssize_t)length;
-        if (end > total)
+        if (length > (int64_t)(total - pos - END_LOG_OVERHEAD))
             break; /* a partial batch at the end, as the decoder skips it */
+        Py_ssize_t end = pos + END_LOG_OVERHEAD + (Py_ssize_t)length;
         int64_t base = be_i64(h);
         int64_t delta = be_i32(h + END_LAST_DELTA_AT);
         if (__builtin_add_overflow(base, delta, &next_offset) ||
@@ -1302,9 +1302,9 @@ batch_cuts(PyObject *self, PyObject *args)
             bad = 1;
             break;
         }
-        Py_ssize_t end = pos + END_LOG_OVERHEAD + (Py_ssize_t)length;
-        if (end > total)
+        if (length > (int64_t)(total - pos - END_LOG_OVERHEAD))
             break; /* a partial batch at the end, as the decoder skips it */
+        Py_ssize_t end = pos + END_LOG_OVERHEAD + (Py_ssize_t)length;
         int64_t count = be_i32(h + CUTS_COUNT_AT);
         /* This batch starts a new piece when the piece so far is full with it. */
         if (pos > piece_start &&

@@ -506,8 +506,6 @@ class Fetcher:
             buf = None if source is None else source.buffers.get(tp)
             if buf is None or (deliverable is not None and not deliverable(tp)):
                 continue
-            if buf.rest is not None:
-                return True  # the reads decode its next piece when they need it
             wanted -= len(buf.records) - buf.pos
             if wanted <= 0:
                 return True
@@ -1392,10 +1390,9 @@ class Fetcher:
         answer's is (with nothing of them delivered)."""
         rest = buf.rest
         assert rest is not None
-        piece = rest.popleft()
         try:
             decoded = self._decode(
-                piece,
+                rest[0],  # taken off once decoded: an exception beyond these keeps it
                 tp.topic,
                 tp.partition,
                 buf.rest_offset,
@@ -1415,9 +1412,13 @@ class Fetcher:
         if decoded is None or decoded.next_offset is None or decoded.next_offset <= buf.rest_offset:
             buf.rest = buf.ahead = None
             buf.next_offset = buf.rest_offset
-            buf.last_epoch = buf.rest_epoch
+            buf.last_epoch = self._pieces_last_epoch(buf)
             self._drop_prefetch(tp)
+            source = self._source_of.get(tp)
+            if source is not None:
+                source.caught_up[tp] = False  # the answer ends early: more follows
             return
+        rest.popleft()
         if buf.pos >= len(buf.records):
             buf.records = decoded.records
             buf.pos = 0
@@ -1431,20 +1432,25 @@ class Fetcher:
         if rest:
             return
         buf.rest = None
+        buf.last_epoch = self._pieces_last_epoch(buf)
         # The whole answer is decoded: does it end where its early prefetch assumed?
         ahead, buf.ahead = buf.ahead, None
-        if ahead is not None:
-            last = buf.last_record_epoch
-            if not self._ends_as_assumed(
-                ahead,
-                buf.next_offset,
-                buf.last_epoch if last is None else last,
-                buf.action.offset,
-            ):
-                self._drop_prefetch(tp)
+        if ahead is not None and not self._ends_as_assumed(
+            ahead, buf.next_offset, buf.last_epoch, buf.action.offset
+        ):
+            self._drop_prefetch(tp)
         source = self._source_of.get(tp)
         if source is not None:
             source.unprefetched[tp] = None
+
+    @staticmethod
+    def _pieces_last_epoch(buf: Buffered) -> int | None:
+        """The epoch a buffer decoded in pieces ends with: its last record's, as an answer
+        decoded whole hands the tracker with its last records (else its last batch's), so
+        that the position's epoch does not depend on where the pieces were cut."""
+        if buf.last_record_epoch is not None:
+            return buf.last_record_epoch
+        return buf.rest_epoch
 
     def _read_transactions(
         self,
@@ -1663,7 +1669,7 @@ class Fetcher:
         """Hand out up to ``max_records`` buffered records, advancing the trackers."""
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         remaining = max_records
-        pieced = False
+        pieced: set[TopicPartition] = set()
         order = self._buffer_order
         source_of = self._source_of
         rounds = len(order)
@@ -1684,8 +1690,10 @@ class Fetcher:
                 source.buffers.pop(tp, None)
                 order.popleft()
                 continue
-            if buf.rest is not None and not pieced and len(buf.records) - buf.pos < remaining:
-                pieced = True  # one piece a call: what a read decodes stays bounded
+            if buf.rest is not None and tp not in pieced and len(buf.records) - buf.pos < remaining:
+                # One piece per partition and call: what a read decodes stays about what it
+                # hands out.
+                pieced.add(tp)
                 self._decode_next_piece(tp, buf)
             records = buf.records
             start = buf.pos

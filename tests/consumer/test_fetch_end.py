@@ -132,13 +132,16 @@ def test_decoding_the_pieces_in_turn_is_decoding_the_whole(
     if whole.next_offset is None:
         assert cuts is None  # no complete batch
         return
-    assert cuts is not None and cuts == sorted(set(cuts)) and cuts[-1] == whole.size
+    assert cuts is not None
+    ends = [end for end, _ in cuts]
+    assert ends == sorted(set(ends)) and ends[-1] == whole.size
     got: list[Any] = []
     start, at, next_offset, last_epoch = 0, offset, None, None
-    for end in cuts:
+    for end, count in cuts:
         piece = decode_records(memoryview(chunk)[start:end], "t", 0, at)
         assert piece.size == end - start  # whole batches only
         counts = _record_counts(chunk[start:end])
+        assert count == sum(counts)
         # At most max_records records and max_bytes bytes, unless one batch alone is more.
         assert len(counts) == 1 or (sum(counts) <= max_records and end - start <= max_bytes)
         got += piece.records

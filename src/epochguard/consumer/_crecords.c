@@ -1267,11 +1267,12 @@ fetch_end(PyObject *self, PyObject *arg)
 }
 
 PyDoc_STRVAR(batch_cuts_doc,
-"batch_cuts(data, max_records, max_bytes) -> list of int, or None: where to cut a Fetch\n"
-"answer's records into pieces of whole v2 batches, each of at most max_records records and\n"
-"max_bytes bytes (or one batch, when a batch alone passes them): the end of each piece, the\n"
-"last one the end of the last complete batch. None when the data holds no complete batch or\n"
-"a legacy one (or a header that does not parse): decoded whole then.");
+"batch_cuts(data, max_records, max_bytes) -> list of (end, records), or None: where to cut a\n"
+"Fetch answer's records into pieces of whole v2 batches, each of at most max_records records\n"
+"and max_bytes bytes (or one batch, when a batch alone passes them): the end of each piece,\n"
+"the last one the end of the last complete batch, with the records its batch headers count.\n"
+"None when the data holds no complete batch or a legacy one (or a header that does not\n"
+"parse): decoded whole then.");
 
 /* Batch header: recordsCount, after baseSequence. */
 #define CUTS_COUNT_AT 57
@@ -1309,7 +1310,7 @@ batch_cuts(PyObject *self, PyObject *args)
         /* This batch starts a new piece when the piece so far is full with it. */
         if (pos > piece_start &&
             (piece_records + count > max_records || end - piece_start > max_bytes)) {
-            PyObject *at = PyLong_FromSsize_t(pos);
+            PyObject *at = Py_BuildValue("(nn)", pos, piece_records);
             if (at == NULL || PyList_Append(cuts, at) < 0) {
                 Py_XDECREF(at);
                 Py_DECREF(cuts);
@@ -1328,7 +1329,7 @@ batch_cuts(PyObject *self, PyObject *args)
         Py_DECREF(cuts);
         Py_RETURN_NONE;
     }
-    PyObject *at = PyLong_FromSsize_t(pos);
+    PyObject *at = Py_BuildValue("(nn)", pos, piece_records);
     if (at == NULL || PyList_Append(cuts, at) < 0) {
         Py_XDECREF(at);
         Py_DECREF(cuts);

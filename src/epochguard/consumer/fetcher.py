@@ -506,7 +506,9 @@ class Fetcher:
             buf = None if source is None else source.buffers.get(tp)
             if buf is None or (deliverable is not None and not deliverable(tp)):
                 continue
-            wanted -= len(buf.records) - buf.pos
+            # With pieces left, what their batch headers count: the reads decode them
+            # before other partitions' answers are started.
+            wanted -= len(buf.records) - buf.pos + buf.rest_records
             if wanted <= 0:
                 return True
         return False
@@ -1322,7 +1324,7 @@ class Fetcher:
             tracker.on_empty_fetch(action)
         self.after_input(tp)
 
-    def _piece_cuts(self, data: Any) -> list[int] | None:
+    def _piece_cuts(self, data: Any) -> list[tuple[int, int]] | None:
         """Where to cut ``data`` into pieces decoded one at a time (see
         :attr:`decode_piece_records`), or ``None``: decoded whole. Only with a decode budget
         (the asyncio driver), records as tuples, and not read_committed (whose transaction
@@ -1334,7 +1336,7 @@ class Fetcher:
         return cuts if cuts is not None and len(cuts) > 1 else None
 
     def _decode_first_piece(
-        self, action: FetchAction, data: Any, cuts: list[int]
+        self, action: FetchAction, data: Any, cuts: list[tuple[int, int]]
     ) -> DecodedFetch | None:
         """The first piece of a partition's answer decoded, or ``None`` when it does not
         decode or ends at or below the fetch offset: the whole answer is then decoded as one,
@@ -1342,7 +1344,7 @@ class Fetcher:
         tp = action.tp
         try:
             decoded = self._decode(
-                data[: cuts[0]],
+                data[: cuts[0][0]],
                 tp.topic,
                 tp.partition,
                 action.offset,
@@ -1361,7 +1363,7 @@ class Fetcher:
         action: FetchAction,
         p: wire.FetchedPartition,
         data: Any,
-        cuts: list[int],
+        cuts: list[tuple[int, int]],
         first: DecodedFetch,
         ahead: Prefetch | None,
         source: Source,
@@ -1373,7 +1375,8 @@ class Fetcher:
         source.caught_up[tp] = next_offset >= p.high_watermark
         buf = Buffered(action, first.records, next_offset, last_epoch)
         view = memoryview(data)
-        buf.rest = collections.deque(view[a:b] for a, b in itertools.pairwise(cuts))
+        buf.rest = collections.deque((view[a:b], n) for (a, _), (b, n) in itertools.pairwise(cuts))
+        buf.rest_records = sum(n for _, n in cuts[1:])
         assert first.next_offset is not None  # above action.offset (_decode_first_piece)
         buf.rest_offset = first.next_offset
         buf.rest_epoch = first.last_epoch
@@ -1392,7 +1395,7 @@ class Fetcher:
         assert rest is not None
         try:
             decoded = self._decode(
-                rest[0],  # taken off once decoded: an exception beyond these keeps it
+                rest[0][0],  # taken off once decoded: an exception beyond these keeps it
                 tp.topic,
                 tp.partition,
                 buf.rest_offset,
@@ -1411,6 +1414,7 @@ class Fetcher:
             decoded = None
         if decoded is None or decoded.next_offset is None or decoded.next_offset <= buf.rest_offset:
             buf.rest = buf.ahead = None
+            buf.rest_records = 0
             buf.next_offset = buf.rest_offset
             buf.last_epoch = self._pieces_last_epoch(buf)
             self._drop_prefetch(tp)
@@ -1418,7 +1422,7 @@ class Fetcher:
             if source is not None:
                 source.caught_up[tp] = False  # the answer ends early: more follows
             return
-        rest.popleft()
+        buf.rest_records -= rest.popleft()[1]
         if buf.pos >= len(buf.records):
             buf.records = decoded.records
             buf.pos = 0

@@ -121,7 +121,7 @@ DECODER = "c" if _native is not None else "python"
 #: :func:`fetch_end`'s walk in C, with the C decoder (an extension built from older sources
 #: lacks it).
 _native_fetch_end: Callable[[Any], Any] | None = None
-_native_batch_cuts: Callable[[Any, int, int], list[int] | None] | None = None
+_native_batch_cuts: Callable[[Any, int, int], list[tuple[int, int]] | None] | None = None
 if _native is not None:
     from epochguard.consumer import _crecords
 
@@ -759,10 +759,11 @@ def fetch_end(data: Any) -> tuple[int, int | None] | None:
     return _fetch_end_python(data)
 
 
-def batch_cuts(data: Any, max_records: int, max_bytes: int) -> list[int] | None:
+def batch_cuts(data: Any, max_records: int, max_bytes: int) -> list[tuple[int, int]] | None:
     """Where to cut one partition's fetched bytes into pieces of whole v2 batches of at most
     ``max_records`` records and ``max_bytes`` bytes each (a batch larger than that is a
-    piece of its own): the end of each piece, the last one where the complete batches end.
+    piece of its own): ``(end, records)`` of each piece, the last end where the complete
+    batches end, ``records`` what its batch headers count (control batches included).
     Decoding the pieces one after the other, each from the offset the one before ended at,
     returns what decoding the whole returns. ``None`` where the C extension is not loaded,
     for legacy message sets, and without a complete batch: decode the whole then."""

@@ -42,6 +42,7 @@ class Buffered:
         "rest",
         "rest_epoch",
         "rest_offset",
+        "rest_records",
     )
 
     def __init__(
@@ -57,9 +58,11 @@ class Buffered:
         #: where the whole answer ends, and the leader epoch of its last batch
         self.next_offset = next_offset
         self.last_epoch = last_epoch
-        #: The answer's pieces still to decode (``Fetcher.fetched_records`` decodes the next
-        #: when the records run out), or ``None``: all decoded.
-        self.rest: collections.deque[Any] | None = None
+        #: The answer's pieces still to decode, each with the records its batch headers
+        #: count (``Fetcher.fetched_records`` decodes the next when the records run out),
+        #: or ``None``: all decoded; ``rest_records`` is their sum.
+        self.rest: collections.deque[tuple[Any, int]] | None = None
+        self.rest_records = 0
         #: With ``rest``: the offset the next piece's records start from, the epoch of the
         #: last batch decoded, of the last record decoded, and the answer's early prefetch
         #: (checked once the whole answer is decoded).

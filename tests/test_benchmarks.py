@@ -79,9 +79,9 @@ def test_the_loop_ticker_tells_a_blocked_loop_from_a_full_collection(common: Mod
         await asyncio.sleep(0.01)
         time.sleep(0.03)  # the loop blocked by the program itself
         await asyncio.sleep(0.01)
-        # A full collection of 0.3 s, as the garbage collector's callbacks announce one.
+        # A full collection of 0.5 s, as the garbage collector's callbacks announce one.
         ticker._on_gc("start", {"generation": 2})
-        time.sleep(0.3)
+        time.sleep(0.5)
         ticker._on_gc("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
         await asyncio.sleep(0.01)
         gc.collect()  # a real one: the ticker hears of it
@@ -90,10 +90,11 @@ def test_the_loop_ticker_tells_a_blocked_loop_from_a_full_collection(common: Mod
         return ticker
 
     ticker = asyncio.run(main())
-    assert ticker.full_collections >= 2 and ticker.longest_full_s >= 0.3
-    assert ticker.worst_s >= 0.3
+    assert ticker.full_collections >= 2 and ticker.longest_full_s >= 0.5
+    # The ticker's lateness is past its own millisecond of sleep.
+    assert ticker.worst_s >= 0.5 - 0.001
     # The program's own block stays; the collection's is taken out.
-    assert 0.03 <= ticker.worst_outside_gc_s < 0.2
+    assert 0.03 - 0.001 <= ticker.worst_outside_gc_s < 0.45
     assert ticker.results()["gc_full_collections"] == ticker.full_collections
     assert ticker._on_gc not in gc.callbacks
 

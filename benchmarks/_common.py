@@ -315,7 +315,9 @@ class LoopTicker:
     30 ms over the 55,000 objects of a consumer program here), whoever triggered it;
     ``full_collections`` and ``longest_full_s`` say how many ran and the longest."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_tick: Callable[[float], None] | None = None) -> None:
+        #: called with ``time.perf_counter()`` at every tick
+        self.on_tick = on_tick
         self.worst_s = 0.0
         self.worst_outside_gc_s = 0.0
         self.full_collections = 0
@@ -349,6 +351,8 @@ class LoopTicker:
                 self.worst_outside_gc_s, late - (self._in_full_s - in_full)
             )
             last, in_full = now, self._in_full_s
+            if self.on_tick is not None:
+                self.on_tick(now)
 
     def start(self) -> None:
         import asyncio

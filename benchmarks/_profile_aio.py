@@ -105,6 +105,10 @@ class _LateStacks:
     def _gc(self, phase: str, _info: dict[str, int]) -> None:
         self.in_gc = phase == "start"
 
+    def tick(self, now: float) -> None:
+        """The ticker ran at ``now`` (``LoopTicker.on_tick``)."""
+        self.ticked = now
+
     def _run(self) -> None:
         import traceback
 
@@ -176,13 +180,9 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
             else None
         )
 
-        async def stacks_ticker() -> None:
-            while late is not None:
-                await asyncio.sleep(0.001)
-                late.ticked = time.perf_counter()
-
+        if late is not None:
+            ticks.on_tick = late.tick
         ticks.start()
-        tick = asyncio.create_task(stacks_ticker())
         # CPU time, not wall time: on a shared machine the process is often not running.
         prof = cProfile.Profile(time.thread_time) if mode == "prof" else None
         n = touched = 0
@@ -206,7 +206,6 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
                 callers = pstats.Stats(prof, stream=out).sort_stats("cumtime")
                 callers.print_callees(os.environ["PROF_CALLEES"])
             print(out.getvalue())
-        tick.cancel()
         ticks.stop()
         if late is not None:
             late.report()

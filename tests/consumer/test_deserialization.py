@@ -102,6 +102,18 @@ def cluster() -> Iterator[EmbeddedCluster]:
         yield c
 
 
+def _refusing_consumer(cluster: EmbeddedCluster) -> dict[str, Any]:
+    """Settings of a consumer whose value deserializer refuses ``b"bad"``."""
+    return {
+        "bootstrap_servers": cluster.bootstrap_servers,
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+        "fetch_max_wait_ms": 50,
+        # kafka-python's deserializer signature: the value alone (aiokafka's too).
+        "value_deserializer": lambda value: _refusing(Refused)("ds", [], value),
+    }
+
+
 def test_only_the_partition_stops_at_the_record(cluster: EmbeddedCluster) -> None:
     cluster.create_topic("ds", partitions=2, replication_factor=1)
     cluster.append("ds", 0, [b"g-%d" % i for i in range(10)], batch_size=5)
@@ -118,14 +130,7 @@ def test_only_the_partition_stops_at_the_record(cluster: EmbeddedCluster) -> Non
         except RecordDeserializationError as exc:
             errors.append(exc)
 
-    with EpochConsumer(
-        bootstrap_servers=cluster.bootstrap_servers,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        fetch_max_wait_ms=50,
-        # kafka-python's deserializer signature: the value alone.
-        value_deserializer=lambda value: _refusing(Refused)("ds", [], value),
-    ) as c:
+    with EpochConsumer(**_refusing_consumer(cluster)) as c:
         c.assign([BAD, GOOD])
         deadline = time.monotonic() + 20
         while not errors or len([r for r in got if r.partition == 0]) < 10:
@@ -178,13 +183,7 @@ def test_the_asyncio_consumer_stops_at_the_record_in_whichever_piece(
     async def main() -> tuple[list[Any], list[RecordDeserializationError], int]:
         got: list[Any] = []
         errors: list[RecordDeserializationError] = []
-        async with AIOEpochConsumer(
-            bootstrap_servers=cluster.bootstrap_servers,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            fetch_max_wait_ms=50,
-            value_deserializer=lambda value: _refusing(Refused)("ds", [], value),
-        ) as c:
+        async with AIOEpochConsumer(**_refusing_consumer(cluster)) as c:
             c.assign([tp])
             deadline = time.monotonic() + 20
             while not errors:

@@ -22,7 +22,7 @@ from epochguard.offsets.report import TruncationReport
 from epochguard.testing import EmbeddedCluster
 from epochguard.testing.netfault import FaultProxy
 
-from .conftest import TP0, consumer_config, diverge, poll_until, read, setup_topic
+from .conftest import TP0, aread, consumer_config, diverge, poll_until, read, setup_topic
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -120,21 +120,13 @@ def test_truncation_while_the_brokers_moved_is_reported_asyncio(
         on_truncation_report=reports.append,
     )
 
-    async def read_async(c: AIOEpochConsumer, n: int, timeout: float = 30.0) -> list[Any]:
-        got: list[Any] = []
-        deadline = time.monotonic() + timeout
-        while len(got) < n and time.monotonic() < deadline:
-            for records in (await c.getmany(timeout_ms=100)).values():
-                got += records
-        return got
-
     async def main() -> None:
         async with AIOEpochConsumer(**config) as c:
             old, new = setup_topic(cluster)
             c.assign([TP0])
-            assert [r.offset for r in await read_async(c, 10)] == list(range(10))
+            assert [r.offset for r in await aread(c, 10, timeout=30.0)] == list(range(10))
             diverge(cluster, old, new)  # 10..14 on the old leader only
-            assert [r.offset for r in await read_async(c, 5)] == list(range(10, 15))
+            assert [r.offset for r in await aread(c, 5, timeout=30.0)] == list(range(10, 15))
 
             for b in cluster.running_broker_ids:
                 cluster.stop_broker(b)
@@ -146,12 +138,12 @@ def test_truncation_while_the_brokers_moved_is_reported_asyncio(
             point_alias(alias, cluster, new)
 
             with pytest.raises(LogTruncationError) as info:
-                await read_async(c, 1)
+                await aread(c, 1, timeout=30.0)
             err = info.value
             assert err.truncation_offsets() == {TP0: EpochOffset(10, 0)}
             assert err.truncations[TP0].lost_count == 5
             c.seek(TP0, err.truncation_offsets()[TP0])
-            got = await read_async(c, 8)
+            got = await aread(c, 8, timeout=30.0)
             assert [r.value for r in got] == [b"new-%d" % i for i in range(8)]
             assert c.metrics(raw=True)["rebootstraps"] >= 1
 

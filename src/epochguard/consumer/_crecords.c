@@ -1219,6 +1219,26 @@ be_i32(const unsigned char *p)
                      (uint32_t)p[3]);
 }
 
+/*
+ * The v2 batch at data[pos:]: 1 and its end in *end when it is whole, 0 at the end of the
+ * data or a partial batch (as the decoder skips it), -1 for a legacy message set or a header
+ * that does not parse. Both header walks (fetch_end, batch_cuts) step with it.
+ */
+static int
+whole_batch(const unsigned char *data, Py_ssize_t total, Py_ssize_t pos, Py_ssize_t *end)
+{
+    if (pos + END_HEADER_SIZE > total)
+        return 0;
+    const unsigned char *h = data + pos;
+    int64_t length = be_i32(h + 8);
+    if ((signed char)h[END_MAGIC_AT] != 2 || length + END_LOG_OVERHEAD < END_HEADER_SIZE)
+        return -1;
+    if (length > (int64_t)(total - pos - END_LOG_OVERHEAD))
+        return 0;
+    *end = pos + END_LOG_OVERHEAD + (Py_ssize_t)length;
+    return 1;
+}
+
 static PyObject *
 fetch_end(PyObject *self, PyObject *arg)
 {
@@ -1228,19 +1248,13 @@ fetch_end(PyObject *self, PyObject *arg)
         return NULL;
     const unsigned char *data = (const unsigned char *)view.buf;
     Py_ssize_t total = view.len, pos = 0;
-    int found = 0, has_epoch = 0, overflow = 0, legacy = 0;
+    int found = 0, has_epoch = 0, overflow = 0;
     int64_t next_offset = 0;
     int32_t last_epoch = 0;
-    while (pos + END_HEADER_SIZE <= total) {
+    Py_ssize_t end;
+    int step;
+    while ((step = whole_batch(data, total, pos, &end)) > 0) {
         const unsigned char *h = data + pos;
-        int64_t length = be_i32(h + 8);
-        if ((signed char)h[END_MAGIC_AT] != 2 || length + END_LOG_OVERHEAD < END_HEADER_SIZE) {
-            legacy = 1;
-            break;
-        }
-        if (length > (int64_t)(total - pos - END_LOG_OVERHEAD))
-            break; /* a partial batch at the end, as the decoder skips it */
-        Py_ssize_t end = pos + END_LOG_OVERHEAD + (Py_ssize_t)length;
         int64_t base = be_i64(h);
         int64_t delta = be_i32(h + END_LAST_DELTA_AT);
         if (__builtin_add_overflow(base, delta, &next_offset) ||
@@ -1259,7 +1273,7 @@ fetch_end(PyObject *self, PyObject *arg)
     PyBuffer_Release(&view);
     if (overflow)
         Py_RETURN_NOTIMPLEMENTED;
-    if (legacy || !found)
+    if (step < 0 || !found) /* a legacy message set, or no whole batch */
         Py_RETURN_NONE;
     if (has_epoch)
         return Py_BuildValue("(Li)", (long long)next_offset, (int)last_epoch);
@@ -1276,6 +1290,17 @@ PyDoc_STRVAR(batch_cuts_doc,
 
 /* Batch header: recordsCount, after baseSequence. */
 #define CUTS_COUNT_AT 57
+
+static int
+append_cut(PyObject *cuts, Py_ssize_t end, Py_ssize_t records)
+{
+    PyObject *cut = Py_BuildValue("(nn)", end, records);
+    if (cut == NULL)
+        return -1;
+    int ok = PyList_Append(cuts, cut);
+    Py_DECREF(cut);
+    return ok;
+}
 
 static PyObject *
 batch_cuts(PyObject *self, PyObject *args)
@@ -1295,29 +1320,18 @@ batch_cuts(PyObject *self, PyObject *args)
         PyBuffer_Release(&view);
         return NULL;
     }
-    int bad = 0;
-    while (pos + END_HEADER_SIZE <= total) {
-        const unsigned char *h = data + pos;
-        int64_t length = be_i32(h + 8);
-        if ((signed char)h[END_MAGIC_AT] != 2 || length + END_LOG_OVERHEAD < END_HEADER_SIZE) {
-            bad = 1;
-            break;
-        }
-        if (length > (int64_t)(total - pos - END_LOG_OVERHEAD))
-            break; /* a partial batch at the end, as the decoder skips it */
-        Py_ssize_t end = pos + END_LOG_OVERHEAD + (Py_ssize_t)length;
-        int64_t count = be_i32(h + CUTS_COUNT_AT);
+    Py_ssize_t end;
+    int step;
+    while ((step = whole_batch(data, total, pos, &end)) > 0) {
+        int64_t count = be_i32(data + pos + CUTS_COUNT_AT);
         /* This batch starts a new piece when the piece so far is full with it. */
         if (pos > piece_start &&
             (piece_records + count > max_records || end - piece_start > max_bytes)) {
-            PyObject *at = Py_BuildValue("(nn)", pos, piece_records);
-            if (at == NULL || PyList_Append(cuts, at) < 0) {
-                Py_XDECREF(at);
+            if (append_cut(cuts, pos, piece_records) < 0) {
                 Py_DECREF(cuts);
                 PyBuffer_Release(&view);
                 return NULL;
             }
-            Py_DECREF(at);
             piece_start = pos;
             piece_records = 0;
         }
@@ -1325,17 +1339,14 @@ batch_cuts(PyObject *self, PyObject *args)
         pos = end;
     }
     PyBuffer_Release(&view);
-    if (bad || pos == 0) {
+    if (step < 0 || pos == 0) {
         Py_DECREF(cuts);
         Py_RETURN_NONE;
     }
-    PyObject *at = Py_BuildValue("(nn)", pos, piece_records);
-    if (at == NULL || PyList_Append(cuts, at) < 0) {
-        Py_XDECREF(at);
+    if (append_cut(cuts, pos, piece_records) < 0) {
         Py_DECREF(cuts);
         return NULL;
     }
-    Py_DECREF(at);
     return cuts;
 }
 

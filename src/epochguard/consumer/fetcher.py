@@ -1256,17 +1256,15 @@ class Fetcher:
                     self._buffer_in_pieces(action, p, data, cuts, first, ahead, source)
                     return
             try:
-                decoded = self._decode(
+                decoded = self._decode_from(
+                    tp,
                     data,
-                    tp.topic,
-                    tp.partition,
                     action.offset,
-                    check_crcs=self._config["check_crcs"],
-                    key_deserializer=self._key_des,
-                    value_deserializer=self._value_des,
-                    aborted_producers=p.aborted if self._read_committed else None,
-                    read_committed=self._read_committed,
-                    **({"transactions": []} if self._read_committed else {}),
+                    **(
+                        {"aborted_producers": p.aborted, "read_committed": True, "transactions": []}
+                        if self._read_committed
+                        else {}
+                    ),
                 )
             except CorruptRecordError as exc:
                 if ahead is not None:
@@ -1324,6 +1322,19 @@ class Fetcher:
             tracker.on_empty_fetch(action)
         self.after_input(tp)
 
+    def _decode_from(self, tp: TopicPartition, data: Any, offset: int, **more: Any) -> Any:
+        """``tp``'s fetched ``data`` decoded from ``offset`` with the consumer's settings."""
+        return self._decode(
+            data,
+            tp.topic,
+            tp.partition,
+            offset,
+            check_crcs=self._config["check_crcs"],
+            key_deserializer=self._key_des,
+            value_deserializer=self._value_des,
+            **more,
+        )
+
     def _piece_cuts(self, data: Any) -> list[tuple[int, int]] | None:
         """Where to cut ``data`` into pieces decoded one at a time (see
         :attr:`decode_piece_records`), or ``None``: decoded whole. Only with a decode budget
@@ -1343,15 +1354,7 @@ class Fetcher:
         whose errors are reported as any answer's."""
         tp = action.tp
         try:
-            decoded = self._decode(
-                data[: cuts[0][0]],
-                tp.topic,
-                tp.partition,
-                action.offset,
-                check_crcs=self._config["check_crcs"],
-                key_deserializer=self._key_des,
-                value_deserializer=self._value_des,
-            )
+            decoded = self._decode_from(tp, data[: cuts[0][0]], action.offset)
         except (CorruptRecordError, RecordDeserializationError):
             return None
         if decoded.next_offset is None or decoded.next_offset <= action.offset:
@@ -1394,15 +1397,8 @@ class Fetcher:
         rest = buf.rest
         assert rest is not None
         try:
-            decoded = self._decode(
-                rest[0][0],  # taken off once decoded: an exception beyond these keeps it
-                tp.topic,
-                tp.partition,
-                buf.rest_offset,
-                check_crcs=self._config["check_crcs"],
-                key_deserializer=self._key_des,
-                value_deserializer=self._value_des,
-            )
+            # Taken off once decoded: an exception other than these keeps it.
+            decoded = self._decode_from(tp, rest[0][0], buf.rest_offset)
         except (CorruptRecordError, RecordDeserializationError) as exc:
             log.debug(
                 "fetched_piece_not_decoded",

@@ -17,11 +17,22 @@ the same less the full collections of the garbage collector in it (``outside_gc_
 how many full collections ran and the longest. ``GC_FREEZE=1`` calls ``gc.freeze()`` once
 the consumer has started, as a service may do after its start-up.
 
+``YIELD_INTERVAL_MS`` and ``READ_BUDGET_KB`` set ``epochguard.consumer.aio``'s
+``YIELD_INTERVAL_S`` and ``READ_BUDGET_BYTES`` for the run.
+
 ``MATRIX_BATCH_RECORDS=1`` preloads batches of one record each (a producer that does not
 batch) instead of the matrix's 500.
 
 ``PROF_SORT`` (default ``tottime``) and ``PROF_LINES`` (30) shape the profile;
 ``PROF_CALLEES`` (a regular expression) adds what the matching functions called.
+
+``slowest`` profiles every callback the loop runs after the first 20 reads and prints
+the profiles of the four that took the most CPU time (``PROF_LINES`` lines each, by
+cumulative time): what a long wait was made of.
+
+``gap`` lists the callbacks the loop ran (wall and CPU time), some of the consumer's calls
+in them (indented) and the collections of generations 1 and 2 during the ticker's longest
+wait less the full collections in it.
 
 ``blocks`` times every callback the event loop runs and prints the slowest, with the CPU
 time the thread spent in each (wall time well above it: the process was not running, the
@@ -62,6 +73,103 @@ def _install_block_timer(slowest: list[tuple[float, str]], keep: int = 8) -> Non
                 del slowest[keep:]
 
     asyncio.events.Handle._run = timed_run  # type: ignore[method-assign]
+
+
+def _install_handle_profiler(slowest: list[tuple[float, str, Any]], keep: int = 4) -> None:
+    """Each callback the loop runs under its own profiler; the ``keep`` slowest (CPU time)
+    keep theirs."""
+    handle_run = asyncio.events.Handle._run
+
+    def profiled_run(self: Any) -> None:
+        prof = cProfile.Profile(time.thread_time)
+        c0 = time.thread_time()
+        prof.enable()
+        try:
+            handle_run(self)
+        finally:
+            prof.disable()
+            cpu = time.thread_time() - c0
+            if len(slowest) < keep or cpu > slowest[-1][0]:
+                slowest.append((cpu, repr(self)[:120], prof))
+                slowest.sort(key=lambda entry: entry[0], reverse=True)
+                del slowest[keep:]
+
+    asyncio.events.Handle._run = profiled_run  # type: ignore[method-assign]
+
+
+class _Timeline:
+    """Every callback the loop runs and every full collection, with their times, and the
+    ticker's ticks: :meth:`report` prints what ran during the ticker's longest wait."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.handles: list[tuple[float, float, float, str]] = []
+        self.collections: list[tuple[float, float, int]] = []
+        self.ticks: list[float] = []
+        self._gc_started = 0.0
+        handle_run = asyncio.events.Handle._run
+        handles = self.handles
+
+        def timed_run(handle: Any) -> None:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                handle_run(handle)
+            finally:
+                handles.append(
+                    (t0, time.perf_counter(), time.thread_time() - c0, repr(handle)[:100])
+                )
+
+        asyncio.events.Handle._run = timed_run  # type: ignore[method-assign]
+        gc.callbacks.append(self._gc)
+
+    def time_calls(self, owner: Any, name: str) -> None:
+        """Put each call of ``owner.name`` on the timeline too."""
+        inner = getattr(owner, name)
+        handles = self.handles
+        label = f"  {owner.__name__}.{name}"
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                handles.append((t0, time.perf_counter(), time.thread_time() - c0, label))
+
+        setattr(owner, name, timed)
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif info["generation"] >= 1:
+            self.collections.append((self._gc_started, time.perf_counter(), info["generation"]))
+
+    def tick(self, now: float) -> None:
+        self.ticks.append(now)
+
+    def report(self) -> None:
+        if len(self.ticks) < 2:
+            return
+        full = [(t0, t1) for t0, t1, generation in self.collections if generation == 2]
+
+        def outside_full(a: float, b: float) -> float:
+            return b - a - sum(min(b, t1) - max(a, t0) for t0, t1 in full if t1 > a and t0 < b)
+
+        # The longest wait less the full collections in it (what the consumer can change).
+        _, gap, end = max((outside_full(a, b), b - a, b) for a, b in zip(self.ticks, self.ticks[1:]))
+        start = end - gap
+        print(
+            f"  longest wait outside full collections: {gap * 1000:.2f} ms between ticks "
+            f"({outside_full(start, end) * 1000:.2f} outside them); what ran in it:"
+        )
+        for t0, t1, cpu, what in sorted(self.handles):
+            if t1 > start and t0 < end:
+                print(f"    +{(t0 - start) * 1000:6.2f} ms  {(t1 - t0) * 1000:6.2f} ms "
+                      f"(cpu {cpu * 1000:5.2f})  {what}")
+        for t0, t1, generation in self.collections:
+            if t1 > start and t0 < end:
+                print(f"    +{(t0 - start) * 1000:6.2f} ms  {(t1 - t0) * 1000:6.2f} ms  "
+                      f"gc generation {generation}")
 
 
 def _install_gc_timer(worst: dict[int, list[float]]) -> None:
@@ -152,11 +260,18 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
     bootstrap = parent.recv()
     slowest: list[tuple[float, str]] = []
     gcs: dict[int, list[float]] = {}
+    profiled: list[tuple[float, str, Any]] = []
     if mode == "blocks":
         _install_block_timer(slowest)
         _install_gc_timer(gcs)
 
     async def run() -> tuple[float, float, float, int]:
+        from epochguard.consumer import aio
+
+        if os.environ.get("YIELD_INTERVAL_MS"):
+            aio.YIELD_INTERVAL_S = float(os.environ["YIELD_INTERVAL_MS"]) / 1000
+        if os.environ.get("READ_BUDGET_KB"):
+            aio.READ_BUDGET_BYTES = int(os.environ["READ_BUDGET_KB"]) * 1024
         cls = None
         if client == "epochguard-asyncio":
             from epochguard import AIOEpochConsumer
@@ -182,6 +297,29 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
 
         if late is not None:
             ticks.on_tick = late.tick
+        timeline = _Timeline() if mode == "gap" else None
+        if timeline is not None:
+            ticks.on_tick = timeline.tick
+            from epochguard.consumer import aio, fetcher
+            from epochguard.consumer import client as eg_client
+
+            for owner, name in (
+                (eg_client._LargeReadTransport, "_recv_frames"),
+                (aio._LoopIO, "flush"),
+                (aio._LoopIO, "_serve"),
+                (fetcher.Fetcher, "process_completions"),
+                (fetcher.Fetcher, "fetched_records"),
+                (fetcher.Fetcher, "send_requests"),
+                (fetcher.Fetcher, "_decode_from"),
+                (fetcher.Fetcher, "_on_fetch"),
+                (fetcher.Fetcher, "_on_prefetch"),
+                (fetcher.Fetcher, "_on_metadata"),
+                (fetcher.Fetcher, "_on_validation"),
+                (fetcher.Fetcher, "_on_list_offsets"),
+                (fetcher.Fetcher, "_send_fetch"),
+                (fetcher.Fetcher, "_apply_answers"),
+            ):
+                timeline.time_calls(owner, name)
         ticks.start()
         # CPU time, not wall time: on a shared machine the process is often not running.
         prof = cProfile.Profile(time.thread_time) if mode == "prof" else None
@@ -189,13 +327,20 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
         started, cpu0 = time.perf_counter(), time.process_time()
         if prof is not None:
             prof.enable()
+        reads = 0
+        handle_run = asyncio.events.Handle._run
         while n < total:
+            reads += 1
+            if mode == "slowest" and reads == 20:
+                # Past the start-up's reads (metadata, the first answers).
+                _install_handle_profiler(profiled)
             batch = await c.getmany(timeout_ms=1000, max_records=matrix.POLL_RECORDS)
             for recs in batch.values():
                 n += len(recs)
                 for r in recs:
                     touched += len(r.key) + len(r.value)
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu0
+        asyncio.events.Handle._run = handle_run  # type: ignore[method-assign]
         if prof is not None:
             prof.disable()
             out = io.StringIO()
@@ -209,6 +354,8 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
         ticks.stop()
         if late is not None:
             late.report()
+        if timeline is not None:
+            timeline.report()
         await c.stop()
         return elapsed, cpu, ticks, n
 
@@ -226,6 +373,13 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
         print(f"  gc generation {gen}: {count} collections, longest {longest * 1000:.2f} ms")
     for took, what in slowest:
         print(f"  {took * 1000:7.2f} ms  {what}")
+    for cpu, what, prof in profiled:
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("cumtime").print_stats(
+            int(os.environ.get("PROF_LINES", "30"))
+        )
+        print(f"=== cpu {cpu * 1000:.2f} ms  {what}")
+        print(out.getvalue())
 
 
 if __name__ == "__main__":

@@ -1,6 +1,5 @@
-"""``AIOEpochConsumer``'s connections are stepped after each read only when a request waits
-to go out: reading what the sockets hold, and the selector's timers, are left to the loop's
-own turns (the reads give it one every ``YIELD_INTERVAL_S``)."""
+"""``AIOEpochConsumer``'s connections are stepped after each read only when there is
+something to do: a request waiting to go out, a timer due, or a socket ready."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from epochguard.consumer.aio import _LoopIO
+from epochguard.consumer.aio import _FLUSH_INTERVAL_S, _LoopIO
 from epochguard.consumer.client import BrokerClient
 
 
@@ -26,21 +25,26 @@ async def _flushes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     try:
         net._selector.register(ours, selectors.EVENT_READ, None)
 
-        def flush() -> None:
+        def flush_long_after() -> None:
             turns.clear()
+            io._stepped_at -= 2 * _FLUSH_INTERVAL_S
             io.flush()
             outcome.append("turned" if turns else "skipped")
 
-        flush()  # nothing ready
+        flush_long_after()  # nothing ready
         peer.send(b"x")
-        flush()  # a socket is readable: the loop's turn reads it
+        flush_long_after()  # a socket is readable
         ours.recv(1)
         net._scheduled.clear()
         net.call_later(0, lambda: None)
-        flush()  # a timer is due: the loop's call for it runs it
+        flush_long_after()  # a timer is due
         net._scheduled.clear()
+        turns.clear()
+        io.flush()  # stepped just now: not again within the interval
+        outcome.append("turned" if turns else "skipped")
         net._ready.append(object())
-        flush()  # a request waits to go out: always
+        io.flush()  # a request waits to go out: always
+        outcome.append("turned" if turns else "skipped")
         net._ready.clear()
     finally:
         net._selector.unregister(ours)
@@ -50,8 +54,8 @@ async def _flushes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return outcome
 
 
-def test_flush_turns_the_selector_only_for_requests_waiting(
+def test_flush_turns_the_selector_only_when_something_waits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     outcome: Any = asyncio.run(_flushes(monkeypatch))
-    assert outcome == ["skipped", "skipped", "skipped", "turned"]
+    assert outcome == ["skipped", "turned", "turned", "skipped", "turned"]

@@ -18,7 +18,7 @@ how many full collections ran and the longest. ``GC_FREEZE=1`` calls ``gc.freeze
 the consumer has started, as a service may do after its start-up.
 
 ``YIELD_INTERVAL_MS`` and ``READ_BUDGET_KB`` set ``epochguard.consumer.aio``'s
-``YIELD_INTERVAL_S`` and ``READ_BUDGET_BYTES`` for the run.
+``YIELD_INTERVAL_S`` and ``READ_BUDGET_BYTES`` for a run of ``epochguard-asyncio``.
 
 ``MATRIX_BATCH_RECORDS=1`` preloads batches of one record each (a producer that does not
 batch) instead of the matrix's 500.
@@ -26,13 +26,16 @@ batch) instead of the matrix's 500.
 ``PROF_SORT`` (default ``tottime``) and ``PROF_LINES`` (30) shape the profile;
 ``PROF_CALLEES`` (a regular expression) adds what the matching functions called.
 
-``slowest`` profiles every callback the loop runs after the first 20 reads and prints
-the profiles of the four that took the most CPU time (``PROF_LINES`` lines each, by
-cumulative time): what a long wait was made of.
+``slowest`` profiles every callback the loop runs from the 20th read on (past the
+start-up's) and prints the profiles of the four that took the most CPU time
+(``PROF_LINES`` lines each, by cumulative time): what a long wait was made of.
 
 ``gap`` lists the callbacks the loop ran (wall and CPU time), some of the consumer's calls
-in them (indented) and the collections of generations 1 and 2 during the ticker's longest
-wait less the full collections in it.
+in them (indented) and the collections of generations 1 and 2, in time order, during the
+ticker's longest wait as ranked by its time outside full collections.
+
+In ``slowest`` and ``gap`` the rate and the loop's longest wait printed at the end include
+what the instrumentation costs (a profiler per callback; a record of every callback).
 
 ``blocks`` times every callback the event loop runs and prints the slowest, with the CPU
 time the thread spent in each (wall time well above it: the process was not running, the
@@ -98,8 +101,9 @@ def _install_handle_profiler(slowest: list[tuple[float, str, Any]], keep: int = 
 
 
 class _Timeline:
-    """Every callback the loop runs and every full collection, with their times, and the
-    ticker's ticks: :meth:`report` prints what ran during the ticker's longest wait."""
+    """Every callback the loop runs and every collection of generations 1 and 2, with their
+    times, and the ticker's ticks: :meth:`report` prints what ran during the ticker's
+    longest wait. :meth:`close` takes its wrappers off again."""
 
     def __init__(self) -> None:
         import gc
@@ -108,6 +112,8 @@ class _Timeline:
         self.collections: list[tuple[float, float, int]] = []
         self.ticks: list[float] = []
         self._gc_started = 0.0
+        # (owner, name, what was there) of every wrapper put in, to take them off again.
+        self._wrapped: list[tuple[Any, str, Any]] = []
         handle_run = asyncio.events.Handle._run
         handles = self.handles
 
@@ -120,15 +126,22 @@ class _Timeline:
                     (t0, time.perf_counter(), time.thread_time() - c0, repr(handle)[:100])
                 )
 
+        self._wrapped.append((asyncio.events.Handle, "_run", handle_run))
         asyncio.events.Handle._run = timed_run  # type: ignore[method-assign]
         gc.callbacks.append(self._gc)
 
-    def time_calls(self, owner: Any, name: str) -> None:
-        """Put each call of ``owner.name`` on the timeline too."""
-        inner = getattr(owner, name)
+    def time_calls(self, owner: type, name: str) -> None:
+        """Put each call of the plain method ``owner.name`` on the timeline too."""
+        import functools
+        import inspect
+
+        inner = inspect.getattr_static(owner, name)
+        if not inspect.isfunction(inner):
+            raise TypeError(f"{owner.__name__}.{name} is not a plain method")
         handles = self.handles
         label = f"  {owner.__name__}.{name}"
 
+        @functools.wraps(inner)
         def timed(*args: Any, **kwargs: Any) -> Any:
             t0, c0 = time.perf_counter(), time.thread_time()
             try:
@@ -136,7 +149,16 @@ class _Timeline:
             finally:
                 handles.append((t0, time.perf_counter(), time.thread_time() - c0, label))
 
+        self._wrapped.append((owner, name, inner))
         setattr(owner, name, timed)
+
+    def close(self) -> None:
+        import gc
+
+        for owner, name, original in reversed(self._wrapped):
+            setattr(owner, name, original)
+        self._wrapped.clear()
+        gc.callbacks.remove(self._gc)
 
     def _gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -148,28 +170,35 @@ class _Timeline:
         self.ticks.append(now)
 
     def report(self) -> None:
+        import itertools
+
         if len(self.ticks) < 2:
+            print("  gap: fewer than two ticks, no wait to show")
             return
         full = [(t0, t1) for t0, t1, generation in self.collections if generation == 2]
 
         def outside_full(a: float, b: float) -> float:
             return b - a - sum(min(b, t1) - max(a, t0) for t0, t1 in full if t1 > a and t0 < b)
 
-        # The longest wait less the full collections in it (what the consumer can change).
-        _, gap, end = max((outside_full(a, b), b - a, b) for a, b in zip(self.ticks, self.ticks[1:]))
-        start = end - gap
+        # The longest wait less the full collections in it (what the consumer can change);
+        # the ticker's own millisecond of sleep taken off, as LoopTicker does.
+        _, start, end = max((outside_full(a, b), a, b) for a, b in itertools.pairwise(self.ticks))
         print(
-            f"  longest wait outside full collections: {gap * 1000:.2f} ms between ticks "
-            f"({outside_full(start, end) * 1000:.2f} outside them); what ran in it:"
+            f"  longest wait: {(outside_full(start, end) - 0.001) * 1000:.2f} ms outside full "
+            f"collections ({(end - start - 0.001) * 1000:.2f} ms with them); what ran in it:"
         )
-        for t0, t1, cpu, what in sorted(self.handles):
-            if t1 > start and t0 < end:
-                print(f"    +{(t0 - start) * 1000:6.2f} ms  {(t1 - t0) * 1000:6.2f} ms "
-                      f"(cpu {cpu * 1000:5.2f})  {what}")
-        for t0, t1, generation in self.collections:
-            if t1 > start and t0 < end:
-                print(f"    +{(t0 - start) * 1000:6.2f} ms  {(t1 - t0) * 1000:6.2f} ms  "
-                      f"gc generation {generation}")
+        lines = [
+            (t0, f"{(t1 - t0) * 1000:6.2f} ms (cpu {cpu * 1000:5.2f})  {what}")
+            for t0, t1, cpu, what in self.handles
+            if t1 > start and t0 < end
+        ]
+        lines += [
+            (t0, f"{(t1 - t0) * 1000:6.2f} ms  gc generation {generation}")
+            for t0, t1, generation in self.collections
+            if t1 > start and t0 < end
+        ]
+        for t0, text in sorted(lines):
+            print(f"    +{(t0 - start) * 1000:6.2f} ms  {text}")
 
 
 def _install_gc_timer(worst: dict[int, list[float]]) -> None:
@@ -266,12 +295,13 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
         _install_gc_timer(gcs)
 
     async def run() -> tuple[float, float, float, int]:
-        from epochguard.consumer import aio
+        if client == "epochguard-asyncio":
+            from epochguard.consumer import aio
 
-        if os.environ.get("YIELD_INTERVAL_MS"):
-            aio.YIELD_INTERVAL_S = float(os.environ["YIELD_INTERVAL_MS"]) / 1000
-        if os.environ.get("READ_BUDGET_KB"):
-            aio.READ_BUDGET_BYTES = int(os.environ["READ_BUDGET_KB"]) * 1024
+            if os.environ.get("YIELD_INTERVAL_MS"):
+                aio.YIELD_INTERVAL_S = float(os.environ["YIELD_INTERVAL_MS"]) / 1000
+            if os.environ.get("READ_BUDGET_KB"):
+                aio.READ_BUDGET_BYTES = int(os.environ["READ_BUDGET_KB"]) * 1024
         cls = None
         if client == "epochguard-asyncio":
             from epochguard import AIOEpochConsumer
@@ -328,6 +358,7 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
         if prof is not None:
             prof.enable()
         reads = 0
+        # What the slowest mode's profiler wraps, put back once the reads are done.
         handle_run = asyncio.events.Handle._run
         while n < total:
             reads += 1
@@ -340,7 +371,8 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
                 for r in recs:
                     touched += len(r.key) + len(r.value)
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu0
-        asyncio.events.Handle._run = handle_run  # type: ignore[method-assign]
+        if mode == "slowest":
+            asyncio.events.Handle._run = handle_run  # type: ignore[method-assign]
         if prof is not None:
             prof.disable()
             out = io.StringIO()
@@ -356,6 +388,7 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
             late.report()
         if timeline is not None:
             timeline.report()
+            timeline.close()
         await c.stop()
         return elapsed, cpu, ticks, n
 

@@ -89,10 +89,10 @@ YIELD_INTERVAL_S = 0.0005
 #: reads, so the loop gets its turns in between. 1 MiB of 100-byte records decodes in about
 #: a millisecond with the C decoder.
 DECODE_BUDGET_BYTES = 1 << 20
-#: Bytes a turn of the connections reads off one socket at most: a large answer (up to
-#: ``fetch_max_bytes``) is read over several turns of the loop, as it is decoded. Reading
-#: a socket costs up to about a millisecond per MiB here; half that per turn keeps each
-#: turn short, and each turn's fixed cost (kafka-python's selector) small against it.
+#: Bytes a step of the connections' selector reads off one socket at most: a large answer
+#: (up to ``fetch_max_bytes``) is read over several turns of the loop, as it is decoded.
+#: Reading a socket costs up to about a millisecond per MiB here; half that per step keeps
+#: each turn short, and each step's fixed cost (kafka-python's selector) small against it.
 READ_BUDGET_BYTES = 512 * 1024
 #: Most turns of the connections' selector per :meth:`_LoopIO.flush`.
 _FLUSH_TURNS = 3

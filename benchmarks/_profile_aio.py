@@ -60,24 +60,6 @@ import time
 from typing import Any
 
 
-def _install_block_timer(slowest: list[tuple[float, str]], keep: int = 8) -> None:
-    handle_run = asyncio.events.Handle._run
-
-    def timed_run(self: Any) -> None:
-        t0, c0 = time.perf_counter(), time.thread_time()
-        try:
-            handle_run(self)
-        finally:
-            took = time.perf_counter() - t0
-            if len(slowest) < keep or took > slowest[-1][0]:
-                cpu = time.thread_time() - c0
-                slowest.append((took, f"cpu {cpu * 1000:6.2f} ms  {self!r}"[:200]))
-                slowest.sort(reverse=True)
-                del slowest[keep:]
-
-    asyncio.events.Handle._run = timed_run  # type: ignore[method-assign]
-
-
 def _install_handle_profiler(slowest: list[tuple[float, str, Any]], keep: int = 4) -> None:
     """Each callback the loop runs under its own profiler; the ``keep`` slowest (CPU time)
     keep theirs."""
@@ -101,9 +83,10 @@ def _install_handle_profiler(slowest: list[tuple[float, str, Any]], keep: int = 
 
 
 class _Timeline:
-    """Every callback the loop runs and every collection of generations 1 and 2, with their
-    times, and the ticker's ticks: :meth:`report` prints what ran during the ticker's
-    longest wait. :meth:`close` takes its wrappers off again."""
+    """Every callback the loop runs and every collection of the garbage collector, with
+    their times, and the ticker's ticks: :meth:`report` prints what ran during the ticker's
+    longest wait, :meth:`report_slowest` the slowest callbacks. :meth:`close` takes its
+    wrappers off again."""
 
     def __init__(self) -> None:
         import gc
@@ -127,7 +110,7 @@ class _Timeline:
                 )
 
         self._wrapped.append((asyncio.events.Handle, "_run", handle_run))
-        asyncio.events.Handle._run = timed_run  # type: ignore[method-assign]
+        asyncio.events.Handle._run = timed_run  # type: ignore[assignment, method-assign]
         gc.callbacks.append(self._gc)
 
     def time_calls(self, owner: type, name: str) -> None:
@@ -163,7 +146,7 @@ class _Timeline:
     def _gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._gc_started = time.perf_counter()
-        elif info["generation"] >= 1:
+        else:
             self.collections.append((self._gc_started, time.perf_counter(), info["generation"]))
 
     def tick(self, now: float) -> None:
@@ -195,28 +178,24 @@ class _Timeline:
         lines += [
             (t0, f"{(t1 - t0) * 1000:6.2f} ms  gc generation {generation}")
             for t0, t1, generation in self.collections
-            if t1 > start and t0 < end
+            if generation >= 1 and t1 > start and t0 < end
         ]
         for t0, text in sorted(lines):
             print(f"    +{(t0 - start) * 1000:6.2f} ms  {text}")
 
-
-def _install_gc_timer(worst: dict[int, list[float]]) -> None:
-    """``worst[generation] = [collections, longest seconds]``."""
-    import gc
-
-    started = [0.0]
-
-    def callback(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            started[0] = time.perf_counter()
-            return
-        took = time.perf_counter() - started[0]
-        entry = worst.setdefault(info["generation"], [0, 0.0])
-        entry[0] += 1
-        entry[1] = max(entry[1], took)
-
-    gc.callbacks.append(callback)
+    def report_slowest(self, keep: int = 8) -> None:
+        """Each generation's collections and the longest, and the ``keep`` slowest
+        callbacks (wall time, with the CPU time the thread spent in each)."""
+        by_generation: dict[int, list[float]] = {}
+        for t0, t1, generation in self.collections:
+            by_generation.setdefault(generation, []).append(t1 - t0)
+        for generation, took in sorted(by_generation.items()):
+            print(
+                f"  gc generation {generation}: {len(took)} collections, "
+                f"longest {max(took) * 1000:.2f} ms"
+            )
+        for t0, t1, cpu, what in sorted(self.handles, key=lambda h: h[0] - h[1])[:keep]:
+            print(f"  {(t1 - t0) * 1000:7.2f} ms  cpu {cpu * 1000:6.2f} ms  {what}")
 
 
 class _LateStacks:
@@ -287,14 +266,12 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
     )
     proc.start()
     bootstrap = parent.recv()
-    slowest: list[tuple[float, str]] = []
-    gcs: dict[int, list[float]] = {}
     profiled: list[tuple[float, str, Any]] = []
-    if mode == "blocks":
-        _install_block_timer(slowest)
-        _install_gc_timer(gcs)
+    # From the consumer's start on for blocks (as the slowest callbacks may be there); from
+    # the ticker's first tick for gap (below).
+    blocks = _Timeline() if mode == "blocks" else None
 
-    async def run() -> tuple[float, float, float, int]:
+    async def run() -> tuple[float, float, LoopTicker, int]:
         if client == "epochguard-asyncio":
             from epochguard.consumer import aio
 
@@ -402,10 +379,9 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
         f"full_gcs={ticks.full_collections} longest_full_gc_ms={ticks.longest_full_s * 1000:.2f} "
         f"load={os.getloadavg()[0]:.2f} mode={mode}"
     )
-    for gen, (count, longest) in sorted(gcs.items()):
-        print(f"  gc generation {gen}: {count} collections, longest {longest * 1000:.2f} ms")
-    for took, what in slowest:
-        print(f"  {took * 1000:7.2f} ms  {what}")
+    if blocks is not None:
+        blocks.report_slowest()
+        blocks.close()
     for cpu, what, prof in profiled:
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats("cumtime").print_stats(

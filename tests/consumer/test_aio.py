@@ -365,3 +365,47 @@ def test_asyncio_and_threaded_members_share_a_group(
     _run(main)
     assert sorted(seen) == sorted(b"%d-%d" % (p, i) for p in range(4) for i in range(25))
     assert any(kind == "assigned" and parts for kind, parts in listener.events)
+
+
+def test_an_eager_rebalance_never_holds_getmany_past_its_timeout(
+    cluster: EmbeddedCluster,
+) -> None:
+    """The coordinator holds a JoinGroup until every member has rejoined: getmany(timeout_ms)
+    returns on time meanwhile (as aiokafka's), so one task can await three members of a
+    group in turn through a rebalance."""
+    cluster.create_topic("t", partitions=4, replication_factor=2)
+    cfg = consumer_config(
+        cluster,
+        group_id="one-task",
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=200,
+        max_poll_interval_ms=30000,
+    )
+
+    async def main() -> None:
+        members = [AIOEpochConsumer("t", **cfg) for _ in range(3)]
+        longest = 0.0
+
+        async def settled(consumers: list[AIOEpochConsumer]) -> bool:
+            nonlocal longest
+            for c in consumers:
+                t0 = time.monotonic()
+                await c.getmany(timeout_ms=100)
+                longest = max(longest, time.monotonic() - t0)
+            sizes = [len(c.assignment()) for c in consumers]
+            return sum(sizes) == 4 and min(sizes) > 0
+
+        try:
+            for c in members:
+                await c.start()
+            for group in (members[:2], members):
+                deadline = time.monotonic() + 20
+                while not await settled(group):
+                    assert time.monotonic() < deadline, "the group did not settle"
+            assert sorted(len(c.assignment()) for c in members) == [1, 1, 2]
+            assert longest < 5.0, f"a getmany(timeout_ms=100) took {longest:.1f} s"
+        finally:
+            for c in members:
+                await c.stop()
+
+    _run(main)

@@ -264,3 +264,44 @@ def test_poll_is_bounded_when_committed_offsets_are_unreachable(cluster: Any) ->
         t0 = time.monotonic()
         c.close()
         assert time.monotonic() - t0 < 3
+
+
+def test_an_eager_rebalance_never_holds_poll_past_its_timeout(cluster: Any) -> None:
+    """The coordinator holds a JoinGroup until every member has rejoined (up to
+    ``max_poll_interval_ms``): poll(timeout_ms) returns on time meanwhile, as kafka-python's
+    and Java's do, and the join goes on in the next poll. So one thread can drive three
+    members of a group through a rebalance."""
+    cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)
+    kw: dict[str, Any] = {
+        "group_id": "one-thread",
+        "session_timeout_ms": 6000,
+        "heartbeat_interval_ms": 200,
+        "max_poll_interval_ms": 30000,
+    }
+    members = [make_consumer(cluster, **kw) for _ in range(3)]
+    try:
+        longest = 0.0
+
+        def poll_each(consumers: list[EpochConsumer]) -> None:
+            nonlocal longest
+            for c in consumers:
+                t0 = time.monotonic()
+                c.poll(timeout_ms=100)
+                longest = max(longest, time.monotonic() - t0)
+
+        for c in members:
+            c.subscribe([TOPIC])
+
+        def settled(consumers: list[EpochConsumer]) -> bool:
+            poll_each(consumers)
+            sizes = [len(c.assignment()) for c in consumers]
+            return sum(sizes) == N_PARTS and min(sizes) > 0
+
+        wait(lambda: settled(members[:2]))
+        # A third member: both others must rejoin before anyone's JoinGroup is answered.
+        wait(lambda: settled(members))
+        assert sorted(len(c.assignment()) for c in members) == [1, 1, 2]
+        assert longest < 5.0, f"a poll(timeout_ms=100) took {longest:.1f} s"
+    finally:
+        for c in members:
+            c.close()

@@ -2,8 +2,7 @@
 
 A fake host stands in for the consumer engine (it records what the member asks of it:
 commits, listener calls, assignments, restores), and the coordinator's answers are fed in
-through the member's CoordinatorLink (eager joins) or the client's futures (cooperative
-joins, which never wait for the coordinator)."""
+through the client's futures: a join, eager or cooperative, never waits for them."""
 
 from __future__ import annotations
 
@@ -101,90 +100,9 @@ def _sync_answer(*partitions: int, error_code: int = 0) -> Any:
     return SimpleNamespace(error_code=error_code, assignment=assignment.encode())
 
 
-def _feed(member: ClassicMember, answers: list[Any], mocker: Any) -> list[Any]:
-    """Answer the member's coordinator requests in order; returns the requests sent."""
-    sent: list[Any] = []
-
-    def call(req: Any, *_a: Any, **_k: Any) -> Step[Any]:
-        sent.append(req)
-        answer = answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-        yield
-
-    mocker.patch.object(member.link, "call", side_effect=call)
-    return sent
-
-
-def test_an_eager_join_gives_everything_up_first_then_takes_the_new_assignment(
-    mocker: Any,
-) -> None:
-    member = _member(mocker.Mock(closed=False))
-    host = FakeHost(tps(0, 1, 2))
-    sent = _feed(member, [_join_answer(), _sync_answer(1, 2)], mocker)
-    run_blocking(member.reconcile(host, 0.0))
-    assert host.events == [
-        ("commit", tps(0, 1, 2)),
-        ("on_partitions_revoked", tps(0, 1, 2)),
-        ("assign", []),
-        ("assign", tps(1, 2)),
-        ("restore", None),
-        ("on_partitions_assigned", tps(1, 2)),
-    ]
-    assert [type(r).__name__ for r in sent] == ["JoinGroupRequest", "SyncGroupRequest"]
-    assert (member.generation, member.member_id, member.rebalances) == (1, "me", 1)
-    assert not member.rejoin_needed
-    # Nothing to do until the group asks again.
-    run_blocking(member.reconcile(host, 0.0))
-    assert len(host.events) == 6 and len(sent) == 2
-
-
-def test_an_eager_join_deferred_by_a_poll_revokes_once(mocker: Any) -> None:
-    """No coordinator within the poll's time: the poll returns and the next one goes on
-    with the join, without revoking (and calling the listener) again."""
-    member = _member(mocker.Mock(closed=False), enable_auto_commit=False)
-    host = FakeHost(tps(0), auto_commit=False)
-    clock = [1000.0]
-    mocker.patch("epochguard.consumer.group.time.monotonic", side_effect=lambda: clock[0])
-
-    def no_coordinator(req: Any, *_a: Any, **_k: Any) -> Step[Any]:
-        clock[0] += 1.0  # the lookup used up the poll's time
-        raise kerrors.KafkaTimeoutError("no coordinator found in time")
-        yield
-
-    mocker.patch.object(member.link, "call", side_effect=no_coordinator)
-    run_blocking(member.reconcile(host, clock[0]))
-    assert host.events == [("on_partitions_revoked", tps(0)), ("assign", [])]
-    assert member.rejoin_needed
-    _feed(member, [_join_answer(), _sync_answer(0)], mocker)
-    run_blocking(member.reconcile(host, clock[0]))
-    assert host.events[2:] == [
-        ("assign", tps(0)),
-        ("restore", None),
-        ("on_partitions_assigned", tps(0)),
-    ]
-
-
-def test_a_join_refused_for_good_reaches_the_poll(mocker: Any) -> None:
-    member = _member(mocker.Mock(closed=False))
-    host = FakeHost([])
-    _feed(member, [_join_answer(error_code=30)], mocker)  # GROUP_AUTHORIZATION_FAILED
-    with pytest.raises(kerrors.GroupAuthorizationFailedError):
-        run_blocking(member.reconcile(host, 0.0))
-    assert host.events == [("on_partitions_revoked", [])]
-
-
-def test_nothing_happens_without_a_subscription(mocker: Any) -> None:
-    member = _member(mocker.Mock(closed=False))
-    host = FakeHost([])
-    host.subscription_topics = set()
-    sent = _feed(member, [], mocker)
-    run_blocking(member.reconcile(host, 0.0))
-    assert host.events == [] and sent == []
-
-
-def _cooperative(mocker: Any) -> tuple[ClassicMember, list[Any], list[Future]]:
+def _stepwise(mocker: Any, **config: Any) -> tuple[ClassicMember, list[Any], list[Future]]:
+    """A member whose requests go out through the client's futures (answered by the test)
+    to coordinator 1."""
     client = mocker.Mock(closed=False)
     sent: list[Any] = []
     futures: list[Future] = []
@@ -195,10 +113,99 @@ def _cooperative(mocker: Any) -> tuple[ClassicMember, list[Any], list[Future]]:
         return futures[-1]
 
     client.send.side_effect = send
-    member = _member(client, partition_assignment_strategy=[CooperativeStickyAssignor()])
+    member = _member(client, **config)
     mocker.patch.object(member.link, "ensure", side_effect=lambda *_a: _node(1))
     member.link.coordinator_id = member.link.node = 1
     return member, sent, futures
+
+
+def _cooperative(mocker: Any) -> tuple[ClassicMember, list[Any], list[Future]]:
+    return _stepwise(mocker, partition_assignment_strategy=[CooperativeStickyAssignor()])
+
+
+def _names(sent: list[Any]) -> list[str]:
+    return [type(r).__name__ for r in sent]
+
+
+def test_an_eager_join_gives_everything_up_first_then_takes_the_new_assignment(
+    mocker: Any,
+) -> None:
+    member, sent, futures = _stepwise(mocker)
+    assert not member.cooperative
+    host = FakeHost(tps(0, 1, 2))
+    run_blocking(member.reconcile(host, 0.0))
+    # Everything is given up before the join goes out.
+    assert host.events == [
+        ("commit", tps(0, 1, 2)),
+        ("on_partitions_revoked", tps(0, 1, 2)),
+        ("assign", []),
+    ]
+    assert _names(sent) == ["JoinGroupRequest"] and member.rebalancing
+    # The coordinator holds the JoinGroup until every member rejoined: the reconcile (and
+    # the poll around it) returns, and the next one neither revokes again nor resends.
+    run_blocking(member.reconcile(host, 0.0))
+    assert len(host.events) == 3 and len(sent) == 1
+    futures[0].success(_join_answer())
+    run_blocking(member.reconcile(host, 0.0))
+    assert _names(sent) == ["JoinGroupRequest", "SyncGroupRequest"]
+    futures[1].success(_sync_answer(1, 2))
+    run_blocking(member.reconcile(host, 0.0))
+    assert host.events[3:] == [
+        ("assign", tps(1, 2)),
+        ("restore", None),
+        ("on_partitions_assigned", tps(1, 2)),
+    ]
+    assert (member.generation, member.member_id, member.rebalances) == (1, "me", 1)
+    assert not member.rejoin_needed and not member.rebalancing
+    # Nothing to do until the group asks again.
+    run_blocking(member.reconcile(host, 0.0))
+    assert len(host.events) == 6 and len(sent) == 2
+
+
+def test_an_eager_join_deferred_by_a_poll_revokes_once(mocker: Any) -> None:
+    """No coordinator within the poll's time: the poll returns and the next one goes on
+    with the join, without revoking (and calling the listener) again."""
+    member, sent, futures = _stepwise(mocker, enable_auto_commit=False)
+    host = FakeHost(tps(0), auto_commit=False)
+
+    def no_coordinator(*_a: Any) -> Step[int]:
+        raise kerrors.KafkaTimeoutError("no coordinator found in time")
+        yield
+
+    mocker.patch.object(member.link, "ensure", side_effect=no_coordinator)
+    run_blocking(member.reconcile(host, 0.0))
+    assert host.events == [("on_partitions_revoked", tps(0)), ("assign", [])]
+    assert member.rejoin_needed and sent == []
+    mocker.patch.object(member.link, "ensure", side_effect=lambda *_a: _node(1))
+    run_blocking(member.reconcile(host, 0.0))
+    futures[0].success(_join_answer())
+    run_blocking(member.reconcile(host, 0.0))
+    futures[1].success(_sync_answer(0))
+    run_blocking(member.reconcile(host, 0.0))
+    assert host.events[2:] == [
+        ("assign", tps(0)),
+        ("restore", None),
+        ("on_partitions_assigned", tps(0)),
+    ]
+    assert _names(sent) == ["JoinGroupRequest", "SyncGroupRequest"]
+
+
+def test_a_join_refused_for_good_reaches_the_poll(mocker: Any) -> None:
+    member, _sent, futures = _stepwise(mocker)
+    host = FakeHost([])
+    run_blocking(member.reconcile(host, 0.0))
+    futures[0].success(_join_answer(error_code=30))  # GROUP_AUTHORIZATION_FAILED
+    with pytest.raises(kerrors.GroupAuthorizationFailedError):
+        run_blocking(member.reconcile(host, 0.0))
+    assert host.events == [("on_partitions_revoked", [])]
+
+
+def test_nothing_happens_without_a_subscription(mocker: Any) -> None:
+    member, sent, _futures = _stepwise(mocker)
+    host = FakeHost([])
+    host.subscription_topics = set()
+    run_blocking(member.reconcile(host, 0.0))
+    assert host.events == [] and sent == []
 
 
 def _node(node: int) -> Step[int]:

@@ -178,6 +178,8 @@ class ClassicMember:
         self.member_id = ""
         self.generation = -1
         self.protocol: str | None = None
+        #: This member assigned the partitions in its last join.
+        self.leader = False
         self._assignors = {a.name: a for a in config["partition_assignment_strategy"]}
         #: KIP-429: every assignor offered is cooperative, so whichever the group picks, the
         #: member keeps what it keeps across a rebalance (Java's rule for the protocol).
@@ -189,7 +191,7 @@ class ClassicMember:
         #: member drops everything without committing before it joins again (Java's
         #: onPartitionsLost).
         self.partitions_lost = False
-        # The cooperative join under way: ("join" | "sync", the request's future).
+        # The join under way: ("join" | "sync", the request's future).
         self._join_step: tuple[str, Any] | None = None
         # The eager join under way has revoked everything already (once per rebalance, not
         # again for each poll() a deferred join spans).
@@ -218,11 +220,9 @@ class ClassicMember:
         self,
         req: Any,
         deadline: float,
-        timeout_s: float | None = None,
-        lookup_deadline: float | None = None,
         unanswered: Callable[[], None] | None = None,
     ) -> Step[Any]:
-        return self.link.call(req, deadline, timeout_s, lookup_deadline, unanswered)
+        return self.link.call(req, deadline, unanswered=unanswered)
 
     # ------------------------------------------------------------------ offsets
 
@@ -361,45 +361,39 @@ class ClassicMember:
     # ------------------------------------------------------------------ reconciliation
 
     def reconcile(self, host: MembershipHost, deadline: float) -> Step[None]:
-        """Join when the group asks it (the poll strand): an eager join gives every
-        partition up first; a cooperative one moves only what changed."""
+        """Join when the group asks it (the poll strand), a step at a time: the coordinator
+        holds a JoinGroup until every member has rejoined, and poll() keeps its timeout
+        meanwhile (kafka-python and Java do too). An eager join gives every partition up
+        first, once per rebalance; a cooperative one moves only what changed."""
         if not self.rejoin_needed or not host.subscription_topics:
             return
         topics = set(host.subscription_topics)
         if self.cooperative:
             if self.partitions_lost:
                 yield from self._lose_partitions(host)
-            try:
-                joined = yield from self.poll_join(
-                    topics,
-                    host.metadata_for,
-                    max(deadline, time.monotonic() + 0.05),
-                    host.fetcher.wakeup,
-                )
-            except kerrors.KafkaTimeoutError as exc:
-                log.debug("group_join_deferred", group=self.group_id, error=repr(exc))
-                return
-            if joined is not None:
-                yield from self._cooperative_assignment(
-                    host, joined, max(deadline, time.monotonic() + self._timeout_s())
-                )
-            return
-        if not self._join_prepared:
+        elif not self._join_prepared:
             yield from self._revoke_all(host, commit=host.config["enable_auto_commit"])
             self._join_prepared = True
-        now = time.monotonic()
-        join_deadline = max(deadline, now + self._config["max_poll_interval_ms"] / 1000 + 5)
         try:
-            parts = yield from self.join(
-                topics, host.metadata_for, join_deadline, lookup_deadline=max(deadline, now + 0.05)
+            joined = yield from self.poll_join(
+                topics,
+                host.metadata_for,
+                max(deadline, time.monotonic() + 0.05),
+                host.fetcher.wakeup,
             )
         except kerrors.KafkaTimeoutError as exc:
             log.debug("group_join_deferred", group=self.group_id, error=repr(exc))
             return
+        if joined is None:
+            return
+        settle_by = max(deadline, time.monotonic() + self._timeout_s())
+        if self.cooperative:
+            yield from self._cooperative_assignment(host, joined, settle_by)
+            return
         self._join_prepared = False
-        host.set_assignment(parts)
-        yield from host.restore_positions(join_deadline)
-        yield from host.call_listener("on_partitions_assigned", set(parts))
+        host.set_assignment(joined)
+        yield from host.restore_positions(settle_by)
+        yield from host.call_listener("on_partitions_assigned", set(joined))
 
     def _revoke_all(self, host: MembershipHost, commit: bool) -> Step[None]:
         """Before an eager join: every partition is given up. As kafka-python, the listener
@@ -461,104 +455,7 @@ class ClassicMember:
             host.set_assignment([])
         self.set_owned([])
 
-    # ------------------------------------------------------------------ membership
-
-    def join(
-        self,
-        topics: set[str],
-        metadata_for: Callable[[set[str], float], Step[Mapping[str, set[int]]]],
-        deadline: float,
-        lookup_deadline: float | None = None,
-    ) -> Step[list[TopicPartition]]:
-        """JoinGroup + SyncGroup until a generation is formed; returns our assignment.
-
-        Raises ``KafkaTimeoutError`` if no coordinator answers by ``lookup_deadline`` (so
-        ``poll`` keeps its timeout while the cluster is down)."""
-        self.stop_heartbeats()
-        protocols = [
-            (name, assignor.metadata(topics).encode()) for name, assignor in self._assignors.items()
-        ]
-        rebalance_timeout = int(self._config["max_poll_interval_ms"])
-        while True:
-            if time.monotonic() >= deadline:
-                raise kerrors.KafkaTimeoutError(f"group {self.group_id!r}: join timed out")
-            req = wire.join_group_request(
-                self.group_id,
-                self._config["session_timeout_ms"],
-                rebalance_timeout,
-                self.member_id,
-                self._instance_id,
-                protocols,
-            )
-            try:
-                resp = yield from self._call(
-                    req, deadline, rebalance_timeout / 1000 + 5, lookup_deadline=lookup_deadline
-                )
-            except kerrors.KafkaError as exc:
-                log.debug("join_group_failed", group=self.group_id, error=repr(exc))
-                if not exc.retriable:
-                    raise  # GROUP_AUTHORIZATION_FAILED: joining again changes nothing
-                if lookup_deadline is not None and time.monotonic() >= lookup_deadline:
-                    raise
-                yield Sleep(_RETRY_S)
-                continue
-            retry = self._accept_join(resp)
-            if retry is not None:
-                if issubclass(retry, COORDINATOR_ERRORS):
-                    yield Sleep(_RETRY_S)
-                continue
-            if resp.leader == resp.member_id:
-                assignments = yield from self._assign(resp, metadata_for, deadline)
-            else:
-                assignments = []
-            sync = wire.sync_group_request(
-                self.group_id,
-                resp.generation_id,
-                resp.member_id,
-                self._instance_id,
-                resp.protocol_name,
-                assignments,
-            )
-            try:
-                sresp = yield from self._call(sync, deadline, rebalance_timeout / 1000 + 5)
-            except kerrors.KafkaError as exc:
-                log.debug("sync_group_failed", group=self.group_id, error=repr(exc))
-                continue
-            serr = wire.error_from_wire(sresp.error_code)
-            if serr is not None and issubclass(serr, COORDINATOR_ERRORS):
-                self.coordinator_dead()
-                continue
-            if serr is kerrors.UnknownMemberIdError:
-                self.member_id = ""
-                self.partitions_lost = True
-                continue
-            if serr is not None and issubclass(serr, _REJOIN_ERRORS):
-                continue
-            if serr is not None:
-                raise serr()
-            assignment = ConsumerProtocolAssignment.decode(sresp.assignment)
-            assignor = self._assignors.get(resp.protocol_name)
-            if assignor is not None and hasattr(assignor, "on_assignment"):
-                try:
-                    assignor.on_assignment(assignment, resp.generation_id)
-                except Exception as exc:  # sticky assignor bookkeeping only
-                    log.debug("assignor_on_assignment_failed", error=repr(exc))
-            self.rejoin_needed = False
-            self.rebalances += 1
-            parts = sorted(assignment.partitions())
-            log.info(
-                "group_joined",
-                group=self.group_id,
-                generation=resp.generation_id,
-                member_id=resp.member_id,
-                leader=resp.leader == resp.member_id,
-                protocol=resp.protocol_name,
-                partitions=[str(tp) for tp in parts],
-            )
-            self.start_heartbeats()
-            return parts
-
-    # ------------------------------------------------------------------ cooperative join
+    # ------------------------------------------------------------------ joining
 
     def poll_join(
         self,
@@ -567,12 +464,12 @@ class ClassicMember:
         deadline: float,
         wakeup: Callable[[], None],
     ) -> Step[list[TopicPartition] | None]:
-        """One step of a cooperative (KIP-429) join, without waiting for the coordinator:
-        sends JoinGroup, then SyncGroup, as their answers arrive. Returns the new assignment
-        once SyncGroup answered, else ``None`` (call again from the next poll). Meanwhile
-        the member keeps fetching and delivering the partitions it owns; a JoinGroup can
-        wait at the coordinator until every member has rejoined. ``wakeup`` is called when
-        an answer arrives, so a waiting poll() goes on at once."""
+        """One step of a join, without waiting for the coordinator: sends JoinGroup, then
+        SyncGroup, as their answers arrive. Returns the new assignment once SyncGroup
+        answered, else ``None`` (call again from the next poll). A JoinGroup can wait at
+        the coordinator until every member has rejoined; meanwhile a cooperative member
+        keeps fetching and delivering the partitions it owns. ``wakeup`` is called when an
+        answer arrives, so a waiting poll() goes on at once."""
         step = self._join_step
         if step is None:
             self.stop_heartbeats()
@@ -656,7 +553,10 @@ class ClassicMember:
         assignment = ConsumerProtocolAssignment.decode(sresp.assignment)
         assignor = self._assignors.get(self.protocol or "")
         if assignor is not None and hasattr(assignor, "on_assignment"):
-            assignor.on_assignment(assignment, self.generation)
+            try:
+                assignor.on_assignment(assignment, self.generation)
+            except Exception as exc:  # a custom assignor's own bookkeeping
+                log.debug("assignor_on_assignment_failed", error=repr(exc))
         self.rejoin_needed = False
         self.rebalances += 1
         parts = sorted(assignment.partitions())
@@ -665,6 +565,7 @@ class ClassicMember:
             group=self.group_id,
             generation=self.generation,
             member_id=self.member_id,
+            leader=self.leader,
             protocol=self.protocol,
             partitions=[str(tp) for tp in parts],
         )
@@ -687,14 +588,14 @@ class ClassicMember:
         return [(m, a.encode()) for m, a in result.items()]
 
     def abandon_join(self) -> None:
-        """Forget a cooperative join under way (the consumer closes): a last commit then
+        """Forget a join under way (the consumer closes): a last commit then
         goes out with the generation this member still has, which the coordinator accepts
         until the next generation is formed."""
         self._join_step = None
 
     @property
     def rebalancing(self) -> bool:
-        """A cooperative JoinGroup or SyncGroup is under way."""
+        """A JoinGroup or SyncGroup is under way."""
         return self._join_step is not None
 
     def set_owned(self, partitions: Sequence[TopicPartition]) -> None:
@@ -715,6 +616,7 @@ class ClassicMember:
                 self.member_id = resp.member_id
                 self.generation = resp.generation_id
                 self.protocol = resp.protocol_name
+            self.leader = resp.leader == resp.member_id
             return None
         retry: type[kerrors.KafkaError] = err  # kept before the comparisons narrow it to Any
         if err is kerrors.MemberIdRequiredError:

@@ -149,19 +149,15 @@ class CoordinatorLink:
         req: Any,
         deadline: float,
         timeout_s: float | None = None,
-        lookup_deadline: float | None = None,
         unanswered: Callable[[], None] | None = None,
     ) -> Step[Any]:
         """Send to the coordinator; on transport errors find the coordinator again and retry
-        until ``deadline`` (looking the coordinator up until ``lookup_deadline``).
-        ``unanswered`` is called for each attempt cut by a transport error: the coordinator
-        may still have received it, and may act on it later."""
+        until ``deadline``. ``unanswered`` is called for each attempt cut by a transport
+        error: the coordinator may still have received it, and may act on it later."""
         t = self.timeout_s if timeout_s is None else timeout_s
         attempt = 0
         while True:
-            node = yield from self.ensure(
-                deadline if lookup_deadline is None else min(deadline, lookup_deadline)
-            )
+            node = yield from self.ensure(deadline)
             remaining = max(0.05, deadline - time.monotonic())
             try:
                 return (yield from request(self._client, node, req, min(t, remaining)))

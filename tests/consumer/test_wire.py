@@ -282,15 +282,15 @@ def test_metadata_answer() -> None:
     T = R.MetadataResponseTopic
     P = T.MetadataResponsePartition
 
-    def part(index: int, leader: int, epoch: int) -> Any:
+    def part(index: int, leader: int, epoch: int, replicas: Any = (), offline: Any = ()) -> Any:
         return P(
             error_code=0,
             partition_index=index,
             leader_id=leader,
             leader_epoch=epoch,
-            replica_nodes=[],
+            replica_nodes=list(replicas),
             isr_nodes=[],
-            offline_replicas=[],
+            offline_replicas=list(offline),
         )
 
     response = R(
@@ -305,7 +305,12 @@ def test_metadata_answer() -> None:
                 name="t",
                 topic_id=TID,
                 is_internal=False,
-                partitions=[part(0, 1, 0), part(1, -1, -1)],
+                partitions=[
+                    part(0, 1, 0),
+                    part(1, -1, -1),
+                    part(2, 3, 4, replicas=[1, 2, 3], offline=[2]),
+                    part(3, 1, 4, replicas=[1, 2]),
+                ],
             ),
             T(
                 error_code=3,
@@ -321,6 +326,9 @@ def test_metadata_answer() -> None:
     assert t.partitions == (
         wire.PartitionLeader(TP, 1, 0),
         wire.PartitionLeader(TopicPartition("t", 1), None, None),
+        # KIP-392: a read replica may be any live replica, never an offline one.
+        wire.PartitionLeader(TopicPartition("t", 2), 3, 4, (1, 3), (1, 2, 3)),
+        wire.PartitionLeader(TopicPartition("t", 3), 1, 4, (1, 2), (1, 2)),
     )
     assert gone.topic_id is None and gone.error is kerrors.UnknownTopicOrPartitionError
 

@@ -295,17 +295,7 @@ def read_metadata(response: Any) -> MetadataAnswer:
     out = []
     for topic in response.topics:
         name = str(topic.name)
-        parts = tuple(
-            PartitionLeader(
-                TopicPartition(name, p.partition_index),
-                node_from_wire(p.leader_id),
-                # Metadata below v7 has no leader epochs.
-                epoch_from_wire(getattr(p, "leader_epoch", None)),
-                _live_replicas(p),
-                tuple(int(r) for r in getattr(p, "replica_nodes", None) or ()),
-            )
-            for p in topic.partitions
-        )
+        parts = tuple(_partition_leader(name, p) for p in topic.partitions)
         out.append(
             TopicMetadata(
                 name,
@@ -336,9 +326,19 @@ def broker_addresses(response: Any) -> dict[int, tuple[str, int]]:
     }
 
 
-def _live_replicas(p: Any) -> tuple[int, ...]:
-    offline = set(getattr(p, "offline_replicas", None) or ())
-    return tuple(int(r) for r in getattr(p, "replica_nodes", None) or () if r not in offline)
+def _partition_leader(topic: str, p: Any) -> PartitionLeader:
+    # Once per partition of every Metadata answer (a thousand at a time), hence plain code.
+    leader = p.leader_id
+    epoch = getattr(p, "leader_epoch", None)  # Metadata below v7 has no leader epochs
+    replicas = tuple(map(int, getattr(p, "replica_nodes", None) or ()))
+    offline = getattr(p, "offline_replicas", None)
+    return PartitionLeader(
+        TopicPartition(topic, p.partition_index),
+        None if leader is None or leader < 0 else leader,
+        None if epoch is None or epoch < 0 else epoch,
+        tuple(r for r in replicas if r not in offline) if offline else replicas,
+        replicas,
+    )
 
 
 # ---------------------------------------------------------------------------------- fetch

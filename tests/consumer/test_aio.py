@@ -8,6 +8,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from kafka import KafkaProducer
@@ -306,6 +307,54 @@ def test_a_read_decodes_one_budget_of_a_large_answer(monkeypatch: pytest.MonkeyP
                 assert sorted(tp for got in reads for tp in got) == parts
 
         _run(main)
+
+
+def test_the_loop_turns_between_applying_answers_and_sending_what_they_call_for(
+    cluster: EmbeddedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Applying a metadata answer over 1,000 partitions takes milliseconds, and so does
+    planning the fetches it makes possible: the loop's other tasks get a turn in between."""
+    from epochguard.consumer.fetcher import Fetcher
+
+    cluster.create_topic("t", partitions=1, replication_factor=1)
+    cluster.append("t", 0, [b"v"])
+    order: list[str] = []
+    apply_metadata, send_requests = Fetcher._on_metadata, Fetcher.send_requests
+
+    def slow_metadata(self: Fetcher, *args: Any) -> None:
+        apply_metadata(self, *args)
+        until = time.monotonic() + 2 * aio.YIELD_INTERVAL_S  # as a large answer would
+        while time.monotonic() < until:
+            pass
+        order.append("metadata")
+
+    def sending(self: Fetcher, now: float) -> float:
+        order.append("send")
+        return send_requests(self, now)
+
+    monkeypatch.setattr(Fetcher, "_on_metadata", slow_metadata)
+    monkeypatch.setattr(Fetcher, "send_requests", sending)
+
+    async def main() -> None:
+        async def ticker() -> None:
+            while True:
+                order.append("tick")
+                await asyncio.sleep(0)
+
+        async with AIOEpochConsumer(**consumer_config(cluster)) as c:
+            c.assign([TP0])
+            tick = asyncio.create_task(ticker())
+            got = await aread(c, 1)
+            tick.cancel()
+            assert [r.value for r in got] == [b"v"]
+        applied = [i for i, what in enumerate(order) if what == "metadata"]
+        assert applied
+        for i in applied:
+            after = order[i + 1 :]
+            if "send" in after:
+                assert "tick" in after[: after.index("send")], order
+
+    _run(main)
 
 
 class _AsyncListener:

@@ -19,6 +19,7 @@ picture of what can happen to a partition.
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 import uuid
 from collections.abc import Iterable, Mapping
@@ -1878,4 +1879,13 @@ def _id_text(topic_id: Any) -> str | None:
     """A topic id as the tracker keeps it: text, ``None`` for any form of "no id"."""
     if topic_id is None or topic_id in _NO_TOPIC_IDS:
         return None
-    return normalise_topic_id(topic_id if isinstance(topic_id, str | uuid.UUID) else str(topic_id))
+    if isinstance(topic_id, str):
+        return _text_id_as_kept(topic_id)
+    return normalise_topic_id(topic_id if isinstance(topic_id, uuid.UUID) else str(topic_id))
+
+
+@functools.lru_cache(maxsize=1024)
+def _text_id_as_kept(topic_id: str) -> str | None:
+    # Every partition of a topic names the same id: one UUID parse per topic, not per
+    # partition (a metadata answer for 1,000 partitions parsed 1,000).
+    return normalise_topic_id(topic_id)

@@ -132,6 +132,10 @@ def test_group_consume_commit_and_lookups(cluster: EmbeddedCluster) -> None:
 
         # A new member of the group starts from the commit (with its epoch).
         async with AIOEpochConsumer("t", **consumer_config(cluster, group_id="g")) as c2:
+            deadline = time.monotonic() + 20
+            while TP0 not in c2.assignment():  # the join goes on across reads
+                assert time.monotonic() < deadline, "never assigned"
+                assert await c2.getmany(timeout_ms=300) == {}
             assert await c2.getmany(timeout_ms=300) == {}
             assert await c2.position_with_epoch(TP0) == EpochOffset(50, 0)
 

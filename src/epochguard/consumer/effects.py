@@ -136,6 +136,13 @@ class Pump:
 
 
 @attrs.frozen
+class Turn:
+    """The step applied answers and is about to hand out records and send what they call
+    for: a driver whose thread runs other work too (the asyncio loop's tasks) lets it run
+    now if it has waited long. The threaded drivers have nothing to let run."""
+
+
+@attrs.frozen
 class Call:
     """Run an application callback; under asyncio a coroutine it returns is awaited."""
 
@@ -143,7 +150,7 @@ class Call:
     args: tuple[Any, ...] = ()
 
 
-Effect = Await | Sleep | WaitSignal | Pump | Call
+Effect = Await | Sleep | WaitSignal | Pump | Turn | Call
 #: A multi-step engine operation returning ``T``.
 Step = Generator[Effect, Any, T]
 
@@ -165,6 +172,8 @@ def timeout_error(timeout_s: float) -> kerrors.KafkaTimeoutError:
 def block_on(effect: Effect) -> Any:
     """Carry out ``effect`` on this thread, blocking until it is done (kafka-python's IO
     thread, or another thread, completes the futures)."""
+    if isinstance(effect, Turn):
+        return None
     if isinstance(effect, Pump):
         fetcher = effect.fetcher
         now = time.monotonic()

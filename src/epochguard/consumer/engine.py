@@ -33,7 +33,7 @@ from kafka.util import ensure_valid_topic_name
 
 from epochguard._log import get_logger
 from epochguard.consumer.client import BrokerClient
-from epochguard.consumer.effects import Await, Call, Pump, Step, TaskHandle
+from epochguard.consumer.effects import Await, Call, Pump, Step, TaskHandle, Turn
 from epochguard.consumer.errors import (
     ConsumerClosedError,
     ConsumerConfigError,
@@ -697,6 +697,11 @@ class ConsumerEngine:
                 self.telemetry.tick(time.monotonic())
             self._warn_awaiting_seek()
             self._raise_pending()
+            # Applying answers can take milliseconds (a metadata answer or a first fetch
+            # answer over 1,000 partitions), and so can handing out records and planning the
+            # fetches they free: not both in one step of the asyncio loop. Nothing has been
+            # handed out yet, so a read cancelled here loses nothing.
+            yield Turn()
             records = fetcher.fetched_records(max_records, self._eligible)
             now = time.monotonic()
             if not records and now >= deadline and self.reads_only_in_effects and not last_turn:

@@ -361,6 +361,28 @@ def test_the_loop_turns_between_applying_answers_and_sending_what_they_call_for(
     _run(main)
 
 
+def test_a_new_member_gets_its_first_record_from_getone(cluster: EmbeddedCluster) -> None:
+    """getone() waits up to a minute per read: the join (whose first JoinGroup every new
+    member has refused with MEMBER_ID_REQUIRED) goes on within it."""
+    cluster.create_topic("t", partitions=2, replication_factor=1)
+    cluster.append("t", 0, [b"first"])
+
+    async def main() -> None:
+        # Defaults but these: the quick test settings' short backoffs and metadata age wake
+        # a waiting read on their own.
+        async with AIOEpochConsumer(
+            "t",
+            bootstrap_servers=cluster.bootstrap_servers,
+            group_id="getone",
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,
+        ) as c:
+            record = await asyncio.wait_for(c.getone(), 20)
+            assert record.value == b"first"
+
+    _run(main)
+
+
 class _AsyncListener:
     def __init__(self) -> None:
         self.events: list[tuple[str, set[TopicPartition]]] = []

@@ -305,3 +305,29 @@ def test_an_eager_rebalance_never_holds_poll_past_its_timeout(cluster: Any) -> N
     finally:
         for c in members:
             c.close()
+
+
+def test_a_new_member_joins_and_reads_within_its_first_poll() -> None:
+    """Every new member's first JoinGroup is refused with MEMBER_ID_REQUIRED: the next goes
+    out in the same poll, which then returns records rather than waiting out its timeout."""
+    from epochguard.testing import EmbeddedCluster
+
+    # One broker and defaults but these: more brokers' connections, and the quick test
+    # settings' short backoffs and metadata age, wake a waiting poll on their own.
+    with EmbeddedCluster(brokers=1) as cluster:
+        cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=1)
+        produce(cluster, 3)
+        c = EpochConsumer(
+            TOPIC,
+            bootstrap_servers=cluster.bootstrap_servers,
+            group_id="first-poll",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=6000,
+        )
+        try:
+            got = c.poll(timeout_ms=20000)
+            assert len(c.assignment()) == N_PARTS
+            assert got, "the first poll returned nothing"
+        finally:
+            c.close()

@@ -19,7 +19,7 @@ from kafka.structs import TopicPartition
 
 from epochguard.consumer.assignors import CooperativeStickyAssignor
 from epochguard.consumer.config import build_config
-from epochguard.consumer.effects import Step, run_blocking
+from epochguard.consumer.effects import Effect, Sleep, Step, block_on, run_blocking
 from epochguard.consumer.group import ClassicMember
 from epochguard.consumer.membership import MembershipHost
 from epochguard.offsets.position import EpochOffset
@@ -198,6 +198,91 @@ def test_a_join_refused_for_good_reaches_the_poll(mocker: Any) -> None:
     with pytest.raises(kerrors.GroupAuthorizationFailedError):
         run_blocking(member.reconcile(host, 0.0))
     assert host.events == [("on_partitions_revoked", [])]
+
+
+def _recording(effects: list[Effect]) -> Any:
+    """A performer that records the effects and never sleeps."""
+
+    def perform(effect: Effect) -> Any:
+        effects.append(effect)
+        return None if isinstance(effect, Sleep) else block_on(effect)
+
+    return perform
+
+
+@pytest.mark.parametrize(
+    ("error_code", "coordinator_failed"),
+    [
+        (79, False),  # MEMBER_ID_REQUIRED: every new member's first JoinGroup
+        (25, False),  # UNKNOWN_MEMBER_ID
+        (27, False),  # REBALANCE_IN_PROGRESS
+        (14, True),  # COORDINATOR_LOAD_IN_PROGRESS
+        (16, True),  # NOT_COORDINATOR
+    ],
+)
+def test_a_refused_join_goes_out_again_in_the_same_poll(
+    mocker: Any, error_code: int, coordinator_failed: bool
+) -> None:
+    """The poll that took the refusal is woken to send the next JoinGroup at once (after a
+    pause when the coordinator failed, which is looked up again), not left to wait out its
+    timeout: a member whose reads wait longer than its session would never join."""
+    member, sent, futures = _stepwise(mocker, enable_auto_commit=False)
+    host = FakeHost([], auto_commit=False)
+    woken = []
+    host.fetcher = SimpleNamespace(wakeup=lambda: woken.append(True))
+    run_blocking(member.reconcile(host, 0.0))
+    assert _names(sent) == ["JoinGroupRequest"] and len(woken) == 0
+    refusal = _join_answer(error_code=error_code)
+    refusal.member_id = "given" if error_code == 79 else ""
+    futures[0].success(refusal)
+    woken.clear()  # the answer's own wake-up
+    effects: list[Effect] = []
+    run_blocking(member.reconcile(host, 0.0), _recording(effects))
+    assert woken == [True] and member.rejoin_needed and not member.rebalancing
+    assert [type(e).__name__ for e in effects] == (["Sleep"] if coordinator_failed else [])
+    if error_code == 79:
+        assert member.member_id == "given"
+    run_blocking(member.reconcile(host, 0.0))
+    assert _names(sent) == ["JoinGroupRequest", "JoinGroupRequest"]
+
+
+def test_a_refused_sync_and_a_lost_answer_join_again_in_the_same_poll(mocker: Any) -> None:
+    member, sent, futures = _stepwise(mocker, enable_auto_commit=False)
+    host = FakeHost([], auto_commit=False)
+    woken = []
+    host.fetcher = SimpleNamespace(wakeup=lambda: woken.append(True))
+    run_blocking(member.reconcile(host, 0.0))
+    futures[0].success(_join_answer())
+    run_blocking(member.reconcile(host, 0.0))
+    futures[1].success(_sync_answer(error_code=27))  # REBALANCE_IN_PROGRESS
+    woken.clear()
+    run_blocking(member.reconcile(host, 0.0))
+    assert woken == [True] and member.rejoin_needed
+    run_blocking(member.reconcile(host, 0.0))
+    futures[2].failure(kerrors.KafkaConnectionError("connection lost"))
+    woken.clear()
+    effects: list[Effect] = []
+    run_blocking(member.reconcile(host, 0.0), _recording(effects))
+    assert woken == [True] and [type(e).__name__ for e in effects] == ["Sleep"]
+    assert member.link.node is None  # looked up again before the next JoinGroup
+    assert _names(sent) == ["JoinGroupRequest", "SyncGroupRequest", "JoinGroupRequest"]
+
+
+def test_a_subscription_changed_during_the_join_joins_again_after_it(mocker: Any) -> None:
+    """Java's check of the subscription a join was sent with: the assignment the join
+    brings is for the old topics, so the member rejoins with the new ones."""
+    member, sent, futures = _stepwise(mocker, enable_auto_commit=False)
+    host = FakeHost([], auto_commit=False)
+    run_blocking(member.reconcile(host, 0.0))
+    host.subscription_topics = {TOPIC, "other"}
+    futures[0].success(_join_answer())
+    run_blocking(member.reconcile(host, 0.0))
+    futures[1].success(_sync_answer(0))
+    run_blocking(member.reconcile(host, 0.0))
+    assert host.events[-1] == ("on_partitions_assigned", tps(0))
+    assert member.rejoin_needed
+    run_blocking(member.reconcile(host, 0.0))
+    assert _names(sent)[-1] == "JoinGroupRequest" and len(sent) == 3
 
 
 def test_nothing_happens_without_a_subscription(mocker: Any) -> None:

@@ -1059,8 +1059,8 @@ class ConsumerEngine:
         if now < self._next_auto_commit:
             return
         if self.group is not None and self.group.rebalancing:
-            # A cooperative join is under way: the generation is about to change, so the
-            # commit would be refused. The next interval after the join commits instead.
+            # A join is under way: the generation is about to change, so the commit would
+            # be refused. The next interval after the join commits instead.
             return
         self._next_auto_commit = now + self.config["auto_commit_interval_ms"] / 1000
         try:

@@ -191,8 +191,10 @@ class ClassicMember:
         #: member drops everything without committing before it joins again (Java's
         #: onPartitionsLost).
         self.partitions_lost = False
-        # The join under way: ("join" | "sync", the request's future).
+        # The join under way: ("join" | "sync", the request's future), and the topics its
+        # JoinGroup named.
         self._join_step: tuple[str, Any] | None = None
+        self._join_topics: frozenset[str] = frozenset()
         # The eager join under way has revoked everything already (once per rebalance, not
         # again for each poll() a deferred join spans).
         self._join_prepared = False
@@ -469,7 +471,9 @@ class ClassicMember:
         answered, else ``None`` (call again from the next poll). A JoinGroup can wait at
         the coordinator until every member has rejoined; meanwhile a cooperative member
         keeps fetching and delivering the partitions it owns. ``wakeup`` is called when an
-        answer arrives, so a waiting poll() goes on at once."""
+        answer arrives, so a waiting poll() goes on at once, and when a step was refused, so
+        the next goes out in the same poll (every new member's first JoinGroup is refused
+        with MEMBER_ID_REQUIRED)."""
         step = self._join_step
         if step is None:
             self.stop_heartbeats()
@@ -490,6 +494,7 @@ class ClassicMember:
             future = self._client.send(node, req, rebalance_timeout + 5000)
             future.add_both(lambda _v: wakeup())
             self._join_step = ("join", future)
+            self._join_topics = frozenset(topics)
             return None
         kind, future = step
         if not future.is_done:
@@ -500,12 +505,29 @@ class ClassicMember:
             if not getattr(future.exception, "retriable", True):
                 raise future.exception
             self.coordinator_dead()
+            yield from self._join_again(deadline, wakeup)
             return None
         resp = future.value
         if kind == "join":
             yield from self._on_join_answer(resp, metadata_for, deadline, wakeup)
+            if self._join_step is None:
+                yield from self._join_again(deadline, wakeup)
             return None
-        return self._on_sync_answer(resp)
+        parts = self._on_sync_answer(resp)
+        if parts is None:
+            yield from self._join_again(deadline, wakeup)
+        elif self._join_topics != frozenset(topics):
+            # The subscription changed while the join was under way (Java's check of the
+            # subscription it joined with): this assignment is for the old one.
+            self.rejoin_needed = True
+        return parts
+
+    def _join_again(self, deadline: float, wakeup: Callable[[], None]) -> Step[None]:
+        """A join step was refused or lost: the next goes out in the same poll, at once, or
+        after a short pause when the coordinator itself failed (it is looked up again)."""
+        if self.link.node is None:
+            yield Sleep(max(0.0, min(_RETRY_S, deadline - time.monotonic())))
+        wakeup()
 
     def _on_join_answer(
         self,
@@ -516,8 +538,11 @@ class ClassicMember:
     ) -> Step[None]:
         if self._accept_join(resp) is not None:
             return
+        # The leader assigns every member's topics, whose metadata it may not have yet: it
+        # waits for it up to a request's time, whatever is left of the read's.
+        assign_by = max(deadline, time.monotonic() + self._timeout_s())
         assignments = (
-            (yield from self._assign(resp, metadata_for, deadline))
+            (yield from self._assign(resp, metadata_for, assign_by))
             if resp.leader == resp.member_id
             else []
         )
@@ -556,7 +581,7 @@ class ClassicMember:
             try:
                 assignor.on_assignment(assignment, self.generation)
             except Exception as exc:  # a custom assignor's own bookkeeping
-                log.debug("assignor_on_assignment_failed", error=repr(exc))
+                log.warning("assignor_on_assignment_failed", group=self.group_id, error=repr(exc))
         self.rejoin_needed = False
         self.rebalances += 1
         parts = sorted(assignment.partitions())
@@ -639,6 +664,7 @@ class ClassicMember:
             self.member_id = ""
             self.generation = -1
             self.protocol = None
+            self.leader = False
         self.rejoin_needed = True
         if not member or self.link.node is None or self._instance_id is not None:
             return

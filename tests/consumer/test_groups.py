@@ -331,3 +331,64 @@ def test_a_new_member_joins_and_reads_within_its_first_poll() -> None:
             assert got, "the first poll returned nothing"
         finally:
             c.close()
+
+
+def test_a_cooperative_rebalance_goes_on_while_members_read_a_backlog() -> None:
+    """Without an IO thread (the default) a join step's answer is read only when a thread
+    turns the connections, and a poll that hands out buffered records does not wait: the
+    members that keep reading a backlog still take their JoinGroup answers in, so a new
+    member gets its share."""
+    from epochguard.consumer import CooperativeStickyAssignor
+    from epochguard.testing import EmbeddedCluster
+
+    parts = 64
+    with EmbeddedCluster(brokers=3) as cluster:
+        cluster.create_topic(TOPIC, partitions=parts, replication_factor=1)
+        for p in range(parts):
+            cluster.append(TOPIC, p, [b"v"] * 300, batch_size=20)
+        stop = threading.Event()
+
+        def member() -> EpochConsumer:
+            c = EpochConsumer(
+                bootstrap_servers=cluster.bootstrap_servers,
+                group_id="backlog",
+                partition_assignment_strategy=[CooperativeStickyAssignor],
+                auto_offset_reset="earliest",
+                session_timeout_ms=30000,
+                heartbeat_interval_ms=500,
+                max_poll_interval_ms=60000,
+            )
+            assert not c.config["io_thread"]
+            c.subscribe([TOPIC])
+            return c
+
+        def read(c: EpochConsumer) -> None:
+            while not stop.is_set():
+                c.poll(timeout_ms=20, max_records=5)  # a few records at a time: never dry
+                time.sleep(0.02)
+
+        members: list[EpochConsumer] = []
+        readers: list[threading.Thread] = []
+
+        def add() -> None:
+            members.append(member())
+            readers.append(threading.Thread(target=read, args=(members[-1],), daemon=True))
+            readers[-1].start()
+
+        def shared() -> bool:
+            sizes = [len(c.assignment()) for c in members]
+            return sum(sizes) == parts and min(sizes) > 0
+
+        try:
+            add()
+            add()
+            wait(shared)
+            time.sleep(1.0)  # every member's buffers full
+            add()
+            wait(shared, timeout=20.0)
+        finally:
+            stop.set()
+            for t in readers:
+                t.join(10)
+            for c in members:
+                c.close()

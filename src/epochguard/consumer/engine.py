@@ -682,6 +682,13 @@ class ConsumerEngine:
         deadline = time.monotonic() + timeout_ms / 1000
         last_turn = False
         while True:
+            if self.group is not None and self.group.rebalancing:
+                # A join step's answer is only read off its socket when a thread turns the
+                # connections (no IO thread): a poll that hands out buffered records never
+                # waits, and with a backlog the join would not go on until the buffers ran
+                # dry. One turn that does not wait takes the answers in, right before the
+                # group applies them (the turn spends the wake-up they bring).
+                yield Pump(fetcher, time.monotonic())
             yield from self._ensure_group(deadline)
             self._warn_unmatched_subscription()
             # Bounded by the poll timeout (at least one round trip): with the coordinator
@@ -697,12 +704,6 @@ class ConsumerEngine:
                 self.telemetry.tick(time.monotonic())
             self._warn_awaiting_seek()
             self._raise_pending()
-            if self.group is not None and self.group.rebalancing:
-                # A join step's answer is only read off its socket when a thread turns the
-                # connections (no IO thread): a poll that hands out buffered records never
-                # waits, and with a backlog the join would not go on until the buffers ran
-                # dry. One turn that does not wait takes the answers in.
-                yield Pump(fetcher, time.monotonic())
             # Applying answers can take milliseconds (a metadata answer or a first fetch
             # answer over 1,000 partitions), and so can handing out records and planning the
             # fetches they free: not both in one step of the asyncio loop. Nothing has been

@@ -327,15 +327,15 @@ def broker_addresses(response: Any) -> dict[int, tuple[str, int]]:
 
 
 def _partition_leader(topic: str, p: Any) -> PartitionLeader:
-    # Once per partition of every Metadata answer (a thousand at a time), hence plain code.
-    leader = p.leader_id
-    epoch = getattr(p, "leader_epoch", None)  # Metadata below v7 has no leader epochs
+    # Once per partition of every Metadata answer (a thousand at a time): the replicas are
+    # read once, and the live ones are all of them unless some are offline.
     replicas = tuple(map(int, getattr(p, "replica_nodes", None) or ()))
     offline = getattr(p, "offline_replicas", None)
     return PartitionLeader(
         TopicPartition(topic, p.partition_index),
-        None if leader is None or leader < 0 else leader,
-        None if epoch is None or epoch < 0 else epoch,
+        node_from_wire(p.leader_id),
+        # Metadata below v7 has no leader epochs.
+        epoch_from_wire(getattr(p, "leader_epoch", None)),
         tuple(r for r in replicas if r not in offline) if offline else replicas,
         replicas,
     )

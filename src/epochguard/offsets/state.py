@@ -919,9 +919,7 @@ class PartitionTracker:
         topic)."""
         if leader_epoch is not None and leader_epoch < 0:
             leader_epoch = None
-        if topic_id is None or topic_id != self._topic_id:
-            # (The id already held is in the tracker's form: most answers name it again.)
-            topic_id = _id_text(topic_id)
+        topic_id = _id_text(topic_id)
         if topic_id is not None and self._topic_id is not None and topic_id != self._topic_id:
             if topic_id in self._old_topic_ids:
                 # Topic ids are never reused, and a leader served another since this one was

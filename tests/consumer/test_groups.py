@@ -392,3 +392,42 @@ def test_a_cooperative_rebalance_goes_on_while_members_read_a_backlog() -> None:
                 t.join(10)
             for c in members:
                 c.close()
+
+
+def test_a_member_whose_pattern_matches_nothing_still_rejoins(cluster: Any) -> None:
+    """A member subscribed to a pattern whose topics were all deleted still takes part in
+    the group's rebalances (with an empty subscription, as Java's and kafka-python's do):
+    the others' rebalance does not wait ``max_poll_interval_ms`` for its JoinGroup."""
+    cluster.create_topic("gone-1", partitions=2, replication_factor=2)
+    cluster.create_topic(TOPIC, partitions=N_PARTS, replication_factor=2)
+    kw: dict[str, Any] = {
+        "group_id": "mixed-subscriptions",
+        "session_timeout_ms": 6000,
+        "heartbeat_interval_ms": 200,
+        "max_poll_interval_ms": 300_000,
+    }
+    by_pattern, by_list, newcomer = (make_consumer(cluster, **kw) for _ in range(3))
+    members = [by_pattern, by_list]
+    try:
+        by_pattern.subscribe(pattern="gone-.*")
+        by_list.subscribe([TOPIC])
+
+        def poll_all() -> None:
+            for c in members:
+                c.poll(timeout_ms=50)
+
+        def settled(expected: int) -> bool:
+            poll_all()
+            return sum(len(c.assignment()) for c in members) == expected
+
+        wait(lambda: settled(2 + N_PARTS))
+        cluster.delete_topic("gone-1")
+        wait(lambda: poll_all() or by_pattern.subscription() == set())
+        wait(lambda: settled(N_PARTS))
+        members.append(newcomer)
+        newcomer.subscribe([TOPIC])
+        wait(lambda: settled(N_PARTS) and min(len(c.assignment()) for c in members[1:]) > 0)
+        assert by_pattern.assignment() == set()
+    finally:
+        for c in (by_pattern, by_list, newcomer):
+            c.close()

@@ -38,7 +38,8 @@ class FakeHost:
         self.config: dict[str, Any] = {"enable_auto_commit": auto_commit}
         self.assigned = list(assigned)
         self.subscription_topics: set[str] | None = {TOPIC}
-        self.fetcher = SimpleNamespace(wakeup=lambda: None)
+        # all_topics: the cluster's topics, as the last metadata answer named them.
+        self.fetcher = SimpleNamespace(wakeup=lambda: None, all_topics={TOPIC})
         self.events: list[tuple[str, Any]] = []
 
     @property
@@ -288,9 +289,59 @@ def test_a_subscription_changed_during_the_join_joins_again_after_it(mocker: Any
 def test_nothing_happens_without_a_subscription(mocker: Any) -> None:
     member, sent, _futures = _stepwise(mocker)
     host = FakeHost([])
-    host.subscription_topics = set()
+    host.subscription_topics = None
     run_blocking(member.reconcile(host, 0.0))
     assert host.events == [] and sent == []
+
+
+def test_a_pattern_joins_once_the_cluster_topics_are_known(mocker: Any) -> None:
+    """A pattern subscription matches nothing until a metadata answer names the
+    cluster's topics: no join before that (it would be followed by another at once)."""
+    member, sent, _futures = _stepwise(mocker)
+    host = FakeHost([])
+    host.subscription_topics = set()
+    host.fetcher.all_topics = None
+    run_blocking(member.reconcile(host, 0.0))
+    assert host.events == [] and sent == []
+    host.fetcher.all_topics = {"other"}
+    run_blocking(member.reconcile(host, 0.0))
+    assert _names(sent) == ["JoinGroupRequest"]
+
+
+def test_a_pattern_that_matches_nothing_still_joins_and_gives_up_what_it_held(
+    mocker: Any,
+) -> None:
+    """Its topics deleted, a pattern member rejoins with no topics (as Java's does):
+    everything it held is revoked and the group's rebalance does not wait for it."""
+    member, sent, futures = _stepwise(mocker, enable_auto_commit=False)
+    host = FakeHost(tps(0, 1), auto_commit=False)
+    host.subscription_topics = set()
+    host.fetcher.all_topics = {"other"}
+    run_blocking(member.reconcile(host, 0.0))
+    assert host.events == [("on_partitions_revoked", tps(0, 1)), ("assign", [])]
+    assert _names(sent) == ["JoinGroupRequest"]
+    futures[0].success(_join_answer())
+    run_blocking(member.reconcile(host, 0.0))
+    futures[1].success(_sync_answer())
+    run_blocking(member.reconcile(host, 0.0))
+    assert _names(sent) == ["JoinGroupRequest", "SyncGroupRequest"]
+    assert host.assigned == [] and not member.rebalancing and not member.rejoin_needed
+
+
+def test_a_subscription_emptied_during_the_join_joins_again_with_no_topics(
+    mocker: Any,
+) -> None:
+    member, sent, futures = _stepwise(mocker, enable_auto_commit=False)
+    host = FakeHost([], auto_commit=False)
+    run_blocking(member.reconcile(host, 0.0))
+    host.subscription_topics = set()  # the pattern's topics were deleted meanwhile
+    futures[0].success(_join_answer())
+    run_blocking(member.reconcile(host, 0.0))
+    futures[1].success(_sync_answer(0))
+    run_blocking(member.reconcile(host, 0.0))
+    assert member.rejoin_needed and not member.rebalancing
+    run_blocking(member.reconcile(host, 0.0))
+    assert _names(sent) == ["JoinGroupRequest", "SyncGroupRequest", "JoinGroupRequest"]
 
 
 def _node(node: int) -> Step[int]:

@@ -367,9 +367,17 @@ class ClassicMember:
         holds a JoinGroup until every member has rejoined, and poll() keeps its timeout
         meanwhile (kafka-python and Java do too). An eager join gives every partition up
         first, once per rebalance; a cooperative one moves only what changed."""
-        if not self.rejoin_needed or not host.subscription_topics:
+        subscribed = host.subscription_topics
+        if not self.rejoin_needed or subscribed is None:
             return
-        topics = set(host.subscription_topics)
+        if not subscribed and host.fetcher.all_topics is None:
+            # A pattern not yet matched against the cluster's topics: joining now would
+            # only be followed by another join once it is.
+            return
+        # A pattern that matches nothing joins too, with no topics (as Java's and
+        # kafka-python's members do): it gives up what it held, and the group's rebalances
+        # do not wait max_poll_interval_ms for a member that never sends its JoinGroup.
+        topics = set(subscribed)
         if self.cooperative:
             if self.partitions_lost:
                 yield from self._lose_partitions(host)

@@ -54,6 +54,7 @@ import cProfile
 import io
 import multiprocessing as mp
 import os
+import resource
 import pstats
 import sys
 import time
@@ -332,6 +333,7 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
         prof = cProfile.Profile(time.thread_time) if mode == "prof" else None
         n = touched = 0
         started, cpu0 = time.perf_counter(), time.process_time()
+        usage0 = resource.getrusage(resource.RUSAGE_SELF)
         if prof is not None:
             prof.enable()
         reads = 0
@@ -342,12 +344,19 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
             if mode == "slowest" and reads == 20:
                 # Past the start-up's reads (metadata, the first answers).
                 _install_handle_profiler(profiled)
-            batch = await c.getmany(timeout_ms=1000, max_records=matrix.POLL_RECORDS)
+            batch = await c.getmany(timeout_ms=1000, max_records=int(os.environ.get("POLL_RECORDS", matrix.POLL_RECORDS)))
             for recs in batch.values():
                 n += len(recs)
                 for r in recs:
                     touched += len(r.key) + len(r.value)
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu0
+        usage1 = resource.getrusage(resource.RUSAGE_SELF)
+        print(
+            f"user_s={usage1.ru_utime - usage0.ru_utime:.3f} "
+            f"sys_s={usage1.ru_stime - usage0.ru_stime:.3f} "
+            f"minor_faults={usage1.ru_minflt - usage0.ru_minflt} "
+            f"ctx_switches={usage1.ru_nvcsw - usage0.ru_nvcsw}/{usage1.ru_nivcsw - usage0.ru_nivcsw}"
+        )
         if mode == "slowest":
             asyncio.events.Handle._run = handle_run  # type: ignore[method-assign]
         if prof is not None:
@@ -361,6 +370,13 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
                 callers.print_callees(os.environ["PROF_CALLEES"])
             print(out.getvalue())
         ticks.stop()
+        fetcher = getattr(getattr(c, "_engine", None), "fetcher", None)
+        if fetcher is not None:
+            m = fetcher.metrics
+            print(
+                f"fetch_requests={m.fetch_requests} prefetches_used={m.prefetches_used} "
+                f"prefetches_discarded={m.prefetches_discarded} bytes_fetched={m.bytes_fetched}"
+            )
         if late is not None:
             late.report()
         if timeline is not None:

@@ -7,7 +7,9 @@ Kafka 4.3.1, under each group protocol (issue 13):
   LogTruncationException) is detected again by each member of the other kind that gets it
   next, from the committed offset and its leader epoch (one unclean election per protocol,
   the partition handed along EpochConsumer -> Java -> EpochConsumer, or Java -> EpochConsumer
-  -> Java).
+  -> Java);
+- a pattern member whose topics were deleted gives up its partitions and does not hold up
+  the Java members' next rebalance (classic eager).
 
 ``FLAVOURS`` names each group protocol once: KIP-848, classic eager (range) and classic
 cooperative-sticky (KIP-429; EpochConsumer with its ``CooperativeStickyAssignor``).
@@ -700,3 +702,58 @@ def test_a_truncation_is_carried_between_java_and_aioepochconsumer(
         for owner in owners:
             owner.close()
         loop.close()
+
+
+def test_a_pattern_member_whose_topics_were_deleted_does_not_hold_up_java_members(
+    cluster: ApacheKafkaCluster,
+) -> None:
+    """An EpochConsumer subscribed to a pattern and a Java member subscribed to another
+    topic share a classic group. Once the pattern's topic is deleted the EpochConsumer joins
+    with no topics and gives up its partitions; a second Java member then joins, and the
+    rebalance settles without waiting the EpochConsumer's ``max_poll_interval_ms`` (300 s)
+    for its JoinGroup."""
+    gone, kept = new_topic("pgone"), new_topic("pkept")
+    group = new_topic("gpattern")
+    cluster.create_topic(gone, partitions=2)
+    cluster.create_topic(kept, partitions=PARTS)
+    epoch = epoch_member(cluster, group, EAGER_RANGE, max_poll_interval_ms=300_000)
+    runner = Runner(epoch)
+    first = EAGER_RANGE.java_member(cluster, group)
+    second: JavaGroupMember | None = None
+    try:
+        epoch.subscribe(pattern=f"{gone}$")
+        runner.start()
+        first.subscribe([kept])
+
+        def both_hold() -> bool:
+            first.poll(0, 200)
+            return len(epoch.assignment()) == 2 and len(first.assignment) == PARTS
+
+        wait(both_hold, "the pattern member and the Java member hold their topics")
+        cluster.delete_topic(gone)
+
+        def gave_up() -> bool:
+            first.poll(0, 200)
+            return epoch.subscription() == set() and not epoch.assignment()
+
+        wait(gave_up, "the pattern member to give up the deleted topic's partitions")
+        second = EAGER_RANGE.java_member(cluster, group)
+        second.subscribe([kept])
+        started = time.monotonic()
+
+        def java_split() -> bool:
+            assert second is not None
+            first.poll(0, 200)
+            second.poll(0, 200)
+            held = [len(first.assignment), len(second.assignment)]
+            return min(held) > 0 and sum(held) == PARTS
+
+        wait(java_split, "the two Java members to share the topic", timeout=60)
+        assert not epoch.assignment()
+        assert time.monotonic() - started < 60
+    finally:
+        runner.finish()
+        for java in (first, second):
+            if java is not None:
+                java.close()
+        epoch.close()

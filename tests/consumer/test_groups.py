@@ -394,7 +394,10 @@ def test_a_cooperative_rebalance_goes_on_while_members_read_a_backlog() -> None:
                 c.close()
 
 
-def test_a_member_whose_pattern_matches_nothing_still_rejoins(cluster: Any) -> None:
+@pytest.mark.parametrize("cooperative", [False, True], ids=["eager", "cooperative"])
+def test_a_member_whose_pattern_matches_nothing_still_rejoins(
+    cluster: Any, cooperative: bool
+) -> None:
     """A member subscribed to a pattern whose topics were all deleted still takes part in
     the group's rebalances (with an empty subscription, as Java's and kafka-python's do):
     the others' rebalance does not wait ``max_poll_interval_ms`` for its JoinGroup."""
@@ -406,6 +409,10 @@ def test_a_member_whose_pattern_matches_nothing_still_rejoins(cluster: Any) -> N
         "heartbeat_interval_ms": 200,
         "max_poll_interval_ms": 300_000,
     }
+    if cooperative:
+        from epochguard.consumer import CooperativeStickyAssignor
+
+        kw["partition_assignment_strategy"] = [CooperativeStickyAssignor]
     by_pattern, by_list, newcomer = (make_consumer(cluster, **kw) for _ in range(3))
     members = [by_pattern, by_list]
     try:

@@ -20,6 +20,12 @@ the consumer has started, as a service may do after its start-up.
 ``YIELD_INTERVAL_MS`` and ``READ_BUDGET_KB`` set ``epochguard.consumer.aio``'s
 ``YIELD_INTERVAL_S`` and ``READ_BUDGET_BYTES`` for a run of ``epochguard-asyncio``.
 
+``POLL_RECORDS`` sets ``getmany``'s ``max_records`` (default the matrix's 500).
+
+Every mode also prints, over the timed reads, the process's user and system CPU, minor page
+faults and context switches (voluntary/involuntary), and the consumer's Fetch requests and
+prefetches (``epochguard-asyncio``).
+
 ``MATRIX_BATCH_RECORDS=1`` preloads batches of one record each (a producer that does not
 batch) instead of the matrix's 500.
 
@@ -54,8 +60,8 @@ import cProfile
 import io
 import multiprocessing as mp
 import os
-import resource
 import pstats
+import resource
 import sys
 import time
 from typing import Any
@@ -337,6 +343,7 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
         if prof is not None:
             prof.enable()
         reads = 0
+        poll_records = int(os.environ.get("POLL_RECORDS", matrix.POLL_RECORDS))
         # What the slowest mode's profiler wraps, put back once the reads are done.
         handle_run = asyncio.events.Handle._run
         while n < total:
@@ -344,7 +351,7 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
             if mode == "slowest" and reads == 20:
                 # Past the start-up's reads (metadata, the first answers).
                 _install_handle_profiler(profiled)
-            batch = await c.getmany(timeout_ms=1000, max_records=int(os.environ.get("POLL_RECORDS", matrix.POLL_RECORDS)))
+            batch = await c.getmany(timeout_ms=1000, max_records=poll_records)
             for recs in batch.values():
                 n += len(recs)
                 for r in recs:
@@ -355,7 +362,8 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
             f"user_s={usage1.ru_utime - usage0.ru_utime:.3f} "
             f"sys_s={usage1.ru_stime - usage0.ru_stime:.3f} "
             f"minor_faults={usage1.ru_minflt - usage0.ru_minflt} "
-            f"ctx_switches={usage1.ru_nvcsw - usage0.ru_nvcsw}/{usage1.ru_nivcsw - usage0.ru_nivcsw}"
+            f"ctx_switches={usage1.ru_nvcsw - usage0.ru_nvcsw}/"
+            f"{usage1.ru_nivcsw - usage0.ru_nivcsw}"
         )
         if mode == "slowest":
             asyncio.events.Handle._run = handle_run  # type: ignore[method-assign]

@@ -313,6 +313,44 @@ def test_a_read_decodes_one_budget_of_a_large_answer(monkeypatch: pytest.MonkeyP
         _run(main)
 
 
+def test_a_lookup_leaves_buffered_answers_to_the_reads(
+    monkeypatch: pytest.MonkeyPatch, mocker: Any
+) -> None:
+    """``end_offsets()`` (a service's lag check), ``position()`` and the other lookups wait
+    for their own answers only: fetched records waiting undecoded stay so for the reads.
+    Decoding them there held the loop for every buffered answer, and a lookup waited on
+    nothing while any remained."""
+    monkeypatch.setattr(aio, "DECODE_BUDGET_BYTES", 1)  # one partition a read
+    parts = [TopicPartition("t", p) for p in range(8)]
+    with EmbeddedCluster(brokers=1) as cluster:
+        cluster.create_topic("t", partitions=8, replication_factor=1)
+        for tp in parts:
+            cluster.append("t", tp.partition, [b"%d-%d" % (tp.partition, i) for i in range(10)])
+
+        async def main() -> None:
+            async with AIOEpochConsumer(**consumer_config(cluster)) as c:
+                c.assign(parts)
+                for tp in parts:
+                    c.seek(tp, 0)
+                first = await c.getmany(timeout_ms=5000, max_records=1000)
+                assert [len(records) for records in first.values()] == [10]
+                fetcher = c._engine.fetcher  # type: ignore[union-attr]
+                assert fetcher._undecoded, "the answer's other partitions wait undecoded"
+                waiting = len(fetcher._undecoded)
+                decoded = mocker.spy(fetcher, "_decode_from")
+                assert await c.end_offsets(parts) == dict.fromkeys(parts, 10)
+                [read] = first
+                assert await c.position(read) == 10
+                assert decoded.call_count == 0 and len(fetcher._undecoded) == waiting
+                got = {read: 10}
+                while sum(got.values()) < 80:
+                    for tp, records in (await c.getmany(timeout_ms=5000)).items():
+                        got[tp] = got.get(tp, 0) + len(records)
+                assert got == dict.fromkeys(parts, 10)
+
+        _run(main)
+
+
 def test_the_loop_turns_between_applying_answers_and_sending_what_they_call_for(
     cluster: EmbeddedCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

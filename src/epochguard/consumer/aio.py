@@ -278,7 +278,7 @@ class _LoopIO:
             now = time.monotonic()
             wake_at = fetcher.send_requests(now)
             signal = fetcher.wake_signal
-            if not fetcher.has_completions():
+            if not fetcher.has_completions(effect.decode):
                 await self.wait_signal(signal, min(effect.until, wake_at) - now)
             signal.clear()
             return None

@@ -133,6 +133,10 @@ class Pump:
 
     fetcher: Fetcher
     until: float
+    #: False: answers whose records wait undecoded (the asyncio driver's decode budget) are
+    #: no reason not to wait. A step that hands out no records (a lookup, a position) leaves
+    #: them to the reads, which decode what they hand out.
+    decode: bool = True
 
 
 @attrs.frozen
@@ -178,7 +182,7 @@ def block_on(effect: Effect) -> Any:
         fetcher = effect.fetcher
         now = time.monotonic()
         wake_at = fetcher.send_requests(now)
-        fetcher.wait(max(0.0, min(effect.until, wake_at) - now))
+        fetcher.wait(max(0.0, min(effect.until, wake_at) - now), effect.decode)
         return None
     if isinstance(effect, Await):
         future = effect.future

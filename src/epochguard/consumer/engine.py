@@ -930,7 +930,7 @@ class ConsumerEngine:
         while True:
             # Restoring (committed offsets) is part of getting a position: keep at it.
             yield from self.restore_positions(deadline)
-            self.fetcher.process_completions()
+            self.fetcher.process_completions(decode=False)
             if tracker.state is PartitionState.FETCHING and tracker.position is not None:
                 return tracker.position
             if tracker.state in _STOPPED and tracker.error is not None:
@@ -939,7 +939,7 @@ class ConsumerEngine:
             now = time.monotonic()
             if now >= deadline:
                 raise kerrors.KafkaTimeoutError(f"no valid position for {tp} within {timeout}s")
-            yield Pump(self.fetcher, min(deadline, now + _PUMP_SLICE_S))
+            yield Pump(self.fetcher, min(deadline, now + _PUMP_SLICE_S), decode=False)
 
     def position_with_epoch(
         self, partition: TopicPartition, timeout_ms: int | None = None

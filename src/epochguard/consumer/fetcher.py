@@ -465,9 +465,10 @@ class Fetcher:
 
         future.add_both(done)
 
-    def wait(self, timeout_s: float) -> None:
-        """Sleep until an answer arrives or ``timeout_s`` passes."""
-        if self._done or self._undecoded:
+    def wait(self, timeout_s: float, decode: bool = True) -> None:
+        """Sleep until an answer arrives or ``timeout_s`` passes (see :meth:`has_completions`
+        for ``decode``)."""
+        if self.has_completions(decode):
             return
         if timeout_s > 0:
             self._wake.wait_blocking(timeout_s)
@@ -476,24 +477,30 @@ class Fetcher:
     def wakeup(self) -> None:
         self._wake.set()
 
-    def has_completions(self) -> bool:
-        """Answers arrived that :meth:`process_completions` has not applied yet."""
-        return bool(self._done) or bool(self._undecoded)
+    def has_completions(self, decode: bool = True) -> bool:
+        """Answers arrived that :meth:`process_completions` has not applied yet (with
+        ``decode=False``, not counting those whose records wait undecoded)."""
+        return bool(self._done) or (decode and bool(self._undecoded))
 
     def process_completions(
-        self, wanted: int = 0, deliverable: Callable[[TopicPartition], bool] | None = None
+        self,
+        wanted: int = 0,
+        deliverable: Callable[[TopicPartition], bool] | None = None,
+        decode: bool = True,
     ) -> None:
         """Apply the answers that arrived, in order; with :attr:`decode_budget_bytes`, the
         fetched records of about that many bytes (at least one partition's), the rest at the
         next calls. With ``wanted`` (a read's ``max_records``), decoding stops as soon as
         that many records of ``deliverable`` partitions are buffered: a reader decodes what
         it hands out, not a whole answer ahead of it (decoded records held in the buffers
-        are what the garbage collector walks; the undecoded bytes are one object each)."""
+        are what the garbage collector walks; the undecoded bytes are one object each).
+        ``decode=False`` applies the other answers and leaves those with records undecoded
+        (their partitions await them as if they were still on their way)."""
         done = self._done
         while done:
             item = done.popleft()
             item.handler(item.context, item.future)
-        if self._undecoded:
+        if decode and self._undecoded:
             self._apply_undecoded(wanted, deliverable)
 
     def _buffered_at_least(
@@ -534,15 +541,18 @@ class Fetcher:
         """Apply answers, send what the trackers and metadata need, and wait for more, until
         ``predicate()`` holds or ``deadline`` (``time.monotonic()``) passes. Returns the
         predicate's last value. Every wait of the consumer goes through here, so trackers
-        keep moving (validations, resets, metadata) whatever the caller waits for."""
+        keep moving (validations, resets, metadata) whatever the caller waits for. Fetched
+        records left undecoded (the asyncio driver's budget) stay so: no predicate waits for
+        them, and decoding them all here held the event loop for every buffered answer
+        (``end_offsets()`` during a backlog over 100 partitions)."""
         while True:
-            self.process_completions()
+            self.process_completions(decode=False)
             if predicate():
                 return True
             now = time.monotonic()
             if now >= deadline:
                 return False
-            yield Pump(self, min(deadline, now + _PUMP_MAX_WAIT_S))
+            yield Pump(self, min(deadline, now + _PUMP_MAX_WAIT_S), decode=False)
 
     # ------------------------------------------------------------------ events
 

@@ -213,7 +213,7 @@ class CallerThreadIO:
             now = time.monotonic()
             wake_at = fetcher.send_requests(now)
             signal = fetcher.wake_signal
-            if not fetcher.has_completions():
+            if not fetcher.has_completions(effect.decode):
                 self._serve_until(
                     signal.is_set, min(effect.until, wake_at), self._watch_signal(signal)
                 )

@@ -351,6 +351,30 @@ def test_a_lookup_leaves_buffered_answers_to_the_reads(
         _run(main)
 
 
+def test_position_settles_a_recreated_topic_without_a_read() -> None:
+    """A position from a deleted incarnation of its topic is settled by a topic probe (a
+    fetch whose records are never decoded) before validation: ``position()`` applies the
+    probe's answer itself rather than leaving it, with the undecoded answers, to a read."""
+    with EmbeddedCluster(brokers=1) as cluster:
+        cluster.create_topic("t", partitions=1, replication_factor=1)
+        cluster.append("t", 0, [b"old-%d" % i for i in range(10)])
+        old_id = cluster.topic_id("t")
+        cluster.delete_topic("t")
+        cluster.create_topic("t", partitions=1, replication_factor=1)
+        cluster.append("t", 0, [b"new-%d" % i for i in range(10)])
+
+        async def main() -> None:
+            async with AIOEpochConsumer(**consumer_config(cluster)) as c:
+                c.assign([TP0])
+                c.seek(TP0, EpochOffset(5, 0, topic_id=old_id))
+                position = await asyncio.wait_for(c.position_with_epoch(TP0), 3)
+                assert position == EpochOffset(0, None)
+                [report] = c.truncation_reports()
+                assert report.detected_by.value == "topic_recreated"
+
+        _run(main)
+
+
 def test_the_loop_turns_between_applying_answers_and_sending_what_they_call_for(
     cluster: EmbeddedCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

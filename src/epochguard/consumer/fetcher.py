@@ -1168,10 +1168,12 @@ class Fetcher:
         # answers until then, as if they were still on their way. Partitions without
         # records (caught up, left empty by fetch_max_bytes, errors) cost nothing to apply
         # and are applied now: behind the others they would not be fetched again until the
-        # whole answer (up to fetch_max_bytes) was decoded.
+        # whole answer (up to fetch_max_bytes) was decoded. So are topic probes, whose
+        # records are never decoded: a lookup (position()) waits for what they settle, and
+        # lookups leave undecoded answers to the reads.
         queue = self._undecoded
         for action, p in pairs:
-            if p.records:
+            if p.records and not action.topic_probe:
                 self._source(action.node_id).undecoded += 1
                 queue.append((action, p, now, ahead.get(action.tp)))
             else:

@@ -38,8 +38,9 @@ class FakeHost:
         self.config: dict[str, Any] = {"enable_auto_commit": auto_commit}
         self.assigned = list(assigned)
         self.subscription_topics: set[str] | None = {TOPIC}
-        # all_topics: the cluster's topics, as the last metadata answer named them.
-        self.fetcher = SimpleNamespace(wakeup=lambda: None, all_topics={TOPIC})
+        self.fetcher = SimpleNamespace(wakeup=lambda: None)
+        #: Whether a pattern subscription has been matched against the cluster's topics.
+        self.pattern_matched = True
         self.events: list[tuple[str, Any]] = []
 
     @property
@@ -300,10 +301,10 @@ def test_a_pattern_joins_once_the_cluster_topics_are_known(mocker: Any) -> None:
     member, sent, _futures = _stepwise(mocker)
     host = FakeHost([])
     host.subscription_topics = set()
-    host.fetcher.all_topics = None
+    host.pattern_matched = False
     run_blocking(member.reconcile(host, 0.0))
     assert host.events == [] and sent == []
-    host.fetcher.all_topics = {"other"}
+    host.pattern_matched = True
     run_blocking(member.reconcile(host, 0.0))
     assert _names(sent) == ["JoinGroupRequest"]
 
@@ -316,7 +317,6 @@ def test_a_pattern_that_matches_nothing_still_joins_and_gives_up_what_it_held(
     member, sent, futures = _stepwise(mocker, enable_auto_commit=False)
     host = FakeHost(tps(0, 1), auto_commit=False)
     host.subscription_topics = set()
-    host.fetcher.all_topics = {"other"}
     run_blocking(member.reconcile(host, 0.0))
     assert host.events == [("on_partitions_revoked", tps(0, 1)), ("assign", [])]
     assert _names(sent) == ["JoinGroupRequest"]

@@ -153,6 +153,9 @@ class ConsumerEngine:
         self._subscribed_metadata_seen = False
         self.subscription_topics: set[str] | None = None
         self.pattern: re.Pattern[str] | None = None
+        # When the pattern was subscribed: only metadata asked for after it names every
+        # topic of the cluster (an earlier topics() call leaves an older list behind).
+        self._pattern_since = 0.0
         self._listener: Any = None
         self._paused: set[TopicPartition] = set()
         # The partitions the poll under way may deliver (None: all of them).
@@ -489,6 +492,7 @@ class ConsumerEngine:
         self._subscribed_metadata_seen = bool(self.fetcher.topic_partitions)
         if pattern is not None:
             self.pattern = re.compile(pattern)
+            self._pattern_since = time.monotonic()
             self.subscription_topics = set()
             self.fetcher.want_all_topics(True)
         else:
@@ -540,8 +544,14 @@ class ConsumerEngine:
         self._left_positions.clear()  # the application let go of those partitions itself
         self._left_checked.clear()
 
+    @property
+    def pattern_matched(self) -> bool:
+        """Whether the subscription names its topics: a list does; a pattern once a metadata
+        answer asked for after ``subscribe()`` has named every topic of the cluster."""
+        return self.pattern is None or self.fetcher.metadata_fresh_since(self._pattern_since)
+
     def _update_pattern(self) -> None:
-        if self.pattern is None or self.fetcher.all_topics is None:
+        if self.pattern is None or not self.pattern_matched or self.fetcher.all_topics is None:
             return
         matched = {t for t in self.fetcher.all_topics if self.pattern.match(t)}
         if matched != self.subscription_topics:
@@ -694,7 +704,7 @@ class ConsumerEngine:
             # Bounded by the poll timeout (at least one round trip): with the coordinator
             # down, poll() still returns on time and the next one tries again.
             yield from self.restore_positions(max(deadline, time.monotonic() + 1.0))
-            yield from self._maybe_auto_commit()
+            yield from self._maybe_auto_commit(max(deadline, time.monotonic() + 1.0))
             if self.on_poll_round is not None:
                 self.on_poll_round()
             fetcher.process_completions(max_records, self._deliverable)
@@ -808,6 +818,7 @@ class ConsumerEngine:
             key = "pattern:" + self.pattern.pattern
             if (
                 fetcher.all_topics is not None
+                and self.pattern_matched
                 and not self.subscription_topics
                 and key not in self._warned_unmatched
             ):
@@ -989,13 +1000,27 @@ class ConsumerEngine:
                 out[tp] = rewound  # consumed up to here; its validation is still under way
             else:
                 del self._rewound[tp]
+        gone = self._deleted_topics()
         for tp in self.assigned:
             tracker = self.fetcher.trackers.get(tp)
             if tracker is not None and tracker.state is PartitionState.FETCHING:
                 pos = tracker.position
-                if pos is not None:
+                if pos is not None and tp.topic not in gone:
                     out[tp] = pos
         return out
+
+    def _deleted_topics(self) -> set[str]:
+        """Assigned topics the cluster's metadata says it no longer has: their positions are
+        left out of the commits made for the application (auto commit, before a rebalance,
+        ``commit()`` without offsets). The coordinator refuses them (UNKNOWN_TOPIC_ID, or
+        UNKNOWN_TOPIC_OR_PARTITION), which a commit retries until its deadline: every such
+        commit held poll() for ``request_timeout_ms``."""
+        metadata = self.fetcher.metadata
+        gone = {tp.topic for tp in self.assigned if tp.topic in metadata.unknown_topics}
+        if self.pattern is not None and self.pattern_matched and metadata.all_topics is not None:
+            # A pattern subscription: every metadata answer names all of the cluster's topics.
+            gone.update(tp.topic for tp in self.assigned if tp.topic not in metadata.all_topics)
+        return gone
 
     def normalise_offsets(
         self, offsets: Mapping[TopicPartition, Any] | None
@@ -1059,7 +1084,11 @@ class ConsumerEngine:
         if cb is not None:
             yield Call(cb, (as_offsets_and_metadata(norm), None))
 
-    def _maybe_auto_commit(self) -> Step[None]:
+    def _maybe_auto_commit(self, deadline: float) -> Step[None]:
+        """The periodic commit, waited for until ``deadline`` at most (the poll's, or one
+        round trip): Java's is asynchronous and never holds a poll. One the coordinator
+        keeps refusing (a topic deleted meanwhile) or does not answer in time is logged and
+        made again at the next interval."""
         if not self.config["enable_auto_commit"] or (self.group is None and self.store is None):
             return
         now = time.monotonic()
@@ -1071,7 +1100,7 @@ class ConsumerEngine:
             return
         self._next_auto_commit = now + self.config["auto_commit_interval_ms"] / 1000
         try:
-            yield from self.commit()
+            yield from self.commit(timeout_ms=int(max(0.0, deadline - now) * 1000))
         except kerrors.KafkaError as exc:
             log.warning("auto_commit_failed", error=repr(exc))
 

@@ -370,7 +370,7 @@ class ClassicMember:
         subscribed = host.subscription_topics
         if not self.rejoin_needed or subscribed is None:
             return
-        if not subscribed and host.fetcher.all_topics is None:
+        if not subscribed and not host.pattern_matched:
             # A pattern not yet matched against the cluster's topics: joining now would
             # only be followed by another join once it is.
             return

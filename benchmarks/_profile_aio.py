@@ -284,6 +284,8 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
 
             if os.environ.get("YIELD_INTERVAL_MS"):
                 aio.YIELD_INTERVAL_S = float(os.environ["YIELD_INTERVAL_MS"]) / 1000
+            if os.environ.get("LONG_STEP_MS"):
+                aio.LONG_STEP_S = float(os.environ["LONG_STEP_MS"]) / 1000
             if os.environ.get("READ_BUDGET_KB"):
                 aio.READ_BUDGET_BYTES = int(os.environ["READ_BUDGET_KB"]) * 1024
         cls = None

@@ -423,6 +423,54 @@ def test_the_loop_turns_between_applying_answers_and_sending_what_they_call_for(
     _run(main)
 
 
+def test_a_task_waiting_on_a_timer_runs_right_after_a_long_step(
+    cluster: EmbeddedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``asyncio.sleep(0)`` queues the reader's wake-up before the callbacks of the timers
+    that came due while it ran: after a long step a task waiting on a timer would wait for
+    the reader's next step too. The turn after a long step lets it run first."""
+    from epochguard.consumer.fetcher import Fetcher
+
+    cluster.create_topic("t", partitions=1, replication_factor=1)
+    cluster.append("t", 0, [b"v"])
+    order: list[str] = []
+    apply_undecoded, fetched_records = Fetcher._apply_undecoded, Fetcher.fetched_records
+
+    def slow_apply(self: Fetcher, *args: Any) -> None:
+        apply_undecoded(self, *args)
+        until = time.monotonic() + 2 * aio.LONG_STEP_S  # as an answer over 1,000 partitions
+        while time.monotonic() < until:
+            pass
+        order.append("applied")
+
+    def handing_out(self: Fetcher, *args: Any) -> Any:
+        order.append("hand out")
+        return fetched_records(self, *args)
+
+    monkeypatch.setattr(Fetcher, "_apply_undecoded", slow_apply)
+    monkeypatch.setattr(Fetcher, "fetched_records", handing_out)
+
+    async def main() -> None:
+        async def ticker() -> None:
+            while True:
+                order.append("tick")
+                await asyncio.sleep(0.0005)  # due during the long step
+
+        async with AIOEpochConsumer(**consumer_config(cluster)) as c:
+            c.assign([TP0])
+            tick = asyncio.create_task(ticker())
+            got = await aread(c, 1)
+            tick.cancel()
+            assert [r.value for r in got] == [b"v"]
+        applied = [i for i, what in enumerate(order) if what == "applied"]
+        assert applied
+        for i in applied:
+            after = order[i + 1 :]
+            assert "tick" in after[: after.index("hand out")], order
+
+    _run(main)
+
+
 def test_a_new_member_gets_its_first_record_from_getone(cluster: EmbeddedCluster) -> None:
     """getone() waits up to a minute per read: the join (whose first JoinGroup every new
     member has refused with MEMBER_ID_REQUIRED) goes on within it."""

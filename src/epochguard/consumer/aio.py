@@ -83,8 +83,13 @@ _UNBOUNDED = 2**31 - 1
 #: one: at 1 KB about every read of 500 records. A task waiting on a timer (or a socket)
 #: resumes two turns of the loop after its time comes, so it waits about twice this, plus
 #: two reads with the application's handling of their records, plus a turn of the
-#: connections (:data:`READ_BUDGET_BYTES`).
+#: connections (:data:`READ_BUDGET_BYTES`); after a step of :data:`LONG_STEP_S`, that one
+#: step.
 YIELD_INTERVAL_S = 0.0005
+#: A turn given after the loop went this long without one lets the tasks whose timers came
+#: due meanwhile run before the read resumes (two hops, see :meth:`_LoopIO.give_loop_a_turn`):
+#: with one, they would wait for the read's next step as well.
+LONG_STEP_S = 0.004
 #: Fetched record bytes one read decodes at most (at least one partition's): a fetch answer
 #: for many partitions (up to ``fetch_max_bytes``, 50 MiB by default) is decoded over several
 #: reads, so the loop gets its turns in between. 1 MiB of 100-byte records decodes in about
@@ -219,9 +224,21 @@ class _LoopIO:
             self._timer = self._loop.call_later(due - now, self._on_timer)
 
     async def give_loop_a_turn(self) -> None:
-        """Let the loop run its other tasks if it has not for :data:`YIELD_INTERVAL_S`."""
-        if time.monotonic() - self.loop_ran_at >= YIELD_INTERVAL_S:
-            await asyncio.sleep(0)
+        """Let the loop run its other tasks if it has not for :data:`YIELD_INTERVAL_S`.
+
+        ``asyncio.sleep(0)`` queues this task's wake-up before the callbacks of the timers
+        that came due while it ran, so a task waiting on a timer resumes only after this
+        task's next step too. After a step of :data:`LONG_STEP_S` or more the wake-up comes
+        from a callback the loop calls from a callback it calls: the timers' tasks run
+        first."""
+        idle = time.monotonic() - self.loop_ran_at
+        if idle >= YIELD_INTERVAL_S:
+            if idle >= LONG_STEP_S:
+                resumed = self._loop.create_future()
+                self._loop.call_soon(self._loop.call_soon, _settle, resumed)
+                await resumed
+            else:
+                await asyncio.sleep(0)
             self.loop_ran_at = time.monotonic()
 
     def close(self) -> None:
@@ -324,6 +341,11 @@ class _LoopIO:
                 task.cancel()
 
         return TaskHandle(stop, lambda: not task.done())
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def run_async(step: Step[Any], io: _LoopIO) -> Any:

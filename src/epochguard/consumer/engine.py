@@ -495,6 +495,9 @@ class ConsumerEngine:
             self._pattern_since = time.monotonic()
             self.subscription_topics = set()
             self.fetcher.want_all_topics(True)
+            # Matched only against metadata asked for from now on: ask now, whether or not
+            # all topics were asked for already (a second pattern, a request in flight).
+            self.fetcher.request_metadata()
         else:
             self.pattern = None
             self.subscription_topics = set(topic_list)
@@ -704,7 +707,7 @@ class ConsumerEngine:
             # Bounded by the poll timeout (at least one round trip): with the coordinator
             # down, poll() still returns on time and the next one tries again.
             yield from self.restore_positions(max(deadline, time.monotonic() + 1.0))
-            yield from self._maybe_auto_commit(max(deadline, time.monotonic() + 1.0))
+            yield from self._maybe_auto_commit()
             if self.on_poll_round is not None:
                 self.on_poll_round()
             fetcher.process_completions(max_records, self._deliverable)
@@ -1000,27 +1003,13 @@ class ConsumerEngine:
                 out[tp] = rewound  # consumed up to here; its validation is still under way
             else:
                 del self._rewound[tp]
-        gone = self._deleted_topics()
         for tp in self.assigned:
             tracker = self.fetcher.trackers.get(tp)
             if tracker is not None and tracker.state is PartitionState.FETCHING:
                 pos = tracker.position
-                if pos is not None and tp.topic not in gone:
+                if pos is not None:
                     out[tp] = pos
         return out
-
-    def _deleted_topics(self) -> set[str]:
-        """Assigned topics the cluster's metadata says it no longer has: their positions are
-        left out of the commits made for the application (auto commit, before a rebalance,
-        ``commit()`` without offsets). The coordinator refuses them (UNKNOWN_TOPIC_ID, or
-        UNKNOWN_TOPIC_OR_PARTITION), which a commit retries until its deadline: every such
-        commit held poll() for ``request_timeout_ms``."""
-        metadata = self.fetcher.metadata
-        gone = {tp.topic for tp in self.assigned if tp.topic in metadata.unknown_topics}
-        if self.pattern is not None and self.pattern_matched and metadata.all_topics is not None:
-            # A pattern subscription: every metadata answer names all of the cluster's topics.
-            gone.update(tp.topic for tp in self.assigned if tp.topic not in metadata.all_topics)
-        return gone
 
     def normalise_offsets(
         self, offsets: Mapping[TopicPartition, Any] | None
@@ -1084,11 +1073,7 @@ class ConsumerEngine:
         if cb is not None:
             yield Call(cb, (as_offsets_and_metadata(norm), None))
 
-    def _maybe_auto_commit(self, deadline: float) -> Step[None]:
-        """The periodic commit, waited for until ``deadline`` at most (the poll's, or one
-        round trip): Java's is asynchronous and never holds a poll. One the coordinator
-        keeps refusing (a topic deleted meanwhile) or does not answer in time is logged and
-        made again at the next interval."""
+    def _maybe_auto_commit(self) -> Step[None]:
         if not self.config["enable_auto_commit"] or (self.group is None and self.store is None):
             return
         now = time.monotonic()
@@ -1100,7 +1085,7 @@ class ConsumerEngine:
             return
         self._next_auto_commit = now + self.config["auto_commit_interval_ms"] / 1000
         try:
-            yield from self.commit(timeout_ms=int(max(0.0, deadline - now) * 1000))
+            yield from self.commit()
         except kerrors.KafkaError as exc:
             log.warning("auto_commit_failed", error=repr(exc))
 

@@ -375,6 +375,31 @@ def test_position_settles_a_recreated_topic_without_a_read() -> None:
         _run(main)
 
 
+def test_a_pattern_subscribed_while_topics_waits_keeps_asking_for_every_topic(
+    cluster: EmbeddedCluster,
+) -> None:
+    """``topics()`` asks for every topic of the cluster while it waits; a pattern subscribed
+    meanwhile (another task) needs them for good: a topic created afterwards is matched."""
+    cluster.create_topic("a-1", partitions=1, replication_factor=1)
+
+    async def main() -> None:
+        async with AIOEpochConsumer(**consumer_config(cluster)) as c:
+            listing = asyncio.create_task(c.topics())
+            await asyncio.sleep(0)  # topics() waits for its metadata
+            c.subscribe(pattern="a-.*")
+            assert "a-1" in await listing
+            cluster.create_topic("a-2", partitions=1, replication_factor=1)
+            cluster.append("a-2", 0, [b"new"])
+            deadline = time.monotonic() + 10
+            got: list[bytes] = []
+            while not got and time.monotonic() < deadline:
+                batch = await c.getmany(timeout_ms=200)
+                got = [r.value for tp, rs in batch.items() if tp.topic == "a-2" for r in rs]
+            assert got == [b"new"]
+
+    _run(main)
+
+
 def test_the_loop_turns_between_applying_answers_and_sending_what_they_call_for(
     cluster: EmbeddedCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -156,6 +156,8 @@ class ConsumerEngine:
         # When the pattern was subscribed: only metadata asked for after it names every
         # topic of the cluster (an earlier topics() call leaves an older list behind).
         self._pattern_since = 0.0
+        # topics() calls under way (each asks for every topic of the cluster meanwhile).
+        self._topics_asked = 0
         self._listener: Any = None
         self._paused: set[TopicPartition] = set()
         # The partitions the poll under way may deliver (None: all of them).
@@ -500,6 +502,7 @@ class ConsumerEngine:
             self.fetcher.request_metadata()
         else:
             self.pattern = None
+            self._want_all_topics()
             self.subscription_topics = set(topic_list)
             self.fetcher.metadata_topics.update(topic_list)
             self.fetcher.request_metadata()
@@ -542,7 +545,7 @@ class ConsumerEngine:
         self.subscription_topics = None
         self.pattern = None
         self._manual = False
-        self.fetcher.want_all_topics(False)
+        self._want_all_topics()
         self.set_assignment([])
         self._left_positions.clear()  # the application let go of those partitions itself
         self._left_checked.clear()
@@ -1255,14 +1258,24 @@ class ConsumerEngine:
     def topics(self) -> Step[set[str]]:
         self._ensure_open()
         fetcher = self.fetcher
-        prev = fetcher.metadata.want_all
+        self._topics_asked += 1
         fetcher.want_all_topics(True)
-        start = time.monotonic()
-        deadline = start + self.request_timeout_s()
-        fetcher.request_metadata()
-        yield from fetcher.pump_until(lambda: fetcher.metadata_fresh_since(start), deadline)
-        fetcher.want_all_topics(prev)
+        try:
+            start = time.monotonic()
+            deadline = start + self.request_timeout_s()
+            fetcher.request_metadata()
+            yield from fetcher.pump_until(lambda: fetcher.metadata_fresh_since(start), deadline)
+        finally:
+            self._topics_asked -= 1
+            self._want_all_topics()
         return set(fetcher.all_topics or ())
+
+    def _want_all_topics(self) -> None:
+        """Ask metadata for every topic of the cluster while a pattern subscription or a
+        ``topics()`` call needs them. Decided from both, not restored from before a
+        ``topics()`` call: under asyncio a ``subscribe(pattern=...)`` made while one waits
+        would otherwise be left matched against a list that is never asked for again."""
+        self.fetcher.want_all_topics(self.pattern is not None or self._topics_asked > 0)
 
     def metrics(self, raw: bool = False) -> dict[str, Any] | None:
         """Counters, shaped as kafka-python's: ``{group: {name: value}}``; ``None`` when

@@ -5,9 +5,10 @@ the old leader only, an unclean election appends 8 records at 10..17)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -286,22 +287,33 @@ def test_reading_at_full_speed_still_gives_the_loop_turns(cluster: EmbeddedClust
     _run(main)
 
 
+@contextlib.contextmanager
+def _ten_records_in_each(partitions: int) -> Iterator[tuple[EmbeddedCluster, list[TopicPartition]]]:
+    """One broker, topic ``t`` with ``partitions`` partitions of ten records each."""
+    parts = [TopicPartition("t", p) for p in range(partitions)]
+    with EmbeddedCluster(brokers=1) as cluster:
+        cluster.create_topic("t", partitions=partitions, replication_factor=1)
+        for tp in parts:
+            cluster.append("t", tp.partition, [b"%d-%d" % (tp.partition, i) for i in range(10)])
+        yield cluster, parts
+
+
+def _assign_from_the_start(c: AIOEpochConsumer, parts: list[TopicPartition]) -> None:
+    c.assign(parts)
+    for tp in parts:
+        c.seek(tp, 0)
+
+
 def test_a_read_decodes_one_budget_of_a_large_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """An answer for many partitions is decoded over several reads, one decode budget each
     (the loop turns in between): the read that waited for it applies the budget once, not
     once on waking and again before it returns."""
     monkeypatch.setattr(aio, "DECODE_BUDGET_BYTES", 1)  # one partition a read
-    parts = [TopicPartition("t", p) for p in range(4)]
-    with EmbeddedCluster(brokers=1) as cluster:
-        cluster.create_topic("t", partitions=4, replication_factor=1)
-        for tp in parts:
-            cluster.append("t", tp.partition, [b"%d-%d" % (tp.partition, i) for i in range(10)])
+    with _ten_records_in_each(4) as (cluster, parts):
 
         async def main() -> None:
             async with AIOEpochConsumer(**consumer_config(cluster)) as c:
-                c.assign(parts)
-                for tp in parts:
-                    c.seek(tp, 0)
+                _assign_from_the_start(c, parts)
                 reads: list[dict[TopicPartition, list[ConsumerRecord]]] = []
                 while sum(len(rs) for got in reads for rs in got.values()) < 40:
                     got = await c.getmany(timeout_ms=5000, max_records=1000)
@@ -321,17 +333,11 @@ def test_a_lookup_leaves_buffered_answers_to_the_reads(
     Decoding them there held the loop for every buffered answer, and a lookup waited on
     nothing while any remained."""
     monkeypatch.setattr(aio, "DECODE_BUDGET_BYTES", 1)  # one partition a read
-    parts = [TopicPartition("t", p) for p in range(8)]
-    with EmbeddedCluster(brokers=1) as cluster:
-        cluster.create_topic("t", partitions=8, replication_factor=1)
-        for tp in parts:
-            cluster.append("t", tp.partition, [b"%d-%d" % (tp.partition, i) for i in range(10)])
+    with _ten_records_in_each(8) as (cluster, parts):
 
         async def main() -> None:
             async with AIOEpochConsumer(**consumer_config(cluster)) as c:
-                c.assign(parts)
-                for tp in parts:
-                    c.seek(tp, 0)
+                _assign_from_the_start(c, parts)
                 first = await c.getmany(timeout_ms=5000, max_records=1000)
                 assert [len(records) for records in first.values()] == [10]
                 fetcher = c._engine.fetcher  # type: ignore[union-attr]

@@ -259,14 +259,10 @@ class _LoopIO:
     # ------------------------------------------------------------------ effects
 
     def _wake_from_any_thread(self, future: asyncio.Future[None]) -> None:
-        def settle() -> None:
-            if not future.done():
-                future.set_result(None)
-
         if threading.get_ident() == self._thread:
-            settle()
+            _settle(future)
         else:
-            self._loop.call_soon_threadsafe(settle)
+            self._loop.call_soon_threadsafe(_settle, future)
 
     async def wait_signal(self, signal: Signal, timeout_s: float) -> bool:
         if signal.is_set():

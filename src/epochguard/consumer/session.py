@@ -244,11 +244,6 @@ class FetchSession:
         recorded as what the broker's session will hold once it is answered."""
         if self.state is S.OPEN and by_id != self.by_id:
             self.event(E.TOPIC_IDS_CHANGED)
-        new = {e.tp: e for e in entries}
-        sent: dict[TopicPartition, _Sent] = {
-            tp: (e.offset, e.current_leader_epoch, e.last_fetched_epoch, e.topic_id)
-            for tp, e in new.items()
-        }
         names: dict[uuid.UUID, str] = {}
         if by_id:
             # Each topic's id once, not each partition's.
@@ -261,6 +256,11 @@ class FetchSession:
             return SessionPlan(
                 INVALID_SESSION_ID, FINAL_EPOCH, tuple(entries), (), False, names, by_id, -1
             )
+        new = {e.tp: e for e in entries}
+        sent: dict[TopicPartition, _Sent] = {
+            tp: (e.offset, e.current_leader_epoch, e.last_fetched_epoch, e.topic_id)
+            for tp, e in new.items()
+        }
         if self.state is not S.OPEN:
             self._partitions = sent
             self.by_id = by_id

@@ -20,6 +20,8 @@ the consumer has started, as a service may do after its start-up.
 ``YIELD_INTERVAL_MS`` and ``READ_BUDGET_KB`` set ``epochguard.consumer.aio``'s
 ``YIELD_INTERVAL_S`` and ``READ_BUDGET_BYTES`` for a run of ``epochguard-asyncio``.
 
+``PIN_CPUS=0,1`` pins the consumer to CPU 0 and the broker to CPU 1.
+
 ``POLL_RECORDS`` sets ``getmany``'s ``max_records`` (default the matrix's 500).
 
 Every mode also prints, over the timed reads, the process's user and system CPU, minor page
@@ -272,6 +274,12 @@ def main(size: int, total: int, parts: int, mode: str, client: str, codec: str =
         target=matrix.serve, args=(size, parts, codec, total, child)
     )
     proc.start()
+    if os.environ.get("PIN_CPUS"):
+        # The consumer on the first CPU named, the broker on the second: fewer migrations
+        # and less of each in the other's caches, for comparing two builds.
+        ours, broker = (int(c) for c in os.environ["PIN_CPUS"].split(","))
+        os.sched_setaffinity(0, {ours})
+        os.sched_setaffinity(proc.pid, {broker})
     bootstrap = parent.recv()
     profiled: list[tuple[float, str, Any]] = []
     # From the consumer's start on for blocks (as the slowest callbacks may be there); from

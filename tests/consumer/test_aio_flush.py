@@ -59,3 +59,47 @@ def test_flush_turns_the_selector_only_when_something_waits(
 ) -> None:
     outcome: Any = asyncio.run(_flushes(monkeypatch))
     assert outcome == ["skipped", "turned", "turned", "skipped", "turned"]
+
+
+async def _flushes_with_a_watched_socket(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    client = BrokerClient({"bootstrap_servers": "127.0.0.1:9"}, io_thread=False)
+    io = _LoopIO(client, asyncio.get_running_loop())
+    turns: list[str] = []
+    monkeypatch.setattr(
+        client.selector, "poll", lambda timeout_ms=None, future=None: turns.append("turn")
+    )
+    ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    reads: list[bytes] = []
+    outcome: list[str] = []
+    try:
+        io.add_reader(ours.fileno(), lambda: reads.append(ours.recv(16)))
+
+        def flush_long_after() -> None:
+            reads.clear()
+            turns.clear()
+            io._stepped_at -= 2 * _FLUSH_INTERVAL_S
+            io.flush()
+            outcome.append(f"read {b''.join(reads)!r}" if reads else "nothing read")
+            if turns:
+                outcome.append("turned")
+
+        flush_long_after()  # nothing ready
+        peer.send(b"x")
+        flush_long_after()  # the socket is readable: read, without a turn of the selector
+        io.remove_reader(ours.fileno())
+        peer.send(b"y")
+        flush_long_after()  # no longer watched: neither read nor turned
+        assert ours.fileno() not in asyncio.get_running_loop()._selector.get_map()  # type: ignore[attr-defined]
+    finally:
+        ours.close()
+        peer.close()
+        io.close()
+    return outcome
+
+
+def test_flush_reads_a_socket_the_loop_watches_without_turning_the_selector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    outcome = asyncio.run(_flushes_with_a_watched_socket(monkeypatch))
+    assert outcome == ["nothing read", "read b'x'", "nothing read"]

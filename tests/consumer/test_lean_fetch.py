@@ -357,6 +357,49 @@ def test_a_read_budget_bounds_each_read_of_the_socket(budget: int | None) -> Non
         assert len(reads) >= len(stream) // budget
 
 
+def test_a_large_frame_is_read_into_its_own_buffer_from_its_head_on() -> None:
+    """Frames of ``DIRECT_READ_MIN`` bytes or more go through the scratch buffer (a copy)
+    only as far as the read that found their head took them: ``HEAD_READ`` bytes at most,
+    not a whole ``RECV_CHUNK`` of a 1 MiB Fetch answer."""
+    rng = random.Random(11)
+    stream, parser, expected = _parser_awaiting(30, rng)
+    sizes = []
+    pos = 0
+    while pos < len(stream):
+        size = int.from_bytes(stream[pos : pos + 4], "big")
+        sizes.append(size)
+        pos += 4 + size
+    large = [size for size in sizes if size >= client.DIRECT_READ_MIN]
+    assert large, "the stream must hold large frames"
+    small_bytes = sum(4 + size for size in sizes if size < client.DIRECT_READ_MIN)
+    copied: list[int] = []
+    feed = parser._feed
+
+    def counting_feed(chunk: memoryview) -> None:
+        copied.append(len(chunk))
+        feed(chunk)
+
+    parser._feed = counting_feed
+    ours, broker = socket.socketpair()
+    try:
+        ours.setblocking(False)
+        sender = threading.Thread(target=broker.sendall, args=(stream,))
+        sender.start()
+        got: list[tuple[int, Any]] = []
+        read = 0
+        while read < len(stream):
+            select.select([ours], [], [], 5.0)
+            with contextlib.suppress(BlockingIOError):
+                read += parser.recv_from(ours)
+            got += parser.receive_bytes(b"")
+        sender.join()
+    finally:
+        ours.close()
+        broker.close()
+    _check(got, expected)
+    assert sum(copied) <= small_bytes + len(sizes) * client.HEAD_READ
+
+
 def test_parser_refuses_a_mismatched_correlation_id() -> None:
     import kafka.errors as kerrors
 

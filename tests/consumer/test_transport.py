@@ -60,6 +60,56 @@ def test_the_asyncio_consumer_reads_into_small_pages() -> None:
     assert huge and not any(huge)
 
 
+@pytest.mark.timeout(60)
+def test_the_loop_watches_each_plaintext_socket_until_its_connection_closes() -> None:
+    """Under asyncio a connected plaintext socket is read by the event loop itself, not
+    by kafka-python's selector (which waits on it afresh for every read). A lost
+    connection's descriptor leaves the loop before its socket is closed (a new connection
+    may get the same number), and its successor is watched in turn."""
+    from epochguard import AIOEpochConsumer
+
+    with EmbeddedCluster(brokers=1) as cluster:
+        cluster.create_topic("t", replication_factor=1)
+        cluster.append("t", 0, [b"a%d" % i for i in range(50)])
+
+        async def watched(c: AIOEpochConsumer) -> tuple[set[int], set[int], set[int]]:
+            socks = {
+                conn.transport._sock.fileno()
+                for conn in c._client.manager._conns.values()
+                if conn.transport is not None and conn.transport._sock is not None
+            }
+            loop_fds = set(asyncio.get_running_loop()._selector.get_map())  # type: ignore[attr-defined]
+            net_fds = {key.fd for key in c._client.selector._selector.get_map().values()}
+            assert c._io is not None
+            assert set(c._io._readers) <= loop_fds
+            return socks, set(c._io._readers), net_fds
+
+        async def main() -> list[bytes]:
+            async with AIOEpochConsumer(**consumer_config(cluster)) as c:
+                c.assign([TopicPartition("t", 0)])
+                got = await aread(c, 50)
+                socks, readers, net_fds = await watched(c)
+                assert socks and socks == readers
+                assert not socks & net_fds
+                closed = {
+                    conn.transport: conn.transport._loop_fd
+                    for conn in c._client.manager._conns.values()
+                    if conn.transport is not None
+                }
+                cluster.stop_broker(1)
+                cluster.start_broker(1)
+                cluster.append("t", 0, [b"b%d" % i for i in range(50)])
+                got += await aread(c, 50, timeout=20.0)
+                socks, readers, net_fds = await watched(c)
+                assert socks and socks == readers
+                assert not socks & net_fds
+                assert all(t._loop_fd == -1 and t._sock is None for t in closed), closed
+                return [r.value for r in got]
+
+        values = asyncio.run(main())
+    assert values == [b"a%d" % i for i in range(50)] + [b"b%d" % i for i in range(50)]
+
+
 def test_an_answer_followed_by_a_close_is_delivered_before_the_close() -> None:
     """A broker that answers and closes at once (Kafka after a failed SASL login) must not
     lose its answer: kafka-python aborts on a read error without looking at the bytes read

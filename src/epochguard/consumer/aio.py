@@ -5,8 +5,10 @@ engine ``EpochConsumer`` drives with threads. Nothing runs on another thread:
 
 - the connections (kafka-python's connection layer: ApiVersions, SASL, TLS, reconnect
   backoff) are served from the application's event loop. Their selector has no thread of
-  its own; the loop watches the selector's descriptor (readable whenever a socket is) and
-  steps it without blocking, and calls it again when its next timer is due;
+  its own; the loop watches the selector's descriptor (readable whenever a socket it waits
+  on is) and steps it without blocking, and calls it again when its next timer is due. A
+  plaintext connection's socket, once connected, is watched by the loop itself, which
+  reads it as it becomes readable;
 - the engine's steps (:data:`~epochguard.consumer.effects.Step`) run as coroutines: each
   effect they yield is awaited on the loop (:func:`run_async`);
 - group heartbeats are a task on the same loop.
@@ -19,6 +21,7 @@ done: records are taken from the buffers only in the same step that returns them
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import select
 import threading
@@ -125,6 +128,9 @@ class _LoopIO:
         # asked without a turn of the selector (see flush).
         self._ready_fd = select.poll()
         self._ready_fd.register(self._fd, select.POLLIN)
+        #: The plaintext connections' sockets, which the loop watches itself (see
+        #: :meth:`add_reader`), and what reads each.
+        self._readers: dict[int, Callable[[], None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         #: When the loop last ran other callbacks (see :meth:`give_loop_a_turn`).
         self.loop_ran_at = time.monotonic()
@@ -132,6 +138,7 @@ class _LoopIO:
         loop.add_reader(self._fd, self._step)
         loop.call_soon(self._step)
         client.send_directly = self.send_directly
+        client.manager.loop_reads = self
 
     # ------------------------------------------------------------------ the selector
 
@@ -143,6 +150,29 @@ class _LoopIO:
     def _on_timer(self) -> None:
         self._timer = None
         self._step()
+
+    def add_reader(self, fd: int, callback: Callable[[], None]) -> None:
+        """``LoopReads.add_reader``: the loop calls ``callback`` whenever the connection's
+        socket ``fd`` is readable (kafka-python's selector no longer waits on it)."""
+        self._readers[fd] = callback
+        self._ready_fd.register(fd, select.POLLIN)
+        self._loop.add_reader(fd, self._read, callback)
+
+    def remove_reader(self, fd: int) -> None:
+        if self._readers.pop(fd, None) is None:
+            return
+        with contextlib.suppress(KeyError):
+            self._ready_fd.unregister(fd)
+        try:
+            self._loop.remove_reader(fd)
+        except Exception as exc:  # the loop is closing already
+            log.debug("loop_reader_remove_failed", error=repr(exc))
+
+    def _read(self, callback: Callable[[], None]) -> None:
+        self.loop_ran_at = time.monotonic()
+        callback()
+        if self._net._ready:  # an answer resumed a task of the selector (a connection's set-up)
+            self._arm_timer(time.monotonic())
 
     def flush(self) -> None:
         """Serve the connections now if requests wait to go out or they were last served
@@ -170,7 +200,15 @@ class _LoopIO:
         # ready (one poll(2)), so the turns that would find nothing are skipped: most of
         # them once a large answer is in and its records are handed out.
         wait = net._next_scheduled_timeout(now)
-        if (wait is not None and wait <= 0) or self._ready_fd.poll(0):
+        serve = wait is not None and wait <= 0
+        for fd, _events in self._ready_fd.poll(0):
+            if fd == self._fd:
+                serve = True
+            else:
+                callback = self._readers.get(fd)
+                if callback is not None:
+                    callback()
+        if serve or net._ready:
             self._serve()
         else:
             self._stepped_at = now
@@ -249,6 +287,8 @@ class _LoopIO:
             self._loop.remove_reader(self._fd)
         except Exception as exc:  # the loop is closing already
             log.debug("loop_reader_remove_failed", error=repr(exc))
+        for fd in list(self._readers):
+            self.remove_reader(fd)
         for task in list(self._tasks):
             task.cancel()
         try:

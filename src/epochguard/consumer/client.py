@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import kafka.errors as kerrors
@@ -97,10 +97,14 @@ PASSTHROUGH_KEYS = (
 #: system calls (and as many Python-level appends) per 1 MiB fetch response, measured at
 #: about 10% of 1 KB-record throughput on the IO thread, which shares the GIL with poll().
 RECV_CHUNK = 256 * 1024
-#: A frame with at least this much still to come is read straight into its own buffer;
-#: smaller rests go through the reusable scratch buffer (one read may then complete several
-#: small frames and start the next).
+#: A frame of at least this size is read straight into its own buffer, to its last byte;
+#: smaller frames go through the reusable scratch buffer (one read may then complete several
+#: of them and start the next).
 DIRECT_READ_MIN = 64 * 1024
+#: Bytes a read takes at most when no frame is under way: enough for the small frames that
+#: come in numbers, little of a large one's start to copy out of the scratch buffer (a
+#: read of ``RECV_CHUNK`` there copied a quarter of every 1 MiB Fetch answer twice).
+HEAD_READ = 4 * 1024
 _FETCH_API_KEY = 1
 #: Fetch frames from this size on are read into buffers kept for reuse; at most this many
 #: per connection (the frame being decoded and the next answer, which arrives meanwhile).
@@ -139,6 +143,14 @@ _new_frame_buffer = _load_unfilled()
 KAFKA_PYTHON_IO_ENV = "EPOCHGUARD_KAFKA_PYTHON_IO"
 #: Fetch v12+ answers carry response header v1 (correlation id, then tagged fields).
 _FETCH_FLEXIBLE_VERSION = 12
+
+
+class LoopReads(Protocol):
+    """An event loop that watches sockets for reads (the asyncio driver's)."""
+
+    def add_reader(self, fd: int, callback: Callable[[], None]) -> None: ...
+
+    def remove_reader(self, fd: int) -> None: ...
 
 
 class _LeanParser(KafkaProtocol):  # type: ignore[misc]
@@ -181,14 +193,17 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
         frame or the scratch buffer; the byte count (0: the peer closed). Raises what the
         socket raises."""
         frame_view = self._frame_view
-        if frame_view is not None and len(frame_view) - self._filled >= DIRECT_READ_MIN:
-            end = len(frame_view) if most is None else self._filled + most
+        if frame_view is not None and len(frame_view) >= DIRECT_READ_MIN:
+            end = len(frame_view) if most is None else min(len(frame_view), self._filled + most)
             n: int = sock.recv_into(frame_view[self._filled : end])
             self._filled += n
             if self._filled == len(frame_view):
                 self._frame_done()
             return n
-        n = sock.recv_into(self._scratch_view if most is None else self._scratch_view[:most])
+        take = RECV_CHUNK if frame_view is not None else HEAD_READ
+        if most is not None and most < take:
+            take = most
+        n = sock.recv_into(self._scratch_view[:take])
         if n:
             self._feed(self._scratch_view[:n])
         return n
@@ -304,6 +319,12 @@ class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
     #: Bytes one read of the socket takes at most (None: all it holds), set by the
     #: connection manager (:attr:`_ConnectionManager.read_budget_bytes`).
     read_budget_bytes: int | None = None
+    #: Set by the connection manager (:attr:`_ConnectionManager.loop_reads`): an event loop
+    #: watches the socket and calls :meth:`_read_ready`, instead of a task of the selector
+    #: that waits on it.
+    loop_reads: LoopReads | None = None
+    #: The socket's descriptor while ``loop_reads`` watches it, else -1.
+    _loop_fd = -1
 
     def write(self, data: Any) -> None:
         # kafka-python queues every write for a task that first waits for the socket to be
@@ -349,6 +370,22 @@ class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
             protocol.parser.__class__ = _LeanParser
             protocol.parser._lean_init()
             protocol.parser.huge_pages = self.read_budget_bytes is None
+        loop_reads = self.loop_reads
+        if (
+            loop_reads is not None
+            and protocol is not None
+            and isinstance(protocol.parser, _LeanParser)
+            and self._read
+            and not self._closed
+            and self._sock is not None
+            and self._loop_fd < 0
+        ):
+            # kafka-python's wait registers the socket with its selector and removes it
+            # again for every read, and each read is a turn of that selector inside a turn
+            # of the loop; the loop watching the socket itself does neither.
+            self._loop_fd = self._sock.fileno()
+            loop_reads.add_reader(self._loop_fd, self._read_ready)
+            return
         while self._read and not self._closed:
             await self._net.wait_read(self._sock)
             parser = self._protocol.parser
@@ -370,6 +407,46 @@ class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
             except kerrors.KafkaProtocolError as exc:
                 self.abort(error=exc)
                 return
+
+    def _read_ready(self) -> None:
+        """The loop found the socket readable (:attr:`loop_reads`): one read of the loop
+        of :meth:`_read_from_sock`."""
+        protocol = self._protocol
+        if not self._read or self._closed or self._sock is None or protocol is None:
+            self._stop_loop_reads()
+            return
+        n, err = self._recv_frames(protocol.parser)
+        if err is not None:
+            self.abort(error=err)
+            return
+        self.last_read = time.monotonic()
+        sensors = protocol._sensors
+        if sensors:
+            sensors.bytes_received.record(n)
+        try:
+            protocol.data_received(b"")
+        except kerrors.KafkaProtocolError as exc:
+            self.abort(error=exc)
+        except Exception as exc:
+            # In the selector's task the connection would stop reading (its requests then
+            # time out); the loop would call again for the same bytes. Closed instead: its
+            # requests fail now and the next one reconnects.
+            log.warning("connection_read_failed", error=_plain_error(exc))
+            self.abort(error=kerrors.KafkaConnectionError(exc))
+
+    def _stop_loop_reads(self) -> None:
+        fd, self._loop_fd = self._loop_fd, -1
+        if fd >= 0 and self.loop_reads is not None:
+            self.loop_reads.remove_reader(fd)
+
+    def pause_reading(self) -> None:
+        self._stop_loop_reads()
+        super().pause_reading()
+
+    def _close(self, error: Any = None) -> None:
+        # Before the socket is closed: its descriptor may be reused at once.
+        self._stop_loop_reads()
+        super()._close(error)
 
     def _recv_frames(self, parser: _LeanParser) -> tuple[int, Exception | None]:
         budget = self.read_budget_bytes
@@ -501,6 +578,9 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
     #: other work (and, under asyncio, the loop's other callbacks) runs; None: all the
     #: socket holds.
     read_budget_bytes: int | None = None
+    #: Where plaintext connections' reads are watched from (an event loop), if not from
+    #: the selector (:attr:`_LargeReadTransport.loop_reads`).
+    loop_reads: LoopReads | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -624,6 +704,7 @@ class _ConnectionManager(KafkaConnectionManager):  # type: ignore[misc]
         if type(transport) is KafkaTCPTransport:
             transport.__class__ = _LargeReadTransport
             transport.read_budget_bytes = self.read_budget_bytes
+            transport.loop_reads = self.loop_reads
         return transport
 
 

@@ -110,6 +110,42 @@ def test_the_loop_watches_each_plaintext_socket_until_its_connection_closes() ->
     assert values == [b"a%d" % i for i in range(50)] + [b"b%d" % i for i in range(50)]
 
 
+def test_a_failure_handling_what_the_loop_read_closes_the_connection(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An error out of the protocol's handling of an answer read from the loop closes the
+    connection with it (its requests fail, the next one reconnects): left to the loop's
+    exception handler, the socket would stay readable and be handled again and again."""
+
+    class _Protocol:
+        _sensors = None
+        parser = None
+
+        def data_received(self, _data: bytes) -> None:
+            raise RuntimeError("handler broke")
+
+    ours, broker = socket.socketpair()
+    try:
+        ours.setblocking(False)
+        broker.sendall(b"x")
+        transport = object.__new__(client._LargeReadTransport)
+        transport._sock = ours
+        transport._read = True
+        transport._closed = False
+        transport._protocol = _Protocol()
+        transport._recv_frames = lambda parser: (1, None)  # type: ignore[method-assign]
+        aborted: list[BaseException | None] = []
+        transport.abort = lambda error=None: aborted.append(error)  # type: ignore[method-assign]
+        with caplog.at_level("WARNING", logger="epochguard.consumer"):
+            transport._read_ready()
+    finally:
+        ours.close()
+        broker.close()
+    assert len(aborted) == 1 and isinstance(aborted[0], KafkaConnectionError)
+    assert "handler broke" in str(aborted[0])
+    assert "connection_read_failed" in caplog.text
+
+
 def test_an_answer_followed_by_a_close_is_delivered_before_the_close() -> None:
     """A broker that answers and closes at once (Kafka after a failed SASL login) must not
     lose its answer: kafka-python aborts on a read error without looking at the bytes read

@@ -103,3 +103,34 @@ def test_flush_reads_a_socket_the_loop_watches_without_turning_the_selector(
 ) -> None:
     outcome = asyncio.run(_flushes_with_a_watched_socket(monkeypatch))
     assert outcome == ["nothing read", "read b'x'", "nothing read"]
+
+
+async def _flush_with_a_failing_reader() -> list[str]:
+    client = BrokerClient({"bootstrap_servers": "127.0.0.1:9"}, io_thread=False)
+    io = _LoopIO(client, asyncio.get_running_loop())
+    ours, peer = socket.socketpair()
+    calls: list[str] = []
+
+    def failing() -> None:
+        calls.append("read")
+        raise RuntimeError("reader broke")
+
+    try:
+        io.add_reader(ours.fileno(), failing)
+        peer.send(b"x")
+        io._stepped_at -= 2 * _FLUSH_INTERVAL_S
+        io.flush()  # runs as a read returns: must not raise over the records it returns
+        calls.append("flushed")
+    finally:
+        io.remove_reader(ours.fileno())
+        ours.close()
+        peer.close()
+        io.close()
+    return calls
+
+
+def test_a_reader_failing_in_flush_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="epochguard.consumer"):
+        calls = asyncio.run(_flush_with_a_failing_reader())
+    assert calls == ["read", "flushed"]
+    assert "connection_read_failed" in caplog.text and "reader broke" in caplog.text

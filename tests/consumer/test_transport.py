@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import selectors
 import socket
 
@@ -73,19 +74,32 @@ def test_the_loop_watches_each_plaintext_socket_until_its_connection_closes() ->
         cluster.append("t", 0, [b"a%d" % i for i in range(50)])
 
         async def watched(c: AIOEpochConsumer) -> tuple[set[int], set[int], set[int]]:
-            socks = {
-                conn.transport._sock.fileno()
+            transports = {
+                conn.transport._sock.fileno(): conn.transport
                 for conn in c._client.manager._conns.values()
                 if conn.transport is not None and conn.transport._sock is not None
             }
-            loop_fds = set(asyncio.get_running_loop()._selector.get_map())  # type: ignore[attr-defined]
+            selector = asyncio.get_running_loop()._selector  # type: ignore[attr-defined]
+            for fd, transport in transports.items():
+                # The loop reads each socket for its current transport (not a stale one).
+                reader = selector.get_key(fd).data[0]
+                assert reader._args[0].__self__ is transport
             net_fds = {key.fd for key in c._client.selector._selector.get_map().values()}
             assert c._io is not None
-            assert set(c._io._readers) <= loop_fds
-            return socks, set(c._io._readers), net_fds
+            return set(transports), set(c._io._readers), net_fds
 
         async def main() -> list[bytes]:
             async with AIOEpochConsumer(**consumer_config(cluster)) as c:
+                assert c._io is not None
+                remove_reader = c._io.remove_reader
+
+                def remove_while_open(fd: int) -> None:
+                    os.fstat(fd)  # raises if the socket was closed first
+                    removed.append(fd)
+                    remove_reader(fd)
+
+                removed: list[int] = []
+                c._io.remove_reader = remove_while_open  # type: ignore[method-assign]
                 c.assign([TopicPartition("t", 0)])
                 got = await aread(c, 50)
                 socks, readers, net_fds = await watched(c)
@@ -104,6 +118,7 @@ def test_the_loop_watches_each_plaintext_socket_until_its_connection_closes() ->
                 assert socks and socks == readers
                 assert not socks & net_fds
                 assert all(t._loop_fd == -1 and t._sock is None for t in closed), closed
+                assert sorted(removed) == sorted(closed.values())
                 return [r.value for r in got]
 
         values = asyncio.run(main())

@@ -131,6 +131,7 @@ class _LoopIO:
         #: The plaintext connections' sockets, which the loop watches itself (see
         #: :meth:`add_reader`), and what reads each.
         self._readers: dict[int, Callable[[], None]] = {}
+        self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
         #: When the loop last ran other callbacks (see :meth:`give_loop_a_turn`).
         self.loop_ran_at = time.monotonic()
@@ -154,6 +155,8 @@ class _LoopIO:
     def add_reader(self, fd: int, callback: Callable[[], None]) -> None:
         """``LoopReads.add_reader``: the loop calls ``callback`` whenever the connection's
         socket ``fd`` is readable (kafka-python's selector no longer waits on it)."""
+        if self._closed:
+            return  # a read task run by the selector's close: its socket is closed next
         self._readers[fd] = callback
         self._ready_fd.register(fd, select.POLLIN)
         self._loop.add_reader(fd, self._read, callback)
@@ -171,8 +174,18 @@ class _LoopIO:
     def _read(self, callback: Callable[[], None]) -> None:
         self.loop_ran_at = time.monotonic()
         callback()
-        if self._net._ready:  # an answer resumed a task of the selector (a connection's set-up)
-            self._arm_timer(time.monotonic())
+        # What was read may have resumed a task of the selector (a connection's set-up) or
+        # set one of its timers (a throttled connection's resumption).
+        self._arm_timer(time.monotonic())
+
+    def _read_watched(self, callback: Callable[[], None]) -> None:
+        """A watched socket's read from :meth:`flush`, which runs as a read returns: an
+        error must not replace the records it returns (the loop's own calls report
+        theirs to the loop's exception handler)."""
+        try:
+            callback()
+        except Exception as exc:
+            log.warning("connection_read_failed", error=repr(exc))
 
     def flush(self) -> None:
         """Serve the connections now if requests wait to go out or they were last served
@@ -201,17 +214,21 @@ class _LoopIO:
         # them once a large answer is in and its records are handed out.
         wait = net._next_scheduled_timeout(now)
         serve = wait is not None and wait <= 0
+        read = False
         for fd, _events in self._ready_fd.poll(0):
             if fd == self._fd:
                 serve = True
             else:
                 callback = self._readers.get(fd)
                 if callback is not None:
-                    callback()
+                    self._read_watched(callback)
+                    read = True
         if serve or net._ready:
             self._serve()
         else:
             self._stepped_at = now
+            if read:
+                self._arm_timer(time.monotonic())
 
     def _serve(self) -> None:
         """Send the requests handed to the connections and read what the sockets hold (the
@@ -280,6 +297,7 @@ class _LoopIO:
             self.loop_ran_at = time.monotonic()
 
     def close(self) -> None:
+        self._closed = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -101,9 +101,10 @@ RECV_CHUNK = 256 * 1024
 #: smaller frames go through the reusable scratch buffer (one read may then complete several
 #: of them and start the next).
 DIRECT_READ_MIN = 64 * 1024
-#: Bytes a read takes at most when no frame is under way: enough for the small frames that
-#: come in numbers, little of a large one's start to copy out of the scratch buffer (a
-#: read of ``RECV_CHUNK`` there copied a quarter of every 1 MiB Fetch answer twice).
+#: Bytes of what follows the frame under way (or, between frames, in all) that a read into
+#: the scratch buffer takes at most: several small frames at once, little of a large one's
+#: start to copy out (a read of ``RECV_CHUNK`` there copied a quarter of every 1 MiB Fetch
+#: answer twice).
 HEAD_READ = 4 * 1024
 _FETCH_API_KEY = 1
 #: Fetch frames from this size on are read into buffers kept for reuse; at most this many
@@ -200,7 +201,9 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
             if self._filled == len(frame_view):
                 self._frame_done()
             return n
-        take = RECV_CHUNK if frame_view is not None else HEAD_READ
+        # A small frame's rest and the head of the next one at most: a large frame after
+        # it is then read into its own buffer.
+        take = HEAD_READ if frame_view is None else len(frame_view) - self._filled + HEAD_READ
         if most is not None and most < take:
             take = most
         n = sock.recv_into(self._scratch_view[:take])
@@ -371,6 +374,8 @@ class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
             protocol.parser._lean_init()
             protocol.parser.huge_pages = self.read_budget_bytes is None
         loop_reads = self.loop_reads
+        if loop_reads is not None and self._loop_fd >= 0:
+            return  # the loop watches the socket already
         if (
             loop_reads is not None
             and protocol is not None
@@ -378,7 +383,6 @@ class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
             and self._read
             and not self._closed
             and self._sock is not None
-            and self._loop_fd < 0
         ):
             # kafka-python's wait registers the socket with its selector and removes it
             # again for every read, and each read is a turn of that selector inside a turn

@@ -37,7 +37,7 @@ from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAs
 from kafka.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 from epochguard._log import get_logger
-from epochguard.consumer.client import BrokerClient
+from epochguard.consumer.client import BrokerClient, plain_error
 from epochguard.consumer.config import build_config
 from epochguard.consumer.effects import (
     Await,
@@ -185,7 +185,7 @@ class _LoopIO:
         try:
             callback()
         except Exception as exc:
-            log.warning("connection_read_failed", error=repr(exc))
+            log.warning("connection_read_failed", error=plain_error(exc))
 
     def flush(self) -> None:
         """Serve the connections now if requests wait to go out or they were last served

@@ -93,9 +93,10 @@ PASSTHROUGH_KEYS = (
 )
 
 
-#: Bytes per ``recv`` on plaintext connections. kafka-python reads 4 KiB at a time: 256
-#: system calls (and as many Python-level appends) per 1 MiB fetch response, measured at
-#: about 10% of 1 KB-record throughput on the IO thread, which shares the GIL with poll().
+#: Bytes per ``recv`` of a plaintext connection read through kafka-python's parser
+#: (:data:`KAFKA_PYTHON_IO_ENV`). kafka-python reads 4 KiB at a time: 256 system calls (and
+#: as many Python-level appends) per 1 MiB fetch response, measured at about 10% of 1
+#: KB-record throughput on the IO thread, which shares the GIL with poll().
 RECV_CHUNK = 256 * 1024
 #: A frame of at least this size is read straight into its own buffer, to its last byte;
 #: smaller frames go through the reusable scratch buffer (one read may then complete several
@@ -166,7 +167,8 @@ class _LeanParser(KafkaProtocol):  # type: ignore[misc]
     """
 
     def _lean_init(self) -> None:
-        self._scratch = bytearray(RECV_CHUNK)
+        # A read into it takes at most a small frame's rest and HEAD_READ bytes past it.
+        self._scratch = bytearray(DIRECT_READ_MIN + HEAD_READ)
         self._scratch_view = memoryview(self._scratch)
         self._head = bytearray(4)
         self._head_filled = 0
@@ -435,7 +437,7 @@ class _LargeReadTransport(KafkaTCPTransport):  # type: ignore[misc]
             # In the selector's task the connection would stop reading (its requests then
             # time out); the loop would call again for the same bytes. Closed instead: its
             # requests fail now and the next one reconnects.
-            log.warning("connection_read_failed", error=_plain_error(exc))
+            log.warning("connection_read_failed", error=plain_error(exc))
             self.abort(error=kerrors.KafkaConnectionError(exc))
 
     def _stop_loop_reads(self) -> None:
@@ -513,7 +515,7 @@ def _servers_text(servers: Any) -> str:
     return servers if isinstance(servers, str) else ",".join(str(s) for s in servers)
 
 
-def _plain_error(exc: BaseException | None) -> str | None:
+def plain_error(exc: BaseException | None) -> str | None:
     """An error for a log field or a message: its class and its text (kafka's errors
     print their class name themselves)."""
     if exc is None:
@@ -880,7 +882,7 @@ class BrokerClient:
                 error = self._manager.connection_errors.get(node)
                 raise kerrors.NodeNotReadyError(
                     f"broker {node} is backing off its reconnects for {delay:.2f}s"
-                    + (f" (last connection error: {_plain_error(error)})" if error else "")
+                    + (f" (last connection error: {plain_error(error)})" if error else "")
                 )
             if self._manager.cluster.broker_metadata(node) is None:
                 # A broker id we learned from a coordinator or leader before kafka-python's
@@ -1026,7 +1028,7 @@ class BrokerClient:
             reason=reason.value,
             bootstrap_servers=_servers_text(manager.config["bootstrap_servers"]),
             known_brokers=sorted(self._addresses),
-            last_connection_error=_plain_error(manager.last_connection_error),
+            last_connection_error=plain_error(manager.last_connection_error),
         )
         for listener in list(self.rebootstrap_listeners):
             listener()
@@ -1040,7 +1042,7 @@ class BrokerClient:
             "rebootstrap_disabled",
             reason=reason.value,
             known_brokers=sorted(self._addresses),
-            last_connection_error=_plain_error(self._manager.last_connection_error),
+            last_connection_error=plain_error(self._manager.last_connection_error),
         )
 
     def _unreachable_message(self) -> str:
@@ -1052,7 +1054,7 @@ class BrokerClient:
         message = f"{where} is reachable: each is down or backing off its reconnects"
         error = self._manager.last_connection_error
         if error is not None:
-            message += f"; last connection error: {_plain_error(error)}"
+            message += f"; last connection error: {plain_error(error)}"
         if not self._recovery.enabled:
             message += (
                 "; metadata_recovery_strategy='none' does not ask the bootstrap servers again"

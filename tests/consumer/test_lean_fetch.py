@@ -12,6 +12,7 @@ import socket
 import threading
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -323,6 +324,25 @@ def test_parser_reads_a_socket_into_its_frames(seed: int) -> None:
         b.close()
 
 
+def _read_as_sent(stream: bytes, read_once: Callable[[socket.socket], int]) -> None:
+    """Send ``stream`` from a thread over a socket pair (the broker's side blocking) and
+    call ``read_once`` with the other, non-blocking end whenever it is readable, until it
+    has read every byte."""
+    ours, broker = socket.socketpair()
+    try:
+        ours.setblocking(False)
+        sender = threading.Thread(target=broker.sendall, args=(stream,))
+        sender.start()
+        read = 0
+        while read < len(stream):
+            select.select([ours], [], [], 5.0)
+            read += read_once(ours)
+        sender.join()
+    finally:
+        ours.close()
+        broker.close()
+
+
 @pytest.mark.parametrize("budget", [None, 100_000])
 def test_a_read_budget_bounds_each_read_of_the_socket(budget: int | None) -> None:
     """Under asyncio one read of a connection must not take a whole large answer off the
@@ -330,26 +350,21 @@ def test_a_read_budget_bounds_each_read_of_the_socket(budget: int | None) -> Non
     rest waits in the socket for the next, and every frame still arrives whole."""
     rng = random.Random(7)
     stream, parser, expected = _parser_awaiting(40, rng)
-    ours, broker = socket.socketpair()
-    try:
-        ours.setblocking(False)
-        sender = threading.Thread(target=broker.sendall, args=(stream,))
-        sender.start()
-        transport = object.__new__(client._LargeReadTransport)
+    transport = object.__new__(client._LargeReadTransport)
+    transport.read_budget_bytes = budget
+    reads: list[int] = []
+    got: list[tuple[int, Any]] = []
+
+    def read_once(ours: socket.socket) -> int:
+        nonlocal got
         transport._sock = ours
-        transport.read_budget_bytes = budget
-        reads: list[int] = []
-        got: list[tuple[int, Any]] = []
-        while sum(reads) < len(stream):
-            select.select([ours], [], [], 5.0)
-            n, err = transport._recv_frames(parser)
-            assert err is None
-            reads.append(n)
-            got += parser.receive_bytes(b"")
-        sender.join()
-    finally:
-        ours.close()
-        broker.close()
+        n, err = transport._recv_frames(parser)
+        assert err is None
+        reads.append(n)
+        got += parser.receive_bytes(b"")
+        return n
+
+    _read_as_sent(stream, read_once)
     _check(got, expected)
     assert sum(reads) == len(stream)
     if budget is not None:
@@ -380,22 +395,17 @@ def test_a_large_frame_is_read_into_its_own_buffer_from_its_head_on() -> None:
         feed(chunk)
 
     parser._feed = counting_feed
-    ours, broker = socket.socketpair()
-    try:
-        ours.setblocking(False)
-        sender = threading.Thread(target=broker.sendall, args=(stream,))
-        sender.start()
-        got: list[tuple[int, Any]] = []
-        read = 0
-        while read < len(stream):
-            select.select([ours], [], [], 5.0)
-            with contextlib.suppress(BlockingIOError):
-                read += parser.recv_from(ours)
-            got += parser.receive_bytes(b"")
-        sender.join()
-    finally:
-        ours.close()
-        broker.close()
+    got: list[tuple[int, Any]] = []
+
+    def read_once(ours: socket.socket) -> int:
+        nonlocal got
+        n = 0
+        with contextlib.suppress(BlockingIOError):
+            n = parser.recv_from(ours)
+        got += parser.receive_bytes(b"")
+        return n
+
+    _read_as_sent(stream, read_once)
     _check(got, expected)
     assert sum(copied) <= small_bytes + len(sizes) * client.HEAD_READ
 

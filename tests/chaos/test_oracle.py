@@ -228,6 +228,44 @@ def test_an_uncommitted_tail_may_come_again_but_must_still_match_the_final_log()
     assert judge(history(fixed, [BEFORE, AFTER], AFTER)).ok
 
 
+def test_a_tail_past_the_last_acknowledged_commit_is_the_old_sessions_alone() -> None:
+    # Member 0 read c past its commit (offset 2) and stopped before a commit covering c
+    # landed; an election then took c, and the log ends at 2. Member 1 starts at the commit:
+    # nothing it or any client reads can tell it of c, so c gone is not a loss. Without the
+    # new session the application still held c from a live member: a loss.
+    short = log(0, (0, b"a"), (0, b"b"))
+    events: list[Event] = [
+        Assigned(0, 0, 0),
+        d(0, b"a", 0),
+        d(1, b"b", 0),
+        Committed(0, 0, 2, 0),
+        d(2, b"c", 0),
+    ]
+    assert judge(history(events, [BEFORE, short], short)).silent_losses == 1
+    handover = [*events, Assigned(1, 0, 1)]
+    assert judge(history(handover, [BEFORE, short], short)).ok
+    # Below the commit the new session still answers for what the application holds.
+    cut = log(0, (0, b"a"))
+    v = judge(history(handover, [BEFORE, cut], cut))
+    assert v.silent_losses == 1 and "offset 1" in v.describe()
+
+
+def test_a_commit_that_landed_unacknowledged_leaves_the_tail_delivered() -> None:
+    # Member 0's commit of 3 landed but its answer was lost; member 1 starts there and reads
+    # nothing more: a, b and c, delivered once, are the final log's.
+    events: list[Event] = [
+        Assigned(0, 0, 0),
+        d(0, b"a", 0),
+        d(1, b"b", 0),
+        d(2, b"c", 0),
+        Assigned(1, 0, 1),
+    ]
+    assert judge(history(events, [BEFORE, BEFORE], BEFORE)).ok
+    # Replaced at 2 and never delivered, x is lost all the same.
+    v = judge(history(events, [BEFORE, AFTER], AFTER))
+    assert v.silent_losses == 1 and "offset 2 (b'x')" in v.describe()
+
+
 def test_a_recreated_topic_read_from_zero_needs_a_report_or_a_new_assignment() -> None:
     new = log(0, (0, b"n0"), (0, b"n1"))
     events: list[Event] = [Assigned(0, 0, 0), d(0, b"a", 0), d(1, b"b", 0), Recreated(1)]

@@ -8,7 +8,9 @@ re-creation, on the EmbeddedCluster:
 - a position in the deleted incarnation, committed by a consumer that has not noticed the
   re-creation (its close-commit), is refused by id for good: a partition leader names
   another id, and the commit goes by name, with the deleted id in its metadata, so the next
-  session reports the re-creation (``membership.CommitNaming``)."""
+  session reports the re-creation (``membership.CommitNaming``);
+- a commit of the new incarnation is still found when the group moves to a coordinator
+  that knows only the deleted one (it reads its offsets store by name)."""
 
 from __future__ import annotations
 
@@ -127,3 +129,54 @@ def test_a_close_commit_of_a_deleted_incarnation_tells_the_next_session(
         [rep] = nxt.truncation_reports()
         assert rep.detected_by is DetectedBy.TOPIC_RECREATED
         assert rep.divergence == EpochOffset(0, None) and rep.lost_count == 5
+
+
+def test_a_commit_of_the_new_incarnation_outlives_a_move_to_a_coordinator_that_lags(
+    cluster: EmbeddedCluster,
+) -> None:
+    """The coordinator's broker stops after a commit of the new incarnation, and the group
+    moves to a broker that has not learnt of the re-creation yet. Kafka's coordinator reads
+    its offsets store by name, so the next session resumes at the commit; with none it would
+    start from the reset policy and read again, unreported, what was committed."""
+    cluster.create_topic(TOPIC, replication_factor=2)
+    cluster.append(TOPIC, 0, [b"old-%d" % i for i in range(3)])
+    replicas = cluster.replicas(TOPIC, 0)
+    (lagging,) = [b for b in cluster.broker_ids if b not in replicas]
+
+    def coordinator_among(brokers: list[int], group: str) -> int:
+        return sorted(brokers)[zlib.crc32(group.encode()) % len(brokers)]
+
+    group, first = next(
+        (g, c)
+        for g in (f"g-{i}" for i in range(200))
+        for c in [_coordinator(cluster, g)]
+        if c != lagging
+        and coordinator_among([b for b in cluster.broker_ids if b != c], g) == lagging
+    )
+    (survivor,) = [b for b in replicas if b != first]
+    cluster.set_metadata_delay(lagging, 20.0)
+    cluster.delete_topic(TOPIC)
+    cluster.create_topic(TOPIC, replication_factor=2)
+    assert cluster.replicas(TOPIC, 0) == replicas
+    cluster.append(TOPIC, 0, [b"new-%d" % i for i in range(10)])
+    up_to_date = ",".join(cluster.broker_address(b) for b in replicas)
+    with make_consumer(cluster, bootstrap_servers=up_to_date, group_id=group) as reader:
+        reader.assign([TP])
+        got = read(reader, 6, max_records=6)
+        assert [r.value for r in got] == [b"new-%d" % i for i in range(6)]
+        reader.commit()
+        assert reader.committed(TP) == 6
+    cluster.stop_broker(first)
+    lagging_view = cluster.call(lambda: cluster.state.broker(lagging).view.topics[TOPIC])
+    assert str(lagging_view.topic_id) != cluster.topic_id(TOPIC)  # still the deleted topic
+    with make_consumer(
+        cluster,
+        bootstrap_servers=cluster.broker_address(survivor),
+        group_id=group,
+        on_truncation="rewind",
+    ) as nxt:
+        nxt.assign([TP])
+        assert nxt.committed(TP) == 6
+        got = read(nxt, 4)
+        assert [r.value for r in got] == [b"new-%d" % i for i in range(6, 10)]
+        assert nxt.truncation_reports() == []

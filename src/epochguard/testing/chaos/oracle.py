@@ -19,7 +19,10 @@ The rules (issue 11), per application (a consumer or a consumer group):
 * **silent loss**: a record held at the end that the final log does not hold at that offset
   with that epoch (it was replaced and nobody said so), or a record of the final log the
   application never received. Below the highest log start retention reached, nothing
-  counts: those records are gone for every reader.
+  counts: those records are gone for every reader. What a session delivered past the last
+  commit the application saw acknowledged is that session's alone once a new one starts on
+  the partition (a restart, a rebalance): no client can know of it, so its being gone is
+  not a loss (the final log's records there must still be delivered).
 * **spurious report**: a report whose divergence point holds a record the application
   received that was in the leader's log, unchanged, from its delivery until the report (no
   snapshot in between shows it gone or replaced; below a snapshot's log start nothing can be
@@ -436,6 +439,9 @@ class _Held:
     member: int
     #: delivered past the last commit before a new session, or past a seek: may come again
     reread_ok: bool = False
+    #: delivered past the last acknowledged commit before a new session: its loss is the
+    #: old session's alone, which no client can report
+    orphaned: bool = False
     #: of a topic incarnation since deleted
     old: bool = False
     #: the application's last commit since its delivery is past it
@@ -699,6 +705,14 @@ def _read_since(held: _Held, report: Reported) -> bool:
     )
 
 
+def _orphan_replaced(held: _Held, record: tuple[int, bytes | None]) -> bool:
+    """Whether ``held``, orphaned by a new session, is not the final log's ``record`` at its
+    offset: the new session never delivered that record."""
+    epoch, value = record
+    replaced = value != held.value or (held.epoch is not None and epoch != held.epoch)
+    return held.orphaned and replaced
+
+
 def judge(history: History, app: str | None = None) -> Verdict:
     """Judge one application's events (``app``; default: every event)."""
     t = _Tally(transactional=history.read_committed)
@@ -823,10 +837,15 @@ def judge(history: History, app: str | None = None) -> Verdict:
             awaiting_seek.discard((ev.member, ev.partition))
             for o in [o for o, h in held.items() if h.old]:
                 del held[o]
+            # What the old session delivered past the last commit the application saw land is
+            # its own: the new session starts from a commit at or below it and cannot know of
+            # the rest, so it may read it again, and no client could report it gone (the
+            # final log's records there must still be delivered).
             c = committed.get(ev.partition, 0)
             for o, h in held.items():
                 if o >= c:
                     h.reread_ok = True
+                    h.orphaned = True
     # Retention of an earlier incarnation says nothing about the final topic's log.
     since = max((ev.step + 1 for ev in history.events if isinstance(ev, Recreated)), default=0)
     floors: dict[int, int] = {}
@@ -848,6 +867,8 @@ def judge(history: History, app: str | None = None) -> Verdict:
             h = held[o]
             f = final.records.get(o)
             if f is None or f[1] != h.value or (h.epoch is not None and f[0] != h.epoch):
+                if h.orphaned:
+                    continue  # the final record there, if any, is judged as never delivered
                 t.losses += 1
                 t.problems.append(
                     f"p{p} offset {o}: the application holds {h.value!r} (epoch {h.epoch}, "
@@ -872,7 +893,7 @@ def judge(history: History, app: str | None = None) -> Verdict:
                     f"hanging report names producer {final.transactional[o]} at or below it"
                 )
         for o in sorted(final.records):
-            if o < floor or o in held:
+            if o < floor or (o in held and not _orphan_replaced(held[o], final.records[o])):
                 continue
             if fview is not None and (
                 not fview.committed(o) or (stable is not None and o >= stable)

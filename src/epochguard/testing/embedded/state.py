@@ -176,6 +176,9 @@ class ClusterState:
         self.cluster_id = CLUSTER_ID
         self.brokers: dict[int, BrokerState] = {b: BrokerState(b) for b in broker_ids}
         self.topics: dict[str, TopicState] = {}
+        #: every topic id this cluster created, in creation order: a broker whose view lags
+        #: knows an older incarnation of a name than the controller
+        self.topic_id_order: dict[uuid.UUID, int] = {}
         self.faults: Faults = faults if faults is not None else Faults()
         self.security = SecuritySettings()
         self.groups: Any = None
@@ -342,6 +345,7 @@ class ClusterState:
         parts = {p: self._new_partition(name, p, replicas) for p, replicas in assignments.items()}
         topic = TopicState(name, uuid.uuid4(), parts, {**DEFAULT_TOPIC_CONFIG, **(config or {})})
         self.topics[name] = topic
+        self.topic_id_order[topic.topic_id] = len(self.topic_id_order)
         log.info("topic_created", topic=name, partitions=len(parts), topic_id=str(topic.topic_id))
         self.publish()
         return topic
@@ -433,6 +437,12 @@ class ClusterState:
             }
             topics[t.name] = TopicView(t.name, t.topic_id, parts)
         return MetadataImage(self._image_version, topics)
+
+    def older_incarnation(self, topic_id: uuid.UUID, than: uuid.UUID) -> bool:
+        """Whether the topic ``topic_id`` was created before ``than`` (ids this cluster did
+        not create count as older)."""
+        order = self.topic_id_order
+        return order.get(topic_id, -1) < order.get(than, -1)
 
     def publish(self) -> None:
         """Send the controller's new metadata to every live broker (after its delay)."""

@@ -2,10 +2,12 @@
 from v8, topic ids from v10.
 
 A partition without a commit answers offset -1, epoch -1, no error. Offsets committed to an
-earlier incarnation of a topic (deleted, then recreated with a new topic id) are not returned;
-a coordinator whose metadata view does not know the topic yet returns the commit by name, as
-Kafka's coordinator (it reads its offsets store only). With ``require_stable`` (v7+, KIP-447)
-a partition whose offset an open transaction has committed answers UNSTABLE_OFFSET_COMMIT.
+earlier incarnation of a topic (deleted, then recreated with a new topic id) than the
+coordinator's metadata view knows are not returned; a coordinator whose view does not know
+the topic yet, or knows only an earlier incarnation than the commit's, returns the commit by
+name, as Kafka's coordinator (it reads its offsets store only). With ``require_stable``
+(v7+, KIP-447) a partition whose offset an open transaction has committed answers
+UNSTABLE_OFFSET_COMMIT.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from epochguard.testing.embedded.consumer_groups import (
 from epochguard.testing.embedded.groups import CommittedOffset, GroupCoordinator
 from epochguard.testing.embedded.handlers import RequestContext, handler
 from epochguard.testing.embedded.handlers._group_common import coordinator, coordinator_error
-from epochguard.testing.embedded.state import MetadataImage
+from epochguard.testing.embedded.state import ClusterState, MetadataImage
 
 NO_OFFSET = CommittedOffset(offset=-1, leader_epoch=-1, metadata="")
 
@@ -32,6 +34,7 @@ TopicResult = tuple[str, uuid.UUID | None, list[tuple[int, CommittedOffset, int]
 
 
 def _group_offsets(
+    cluster: ClusterState,
     coord: GroupCoordinator | ConsumerGroupCoordinator,
     view: MetadataImage,
     group_id: str,
@@ -64,9 +67,14 @@ def _group_offsets(
         for p in parts:
             c = stored.get((tname, p))
             # Kafka's coordinator answers from its offsets store alone: a broker that has
-            # not learnt of the topic yet (a stale view after a restart) still returns the
-            # commit, or the consumer would reset and re-read what it committed.
-            live = c is not None and (tv is None or c.topic_id in (None, tv.topic_id))
+            # not learnt of the topic yet, or of its latest incarnation (a stale view after
+            # a restart, or after the coordinator moved to it), still returns the commit, or
+            # the consumer would reset and re-read what it committed.
+            live = c is not None and (
+                tv is None
+                or c.topic_id is None
+                or not cluster.older_incarnation(c.topic_id, than=tv.topic_id)
+            )
             unstable = require_stable and coord.has_pending_txn_offset(group_id, (tname, p))
             if unstable:
                 results.append((p, NO_OFFSET, ErrorCode.UNSTABLE_OFFSET_COMMIT))
@@ -111,6 +119,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             ]
         else:
             res = _group_offsets(
+                ctx.cluster,
                 coord_of(request.group_id),
                 view,
                 request.group_id,
@@ -163,7 +172,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             ]
         )
         res = _group_offsets(
-            coord, view, g.group_id, wanted8, require_stable=bool(request.require_stable)
+            ctx.cluster,
+            coord,
+            view,
+            g.group_id,
+            wanted8,
+            require_stable=bool(request.require_stable),
         )
         topics = [
             GT(

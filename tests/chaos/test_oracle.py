@@ -16,6 +16,7 @@ from epochguard.testing.chaos.oracle import (
     Reported,
     Seeked,
     Stalled,
+    Started,
     judge,
 )
 
@@ -264,6 +265,39 @@ def test_a_commit_that_landed_unacknowledged_leaves_the_tail_delivered() -> None
     # Replaced at 2 and never delivered, x is lost all the same.
     v = judge(history(events, [BEFORE, AFTER], AFTER))
     assert v.silent_losses == 1 and "offset 2 (b'x')" in v.describe()
+
+
+def test_a_commit_past_an_orphaned_tail_shows_the_new_session_knew_of_it() -> None:
+    # Member 0's commit of 3 landed unanswered; member 1 starts there and commits 3 itself:
+    # it was told of c (offset 2) by that commit, and c gone unreported is a loss.
+    short = log(0, (0, b"a"), (0, b"b"))
+    events: list[Event] = [
+        Assigned(0, 0, 0),
+        d(0, b"a", 0),
+        d(1, b"b", 0),
+        d(2, b"c", 0),
+        Assigned(1, 0, 1),
+        Committed(1, 0, 3, 1),
+    ]
+    assert judge(history(events, [BEFORE, short], short)).silent_losses == 1
+
+
+def test_a_member_given_back_its_partition_answers_for_what_it_read_itself() -> None:
+    # Member 0 read c past its commit, gave the partition up and got it back, never
+    # stopping: it remembers c. Restarted in between, it does not.
+    short = log(0, (0, b"a"), (0, b"b"))
+    read: list[Event] = [
+        Started(0, 0),
+        Assigned(0, 0, 0),
+        d(0, b"a", 0),
+        d(1, b"b", 0),
+        Committed(0, 0, 2, 0),
+        d(2, b"c", 0),
+    ]
+    given_back = [*read, Assigned(0, 0, 1)]
+    assert judge(history(given_back, [BEFORE, short], short)).silent_losses == 1
+    restarted = [*read, Started(0, 1), Assigned(0, 0, 1)]
+    assert judge(history(restarted, [BEFORE, short], short)).ok
 
 
 def test_a_recreated_topic_read_from_zero_needs_a_report_or_a_new_assignment() -> None:

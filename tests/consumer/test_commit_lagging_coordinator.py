@@ -135,9 +135,11 @@ def test_a_commit_of_the_new_incarnation_outlives_a_move_to_a_coordinator_that_l
     cluster: EmbeddedCluster,
 ) -> None:
     """The coordinator's broker stops after a commit of the new incarnation, and the group
-    moves to a broker that has not learnt of the re-creation yet. Kafka's coordinator reads
-    its offsets store by name, so the next session resumes at the commit; with none it would
-    start from the reset policy and read again, unreported, what was committed."""
+    moves to a broker that has not learnt of the re-creation yet (the EmbeddedCluster moves
+    a group at once; in KRaft the broker would apply the re-creation first). Kafka's
+    coordinator reads its offsets store by name, so the next session resumes at the commit;
+    with none it would start from the reset policy and read again, unreported, what was
+    committed."""
     cluster.create_topic(TOPIC, replication_factor=2)
     cluster.append(TOPIC, 0, [b"old-%d" % i for i in range(3)])
     replicas = cluster.replicas(TOPIC, 0)

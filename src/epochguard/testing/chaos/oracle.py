@@ -20,9 +20,10 @@ The rules (issue 11), per application (a consumer or a consumer group):
   with that epoch (it was replaced and nobody said so), or a record of the final log the
   application never received. Below the highest log start retention reached, nothing
   counts: those records are gone for every reader. What a session delivered past the last
-  commit the application saw acknowledged is that session's alone once a new one starts on
-  the partition (a restart, a rebalance): no client can know of it, so its being gone is
-  not a loss (the final log's records there must still be delivered).
+  commit the application saw acknowledged is that session's alone once another consumer
+  (another member, or the same one restarted) takes the partition over: nothing tells that
+  consumer of it, so its being gone does not count until a commit past it shows the new
+  session knew of it (the final log's records there must still be delivered).
 * **spurious report**: a report whose divergence point holds a record the application
   received that was in the leader's log, unchanged, from its delivery until the report (no
   snapshot in between shows it gone or replaced; below a snapshot's log start nothing can be
@@ -47,7 +48,7 @@ of committed transactions) takes the final log's place in the rules above, and:
   but no longer as committed (its marker was lost and its transaction then aborted or left
   open), with no hanging-transaction report of its producer at or below it, and, when its
   transaction was decided again (:data:`DECIDED_AGAIN`), no reopened-transaction report
-  naming that record.
+  naming that record. A record left to the old session as above does not count either.
 * **unreported hanging transaction**: a transaction that hung (open in the final log while
   the coordinator holds nothing open for its producer, or aborted by an operator after a
   report) that the application never reported.
@@ -85,6 +86,7 @@ __all__ = [
     "Reported",
     "Seeked",
     "Stalled",
+    "Started",
     "TxnView",
     "Verdict",
     "judge",
@@ -142,6 +144,15 @@ class Assigned:
 
     member: int
     partition: int
+    step: int
+    app: str = "app"
+
+
+@attrs.frozen
+class Started:
+    """``member`` (re)started: a consumer of its own, knowing only what was committed."""
+
+    member: int
     step: int
     app: str = "app"
 
@@ -244,6 +255,7 @@ Event = (
     | Seeked
     | Assigned
     | Committed
+    | Started
     | Recreated
     | Stalled
     | HangingReported
@@ -437,10 +449,12 @@ class _Held:
     epoch: int | None
     step: int
     member: int
+    #: which start of ``member`` delivered it (:class:`Started` events before)
+    life: int = 0
     #: delivered past the last commit before a new session, or past a seek: may come again
     reread_ok: bool = False
-    #: delivered past the last acknowledged commit before a new session: its loss is the
-    #: old session's alone, which no client can report
+    #: past the last acknowledged commit when another consumer (another member, or this one
+    #: restarted) took the partition over: its loss is not counted until a commit past it
     orphaned: bool = False
     #: of a topic incarnation since deleted
     old: bool = False
@@ -725,8 +739,13 @@ def judge(history: History, app: str | None = None) -> Verdict:
     #: the same per member and partition: what each member itself received
     ever_own: dict[tuple[int, int], dict[int, tuple[bytes, int]]] = {}
     snaps = history.snapshots
+    #: how many times each member started before (its current life)
+    lives: dict[int, int] = {}
     for ev in history.events:
         if app is not None and ev.app not in (app, "*"):
+            continue
+        if isinstance(ev, Started):
+            lives[ev.member] = lives.get(ev.member, -1) + 1
             continue
         if isinstance(ev, Recreated):
             for held in view.values():
@@ -785,7 +804,7 @@ def judge(history: History, app: str | None = None) -> Verdict:
                     f"{old.value!r} at step {old.step} (member {old.member}), then "
                     f"{ev.value!r} at step {ev.step} (member {ev.member})"
                 )
-            held[ev.offset] = _Held(ev.value, ev.epoch, ev.step, ev.member)
+            held[ev.offset] = _Held(ev.value, ev.epoch, ev.step, ev.member, lives.get(ev.member, 0))
             ever.setdefault(ev.partition, {})[ev.offset] = (ev.value, ev.step)
             ever_own.setdefault((ev.member, ev.partition), {})[ev.offset] = (ev.value, ev.step)
         elif isinstance(ev, Reported):
@@ -832,20 +851,26 @@ def judge(history: History, app: str | None = None) -> Verdict:
             committed[ev.partition] = ev.offset
             for o, h in held.items():
                 h.committed = o < ev.offset
+                if h.committed:
+                    h.orphaned = False  # a session that knows of it committed past it
         elif isinstance(ev, Assigned):
             # A new session: what was delivered past the last commit may come again.
             awaiting_seek.discard((ev.member, ev.partition))
             for o in [o for o, h in held.items() if h.old]:
                 del held[o]
-            # What the old session delivered past the last commit the application saw land is
-            # its own: the new session starts from a commit at or below it and cannot know of
-            # the rest, so it may read it again, and no client could report it gone (the
-            # final log's records there must still be delivered).
+            # What another consumer delivered past the last commit the application saw land
+            # (another member, or this one before a restart) may come again, and this one
+            # may start from a commit below it and never know of it: gone, it counts only
+            # once a commit past it shows the session knew (the final log's records there
+            # must still be delivered). A member given back a partition remembers what it
+            # read itself.
             c = committed.get(ev.partition, 0)
+            life = lives.get(ev.member, 0)
             for o, h in held.items():
                 if o >= c:
                     h.reread_ok = True
-                    h.orphaned = True
+                    if h.member != ev.member or h.life != life:
+                        h.orphaned = True
     # Retention of an earlier incarnation says nothing about the final topic's log.
     since = max((ev.step + 1 for ev in history.events if isinstance(ev, Recreated)), default=0)
     floors: dict[int, int] = {}
@@ -878,6 +903,7 @@ def judge(history: History, app: str | None = None) -> Verdict:
             elif (
                 txns is not None
                 and fview is not None
+                and not h.orphaned
                 and not fview.committed(o)
                 and not txns.covered(p, final.transactional[o], o)
             ):

@@ -38,6 +38,7 @@ from epochguard.testing.chaos.oracle import (
     LogSnapshot,
     Recreated,
     Stalled,
+    Started,
     Verdict,
     judge,
 )
@@ -307,6 +308,7 @@ class _Run:
         if member is None:
             member = self.next_member
             self.next_member += 1
+        self.emit(Started(member, 0), app, member)
         m = _Member(self, member, app, self.clients[app])
         self.members[app].append(m)
         m.start()

@@ -5,7 +5,10 @@ A partition without a commit answers offset -1, epoch -1, no error. Offsets comm
 earlier incarnation of a topic (deleted, then recreated with a new topic id) than the
 coordinator's metadata view knows are not returned; a coordinator whose view does not know
 the topic yet, or knows only an earlier incarnation than the commit's, returns the commit by
-name, as Kafka's coordinator (it reads its offsets store only). With ``require_stable``
+name, as Kafka's coordinator (it reads its offsets store only). The last happens here
+because the cluster moves a group to another live broker at once, whatever that broker's
+view; in KRaft a broker learns that it coordinates only after the metadata before. With
+``require_stable``
 (v7+, KIP-447) a partition whose offset an open transaction has committed answers
 UNSTABLE_OFFSET_COMMIT.
 """

@@ -8,9 +8,8 @@ the topic yet, or knows only an earlier incarnation than the commit's, returns t
 name, as Kafka's coordinator (it reads its offsets store only). The last happens here
 because the cluster moves a group to another live broker at once, whatever that broker's
 view; in KRaft a broker learns that it coordinates only after the metadata before. With
-``require_stable``
-(v7+, KIP-447) a partition whose offset an open transaction has committed answers
-UNSTABLE_OFFSET_COMMIT.
+``require_stable`` (v7+, KIP-447) a partition whose offset an open transaction has committed
+answers UNSTABLE_OFFSET_COMMIT.
 """
 
 from __future__ import annotations

@@ -97,11 +97,16 @@ def score(
 
 
 def _previous() -> dict[str, Any]:
-    """The scoreboard in the result file (empty if there is none)."""
+    """The scoreboard in the result file (empty if there is none); each section without a
+    ``started_at`` of its own gets the file's, so that it keeps its day when merged."""
     try:
-        previous: dict[str, Any] = json.loads(OUT.read_text())["result"]
+        record = json.loads(OUT.read_text())
+        previous: dict[str, Any] = record["result"]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+    for section in previous.values():
+        if isinstance(section, dict) and "cluster" in section and "started_at" in record:
+            section.setdefault("started_at", record["started_at"])
     return previous
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from epochguard.testing.chaos.oracle import (
     Assigned,
+    Committing,
     Decided,
     Delivered,
     Event,
@@ -145,6 +146,23 @@ def test_a_commit_seen_written_between_snapshots_counts() -> None:
     aborted = [Assigned(0, 0, 0), Decided(0, False, frozenset({b"o"}), 1), d(0, b"o", 1)]
     aborted += [Reported(0, 0, 0, 1, 2), d(0, b"n", 2, epoch=1)]
     assert judge(history(aborted, [open_, open_, gone], gone)).aborted_deliveries == 1
+
+
+def test_a_marker_read_before_the_commit_call_returned_counts_once_the_commit_is_seen() -> None:
+    """On real brokers the runner sees a COMMIT marker only when the commit call returns; a
+    consumer may read it first. A delivery after the commit began (Committing) is fine when
+    the commit is then seen written; without it (the commit failed) it is still caught."""
+    open_ = log((0, b"o"), txn={0: PID}, held_open=frozenset({PID}))
+    gone = log((1, b"n"))
+    committing = Committing(0, frozenset({b"o"}), 1)
+    decided = Decided(0, True, frozenset({b"o"}), 1)
+    tail: list[Event] = [Reported(0, 0, 0, 1, 2), d(0, b"n", 2, epoch=1)]
+    raced = [Assigned(0, 0, 0), committing, d(0, b"o", 1), decided, *tail]
+    assert judge(history(raced, [open_, open_, gone], gone)).aborted_deliveries == 0
+    failed = [Assigned(0, 0, 0), committing, d(0, b"o", 1), *tail]
+    assert judge(history(failed, [open_, open_, gone], gone)).aborted_deliveries == 1
+    early = [Assigned(0, 0, 0), d(0, b"o", 1), committing, decided, *tail]
+    assert judge(history(early, [open_, open_, gone], gone)).aborted_deliveries == 1
 
 
 def test_a_commit_seen_written_and_aborted_in_the_end_was_decided_again() -> None:

@@ -259,6 +259,7 @@ class _ApacheRun(_Run):
             TXN_TIMEOUT_MS,
             list_open=self._open_transactions,
             on_decided=self.decided,
+            on_committing=self.committing,
         )
 
     def _coordinated_by_spare(self, base: str) -> str:

@@ -74,6 +74,7 @@ __all__ = [
     "DECIDED_AGAIN",
     "Assigned",
     "Committed",
+    "Committing",
     "Decided",
     "Delivered",
     "Event",
@@ -223,6 +224,19 @@ class ReopenedReported:
 
 
 @attrs.frozen
+class Committing:
+    """A producer's commit of these values is under way on the partition: the runner sees a
+    real broker's COMMIT marker only once the commit call returns (its :class:`Decided`), and
+    a consumer can read the marker before that. A delivery after this event counts as after
+    the marker when a :class:`Decided` commit of the value follows."""
+
+    partition: int
+    values: frozenset[bytes]
+    step: int
+    app: str = "*"
+
+
+@attrs.frozen
 class Decided:
     """The transaction coordinator wrote a COMMIT (or ABORT) marker on the partition's leader,
     deciding the records with these values (the runner sees it happen, where the cluster
@@ -261,6 +275,7 @@ Event = (
     | HangingReported
     | HangingAborted
     | ReopenedReported
+    | Committing
     | Decided
 )
 
@@ -540,6 +555,13 @@ class _Transactions:
         #: values seen committed (aborted) by a marker as it was written, per partition
         self.committed: dict[int, set[bytes]] = {}
         self.aborted: dict[int, set[bytes]] = {}
+        #: values whose commit was under way (:class:`Committing`), per partition
+        self.committing: dict[int, set[bytes]] = {}
+        #: values any marker of the run committed, per partition
+        self._ever_committed: dict[int, set[bytes]] = {}
+        for ev in history.events:
+            if isinstance(ev, Decided) and ev.commit:
+                self._ever_committed.setdefault(ev.partition, set()).update(ev.values)
 
     def view(self, snap: LogSnapshot) -> TxnView:
         v = self._views.get(id(snap))
@@ -564,6 +586,10 @@ class _Transactions:
         is not held against the client."""
         if ev.value in self.committed.get(ev.partition, ()):
             return None
+        if ev.value in self.committing.get(ev.partition, ()) and ev.value in (
+            self._ever_committed.get(ev.partition, ())
+        ):
+            return None  # read the marker before the commit call returned
         seen_uncommitted = ""
         for snap in self._window(ev.partition, ev.step + 1):
             held = snap.records.get(ev.offset)
@@ -777,6 +803,10 @@ def judge(history: History, app: str | None = None) -> Verdict:
             t.reopened_reports += 1
             if txns is not None:
                 txns.reopened.append(ev)
+            continue
+        if isinstance(ev, Committing):
+            if txns is not None:
+                txns.committing.setdefault(ev.partition, set()).update(ev.values)
             continue
         if isinstance(ev, Decided):
             if txns is not None:

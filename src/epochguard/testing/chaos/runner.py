@@ -31,6 +31,7 @@ from kafka.structs import TopicPartition
 
 from epochguard._log import get_logger
 from epochguard.testing.chaos.oracle import (
+    Committing,
     Decided,
     Delivered,
     Event,
@@ -525,6 +526,12 @@ class _Run:
         return EmbeddedTransactions(
             self.cluster, TOPIC, self.schedule.transactions, on_decided=self.decided
         )
+
+    def committing(self, partition: int, values: frozenset[bytes]) -> None:
+        """A commit of ``values`` is under way (a real broker's marker may be read before
+        the commit call returns): an event among the consumers'."""
+        with self.lock:
+            self.events.append(Committing(partition, values, max(0, len(self.snapshots) - 1)))
 
     def decided(self, partition: int, commit: bool, values: frozenset[bytes]) -> None:
         """A marker was written (on the cluster's loop): an event among the consumers'."""

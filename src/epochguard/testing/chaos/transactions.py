@@ -445,6 +445,7 @@ class KafkaPythonTransactions:
         call_timeout: float = 20.0,
         list_open: Callable[[list[str]], list[str]] | None = None,
         on_decided: OnDecided | None = None,
+        on_committing: Callable[[int, frozenset[bytes]], None] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
@@ -453,6 +454,7 @@ class KafkaPythonTransactions:
         self.call_timeout = call_timeout
         self.list_open = list_open
         self.on_decided = on_decided
+        self.on_committing = on_committing
         self.committed_values: set[bytes] = set()
         self._producers: list[Any | None] = [None] * len(transactional_ids)
         # (partition, value) written in each producer's open transaction
@@ -508,6 +510,11 @@ class KafkaPythonTransactions:
         p = self._producers[producer]
         if p is None:
             return "none open"
+        if commit and self.on_committing is not None:
+            # The marker can be read before commit_transaction returns.
+            pending = self._open[producer]
+            for partition in sorted({p for p, _v in pending}):
+                self.on_committing(partition, frozenset(v for q, v in pending if q == partition))
         try:
             _bounded(p.commit_transaction if commit else p.abort_transaction, self.call_timeout)
         except Exception as exc:

@@ -44,6 +44,15 @@ def history(
 # The log a..c under epoch 0; then an unclean election replaces c (offset 2) by x, epoch 1.
 BEFORE = log(0, (0, b"a"), (0, b"b"), (0, b"c"))
 AFTER = log(0, (0, b"a"), (0, b"b"), (1, b"x"))
+#: The log after an election that took c and left nothing in its place.
+SHORT = log(0, (0, b"a"), (0, b"b"))
+
+
+def read_abc(commit: int | None = None) -> list[Event]:
+    """Member 0 reads a, b and c of BEFORE, with a commit of ``commit`` acknowledged before
+    it reads c."""
+    acked: list[Event] = [] if commit is None else [Committed(0, 0, commit, 0)]
+    return [Assigned(0, 0, 0), d(0, b"a", 0), d(1, b"b", 0), *acked, d(2, b"c", 0)]
 
 
 def test_an_honest_run_passes() -> None:
@@ -234,17 +243,10 @@ def test_a_tail_past_the_last_acknowledged_commit_is_the_old_sessions_alone() ->
     # landed; an election then took c, and the log ends at 2. Member 1 starts at the commit:
     # nothing it or any client reads can tell it of c, so c gone is not a loss. Without the
     # new session the application still held c from a live member: a loss.
-    short = log(0, (0, b"a"), (0, b"b"))
-    events: list[Event] = [
-        Assigned(0, 0, 0),
-        d(0, b"a", 0),
-        d(1, b"b", 0),
-        Committed(0, 0, 2, 0),
-        d(2, b"c", 0),
-    ]
-    assert judge(history(events, [BEFORE, short], short)).silent_losses == 1
+    events = read_abc(commit=2)
+    assert judge(history(events, [BEFORE, SHORT], SHORT)).silent_losses == 1
     handover = [*events, Assigned(1, 0, 1)]
-    assert judge(history(handover, [BEFORE, short], short)).ok
+    assert judge(history(handover, [BEFORE, SHORT], SHORT)).ok
     # Below the commit the new session still answers for what the application holds.
     cut = log(0, (0, b"a"))
     v = judge(history(handover, [BEFORE, cut], cut))
@@ -254,13 +256,7 @@ def test_a_tail_past_the_last_acknowledged_commit_is_the_old_sessions_alone() ->
 def test_a_commit_that_landed_unacknowledged_leaves_the_tail_delivered() -> None:
     # Member 0's commit of 3 landed but its answer was lost; member 1 starts there and reads
     # nothing more: a, b and c, delivered once, are the final log's.
-    events: list[Event] = [
-        Assigned(0, 0, 0),
-        d(0, b"a", 0),
-        d(1, b"b", 0),
-        d(2, b"c", 0),
-        Assigned(1, 0, 1),
-    ]
+    events = [*read_abc(), Assigned(1, 0, 1)]
     assert judge(history(events, [BEFORE, BEFORE], BEFORE)).ok
     # Replaced at 2 and never delivered, x is lost all the same.
     v = judge(history(events, [BEFORE, AFTER], AFTER))
@@ -270,34 +266,18 @@ def test_a_commit_that_landed_unacknowledged_leaves_the_tail_delivered() -> None
 def test_a_commit_past_an_orphaned_tail_shows_the_new_session_knew_of_it() -> None:
     # Member 0's commit of 3 landed unanswered; member 1 starts there and commits 3 itself:
     # it was told of c (offset 2) by that commit, and c gone unreported is a loss.
-    short = log(0, (0, b"a"), (0, b"b"))
-    events: list[Event] = [
-        Assigned(0, 0, 0),
-        d(0, b"a", 0),
-        d(1, b"b", 0),
-        d(2, b"c", 0),
-        Assigned(1, 0, 1),
-        Committed(1, 0, 3, 1),
-    ]
-    assert judge(history(events, [BEFORE, short], short)).silent_losses == 1
+    events = [*read_abc(), Assigned(1, 0, 1), Committed(1, 0, 3, 1)]
+    assert judge(history(events, [BEFORE, SHORT], SHORT)).silent_losses == 1
 
 
 def test_a_member_given_back_its_partition_answers_for_what_it_read_itself() -> None:
     # Member 0 read c past its commit, gave the partition up and got it back, never
     # stopping: it remembers c. Restarted in between, it does not.
-    short = log(0, (0, b"a"), (0, b"b"))
-    read: list[Event] = [
-        Started(0, 0),
-        Assigned(0, 0, 0),
-        d(0, b"a", 0),
-        d(1, b"b", 0),
-        Committed(0, 0, 2, 0),
-        d(2, b"c", 0),
-    ]
+    read = [Started(0, 0), *read_abc(commit=2)]
     given_back = [*read, Assigned(0, 0, 1)]
-    assert judge(history(given_back, [BEFORE, short], short)).silent_losses == 1
+    assert judge(history(given_back, [BEFORE, SHORT], SHORT)).silent_losses == 1
     restarted = [*read, Started(0, 1), Assigned(0, 0, 1)]
-    assert judge(history(restarted, [BEFORE, short], short)).ok
+    assert judge(history(restarted, [BEFORE, SHORT], SHORT)).ok
 
 
 def test_a_recreated_topic_read_from_zero_needs_a_report_or_a_new_assignment() -> None:

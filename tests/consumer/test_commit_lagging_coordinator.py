@@ -33,9 +33,9 @@ TP = TopicPartition(TOPIC, 0)
 DELAY_S = 2.0
 
 
-def _coordinator(cluster: EmbeddedCluster, group: str) -> int:
+def _coordinator(cluster: EmbeddedCluster, group: str, live: list[int] | None = None) -> int:
     # The EmbeddedCluster hashes a group onto a live broker (find_coordinator.py).
-    ids = cluster.broker_ids
+    ids = sorted(cluster.broker_ids if live is None else live)
     return ids[zlib.crc32(group.encode()) % len(ids)]
 
 
@@ -144,16 +144,12 @@ def test_a_commit_of_the_new_incarnation_outlives_a_move_to_a_coordinator_that_l
     cluster.append(TOPIC, 0, [b"old-%d" % i for i in range(3)])
     replicas = cluster.replicas(TOPIC, 0)
     (lagging,) = [b for b in cluster.broker_ids if b not in replicas]
-
-    def coordinator_among(brokers: list[int], group: str) -> int:
-        return sorted(brokers)[zlib.crc32(group.encode()) % len(brokers)]
-
     group, first = next(
         (g, c)
         for g in (f"g-{i}" for i in range(200))
         for c in [_coordinator(cluster, g)]
         if c != lagging
-        and coordinator_among([b for b in cluster.broker_ids if b != c], g) == lagging
+        and _coordinator(cluster, g, [b for b in cluster.broker_ids if b != c]) == lagging
     )
     (survivor,) = [b for b in replicas if b != first]
     cluster.set_metadata_delay(lagging, 20.0)

@@ -745,12 +745,14 @@ def _read_since(held: _Held, report: Reported) -> bool:
     )
 
 
-def _orphan_replaced(held: _Held, record: tuple[int, bytes | None]) -> bool:
-    """Whether ``held``, orphaned by a new session, is not the final log's ``record`` at its
-    offset: the new session never delivered that record."""
-    epoch, value = record
-    replaced = value != held.value or (held.epoch is not None and epoch != held.epoch)
-    return held.orphaned and replaced
+def _is_record(held: _Held, record: tuple[int, bytes | None] | None) -> bool:
+    """Whether ``held`` is the log's ``record`` at its offset (``(epoch, value)``; None: the
+    log has nothing there)."""
+    return (
+        record is not None
+        and record[1] == held.value
+        and (held.epoch is None or record[0] == held.epoch)
+    )
 
 
 def judge(history: History, app: str | None = None) -> Verdict:
@@ -921,7 +923,7 @@ def judge(history: History, app: str | None = None) -> Verdict:
                 continue
             h = held[o]
             f = final.records.get(o)
-            if f is None or f[1] != h.value or (h.epoch is not None and f[0] != h.epoch):
+            if not _is_record(h, f):
                 if h.orphaned:
                     continue  # the final record there, if any, is judged as never delivered
                 t.losses += 1
@@ -948,8 +950,9 @@ def judge(history: History, app: str | None = None) -> Verdict:
                     f"but its transaction is {fview.states[o]} in the final log{again}, and no "
                     f"hanging report names producer {final.transactional[o]} at or below it"
                 )
-        for o in sorted(final.records):
-            if o < floor or (o in held and not _orphan_replaced(held[o], final.records[o])):
+        for o, rec in sorted(final.records.items()):
+            # An orphaned record the final log replaced tells nothing of its replacement.
+            if o < floor or (o in held and (not held[o].orphaned or _is_record(held[o], rec))):
                 continue
             if fview is not None and (
                 not fview.committed(o) or (stable is not None and o >= stable)

@@ -188,6 +188,14 @@ class _Producer:
 OnDecided = Callable[[int, bool, frozenset[bytes]], None]
 
 
+def _by_partition(written: list[tuple[int, bytes]]) -> list[tuple[int, frozenset[bytes]]]:
+    """``(partition, value)`` pairs grouped: each partition with its values, in order."""
+    out: dict[int, set[bytes]] = {}
+    for partition, value in written:
+        out.setdefault(partition, set()).add(value)
+    return [(p, frozenset(out[p])) for p in sorted(out)]
+
+
 @attrs.frozen
 class _WatchedParticipants:
     """The coordinator's :class:`~epochguard.testing.embedded.transactions.Participants`,
@@ -512,9 +520,8 @@ class KafkaPythonTransactions:
             return "none open"
         if commit and self.on_committing is not None:
             # The marker can be read before commit_transaction returns.
-            pending = self._open[producer]
-            for partition in sorted({p for p, _v in pending}):
-                self.on_committing(partition, frozenset(v for q, v in pending if q == partition))
+            for partition, values in _by_partition(self._open[producer]):
+                self.on_committing(partition, values)
         try:
             _bounded(p.commit_transaction if commit else p.abort_transaction, self.call_timeout)
         except Exception as exc:
@@ -523,8 +530,7 @@ class KafkaPythonTransactions:
         if commit:
             self.committed_values.update(v for _p, v in written)
         if self.on_decided is not None:
-            for partition in sorted({p for p, _v in written}):
-                values = frozenset(v for p, v in written if p == partition)
+            for partition, values in _by_partition(written):
                 self.on_decided(partition, commit, values)
         return f"{'committed' if commit else 'aborted'} {len(written)} records"
 
